@@ -1,0 +1,2 @@
+//! The `pagoda` binary (being built).
+fn main() {}

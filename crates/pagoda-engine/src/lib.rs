@@ -1,0 +1,1 @@
+//! pagoda-engine (being built).

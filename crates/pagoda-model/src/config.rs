@@ -1,0 +1,132 @@
+//! The architecture-neutral description of a model: sizes, norms, RoPE, attention layout.
+//!
+//! Built from GGUF metadata (`from_gguf`) or a Hugging Face `config.json` (`from_hf_config`);
+//! the forward passes read only this struct, never the file formats.
+//!
+//! Invariants (checked by [`ModelConfig::validate`]): `n_heads % n_kv_heads == 0`,
+//! `rope_dim <= head_dim` and even, `layer_is_sliding.len() == n_layers`.
+
+use crate::ModelError;
+use pagoda_kernels::ops::RopeStyle;
+
+/// The forward pass a model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama, Mistral-style and SmolLM: GQA, RoPE, RMSNorm, SwiGLU.
+    Llama,
+    /// Qwen2: Llama plus biases on Q, K and V.
+    Qwen2,
+    /// Gemma 3: GeGLU, QK-norm, pre/post norms, embedding scale, sliding-window layers.
+    Gemma3,
+}
+
+impl Architecture {
+    /// The name used by GGUF `general.architecture`.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// How RoPE frequencies are stretched for long context.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor`.
+    Linear { factor: f32 },
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
+    /// YaRN (Qwen long-context configs).
+    Yarn {
+        factor: f32,
+        original_max_position: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+    },
+}
+
+/// Everything a forward pass needs to know about a model's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Architecture,
+    pub n_layers: usize,
+    /// Residual stream width.
+    pub hidden_size: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// FFN inner width.
+    pub ffn_dim: usize,
+    pub vocab_size: usize,
+    pub rms_eps: f32,
+    /// Added to every RMSNorm weight (1.0 for Hugging Face Gemma checkpoints, else 0.0).
+    pub norm_weight_offset: f32,
+    pub rope_theta: f32,
+    /// RoPE base of sliding-window layers when it differs (Gemma 3: 10 000).
+    pub rope_theta_local: Option<f32>,
+    pub rope_scaling: RopeScaling,
+    pub rope_style: RopeStyle,
+    /// Dimensions of each head that RoPE rotates (usually `head_dim`).
+    pub rope_dim: usize,
+    /// Trained context length; prompts beyond it are refused.
+    pub context_length: usize,
+    /// Window of sliding-window layers, in tokens.
+    pub sliding_window: Option<usize>,
+    /// One entry per layer: does it attend only within `sliding_window`?
+    pub layer_is_sliding: Vec<bool>,
+    /// Multiplier on q·k (default `1/sqrt(head_dim)`; Gemma: `1/sqrt(query_pre_attn_scalar)`).
+    pub attention_scale: f32,
+    pub attn_logit_softcap: Option<f32>,
+    pub final_logit_softcap: Option<f32>,
+    /// Multiplier on token embeddings (Gemma: `sqrt(hidden_size)`).
+    pub embedding_scale: Option<f32>,
+    /// Output projection shares the token embedding matrix.
+    pub tie_word_embeddings: bool,
+}
+
+impl ModelConfig {
+    /// Checks the invariants in the module doc.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |msg: String| Err(ModelError::InvalidConfig(msg));
+        if self.n_layers == 0 || self.hidden_size == 0 || self.n_heads == 0 || self.head_dim == 0
+        {
+            return bad(format!("zero-sized dimension in {self:?}"));
+        }
+        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "{} attention heads cannot be shared by {} KV heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+            return bad(format!(
+                "RoPE dimension {} must be even and at most head_dim {}",
+                self.rope_dim, self.head_dim
+            ));
+        }
+        if self.layer_is_sliding.len() != self.n_layers {
+            return bad(format!(
+                "{} sliding-window flags for {} layers",
+                self.layer_is_sliding.len(),
+                self.n_layers
+            ));
+        }
+        if self.layer_is_sliding.iter().any(|&s| s) && self.sliding_window.is_none() {
+            return bad("sliding-window layers without a window size".into());
+        }
+        Ok(())
+    }
+
+    /// Query heads per KV head.
+    pub fn gqa_group(&self) -> usize {
+        self.n_heads / self.n_kv_heads
+    }
+}

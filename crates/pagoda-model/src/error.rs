@@ -1,0 +1,34 @@
+//! The one error type of pagoda-model. Variants name the file, tensor or key at fault, so a
+//! user can tell which download is broken and what to do.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("{path}: tensor {tensor:?}: {message}")]
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        message: String,
+    },
+    #[error("model is missing tensor {0:?}")]
+    MissingTensor(String),
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
+    UnknownArchitecture(String),
+    #[error("invalid model config: {0}")]
+    InvalidConfig(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    #[error(transparent)]
+    Kernel(#[from] pagoda_kernels::KernelError),
+}

@@ -1,0 +1,14 @@
+//! pagoda-model: model files and architectures.
+//!
+//! Owns reading GGUF files and Hugging Face folders (safetensors, config.json, tokenizer files)
+//! by mmap, turning them into a [`ModelConfig`], borrowed weight views, a tokenizer and a chat
+//! template, and the forward passes of the supported architectures over pagoda-kernels.
+//!
+//! Architecture Invariant: pagoda-model knows nothing of scheduling or sampling; a forward pass
+//! maps token ids at positions to logits, given a KV cache it does not own the policy of.
+
+pub mod config;
+pub mod error;
+
+pub use config::{Architecture, ModelConfig, RopeScaling};
+pub use error::ModelError;

@@ -1,0 +1,1 @@
+//! pagoda-store (being built).
