@@ -29,6 +29,10 @@ pub enum ModelError {
     Tokenizer(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    #[error("context full: {needed} positions needed but the KV cache holds {capacity}")]
+    ContextFull { needed: usize, capacity: usize },
+    #[error("token id {token} is outside the vocabulary of {vocab_size} tokens")]
+    InvalidToken { token: u32, vocab_size: usize },
     #[error(transparent)]
     Kernel(#[from] pagoda_kernels::KernelError),
 }

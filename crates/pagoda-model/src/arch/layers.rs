@@ -1,0 +1,405 @@
+//! Building blocks shared by every architecture's forward pass: linear layers over borrowed
+//! quantized weights, RMSNorm weights, RoPE tables, causal (optionally sliding-window) attention
+//! over the KV cache, and the gated MLP.
+//!
+//! Invariant: a [`Linear`] was shape-checked against the config when the model was built, so
+//! the kernel calls here cannot fail on shape; they return errors only for kernel faults.
+
+use crate::config::RopeScaling;
+use crate::weights::{TensorView, Weights};
+use crate::{ModelConfig, ModelError};
+use pagoda_kernels::ops::{self, RopeStyle};
+use pagoda_kernels::WeightMatrix;
+use rayon::prelude::*;
+
+/// A linear layer `y = W x (+ b)` whose weight stays in the file's own block format.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: TensorView,
+    bias: Option<Vec<f32>>,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+}
+
+impl Linear {
+    /// Loads `name` (+ `name_bias` when given and present) and checks it is `[rows, cols]`.
+    pub fn load(
+        weights: &Weights,
+        name: &str,
+        bias_name: Option<&str>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, ModelError> {
+        let weight = weights.get(name)?.clone();
+        expect_shape(&weight, &[rows, cols])?;
+        // Validate the byte length once, here, so later calls cannot fail on it.
+        WeightMatrix::new(weight.ty, rows, cols, weight.data()).map_err(|e| ModelError::Tensor {
+            path: Default::default(),
+            tensor: name.to_string(),
+            message: e.to_string(),
+        })?;
+        let bias = match bias_name {
+            Some(b) if weights.contains(b) => Some(load_vector(weights, b, rows)?),
+            _ => None,
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            rows,
+            cols,
+        })
+    }
+
+    /// The weight as a kernel matrix.
+    pub fn matrix(&self) -> WeightMatrix<'_> {
+        WeightMatrix {
+            ty: self.weight.ty,
+            rows: self.rows,
+            cols: self.cols,
+            data: self.weight.data(),
+        }
+    }
+
+    /// `out[t] = W x[t] + b` for the `n` rows of `x` (`[n, cols]` -> `[n, rows]`).
+    pub fn forward(&self, x: &[f32], n: usize, out: &mut Vec<f32>) -> Result<(), ModelError> {
+        out.resize(n * self.rows, 0.0);
+        pagoda_kernels::matmul(&self.matrix(), x, n, out)?;
+        if let Some(b) = &self.bias {
+            for row in out.chunks_exact_mut(self.rows) {
+                ops::add_inplace(row, b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `r` of the weight as f32 (an embedding lookup).
+    pub fn row(&self, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        Ok(self.matrix().dequantize_row(r, out)?)
+    }
+
+    /// Bytes of weight data (for memory reports).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight.data().len()
+    }
+}
+
+/// An RMSNorm weight, dequantized to f32 (it is small).
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Vec<f32>,
+    eps: f32,
+    offset: f32,
+}
+
+impl RmsNorm {
+    pub fn load(weights: &Weights, name: &str, dim: usize, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        Ok(RmsNorm {
+            weight: load_vector(weights, name, dim)?,
+            eps: cfg.rms_eps,
+            offset: cfg.norm_weight_offset,
+        })
+    }
+
+    /// Normalizes every row of `x` into `out` (same shape).
+    pub fn forward(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.resize(x.len(), 0.0);
+        ops::rms_norm(x, &self.weight, self.eps, self.offset, out);
+    }
+
+    /// Normalizes every `weight.len()`-sized piece of `x` in place (per-head QK-norm).
+    pub fn forward_inplace(&self, x: &mut [f32]) {
+        ops::rms_norm_inplace(x, &self.weight, self.eps, self.offset);
+    }
+}
+
+fn expect_shape(t: &TensorView, shape: &[usize]) -> Result<(), ModelError> {
+    if t.shape != shape {
+        return Err(ModelError::Tensor {
+            path: Default::default(),
+            tensor: t.name.clone(),
+            message: format!("shape {:?}, but the config implies {:?}", t.shape, shape),
+        });
+    }
+    Ok(())
+}
+
+fn load_vector(weights: &Weights, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = weights.get(name)?;
+    if t.n_elements() != len {
+        return Err(ModelError::Tensor {
+            path: Default::default(),
+            tensor: name.to_string(),
+            message: format!("{} elements, but the config implies {len}", t.n_elements()),
+        });
+    }
+    t.to_f32()
+}
+
+/// Inverse RoPE frequencies of one layer kind, with the model's scaling applied.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    /// Multiplier on cos/sin (YaRN's attention temperature; 1 otherwise).
+    mscale: f32,
+    style: RopeStyle,
+    head_dim: usize,
+}
+
+impl Rope {
+    pub fn new(cfg: &ModelConfig, theta: f32, scaling: &RopeScaling) -> Self {
+        let dim = cfg.rope_dim;
+        let base: Vec<f32> = (0..dim / 2)
+            .map(|i| 1.0 / (theta as f64).powf(2.0 * i as f64 / dim as f64) as f32)
+            .collect();
+        let (inv_freq, mscale) = match *scaling {
+            RopeScaling::None => (base, 1.0),
+            RopeScaling::Linear { factor } => (base.iter().map(|f| f / factor).collect(), 1.0),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let old = original_max_position as f32;
+                let low_wavelen = old / low_freq_factor;
+                let high_wavelen = old / high_freq_factor;
+                let scaled = base
+                    .iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth =
+                                (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect();
+                (scaled, 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position,
+                beta_fast,
+                beta_slow,
+            } => {
+                // Dimension index at which a frequency completes `rot` turns over the original context.
+                let correction_dim = |rot: f32| {
+                    dim as f32
+                        * (original_max_position as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
+                        / (2.0 * theta.ln())
+                };
+                let low = correction_dim(beta_fast).floor().max(0.0);
+                let high = correction_dim(beta_slow).ceil().min(dim as f32 - 1.0);
+                let scaled = base
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let span = if high == low { 0.001 } else { high - low };
+                        let ramp = ((i as f32 - low) / span).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        f / factor * (1.0 - extrapolation) + f * extrapolation
+                    })
+                    .collect();
+                let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+                (scaled, mscale)
+            }
+        };
+        Rope {
+            inv_freq,
+            mscale,
+            style: cfg.rope_style,
+            head_dim: cfg.head_dim,
+        }
+    }
+
+    /// Rotates `x` (`[n, heads * head_dim]`, row `t` at position `start + t`) in place.
+    pub fn apply(&self, x: &mut [f32], n: usize, start: usize) {
+        let half = self.inv_freq.len();
+        let mut cos = vec![0.0f32; half];
+        let mut sin = vec![0.0f32; half];
+        let row_len = x.len() / n.max(1);
+        for (t, row) in x.chunks_exact_mut(row_len).enumerate() {
+            let pos = (start + t) as f32;
+            for i in 0..half {
+                let (s, c) = (pos * self.inv_freq[i]).sin_cos();
+                cos[i] = c * self.mscale;
+                sin[i] = s * self.mscale;
+            }
+            ops::rope(row, self.head_dim, &cos, &sin, self.style);
+        }
+    }
+}
+
+/// Causal attention of `n` new query rows against the cache.
+///
+/// `q`: `[n, n_heads * head_dim]`, row `t` at position `start + t`; `keys`/`values`:
+/// `[start + n, n_kv_heads * head_dim]`; `out`: `[n, n_heads * head_dim]`.
+/// `window`: attend only to the last `window` positions (sliding-window layers).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    cfg: &ModelConfig,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    n: usize,
+    start: usize,
+    window: Option<usize>,
+    out: &mut Vec<f32>,
+) {
+    let hd = cfg.head_dim;
+    let n_heads = cfg.n_heads;
+    let kv_dim = cfg.n_kv_heads * hd;
+    let group = cfg.gqa_group();
+    let scale = cfg.attention_scale;
+    let softcap = cfg.attn_logit_softcap;
+    out.resize(n * n_heads * hd, 0.0);
+    // One task per (token, head): each writes its own `hd`-sized slice of `out`.
+    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
+        let t = idx / n_heads;
+        let h = idx % n_heads;
+        let kh = h / group;
+        let pos = start + t;
+        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let qh = &q[t * n_heads * hd + h * hd..][..hd];
+        let mut scores: Vec<f32> = (lo..=pos)
+            .map(|j| ops::dot_f32(qh, &keys[j * kv_dim + kh * hd..][..hd]) * scale)
+            .collect();
+        if let Some(cap) = softcap {
+            ops::softcap_inplace(&mut scores, cap);
+        }
+        ops::softmax_inplace(&mut scores);
+        o.fill(0.0);
+        for (j, &p) in (lo..=pos).zip(&scores) {
+            ops::axpy(o, p, &values[j * kv_dim + kh * hd..][..hd]);
+        }
+    });
+}
+
+/// Gated MLP: `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct GatedMlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub activation: Activation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU (Llama, Qwen2).
+    Silu,
+    /// GeGLU with the tanh approximation (Gemma).
+    GeluTanh,
+}
+
+impl GatedMlp {
+    pub fn load(weights: &Weights, layer: usize, cfg: &ModelConfig, activation: Activation) -> Result<Self, ModelError> {
+        let (d, f) = (cfg.hidden_size, cfg.ffn_dim);
+        Ok(GatedMlp {
+            gate: Linear::load(weights, &format!("blk.{layer}.ffn_gate.weight"), None, f, d)?,
+            up: Linear::load(weights, &format!("blk.{layer}.ffn_up.weight"), None, f, d)?,
+            down: Linear::load(weights, &format!("blk.{layer}.ffn_down.weight"), None, d, f)?,
+            activation,
+        })
+    }
+
+    /// `x`: `[n, hidden]` -> `out`: `[n, hidden]`.
+    pub fn forward(&self, x: &[f32], n: usize, scratch: &mut Scratch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+        self.gate.forward(x, n, &mut scratch.gate)?;
+        self.up.forward(x, n, &mut scratch.up)?;
+        match self.activation {
+            Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
+            Activation::GeluTanh => ops::gelu_tanh_mul(&mut scratch.gate, &scratch.up),
+        }
+        self.down.forward(&scratch.gate, n, out)
+    }
+}
+
+/// Attention projections of one layer.
+#[derive(Debug, Clone)]
+pub struct AttentionWeights {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    /// Per-head RMSNorm of queries and keys (Gemma 3).
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+}
+
+impl AttentionWeights {
+    pub fn load(weights: &Weights, layer: usize, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        let d = cfg.hidden_size;
+        let q_dim = cfg.n_heads * cfg.head_dim;
+        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        let name = |t: &str| format!("blk.{layer}.{t}");
+        let norm = |t: &str| -> Result<Option<RmsNorm>, ModelError> {
+            let n = name(t);
+            if weights.contains(&n) {
+                Ok(Some(RmsNorm::load(weights, &n, cfg.head_dim, cfg)?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(AttentionWeights {
+            q: Linear::load(weights, &name("attn_q.weight"), Some(&name("attn_q.bias")), q_dim, d)?,
+            k: Linear::load(weights, &name("attn_k.weight"), Some(&name("attn_k.bias")), kv_dim, d)?,
+            v: Linear::load(weights, &name("attn_v.weight"), Some(&name("attn_v.bias")), kv_dim, d)?,
+            o: Linear::load(weights, &name("attn_output.weight"), None, d, q_dim)?,
+            q_norm: norm("attn_q_norm.weight")?,
+            k_norm: norm("attn_k_norm.weight")?,
+        })
+    }
+
+    /// Self-attention of `n` new tokens at `start..start+n`: projects, normalizes, rotates,
+    /// appends K/V to the cache, attends, and projects back. `x`: `[n, hidden]` -> `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        cfg: &ModelConfig,
+        layer: usize,
+        rope: &Rope,
+        window: Option<usize>,
+        x: &[f32],
+        n: usize,
+        start: usize,
+        cache: &mut crate::KvCache,
+        scratch: &mut Scratch,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        self.q.forward(x, n, &mut scratch.q)?; // [n, n_heads * head_dim]
+        self.k.forward(x, n, &mut scratch.k)?; // [n, n_kv_heads * head_dim]
+        self.v.forward(x, n, &mut scratch.v)?; // [n, n_kv_heads * head_dim]
+        if let Some(norm) = &self.q_norm {
+            norm.forward_inplace(&mut scratch.q);
+        }
+        if let Some(norm) = &self.k_norm {
+            norm.forward_inplace(&mut scratch.k);
+        }
+        rope.apply(&mut scratch.q, n, start);
+        rope.apply(&mut scratch.k, n, start);
+        cache.write(layer, start, &scratch.k, &scratch.v);
+        let (keys, values) = cache.layer(layer, start + n);
+        attention(cfg, &scratch.q, keys, values, n, start, window, &mut scratch.attn);
+        self.o.forward(&scratch.attn, n, out)
+    }
+}
+
+/// Reusable activation buffers of one forward pass.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub attn: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub normed: Vec<f32>,
+    pub branch: Vec<f32>,
+}
