@@ -1,1 +1,18 @@
-//! pagoda-engine (being built).
+//! pagoda-engine: the serving core of Pagoda.
+//!
+//! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
+//! tokens ([`stop`]), and the generation loop over a model and its KV cache ([`generate`]).
+//! Later: the block pool, the scheduler and continuous batching.
+//!
+//! Architecture Invariant: the engine reaches model files only through pagoda-model's
+//! `ModelSource`/`Model`; it never parses files or touches weights.
+
+pub mod error;
+pub mod generate;
+pub mod sampling;
+pub mod stop;
+
+pub use error::EngineError;
+pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings, Usage};
+pub use sampling::{SampledToken, Sampler, SamplingParams};
+pub use stop::{FinishReason, StopMatcher};
