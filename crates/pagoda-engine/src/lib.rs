@@ -7,12 +7,9 @@
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
 
-pub mod error;
-pub mod generate;
+// `generate` is wired in once pagoda-model exposes `arch` and `tokenizer`.
 pub mod sampling;
 pub mod stop;
 
-pub use error::EngineError;
-pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings, Usage};
 pub use sampling::{SampledToken, Sampler, SamplingParams};
 pub use stop::{FinishReason, StopMatcher};
