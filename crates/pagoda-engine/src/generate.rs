@@ -269,4 +269,11 @@ impl Generator {
         self.reset();
         self.feed(tokens, Logits::All)
     }
+
+    /// Runs `tokens` from an empty cache and returns only the last position's logits
+    /// (benchmarks the prefill path exactly as generation uses it).
+    pub fn score_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.reset();
+        self.prefill(tokens)
+    }
 }
