@@ -146,7 +146,10 @@ impl GgmlType {
         }
         (n / bs)
             .checked_mul(self.type_size())
-            .ok_or(KernelError::SizeOverflow { ty: self, elements: n })
+            .ok_or(KernelError::SizeOverflow {
+                ty: self,
+                elements: n,
+            })
     }
 
     /// True for the block-quantized types (everything but F32, F16, BF16).

@@ -22,4 +22,6 @@ pub enum KernelError {
     Shape(String),
     #[error("tensor type {0} is not supported by this operation")]
     Unsupported(GgmlType),
+    #[error("instruction set {0} is not available on this CPU")]
+    IsaUnavailable(&'static str),
 }

@@ -1,0 +1,278 @@
+//! The matrix product driver: `out[n, rows] = x[n, cols] · W[rows, cols]ᵀ` straight from the
+//! weight blocks.
+//!
+//! Activations are quantized once per call into the weight type's partner format; weight
+//! rows are never dequantized to a matrix. Work is split over row chunks on the global rayon
+//! pool; within a chunk every token is computed against the same rows, so a chunk of weights
+//! is read from memory once and then from cache for the remaining tokens (prefill).
+//!
+//! Invariant: chunks own disjoint row ranges, so each output element is written by exactly
+//! one task; shapes are validated before any kernel runs, so kernels never see a short row.
+
+use rayon::prelude::*;
+
+use crate::quant::dequantize_row;
+use crate::simd::{kernel, RowKernel};
+use crate::{GgmlType, Isa, KernelError};
+
+/// A borrowed row-major weight matrix: row `r` is output feature `r`, `cols` input features,
+/// each row `ty.row_bytes(cols)` bytes, rows contiguous. `data` may be unaligned.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightMatrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> WeightMatrix<'a> {
+    /// Checks that `cols` is whole blocks and that `data` holds exactly `rows` rows.
+    pub fn new(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        let row_bytes = ty.row_bytes(cols)?;
+        let expected = rows
+            .checked_mul(row_bytes)
+            .ok_or(KernelError::SizeOverflow { ty, elements: cols })?;
+        if data.len() != expected {
+            return Err(KernelError::WrongByteLength {
+                ty,
+                expected,
+                actual: data.len(),
+                what: format!("a {rows}x{cols} weight matrix"),
+            });
+        }
+        Ok(WeightMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.data.len().checked_div(self.rows).unwrap_or(0)
+    }
+
+    /// Bytes of row `r` (`r < rows`).
+    #[inline]
+    fn row(&self, r: usize, row_bytes: usize) -> &'a [u8] {
+        &self.data[r * row_bytes..(r + 1) * row_bytes]
+    }
+
+    /// Dequantizes row `r` into `out` (`out.len() == cols`).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), KernelError> {
+        if r >= self.rows {
+            return Err(KernelError::Shape(format!(
+                "row {r} of a matrix with {} rows",
+                self.rows
+            )));
+        }
+        if out.len() != self.cols {
+            return Err(KernelError::Shape(format!(
+                "output of {} elements for a row of {} columns",
+                out.len(),
+                self.cols
+            )));
+        }
+        let rb = self.ty.row_bytes(self.cols)?;
+        dequantize_row(self.ty, self.row(r, rb), out)
+    }
+}
+
+/// `out[t*rows + r] = dot(W[r, :], x[t, :])` for `x: [n, cols]`, `out: [n, rows]`, on the
+/// fastest available ISA path.
+pub fn matmul(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    matmul_with_isa(crate::best_isa(), w, x, n, out)
+}
+
+/// Raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint elements only (row chunks are disjoint), see the module
+// invariant; the pointer outlives the parallel section.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Writes element `i`.
+    ///
+    /// # Safety
+    /// `i` is in bounds of the output and no other task writes it.
+    #[inline]
+    unsafe fn write(&self, i: usize, v: f32) {
+        *self.0.add(i) = v;
+    }
+}
+
+/// Bytes of weights one chunk should cover when several tokens reuse it from cache.
+const PREFILL_CHUNK_BYTES: usize = 96 * 1024;
+/// Chunks per thread for load balance.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// As [`matmul`], on path `isa` (an error when this CPU lacks it).
+pub fn matmul_with_isa(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    if !isa.is_available() {
+        return Err(KernelError::IsaUnavailable(isa.name()));
+    }
+    // Re-validate: the fields are public, so a matrix may not have come through `new`.
+    let w = WeightMatrix::new(w.ty, w.rows, w.cols, w.data)?;
+    let (rows, cols) = (w.rows, w.cols);
+    if n.checked_mul(cols) != Some(x.len()) {
+        return Err(KernelError::Shape(format!(
+            "activations hold {} values, expected {n} tokens x {cols} columns",
+            x.len()
+        )));
+    }
+    if n.checked_mul(rows) != Some(out.len()) {
+        return Err(KernelError::Shape(format!(
+            "output holds {} values, expected {n} tokens x {rows} rows",
+            out.len()
+        )));
+    }
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    let row_bytes = w.ty.row_bytes(cols)?;
+    match kernel(isa, w.ty) {
+        RowKernel::Quant {
+            partner,
+            quantize,
+            dot,
+        } => {
+            let arow = partner.row_bytes(cols)?;
+            // [n, arow] activation blocks.
+            let mut a = vec![0u8; n * arow];
+            a.par_chunks_mut(arow)
+                .zip(x.par_chunks(cols))
+                .with_min_len(8)
+                // SAFETY: `isa` is available (checked above) and the lengths match.
+                .for_each(|(dst, src)| unsafe { quantize(src, dst) });
+            run_chunks(
+                &w,
+                row_bytes,
+                n,
+                out,
+                |_| (),
+                |_, wrow, t| {
+                    // SAFETY: `isa` is available; `wrow` and the activation row have `cols` elements.
+                    unsafe { dot(wrow, &a[t * arow..(t + 1) * arow]) }
+                },
+            );
+        }
+        RowKernel::Float { dot } => {
+            run_chunks(
+                &w,
+                row_bytes,
+                n,
+                out,
+                |_| (),
+                |_, wrow, t| {
+                    // SAFETY: as above.
+                    unsafe { dot(wrow, &x[t * cols..(t + 1) * cols]) }
+                },
+            );
+        }
+        RowKernel::Dequant => {
+            // Per chunk: one row of f32 scratch, refilled for every weight row.
+            run_dequant_chunks(&w, row_bytes, x, n, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Splits the rows into chunks and, per chunk, computes every token against its rows.
+fn run_chunks<S, I, F>(
+    w: &WeightMatrix<'_>,
+    row_bytes: usize,
+    n: usize,
+    out: &mut [f32],
+    init: I,
+    f: F,
+) where
+    I: Fn(usize) -> S + Sync,
+    F: Fn(&mut S, &[u8], usize) -> f32 + Sync,
+{
+    let rows = w.rows;
+    let chunk = chunk_rows(rows, row_bytes, n);
+    let n_chunks = rows.div_ceil(chunk);
+    let ptr = OutPtr(out.as_mut_ptr());
+    let body = |c: usize| {
+        let r0 = c * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let mut state = init(c);
+        for t in 0..n {
+            for r in r0..r1 {
+                let v = f(&mut state, w.row(r, row_bytes), t);
+                // SAFETY: `t < n`, `r < rows`, so in bounds of `out` ([n, rows]); only this
+                // chunk writes rows r0..r1.
+                unsafe { ptr.write(t * rows + r, v) };
+            }
+        }
+    };
+    if n_chunks == 1 {
+        body(0);
+    } else {
+        (0..n_chunks).into_par_iter().for_each(body);
+    }
+}
+
+fn run_dequant_chunks(
+    w: &WeightMatrix<'_>,
+    row_bytes: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let (rows, cols) = (w.rows, w.cols);
+    let chunk = chunk_rows(rows, row_bytes, n);
+    let ptr = OutPtr(out.as_mut_ptr());
+    (0..rows.div_ceil(chunk)).into_par_iter().try_for_each(|c| {
+        let r0 = c * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let mut scratch = vec![0.0f32; cols];
+        for r in r0..r1 {
+            dequantize_row(w.ty, w.row(r, row_bytes), &mut scratch)?;
+            for t in 0..n {
+                let v = crate::ops::dot_f32(&scratch, &x[t * cols..(t + 1) * cols]);
+                // SAFETY: as in `run_chunks`.
+                unsafe { ptr.write(t * rows + r, v) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Rows per chunk: enough chunks for every thread, and for several tokens few enough rows
+/// that the chunk's weights stay in cache while all tokens pass over them.
+fn chunk_rows(rows: usize, row_bytes: usize, n: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let mut chunk = rows.div_ceil(threads * CHUNKS_PER_THREAD);
+    if n > 1 {
+        chunk = chunk.min((PREFILL_CHUNK_BYTES / row_bytes.max(1)).max(1));
+    }
+    // Tiny matrices: one chunk, no fork overhead.
+    if rows * row_bytes * n.max(1) < 16 * 1024 {
+        chunk = rows;
+    }
+    chunk.max(1)
+}
