@@ -6,6 +6,9 @@
 //! Invariants (checked by [`ModelConfig::validate`]): `n_heads % n_kv_heads == 0`,
 //! `rope_dim <= head_dim` and even, `layer_is_sliding.len() == n_layers`.
 
+mod from_gguf;
+mod from_hf;
+
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
 
@@ -129,4 +132,12 @@ impl ModelConfig {
     pub fn gqa_group(&self) -> usize {
         self.n_heads / self.n_kv_heads
     }
+}
+
+/// Gemma's layer pattern: with pattern `p`, layer `i` is global iff `(i + 1) % p == 0`; every
+/// other layer slides. `p == 0` or `1` means no sliding layers.
+pub(crate) fn sliding_pattern(n_layers: usize, p: usize) -> Vec<bool> {
+    (0..n_layers)
+        .map(|i| p > 1 && (i + 1) % p != 0)
+        .collect()
 }

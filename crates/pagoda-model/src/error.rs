@@ -23,6 +23,10 @@ pub enum ModelError {
     MissingTensor(String),
     #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
     UnknownArchitecture(String),
+    #[error("{path}: unsupported architecture {arch:?} (supported: llama, qwen2, gemma3)")]
+    UnsupportedArchitecture { path: PathBuf, arch: String },
+    #[error("{path}: tokenizer: {message}")]
+    TokenizerFile { path: PathBuf, message: String },
     #[error("invalid model config: {0}")]
     InvalidConfig(String),
     #[error("tokenizer: {0}")]

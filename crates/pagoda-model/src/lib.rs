@@ -9,6 +9,8 @@
 
 pub mod config;
 pub mod error;
+pub mod gguf;
+pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use error::ModelError;

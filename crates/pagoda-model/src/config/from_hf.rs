@@ -1,0 +1,314 @@
+//! [`ModelConfig::from_hf_config`]: the model shape from a Hugging Face `config.json`
+//! (Llama / Mistral / SmolLM, Qwen2, Gemma 3 text and the multimodal Gemma 3 wrapper, whose
+//! text settings sit in a nested `text_config`).
+//!
+//! Invariants: HF checkpoints keep Q/K in NeoX order, so every HF folder gets
+//! [`RopeStyle::Neox`]; Gemma RMSNorm weights are stored as `w` and used as `1 + w`, so Gemma
+//! gets `norm_weight_offset = 1.0`. Defaults are those of the transformers config classes.
+
+use super::{Architecture, ModelConfig, RopeScaling};
+use crate::ModelError;
+use pagoda_kernels::ops::RopeStyle;
+use serde_json::{Map, Value};
+
+fn bad(msg: String) -> ModelError {
+    ModelError::InvalidConfig(format!("config.json: {msg}"))
+}
+
+struct Cfg<'a>(&'a Map<String, Value>);
+
+impl Cfg<'_> {
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.0.get(k).filter(|v| !v.is_null())
+    }
+    fn usize_opt(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| bad(format!("{k:?} should be a non-negative integer, got {v}"))),
+        }
+    }
+    fn usize(&self, k: &str) -> Result<usize, ModelError> {
+        self.usize_opt(k)?
+            .ok_or_else(|| bad(format!("{k:?} is missing")))
+    }
+    fn f32_opt(&self, k: &str) -> Result<Option<f32>, ModelError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|x| Some(x as f32))
+                .ok_or_else(|| bad(format!("{k:?} should be a number, got {v}"))),
+        }
+    }
+    fn bool_opt(&self, k: &str) -> Result<Option<bool>, ModelError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| bad(format!("{k:?} should be true or false, got {v}"))),
+        }
+    }
+    fn str_opt(&self, k: &str) -> Option<&str> {
+        self.get(k).and_then(Value::as_str)
+    }
+}
+
+impl ModelConfig {
+    /// Reads the config from a parsed `config.json` and checks it with [`ModelConfig::validate`].
+    pub fn from_hf_config(json: &Value) -> Result<ModelConfig, ModelError> {
+        let top = json
+            .as_object()
+            .ok_or_else(|| bad("the top level is not an object".into()))?;
+        // Multimodal wrappers keep the language model's settings in text_config; merge them
+        // over the top level (so `architectures` and `tie_word_embeddings` still come through).
+        let mut merged = top.clone();
+        if let Some(Value::Object(text)) = top.get("text_config") {
+            for (k, v) in text {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        let c = Cfg(&merged);
+        let arch_names: Vec<String> = match top.get("architectures") {
+            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            _ => Vec::new(),
+        };
+        let model_type = c.str_opt("model_type").unwrap_or("").to_string();
+        let is = |needle: &str| {
+            arch_names.iter().any(|a| a.starts_with(needle))
+        };
+        let arch = if is("Gemma3") || model_type == "gemma3" || model_type == "gemma3_text" {
+            Architecture::Gemma3
+        } else if is("Qwen2ForCausalLM") || model_type == "qwen2" {
+            Architecture::Qwen2
+        } else if is("LlamaForCausalLM") || is("MistralForCausalLM") || matches!(model_type.as_str(), "llama" | "mistral" | "smollm") {
+            Architecture::Llama
+        } else {
+            let name = arch_names.first().cloned().unwrap_or(model_type);
+            return Err(ModelError::UnknownArchitecture(if name.is_empty() {
+                "<config.json names no architecture>".into()
+            } else {
+                name
+            }));
+        };
+        let gemma = arch == Architecture::Gemma3;
+
+        let n_layers = c.usize("num_hidden_layers")?;
+        let hidden_size = c.usize("hidden_size")?;
+        let n_heads = c.usize("num_attention_heads")?;
+        if n_heads == 0 {
+            return Err(bad("num_attention_heads is 0".into()));
+        }
+        let n_kv_heads = c.usize_opt("num_key_value_heads")?.unwrap_or(n_heads);
+        let head_dim = c.usize_opt("head_dim")?.unwrap_or(hidden_size / n_heads);
+        let ffn_dim = c.usize("intermediate_size")?;
+        let vocab_size = c.usize("vocab_size")?;
+        let rms_eps = c
+            .f32_opt("rms_norm_eps")?
+            .unwrap_or(if gemma { 1e-6 } else { 1e-6 });
+        let rope_theta = c
+            .f32_opt("rope_theta")?
+            .unwrap_or(if gemma { 1_000_000.0 } else { 10_000.0 });
+        let context_length = c
+            .usize_opt("max_position_embeddings")?
+            .unwrap_or(if gemma { 131_072 } else { 2048 });
+        let partial = c.f32_opt("partial_rotary_factor")?.unwrap_or(1.0);
+        let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
+        let rope_scaling = parse_rope_scaling(c.get("rope_scaling"), context_length)?;
+        let tie_word_embeddings = c.bool_opt("tie_word_embeddings")?.unwrap_or(gemma);
+
+        let mut cfg = ModelConfig {
+            arch,
+            n_layers,
+            hidden_size,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim,
+            vocab_size,
+            rms_eps,
+            norm_weight_offset: 0.0,
+            rope_theta,
+            rope_theta_local: None,
+            rope_scaling,
+            rope_style: RopeStyle::Neox,
+            rope_dim,
+            context_length,
+            sliding_window: None,
+            layer_is_sliding: vec![false; n_layers],
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_logit_softcap: None,
+            final_logit_softcap: None,
+            embedding_scale: None,
+            tie_word_embeddings,
+        };
+
+        match arch {
+            Architecture::Gemma3 => {
+                cfg.norm_weight_offset = 1.0;
+                cfg.sliding_window = Some(c.usize_opt("sliding_window")?.unwrap_or(4096));
+                cfg.layer_is_sliding = match c.get("layer_types") {
+                    Some(Value::Array(types)) => {
+                        if types.len() != n_layers {
+                            return Err(bad(format!(
+                                "layer_types has {} entries for {n_layers} layers",
+                                types.len()
+                            )));
+                        }
+                        types
+                            .iter()
+                            .map(|t| match t.as_str() {
+                                Some("sliding_attention") => Ok(true),
+                                Some("full_attention") => Ok(false),
+                                _ => Err(bad(format!("unknown layer type {t} in layer_types"))),
+                            })
+                            .collect::<Result<_, _>>()?
+                    }
+                    _ => super::sliding_pattern(
+                        n_layers,
+                        c.usize_opt("sliding_window_pattern")?.unwrap_or(6),
+                    ),
+                };
+                cfg.rope_theta_local = Some(c.f32_opt("rope_local_base_freq")?.unwrap_or(10_000.0));
+                let q = c.f32_opt("query_pre_attn_scalar")?.unwrap_or(256.0);
+                if q <= 0.0 {
+                    return Err(bad(format!("query_pre_attn_scalar {q} must be positive")));
+                }
+                cfg.attention_scale = 1.0 / q.sqrt();
+                cfg.embedding_scale = Some((hidden_size as f32).sqrt());
+                cfg.final_logit_softcap = c.f32_opt("final_logit_softcapping")?;
+                cfg.attn_logit_softcap = c.f32_opt("attn_logit_softcapping")?;
+            }
+            Architecture::Qwen2 => {
+                if c.bool_opt("use_sliding_window")?.unwrap_or(false) {
+                    if let Some(w) = c.usize_opt("sliding_window")? {
+                        let from = c.usize_opt("max_window_layers")?.unwrap_or(n_layers);
+                        cfg.sliding_window = Some(w);
+                        cfg.layer_is_sliding = (0..n_layers).map(|i| i >= from).collect();
+                    }
+                }
+            }
+            Architecture::Llama => {
+                // Mistral-style configs: a window (when set) applies to every layer.
+                if let Some(w) = c.usize_opt("sliding_window")? {
+                    if w < context_length {
+                        cfg.sliding_window = Some(w);
+                        cfg.layer_is_sliding = vec![true; n_layers];
+                    }
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeScaling, ModelError> {
+    let Some(v) = v else {
+        return Ok(RopeScaling::None);
+    };
+    let o = v
+        .as_object()
+        .ok_or_else(|| bad(format!("rope_scaling should be an object, got {v}")))?;
+    let c = Cfg(o);
+    let ty = c.str_opt("rope_type").or(c.str_opt("type")).unwrap_or("default");
+    let factor = c.f32_opt("factor")?.unwrap_or(1.0);
+    let orig = c
+        .usize_opt("original_max_position_embeddings")?
+        .unwrap_or(context_length);
+    Ok(match ty {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "llama3" => RopeScaling::Llama3 {
+            factor,
+            low_freq_factor: c.f32_opt("low_freq_factor")?.unwrap_or(1.0),
+            high_freq_factor: c.f32_opt("high_freq_factor")?.unwrap_or(4.0),
+            original_max_position: c.usize_opt("original_max_position_embeddings")?.unwrap_or(8192),
+        },
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            original_max_position: orig,
+            beta_fast: c.f32_opt("beta_fast")?.unwrap_or(32.0),
+            beta_slow: c.f32_opt("beta_slow")?.unwrap_or(1.0),
+        },
+        other => return Err(bad(format!("rope_scaling type {other:?} is not supported (linear, llama3, yarn)"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn smollm_style_llama() {
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "num_hidden_layers": 30, "hidden_size": 576, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
+            "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+            "tie_word_embeddings": true, "rope_scaling": null
+        }))
+        .unwrap();
+        assert_eq!(c.arch, Architecture::Llama);
+        assert_eq!((c.head_dim, c.rope_dim, c.n_kv_heads), (64, 64, 3));
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+        assert!(c.tie_word_embeddings);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
+    }
+
+    #[test]
+    fn llama3_scaling_and_unknown_arch() {
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        }))
+        .unwrap();
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_max_position: 8192, .. } if factor == 8.0));
+        let e = ModelConfig::from_hf_config(&json!({"architectures": ["BertModel"]})).unwrap_err();
+        assert!(e.to_string().contains("BertModel"), "{e}");
+    }
+
+    #[test]
+    fn gemma3_nested_text_config() {
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+            "text_config": {
+                "model_type": "gemma3_text", "num_hidden_layers": 12, "hidden_size": 640,
+                "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                "intermediate_size": 2048, "vocab_size": 262144, "sliding_window": 512,
+                "query_pre_attn_scalar": 256, "rope_local_base_freq": 10000.0,
+                "rope_theta": 1000000.0, "max_position_embeddings": 32768
+            }
+        }))
+        .unwrap();
+        assert_eq!(c.arch, Architecture::Gemma3);
+        assert_eq!(c.norm_weight_offset, 1.0);
+        assert_eq!(c.sliding_window, Some(512));
+        let globals: Vec<usize> = (0..12).filter(|&i| !c.layer_is_sliding[i]).collect();
+        assert_eq!(globals, vec![5, 11]);
+        assert_eq!(c.attention_scale, 1.0 / 16.0);
+        assert_eq!(c.embedding_scale, Some(640f32.sqrt()));
+        assert_eq!(c.rope_theta_local, Some(10000.0));
+        assert!(c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn gemma3_layer_types_win() {
+        let mut types = vec!["sliding_attention"; 4];
+        types[1] = "full_attention";
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+            "intermediate_size": 128, "vocab_size": 10, "layer_types": types
+        }))
+        .unwrap();
+        assert_eq!(c.layer_is_sliding, vec![true, false, true, true]);
+    }
+}

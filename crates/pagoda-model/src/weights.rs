@@ -1,0 +1,219 @@
+//! Borrowed tensor views over a memory-mapped model file, keyed by canonical (GGUF) names.
+//!
+//! Invariants: a [`TensorView`]'s byte range was validated against its file when the view was
+//! made (in bounds, exactly `ty.row_bytes(shape.last()) * rows` bytes), so [`TensorView::data`]
+//! cannot fail or read out of bounds; data is never copied — views share the file's mmap through
+//! an `Arc`. Shapes are outermost first: a matrix is `[rows = out_features, cols = in_features]`
+//! (GGUF `ne` reversed; safetensors shapes as stored).
+
+use crate::gguf::{Bytes, GgufFile};
+use crate::ModelError;
+use pagoda_kernels::GgmlType;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One tensor of a model file, borrowed from its mmap.
+#[derive(Clone)]
+pub struct TensorView {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Outermost first: `[rows, cols]` for a matrix.
+    pub shape: Vec<usize>,
+    bytes: Arc<Bytes>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for TensorView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorView")
+            .field("name", &self.name)
+            .field("ty", &self.ty)
+            .field("shape", &self.shape)
+            .field("bytes", &self.len)
+            .finish()
+    }
+}
+
+impl TensorView {
+    /// A view of `bytes[start..start + len]`; checks the range and the size for `ty` and `shape`.
+    pub(crate) fn new(
+        name: String,
+        ty: GgmlType,
+        shape: Vec<usize>,
+        bytes: Arc<Bytes>,
+        start: usize,
+        len: usize,
+    ) -> Result<TensorView, String> {
+        let inner = shape.last().copied().unwrap_or(1);
+        let rows = shape
+            .iter()
+            .rev()
+            .skip(1)
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| format!("shape {shape:?} overflows"))?;
+        let row = ty.row_bytes(inner).map_err(|e| e.to_string())?;
+        let want = row
+            .checked_mul(rows)
+            .ok_or_else(|| format!("shape {shape:?} overflows"))?;
+        if want != len {
+            return Err(format!(
+                "shape {shape:?} of {ty} needs {want} bytes but the file gives it {len}"
+            ));
+        }
+        if start.checked_add(len).is_none_or(|e| e > bytes.len()) {
+            return Err(format!(
+                "data ({len} bytes at file offset {start}) runs past the end of the file ({} bytes)",
+                bytes.len()
+            ));
+        }
+        Ok(TensorView {
+            name,
+            ty,
+            shape,
+            bytes,
+            start,
+            len,
+        })
+    }
+
+    /// The raw bytes in the file's own format.
+    pub fn data(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Rows of the tensor viewed as a matrix (product of all but the innermost dimension).
+    pub fn rows(&self) -> usize {
+        self.shape.iter().rev().skip(1).product()
+    }
+
+    /// The innermost dimension (`in_features` for a matrix).
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// The whole tensor dequantized to f32 (for small tensors such as norm weights).
+    pub fn to_f32(&self) -> Result<Vec<f32>, ModelError> {
+        let mut out = vec![0f32; self.n_elements()];
+        let cols = self.cols();
+        if cols == 0 {
+            return Ok(out);
+        }
+        let row_bytes = self.ty.row_bytes(cols)?;
+        for (src, dst) in self
+            .data()
+            .chunks_exact(row_bytes)
+            .zip(out.chunks_exact_mut(cols))
+        {
+            pagoda_kernels::dequantize_row(self.ty, src, dst)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Every tensor of a model, by canonical name.
+#[derive(Debug, Clone, Default)]
+pub struct Weights {
+    tensors: BTreeMap<String, TensorView>,
+}
+
+impl Weights {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a view; a second tensor of the same name is an error.
+    pub fn insert(&mut self, view: TensorView) -> Result<(), String> {
+        if self.tensors.contains_key(&view.name) {
+            return Err(format!("tensor {:?} appears twice", view.name));
+        }
+        self.tensors.insert(view.name.clone(), view);
+        Ok(())
+    }
+
+    /// Views of every tensor of a GGUF file (names are already canonical).
+    pub fn from_gguf(file: &GgufFile) -> Result<Weights, ModelError> {
+        let mut w = Weights::new();
+        for info in file.tensors() {
+            let view = TensorView::new(
+                info.name.clone(),
+                info.ty,
+                info.shape(),
+                file.bytes().clone(),
+                file.data_offset() + info.offset as usize,
+                info.size,
+            )
+            .map_err(|message| ModelError::Tensor {
+                path: file.path().to_path_buf(),
+                tensor: info.name.clone(),
+                message,
+            })?;
+            w.insert(view).map_err(|message| ModelError::Tensor {
+                path: file.path().to_path_buf(),
+                tensor: info.name.clone(),
+                message,
+            })?;
+        }
+        Ok(w)
+    }
+
+    pub fn get(&self, name: &str) -> Result<&TensorView, ModelError> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// Tensors in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &TensorView> {
+        self.tensors.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Total elements over all tensors (the parameter count).
+    pub fn n_parameters(&self) -> u64 {
+        self.tensors.values().map(|t| t.n_elements() as u64).sum()
+    }
+
+    /// Total bytes of tensor data.
+    pub fn n_bytes(&self) -> u64 {
+        self.tensors.values().map(|t| t.len as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufWriter;
+
+    #[test]
+    fn views_borrow_and_dequantize() {
+        let mut w = GgufWriter::new();
+        w.add_f32_tensor("n.weight", &[4], &[1., 2., 3., 4.]).unwrap();
+        w.add_f32_tensor("m.weight", &[2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
+        let f = GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let ws = Weights::from_gguf(&f).unwrap();
+        assert_eq!(ws.len(), 2);
+        let m = ws.get("m.weight").unwrap();
+        assert_eq!(m.shape, vec![2, 3]);
+        assert_eq!((m.rows(), m.cols()), (2, 3));
+        assert_eq!(m.to_f32().unwrap(), vec![1., 2., 3., 4., 5., 6.]);
+        assert_eq!(ws.get("n.weight").unwrap().to_f32().unwrap(), vec![1., 2., 3., 4.]);
+        assert!(matches!(ws.get("nope"), Err(ModelError::MissingTensor(n)) if n == "nope"));
+        assert_eq!(ws.n_parameters(), 10);
+    }
+}
