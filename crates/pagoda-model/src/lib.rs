@@ -7,10 +7,19 @@
 //! Architecture Invariant: pagoda-model knows nothing of scheduling or sampling; a forward pass
 //! maps token ids at positions to logits, given a KV cache it does not own the policy of.
 
+pub mod arch;
 pub mod config;
 pub mod error;
+pub mod chat_template;
 pub mod gguf;
+pub mod hf;
+pub mod kv_cache;
+pub mod safetensors;
+pub mod source;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use error::ModelError;
+pub use kv_cache::KvCache;
+pub use source::{open_model, ModelFormat, ModelSource};

@@ -1,0 +1,288 @@
+//! Chat templates: a model's Jinja template (from GGUF `tokenizer.chat_template` or
+//! `tokenizer_config.json`) rendered with minijinja the way `transformers`'
+//! `apply_chat_template` renders it with Python jinja2.
+//!
+//! What we match from transformers: `trim_blocks` and `lstrip_blocks` on, Python string and
+//! dict methods (`.strip()`, `.startswith()`, `.items()`, ... via minijinja-contrib's pycompat),
+//! `raise_exception(msg)`, `strftime_now(fmt)`, and a `tojson` filter that writes what Python's
+//! `json.dumps(x, ensure_ascii=False)` writes (`", "` and `": "` separators, optional indent).
+//! Variables: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`.
+//!
+//! Invariant: a template is compiled once, in [`ChatTemplate::new`]; a syntax error is reported
+//! there, not at the first request.
+
+use crate::ModelError;
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// The template used when a model ships none: ChatML, as `transformers` used to default to.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// One turn of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source_len", &self.source.len())
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish()
+    }
+}
+
+impl Clone for ChatTemplate {
+    fn clone(&self) -> Self {
+        // Recompiling a template that compiled once cannot fail.
+        Self::new(self.source.clone(), self.bos_token.clone(), self.eos_token.clone())
+            .unwrap_or_else(|_| unreachable!("template compiled before"))
+    }
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token` / `eos_token` are the texts the template sees.
+    pub fn new(source: String, bos_token: String, eos_token: String) -> Result<Self, ModelError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.clone())
+            .map_err(|e| ModelError::ChatTemplate(format!("cannot compile the template: {e:#}")))?;
+        Ok(ChatTemplate {
+            env,
+            source,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// The built-in ChatML template.
+    pub fn chatml(bos_token: String, eos_token: String) -> Self {
+        Self::new(CHATML_TEMPLATE.to_string(), bos_token, eos_token)
+            .unwrap_or_else(|_| unreachable!("the built-in template compiles"))
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders `messages`; with `add_generation_prompt`, ends with the assistant's turn opener.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let tmpl = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| ModelError::ChatTemplate(e.to_string()))?;
+        tmpl.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(|e| ModelError::ChatTemplate(format!("{e:#}")))
+    }
+}
+
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// `strftime_now(fmt)` with the common `%` codes, in UTC.
+fn strftime_now(fmt: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    strftime(&fmt, secs)
+}
+
+const MONTHS: [&str; 12] = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+];
+const DAYS: [&str; 7] = [
+    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
+];
+
+/// Formats Unix time `secs` (UTC) with strftime codes `%Y %m %d %e %H %M %S %B %b %A %a %j %y %%`.
+pub(crate) fn strftime(fmt: &str, secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = cum[(m - 1) as usize] + d + i64::from(leap && m > 2);
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('e') => out.push_str(&format!("{d:2}")),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('H') => out.push_str(&format!("{:02}", sod / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", sod / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", sod % 60)),
+            Some('B') => out.push_str(MONTHS[(m - 1) as usize]),
+            Some('b') => out.push_str(&MONTHS[(m - 1) as usize][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// `tojson` as transformers defines it: `json.dumps(value, ensure_ascii=False, indent=indent)`.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    python_json(&json, indent, sort_keys.unwrap_or(false), 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+fn python_json(v: &serde_json::Value, indent: Option<usize>, sort: bool, level: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, level: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * level));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Null => out.push_str("null"),
+        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        J::Number(n) => out.push_str(&n.to_string()),
+        J::String(s) => out.push_str(&serde_json::to_string(s).unwrap_or_default()),
+        J::Array(a) => {
+            if a.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                python_json(x, indent, sort, level + 1, out);
+            }
+            newline(out, level);
+            out.push(']');
+        }
+        J::Object(o) => {
+            if o.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            let mut entries: Vec<(&String, &serde_json::Value)> = o.iter().collect();
+            if sort {
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            out.push('{');
+            for (i, (k, x)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                out.push_str(": ");
+                python_json(x, indent, sort, level + 1, out);
+            }
+            newline(out, level);
+            out.push('}');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_fallback_renders() {
+        let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());
+        let s = t
+            .render(&[ChatMessage::new("user", "hi")], true)
+            .unwrap();
+        assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn python_methods_raise_and_tojson() {
+        let t = ChatTemplate::new(
+            "{% if messages[0].role == 'bad' %}{{ raise_exception('no ' + messages[0].role) }}{% endif %}{{ messages[0].content.strip().upper() }}|{{ messages[0].content.startswith(' a') }}|{{ {'k': [1, 'é<']} | tojson }}".into(),
+            "<s>".into(),
+            "</s>".into(),
+        )
+        .unwrap();
+        let s = t.render(&[ChatMessage::new("user", " ab ")], false).unwrap();
+        assert_eq!(s, "AB|true|{\"k\": [1, \"é<\"]}");
+        let e = t.render(&[ChatMessage::new("bad", "x")], false).unwrap_err();
+        assert!(e.to_string().contains("no bad"), "{e}");
+        assert!(ChatTemplate::new("{% for %}".into(), String::new(), String::new()).is_err());
+    }
+
+    #[test]
+    fn strftime_known_dates() {
+        assert_eq!(strftime("%Y-%m-%d %H:%M:%S %A %j", 0), "1970-01-01 00:00:00 Thursday 001");
+        // 2024-02-29 12:34:56 UTC
+        assert_eq!(strftime("%d %B %Y %a %b %j", 1_709_210_096), "29 February 2024 Thu Feb 060");
+    }
+}

@@ -1,0 +1,331 @@
+//! Hugging Face model folders: `config.json`, `model.safetensors` or sharded
+//! `model-0000x-of-0000y.safetensors` + `model.safetensors.index.json`, `tokenizer.json`,
+//! `tokenizer_config.json` (chat template, BOS/EOS, `add_bos_token`), `chat_template.jinja`,
+//! `generation_config.json`.
+//!
+//! Owns mapping HF tensor names onto the canonical GGUF names ([`canonical_name`]).
+//! Invariants: every tensor of every shard is validated by [`SafetensorsFile`]; two source
+//! names that map to one canonical name are an error, never a silent overwrite; a folder
+//! without `tokenizer.json` is an error naming the folder.
+
+use crate::chat_template::ChatTemplate;
+use crate::config::Architecture;
+use crate::safetensors::SafetensorsFile;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{ModelConfig, ModelError};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// What an HF folder holds, parsed.
+#[derive(Debug)]
+pub struct HfFolder {
+    pub path: PathBuf,
+    pub config_json: Value,
+    pub config: ModelConfig,
+    pub weights: Weights,
+    pub tokenizer: Tokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    pub generation_config: Option<Value>,
+    /// Bytes of all safetensors shards.
+    pub weights_file_size: u64,
+}
+
+fn read_json(path: &Path) -> Result<Value, ModelError> {
+    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ModelError::Format {
+        path: path.to_path_buf(),
+        message: format!("not valid JSON: {e}"),
+    })
+}
+
+fn read_json_opt(path: &Path) -> Result<Option<Value>, ModelError> {
+    if path.is_file() {
+        read_json(path).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The canonical (GGUF) name of HF tensor `name`, or `None` for tensors a text model does not
+/// use (vision tower, projector, rotary caches).
+pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
+    let mut n = name;
+    for prefix in [
+        "model.language_model.",
+        "language_model.model.",
+        "language_model.",
+        "model.",
+    ] {
+        if let Some(rest) = n.strip_prefix(prefix) {
+            n = rest;
+            break;
+        }
+    }
+    if n.starts_with("vision_tower.")
+        || n.starts_with("vision_model.")
+        || n.starts_with("multi_modal_projector.")
+        || name.starts_with("model.vision_tower.")
+        || name.starts_with("model.multi_modal_projector.")
+        || n.ends_with("rotary_emb.inv_freq")
+    {
+        return None;
+    }
+    match n {
+        "embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let Some(rest) = n.strip_prefix("layers.") else {
+        return Some(n.to_string());
+    };
+    let Some((layer, sub)) = rest.split_once('.') else {
+        return Some(n.to_string());
+    };
+    if layer.parse::<usize>().is_err() {
+        return Some(n.to_string());
+    }
+    let gemma = arch == Architecture::Gemma3;
+    let mapped = match sub {
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" if gemma => "post_attention_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return Some(format!("blk.{layer}.{sub}")),
+    };
+    Some(format!("blk.{layer}.{mapped}"))
+}
+
+/// The safetensors files of a folder: from the index when there is one, else `model.safetensors`,
+/// else every `*.safetensors` file in name order.
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let v = read_json(&index)?;
+        let map = v
+            .get("weight_map")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ModelError::Format {
+                path: index.clone(),
+                message: "no \"weight_map\" object".into(),
+            })?;
+        let mut files = BTreeSet::new();
+        for (tensor, file) in map {
+            let f = file.as_str().ok_or_else(|| ModelError::Format {
+                path: index.clone(),
+                message: format!("weight_map entry for {tensor:?} is not a file name"),
+            })?;
+            if f.contains('/') || f.contains('\\') || f.contains("..") {
+                return Err(ModelError::Format {
+                    path: index.clone(),
+                    message: format!("weight_map names {f:?}, which is not a file in this folder"),
+                });
+            }
+            files.insert(f.to_string());
+        }
+        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| ModelError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(ModelError::Format {
+            path: dir.to_path_buf(),
+            message: "no model.safetensors, model.safetensors.index.json or *.safetensors file in the folder".into(),
+        });
+    }
+    Ok(found)
+}
+
+/// The chat template of a folder: `chat_template.jinja`, `chat_template.json`, or
+/// `tokenizer_config.json`'s `chat_template` (a string, or a list of named templates of which
+/// `default` is taken).
+fn find_chat_template(dir: &Path, tokenizer_config: Option<&Value>) -> Result<Option<String>, ModelError> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|source| ModelError::Io { path: jinja, source });
+    }
+    let from_value = |v: &Value| -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(list) => list
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                .or_else(|| list.first())
+                .and_then(|t| t.get("template"))
+                .and_then(Value::as_str)
+                .map(String::from),
+            _ => None,
+        }
+    };
+    if let Some(v) = read_json_opt(&dir.join("chat_template.json"))? {
+        if let Some(t) = v.get("chat_template").and_then(from_value) {
+            return Ok(Some(t));
+        }
+    }
+    Ok(tokenizer_config
+        .and_then(|c| c.get("chat_template"))
+        .and_then(from_value))
+}
+
+impl HfFolder {
+    /// Opens the folder at `dir`.
+    pub fn open(dir: &Path) -> Result<HfFolder, ModelError> {
+        let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(ModelError::Format {
+                path: dir.to_path_buf(),
+                message: "not a model folder: no config.json".into(),
+            });
+        }
+        let config_json = read_json(&config_path)?;
+        let config = ModelConfig::from_hf_config(&config_json).map_err(|e| match e {
+            ModelError::InvalidConfig(m) => ModelError::Format {
+                path: config_path.clone(),
+                message: m,
+            },
+            ModelError::UnknownArchitecture(a) => ModelError::UnsupportedArchitecture {
+                path: config_path.clone(),
+                arch: a,
+            },
+            other => other,
+        })?;
+
+        let mut weights = Weights::new();
+        let mut weights_file_size = 0u64;
+        let mut sources: std::collections::HashMap<String, (String, PathBuf)> = Default::default();
+        for shard in shard_paths(dir)? {
+            let file = SafetensorsFile::open(&shard)?;
+            weights_file_size += std::fs::metadata(&shard).map(|m| m.len()).unwrap_or(0);
+            for mut view in file.into_tensors() {
+                let Some(canon) = canonical_name(&view.name, config.arch) else {
+                    continue;
+                };
+                if let Some((other, other_file)) = sources.get(&canon) {
+                    return Err(ModelError::Tensor {
+                        path: shard.clone(),
+                        tensor: view.name.clone(),
+                        message: format!(
+                            "maps to {canon:?}, as does {other:?} in {}",
+                            other_file.display()
+                        ),
+                    });
+                }
+                sources.insert(canon.clone(), (view.name.clone(), shard.clone()));
+                view.name = canon;
+                weights
+                    .insert(view)
+                    .map_err(|message| ModelError::Format { path: shard.clone(), message })?;
+            }
+        }
+        let mut config = config;
+        if !weights.contains("output.weight") {
+            config.tie_word_embeddings = true;
+        }
+
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(ModelError::TokenizerFile {
+                path: dir.to_path_buf(),
+                message: "no tokenizer.json in the model folder".into(),
+            });
+        }
+        let tokenizer_config = read_json_opt(&dir.join("tokenizer_config.json"))?;
+        let generation_config = read_json_opt(&dir.join("generation_config.json"))?;
+        let tokenizer = Tokenizer::from_hf_files(
+            &tok_path,
+            tokenizer_config.as_ref(),
+            generation_config.as_ref(),
+            Some(&config_json),
+        )?;
+        let chat_template = match find_chat_template(dir, tokenizer_config.as_ref())? {
+            Some(src) => Some(ChatTemplate::new(
+                src,
+                tokenizer.bos_token().unwrap_or("").to_string(),
+                tokenizer.eos_token().unwrap_or("").to_string(),
+            )
+            .map_err(|e| ModelError::Format {
+                path: dir.to_path_buf(),
+                message: e.to_string(),
+            })?),
+            None => None,
+        };
+        Ok(HfFolder {
+            path: dir.to_path_buf(),
+            config_json,
+            config,
+            weights,
+            tokenizer,
+            chat_template,
+            generation_config,
+            weights_file_size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_hf_names() {
+        let l = Architecture::Llama;
+        let g = Architecture::Gemma3;
+        assert_eq!(canonical_name("model.embed_tokens.weight", l).unwrap(), "token_embd.weight");
+        assert_eq!(canonical_name("lm_head.weight", l).unwrap(), "output.weight");
+        assert_eq!(canonical_name("model.norm.weight", l).unwrap(), "output_norm.weight");
+        assert_eq!(
+            canonical_name("model.layers.3.self_attn.q_proj.bias", Architecture::Qwen2).unwrap(),
+            "blk.3.attn_q.bias"
+        );
+        assert_eq!(
+            canonical_name("model.layers.0.post_attention_layernorm.weight", l).unwrap(),
+            "blk.0.ffn_norm.weight"
+        );
+        assert_eq!(
+            canonical_name("language_model.model.layers.0.post_attention_layernorm.weight", g).unwrap(),
+            "blk.0.post_attention_norm.weight"
+        );
+        assert_eq!(
+            canonical_name("model.language_model.layers.1.pre_feedforward_layernorm.weight", g).unwrap(),
+            "blk.1.ffn_norm.weight"
+        );
+        assert_eq!(
+            canonical_name("model.layers.1.self_attn.k_norm.weight", g).unwrap(),
+            "blk.1.attn_k_norm.weight"
+        );
+        assert_eq!(canonical_name("vision_tower.x.weight", g), None);
+        assert_eq!(canonical_name("model.layers.0.self_attn.rotary_emb.inv_freq", l), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! [`open_model`]: one entry point from a path on disk to everything a model needs —
+//! config, borrowed weights, tokenizer, chat template, sampling defaults and a summary for
+//! `pagoda show`. A file is read as GGUF, a folder as a Hugging Face model folder.
+//!
+//! Invariant: a [`ModelSource`] that exists passed `ModelConfig::validate`, and its weights and
+//! tokenizer came from the same file or folder; tensor shapes are checked later, by the forward
+//! pass that knows what it needs.
+
+use crate::chat_template::ChatTemplate;
+use crate::gguf::GgufFile;
+use crate::hf::HfFolder;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{ModelConfig, ModelError};
+use pagoda_kernels::GgmlType;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    Gguf,
+    HfFolder,
+}
+
+/// Sampling defaults the model's authors suggest (`generation_config.json`, GGUF
+/// `general.sampling.*`). `None` means "no suggestion".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerationDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
+/// A human-facing summary of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    pub name: String,
+    /// `llama`, `qwen2`, `gemma3`.
+    pub architecture: String,
+    pub parameter_count: u64,
+    /// Quantization / file type, e.g. `Q4_1`, `Q4_K_M`, `BF16`.
+    pub file_type: String,
+    /// Tensor count per element type.
+    pub tensor_types: BTreeMap<String, usize>,
+    pub context_length: usize,
+    /// Bytes on disk (all shards for a folder).
+    pub file_size: u64,
+}
+
+/// Everything read from a model file or folder.
+#[derive(Debug)]
+pub struct ModelSource {
+    pub path: PathBuf,
+    pub format: ModelFormat,
+    pub config: ModelConfig,
+    pub weights: Weights,
+    pub tokenizer: Tokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    pub generation: GenerationDefaults,
+    pub info: ModelInfo,
+}
+
+impl ModelSource {
+    /// The model's chat template, or the built-in ChatML one when it has none.
+    pub fn chat_template_or_default(&self) -> ChatTemplate {
+        match &self.chat_template {
+            Some(t) => t.clone(),
+            None => ChatTemplate::chatml(
+                self.tokenizer.bos_token().unwrap_or("").to_string(),
+                self.tokenizer.eos_token().unwrap_or("").to_string(),
+            ),
+        }
+    }
+}
+
+/// Opens `path`: a file is read as GGUF, a folder as a Hugging Face model folder.
+pub fn open_model(path: &Path) -> Result<ModelSource, ModelError> {
+    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_dir() {
+        open_hf(path)
+    } else {
+        open_gguf(path)
+    }
+}
+
+/// llama.cpp's `llama_ftype` names (`general.file_type`).
+pub fn gguf_file_type_name(id: u32) -> Option<&'static str> {
+    Some(match id {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return None,
+    })
+}
+
+fn tensor_types(weights: &Weights) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for t in weights.iter() {
+        *m.entry(t.ty.name().to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// The type holding most of the weight bytes (the file type when metadata does not say).
+fn dominant_type(weights: &Weights) -> Option<GgmlType> {
+    let mut bytes: BTreeMap<&'static str, (u64, GgmlType)> = BTreeMap::new();
+    for t in weights.iter() {
+        let e = bytes.entry(t.ty.name()).or_insert((0, t.ty));
+        e.0 += t.data().len() as u64;
+    }
+    bytes.values().max_by_key(|(b, _)| *b).map(|&(_, t)| t)
+}
+
+fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
+    let file = GgufFile::open(path)?;
+    let config = ModelConfig::from_gguf(&file)?;
+    let weights = Weights::from_gguf(&file)?;
+    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let chat_template = match file.get_str_opt("tokenizer.chat_template")? {
+        Some(src) => Some(
+            ChatTemplate::new(
+                src.to_string(),
+                tokenizer.bos_token().unwrap_or("").to_string(),
+                tokenizer.eos_token().unwrap_or("").to_string(),
+            )
+            .map_err(|e| ModelError::Format {
+                path: path.to_path_buf(),
+                message: format!("metadata key \"tokenizer.chat_template\": {e}"),
+            })?,
+        ),
+        None => None,
+    };
+    let generation = GenerationDefaults {
+        temperature: file.get_f32_opt("general.sampling.temp")?,
+        top_p: file.get_f32_opt("general.sampling.top_p")?,
+        top_k: file.get_usize_opt("general.sampling.top_k")?,
+        min_p: file.get_f32_opt("general.sampling.min_p")?,
+        repetition_penalty: file.get_f32_opt("general.sampling.penalty_repeat")?,
+    };
+    let file_type = match file.get_u32_opt("general.file_type")? {
+        Some(id) => gguf_file_type_name(id)
+            .map(String::from)
+            .unwrap_or_else(|| format!("file type {id}")),
+        None => dominant_type(&weights).map(|t| t.name().to_string()).unwrap_or_default(),
+    };
+    let name = match file.get_str_opt("general.name")? {
+        Some(n) => n.to_string(),
+        None => path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let info = ModelInfo {
+        name,
+        architecture: file.architecture()?.to_string(),
+        parameter_count: weights.n_parameters(),
+        file_type,
+        tensor_types: tensor_types(&weights),
+        context_length: config.context_length,
+        file_size: file.file_size() as u64,
+    };
+    Ok(ModelSource {
+        path: path.to_path_buf(),
+        format: ModelFormat::Gguf,
+        config,
+        weights,
+        tokenizer,
+        chat_template,
+        generation,
+        info,
+    })
+}
+
+fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
+    let f = HfFolder::open(dir)?;
+    let g = f.generation_config.as_ref();
+    let num = |k: &str| g.and_then(|g| g.get(k)).and_then(Value::as_f64).map(|x| x as f32);
+    let generation = GenerationDefaults {
+        temperature: num("temperature"),
+        top_p: num("top_p"),
+        top_k: g
+            .and_then(|g| g.get("top_k"))
+            .and_then(Value::as_u64)
+            .map(|x| x as usize),
+        min_p: num("min_p"),
+        repetition_penalty: num("repetition_penalty"),
+    };
+    let name = f
+        .config_json
+        .get("_name_or_path")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .or_else(|| dir.file_name().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let info = ModelInfo {
+        name,
+        architecture: f.config.arch.gguf_name().to_string(),
+        parameter_count: f.weights.n_parameters(),
+        file_type: dominant_type(&f.weights)
+            .map(|t| t.name().to_string())
+            .unwrap_or_default(),
+        tensor_types: tensor_types(&f.weights),
+        context_length: f.config.context_length,
+        file_size: f.weights_file_size,
+    };
+    Ok(ModelSource {
+        path: f.path,
+        format: ModelFormat::HfFolder,
+        config: f.config,
+        weights: f.weights,
+        tokenizer: f.tokenizer,
+        chat_template: f.chat_template,
+        generation,
+        info,
+    })
+}

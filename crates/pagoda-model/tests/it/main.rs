@@ -1,0 +1,3 @@
+//! The one integration-test binary of pagoda-model.
+
+mod real_models;
