@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use crate::quant::dequantize_row;
-use crate::simd::{kernel, RowKernel};
+use crate::simd::{kernel, RowKernel, NT};
 use crate::{GgmlType, Isa, KernelError};
 
 /// A borrowed row-major weight matrix: row `r` is output feature `r`, `cols` input features,
@@ -167,30 +167,17 @@ pub fn matmul_with_isa(
                 .with_min_len(8)
                 // SAFETY: `isa` is available (checked above) and the lengths match.
                 .for_each(|(dst, src)| unsafe { quantize(src, dst) });
-            run_chunks(
-                &w,
-                row_bytes,
-                n,
-                out,
-                |_| (),
-                |_, wrow, t| {
-                    // SAFETY: `isa` is available; `wrow` and the activation row have `cols` elements.
-                    unsafe { dot(wrow, &a[t * arow..(t + 1) * arow]) }
-                },
-            );
+            run_chunks(&w, row_bytes, n, out, |wrow, t0, nt, o| {
+                // SAFETY: `isa` is available; `wrow` is a whole row and tokens t0..t0+nt
+                // have `arow` bytes each in `a`.
+                unsafe { dot(wrow, &a[t0 * arow..(t0 + nt) * arow], arow, nt, o) }
+            });
         }
         RowKernel::Float { dot } => {
-            run_chunks(
-                &w,
-                row_bytes,
-                n,
-                out,
-                |_| (),
-                |_, wrow, t| {
-                    // SAFETY: as above.
-                    unsafe { dot(wrow, &x[t * cols..(t + 1) * cols]) }
-                },
-            );
+            run_chunks(&w, row_bytes, n, out, |wrow, t0, nt, o| {
+                // SAFETY: as above, with `cols` f32 values per token.
+                unsafe { dot(wrow, &x[t0 * cols..(t0 + nt) * cols], cols, nt, o) }
+            });
         }
         RowKernel::Dequant => {
             // Per chunk: one row of f32 scratch, refilled for every weight row.
@@ -200,17 +187,12 @@ pub fn matmul_with_isa(
     Ok(())
 }
 
-/// Splits the rows into chunks and, per chunk, computes every token against its rows.
-fn run_chunks<S, I, F>(
-    w: &WeightMatrix<'_>,
-    row_bytes: usize,
-    n: usize,
-    out: &mut [f32],
-    init: I,
-    f: F,
-) where
-    I: Fn(usize) -> S + Sync,
-    F: Fn(&mut S, &[u8], usize) -> f32 + Sync,
+/// Splits the rows into chunks and, per chunk, computes every token against its rows,
+/// [`NT`] tokens per kernel call. `f(row, t0, nt, out)` fills `out[..nt]` with the dots of
+/// `row` and tokens `t0..t0 + nt`.
+fn run_chunks<F>(w: &WeightMatrix<'_>, row_bytes: usize, n: usize, out: &mut [f32], f: F)
+where
+    F: Fn(&[u8], usize, usize, &mut [f32; NT]) + Sync,
 {
     let rows = w.rows;
     let chunk = chunk_rows(rows, row_bytes, n);
@@ -219,13 +201,16 @@ fn run_chunks<S, I, F>(
     let body = |c: usize| {
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(rows);
-        let mut state = init(c);
-        for t in 0..n {
+        let mut o = [0.0f32; NT];
+        for t0 in (0..n).step_by(NT) {
+            let nt = NT.min(n - t0);
             for r in r0..r1 {
-                let v = f(&mut state, w.row(r, row_bytes), t);
-                // SAFETY: `t < n`, `r < rows`, so in bounds of `out` ([n, rows]); only this
-                // chunk writes rows r0..r1.
-                unsafe { ptr.write(t * rows + r, v) };
+                f(w.row(r, row_bytes), t0, nt, &mut o);
+                for (i, v) in o[..nt].iter().enumerate() {
+                    // SAFETY: `t0 + i < n`, `r < rows`, so in bounds of `out` ([n, rows]);
+                    // only this chunk writes rows r0..r1.
+                    unsafe { ptr.write((t0 + i) * rows + r, *v) };
+                }
             }
         }
     };

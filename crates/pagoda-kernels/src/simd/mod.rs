@@ -1,8 +1,12 @@
 //! The per-type row kernels of every ISA path, and the table [`kernel`] that picks one.
 //!
+//! A row kernel computes one weight row against up to [`NT`] activation rows at once, so the
+//! weight blocks are loaded and unpacked once for several tokens (prefill).
+//!
 //! Invariant: [`kernel`] is only called with an `isa` that [`Isa::is_available`] accepted;
-//! the `unsafe` function pointers it returns may then be called with rows of matching
-//! lengths (`w` one weight row, `a`/`x` one activation row of the same element count).
+//! the `unsafe` function pointers it returns may then be called with `w` one whole weight row
+//! and `nt <= NT` activation rows of the same element count, row `t` starting at
+//! `a[t * stride..]` (a partner-quantized byte row or an f32 row).
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
@@ -15,14 +19,18 @@ use crate::quant::{
 };
 use crate::{GgmlType, Isa};
 
-/// Dot of one quantized weight row with one quantized activation row (both as bytes).
-pub(crate) type QDot = unsafe fn(w: &[u8], a: &[u8]) -> f32;
-/// Dot of one float weight row (bytes) with one f32 activation row.
-pub(crate) type FDot = unsafe fn(w: &[u8], x: &[f32]) -> f32;
+/// Tokens one kernel call computes against the same weight row.
+pub(crate) const NT: usize = 4;
+
+/// Quantized weight row · `nt` quantized activation rows (bytes, `stride` bytes apart).
+pub(crate) type QDot = unsafe fn(w: &[u8], a: &[u8], stride: usize, nt: usize, out: &mut [f32; NT]);
+/// Float weight row (bytes) · `nt` f32 activation rows (`stride` values apart).
+pub(crate) type FDot =
+    unsafe fn(w: &[u8], x: &[f32], stride: usize, nt: usize, out: &mut [f32; NT]);
 /// Quantizes one activation row into the partner type.
 pub(crate) type QuantizeRow = unsafe fn(x: &[f32], dst: &mut [u8]);
 
-/// How matmul computes one output element for a weight type.
+/// How matmul computes the output elements of a weight type.
 #[derive(Clone, Copy)]
 pub(crate) enum RowKernel {
     /// Integer dot against activations quantized once per call to `partner`.
@@ -37,11 +45,30 @@ pub(crate) enum RowKernel {
     Dequant,
 }
 
-fn scalar_dot<B: VecDot>(w: &[u8], a: &[u8]) -> f32 {
-    B::vec_dot(as_blocks::<B>(w), as_blocks::<B::Partner>(a))
+fn scalar_dot<B: VecDot>(w: &[u8], a: &[u8], stride: usize, nt: usize, out: &mut [f32; NT]) {
+    let len = w.len() / B::BYTES * <B::Partner as Block>::BYTES;
+    for t in 0..nt {
+        let at = &a[t * stride..t * stride + len];
+        out[t] = B::vec_dot(as_blocks::<B>(w), as_blocks::<B::Partner>(at));
+    }
 }
 
-fn scalar_quantize<B: Block>(x: &[f32], dst: &mut [u8]) {
+macro_rules! scalar_float_fn {
+    ($name:ident, $dot:path, $elem_bytes:expr) => {
+        fn $name(w: &[u8], x: &[f32], stride: usize, nt: usize, out: &mut [f32; NT]) {
+            let cols = w.len() / $elem_bytes;
+            for t in 0..nt {
+                out[t] = $dot(w, &x[t * stride..t * stride + cols]);
+            }
+        }
+    };
+}
+scalar_float_fn!(scalar_f32, float::dot_f32_row, 4);
+scalar_float_fn!(scalar_f16, float::dot_f16_row, 2);
+scalar_float_fn!(scalar_bf16, float::dot_bf16_row, 2);
+
+/// Scalar reference quantizer of an activation row.
+pub(crate) fn scalar_quantize<B: Block>(x: &[f32], dst: &mut [u8]) {
     for (x, b) in x.chunks_exact(B::N).zip(quant::as_blocks_mut::<B>(dst)) {
         *b = B::quantize(x).expect("activation partner types all have quantizers");
     }
@@ -57,15 +84,9 @@ fn quant<B: VecDot>(dot: QDot) -> RowKernel {
 
 fn scalar_kernel(ty: GgmlType) -> RowKernel {
     match ty {
-        GgmlType::F32 => RowKernel::Float {
-            dot: float::dot_f32_row,
-        },
-        GgmlType::F16 => RowKernel::Float {
-            dot: float::dot_f16_row,
-        },
-        GgmlType::BF16 => RowKernel::Float {
-            dot: float::dot_bf16_row,
-        },
+        GgmlType::F32 => RowKernel::Float { dot: scalar_f32 },
+        GgmlType::F16 => RowKernel::Float { dot: scalar_f16 },
+        GgmlType::BF16 => RowKernel::Float { dot: scalar_bf16 },
         GgmlType::Q4_0 => quant::<BlockQ4_0>(scalar_dot::<BlockQ4_0>),
         GgmlType::Q4_1 => quant::<BlockQ4_1>(scalar_dot::<BlockQ4_1>),
         GgmlType::Q5_0 => quant::<BlockQ5_0>(scalar_dot::<BlockQ5_0>),
@@ -92,5 +113,60 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> RowKernel {
             .unwrap_or(scalar),
         #[cfg(not(target_arch = "x86_64"))]
         _ => scalar,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{BlockQ8K, BlockQ8_1};
+
+    /// Activations with exact halves (ties), zeros, a zero block and wide scales.
+    fn activations(n: usize) -> Vec<f32> {
+        let mut s = 0x1234_5678u32;
+        (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let v = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                match i % 97 {
+                    0 => 0.0,
+                    1 => 63.5 / 127.0,
+                    _ if (512..768).contains(&(i % 2048)) => 0.0,
+                    _ => v * [1e-3, 1.0, 40.0][(i / 256) % 3],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn simd_activation_quantizers_match_the_scalar_reference_bit_for_bit() {
+        let x = activations(4096);
+        for isa in crate::available_isas() {
+            for ty in GgmlType::ALL {
+                let RowKernel::Quant {
+                    partner, quantize, ..
+                } = kernel(isa, ty)
+                else {
+                    continue;
+                };
+                let rb = partner.row_bytes(x.len()).unwrap();
+                let mut got = vec![0u8; rb];
+                let mut want = vec![0u8; rb];
+                // SAFETY: `isa` is available; lengths match.
+                unsafe { quantize(&x, &mut got) };
+                match partner {
+                    GgmlType::Q8_0 => scalar_quantize::<BlockQ8_0>(&x, &mut want),
+                    GgmlType::Q8_1 => scalar_quantize::<BlockQ8_1>(&x, &mut want),
+                    GgmlType::Q8_K => scalar_quantize::<BlockQ8K>(&x, &mut want),
+                    other => panic!("unexpected partner {other}"),
+                }
+                assert!(
+                    got == want,
+                    "{isa} {partner} quantizer (for {ty}) differs from scalar"
+                );
+            }
+        }
     }
 }
