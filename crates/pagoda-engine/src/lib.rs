@@ -7,9 +7,12 @@
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
 
-// `generate` is wired in once pagoda-model exposes `arch` and `tokenizer`.
+pub mod error;
+pub mod generate;
 pub mod sampling;
 pub mod stop;
 
+pub use error::EngineError;
+pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings, Usage};
 pub use sampling::{SampledToken, Sampler, SamplingParams};
 pub use stop::{FinishReason, StopMatcher};
