@@ -518,7 +518,15 @@ impl Sampler {
         let m = f64::from(max);
         let sum: f64 = logits.iter().map(|&x| (f64::from(x) - m).exp()).sum();
         let lse = m + sum.ln();
-        let logprob_of = |x: f32| (f64::from(x) - lse) as f32;
+        // Saturate at -f32::MAX: a finite logit keeps a finite (serializable) logprob even
+        // when it is ~1e38 below the maximum.
+        let logprob_of = |x: f32| {
+            if x == f32::NEG_INFINITY {
+                f32::NEG_INFINITY
+            } else {
+                (f64::from(x) - lse).max(-f64::from(f32::MAX)) as f32
+            }
+        };
         let chosen = logits
             .get(token as usize)
             .map_or(f32::NEG_INFINITY, |&x| logprob_of(x));
