@@ -236,3 +236,36 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
         info,
     })
 }
+
+/// Runs every loader step on untrusted GGUF bytes — parse, tensor views, dequantization of
+/// small tensors, config, tokenizer, encode/decode — discarding results. Must never panic;
+/// shared by the mutation property test and the cargo-fuzz target `gguf_reader`.
+#[doc(hidden)]
+pub fn exercise_untrusted_gguf(bytes: Vec<u8>) {
+    let Ok(file) = GgufFile::from_bytes("fuzz.gguf", bytes) else {
+        return;
+    };
+    for t in file.tensors() {
+        let _ = file.tensor_data(t).len();
+    }
+    if let Ok(w) = Weights::from_gguf(&file) {
+        for t in w.iter() {
+            let _ = t.data().last();
+            if t.n_elements() <= 1 << 16 {
+                let _ = t.to_f32();
+            }
+        }
+    }
+    let _ = ModelConfig::from_gguf(&file);
+    if let Ok(tok) = Tokenizer::from_gguf(&file) {
+        if let Ok(ids) = tok.encode("ab a<|im_end|> héllo", true) {
+            let _ = tok.decode(&ids, false);
+        }
+        let _ = tok.decode(&[u32::MAX], true);
+    }
+    if let Ok(Some(src)) = file.get_str_opt("tokenizer.chat_template") {
+        if let Ok(t) = ChatTemplate::new(src.to_string(), String::new(), String::new()) {
+            let _ = t.render(&[crate::chat_template::ChatMessage::new("user", "hi")], true);
+        }
+    }
+}

@@ -2,4 +2,5 @@
 
 mod bad_files;
 mod common;
+mod mutations;
 mod real_models;
