@@ -51,3 +51,21 @@ fn smollm2_says_paris() {
     assert!(out.text.contains("Paris"), "answer: {:?}", out.text);
     assert_eq!(out.finish_reason, FinishReason::Stop, "ends at <|im_end|>");
 }
+
+#[test]
+fn gemma3_base_continues_like_llama_cpp() {
+    // Gemma 3 270M is a base model without a chat template: complete raw text.
+    let Some(path) = model_path("PAGODA_TEST_GEMMA3") else { return };
+    let source = open_model(&path).expect("model opens");
+    let model = Arc::new(Model::from_source(&source).expect("model builds"));
+    let prompt = source
+        .tokenizer
+        .encode("The capital of France is", true)
+        .expect("encodes");
+    let mut generator = Generator::new(model, Arc::new(source.tokenizer), 256);
+    let req = GenerationRequest::new(prompt, SamplingParams::greedy(), 8);
+    let out = generator.generate(&req, |_| true).expect("generates");
+    eprintln!("answer: {:?}", out.text);
+    // llama.cpp (llama-cpp-python 0.3.36, greedy, same file) continues with exactly this.
+    assert_eq!(out.text, " the capital of the country of France.");
+}
