@@ -1,2 +1,53 @@
-//! The `pagoda` binary (being built).
-fn main() {}
+//! The `pagoda` binary: parses arguments, sets up logging, dispatches to a command.
+//!
+//! Owns process-level behaviour only. Invariants: results go to stdout, logs and progress to
+//! stderr; an error prints as `error: ...` with its cause chain on stderr and exits with code 1.
+//! `--store DIR` is exported as `PAGODA_HOME` before dispatch, so every command that opens the
+//! store with `Store::open(None)` uses it.
+
+mod cli;
+mod commands;
+mod logging;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.verbosity());
+    if let Some(dir) = &cli.store {
+        // Single-threaded here: nothing else reads the environment yet.
+        std::env::set_var("PAGODA_HOME", dir);
+    }
+    let result = match cli.command {
+        Command::Pull(args) => commands::pull::run(args),
+        Command::List(args) => commands::list::run(args),
+        Command::Rm(args) => commands::rm::run(args),
+        Command::Show(args) => commands::show::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Bench(args) => commands::bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints an error and its causes, skipping causes whose text the message above already holds.
+fn report(e: &anyhow::Error) {
+    let mut shown = e.to_string();
+    eprintln!("error: {shown}");
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !shown.contains(&text) {
+            eprintln!("  caused by: {text}");
+        }
+        shown = text;
+    }
+}

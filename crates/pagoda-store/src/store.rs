@@ -1,0 +1,655 @@
+//! The store: a directory of blobs, manifests and materialized model folders.
+//!
+//! Owns [`Store`] (open, resolve, pull, list, remove, show), [`PullOptions`], [`ResolvedModel`],
+//! [`ManifestSummary`] and [`resolve_or_pull`]. Layout under the root:
+//! `blobs/sha256-<hex>` (content), `manifests/<name>/<tag>.json` (one per model),
+//! `models/<name>/<tag>/` (Hugging Face folders rebuilt from blobs by hardlink or copy),
+//! `tmp/` (scratch for wheels).
+//!
+//! Invariants: a manifest is written only after all of its blobs are in place, so a listed model
+//! is complete; `remove` deletes a blob only when no remaining manifest names it. Known limit: a
+//! `remove` that runs while another process is between writing a blob and writing the manifest
+//! that names it (same content) can delete that blob; `resolve` then reports the missing blob
+//! and a new pull fixes it.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::blob::Digest;
+use crate::catalog::{self, CatalogEntry};
+use crate::error::{Result, StoreError};
+use crate::fetch::http::HttpConfig;
+use crate::fetch::pip::{PipCommand, PipDownloader, WheelDir};
+use crate::fetch::{self, FetchCtx, Fetched};
+use crate::manifest::{Format, Manifest};
+use crate::name::{ModelName, DEFAULT_TAG};
+use crate::source::Source;
+
+/// How to pull.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// Draw progress bars on stderr.
+    pub progress: bool,
+    /// Store the model under this name instead of the one derived from the source.
+    pub name: Option<String>,
+    /// Fetch again even when the model is already complete in the store.
+    pub force: bool,
+}
+
+/// A model ready to open.
+#[derive(Debug, Clone)]
+pub struct ResolvedModel {
+    /// The store name; `None` for a path used directly.
+    pub name: Option<ModelName>,
+    /// What to open: the GGUF file, or the Hugging Face folder.
+    pub path: PathBuf,
+    pub format: Format,
+    /// The manifest, for models from the store.
+    pub manifest: Option<Manifest>,
+}
+
+/// One line of `pagoda list`.
+#[derive(Debug, Clone)]
+pub struct ManifestSummary {
+    /// `name:tag`.
+    pub name: String,
+    pub size: u64,
+    pub modified: SystemTime,
+    /// Digest of the primary model file (its first 12 hex digits are the ID).
+    pub digest: Digest,
+    pub format: Format,
+}
+
+/// The model store.
+pub struct Store {
+    root: PathBuf,
+    pip: Box<dyn PipDownloader>,
+    http: HttpConfig,
+    catalog: Vec<CatalogEntry>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).finish()
+    }
+}
+
+/// The default root: `$PAGODA_HOME`, else `<data dir>/pagoda` (`~/.local/share/pagoda`).
+pub fn default_root() -> Result<PathBuf> {
+    if let Some(home) = std::env::var_os("PAGODA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    dirs::data_dir()
+        .map(|d| d.join("pagoda"))
+        .ok_or(StoreError::NoStoreDir)
+}
+
+const STALE_PARTIAL: Duration = Duration::from_secs(24 * 3600);
+
+impl Store {
+    /// Opens (creating if needed) the store at `dir`, or at [`default_root`].
+    ///
+    /// Reads `PAGODA_PIP_WHEELS` (a folder of wheels to use instead of pip), `PAGODA_PIP` (the
+    /// pip command, default `python3 -m pip`), `HF_ENDPOINT` and `HF_TOKEN`.
+    pub fn open(dir: Option<PathBuf>) -> Result<Store> {
+        let root = match dir {
+            Some(d) => d,
+            None => default_root()?,
+        };
+        for sub in ["blobs", "manifests", "models", "tmp"] {
+            let p = root.join(sub);
+            fs::create_dir_all(&p).map_err(|e| StoreError::Io {
+                op: "create the store directory",
+                path: p.clone(),
+                source: e,
+            })?;
+        }
+        let pip: Box<dyn PipDownloader> =
+            if let Some(dir) = std::env::var_os("PAGODA_PIP_WHEELS").filter(|v| !v.is_empty()) {
+                Box::new(WheelDir { dir: dir.into() })
+            } else if let Some(cmd) = std::env::var("PAGODA_PIP")
+                .ok()
+                .and_then(|l| PipCommand::from_command_line(&l))
+            {
+                Box::new(cmd)
+            } else {
+                Box::new(PipCommand::default())
+            };
+        let store = Store {
+            root,
+            pip,
+            http: HttpConfig::from_env(),
+            catalog: catalog::entries().to_vec(),
+        };
+        store.clean_stale_partials();
+        Ok(store)
+    }
+
+    /// Replaces how wheels are fetched.
+    pub fn with_pip(mut self, pip: Box<dyn PipDownloader>) -> Store {
+        self.pip = pip;
+        self
+    }
+
+    /// Replaces the Hugging Face endpoint (`HF_ENDPOINT`).
+    pub fn with_hf_endpoint(mut self, endpoint: impl Into<String>) -> Store {
+        self.http.hf_endpoint = endpoint.into().trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Replaces the Hugging Face token (`HF_TOKEN`).
+    pub fn with_hf_token(mut self, token: Option<String>) -> Store {
+        self.http.hf_token = token;
+        self
+    }
+
+    /// Replaces the catalog (tests, private catalogs).
+    pub fn with_catalog(mut self, entries: Vec<CatalogEntry>) -> Store {
+        self.catalog = entries;
+        self
+    }
+
+    /// The catalog this store pulls names from.
+    pub fn catalog(&self) -> &[CatalogEntry] {
+        &self.catalog
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn blobs_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+
+    fn manifests_dir(&self) -> PathBuf {
+        self.root.join("manifests")
+    }
+
+    /// Path of a blob (which may not exist).
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.blobs_dir().join(digest.file_name())
+    }
+
+    fn manifest_path(&self, name: &ModelName) -> PathBuf {
+        self.manifests_dir().join(name.manifest_rel_path())
+    }
+
+    fn model_dir(&self, name: &ModelName) -> PathBuf {
+        self.root.join("models").join(name.model_dir_rel_path())
+    }
+
+    /// The stored name `text` refers to, if any: itself, or for `family` / `family:latest` the
+    /// catalog's latest entry of that family.
+    fn stored_name(&self, text: &str) -> Result<Option<ModelName>> {
+        let name = ModelName::parse(text)?;
+        if self.manifest_path(&name).is_file() {
+            return Ok(Some(name));
+        }
+        if name.tag() == DEFAULT_TAG {
+            if let Some(entry) = catalog::lookup_in(&self.catalog, text) {
+                if let Some(alias) = entry.model_name() {
+                    if self.manifest_path(&alias).is_file() {
+                        return Ok(Some(alias));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Finds a stored model by name. `Ok(None)` when it is not in the store.
+    pub fn resolve(&self, name: &str) -> Result<Option<ResolvedModel>> {
+        let Some(name) = self.stored_name(name)? else {
+            return Ok(None);
+        };
+        let manifest = Manifest::read(&self.manifest_path(&name), &name)?;
+        self.resolved_from(name, manifest).map(Some)
+    }
+
+    fn resolved_from(&self, name: ModelName, manifest: Manifest) -> Result<ResolvedModel> {
+        for f in &manifest.files {
+            let ok = fs::metadata(self.blob_path(&f.digest))
+                .map(|m| m.len() == f.size)
+                .unwrap_or(false);
+            if !ok {
+                return Err(StoreError::MissingBlob {
+                    name: name.to_string(),
+                    digest: f.digest.to_string(),
+                });
+            }
+        }
+        let path = match manifest.format {
+            Format::Gguf => {
+                let primary = manifest
+                    .primary()
+                    .ok_or_else(|| StoreError::CorruptManifest {
+                        name: name.to_string(),
+                        path: self.manifest_path(&name),
+                        message: "no model file".into(),
+                    })?;
+                self.blob_path(&primary.digest)
+            }
+            Format::HfFolder => self.materialize(&name, &manifest)?,
+        };
+        Ok(ResolvedModel {
+            name: Some(name),
+            path,
+            format: manifest.format,
+            manifest: Some(manifest),
+        })
+    }
+
+    /// Builds (or checks) `models/<name>/<tag>/` with each blob under its real file name.
+    fn materialize(&self, name: &ModelName, manifest: &Manifest) -> Result<PathBuf> {
+        let dir = self.model_dir(name);
+        let complete = manifest.files.iter().all(|f| {
+            fs::metadata(dir.join(&f.path))
+                .map(|m| m.len() == f.size)
+                .unwrap_or(false)
+        });
+        if complete {
+            return Ok(dir);
+        }
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(StoreError::io("clear", &dir))?;
+        }
+        for f in &manifest.files {
+            let target = dir.join(&f.path);
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent).map_err(StoreError::io("create directory", parent))?;
+            }
+            let blob = self.blob_path(&f.digest);
+            if fs::hard_link(&blob, &target).is_err() {
+                fs::copy(&blob, &target).map_err(StoreError::io("copy a blob to", &target))?;
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Pulls a catalog name or a source (path, URL, `hf://`, `pip://`) into the store.
+    pub fn pull(&self, name_or_source: &str, opts: &PullOptions) -> Result<ResolvedModel> {
+        let override_name = opts.name.as_deref().map(ModelName::parse).transpose()?;
+        if let Some(source) = Source::parse(name_or_source)? {
+            let name = match override_name {
+                Some(n) => n,
+                None => source.default_name()?,
+            };
+            return self.pull_sources(&name, &[source], None, None, opts);
+        }
+        let parsed = match ModelName::parse(name_or_source) {
+            Ok(n) => n,
+            Err(e) => {
+                // Not a name, but maybe a relative path like `models/My Model`.
+                if Path::new(name_or_source).exists() {
+                    let source = Source::Path(name_or_source.into());
+                    let name = match override_name {
+                        Some(n) => n,
+                        None => source.default_name()?,
+                    };
+                    return self.pull_sources(&name, &[source], None, None, opts);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(entry) = catalog::lookup_in(&self.catalog, name_or_source).cloned() {
+            let name = match override_name {
+                Some(n) => n,
+                None => entry.model_name().unwrap_or(parsed),
+            };
+            if !opts.force {
+                if let Some(existing) = self.existing_complete(&name) {
+                    tracing::info!("{name} is already in the store and complete");
+                    return Ok(existing);
+                }
+            }
+            return self.pull_sources(
+                &name,
+                &entry.sources,
+                entry.sha256.as_ref(),
+                Some(entry.format),
+                opts,
+            );
+        }
+        if Path::new(name_or_source).exists() {
+            let source = Source::Path(name_or_source.into());
+            let name = match override_name {
+                Some(n) => n,
+                None => source.default_name()?,
+            };
+            return self.pull_sources(&name, &[source], None, None, opts);
+        }
+        if let Some(stored) = self.stored_name(name_or_source)? {
+            let manifest = Manifest::read(&self.manifest_path(&stored), &stored)?;
+            if !opts.force {
+                if let Ok(r) = self.resolved_from(stored.clone(), manifest.clone()) {
+                    return Ok(r);
+                }
+            }
+            // Pull again from where it came from.
+            if let Some(source) = Source::parse(&manifest.source)? {
+                return self.pull_sources(&stored, &[source], None, Some(manifest.format), opts);
+            }
+        }
+        Err(StoreError::UnknownModel {
+            name: parsed.to_string(),
+            known: catalog::names_in(&self.catalog),
+        })
+    }
+
+    fn existing_complete(&self, name: &ModelName) -> Option<ResolvedModel> {
+        let manifest = Manifest::read(&self.manifest_path(name), name).ok()?;
+        self.resolved_from(name.clone(), manifest).ok()
+    }
+
+    fn pull_sources(
+        &self,
+        name: &ModelName,
+        sources: &[Source],
+        expected: Option<&Digest>,
+        format: Option<Format>,
+        opts: &PullOptions,
+    ) -> Result<ResolvedModel> {
+        let label = name.to_string();
+        let default_file_name = format!(
+            "{}-{}.gguf",
+            name.name().rsplit('/').next().unwrap_or(name.name()),
+            name.tag()
+        );
+        let blobs_dir = self.blobs_dir();
+        let tmp_dir = self.root.join("tmp");
+        let ctx = FetchCtx {
+            blobs_dir: &blobs_dir,
+            tmp_dir: &tmp_dir,
+            progress: opts.progress,
+            label: &label,
+            expected,
+            format,
+            default_file_name: &default_file_name,
+            http: &self.http,
+            pip: self.pip.as_ref(),
+        };
+        let mut failures = Vec::new();
+        for (i, source) in sources.iter().enumerate() {
+            tracing::info!("pulling {label} from {source}");
+            match fetch_one(&ctx, source) {
+                Ok(fetched) => return self.commit(name, source, fetched),
+                Err(e) => {
+                    if i + 1 < sources.len() {
+                        tracing::warn!("source {source} failed: {e}; trying the next source");
+                    }
+                    failures.push((source, e));
+                }
+            }
+        }
+        if failures.len() == 1 {
+            if let Some((_, e)) = failures.pop() {
+                return Err(e);
+            }
+        }
+        Err(StoreError::AllSourcesFailed {
+            name: label,
+            failures: failures
+                .into_iter()
+                .map(|(s, e)| (s.to_string(), e.to_string()))
+                .collect(),
+        })
+    }
+
+    /// Writes the manifest for fetched blobs, then drops blobs only the old manifest used.
+    fn commit(&self, name: &ModelName, source: &Source, fetched: Fetched) -> Result<ResolvedModel> {
+        let path = self.manifest_path(name);
+        let old = Manifest::read(&path, name).ok();
+        let source_text = match source {
+            Source::Path(p) => fs::canonicalize(p)
+                .map(|c| Source::Path(c).to_spec())
+                .unwrap_or_else(|_| source.to_spec()),
+            _ => source.to_spec(),
+        };
+        let manifest = Manifest::new(name, source_text, fetched.format, fetched.files);
+        manifest.write(&path)?;
+        let model_dir = self.model_dir(name);
+        if old.is_some() && model_dir.exists() {
+            let _ = fs::remove_dir_all(&model_dir);
+        }
+        if let Some(old) = old {
+            self.collect_garbage(old.files.iter().map(|f| f.digest.clone()).collect())?;
+        }
+        tracing::info!("stored {name} ({} bytes)", manifest.total_size);
+        self.resolved_from(name.clone(), manifest)
+    }
+
+    /// Every stored model, sorted by name.
+    pub fn list(&self) -> Result<Vec<ManifestSummary>> {
+        let mut out = Vec::new();
+        for (name, path) in self.manifest_files()? {
+            match Manifest::read(&path, &name) {
+                Ok(m) => {
+                    let Some(primary) = m.primary() else { continue };
+                    out.push(ManifestSummary {
+                        name: name.to_string(),
+                        size: m.total_size,
+                        modified: m.created_time(),
+                        digest: primary.digest.clone(),
+                        format: m.format,
+                    });
+                }
+                Err(e) => tracing::warn!("skipping {name}: {e}"),
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// (name, manifest path) of every manifest file.
+    fn manifest_files(&self) -> Result<Vec<(ModelName, PathBuf)>> {
+        let mut out = Vec::new();
+        let root = self.manifests_dir();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in fs::read_dir(&dir).map_err(StoreError::io("list", &dir))? {
+                let entry = entry.map_err(StoreError::io("list", &dir))?;
+                let path = entry.path();
+                let file_name = entry.file_name().to_string_lossy().into_owned();
+                if file_name.starts_with('.') {
+                    continue;
+                }
+                let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if is_dir {
+                    stack.push(path);
+                    continue;
+                }
+                let Some(tag) = file_name.strip_suffix(".json") else {
+                    continue;
+                };
+                let Ok(rel) = dir.strip_prefix(&root) else {
+                    continue;
+                };
+                let model: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                match ModelName::parse(&format!("{}:{tag}", model.join("/"))) {
+                    Ok(n) => out.push((n, path)),
+                    Err(e) => tracing::warn!("ignoring {}: {e}", path.display()),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a model's manifest and folder, and every blob no other manifest uses.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let Some(stored) = self.stored_name(name)? else {
+            return Err(StoreError::NotFound {
+                name: ModelName::parse(name)?.to_string(),
+            });
+        };
+        let path = self.manifest_path(&stored);
+        let digests: Vec<Digest> = match Manifest::read(&path, &stored) {
+            Ok(m) => m.files.iter().map(|f| f.digest.clone()).collect(),
+            Err(e) => {
+                tracing::warn!("{e}; removing it without collecting its blobs");
+                Vec::new()
+            }
+        };
+        fs::remove_file(&path).map_err(StoreError::io("delete", &path))?;
+        prune_empty_dirs(path.parent(), &self.manifests_dir());
+        let model_dir = self.model_dir(&stored);
+        if model_dir.exists() {
+            fs::remove_dir_all(&model_dir).map_err(StoreError::io("delete", &model_dir))?;
+            prune_empty_dirs(model_dir.parent(), &self.root.join("models"));
+        }
+        self.collect_garbage(digests)?;
+        tracing::info!("removed {stored}");
+        Ok(())
+    }
+
+    /// Deletes those of `candidates` that no manifest names. Stops (keeping everything) if some
+    /// manifest cannot be read, since it might name them.
+    fn collect_garbage(&self, candidates: Vec<Digest>) -> Result<()> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let mut used = HashSet::new();
+        for (name, path) in self.manifest_files()? {
+            match Manifest::read(&path, &name) {
+                Ok(m) => used.extend(m.files.into_iter().map(|f| f.digest)),
+                Err(e) => {
+                    tracing::warn!("not deleting blobs: {e}");
+                    return Ok(());
+                }
+            }
+        }
+        let mut freed = 0u64;
+        for d in candidates {
+            if used.contains(&d) {
+                continue;
+            }
+            let p = self.blob_path(&d);
+            if let Ok(meta) = fs::metadata(&p) {
+                fs::remove_file(&p).map_err(StoreError::io("delete", &p))?;
+                freed += meta.len();
+            }
+        }
+        tracing::debug!("freed {freed} bytes of blobs");
+        Ok(())
+    }
+
+    /// The stored model with its manifest (for `pagoda show`).
+    pub fn show(&self, name: &str) -> Result<ResolvedModel> {
+        self.resolve(name)?.ok_or_else(|| StoreError::NotFound {
+            name: ModelName::parse(name)
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| name.to_string()),
+        })
+    }
+
+    /// Deletes `partial-*` blobs and scratch folders left by crashed pulls a day ago or more.
+    fn clean_stale_partials(&self) {
+        for dir in [self.blobs_dir(), self.root.join("tmp")] {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !(name.starts_with("partial-") || name.starts_with("pip-")) {
+                    continue;
+                }
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > STALE_PARTIAL);
+                if old {
+                    let p = entry.path();
+                    let _ = if p.is_dir() {
+                        fs::remove_dir_all(&p)
+                    } else {
+                        fs::remove_file(&p)
+                    };
+                }
+            }
+        }
+    }
+}
+
+fn fetch_one(ctx: &FetchCtx<'_>, source: &Source) -> Result<Fetched> {
+    match source {
+        Source::Path(p) => fetch::local::fetch(ctx, p),
+        Source::Url(u) => fetch::http::fetch_url(ctx, u),
+        Source::HfFile {
+            repo,
+            file,
+            revision,
+        } => fetch::http::fetch_hf(ctx, repo, file, revision),
+        Source::Pip(parts) => fetch::pip::fetch_file(ctx, parts),
+        Source::PipFolder {
+            package,
+            version,
+            prefix,
+        } => fetch::pip::fetch_folder(ctx, package, version, prefix),
+    }
+}
+
+fn prune_empty_dirs(mut dir: Option<&Path>, stop: &Path) {
+    while let Some(d) = dir {
+        if d == stop || !d.starts_with(stop) || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}
+
+/// What `pagoda run` calls: a path on disk is used in place; a stored name is resolved; a
+/// catalog name or a source missing from the store is pulled first (with progress bars).
+pub fn resolve_or_pull(store: &Store, name: &str) -> Result<ResolvedModel> {
+    let direct = |p: PathBuf| -> Result<ResolvedModel> {
+        let format = fetch::local::detect_format(&p)?;
+        Ok(ResolvedModel {
+            name: None,
+            path: p,
+            format,
+            manifest: None,
+        })
+    };
+    let pull = |what: &str| {
+        store.pull(
+            what,
+            &PullOptions {
+                progress: true,
+                ..PullOptions::default()
+            },
+        )
+    };
+    match Source::parse(name)? {
+        Some(Source::Path(p)) => return direct(p),
+        Some(_) => return pull(name),
+        None => {}
+    }
+    let parsed = match ModelName::parse(name) {
+        Ok(n) => n,
+        Err(e) => {
+            if Path::new(name).exists() {
+                return direct(name.into());
+            }
+            return Err(e);
+        }
+    };
+    if let Some(r) = store.resolve(name)? {
+        return Ok(r);
+    }
+    if catalog::lookup_in(store.catalog(), name).is_some() {
+        return pull(name);
+    }
+    if Path::new(name).exists() {
+        return direct(name.into());
+    }
+    Err(StoreError::NotFound {
+        name: parsed.to_string(),
+    })
+}
