@@ -546,10 +546,10 @@ def cmd_tokenizer():
             "bos_id": m.token_bos(),
             "eos_id": m.token_eos(),
             "add_bos_token_metadata": m.metadata.get("tokenizer.ggml.add_bos_token"),
-            "notes": "add_bos=True prepends BOS only (llama-cpp-python ignores add_bos when the model says "
-            "add_bos_token=false? no: it passes add_special=add_bos to llama_tokenize, which adds BOS iff the "
-            "vocab's add_bos flag is set). 'ids' use special=True (special tokens parsed as text markers), "
-            "'ids_special_false' treat them as plain text.",
+            "notes": "Llama.tokenize passes add_bos as llama_tokenize's add_special: llama.cpp then adds BOS "
+            "only if the vocab's add_bos_token flag is set (SmolLM2: false, so no BOS either way; Gemma 3: true). "
+            "'ids' use special=True (special-token text such as <|im_start|> becomes the special id), "
+            "'ids_special_false' tokenize it as plain text. 'pieces' are per-token detokenizations (special=True).",
             "cases": cases,
         }
         write_json(GOLDEN / f"tokenizer_{key}.json", out, indent=1)
