@@ -606,9 +606,12 @@ def cmd_llamacpp(crosscheck: bool = True):
         path = model_path(name)
         prompts = []
         for pname, text in PROMPTS.items():
-            m, _ = llamacpp_eval(path, [0], 2)
-            ids = m.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-            n_vocab = m.n_vocab()
+            from llama_cpp import Llama
+
+            vocab = Llama(str(path), vocab_only=True, verbose=False)
+            ids = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+            n_vocab = vocab.n_vocab()
+            del vocab
             m, scores = llamacpp_eval(path, ids, 2)
             assert scores.shape == (len(ids), n_vocab)
             rng = random.Random(1234)
