@@ -56,8 +56,12 @@ impl std::fmt::Debug for ChatTemplate {
 impl Clone for ChatTemplate {
     fn clone(&self) -> Self {
         // Recompiling a template that compiled once cannot fail.
-        Self::new(self.source.clone(), self.bos_token.clone(), self.eos_token.clone())
-            .unwrap_or_else(|_| unreachable!("template compiled before"))
+        Self::new(
+            self.source.clone(),
+            self.bos_token.clone(),
+            self.eos_token.clone(),
+        )
+        .unwrap_or_else(|_| unreachable!("template compiled before"))
     }
 }
 
@@ -127,11 +131,27 @@ fn strftime_now(fmt: String) -> String {
 }
 
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 const DAYS: [&str; 7] = [
-    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
 ];
 
 /// Formats Unix time `secs` (UTC) with strftime codes `%Y %m %d %e %H %M %S %B %b %A %a %j %y %%`.
@@ -196,7 +216,13 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(Value::from_safe_string(out))
 }
 
-fn python_json(v: &serde_json::Value, indent: Option<usize>, sort: bool, level: usize, out: &mut String) {
+fn python_json(
+    v: &serde_json::Value,
+    indent: Option<usize>,
+    sort: bool,
+    level: usize,
+    out: &mut String,
+) {
     use serde_json::Value as J;
     let newline = |out: &mut String, level: usize| {
         if let Some(n) = indent {
@@ -258,9 +284,7 @@ mod tests {
     #[test]
     fn chatml_fallback_renders() {
         let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());
-        let s = t
-            .render(&[ChatMessage::new("user", "hi")], true)
-            .unwrap();
+        let s = t.render(&[ChatMessage::new("user", "hi")], true).unwrap();
         assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     }
 
@@ -272,17 +296,27 @@ mod tests {
             "</s>".into(),
         )
         .unwrap();
-        let s = t.render(&[ChatMessage::new("user", " ab ")], false).unwrap();
+        let s = t
+            .render(&[ChatMessage::new("user", " ab ")], false)
+            .unwrap();
         assert_eq!(s, "AB|true|{\"k\": [1, \"é<\"]}");
-        let e = t.render(&[ChatMessage::new("bad", "x")], false).unwrap_err();
+        let e = t
+            .render(&[ChatMessage::new("bad", "x")], false)
+            .unwrap_err();
         assert!(e.to_string().contains("no bad"), "{e}");
         assert!(ChatTemplate::new("{% for %}".into(), String::new(), String::new()).is_err());
     }
 
     #[test]
     fn strftime_known_dates() {
-        assert_eq!(strftime("%Y-%m-%d %H:%M:%S %A %j", 0), "1970-01-01 00:00:00 Thursday 001");
+        assert_eq!(
+            strftime("%Y-%m-%d %H:%M:%S %A %j", 0),
+            "1970-01-01 00:00:00 Thursday 001"
+        );
         // 2024-02-29 12:34:56 UTC
-        assert_eq!(strftime("%d %B %Y %a %b %j", 1_709_210_096), "29 February 2024 Thu Feb 060");
+        assert_eq!(
+            strftime("%d %B %Y %a %b %j", 1_709_210_096),
+            "29 February 2024 Thu Feb 060"
+        );
     }
 }

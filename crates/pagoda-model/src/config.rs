@@ -39,7 +39,9 @@ impl Architecture {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor`.
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// Llama 3.1's frequency-dependent scaling.
     Llama3 {
         factor: f32,
@@ -99,8 +101,7 @@ impl ModelConfig {
     /// Checks the invariants in the module doc.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |msg: String| Err(ModelError::InvalidConfig(msg));
-        if self.n_layers == 0 || self.hidden_size == 0 || self.n_heads == 0 || self.head_dim == 0
-        {
+        if self.n_layers == 0 || self.hidden_size == 0 || self.n_heads == 0 || self.head_dim == 0 {
             return bad(format!("zero-sized dimension in {self:?}"));
         }
         if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
@@ -137,7 +138,5 @@ impl ModelConfig {
 /// Gemma's layer pattern: with pattern `p`, layer `i` is global iff `(i + 1) % p == 0`; every
 /// other layer slides. `p == 0` or `1` means no sliding layers.
 pub(crate) fn sliding_pattern(n_layers: usize, p: usize) -> Vec<bool> {
-    (0..n_layers)
-        .map(|i| p > 1 && (i + 1) % p != 0)
-        .collect()
+    (0..n_layers).map(|i| p > 1 && (i + 1) % p != 0).collect()
 }

@@ -169,12 +169,18 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 /// The chat template of a folder: `chat_template.jinja`, `chat_template.json`, or
 /// `tokenizer_config.json`'s `chat_template` (a string, or a list of named templates of which
 /// `default` is taken).
-fn find_chat_template(dir: &Path, tokenizer_config: Option<&Value>) -> Result<Option<String>, ModelError> {
+fn find_chat_template(
+    dir: &Path,
+    tokenizer_config: Option<&Value>,
+) -> Result<Option<String>, ModelError> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
         return std::fs::read_to_string(&jinja)
             .map(Some)
-            .map_err(|source| ModelError::Io { path: jinja, source });
+            .map_err(|source| ModelError::Io {
+                path: jinja,
+                source,
+            });
     }
     let from_value = |v: &Value| -> Option<String> {
         match v {
@@ -244,9 +250,10 @@ impl HfFolder {
                 }
                 sources.insert(canon.clone(), (view.name.clone(), shard.clone()));
                 view.name = canon;
-                weights
-                    .insert(view)
-                    .map_err(|message| ModelError::Format { path: shard.clone(), message })?;
+                weights.insert(view).map_err(|message| ModelError::Format {
+                    path: shard.clone(),
+                    message,
+                })?;
             }
         }
         let mut config = config;
@@ -270,15 +277,17 @@ impl HfFolder {
             Some(&config_json),
         )?;
         let chat_template = match find_chat_template(dir, tokenizer_config.as_ref())? {
-            Some(src) => Some(ChatTemplate::new(
-                src,
-                tokenizer.bos_token().unwrap_or("").to_string(),
-                tokenizer.eos_token().unwrap_or("").to_string(),
-            )
-            .map_err(|e| ModelError::Format {
-                path: dir.to_path_buf(),
-                message: e.to_string(),
-            })?),
+            Some(src) => Some(
+                ChatTemplate::new(
+                    src,
+                    tokenizer.bos_token().unwrap_or("").to_string(),
+                    tokenizer.eos_token().unwrap_or("").to_string(),
+                )
+                .map_err(|e| ModelError::Format {
+                    path: dir.to_path_buf(),
+                    message: e.to_string(),
+                })?,
+            ),
             None => None,
         };
         Ok(HfFolder {
@@ -302,9 +311,18 @@ mod tests {
     fn maps_hf_names() {
         let l = Architecture::Llama;
         let g = Architecture::Gemma3;
-        assert_eq!(canonical_name("model.embed_tokens.weight", l).unwrap(), "token_embd.weight");
-        assert_eq!(canonical_name("lm_head.weight", l).unwrap(), "output.weight");
-        assert_eq!(canonical_name("model.norm.weight", l).unwrap(), "output_norm.weight");
+        assert_eq!(
+            canonical_name("model.embed_tokens.weight", l).unwrap(),
+            "token_embd.weight"
+        );
+        assert_eq!(
+            canonical_name("lm_head.weight", l).unwrap(),
+            "output.weight"
+        );
+        assert_eq!(
+            canonical_name("model.norm.weight", l).unwrap(),
+            "output_norm.weight"
+        );
         assert_eq!(
             canonical_name("model.layers.3.self_attn.q_proj.bias", Architecture::Qwen2).unwrap(),
             "blk.3.attn_q.bias"
@@ -314,11 +332,19 @@ mod tests {
             "blk.0.ffn_norm.weight"
         );
         assert_eq!(
-            canonical_name("language_model.model.layers.0.post_attention_layernorm.weight", g).unwrap(),
+            canonical_name(
+                "language_model.model.layers.0.post_attention_layernorm.weight",
+                g
+            )
+            .unwrap(),
             "blk.0.post_attention_norm.weight"
         );
         assert_eq!(
-            canonical_name("model.language_model.layers.1.pre_feedforward_layernorm.weight", g).unwrap(),
+            canonical_name(
+                "model.language_model.layers.1.pre_feedforward_layernorm.weight",
+                g
+            )
+            .unwrap(),
             "blk.1.ffn_norm.weight"
         );
         assert_eq!(
@@ -326,6 +352,9 @@ mod tests {
             "blk.1.attn_k_norm.weight"
         );
         assert_eq!(canonical_name("vision_tower.x.weight", g), None);
-        assert_eq!(canonical_name("model.layers.0.self_attn.rotary_emb.inv_freq", l), None);
+        assert_eq!(
+            canonical_name("model.layers.0.self_attn.rotary_emb.inv_freq", l),
+            None
+        );
     }
 }

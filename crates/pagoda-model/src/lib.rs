@@ -7,10 +7,13 @@
 //! Architecture Invariant: pagoda-model knows nothing of scheduling or sampling; a forward pass
 //! maps token ids at positions to logits, given a KV cache it does not own the policy of.
 
+// `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
+#![allow(clippy::manual_is_multiple_of)]
+
 pub mod arch;
+pub mod chat_template;
 pub mod config;
 pub mod error;
-pub mod chat_template;
 pub mod gguf;
 pub mod hf;
 pub mod kv_cache;

@@ -164,9 +164,7 @@ impl SafetensorsFile {
 }
 
 /// Writes a safetensors file (used by tests and, later, the compression tools).
-pub fn write_safetensors(
-    tensors: &[(&str, &str, Vec<usize>, Vec<u8>)],
-) -> Vec<u8> {
+pub fn write_safetensors(tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut offset = 0usize;
     for (name, dtype, shape, data) in tensors {
@@ -211,11 +209,15 @@ mod tests {
 
         let mut trunc = bytes.clone();
         trunc.truncate(bytes.len() - 1);
-        let e = SafetensorsFile::from_bytes("m.safetensors", trunc).unwrap_err().to_string();
+        let e = SafetensorsFile::from_bytes("m.safetensors", trunc)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("m.safetensors") && e.contains('b'), "{e}");
 
         let bad = write_safetensors(&[("x", "I64", vec![1], vec![0; 8])]);
-        let e = SafetensorsFile::from_bytes("m.safetensors", bad).unwrap_err().to_string();
+        let e = SafetensorsFile::from_bytes("m.safetensors", bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"x\"") && e.contains("I64"), "{e}");
 
         let mut huge = bytes;

@@ -162,7 +162,9 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
         Some(id) => gguf_file_type_name(id)
             .map(String::from)
             .unwrap_or_else(|| format!("file type {id}")),
-        None => dominant_type(&weights).map(|t| t.name().to_string()).unwrap_or_default(),
+        None => dominant_type(&weights)
+            .map(|t| t.name().to_string())
+            .unwrap_or_default(),
     };
     let name = match file.get_str_opt("general.name")? {
         Some(n) => n.to_string(),
@@ -195,7 +197,11 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
 fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
     let f = HfFolder::open(dir)?;
     let g = f.generation_config.as_ref();
-    let num = |k: &str| g.and_then(|g| g.get(k)).and_then(Value::as_f64).map(|x| x as f32);
+    let num = |k: &str| {
+        g.and_then(|g| g.get(k))
+            .and_then(Value::as_f64)
+            .map(|x| x as f32)
+    };
     let generation = GenerationDefaults {
         temperature: num("temperature"),
         top_p: num("top_p"),
@@ -265,7 +271,10 @@ pub fn exercise_untrusted_gguf(bytes: Vec<u8>) {
     }
     if let Ok(Some(src)) = file.get_str_opt("tokenizer.chat_template") {
         if let Ok(t) = ChatTemplate::new(src.to_string(), String::new(), String::new()) {
-            let _ = t.render(&[crate::chat_template::ChatMessage::new("user", "hi")], true);
+            let _ = t.render(
+                &[crate::chat_template::ChatMessage::new("user", "hi")],
+                true,
+            );
         }
     }
 }

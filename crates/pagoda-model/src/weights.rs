@@ -203,8 +203,10 @@ mod tests {
     #[test]
     fn views_borrow_and_dequantize() {
         let mut w = GgufWriter::new();
-        w.add_f32_tensor("n.weight", &[4], &[1., 2., 3., 4.]).unwrap();
-        w.add_f32_tensor("m.weight", &[2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
+        w.add_f32_tensor("n.weight", &[4], &[1., 2., 3., 4.])
+            .unwrap();
+        w.add_f32_tensor("m.weight", &[2, 3], &[1., 2., 3., 4., 5., 6.])
+            .unwrap();
         let f = GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
         let ws = Weights::from_gguf(&f).unwrap();
         assert_eq!(ws.len(), 2);
@@ -212,7 +214,10 @@ mod tests {
         assert_eq!(m.shape, vec![2, 3]);
         assert_eq!((m.rows(), m.cols()), (2, 3));
         assert_eq!(m.to_f32().unwrap(), vec![1., 2., 3., 4., 5., 6.]);
-        assert_eq!(ws.get("n.weight").unwrap().to_f32().unwrap(), vec![1., 2., 3., 4.]);
+        assert_eq!(
+            ws.get("n.weight").unwrap().to_f32().unwrap(),
+            vec![1., 2., 3., 4.]
+        );
         assert!(matches!(ws.get("nope"), Err(ModelError::MissingTensor(n)) if n == "nope"));
         assert_eq!(ws.n_parameters(), 10);
     }

@@ -59,11 +59,19 @@ impl ModelConfig {
         };
         let n_layers = file.get_usize(&key("block_count"))?;
         let hidden_size = file.get_usize(&key("embedding_length"))?;
-        let n_heads = uniform("attention.head_count")?
-            .ok_or_else(|| bad(format!("metadata key {:?} is missing", key("attention.head_count"))))?;
+        let n_heads = uniform("attention.head_count")?.ok_or_else(|| {
+            bad(format!(
+                "metadata key {:?} is missing",
+                key("attention.head_count")
+            ))
+        })?;
         let n_kv_heads = uniform("attention.head_count_kv")?.unwrap_or(n_heads);
-        let ffn_dim = uniform("feed_forward_length")?
-            .ok_or_else(|| bad(format!("metadata key {:?} is missing", key("feed_forward_length"))))?;
+        let ffn_dim = uniform("feed_forward_length")?.ok_or_else(|| {
+            bad(format!(
+                "metadata key {:?} is missing",
+                key("feed_forward_length")
+            ))
+        })?;
         if n_heads == 0 {
             return Err(bad(format!("{} is 0", key("attention.head_count"))));
         }
@@ -89,11 +97,17 @@ impl ModelConfig {
                     .ok_or_else(|| bad("cannot tell the vocabulary size: no vocab_size key, tokenizer.ggml.tokens or token_embd.weight".into()))?,
             },
         };
-        let default_eps = if arch == Architecture::Gemma3 { 1e-6 } else { 1e-5 };
+        let default_eps = if arch == Architecture::Gemma3 {
+            1e-6
+        } else {
+            1e-5
+        };
         let rms_eps = file
             .get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(default_eps);
-        let rope_theta = file.get_f32_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let rope_theta = file
+            .get_f32_opt(&key("rope.freq_base"))?
+            .unwrap_or(10_000.0);
         let rope_dim = file
             .get_usize_opt(&key("rope.dimension_count"))?
             .unwrap_or(head_dim);
@@ -115,8 +129,12 @@ impl ModelConfig {
                 (Some("yarn"), f) => RopeScaling::Yarn {
                     factor: f.unwrap_or(1.0),
                     original_max_position: orig,
-                    beta_fast: file.get_f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
-                    beta_slow: file.get_f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
+                    beta_fast: file
+                        .get_f32_opt(&key("rope.scaling.yarn_beta_fast"))?
+                        .unwrap_or(32.0),
+                    beta_slow: file
+                        .get_f32_opt(&key("rope.scaling.yarn_beta_slow"))?
+                        .unwrap_or(1.0),
                 },
                 (Some(other), _) => {
                     return Err(bad(format!(
@@ -181,8 +199,10 @@ impl ModelConfig {
             if cfg.sliding_window.is_none() {
                 cfg.layer_is_sliding = vec![false; n_layers];
             }
-            cfg.rope_theta_local =
-                Some(file.get_f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0));
+            cfg.rope_theta_local = Some(
+                file.get_f32_opt(&key("rope.freq_base_swa"))?
+                    .unwrap_or(10_000.0),
+            );
             let q_scalar = if n_layers == 62 {
                 hidden_size / n_heads
             } else {

@@ -74,18 +74,22 @@ impl ModelConfig {
         }
         let c = Cfg(&merged);
         let arch_names: Vec<String> = match top.get("architectures") {
-            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
             _ => Vec::new(),
         };
         let model_type = c.str_opt("model_type").unwrap_or("").to_string();
-        let is = |needle: &str| {
-            arch_names.iter().any(|a| a.starts_with(needle))
-        };
+        let is = |needle: &str| arch_names.iter().any(|a| a.starts_with(needle));
         let arch = if is("Gemma3") || model_type == "gemma3" || model_type == "gemma3_text" {
             Architecture::Gemma3
         } else if is("Qwen2ForCausalLM") || model_type == "qwen2" {
             Architecture::Qwen2
-        } else if is("LlamaForCausalLM") || is("MistralForCausalLM") || matches!(model_type.as_str(), "llama" | "mistral" | "smollm") {
+        } else if is("LlamaForCausalLM")
+            || is("MistralForCausalLM")
+            || matches!(model_type.as_str(), "llama" | "mistral" | "smollm")
+        {
             Architecture::Llama
         } else {
             let name = arch_names.first().cloned().unwrap_or(model_type);
@@ -107,15 +111,13 @@ impl ModelConfig {
         let head_dim = c.usize_opt("head_dim")?.unwrap_or(hidden_size / n_heads);
         let ffn_dim = c.usize("intermediate_size")?;
         let vocab_size = c.usize("vocab_size")?;
-        let rms_eps = c
-            .f32_opt("rms_norm_eps")?
-            .unwrap_or(if gemma { 1e-6 } else { 1e-6 });
-        let rope_theta = c
-            .f32_opt("rope_theta")?
-            .unwrap_or(if gemma { 1_000_000.0 } else { 10_000.0 });
-        let context_length = c
-            .usize_opt("max_position_embeddings")?
-            .unwrap_or(if gemma { 131_072 } else { 2048 });
+        let rms_eps = c.f32_opt("rms_norm_eps")?.unwrap_or(1e-6);
+        let rope_theta =
+            c.f32_opt("rope_theta")?
+                .unwrap_or(if gemma { 1_000_000.0 } else { 10_000.0 });
+        let context_length =
+            c.usize_opt("max_position_embeddings")?
+                .unwrap_or(if gemma { 131_072 } else { 2048 });
         let partial = c.f32_opt("partial_rotary_factor")?.unwrap_or(1.0);
         let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
         let rope_scaling = parse_rope_scaling(c.get("rope_scaling"), context_length)?;
@@ -215,7 +217,10 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
         .as_object()
         .ok_or_else(|| bad(format!("rope_scaling should be an object, got {v}")))?;
     let c = Cfg(o);
-    let ty = c.str_opt("rope_type").or(c.str_opt("type")).unwrap_or("default");
+    let ty = c
+        .str_opt("rope_type")
+        .or(c.str_opt("type"))
+        .unwrap_or("default");
     let factor = c.f32_opt("factor")?.unwrap_or(1.0);
     let orig = c
         .usize_opt("original_max_position_embeddings")?
@@ -227,7 +232,9 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
             factor,
             low_freq_factor: c.f32_opt("low_freq_factor")?.unwrap_or(1.0),
             high_freq_factor: c.f32_opt("high_freq_factor")?.unwrap_or(4.0),
-            original_max_position: c.usize_opt("original_max_position_embeddings")?.unwrap_or(8192),
+            original_max_position: c
+                .usize_opt("original_max_position_embeddings")?
+                .unwrap_or(8192),
         },
         "yarn" => RopeScaling::Yarn {
             factor,
@@ -235,7 +242,11 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
             beta_fast: c.f32_opt("beta_fast")?.unwrap_or(32.0),
             beta_slow: c.f32_opt("beta_slow")?.unwrap_or(1.0),
         },
-        other => return Err(bad(format!("rope_scaling type {other:?} is not supported (linear, llama3, yarn)"))),
+        other => {
+            return Err(bad(format!(
+                "rope_scaling type {other:?} is not supported (linear, llama3, yarn)"
+            )))
+        }
     })
 }
 
@@ -270,7 +281,9 @@ mod tests {
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
         }))
         .unwrap();
-        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_max_position: 8192, .. } if factor == 8.0));
+        assert!(
+            matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_max_position: 8192, .. } if factor == 8.0)
+        );
         let e = ModelConfig::from_hf_config(&json!({"architectures": ["BertModel"]})).unwrap_err();
         assert!(e.to_string().contains("BertModel"), "{e}");
     }

@@ -474,7 +474,9 @@ impl<'a> Cursor<'a> {
         }
         Ok(match ety {
             GgufValueType::U8 => GgufArray::U8(self.take(n, what)?.to_vec()),
-            GgufValueType::I8 => GgufArray::I8(self.take(n, what)?.iter().map(|&b| b as i8).collect()),
+            GgufValueType::I8 => {
+                GgufArray::I8(self.take(n, what)?.iter().map(|&b| b as i8).collect())
+            }
             GgufValueType::U16 => fixed!(U16, u16),
             GgufValueType::I16 => fixed!(I16, i16),
             GgufValueType::U32 => fixed!(U32, u32),
@@ -491,10 +493,8 @@ impl<'a> Cursor<'a> {
                         0 => v.push(false),
                         1 => v.push(true),
                         _ => {
-                            return Err(self.err(format!(
-                                "{} element {i} has invalid bool byte {b}",
-                                what()
-                            )))
+                            return Err(self
+                                .err(format!("{} element {i} has invalid bool byte {b}", what())))
                         }
                     }
                 }
@@ -627,7 +627,11 @@ impl GgufFile {
         for (name, ne, ty_id, offset) in raw {
             let info = validate_tensor(&path, name, ne, ty_id, offset, alignment, data_len)?;
             if !names.insert(info.name.clone()) {
-                return Err(tensor_err(&path, &info.name, "appears twice in the tensor table".into()));
+                return Err(tensor_err(
+                    &path,
+                    &info.name,
+                    "appears twice in the tensor table".into(),
+                ));
             }
             tensors.push(info);
         }
@@ -735,7 +739,13 @@ impl GgufFile {
         }
     }
 
-    fn int_in_range(&self, key: &str, expected: &str, min: i128, max: i128) -> Result<Option<i128>, ModelError> {
+    fn int_in_range(
+        &self,
+        key: &str,
+        expected: &str,
+        min: i128,
+        max: i128,
+    ) -> Result<Option<i128>, ModelError> {
         match self.metadata.get(key) {
             None => Ok(None),
             Some(v) => match v.as_i128() {
@@ -751,36 +761,48 @@ impl GgufFile {
 
     /// An integer of any stored width that fits in u32; `None` when absent.
     pub fn get_u32_opt(&self, key: &str) -> Result<Option<u32>, ModelError> {
-        Ok(self.int_in_range(key, "u32", 0, u32::MAX as i128)?.map(|i| i as u32))
+        Ok(self
+            .int_in_range(key, "u32", 0, u32::MAX as i128)?
+            .map(|i| i as u32))
     }
 
     pub fn get_u32(&self, key: &str) -> Result<u32, ModelError> {
-        self.get_u32_opt(key)?.ok_or_else(|| self.missing(key, "u32"))
+        self.get_u32_opt(key)?
+            .ok_or_else(|| self.missing(key, "u32"))
     }
 
     pub fn get_u64_opt(&self, key: &str) -> Result<Option<u64>, ModelError> {
-        Ok(self.int_in_range(key, "u64", 0, u64::MAX as i128)?.map(|i| i as u64))
+        Ok(self
+            .int_in_range(key, "u64", 0, u64::MAX as i128)?
+            .map(|i| i as u64))
     }
 
     pub fn get_u64(&self, key: &str) -> Result<u64, ModelError> {
-        self.get_u64_opt(key)?.ok_or_else(|| self.missing(key, "u64"))
+        self.get_u64_opt(key)?
+            .ok_or_else(|| self.missing(key, "u64"))
     }
 
     pub fn get_i64_opt(&self, key: &str) -> Result<Option<i64>, ModelError> {
-        Ok(self.int_in_range(key, "i64", i64::MIN as i128, i64::MAX as i128)?.map(|i| i as i64))
+        Ok(self
+            .int_in_range(key, "i64", i64::MIN as i128, i64::MAX as i128)?
+            .map(|i| i as i64))
     }
 
     pub fn get_i64(&self, key: &str) -> Result<i64, ModelError> {
-        self.get_i64_opt(key)?.ok_or_else(|| self.missing(key, "i64"))
+        self.get_i64_opt(key)?
+            .ok_or_else(|| self.missing(key, "i64"))
     }
 
     /// A count or size: a non-negative integer that fits in usize.
     pub fn get_usize_opt(&self, key: &str) -> Result<Option<usize>, ModelError> {
-        Ok(self.int_in_range(key, "usize", 0, usize::MAX as i128)?.map(|i| i as usize))
+        Ok(self
+            .int_in_range(key, "usize", 0, usize::MAX as i128)?
+            .map(|i| i as usize))
     }
 
     pub fn get_usize(&self, key: &str) -> Result<usize, ModelError> {
-        self.get_usize_opt(key)?.ok_or_else(|| self.missing(key, "usize"))
+        self.get_usize_opt(key)?
+            .ok_or_else(|| self.missing(key, "usize"))
     }
 
     /// An f32 or f64 (or an integer) as f32.
@@ -795,7 +817,8 @@ impl GgufFile {
     }
 
     pub fn get_f32(&self, key: &str) -> Result<f32, ModelError> {
-        self.get_f32_opt(key)?.ok_or_else(|| self.missing(key, "f32"))
+        self.get_f32_opt(key)?
+            .ok_or_else(|| self.missing(key, "f32"))
     }
 
     pub fn get_bool_opt(&self, key: &str) -> Result<Option<bool>, ModelError> {
@@ -807,7 +830,8 @@ impl GgufFile {
     }
 
     pub fn get_bool(&self, key: &str) -> Result<bool, ModelError> {
-        self.get_bool_opt(key)?.ok_or_else(|| self.missing(key, "bool"))
+        self.get_bool_opt(key)?
+            .ok_or_else(|| self.missing(key, "bool"))
     }
 
     pub fn get_str_opt(&self, key: &str) -> Result<Option<&str>, ModelError> {
@@ -819,7 +843,8 @@ impl GgufFile {
     }
 
     pub fn get_str(&self, key: &str) -> Result<&str, ModelError> {
-        self.get_str_opt(key)?.ok_or_else(|| self.missing(key, "string"))
+        self.get_str_opt(key)?
+            .ok_or_else(|| self.missing(key, "string"))
     }
 
     pub fn get_array_opt(&self, key: &str) -> Result<Option<&GgufArray>, ModelError> {
@@ -850,13 +875,24 @@ impl GgufFile {
         match self.metadata.get(key) {
             None => Ok(None),
             Some(GgufValue::Array(GgufArray::F32(a))) => Ok(Some(a.clone())),
-            Some(GgufValue::Array(GgufArray::F64(a))) => Ok(Some(a.iter().map(|&x| x as f32).collect())),
-            Some(GgufValue::Array(a)) if a.element_type() != GgufValueType::String && a.element_type() != GgufValueType::Array => {
+            Some(GgufValue::Array(GgufArray::F64(a))) => {
+                Ok(Some(a.iter().map(|&x| x as f32).collect()))
+            }
+            Some(GgufValue::Array(a))
+                if a.element_type() != GgufValueType::String
+                    && a.element_type() != GgufValueType::Array =>
+            {
                 let mut out = Vec::with_capacity(a.len());
                 for i in 0..a.len() {
                     match a.int_at(i) {
                         Some(x) => out.push(x as f32),
-                        None => return Err(self.wrong_type(key, "array of f32", &GgufValue::Array(a.clone()))),
+                        None => {
+                            return Err(self.wrong_type(
+                                key,
+                                "array of f32",
+                                &GgufValue::Array(a.clone()),
+                            ))
+                        }
                     }
                 }
                 Ok(Some(out))
@@ -945,11 +981,19 @@ fn validate_tensor(
     let mut n: u64 = 1;
     for &d in &ne {
         n = n.checked_mul(d).ok_or_else(|| {
-            tensor_err(path, &name, format!("dimensions {ne:?} overflow the element count"))
+            tensor_err(
+                path,
+                &name,
+                format!("dimensions {ne:?} overflow the element count"),
+            )
         })?;
     }
     if n > usize::MAX as u64 / 4 || ne.iter().any(|&d| d > usize::MAX as u64) {
-        return Err(tensor_err(path, &name, format!("dimensions {ne:?} are too large")));
+        return Err(tensor_err(
+            path,
+            &name,
+            format!("dimensions {ne:?} are too large"),
+        ));
     }
     let ne0 = ne.first().copied().unwrap_or(1) as usize;
     let row = ty.row_bytes(ne0).map_err(|_| {

@@ -202,16 +202,32 @@ fn write_array(out: &mut Vec<u8>, a: &GgufArray) {
     match a {
         GgufArray::U8(v) => out.extend_from_slice(v),
         GgufArray::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
-        GgufArray::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         GgufArray::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
         GgufArray::String(v) => v.iter().for_each(|s| write_string(out, s)),
-        GgufArray::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         GgufArray::Array(v) => v.iter().for_each(|x| write_array(out, x)),
     }
 }
@@ -244,8 +260,10 @@ mod tests {
                     GgufArray::String(vec!["q".into()]),
                 ])),
             );
-        w.add_f32_tensor("t.a", &[2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
-        w.add_tensor("t.b", GgmlType::Q8_0, &[1, 32], vec![0u8; 34]).unwrap();
+        w.add_f32_tensor("t.a", &[2, 3], &[1., 2., 3., 4., 5., 6.])
+            .unwrap();
+        w.add_tensor("t.b", GgmlType::Q8_0, &[1, 32], vec![0u8; 34])
+            .unwrap();
         let f = GgufFile::from_bytes("mem.gguf", w.to_bytes()).unwrap();
         assert_eq!(f.version(), 3);
         assert_eq!(f.get_u32("a.u32").unwrap(), 70000);
@@ -270,6 +288,8 @@ mod tests {
     fn rejects_wrong_data_length() {
         let mut w = GgufWriter::new();
         assert!(w.add_tensor("x", GgmlType::F32, &[3], vec![0; 8]).is_err());
-        assert!(w.add_tensor("x", GgmlType::Q4_0, &[16], vec![0; 9]).is_err());
+        assert!(w
+            .add_tensor("x", GgmlType::Q4_0, &[16], vec![0; 9])
+            .is_err());
     }
 }

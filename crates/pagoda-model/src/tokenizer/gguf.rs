@@ -52,12 +52,14 @@ impl Tokenizer {
             path: path.to_path_buf(),
             message,
         };
-        let model = file
-            .get_str_opt("tokenizer.ggml.model")?
-            .ok_or_else(|| err("no tokenizer: metadata key \"tokenizer.ggml.model\" is missing".into()))?;
-        let tokens = file.get_str_array_opt("tokenizer.ggml.tokens")?.ok_or_else(|| {
-            err("no vocabulary: metadata key \"tokenizer.ggml.tokens\" is missing".into())
+        let model = file.get_str_opt("tokenizer.ggml.model")?.ok_or_else(|| {
+            err("no tokenizer: metadata key \"tokenizer.ggml.model\" is missing".into())
         })?;
+        let tokens = file
+            .get_str_array_opt("tokenizer.ggml.tokens")?
+            .ok_or_else(|| {
+                err("no vocabulary: metadata key \"tokenizer.ggml.tokens\" is missing".into())
+            })?;
         if tokens.is_empty() {
             return Err(err("\"tokenizer.ggml.tokens\" is empty".into()));
         }
@@ -101,8 +103,8 @@ impl Tokenizer {
             "llama" => (build_spm(file, tokens, &vocab, unk_id, &err)?, true),
             other => {
                 return Err(err(format!(
-                    "tokenizer model {other:?} (tokenizer.ggml.model) is not supported (gpt2, llama)"
-                )))
+                "tokenizer model {other:?} (tokenizer.ggml.model) is not supported (gpt2, llama)"
+            )))
             }
         };
 
@@ -137,9 +139,9 @@ fn build_gpt2(
     vocab: &HashMap<String, u32>,
     err: &dyn Fn(String) -> ModelError,
 ) -> Result<tokenizers::Tokenizer, ModelError> {
-    let merges_raw = file.get_str_array_opt("tokenizer.ggml.merges")?.ok_or_else(|| {
-        err("byte-level BPE without \"tokenizer.ggml.merges\"".into())
-    })?;
+    let merges_raw = file
+        .get_str_array_opt("tokenizer.ggml.merges")?
+        .ok_or_else(|| err("byte-level BPE without \"tokenizer.ggml.merges\"".into()))?;
     let mut merges = Vec::with_capacity(merges_raw.len());
     for (i, m) in merges_raw.iter().enumerate() {
         let (a, b) = m.split_once(' ').ok_or_else(|| {
@@ -161,17 +163,25 @@ fn build_gpt2(
         .map_err(|e| err(format!("cannot build byte-level BPE: {e}")))?;
     let _ = tokens;
     let mut t = tokenizers::Tokenizer::new(bpe);
-    let byte_level_plain = ByteLevel::default().add_prefix_space(false).use_regex(false);
+    let byte_level_plain = ByteLevel::default()
+        .add_prefix_space(false)
+        .use_regex(false);
     let split = |re: &str| -> Result<PreTokenizerWrapper, ModelError> {
-        Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
-            .map(PreTokenizerWrapper::Split)
-            .map_err(|e| err(format!("bad pre-tokenizer regex: {e}")))
+        Split::new(
+            SplitPattern::Regex(re.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map(PreTokenizerWrapper::Split)
+        .map_err(|e| err(format!("bad pre-tokenizer regex: {e}")))
     };
     let pre_tok: PreTokenizerWrapper = match pre {
         // SmolLM's own tokenizer.json: single digits, then GPT-2's regex.
         "smollm" | "starcoder" | "refact" | "codeshell" => PreSequence::new(vec![
             PreTokenizerWrapper::Digits(Digits::new(true)),
-            PreTokenizerWrapper::ByteLevel(ByteLevel::default().add_prefix_space(false).use_regex(true)),
+            PreTokenizerWrapper::ByteLevel(
+                ByteLevel::default().add_prefix_space(false).use_regex(true),
+            ),
         ])
         .into(),
         "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![
@@ -185,7 +195,9 @@ fn build_gpt2(
         ])
         .into(),
         // "gpt2", "default" and anything unknown: GPT-2's regex.
-        _ => PreTokenizerWrapper::ByteLevel(ByteLevel::default().add_prefix_space(false).use_regex(true)),
+        _ => PreTokenizerWrapper::ByteLevel(
+            ByteLevel::default().add_prefix_space(false).use_regex(true),
+        ),
     };
     t.with_pre_tokenizer(Some(pre_tok));
     if matches!(pre, "qwen2" | "deepseek-r1-qwen") {
@@ -211,7 +223,11 @@ fn build_spm(
                 tokens.len()
             )))
         }
-        None => return Err(err("SentencePiece vocabulary without \"tokenizer.ggml.scores\"".into())),
+        None => {
+            return Err(err(
+                "SentencePiece vocabulary without \"tokenizer.ggml.scores\"".into(),
+            ))
+        }
     };
     let merges = spm_merges(tokens, &scores, vocab);
     let mut builder = BPE::builder()
@@ -255,7 +271,9 @@ fn build_spm(
     if add_space_prefix {
         decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
     }
-    t.with_decoder(Some(DecoderWrapper::Sequence(DecoderSequence::new(decoders))));
+    t.with_decoder(Some(DecoderWrapper::Sequence(DecoderSequence::new(
+        decoders,
+    ))));
     Ok(t)
 }
 

@@ -113,12 +113,11 @@ impl Tokenizer {
             path: tokenizer_json.to_path_buf(),
             source,
         })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            ModelError::TokenizerFile {
+        let inner =
+            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| ModelError::TokenizerFile {
                 path: tokenizer_json.to_path_buf(),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         let token_text = |v: &Value| -> Option<String> {
             match v {
                 Value::String(s) => Some(s.clone()),
@@ -130,7 +129,9 @@ impl Tokenizer {
         let bos_text = tc.and_then(|o| o.get("bos_token")).and_then(token_text);
         let eos_text = tc.and_then(|o| o.get("eos_token")).and_then(token_text);
         let cfg_id = |v: Option<&Value>, key: &str| -> Option<u32> {
-            v.and_then(|v| v.get(key)).and_then(Value::as_u64).and_then(|x| u32::try_from(x).ok())
+            v.and_then(|v| v.get(key))
+                .and_then(Value::as_u64)
+                .and_then(|x| u32::try_from(x).ok())
         };
         let bos_id = bos_text
             .as_deref()
@@ -149,7 +150,9 @@ impl Tokenizer {
         }
         for v in [generation_config, model_config].into_iter().flatten() {
             match v.get("eos_token_id") {
-                Some(Value::Number(n)) => eos_ids.extend(n.as_u64().and_then(|x| u32::try_from(x).ok())),
+                Some(Value::Number(n)) => {
+                    eos_ids.extend(n.as_u64().and_then(|x| u32::try_from(x).ok()))
+                }
                 Some(Value::Array(a)) => eos_ids.extend(
                     a.iter()
                         .filter_map(Value::as_u64)
@@ -282,7 +285,11 @@ impl IncrementalDecoder {
         let skip = !self.keep_special;
         let before = tok.decode(&self.ids[self.prefix..self.read], skip)?;
         let now = tok.decode(&self.ids[self.prefix..], skip)?;
-        if now.len() > before.len() && !now.ends_with('\u{FFFD}') && now.is_char_boundary(before.len()) && now.starts_with(&before) {
+        if now.len() > before.len()
+            && !now.ends_with('\u{FFFD}')
+            && now.is_char_boundary(before.len())
+            && now.starts_with(&before)
+        {
             let piece = now[before.len()..].to_string();
             self.prefix = self.read;
             self.read = self.ids.len();
@@ -307,7 +314,10 @@ impl IncrementalDecoder {
         let now = tok.decode(&self.ids[self.prefix..], skip)?;
         self.prefix = self.ids.len();
         self.read = self.ids.len();
-        if now.len() > before.len() && now.is_char_boundary(before.len()) && now.starts_with(&before) {
+        if now.len() > before.len()
+            && now.is_char_boundary(before.len())
+            && now.starts_with(&before)
+        {
             Ok(now[before.len()..].to_string())
         } else {
             let common = common_prefix_len(&before, &now);

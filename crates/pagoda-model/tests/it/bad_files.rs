@@ -29,7 +29,10 @@ fn open_err(bytes: &[u8]) -> String {
         Err(e) => e,
     }
     .to_string();
-    assert!(e.contains("broken-model.gguf"), "error does not name the file: {e}");
+    assert!(
+        e.contains("broken-model.gguf"),
+        "error does not name the file: {e}"
+    );
     e
 }
 
@@ -53,10 +56,26 @@ fn the_valid_tiny_model_opens() {
 #[test]
 fn truncated_anywhere_is_an_error() {
     let bytes = tiny_llama().to_bytes();
-    for cut in [0, 3, 4, 7, 8, 20, 24, 30, 100, 500, bytes.len() / 2, bytes.len() - 1] {
+    for cut in [
+        0,
+        3,
+        4,
+        7,
+        8,
+        20,
+        24,
+        30,
+        100,
+        500,
+        bytes.len() / 2,
+        bytes.len() - 1,
+    ] {
         let e = open_err(&bytes[..cut]);
         assert!(
-            e.contains("truncated") || e.contains("past the end") || e.contains("claims") || e.contains("not a GGUF"),
+            e.contains("truncated")
+                || e.contains("past the end")
+                || e.contains("claims")
+                || e.contains("not a GGUF"),
             "cut at {cut}: {e}"
         );
     }
@@ -136,10 +155,16 @@ fn partial_blocks_unknown_types_and_bad_dims() {
     let (n_dims, ne0, ty, _) = tensor_info_fields(&b0, "blk.0.attn_q.weight");
     let mut b = b0.clone();
     put_u64(&mut b, ne0, 33);
-    assert_has(&open_err(&b), &["blk.0.attn_q.weight", "whole number of 32-element blocks"]);
+    assert_has(
+        &open_err(&b),
+        &["blk.0.attn_q.weight", "whole number of 32-element blocks"],
+    );
     let mut b = b0.clone();
     put_u32(&mut b, ty, 99);
-    assert_has(&open_err(&b), &["blk.0.attn_q.weight", "unknown tensor type id 99"]);
+    assert_has(
+        &open_err(&b),
+        &["blk.0.attn_q.weight", "unknown tensor type id 99"],
+    );
     let mut b = b0.clone();
     put_u32(&mut b, ty, 4); // the removed Q4_2
     assert_has(&open_err(&b), &["unknown tensor type id 4"]);
@@ -228,10 +253,16 @@ fn missing_tokenizer() {
     assert_has(&open_err(&w.to_bytes()), &["wordpiece9"]);
     let mut w = tiny_llama();
     w.add_str_array("tokenizer.ggml.merges", vec!["nospace".into()]);
-    assert_has(&open_err(&w.to_bytes()), &["tokenizer.ggml.merges", "nospace"]);
+    assert_has(
+        &open_err(&w.to_bytes()),
+        &["tokenizer.ggml.merges", "nospace"],
+    );
     let mut w = tiny_llama();
     w.add_u32("tokenizer.ggml.eos_token_id", 1000);
-    assert_has(&open_err(&w.to_bytes()), &["tokenizer.ggml.eos_token_id", "1000"]);
+    assert_has(
+        &open_err(&w.to_bytes()),
+        &["tokenizer.ggml.eos_token_id", "1000"],
+    );
 }
 
 fn hf_dir(files: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
@@ -271,10 +302,25 @@ fn tiny_tokenizer_json() -> Vec<u8> {
 fn hf_folder_opens_and_maps_names() {
     use pagoda_model::safetensors::write_safetensors;
     let st = write_safetensors(&[
-        ("model.embed_tokens.weight", "F32", vec![3, 4], f32_bytes(12)),
+        (
+            "model.embed_tokens.weight",
+            "F32",
+            vec![3, 4],
+            f32_bytes(12),
+        ),
         ("model.norm.weight", "F32", vec![4], f32_bytes(4)),
-        ("model.layers.0.self_attn.q_proj.weight", "BF16", vec![4, 4], vec![0; 32]),
-        ("model.layers.0.post_attention_layernorm.weight", "F16", vec![4], vec![0; 8]),
+        (
+            "model.layers.0.self_attn.q_proj.weight",
+            "BF16",
+            vec![4, 4],
+            vec![0; 32],
+        ),
+        (
+            "model.layers.0.post_attention_layernorm.weight",
+            "F16",
+            vec![4],
+            vec![0; 8],
+        ),
     ]);
     let dir = hf_dir(&[
         ("config.json", tiny_hf_config()),
@@ -288,14 +334,22 @@ fn hf_folder_opens_and_maps_names() {
     ]);
     let m = open_model(dir.path()).unwrap();
     assert_eq!(m.format, pagoda_model::ModelFormat::HfFolder);
-    assert_eq!(m.weights.get("token_embd.weight").unwrap().shape, vec![3, 4]);
+    assert_eq!(
+        m.weights.get("token_embd.weight").unwrap().shape,
+        vec![3, 4]
+    );
     assert!(m.weights.contains("output_norm.weight"));
     assert!(m.weights.contains("blk.0.attn_q.weight"));
     assert!(m.weights.contains("blk.0.ffn_norm.weight"));
     assert_eq!(m.tokenizer.encode("hi there", true).unwrap(), vec![0, 1, 2]);
     assert_eq!(m.tokenizer.encode("hi there", false).unwrap(), vec![1, 2]);
     let t = m.chat_template.as_ref().unwrap();
-    let s = t.render(&[pagoda_model::chat_template::ChatMessage::new("user", "yo")], false).unwrap();
+    let s = t
+        .render(
+            &[pagoda_model::chat_template::ChatMessage::new("user", "yo")],
+            false,
+        )
+        .unwrap();
     assert_eq!(s, "<s>yo");
     assert_eq!(m.generation.temperature, Some(0.6));
     assert_eq!(m.generation.top_k, Some(20));
@@ -305,9 +359,17 @@ fn hf_folder_opens_and_maps_names() {
 #[test]
 fn hf_folder_errors() {
     use pagoda_model::safetensors::write_safetensors;
-    let st = write_safetensors(&[("model.embed_tokens.weight", "F32", vec![3, 4], f32_bytes(12))]);
+    let st = write_safetensors(&[(
+        "model.embed_tokens.weight",
+        "F32",
+        vec![3, 4],
+        f32_bytes(12),
+    )]);
     // No tokenizer.json.
-    let dir = hf_dir(&[("config.json", tiny_hf_config()), ("model.safetensors", st.clone())]);
+    let dir = hf_dir(&[
+        ("config.json", tiny_hf_config()),
+        ("model.safetensors", st.clone()),
+    ]);
     let e = open_model(dir.path()).unwrap_err();
     assert!(matches!(e, ModelError::TokenizerFile { .. }), "{e}");
     assert!(e.to_string().contains("tokenizer.json"), "{e}");
@@ -321,7 +383,12 @@ fn hf_folder_errors() {
     assert_has(&e, &["model.safetensors", "model.embed_tokens.weight"]);
     // Two names mapping to one canonical tensor.
     let st2 = write_safetensors(&[
-        ("model.embed_tokens.weight", "F32", vec![3, 4], f32_bytes(12)),
+        (
+            "model.embed_tokens.weight",
+            "F32",
+            vec![3, 4],
+            f32_bytes(12),
+        ),
         ("embed_tokens.weight", "F32", vec![3, 4], f32_bytes(12)),
     ]);
     let dir = hf_dir(&[
@@ -332,7 +399,10 @@ fn hf_folder_errors() {
     let e = open_model(dir.path()).unwrap_err().to_string();
     assert_has(&e, &["token_embd.weight"]);
     // Unknown architecture names config.json.
-    let dir = hf_dir(&[("config.json", br#"{"architectures": ["GPTJForCausalLM"]}"#.to_vec())]);
+    let dir = hf_dir(&[(
+        "config.json",
+        br#"{"architectures": ["GPTJForCausalLM"]}"#.to_vec(),
+    )]);
     let e = open_model(dir.path()).unwrap_err().to_string();
     assert_has(&e, &["config.json", "GPTJForCausalLM"]);
     // Garbage header JSON.

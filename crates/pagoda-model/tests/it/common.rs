@@ -24,9 +24,18 @@ pub fn tiny_llama() -> GgufWriter {
         .add_str("tokenizer.ggml.pre", "smollm")
         .add_str_array(
             "tokenizer.ggml.tokens",
-            ["<|endoftext|>", "a", "b", "c", "ab", "Ġ", "Ġa", "<|im_end|>"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "<|endoftext|>",
+                "a",
+                "b",
+                "c",
+                "ab",
+                "Ġ",
+                "Ġa",
+                "<|im_end|>",
+            ]
+            .map(String::from)
+            .to_vec(),
         )
         .add_metadata(
             "tokenizer.ggml.token_type",
@@ -39,14 +48,22 @@ pub fn tiny_llama() -> GgufWriter {
         .add_u32("tokenizer.ggml.bos_token_id", 0)
         .add_u32("tokenizer.ggml.eos_token_id", 7)
         .add_bool("tokenizer.ggml.add_bos_token", false)
-        .add_str("tokenizer.chat_template", pagoda_model::chat_template::CHATML_TEMPLATE);
+        .add_str(
+            "tokenizer.chat_template",
+            pagoda_model::chat_template::CHATML_TEMPLATE,
+        );
     let ramp = |n: usize| (0..n).map(|i| i as f32 * 0.01).collect::<Vec<f32>>();
     w.add_f32_tensor("token_embd.weight", &[VOCAB, HIDDEN], &ramp(VOCAB * HIDDEN))
         .unwrap();
-    w.add_f32_tensor("output_norm.weight", &[HIDDEN], &vec![1.0; HIDDEN])
+    w.add_f32_tensor("output_norm.weight", &[HIDDEN], &[1.0; HIDDEN])
         .unwrap();
-    w.add_tensor("blk.0.attn_q.weight", GgmlType::Q8_0, &[HIDDEN, HIDDEN], vec![0; HIDDEN * 34])
-        .unwrap();
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        GgmlType::Q8_0,
+        &[HIDDEN, HIDDEN],
+        vec![0; HIDDEN * 34],
+    )
+    .unwrap();
     w
 }
 

@@ -2,5 +2,6 @@
 
 mod bad_files;
 mod common;
+mod golden;
 mod mutations;
 mod real_models;

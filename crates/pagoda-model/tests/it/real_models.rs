@@ -10,7 +10,11 @@ pub fn model_path(var: &str) -> Option<PathBuf> {
     match std::env::var_os(var) {
         Some(p) if !p.is_empty() => {
             let p = PathBuf::from(p);
-            assert!(p.is_file(), "{var} points at {} which is not a file", p.display());
+            assert!(
+                p.is_file(),
+                "{var} points at {} which is not a file",
+                p.display()
+            );
             Some(p)
         }
         _ => {
@@ -25,14 +29,18 @@ pub fn model_path(var: &str) -> Option<PathBuf> {
 
 pub fn smollm2() -> Option<&'static ModelSource> {
     static M: OnceLock<Option<ModelSource>> = OnceLock::new();
-    M.get_or_init(|| model_path("PAGODA_TEST_SMOLLM2").map(|p| open_model(&p).expect("open SmolLM2")))
-        .as_ref()
+    M.get_or_init(|| {
+        model_path("PAGODA_TEST_SMOLLM2").map(|p| open_model(&p).expect("open SmolLM2"))
+    })
+    .as_ref()
 }
 
 pub fn gemma3() -> Option<&'static ModelSource> {
     static M: OnceLock<Option<ModelSource>> = OnceLock::new();
-    M.get_or_init(|| model_path("PAGODA_TEST_GEMMA3").map(|p| open_model(&p).expect("open Gemma 3")))
-        .as_ref()
+    M.get_or_init(|| {
+        model_path("PAGODA_TEST_GEMMA3").map(|p| open_model(&p).expect("open Gemma 3"))
+    })
+    .as_ref()
 }
 
 #[test]
@@ -56,13 +64,22 @@ fn smollm2_config_weights_and_info() {
     assert_eq!(emb.ty, pagoda_kernels::GgmlType::Q8_0);
     let q = m.weights.get("blk.0.attn_k.weight").unwrap();
     assert_eq!(q.shape, vec![192, 576]);
-    let norm = m.weights.get("blk.0.attn_norm.weight").unwrap().to_f32().unwrap();
+    let norm = m
+        .weights
+        .get("blk.0.attn_norm.weight")
+        .unwrap()
+        .to_f32()
+        .unwrap();
     assert_eq!(norm.len(), 576);
     assert!(norm.iter().all(|x| x.is_finite()));
     assert_eq!(m.weights.len(), 272);
     assert_eq!(m.info.file_type, "Q4_1");
     assert_eq!(m.info.architecture, "llama");
-    assert!((130_000_000..140_000_000).contains(&m.info.parameter_count), "{}", m.info.parameter_count);
+    assert!(
+        (130_000_000..140_000_000).contains(&m.info.parameter_count),
+        "{}",
+        m.info.parameter_count
+    );
     assert!(m.chat_template.is_some());
     assert_eq!(m.tokenizer.vocab_size(), 49152);
 }
@@ -87,9 +104,20 @@ fn gemma3_config_and_norms() {
     assert!(c.tie_word_embeddings);
     // The converter baked the Gemma `1 + w` into the GGUF norm weights (see config/from_gguf.rs).
     assert_eq!(c.norm_weight_offset, 0.0);
-    let ffn_norm = m.weights.get("blk.0.ffn_norm.weight").unwrap().to_f32().unwrap();
+    let ffn_norm = m
+        .weights
+        .get("blk.0.ffn_norm.weight")
+        .unwrap()
+        .to_f32()
+        .unwrap();
     let min = ffn_norm.iter().cloned().fold(f32::INFINITY, f32::min);
-    assert_eq!(min, 0.0, "a raw Gemma weight of -1 shifted by the converter's +1");
-    assert!(m.chat_template.is_none(), "the 270M base GGUF ships no template");
+    assert_eq!(
+        min, 0.0,
+        "a raw Gemma weight of -1 shifted by the converter's +1"
+    );
+    assert!(
+        m.chat_template.is_none(),
+        "the 270M base GGUF ships no template"
+    );
     assert_eq!(m.info.file_type, "Q4_K_M");
 }
