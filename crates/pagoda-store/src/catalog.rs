@@ -101,8 +101,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
             description: "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (qwen2 arch); draft model"
                 .into(),
             format: Format::Gguf,
-            sha256: digest("QWEN05_SHA"),
-            size: None,
+            sha256: digest("1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+            size: Some(491_400_064),
             sources: vec![
                 hf(
                     "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
@@ -120,8 +120,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2 arch); target for the 0.5b draft"
                     .into(),
             format: Format::Gguf,
-            sha256: digest("QWEN15_SHA"),
-            size: None,
+            sha256: digest("cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+            size: Some(1_117_320_768),
             sources: vec![
                 hf(
                     "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
@@ -230,6 +230,14 @@ mod tests {
                     b.model_name().unwrap().name()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn single_file_entries_carry_their_full_sha256() {
+        for e in entries().iter().filter(|e| e.format == Format::Gguf) {
+            assert!(e.sha256.is_some(), "{} has no sha256", e.name);
+            assert!(e.size.is_some(), "{} has no size", e.name);
         }
     }
 

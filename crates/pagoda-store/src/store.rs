@@ -484,8 +484,9 @@ impl Store {
     /// Removes a model's manifest and folder, and every blob no other manifest uses.
     pub fn remove(&self, name: &str) -> Result<()> {
         let Some(stored) = self.stored_name(name)? else {
+            ModelName::parse(name)?;
             return Err(StoreError::NotFound {
-                name: ModelName::parse(name)?.to_string(),
+                name: name.trim().to_string(),
             });
         };
         let path = self.manifest_path(&stored);
@@ -542,9 +543,7 @@ impl Store {
     /// The stored model with its manifest (for `pagoda show`).
     pub fn show(&self, name: &str) -> Result<ResolvedModel> {
         self.resolve(name)?.ok_or_else(|| StoreError::NotFound {
-            name: ModelName::parse(name)
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| name.to_string()),
+            name: name.trim().to_string(),
         })
     }
 
@@ -631,15 +630,12 @@ pub fn resolve_or_pull(store: &Store, name: &str) -> Result<ResolvedModel> {
         Some(_) => return pull(name),
         None => {}
     }
-    let parsed = match ModelName::parse(name) {
-        Ok(n) => n,
-        Err(e) => {
-            if Path::new(name).exists() {
-                return direct(name.into());
-            }
-            return Err(e);
+    if let Err(e) = ModelName::parse(name) {
+        if Path::new(name).exists() {
+            return direct(name.into());
         }
-    };
+        return Err(e);
+    }
     if let Some(r) = store.resolve(name)? {
         return Ok(r);
     }
@@ -650,6 +646,6 @@ pub fn resolve_or_pull(store: &Store, name: &str) -> Result<ResolvedModel> {
         return direct(name.into());
     }
     Err(StoreError::NotFound {
-        name: parsed.to_string(),
+        name: name.trim().to_string(),
     })
 }

