@@ -1,20 +1,22 @@
-//! Token ids and chat-template renders of the real SmolLM2 and Gemma 3 GGUFs against goldens
-//! made by `scripts/golden_tokenizer.py` from references we did not write: llama.cpp's own
-//! tokenizer (llama-cpp-python) and transformers' jinja2 chat-template rendering.
+//! Token ids and chat-template renders of the real SmolLM2 and Gemma 3 GGUFs against the
+//! goldens in the repository's `tests/golden/` (`tokenizer_*.json`, `chat_*.json`), made by
+//! `scripts/reference/make_goldens.py` from references we did not write: llama.cpp's own
+//! tokenizer (llama-cpp-python 0.3.36, `vocab_only`) and Python jinja2 as transformers'
+//! `apply_chat_template` runs it.
 
 use crate::real_models::{gemma3, smollm2};
-use pagoda_model::chat_template::{ChatMessage, CHATML_TEMPLATE};
+use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::tokenizer::IncrementalDecoder;
 use pagoda_model::ModelSource;
 use serde_json::Value;
 
 fn load(name: &str) -> Value {
     let path = format!(
-        "{}/tests/golden/{name}_tokenizer.json",
+        "{}/../../tests/golden/{name}.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file"))
-        .expect("golden json")
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).expect("golden json")
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -27,44 +29,66 @@ fn ids(v: &Value) -> Vec<u32> {
 
 fn check_tokens(m: &ModelSource, g: &Value) {
     let tok = &m.tokenizer;
+    assert_eq!(tok.vocab_size() as u64, g["n_vocab"].as_u64().unwrap());
+    assert_eq!(tok.bos_id().map(u64::from), g["bos_id"].as_u64());
+    assert!(tok
+        .eos_ids()
+        .contains(&(g["eos_id"].as_u64().unwrap() as u32)));
     let mut failures = Vec::new();
     for case in g["cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
+        let add_bos = case["add_bos"].as_bool().unwrap();
         let want = ids(&case["ids"]);
-        let got = tok.encode(text, false).unwrap();
+        let got = tok.encode(text, add_bos).unwrap();
         if got != want {
             failures.push(format!(
-                "encode({text:?}, false): got {got:?}, llama.cpp {want:?}"
+                "encode({text:?}, {add_bos}): got {got:?}, llama.cpp {want:?}"
             ));
+            continue;
         }
-        let want_sp = ids(&case["ids_add_special"]);
-        let got_sp = tok.encode(text, true).unwrap();
-        if got_sp != want_sp {
-            failures.push(format!(
-                "encode({text:?}, true): got {got_sp:?}, llama.cpp {want_sp:?}"
-            ));
-        }
-        // Round trip (special-token text decodes back to itself when not skipped).
-        let back = tok.decode(&got, false).unwrap();
-        if back != text {
-            failures.push(format!("decode(encode({text:?})) = {back:?}"));
-        }
-        if let Some(detok) = case["detokenized"].as_str() {
-            if back != detok {
-                failures.push(format!("decode of {text:?}: {back:?}, llama.cpp {detok:?}"));
+        // Per-token pieces as llama.cpp detokenizes them one by one.
+        for (k, (&id, piece)) in got
+            .iter()
+            .zip(case["pieces"].as_array().unwrap())
+            .enumerate()
+        {
+            let ours = tok.decode(&[id], false).unwrap();
+            let theirs = piece.as_str().unwrap();
+            // A token holding part of a UTF-8 character is not text on its own: the golden
+            // writes its bytes as `\xNN` escapes, we decode it as U+FFFD.
+            let partial = theirs.contains("\\x") && ours.contains('\u{FFFD}');
+            if ours != theirs && !partial {
+                failures.push(format!(
+                    "{text:?} token {k} ({id}): piece {ours:?}, llama.cpp {theirs:?}"
+                ));
             }
+        }
+        // Whole-sequence decode equals llama.cpp's detokenization (which keeps specials).
+        let back = tok.decode(&got, false).unwrap();
+        if back != case["detokenized"].as_str().unwrap() {
+            failures.push(format!(
+                "decode({text:?}): {back:?}, llama.cpp {:?}",
+                case["detokenized"]
+            ));
+        }
+        // Round trip without BOS gives the text back.
+        if !add_bos && back != text {
+            failures.push(format!("decode(encode({text:?})) = {back:?}"));
         }
         // Streaming gives the same text as decoding at once.
         let mut d = IncrementalDecoder::with_special_tokens(true);
         let mut streamed = String::new();
         for &id in &got {
             if let Some(piece) = d.push(tok, id).unwrap() {
+                assert!(!piece.contains('\u{FFFD}') || back.contains('\u{FFFD}'));
                 streamed.push_str(&piece);
             }
         }
         streamed.push_str(&d.finish(tok).unwrap());
         if streamed != back {
-            failures.push(format!("streamed {text:?} as {streamed:?}"));
+            failures.push(format!(
+                "streamed {text:?} as {streamed:?}, decode {back:?}"
+            ));
         }
     }
     assert!(
@@ -76,50 +100,62 @@ fn check_tokens(m: &ModelSource, g: &Value) {
 }
 
 fn check_chat(m: &ModelSource, g: &Value) {
-    let chat = &g["chat"];
-    let template = if chat["template_source"] == "chatml-fallback" {
-        assert_eq!(chat["template"].as_str().unwrap(), CHATML_TEMPLATE);
-        assert!(m.chat_template.is_none());
-        m.chat_template_or_default()
-    } else {
-        let t = m.chat_template.clone().expect("model template");
-        assert_eq!(t.source(), chat["template"].as_str().unwrap());
+    let template = if g["gguf_has_chat_template"].as_bool().unwrap() {
+        let t = m.chat_template.clone().expect("the GGUF's template");
+        assert_eq!(t.source(), g["chat_template"].as_str().unwrap());
         t
+    } else {
+        assert!(m.chat_template.is_none());
+        ChatTemplate::new(
+            g["chat_template"].as_str().unwrap().to_string(),
+            m.tokenizer.bos_token().unwrap().to_string(),
+            m.tokenizer.eos_token().unwrap().to_string(),
+        )
+        .unwrap()
     };
-    for r in chat["renders"].as_array().unwrap() {
-        let messages: Vec<ChatMessage> = serde_json::from_value(r["messages"].clone()).unwrap();
-        let add_gen = r["add_generation_prompt"].as_bool().unwrap();
+    assert_eq!(m.tokenizer.bos_token(), g["bos_token"].as_str());
+    assert_eq!(m.tokenizer.eos_token(), g["eos_token"].as_str());
+    for case in g["cases"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+        let add_gen = case["add_generation_prompt"].as_bool().unwrap();
         let got = template.render(&messages, add_gen).unwrap();
         assert_eq!(
             got,
-            r["rendered"].as_str().unwrap(),
-            "messages {messages:?} add_gen {add_gen}"
+            case["rendered"].as_str().unwrap(),
+            "case {} add_generation_prompt {add_gen}",
+            case["name"]
         );
+    }
+    for case in g["errors"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+        let add_gen = case["add_generation_prompt"].as_bool().unwrap();
+        let e = template.render(&messages, add_gen).unwrap_err().to_string();
+        assert!(e.contains(case["error"].as_str().unwrap()), "{e}");
     }
 }
 
 #[test]
 fn smollm2_tokens_match_llama_cpp() {
     let Some(m) = smollm2() else { return };
-    check_tokens(m, &load("smollm2"));
+    check_tokens(m, &load("tokenizer_smollm2"));
 }
 
 #[test]
 fn gemma3_tokens_match_llama_cpp() {
     let Some(m) = gemma3() else { return };
-    check_tokens(m, &load("gemma3"));
+    check_tokens(m, &load("tokenizer_gemma3"));
 }
 
 #[test]
 fn smollm2_chat_template_matches_jinja2() {
     let Some(m) = smollm2() else { return };
-    check_chat(m, &load("smollm2"));
+    check_chat(m, &load("chat_smollm2"));
 }
 
 #[test]
 fn gemma3_chat_template_matches_jinja2() {
     let Some(m) = gemma3() else { return };
-    check_chat(m, &load("gemma3"));
+    check_chat(m, &load("chat_gemma3"));
 }
 
 #[test]
