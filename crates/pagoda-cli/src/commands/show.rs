@@ -84,7 +84,7 @@ fn resolve(store: &Store, text: &str) -> anyhow::Result<ResolvedModel> {
             Ok(Some(m)) => return Ok(m),
             Ok(None) if !as_path.exists() => {
                 return Err(pagoda_store::StoreError::NotFound {
-                    name: pagoda_store::ModelName::parse(text)?.to_string(),
+                    name: text.trim().to_string(),
                 }
                 .into())
             }

