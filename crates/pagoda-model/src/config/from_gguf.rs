@@ -217,3 +217,110 @@ impl ModelConfig {
         Ok(cfg)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{GgufArray, GgufWriter};
+
+    fn base(arch: &str) -> GgufWriter {
+        let mut w = GgufWriter::new();
+        let k = |s: &str| format!("{arch}.{s}");
+        w.add_str("general.architecture", arch)
+            .add_u32(k("block_count"), 12)
+            .add_u32(k("embedding_length"), 64)
+            .add_u32(k("attention.head_count"), 4)
+            .add_u32(k("attention.head_count_kv"), 2)
+            .add_u32(k("feed_forward_length"), 128)
+            .add_u32(k("context_length"), 4096)
+            .add_u32(k("vocab_size"), 100);
+        w
+    }
+
+    fn parse(w: &GgufWriter) -> Result<ModelConfig, ModelError> {
+        ModelConfig::from_gguf(&GgufFile::from_bytes("t.gguf", w.to_bytes())?)
+    }
+
+    #[test]
+    fn qwen2_is_neox_and_reads_yarn() {
+        let mut w = base("qwen2");
+        w.add_str("qwen2.rope.scaling.type", "yarn")
+            .add_f32("qwen2.rope.scaling.factor", 4.0)
+            .add_u32("qwen2.rope.scaling.original_context_length", 32768);
+        let c = parse(&w).unwrap();
+        assert_eq!(c.arch, Architecture::Qwen2);
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+        assert_eq!(c.head_dim, 16);
+        assert_eq!(
+            c.rope_scaling,
+            RopeScaling::Yarn {
+                factor: 4.0,
+                original_max_position: 32768,
+                beta_fast: 32.0,
+                beta_slow: 1.0
+            }
+        );
+        assert!(c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn llama_linear_scaling_and_per_layer_arrays() {
+        let mut w = base("llama");
+        w.add_str("llama.rope.scaling.type", "linear")
+            .add_f32("llama.rope.scaling.factor", 2.0)
+            .add_metadata(
+                "llama.attention.head_count_kv",
+                GgufValue::Array(GgufArray::I32(vec![2; 12])),
+            );
+        let c = parse(&w).unwrap();
+        assert_eq!(c.rope_style, RopeStyle::Interleaved);
+        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+        assert_eq!(c.n_kv_heads, 2);
+        let mut kv = vec![2; 12];
+        kv[3] = 4;
+        w.add_metadata(
+            "llama.attention.head_count_kv",
+            GgufValue::Array(GgufArray::I32(kv)),
+        );
+        let e = parse(&w).unwrap_err().to_string();
+        assert!(e.contains("head_count_kv") && e.contains("varies"), "{e}");
+        w.add_u32("llama.attention.head_count_kv", 2);
+        w.add_str("llama.rope.scaling.type", "longrope");
+        assert!(parse(&w).unwrap_err().to_string().contains("longrope"));
+    }
+
+    #[test]
+    fn gemma3_defaults_and_pattern_key() {
+        let mut w = base("gemma3");
+        w.add_u32("gemma3.attention.key_length", 32)
+            .add_u32("gemma3.attention.value_length", 32)
+            .add_u32("gemma3.attention.sliding_window", 512);
+        let c = parse(&w).unwrap();
+        let globals: Vec<usize> = (0..12).filter(|&i| !c.layer_is_sliding[i]).collect();
+        assert_eq!(globals, vec![5, 11]);
+        assert_eq!(c.attention_scale, 1.0 / 32f32.sqrt());
+        assert_eq!(c.rms_eps, 1e-6);
+        assert_eq!(c.norm_weight_offset, 0.0);
+        w.add_u32("gemma3.attention.sliding_window_pattern", 3);
+        let globals: Vec<usize> = (0..12)
+            .filter(|&i| !parse(&w).unwrap().layer_is_sliding[i])
+            .collect();
+        assert_eq!(globals, vec![2, 5, 8, 11]);
+        w.add_f32("gemma3.final_logit_softcapping", 30.0);
+        assert_eq!(parse(&w).unwrap().final_logit_softcap, Some(30.0));
+    }
+
+    #[test]
+    fn missing_keys_name_the_key() {
+        let mut w = GgufWriter::new();
+        w.add_str("general.architecture", "llama");
+        let e = parse(&w).unwrap_err().to_string();
+        assert!(
+            e.contains("t.gguf") && e.contains("llama.block_count"),
+            "{e}"
+        );
+        let mut w = base("llama");
+        w.add_u32("llama.attention.head_count", 0);
+        assert!(parse(&w).is_err());
+    }
+}
