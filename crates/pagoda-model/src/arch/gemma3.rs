@@ -33,7 +33,8 @@ pub struct Gemma3Layers {
 impl Gemma3Layers {
     pub fn load(weights: &Weights, cfg: &ModelConfig) -> Result<Self, ModelError> {
         let d = cfg.hidden_size;
-        let norm = |i: usize, t: &str| RmsNorm::load(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
+        let norm =
+            |i: usize, t: &str| RmsNorm::load(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 Ok(Gemma3Layer {
@@ -75,9 +76,18 @@ impl Gemma3Layers {
                 (&self.rope_global, None)
             };
             layer.attn_norm.forward(x, &mut normed);
-            layer
-                .attn
-                .forward(cfg, i, rope, window, &normed, n, start, cache, s, &mut branch)?;
+            layer.attn.forward(
+                cfg,
+                i,
+                rope,
+                window,
+                &normed,
+                n,
+                start,
+                cache,
+                s,
+                &mut branch,
+            )?;
             layer.post_attn_norm.forward(&branch, &mut post);
             ops::add_inplace(x, &post);
             layer.ffn_norm.forward(x, &mut normed);

@@ -35,10 +35,12 @@ impl Linear {
         let weight = weights.get(name)?.clone();
         expect_shape(&weight, &[rows, cols])?;
         // Validate the byte length once, here, so later calls cannot fail on it.
-        WeightMatrix::new(weight.ty, rows, cols, weight.data()).map_err(|e| ModelError::Tensor {
-            path: Default::default(),
-            tensor: name.to_string(),
-            message: e.to_string(),
+        WeightMatrix::new(weight.ty, rows, cols, weight.data()).map_err(|e| {
+            ModelError::Tensor {
+                path: Default::default(),
+                tensor: name.to_string(),
+                message: e.to_string(),
+            }
         })?;
         let bias = match bias_name {
             Some(b) if weights.contains(b) => Some(load_vector(weights, b, rows)?),
@@ -94,7 +96,12 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn load(weights: &Weights, name: &str, dim: usize, cfg: &ModelConfig) -> Result<Self, ModelError> {
+    pub fn load(
+        weights: &Weights,
+        name: &str,
+        dim: usize,
+        cfg: &ModelConfig,
+    ) -> Result<Self, ModelError> {
         Ok(RmsNorm {
             weight: load_vector(weights, name, dim)?,
             eps: cfg.rms_eps,
@@ -174,8 +181,8 @@ impl Rope {
                         } else if wavelen > low_wavelen {
                             f / factor
                         } else {
-                            let smooth =
-                                (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
                             (1.0 - smooth) * f / factor + smooth * f
                         }
                     })
@@ -206,7 +213,11 @@ impl Rope {
                         f / factor * (1.0 - extrapolation) + f * extrapolation
                     })
                     .collect();
-                let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+                let mscale = if factor <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * factor.ln() + 1.0
+                };
                 (scaled, mscale)
             }
         };
@@ -299,7 +310,12 @@ pub enum Activation {
 }
 
 impl GatedMlp {
-    pub fn load(weights: &Weights, layer: usize, cfg: &ModelConfig, activation: Activation) -> Result<Self, ModelError> {
+    pub fn load(
+        weights: &Weights,
+        layer: usize,
+        cfg: &ModelConfig,
+        activation: Activation,
+    ) -> Result<Self, ModelError> {
         let (d, f) = (cfg.hidden_size, cfg.ffn_dim);
         Ok(GatedMlp {
             gate: Linear::load(weights, &format!("blk.{layer}.ffn_gate.weight"), None, f, d)?,
@@ -310,7 +326,13 @@ impl GatedMlp {
     }
 
     /// `x`: `[n, hidden]` -> `out`: `[n, hidden]`.
-    pub fn forward(&self, x: &[f32], n: usize, scratch: &mut Scratch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+    pub fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        scratch: &mut Scratch,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
         self.gate.forward(x, n, &mut scratch.gate)?;
         self.up.forward(x, n, &mut scratch.up)?;
         match self.activation {
@@ -348,9 +370,27 @@ impl AttentionWeights {
             }
         };
         Ok(AttentionWeights {
-            q: Linear::load(weights, &name("attn_q.weight"), Some(&name("attn_q.bias")), q_dim, d)?,
-            k: Linear::load(weights, &name("attn_k.weight"), Some(&name("attn_k.bias")), kv_dim, d)?,
-            v: Linear::load(weights, &name("attn_v.weight"), Some(&name("attn_v.bias")), kv_dim, d)?,
+            q: Linear::load(
+                weights,
+                &name("attn_q.weight"),
+                Some(&name("attn_q.bias")),
+                q_dim,
+                d,
+            )?,
+            k: Linear::load(
+                weights,
+                &name("attn_k.weight"),
+                Some(&name("attn_k.bias")),
+                kv_dim,
+                d,
+            )?,
+            v: Linear::load(
+                weights,
+                &name("attn_v.weight"),
+                Some(&name("attn_v.bias")),
+                kv_dim,
+                d,
+            )?,
             o: Linear::load(weights, &name("attn_output.weight"), None, d, q_dim)?,
             q_norm: norm("attn_q_norm.weight")?,
             k_norm: norm("attn_k_norm.weight")?,
@@ -386,7 +426,16 @@ impl AttentionWeights {
         rope.apply(&mut scratch.k, n, start);
         cache.write(layer, start, &scratch.k, &scratch.v);
         let (keys, values) = cache.layer(layer, start + n);
-        attention(cfg, &scratch.q, keys, values, n, start, window, &mut scratch.attn);
+        attention(
+            cfg,
+            &scratch.q,
+            keys,
+            values,
+            n,
+            start,
+            window,
+            &mut scratch.attn,
+        );
         self.o.forward(&scratch.attn, n, out)
     }
 }

@@ -30,7 +30,12 @@ impl LlamaLayers {
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 Ok(LlamaLayer {
-                    attn_norm: RmsNorm::load(weights, &format!("blk.{i}.attn_norm.weight"), d, cfg)?,
+                    attn_norm: RmsNorm::load(
+                        weights,
+                        &format!("blk.{i}.attn_norm.weight"),
+                        d,
+                        cfg,
+                    )?,
                     attn: AttentionWeights::load(weights, i, cfg)?,
                     ffn_norm: RmsNorm::load(weights, &format!("blk.{i}.ffn_norm.weight"), d, cfg)?,
                     mlp: GatedMlp::load(weights, i, cfg, Activation::Silu)?,
@@ -57,9 +62,18 @@ impl LlamaLayers {
         let mut branch = std::mem::take(&mut s.branch);
         for (i, layer) in self.layers.iter().enumerate() {
             layer.attn_norm.forward(x, &mut normed);
-            layer
-                .attn
-                .forward(cfg, i, &self.rope, None, &normed, n, start, cache, s, &mut branch)?;
+            layer.attn.forward(
+                cfg,
+                i,
+                &self.rope,
+                None,
+                &normed,
+                n,
+                start,
+                cache,
+                s,
+                &mut branch,
+            )?;
             ops::add_inplace(x, &branch);
             layer.ffn_norm.forward(x, &mut normed);
             layer.mlp.forward(&normed, n, s, &mut branch)?;

@@ -44,7 +44,9 @@ impl Model {
     /// Builds the forward pass for `source`, checking every tensor's presence and shape.
     pub fn from_source(source: &ModelSource) -> Result<Self, ModelError> {
         Self::build(&source.config, &source.weights).map_err(|e| match e {
-            ModelError::Tensor { tensor, message, .. } => ModelError::Tensor {
+            ModelError::Tensor {
+                tensor, message, ..
+            } => ModelError::Tensor {
                 path: source.path.clone(),
                 tensor,
                 message,
@@ -68,7 +70,9 @@ impl Model {
             embedding.clone()
         };
         let stack = match cfg.arch {
-            Architecture::Llama | Architecture::Qwen2 => Stack::Llama(llama::LlamaLayers::load(weights, cfg)?),
+            Architecture::Llama | Architecture::Qwen2 => {
+                Stack::Llama(llama::LlamaLayers::load(weights, cfg)?)
+            }
             Architecture::Gemma3 => Stack::Gemma3(gemma3::Gemma3Layers::load(weights, cfg)?),
         };
         Ok(Model {
@@ -86,7 +90,10 @@ impl Model {
 
     /// A fresh cache for up to `capacity` positions (at most the model's context length).
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(&self.config, capacity.min(self.config.context_length).max(1))
+        KvCache::new(
+            &self.config,
+            capacity.min(self.config.context_length).max(1),
+        )
     }
 
     /// Runs `tokens` at positions `start..` and returns logits, `[1, vocab]` for
@@ -101,7 +108,9 @@ impl Model {
         let cfg = &self.config;
         let n = tokens.len();
         if n == 0 {
-            return Err(ModelError::InvalidConfig("forward pass over zero tokens".into()));
+            return Err(ModelError::InvalidConfig(
+                "forward pass over zero tokens".into(),
+            ));
         }
         cache.check_room(start, n)?;
         let d = cfg.hidden_size;
