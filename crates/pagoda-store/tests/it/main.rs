@@ -718,3 +718,123 @@ fn store_layout_on_disk() {
         .join(sha(&gguf_bytes(15, 10)).file_name());
     assert!(blob.is_file());
 }
+
+// ---------------------------------------------------------------- Hugging Face repos
+
+fn listing(files: &[&str]) -> Route {
+    let siblings: Vec<serde_json::Value> = files
+        .iter()
+        .map(|f| serde_json::json!({ "rfilename": f }))
+        .collect();
+    Route::Body(
+        serde_json::json!({ "id": "x", "siblings": siblings })
+            .to_string()
+            .into_bytes(),
+    )
+}
+
+#[test]
+fn hugging_face_repo_folder_is_downloaded_file_by_file() {
+    let server = Server::start(vec![
+        (
+            "/api/models/Org/Bert/revision/main",
+            listing(&[
+                ".gitattributes",
+                "README.md",
+                "config.json",
+                "model.safetensors",
+                "pytorch_model.bin",
+                "tokenizer.json",
+                "1_Pooling/config.json",
+                "onnx/model.onnx",
+            ]),
+        ),
+        (
+            "/Org/Bert/resolve/main/config.json",
+            Route::Body(b"{\"bert\":1}".to_vec()),
+        ),
+        (
+            "/Org/Bert/resolve/main/model.safetensors",
+            Route::Body(b"weights".to_vec()),
+        ),
+        (
+            "/Org/Bert/resolve/main/tokenizer.json",
+            Route::Body(b"{\"tok\":1}".to_vec()),
+        ),
+        (
+            "/Org/Bert/resolve/main/1_Pooling/config.json",
+            Route::Body(b"{}".to_vec()),
+        ),
+    ]);
+    let env = Env::new();
+    let store = env.store().with_hf_endpoint(server.base.clone());
+    let r = store.pull("hf://Org/Bert", &opts()).unwrap();
+    assert_eq!(r.format, Format::HfFolder);
+    assert_eq!(
+        r.name.as_ref().unwrap().to_string(),
+        "hf.co/org/bert:latest"
+    );
+    assert_eq!(
+        fs::read(r.path.join("model.safetensors")).unwrap(),
+        b"weights"
+    );
+    assert!(r.path.join("1_Pooling/config.json").is_file());
+    let m = r.manifest.unwrap();
+    let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "1_Pooling/config.json",
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json"
+        ]
+    );
+    assert_eq!(server.hits("/Org/Bert/resolve/main/pytorch_model.bin"), 0);
+    assert_eq!(m.source, "hf://Org/Bert");
+}
+
+#[test]
+fn hugging_face_repo_gguf_by_quantization_tag() {
+    let q4 = gguf_bytes(16, 100);
+    let server = Server::start(vec![
+        (
+            "/api/models/Org/M-GGUF/revision/main",
+            listing(&[
+                "M-Q4_K_M.gguf",
+                "M-Q8_0.gguf",
+                "M-Q4_K_M-imat.gguf",
+                "README.md",
+            ]),
+        ),
+        (
+            "/Org/M-GGUF/resolve/main/M-Q4_K_M.gguf",
+            Route::Body(q4.clone()),
+        ),
+        ("/api/models/Org/Missing/revision/main", Route::Status(404)),
+    ]);
+    let env = Env::new();
+    let store = env.store().with_hf_endpoint(server.base.clone());
+    let r = store.pull("hf.co/Org/M-GGUF:q4_k_m", &opts()).unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), q4);
+    assert_eq!(r.name.unwrap().to_string(), "hf.co/org/m-gguf:q4_k_m");
+    assert_eq!(r.manifest.unwrap().files[0].path, "M-Q4_K_M.gguf");
+
+    let e = store.pull("hf.co/Org/M-GGUF:Q2_K", &opts()).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("no GGUF file in the repo matches 'Q2_K'"),
+        "{text}"
+    );
+    assert!(text.contains("M-Q8_0.gguf"), "{text}");
+
+    // Several GGUFs and no tag: ask for one.
+    let e = store.pull("hf.co/Org/M-GGUF", &opts()).unwrap_err();
+    assert!(e.to_string().contains("matches several files"), "{e}");
+
+    let e = store.pull("hf://Org/Missing", &opts()).unwrap_err();
+    assert!(
+        matches!(e, StoreError::HttpStatus { status: 404, .. }),
+        "{e}"
+    );
+}
