@@ -10,8 +10,8 @@
 //! logits processors):
 //!
 //! 1. **Sanitize**: `NaN` becomes `-inf` and `+inf` becomes `f32::MAX`, so that every later
-//!    step works on values in `[-inf, f32::MAX]`. The raw row's argmax is remembered here (first
-//!    index on ties, token 0 if every value is `NaN`/`-inf`) as the fallback of step 5.
+//!    step works on values in `[-inf, f32::MAX]`. The row is modified in place: after
+//!    `sample` it holds the processed logits of steps 1-3.
 //! 2. **`logit_bias`**: `logit += bias` for each listed id (ids outside the row are skipped).
 //!    A bias of `-inf` bans the token.
 //! 3. **Penalties**, in this order:
@@ -24,11 +24,14 @@
 //!    default ("processed logits, before temperature"): the numbers describe the model as
 //!    biased and penalized, not the sampler's truncated distribution, so they stay comparable
 //!    across temperatures and `top_k`/`top_p` settings.
-//! 5. If every logit is now `-inf` (all banned, or a broken row), the raw argmax of step 1 is
-//!    returned, deterministically and without consuming randomness; its reported logprob is
-//!    `0.0` (the fallback is a certain choice) and `top_logprobs` holds only that token.
+//! 5. If every logit is now `-inf` (all banned, or a broken row), the argmax of the raw row
+//!    (as sanitized in step 1: first index on ties, token 0 if every value was `NaN`/`-inf`)
+//!    is returned, deterministically and without consuming randomness; its reported logprob
+//!    is `0.0` (the fallback is a certain choice) and `top_logprobs` holds only that token.
+//!    (Bias and penalties touch few entries; they are logged and undone to find it.)
 //! 6. **Greedy** if `temperature == 0.0`: argmax, lowest id on ties. No randomness is consumed.
-//! 7. **Temperature**: `weight = exp((logit - max) / T)`.
+//! 7. **Temperature**: `weight = exp((logit - max) / T)` (in `f32`, with the crate's own
+//!    `exp`; sums are accumulated in `f64`).
 //! 8. **`top_k`**: keep the `k` largest logits (ties broken by lower id), by partial selection.
 //! 9. **`top_p`**: over the top-k set, renormalized, keep the smallest prefix (by descending
 //!    probability, ties by lower id) whose cumulative probability reaches `top_p` (with a
@@ -44,15 +47,21 @@
 //! - `sample` never panics on any row (NaN, infinities, empty), any params (validated or not)
 //!   or any token ids in `prompt`/`generated` (ids outside the row are ignored), and returns an
 //!   id `< logits.len()` whenever the row is non-empty (token 0 for an empty row).
-//! - After `validate` passes, a step allocates nothing except the returned `top_logprobs`: the
-//!   candidate list and the per-token counters are buffers owned by the `Sampler`, and the
-//!   counters are all zero between calls (asserted in debug builds).
-//! - With `top_k` set, no step sorts the whole vocabulary; without it, `top_p` sorts a
-//!   selected head first and only sorts the rest if the head does not reach `top_p`.
+//! - Once the first step has sized the buffers, a step allocates nothing except the returned
+//!   `top_logprobs`: candidates, weights, penalty counters and the undo log are buffers owned
+//!   by the `Sampler`, and the counters are all zero between calls (asserted in debug builds).
+//! - With `top_k <= 256` the top-k set is picked in one streaming pass; a larger `top_k` uses
+//!   `select_nth_unstable` then sorts only the `k` kept. No step sorts the whole vocabulary
+//!   unless `top_p` without `top_k` really needs most of it: that path sorts a selected head
+//!   of 1024 candidates, then 4x larger slices, only as far as the cumulative sum walks.
 //! - Determinism: the RNG is xoshiro256** seeded through SplitMix64 (both fully specified,
-//!   integer-only), one draw per non-greedy step, and candidates are ordered by a total order
-//!   (logit, then id). Same seed and same logits give the same tokens on every platform; the
-//!   only platform dependence left is the last-ulp rounding of `f64::exp`.
+//!   integer-only), one draw per non-greedy step; candidates are ordered by a total order
+//!   (logit descending, then id ascending) encoded as one `u64` key; weights come from a
+//!   branch-free `exp` built from IEEE adds and multiplies, summed in a fixed order. Same seed
+//!   and same logits give the same tokens on every platform and Rust version. (The one libm
+//!   call on the sampling path, `ln(min_p)`, could move a token that sits exactly on the
+//!   min-p threshold by one ulp; logprob values use libm `ln` too, which does not affect the
+//!   choice.)
 
 use rand::RngCore;
 
@@ -222,18 +231,22 @@ pub struct SampledToken {
     pub top_logprobs: Vec<TokenLogprob>,
 }
 
-/// One candidate token during truncation. `weight` is filled in only for the final kept set.
-#[derive(Debug, Clone, Copy)]
-struct Candidate {
-    id: u32,
-    logit: f32,
-    weight: f64,
+/// A candidate token as one sortable integer: ascending order of keys is descending logit,
+/// then ascending id — a total order, so selection and sorting give the same result on every
+/// platform and `std` version. The logit is looked up in the row by id.
+fn key(id: usize, x: f32) -> u64 {
+    // Map the float to a u32 whose ascending order is the float's, then invert for descending.
+    let b = x.to_bits();
+    let ord = if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    };
+    (u64::from(!ord) << 32) | id as u64
 }
 
-/// Total order used everywhere: higher logit first, then lower id. Logits are sanitized
-/// (no NaN) before this is used, and `total_cmp` keeps it total regardless.
-fn by_logit_desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
-    b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
+fn key_id(key: u64) -> usize {
+    (key & 0xffff_ffff) as usize
 }
 
 /// Samples tokens for one sequence. Holds the seeded RNG and reusable buffers.
@@ -242,12 +255,16 @@ pub struct Sampler {
     params: SamplingParams,
     seed: u64,
     rng: Xoshiro256StarStar,
-    /// Candidate tokens of the current step; capacity is kept between steps.
-    candidates: Vec<Candidate>,
+    /// Candidate keys (see [`key`]) of the current step; capacity is kept between steps.
+    keys: Vec<u64>,
+    /// Unnormalized probabilities of the final candidates (or of the whole row).
+    weights: Vec<f32>,
     /// Per-token counters for the penalties, indexed by token id. All zero between calls.
     counts: Vec<u32>,
-    /// Best `n` (id, logit) for logprobs, sorted by [`by_logit_desc`].
-    top: Vec<Candidate>,
+    /// `(id, sanitized logit)` before bias/penalties touched it, to recover the raw argmax.
+    undo: Vec<(u32, f32)>,
+    /// Keys of the best `n` tokens for logprobs, sorted.
+    top: Vec<u64>,
 }
 
 impl Sampler {
@@ -260,8 +277,10 @@ impl Sampler {
             params,
             seed,
             rng: Xoshiro256StarStar::seed_from_u64(seed),
-            candidates: Vec::new(),
+            keys: Vec::new(),
+            weights: Vec::new(),
             counts: Vec::new(),
+            undo: Vec::new(),
             top: Vec::new(),
         }
     }
@@ -276,7 +295,7 @@ impl Sampler {
     }
 
     /// Picks the next token from one row of `vocab_size` raw logits, which is modified in place
-    /// (bias and penalties applied, NaN/inf sanitized). `prompt` holds the prompt's token ids
+    /// (sanitized, then bias and penalties applied). `prompt` holds the prompt's token ids
     /// and `generated` the ids sampled so far: the repetition penalty looks at the last
     /// `repeat_last_n` of `prompt ++ generated`, presence/frequency at `generated` only.
     pub fn sample(
@@ -292,16 +311,23 @@ impl Sampler {
                 top_logprobs: Vec::new(),
             };
         }
-        let fallback = sanitize(logits);
+        sanitize(logits);
+        self.undo.clear();
         for &(id, bias) in &self.params.logit_bias {
             if let Some(x) = logits.get_mut(id as usize) {
+                self.undo.push((id, *x));
                 *x = clean(*x + bias);
             }
         }
         self.apply_penalties(logits, prompt, generated);
 
-        let (argmax, max) = argmax(logits);
+        let (best, max) = argmax(logits);
         if max == f32::NEG_INFINITY {
+            // Everything is banned: put back what bias/penalties changed, take that argmax.
+            for &(id, x) in self.undo.iter().rev() {
+                logits[id as usize] = x;
+            }
+            let fallback = argmax(logits).0;
             let top_logprobs = match self.params.logprobs {
                 Some(n) if n > 0 => vec![TokenLogprob {
                     token: fallback,
@@ -317,11 +343,13 @@ impl Sampler {
         }
 
         let t = self.params.temperature;
-        // `!(t > 0)` also sends a NaN temperature (unvalidated params) to greedy.
-        let token = if !(t > 0.0) {
-            argmax
+        // A NaN temperature (unvalidated params) is sent to greedy too.
+        let token = if t.is_nan() || t <= 0.0 {
+            best
         } else {
-            self.sample_truncated(logits, max, f64::from(t))
+            // An infinite temperature would make `-inf / t` NaN; the largest finite one is
+            // already uniform over the finite logits.
+            self.sample_truncated(logits, max, t.min(f32::MAX))
         };
 
         match self.params.logprobs {
@@ -356,6 +384,7 @@ impl Sampler {
             self.counts.resize(n, 0);
         }
         let counts = &mut self.counts;
+        let undo = &mut self.undo;
 
         if use_rep {
             let total = prompt.len() + generated.len();
@@ -368,6 +397,7 @@ impl Sampler {
                 if i < n && counts[i] == 0 {
                     counts[i] = 1;
                     let x = logits[i];
+                    undo.push((id, x));
                     logits[i] = clean(if x > 0.0 { x / rep } else { x * rep });
                 }
             }
@@ -390,6 +420,7 @@ impl Sampler {
                 if i < n && counts[i] > 0 {
                     let c = counts[i] as f32;
                     counts[i] = 0;
+                    undo.push((id, logits[i]));
                     logits[i] = clean(logits[i] - (c * freq + pres));
                 }
             }
@@ -401,110 +432,109 @@ impl Sampler {
     }
 
     /// Temperature, top-k, top-p, min-p, then one draw (module docs, steps 7-11).
-    /// `max` is the finite maximum of `logits`.
-    fn sample_truncated(&mut self, logits: &[f32], max: f32, t: f64) -> u32 {
+    /// `max` is the finite maximum of `logits`; `t` is finite and > 0.
+    fn sample_truncated(&mut self, logits: &[f32], max: f32, t: f32) -> u32 {
         let p = &self.params;
-        let m = f64::from(max);
-        // Weights are computed in f64 from finite logits, so no NaN can arise whatever `t`.
-        let weight = |x: f32| ((f64::from(x) - m) / t).exp();
-        // min-p keeps weight >= min_p * weight(max) = min_p, i.e. (x - m) / t >= ln(min_p).
-        let min_p = f64::from(p.min_p);
-        let log_min_p = if min_p > 0.0 {
-            min_p.ln()
-        } else {
-            f64::NEG_INFINITY
-        };
-        let keep_min_p = |x: f32| (f64::from(x) - m) / t >= log_min_p;
+        let n = logits.len();
+        let use_top_k = p.top_k > 0 && p.top_k < n;
         let top_p = f64::from(p.top_p);
         let use_top_p = top_p < 1.0;
+        let use_min_p = p.min_p > 0.0;
+        if !use_top_k && !use_top_p && !use_min_p {
+            return self.draw_from_row(logits, max, t);
+        }
+        // min-p keeps weight >= min_p * weight(max) = min_p, i.e. (x - max) / t >= ln(min_p).
+        let log_min_p = if use_min_p {
+            p.min_p.ln()
+        } else {
+            f32::NEG_INFINITY
+        };
+        let keeps_min_p = |x: f32| x > f32::NEG_INFINITY && (x - max) / t >= log_min_p;
+        let w = |id: usize| exp_f32((logits[id] - max) / t);
 
-        let cands = &mut self.candidates;
-        cands.clear();
-        cands.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, &x)| x > f32::NEG_INFINITY)
-                .map(|(i, &x)| Candidate {
-                    id: i as u32,
-                    logit: x,
-                    weight: 0.0,
-                }),
-        );
-
-        // `z` is the normalizer of the top-k distribution that top-p's cumulative sum uses.
-        let mut z = 0.0;
-        let k = p.top_k;
-        if k > 0 && k < cands.len() {
-            cands.select_nth_unstable_by(k - 1, by_logit_desc);
-            cands.truncate(k);
-            if use_top_p {
-                z = cands.iter().map(|c| weight(c.logit)).sum();
+        let keys = &mut self.keys;
+        // `z` normalizes the top-k distribution that top-p's cumulative sum runs over.
+        let mut z = 0.0f64;
+        let mut kept = None;
+        if use_top_k {
+            let k = p.top_k;
+            if k <= SMALL_TOP_K {
+                top_n_keys(logits, k, keys);
+            } else {
+                fill_finite_keys(logits, keys);
+                if keys.len() > k {
+                    keys.select_nth_unstable(k - 1);
+                    keys.truncate(k);
+                }
+                keys.sort_unstable();
             }
-            cands.retain(|c| keep_min_p(c.logit));
-            // Sorted even without top-p: the draw walks the candidates in order, and that
-            // order must not depend on how `select_nth_unstable` happens to leave them.
-            cands.sort_unstable_by(by_logit_desc);
+            if use_top_p {
+                z = keys.iter().map(|&k| f64::from(w(key_id(k)))).sum();
+            }
+            // Sorted by descending logit, so min-p removes a suffix.
+            let cut = keys.partition_point(|&k| keeps_min_p(logits[key_id(k)]));
+            keys.truncate(cut);
+            if use_top_p {
+                kept = top_p_prefix(keys, 0, 0.0, z, top_p, &w).0;
+            }
         } else {
             if use_top_p {
-                z = cands.iter().map(|c| weight(c.logit)).sum();
+                z = sum_exp(logits, max, t);
             }
-            cands.retain(|c| keep_min_p(c.logit));
+            keys.clear();
+            keys.extend(
+                logits
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &x)| keeps_min_p(x))
+                    .map(|(i, &x)| key(i, x)),
+            );
             if use_top_p {
-                // Sort a head first; the top-p set is usually small.
-                if cands.len() > TOP_P_HEAD {
-                    cands.select_nth_unstable_by(TOP_P_HEAD - 1, by_logit_desc);
-                    let head = &mut cands[..TOP_P_HEAD];
-                    head.sort_unstable_by(by_logit_desc);
-                    let head_mass: f64 = head.iter().map(|c| weight(c.logit)).sum();
-                    if head_mass / z < top_p - TOP_P_EPSILON {
-                        cands[TOP_P_HEAD..].sort_unstable_by(by_logit_desc);
-                    } else {
-                        cands.truncate(TOP_P_HEAD);
+                // Sort a growing head at a time: the top-p set is usually small, and only
+                // the part of the order the cumulative sum walks over is ever sorted.
+                let (mut sorted, mut chunk, mut cum) = (0, TOP_P_HEAD, 0.0);
+                while sorted < keys.len() {
+                    let len = keys.len();
+                    let end = (sorted + chunk).min(len);
+                    if end < len {
+                        keys[sorted..].select_nth_unstable(end - sorted - 1);
                     }
-                } else {
-                    cands.sort_unstable_by(by_logit_desc);
+                    keys[sorted..end].sort_unstable();
+                    let (found, c) = top_p_prefix(&keys[..end], sorted, cum, z, top_p, &w);
+                    if found.is_some() {
+                        kept = found;
+                        break;
+                    }
+                    (sorted, chunk, cum) = (end, chunk.saturating_mul(4), c);
                 }
             }
         }
-
-        if use_top_p && z > 0.0 {
-            let mut cum = 0.0;
-            let mut keep = cands.len();
-            for (i, c) in cands.iter().enumerate() {
-                cum += weight(c.logit) / z;
-                if cum >= top_p - TOP_P_EPSILON {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            cands.truncate(keep);
+        if let Some(len) = kept {
+            keys.truncate(len);
         }
 
-        let mut total = 0.0;
-        for c in cands.iter_mut() {
-            c.weight = weight(c.logit);
-            total += c.weight;
-        }
         // The max token always survives truncation with weight exp(0) = 1, so `total >= 1`
-        // unless every candidate was filtered (impossible with validated params; guarded anyway).
-        let Some(first) = cands.first() else {
+        // unless every candidate was filtered (impossible for t > 0; guarded anyway).
+        let weights = &mut self.weights;
+        weights.clear();
+        weights.extend(keys.iter().map(|&k| w(key_id(k))));
+        let total: f64 = weights.iter().map(|&x| f64::from(x)).sum();
+        if keys.is_empty() || total.is_nan() || total <= 0.0 {
             return argmax(logits).0;
-        };
-        let target = self.rng.next_f64() * total;
-        let mut cum = 0.0;
-        let mut chosen = first.id;
-        for c in cands.iter() {
-            if c.weight > 0.0 {
-                chosen = c.id;
-            }
-            cum += c.weight;
-            if target < cum {
-                return c.id;
-            }
         }
-        // Rounding left `target` at the very top: the last token with positive weight.
-        chosen
+        let target = self.rng.next_f64() * total;
+        let i = pick(weights, target);
+        key_id(keys[i]) as u32
+    }
+
+    /// Pure temperature sampling over the whole row (no truncation, no sort).
+    fn draw_from_row(&mut self, logits: &[f32], max: f32, t: f32) -> u32 {
+        let weights = &mut self.weights;
+        weights.clear();
+        weights.extend(logits.iter().map(|&x| exp_f32((x - max) / t)));
+        let total = sum_f64(weights);
+        let target = self.rng.next_f64() * total;
+        pick(weights, target) as u32
     }
 
     /// The chosen token's logprob and the top `n`, from log_softmax of the processed logits.
@@ -515,9 +545,7 @@ impl Sampler {
         token: u32,
         n: usize,
     ) -> (f32, Vec<TokenLogprob>) {
-        let m = f64::from(max);
-        let sum: f64 = logits.iter().map(|&x| (f64::from(x) - m).exp()).sum();
-        let lse = m + sum.ln();
+        let lse = f64::from(max) + sum_exp(logits, max, 1.0).ln();
         // Saturate at -f32::MAX: a finite logit keeps a finite (serializable) logprob even
         // when it is ~1e38 below the maximum.
         let logprob_of = |x: f32| {
@@ -530,41 +558,171 @@ impl Sampler {
         let chosen = logits
             .get(token as usize)
             .map_or(f32::NEG_INFINITY, |&x| logprob_of(x));
-
-        let n = n.min(logits.len());
-        let top = &mut self.top;
-        top.clear();
-        if n > 0 {
-            for (i, &x) in logits.iter().enumerate() {
-                if x == f32::NEG_INFINITY {
-                    continue;
-                }
-                let c = Candidate {
-                    id: i as u32,
-                    logit: x,
-                    weight: 0.0,
-                };
-                if top.len() == n {
-                    // `top` is sorted; skip anything not better than its worst entry.
-                    match top.last() {
-                        Some(worst) if by_logit_desc(&c, worst).is_lt() => {
-                            top.pop();
-                        }
-                        _ => continue,
-                    }
-                }
-                let at = top.partition_point(|e| by_logit_desc(e, &c).is_lt());
-                top.insert(at, c);
-            }
-        }
-        let out = top
+        top_n_keys(logits, n, &mut self.top);
+        let out = self
+            .top
             .iter()
-            .map(|c| TokenLogprob {
-                token: c.id,
-                logprob: logprob_of(c.logit),
+            .map(|&k| TokenLogprob {
+                token: key_id(k) as u32,
+                logprob: logprob_of(logits[key_id(k)]),
             })
             .collect();
         (chosen, out)
+    }
+}
+
+/// Up to this `top_k`, candidates are picked in one streaming pass instead of a selection.
+const SMALL_TOP_K: usize = 256;
+
+/// Walks `keys[from..]` (sorted) adding probabilities `w / z` to `cum`. Returns the length of
+/// the smallest prefix of `keys` reaching `top_p`, if reached, and the cumulative sum so far.
+fn top_p_prefix(
+    keys: &[u64],
+    from: usize,
+    mut cum: f64,
+    z: f64,
+    top_p: f64,
+    w: &impl Fn(usize) -> f32,
+) -> (Option<usize>, f64) {
+    for (i, &k) in keys.iter().enumerate().skip(from) {
+        cum += f64::from(w(key_id(k))) / z;
+        if cum >= top_p - TOP_P_EPSILON {
+            return (Some(i + 1), cum);
+        }
+    }
+    (None, cum)
+}
+
+/// Index of the first weight whose cumulative sum exceeds `target` (the last positive weight
+/// if rounding left `target` at the very top). `weights` is non-empty.
+fn pick(weights: &[f32], target: f64) -> usize {
+    let mut cum = 0.0f64;
+    let mut last_positive = 0;
+    // Skip whole blocks first: the common case lands in one block of 64.
+    let mut base = 0;
+    for block in weights.chunks(64) {
+        let s = sum_f64(block);
+        if cum + s > target {
+            for (j, &w) in block.iter().enumerate() {
+                cum += f64::from(w);
+                if w > 0.0 {
+                    last_positive = base + j;
+                }
+                if target < cum {
+                    return base + j;
+                }
+            }
+            return last_positive;
+        }
+        cum += s;
+        if let Some(j) = block.iter().rposition(|&w| w > 0.0) {
+            last_positive = base + j;
+        }
+        base += block.len();
+    }
+    last_positive
+}
+
+/// Keys of every finite logit, in id order.
+fn fill_finite_keys(logits: &[f32], keys: &mut Vec<u64>) {
+    keys.clear();
+    keys.extend(
+        logits
+            .iter()
+            .enumerate()
+            .filter(|&(_, &x)| x > f32::NEG_INFINITY)
+            .map(|(i, &x)| key(i, x)),
+    );
+}
+
+/// The `n` best finite logits as sorted keys, in one pass (cheap for small `n`: most values
+/// fail the first comparison).
+fn top_n_keys(logits: &[f32], n: usize, out: &mut Vec<u64>) {
+    out.clear();
+    if n == 0 {
+        return;
+    }
+    let mut worst_x = f32::NEG_INFINITY;
+    for (i, &x) in logits.iter().enumerate() {
+        if x < worst_x || x == f32::NEG_INFINITY {
+            continue;
+        }
+        let k = key(i, x);
+        if out.len() == n {
+            match out.last() {
+                Some(&last) if k < last => {
+                    out.pop();
+                }
+                _ => continue,
+            }
+        }
+        let at = out.partition_point(|&e| e < k);
+        out.insert(at, k);
+        if out.len() == n {
+            worst_x = out.last().map_or(f32::NEG_INFINITY, |&k| logits[key_id(k)]);
+        }
+    }
+}
+
+/// `sum(exp((x - max) / t))` over the row, in a fixed order (deterministic). Blocks go
+/// through a stack buffer so that the exponentials vectorize.
+fn sum_exp(logits: &[f32], max: f32, t: f32) -> f64 {
+    let mut buf = [0.0f32; 256];
+    let mut total = 0.0f64;
+    for block in logits.chunks(256) {
+        let buf = &mut buf[..block.len()];
+        for (b, &x) in buf.iter_mut().zip(block) {
+            *b = exp_f32((x - max) / t);
+        }
+        total += sum_f64(buf);
+    }
+    total
+}
+
+fn sum_f64(xs: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 4];
+    let mut chunks = xs.chunks_exact(4);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l += f64::from(x);
+        }
+    }
+    let rest: f64 = chunks.remainder().iter().map(|&x| f64::from(x)).sum();
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + rest
+}
+
+/// `e^x` for `x <= 0` (the only use here), within ~2 ulp; `0` below -87 (so `-inf` gives `0`).
+///
+/// Cephes' `expf` reduction and polynomial written with plain IEEE adds and multiplies (no
+/// libm call, no FMA), so it vectorizes and returns the same bits on every platform — which
+/// the "same seed, same text" promise needs. Above 88 it saturates at `e^88`.
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // 0.693359375 = 355/512 exactly, so `n * LN2_HI` has no rounding error.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without a libm call.
+    const ROUND: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.0, 88.0);
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let mut y = 1.987_569_1e-4;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 0.5;
+    let y = y * (r * r) + r + 1.0;
+    // 2^n by building the exponent field; n is in [-126, 127] after the clamp. `shifted`
+    // is 1.5 * 2^23 + n, so its low mantissa bits hold n in two's complement (integer ops
+    // only, which keeps the loop vectorizable, unlike a float-to-int cast).
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let pow2 = f32::from_bits(n_bits.wrapping_add(127) << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        y * pow2
     }
 }
 
@@ -579,31 +737,30 @@ fn clean(x: f32) -> f32 {
     }
 }
 
-/// Cleans the row in place; returns its argmax (first on ties, 0 if all -inf).
-fn sanitize(logits: &mut [f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_x = f32::NEG_INFINITY;
-    for (i, x) in logits.iter_mut().enumerate() {
+/// Cleans the row in place (a branch-free loop the compiler vectorizes).
+fn sanitize(logits: &mut [f32]) {
+    for x in logits.iter_mut() {
         *x = clean(*x);
-        if *x > best_x {
-            best_x = *x;
-            best = i;
-        }
     }
-    best as u32
 }
 
 /// (first index of the maximum, maximum); (0, -inf) if every value is -inf. No NaN expected.
+/// An 8-lane max (vectorizable), then the first index holding it.
 fn argmax(logits: &[f32]) -> (u32, f32) {
-    let mut best = 0usize;
-    let mut best_x = f32::NEG_INFINITY;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > best_x {
-            best_x = x;
-            best = i;
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = logits.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = if x > *l { x } else { *l };
         }
     }
-    (best as u32, best_x)
+    let max = chunks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+    let at = logits.iter().position(|&x| x == max).unwrap_or(0);
+    (at as u32, max)
 }
 
 /// A seed from OS entropy; if the OS cannot provide it, the clock and an address (so that the
@@ -733,10 +890,12 @@ mod tests {
         assert_eq!(clean(f32::INFINITY), f32::MAX);
         assert_eq!(clean(-3.0), -3.0);
         let mut row = [f32::NAN, 1.0, f32::INFINITY, f32::INFINITY];
-        assert_eq!(sanitize(&mut row), 2);
+        sanitize(&mut row);
         assert_eq!(row, [f32::NEG_INFINITY, 1.0, f32::MAX, f32::MAX]);
+        assert_eq!(argmax(&row), (2, f32::MAX));
         let mut dead = [f32::NAN, f32::NEG_INFINITY];
-        assert_eq!(sanitize(&mut dead), 0);
+        sanitize(&mut dead);
+        assert_eq!(argmax(&dead), (0, f32::NEG_INFINITY));
     }
 
     #[test]
@@ -807,5 +966,68 @@ mod tests {
         let a = Sampler::new(SamplingParams::default()).seed();
         let b = Sampler::new(SamplingParams::default()).seed();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn exp_f32_is_accurate_on_the_sampling_domain() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_f32(x));
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.001_37;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-1e30), 0.0);
+        assert!(exp_f32(100.0).is_finite());
+    }
+
+    #[test]
+    fn keys_order_by_descending_logit_then_ascending_id() {
+        let xs = [-f32::MAX, -1.0, -0.0, 0.0, 1e-30, 2.0, f32::MAX];
+        for w in xs.windows(2) {
+            assert!(
+                key(5, w[1]) < key(5, w[0]),
+                "{} should sort before {}",
+                w[1],
+                w[0]
+            );
+        }
+        assert!(key(3, 1.0) < key(4, 1.0));
+        assert_eq!(key_id(key(262_143, -3.5)), 262_143);
+    }
+
+    #[test]
+    fn top_n_keys_matches_a_full_sort() {
+        let mut x = 9u64;
+        let row: Vec<f32> = (0..5000)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                ((x >> 56) as f32) - 128.0 // many ties
+            })
+            .collect();
+        let mut all: Vec<u64> = row.iter().enumerate().map(|(i, &v)| key(i, v)).collect();
+        all.sort_unstable();
+        let mut out = Vec::new();
+        for n in [1, 7, 40, 256, 5000, 6000] {
+            top_n_keys(&row, n, &mut out);
+            assert_eq!(out, all[..n.min(all.len())], "n = {n}");
+        }
+    }
+
+    #[test]
+    fn pick_walks_cumulative_weights() {
+        let w: Vec<f32> = (0..200)
+            .map(|i| if i % 3 == 0 { 1.0 } else { 0.0 })
+            .collect();
+        assert_eq!(pick(&w, 0.0), 0);
+        assert_eq!(pick(&w, 0.999), 0);
+        assert_eq!(pick(&w, 1.0), 3);
+        assert_eq!(pick(&w, 30.5), 90);
+        // Past the total (rounding): the last positive weight, never a zero-weight token.
+        assert_eq!(pick(&w, 1e9), 198);
     }
 }

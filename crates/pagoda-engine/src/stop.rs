@@ -329,6 +329,24 @@ mod tests {
             prop_assert_eq!(stopped, first.is_some());
         }
 
+        /// A two-letter alphabet makes stop strings nested inside one another common (the
+        /// case where a later-starting stop completes first and must not win).
+        #[test]
+        fn streamed_equals_cut_at_first_stop_nested_stops(
+            text in "[ab]{0,16}",
+            stops in proptest::collection::vec("[ab]{1,3}", 1..4),
+            cuts in proptest::collection::vec(0usize..17, 0..16),
+        ) {
+            let chunks = chunk(&text, &cuts);
+            let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+            let stop_refs: Vec<&str> = stops.iter().map(String::as_str).collect();
+            let (out, stopped) = run(&stop_refs, &refs);
+            let first = stops.iter().filter_map(|s| text.find(s.as_str())).min();
+            let expected = first.map_or(text.as_str(), |at| &text[..at]);
+            prop_assert_eq!(out.as_str(), expected);
+            prop_assert_eq!(stopped, first.is_some());
+        }
+
         #[test]
         fn held_back_text_is_bounded(
             text in "[ab]{0,200}",

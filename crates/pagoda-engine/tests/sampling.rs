@@ -194,6 +194,28 @@ fn top_k_keeps_exactly_the_k_largest() {
 }
 
 #[test]
+fn large_top_k_selects_the_k_best_with_ties_to_the_lower_id() {
+    // k = 300 takes the selection path (above the streaming limit). Logits rise in steps of
+    // 8 ids toward the end of the row, so the best sit last and the 300th-best value is shared
+    // by 8 ids of which only some are kept: the lower ids must win.
+    let row: Vec<f32> = (0..1000).map(|i| ((i / 8) as f32) * 0.001).collect();
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    let mut expected = order[..300].to_vec();
+    expected.sort_unstable();
+    let boundary = row[order[299]];
+    assert!(
+        row[order[300]] == boundary,
+        "the test needs a tie at the boundary"
+    );
+    let params = SamplingParams {
+        top_k: 300,
+        ..untruncated(1.0, 14)
+    };
+    assert_eq!(support(&histogram(params, &row, 30_000)), expected);
+}
+
+#[test]
 fn top_p_keeps_the_smallest_set_reaching_p() {
     let probs = [0.05f32, 0.4, 0.1, 0.3, 0.15];
     let logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
