@@ -24,7 +24,7 @@ use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::BPE;
-use tokenizers::normalizers::{NormalizerWrapper, Prepend, Replace, NFC};
+use tokenizers::normalizers::{NormalizerWrapper, Prepend, Replace};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
@@ -200,9 +200,8 @@ fn build_gpt2(
         ),
     };
     t.with_pre_tokenizer(Some(pre_tok));
-    if matches!(pre, "qwen2" | "deepseek-r1-qwen") {
-        t.with_normalizer(Some(NormalizerWrapper::NFC(NFC)));
-    }
+    // No NFC for qwen2 although Qwen's tokenizer.json has it: llama.cpp, the reference for a
+    // GGUF, does not normalize, and its ids for "e\u{301}" differ from the NFC ones.
     t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
     Ok(t)
 }

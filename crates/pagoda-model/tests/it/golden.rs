@@ -4,7 +4,7 @@
 //! tokenizer (llama-cpp-python 0.3.36, `vocab_only`) and Python jinja2 as transformers'
 //! `apply_chat_template` runs it.
 
-use crate::real_models::{gemma3, smollm2};
+use crate::real_models::{gemma3, qwen2, smollm2};
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::tokenizer::IncrementalDecoder;
 use pagoda_model::ModelSource;
@@ -13,6 +13,16 @@ use serde_json::Value;
 fn load(name: &str) -> Value {
     let path = format!(
         "{}/../../tests/golden/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).expect("golden json")
+}
+
+/// Extra cases made by `scripts/golden_tokenizer.py` (same format), kept with this crate.
+fn load_extra(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/golden/tokenizer_extra_{name}.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -144,6 +154,24 @@ fn smollm2_tokens_match_llama_cpp() {
 fn gemma3_tokens_match_llama_cpp() {
     let Some(m) = gemma3() else { return };
     check_tokens(m, &load("tokenizer_gemma3"));
+}
+
+#[test]
+fn smollm2_extra_tokens_match_llama_cpp() {
+    let Some(m) = smollm2() else { return };
+    check_tokens(m, &load_extra("smollm2"));
+}
+
+#[test]
+fn gemma3_extra_tokens_match_llama_cpp() {
+    let Some(m) = gemma3() else { return };
+    check_tokens(m, &load_extra("gemma3"));
+}
+
+#[test]
+fn qwen2_tokens_match_llama_cpp() {
+    let Some(m) = qwen2() else { return };
+    check_tokens(m, &load_extra("qwen2"));
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Tests against the real SmolLM2 and Gemma 3 GGUF files (paths in `PAGODA_TEST_SMOLLM2` /
-//! `PAGODA_TEST_GEMMA3`; skipped with a notice when unset, failing when `CI` is set).
+//! `PAGODA_TEST_GEMMA3`; skipped with a notice when unset, failing when `CI` is set), and the
+//! optional Qwen2.5-Coder-0.5B GGUF (`PAGODA_TEST_QWEN2`; CI does not fetch it, so it is
+//! skipped whenever unset).
 
 use pagoda_kernels::ops::RopeStyle;
 use pagoda_model::{open_model, Architecture, ModelSource};
@@ -25,6 +27,20 @@ pub fn model_path(var: &str) -> Option<PathBuf> {
             None
         }
     }
+}
+
+pub fn qwen2() -> Option<&'static ModelSource> {
+    static M: OnceLock<Option<ModelSource>> = OnceLock::new();
+    M.get_or_init(|| match std::env::var_os("PAGODA_TEST_QWEN2") {
+        Some(p) if !p.is_empty() => Some(open_model(&PathBuf::from(p)).expect("open Qwen2.5")),
+        _ => {
+            eprintln!(
+                "skipping: set PAGODA_TEST_QWEN2 to the Qwen2.5-Coder-0.5B .gguf to run this test"
+            );
+            None
+        }
+    })
+    .as_ref()
 }
 
 pub fn smollm2() -> Option<&'static ModelSource> {
@@ -120,4 +136,34 @@ fn gemma3_config_and_norms() {
         "the 270M base GGUF ships no template"
     );
     assert_eq!(m.info.file_type, "Q4_K_M");
+}
+
+#[test]
+fn qwen2_config_and_biases() {
+    let Some(m) = qwen2() else { return };
+    let c = &m.config;
+    assert_eq!(c.arch, Architecture::Qwen2);
+    assert_eq!((c.n_layers, c.hidden_size, c.ffn_dim), (24, 896, 4864));
+    assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (14, 2, 64));
+    assert_eq!(c.vocab_size, 151936);
+    assert_eq!(c.rope_style, RopeStyle::Neox);
+    assert_eq!(c.rope_theta, 1_000_000.0);
+    assert!(m.weights.contains("blk.0.attn_q.bias"));
+    assert_eq!(m.weights.get("blk.0.attn_k.bias").unwrap().shape, vec![128]);
+    let t = &m.tokenizer;
+    assert!(t.eos_ids().contains(&t.token_to_id("<|im_end|>").unwrap()));
+    assert!(t
+        .eos_ids()
+        .contains(&t.token_to_id("<|endoftext|>").unwrap()));
+    let tmpl = m.chat_template.as_ref().expect("qwen2.5 ships a template");
+    let s = tmpl
+        .render(
+            &[pagoda_model::chat_template::ChatMessage::new("user", "hi")],
+            true,
+        )
+        .unwrap();
+    assert!(
+        s.ends_with("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"),
+        "{s}"
+    );
 }
