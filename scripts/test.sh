@@ -23,8 +23,8 @@ PAGODA=target/debug/pagoda
 for m in smollm2:135m gemma3:270m; do
   "$PAGODA" pull "$m"
 done
-PAGODA_TEST_SMOLLM2="$("$PAGODA" path smollm2:135m)"
-PAGODA_TEST_GEMMA3="$("$PAGODA" path gemma3:270m)"
+PAGODA_TEST_SMOLLM2="$("$PAGODA" show --path smollm2:135m)"
+PAGODA_TEST_GEMMA3="$("$PAGODA" show --path gemma3:270m)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3
 
 echo "== tests"

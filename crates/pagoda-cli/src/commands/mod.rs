@@ -5,10 +5,12 @@
 
 pub mod bench;
 pub mod list;
+pub mod model_loader;
 pub mod pull;
 pub mod rm;
 pub mod run;
 pub mod show;
+pub mod threads;
 
 use anyhow::Context;
 use pagoda_store::Store;

@@ -1,6 +1,14 @@
 //! `pagoda run`: one-shot or interactive generation with a model from the store.
+//!
+//! Only the model's answer goes to stdout; progress, prompts of the interactive mode and
+//! timings go to stderr, so `pagoda run m "q" > answer.txt` captures just the answer.
 
+use crate::commands::model_loader::{load_for_generation, LoadedModel};
+use anyhow::Context;
 use clap::Args;
+use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
+use pagoda_model::chat_template::ChatMessage;
+use std::io::{BufRead, Write};
 
 /// Arguments of `pagoda run`.
 #[derive(Debug, Args)]
@@ -32,6 +40,9 @@ pub struct RunArgs {
     /// Penalty on tokens already in the context (1.0 = off).
     #[arg(long)]
     pub repeat_penalty: Option<f32>,
+    /// How many of the last context tokens the repeat penalty looks at.
+    #[arg(long)]
+    pub repeat_last_n: Option<usize>,
     /// Subtracted once from the logit of every token already generated.
     #[arg(long)]
     pub presence_penalty: Option<f32>,
@@ -41,10 +52,10 @@ pub struct RunArgs {
     /// Random seed: the same seed and settings give the same text.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Most tokens to generate.
+    /// Most tokens to generate per answer.
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// Stop when this text is generated (repeatable).
+    /// Stop when this text is generated (repeatable); it is not printed.
     #[arg(long)]
     pub stop: Vec<String>,
     /// Context window to allocate, in tokens (default: the model's, capped at 4096).
@@ -58,7 +69,169 @@ pub struct RunArgs {
     pub verbose: bool,
 }
 
+/// Default KV cache size when neither the user nor a small model context asks otherwise.
+const DEFAULT_CTX: usize = 4096;
+
+impl RunArgs {
+    /// Sampling settings: the model's own defaults, overridden by flags.
+    fn sampling(&self, model_defaults: &SamplingParams) -> SamplingParams {
+        let mut p = model_defaults.clone();
+        if let Some(t) = self.temperature {
+            p.temperature = t;
+        }
+        if let Some(k) = self.top_k {
+            p.top_k = k;
+        }
+        if let Some(v) = self.top_p {
+            p.top_p = v;
+        }
+        if let Some(v) = self.min_p {
+            p.min_p = v;
+        }
+        if let Some(v) = self.repeat_penalty {
+            p.repetition_penalty = v;
+        }
+        if let Some(v) = self.repeat_last_n {
+            p.repeat_last_n = v;
+        }
+        if let Some(v) = self.presence_penalty {
+            p.presence_penalty = v;
+        }
+        if let Some(v) = self.frequency_penalty {
+            p.frequency_penalty = v;
+        }
+        if self.seed.is_some() {
+            p.seed = self.seed;
+        }
+        p
+    }
+}
+
 /// Runs `pagoda run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`pagoda run {}` is being wired up in this build", args.model)
+    crate::commands::threads::set_threads(args.threads)?;
+    let loaded = load_for_generation(&args.model)?;
+    let ctx = args
+        .ctx_size
+        .unwrap_or(DEFAULT_CTX)
+        .min(loaded.model.config().context_length);
+    let sampling = args.sampling(&loaded.default_sampling);
+    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
+    let mut chat = Conversation::new(args.system.clone());
+    match &args.prompt {
+        Some(prompt) => {
+            answer(&args, &loaded, &mut generator, &mut chat, prompt, &sampling)?;
+        }
+        None => interactive(&args, &loaded, &mut generator, &mut chat, &sampling)?,
+    }
+    Ok(())
+}
+
+/// The messages of an interactive chat so far.
+struct Conversation {
+    messages: Vec<ChatMessage>,
+}
+
+impl Conversation {
+    fn new(system: Option<String>) -> Self {
+        let messages = system
+            .map(|content| ChatMessage {
+                role: "system".into(),
+                content,
+            })
+            .into_iter()
+            .collect();
+        Conversation { messages }
+    }
+}
+
+/// Answers one prompt, streaming the answer to stdout, and records it in the conversation.
+fn answer(
+    args: &RunArgs,
+    loaded: &LoadedModel,
+    generator: &mut Generator,
+    chat: &mut Conversation,
+    prompt: &str,
+    sampling: &SamplingParams,
+) -> anyhow::Result<()> {
+    let prompt_tokens = if args.raw {
+        loaded.tokenizer.encode(prompt, true)?
+    } else {
+        chat.messages.push(ChatMessage {
+            role: "user".into(),
+            content: prompt.to_string(),
+        });
+        loaded.encode_chat(&chat.messages)?
+    };
+    let mut request = GenerationRequest::new(prompt_tokens, sampling.clone(), args.max_tokens);
+    request.stop = args.stop.clone();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = generator.generate(&request, |text| {
+        // A closed pipe (e.g. `| head`) ends generation rather than erroring.
+        out.write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .is_ok()
+    })?;
+    writeln!(out).ok();
+    if !args.raw {
+        chat.messages.push(ChatMessage {
+            role: "assistant".into(),
+            content: result.text.clone(),
+        });
+    }
+    if args.verbose {
+        let u = result.usage;
+        let prefilled = u.prompt_tokens - u.cached_prompt_tokens;
+        eprintln!(
+            "prompt: {} tokens ({} cached), {:.1} tokens/s | answer: {} tokens, {:.1} tokens/s | finish: {:?}",
+            u.prompt_tokens,
+            u.cached_prompt_tokens,
+            result.timings.prefill_tps(prefilled),
+            u.completion_tokens,
+            result.timings.decode_tps(u.completion_tokens.saturating_sub(1)),
+            result.finish_reason,
+        );
+    }
+    Ok(())
+}
+
+/// A read-answer loop on stdin. `/bye` or end of input leaves; `/clear` forgets the chat.
+fn interactive(
+    args: &RunArgs,
+    loaded: &LoadedModel,
+    generator: &mut Generator,
+    chat: &mut Conversation,
+    sampling: &SamplingParams,
+) -> anyhow::Result<()> {
+    eprintln!(
+        "Chatting with {}. Type /bye to leave, /clear to start over.",
+        args.model
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!(">>> ");
+        std::io::stderr().flush().ok();
+        let Some(line) = lines.next() else { break };
+        let line = line.context("reading the prompt from stdin")?;
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/bye" | "/exit" | "/quit" => break,
+            "/clear" => {
+                *chat = Conversation::new(args.system.clone());
+                generator.reset();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        if let Err(e) = answer(args, loaded, generator, chat, line, sampling) {
+            // One bad turn (say, a prompt longer than the context) doesn't end the chat.
+            eprintln!("error: {e:#}");
+            chat.messages.pop();
+        }
+    }
+    Ok(())
 }
