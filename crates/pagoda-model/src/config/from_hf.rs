@@ -112,15 +112,38 @@ impl ModelConfig {
         let ffn_dim = c.usize("intermediate_size")?;
         let vocab_size = c.usize("vocab_size")?;
         let rms_eps = c.f32_opt("rms_norm_eps")?.unwrap_or(1e-6);
-        let rope_theta =
-            c.f32_opt("rope_theta")?
-                .unwrap_or(if gemma { 1_000_000.0 } else { 10_000.0 });
+        // transformers 5 writes `rope_parameters` (theta + scaling in one object; Gemma 3: one
+        // object per layer type) beside the older `rope_theta` + `rope_scaling`.
+        let rope_params = c.get("rope_parameters").and_then(Value::as_object);
+        let (global_params, local_params) = match rope_params {
+            Some(p) if p.contains_key("full_attention") || p.contains_key("sliding_attention") => (
+                p.get("full_attention").and_then(Value::as_object),
+                p.get("sliding_attention").and_then(Value::as_object),
+            ),
+            Some(p) => (Some(p), None),
+            None => (None, None),
+        };
+        let default_theta = if gemma { 1_000_000.0 } else { 10_000.0 };
+        let rope_theta = match global_params {
+            Some(p) => match Cfg(p).f32_opt("rope_theta")? {
+                Some(t) => t,
+                None => c.f32_opt("rope_theta")?.unwrap_or(default_theta),
+            },
+            None => c.f32_opt("rope_theta")?.unwrap_or(default_theta),
+        };
         let context_length =
             c.usize_opt("max_position_embeddings")?
                 .unwrap_or(if gemma { 131_072 } else { 2048 });
         let partial = c.f32_opt("partial_rotary_factor")?.unwrap_or(1.0);
         let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
-        let rope_scaling = parse_rope_scaling(c.get("rope_scaling"), context_length)?;
+        let rope_scaling = match global_params {
+            Some(p) => parse_rope_scaling(Some(&Value::Object(p.clone())), context_length)?,
+            None => parse_rope_scaling(c.get("rope_scaling"), context_length)?,
+        };
+        let local_theta = match local_params {
+            Some(p) => Cfg(p).f32_opt("rope_theta")?,
+            None => None,
+        };
         let tie_word_embeddings = c.bool_opt("tie_word_embeddings")?.unwrap_or(gemma);
 
         let mut cfg = ModelConfig {
@@ -175,7 +198,11 @@ impl ModelConfig {
                         c.usize_opt("sliding_window_pattern")?.unwrap_or(6),
                     ),
                 };
-                cfg.rope_theta_local = Some(c.f32_opt("rope_local_base_freq")?.unwrap_or(10_000.0));
+                let local = match local_theta {
+                    Some(t) => t,
+                    None => c.f32_opt("rope_local_base_freq")?.unwrap_or(10_000.0),
+                };
+                cfg.rope_theta_local = Some(local);
                 let q = c.f32_opt("query_pre_attn_scalar")?.unwrap_or(256.0);
                 if q <= 0.0 {
                     return Err(bad(format!("query_pre_attn_scalar {q} must be positive")));
@@ -310,6 +337,31 @@ mod tests {
         assert_eq!(c.embedding_scale, Some(640f32.sqrt()));
         assert_eq!(c.rope_theta_local, Some(10000.0));
         assert!(c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn transformers5_rope_parameters() {
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+            "intermediate_size": 128, "vocab_size": 10,
+            "rope_parameters": {
+                "full_attention": {"rope_theta": 500000.0, "rope_type": "linear", "factor": 8.0},
+                "sliding_attention": {"rope_theta": 20000.0, "rope_type": "default"}
+            }
+        }))
+        .unwrap();
+        assert_eq!(c.rope_theta, 500000.0);
+        assert_eq!(c.rope_theta_local, Some(20000.0));
+        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
+        let c = ModelConfig::from_hf_config(&json!({
+            "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "hidden_size": 64,
+            "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 10,
+            "rope_parameters": {"rope_theta": 123.0, "rope_type": "default"}
+        }))
+        .unwrap();
+        assert_eq!(c.rope_theta, 123.0);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
     }
 
     #[test]

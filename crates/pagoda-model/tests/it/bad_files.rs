@@ -417,3 +417,92 @@ fn hf_folder_errors() {
     assert_has(&e, &["model.safetensors", "JSON"]);
     let _ = Path::new("");
 }
+
+/// The tiny Hugging Face folders in tests/golden/ were written by transformers 5
+/// (`scripts/reference/make_goldens.py tiny`): their config, tokenizer and template must load
+/// as transformers reads them.
+#[test]
+fn transformers_written_tiny_folders() {
+    use pagoda_model::chat_template::ChatMessage;
+    use pagoda_model::{Architecture, RopeScaling};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
+    for (name, arch) in [
+        ("tiny-llama", Architecture::Llama),
+        ("tiny-llama-sharded", Architecture::Llama),
+        ("tiny-qwen2", Architecture::Qwen2),
+        ("tiny-gemma3", Architecture::Gemma3),
+    ] {
+        let dir = root.join(name);
+        let m = open_model(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let c = &m.config;
+        assert_eq!(c.arch, arch, "{name}");
+        assert_eq!(c.rope_style, pagoda_kernels::ops::RopeStyle::Neox);
+        assert_eq!(c.vocab_size, 320);
+        match arch {
+            Architecture::Llama => {
+                assert!(!c.tie_word_embeddings && m.weights.contains("output.weight"));
+                assert!(
+                    matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_max_position: 64, .. } if factor == 8.0)
+                );
+            }
+            Architecture::Qwen2 => {
+                assert!(c.tie_word_embeddings);
+                assert_eq!(c.rope_theta, 1_000_000.0);
+                assert!(m.weights.contains("blk.0.attn_q.bias"));
+            }
+            Architecture::Gemma3 => {
+                assert_eq!(c.layer_is_sliding, vec![true, false, true]);
+                assert_eq!(c.sliding_window, Some(4));
+                assert_eq!(c.rope_theta_local, Some(10_000.0));
+                assert_eq!(c.attention_scale, 1.0 / 24f32.sqrt());
+                assert_eq!(c.norm_weight_offset, 1.0);
+                for t in [
+                    "post_attention_norm",
+                    "ffn_norm",
+                    "post_ffw_norm",
+                    "attn_q_norm",
+                ] {
+                    assert!(m.weights.contains(&format!("blk.0.{t}.weight")), "{t}");
+                }
+            }
+        }
+        let golden = dir.join("logits.json");
+        let golden = if golden.is_file() {
+            golden
+        } else {
+            root.join("tiny-llama/logits.json")
+        };
+        let g: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
+        let ids = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let text = g["text"].as_str().unwrap();
+        assert_eq!(
+            m.tokenizer.encode(text, true).unwrap(),
+            ids(&g["text_token_ids"]),
+            "{name}"
+        );
+        let messages: Vec<ChatMessage> =
+            serde_json::from_value(g["chat_messages"].clone()).unwrap();
+        let rendered = m
+            .chat_template
+            .as_ref()
+            .unwrap()
+            .render(
+                &messages,
+                g["chat_add_generation_prompt"].as_bool().unwrap(),
+            )
+            .unwrap();
+        assert_eq!(rendered, g["chat_rendered"].as_str().unwrap(), "{name}");
+        assert_eq!(
+            m.tokenizer.encode(&rendered, false).unwrap(),
+            ids(&g["chat_token_ids"]),
+            "{name}"
+        );
+    }
+}
