@@ -278,3 +278,26 @@ pub fn exercise_untrusted_gguf(bytes: Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn loaded_parts_cross_threads() {
+        // The engine shares these across its worker thread and the server's tasks.
+        send_sync::<ModelSource>();
+        send_sync::<Tokenizer>();
+        send_sync::<ChatTemplate>();
+        send_sync::<Weights>();
+    }
+
+    #[test]
+    fn file_type_names() {
+        assert_eq!(gguf_file_type_name(3), Some("Q4_1"));
+        assert_eq!(gguf_file_type_name(15), Some("Q4_K_M"));
+        assert_eq!(gguf_file_type_name(4), None);
+    }
+}
