@@ -6,7 +6,7 @@
 //! half-written one; a GGUF manifest has exactly one file, of role `model`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -186,22 +186,19 @@ impl Manifest {
             path: path.to_path_buf(),
             source: std::io::Error::other(e),
         })?;
-        let tmp: PathBuf = dir.join(format!(
-            ".{}.tmp-{}",
-            path.file_name()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        fs::write(&tmp, json).map_err(StoreError::io("write", &tmp))?;
-        fs::rename(&tmp, path).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            StoreError::Io {
-                op: "rename into",
-                path: path.to_path_buf(),
-                source: e,
-            }
-        })
+        // A private temp file per writer (threads of one process too), renamed into place.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".manifest-")
+            .tempfile_in(dir)
+            .map_err(StoreError::io("create a temp file in", dir))?;
+        std::io::Write::write_all(&mut tmp, json.as_bytes())
+            .map_err(StoreError::io("write", tmp.path().to_path_buf()))?;
+        tmp.persist(path).map_err(|e| StoreError::Io {
+            op: "rename into",
+            path: path.to_path_buf(),
+            source: e.error,
+        })?;
+        Ok(())
     }
 }
 

@@ -246,28 +246,58 @@ impl Store {
     /// Builds (or checks) `models/<name>/<tag>/` with each blob under its real file name.
     fn materialize(&self, name: &ModelName, manifest: &Manifest) -> Result<PathBuf> {
         let dir = self.model_dir(name);
-        let complete = manifest.files.iter().all(|f| {
-            fs::metadata(dir.join(&f.path))
-                .map(|m| m.len() == f.size)
-                .unwrap_or(false)
-        });
-        if complete {
+        let complete = |dir: &Path| {
+            manifest.files.iter().all(|f| {
+                fs::metadata(dir.join(&f.path))
+                    .map(|m| m.len() == f.size)
+                    .unwrap_or(false)
+            })
+        };
+        if complete(&dir) {
             return Ok(dir);
         }
-        if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(StoreError::io("clear", &dir))?;
-        }
+        // Build in a private staging folder, then rename it into place, so a concurrent reader
+        // never sees a half-built folder. Staging names start with '.', which no name can.
+        let parent = dir.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&parent).map_err(StoreError::io("create directory", &parent))?;
+        let staging = tempfile::Builder::new()
+            .prefix(&format!(".{}.staging-", name.tag()))
+            .tempdir_in(&parent)
+            .map_err(StoreError::io("create a staging folder in", &parent))?;
         for f in &manifest.files {
-            let target = dir.join(&f.path);
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent).map_err(StoreError::io("create directory", parent))?;
+            let target = staging.path().join(&f.path);
+            if let Some(p) = target.parent() {
+                fs::create_dir_all(p).map_err(StoreError::io("create directory", p))?;
             }
             let blob = self.blob_path(&f.digest);
             if fs::hard_link(&blob, &target).is_err() {
                 fs::copy(&blob, &target).map_err(StoreError::io("copy a blob to", &target))?;
             }
         }
-        Ok(dir)
+        if complete(&dir) {
+            // Another process finished the same folder meanwhile; `staging` is dropped.
+            return Ok(dir);
+        }
+        if dir.exists() {
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("clear", &dir)(e)),
+            }
+        }
+        let staged = staging.keep();
+        match fs::rename(&staged, &dir) {
+            Ok(()) => Ok(dir),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staged);
+                if complete(&dir) {
+                    // Another process put the same folder in place first.
+                    Ok(dir)
+                } else {
+                    Err(StoreError::io("move into place", &dir)(e))
+                }
+            }
+        }
     }
 
     /// Pulls a catalog name or a source (path, URL, `hf://`, `pip://`) into the store.

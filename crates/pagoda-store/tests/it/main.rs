@@ -838,3 +838,34 @@ fn hugging_face_repo_gguf_by_quantization_tag() {
         "{e}"
     );
 }
+
+#[test]
+fn concurrent_resolves_rebuild_a_folder_once_and_whole() {
+    let env = Env::new();
+    env.file("f/config.json", b"{}");
+    env.file("f/model.safetensors", &vec![7u8; 100_000]);
+    let store = env.store();
+    let r = store
+        .pull(env.files.join("f").to_str().unwrap(), &named("f:1"))
+        .unwrap();
+    fs::remove_dir_all(&r.path).unwrap();
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let root = env.root.clone();
+            std::thread::spawn(move || {
+                let store = Store::open(Some(root)).unwrap();
+                let r = store.resolve("f:1").unwrap().unwrap();
+                fs::read(r.path.join("model.safetensors")).unwrap().len()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 100_000);
+    }
+    // No staging folders are left next to it.
+    let leftovers: Vec<_> = fs::read_dir(env.root.join("models/f"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, vec![std::ffi::OsString::from("1")]);
+}
