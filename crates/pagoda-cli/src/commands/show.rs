@@ -56,7 +56,7 @@ fn render_details(path: &std::path::Path) -> String {
                 },
             );
         }
-        Err(e) => row("unreadable", e.to_string()),
+        Err(e) => row("not loadable", e.to_string()),
     }
     out
 }
@@ -124,9 +124,15 @@ fn render(model: &ResolvedModel) -> String {
     if let Some(m) = &model.manifest {
         if m.format == Format::HfFolder {
             text.push_str("\n  Files\n");
+            let width = m
+                .files
+                .iter()
+                .map(|f| f.path.chars().count())
+                .max()
+                .unwrap_or(0);
             for f in &m.files {
                 text.push_str(&format!(
-                    "    {:<32}{:>10}  {}\n",
+                    "    {:<width$}  {:>7}  {}\n",
                     f.path,
                     human_size(f.size),
                     f.digest.short()
