@@ -140,3 +140,32 @@ impl ModelConfig {
 pub(crate) fn sliding_pattern(n_layers: usize, p: usize) -> Vec<bool> {
     (0..n_layers).map(|i| p > 1 && (i + 1) % p != 0).collect()
 }
+
+/// Upper bounds on sizes read from untrusted metadata, checked before anything is allocated
+/// from them (a hostile file claiming 2^31 layers must not allocate a 2 GiB flag vector).
+/// Far above any real model (the largest have ~130 layers, 16k-wide residuals, 256k vocabularies).
+pub(crate) fn check_limits(
+    n_layers: usize,
+    hidden_size: usize,
+    n_heads: usize,
+    head_dim: usize,
+    ffn_dim: usize,
+    vocab_size: usize,
+    context_length: usize,
+) -> Result<(), String> {
+    let limits = [
+        ("layers", n_layers, 1 << 12),
+        ("hidden size", hidden_size, 1 << 17),
+        ("attention heads", n_heads, 1 << 12),
+        ("head dimension", head_dim, 1 << 13),
+        ("FFN width", ffn_dim, 1 << 20),
+        ("vocabulary size", vocab_size, 1 << 24),
+        ("context length", context_length, 1 << 28),
+    ];
+    for (what, v, max) in limits {
+        if v > max {
+            return Err(format!("{what} {v} is beyond the supported maximum {max}"));
+        }
+    }
+    Ok(())
+}

@@ -113,6 +113,17 @@ impl ModelConfig {
             .unwrap_or(head_dim);
         let context_length = file.get_usize_opt(&key("context_length"))?.unwrap_or(2048);
 
+        super::check_limits(
+            n_layers,
+            hidden_size,
+            n_heads,
+            head_dim,
+            ffn_dim,
+            vocab_size,
+            context_length,
+        )
+        .map_err(bad)?;
+
         let rope_scaling = {
             let ty = file.get_str_opt(&key("rope.scaling.type"))?;
             let factor = match file.get_f32_opt(&key("rope.scaling.factor"))? {
@@ -308,6 +319,20 @@ mod tests {
         assert_eq!(globals, vec![2, 5, 8, 11]);
         w.add_f32("gemma3.final_logit_softcapping", 30.0);
         assert_eq!(parse(&w).unwrap().final_logit_softcap, Some(30.0));
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_before_allocating() {
+        let mut w = base("llama");
+        w.add_u32("llama.block_count", 2_113_929_217);
+        let e = parse(&w).unwrap_err().to_string();
+        assert!(e.contains("layers 2113929217"), "{e}");
+        let mut w = base("llama");
+        w.add_u32("llama.context_length", u32::MAX);
+        assert!(parse(&w)
+            .unwrap_err()
+            .to_string()
+            .contains("context length"));
     }
 
     #[test]

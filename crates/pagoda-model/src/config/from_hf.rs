@@ -146,6 +146,17 @@ impl ModelConfig {
         };
         let tie_word_embeddings = c.bool_opt("tie_word_embeddings")?.unwrap_or(gemma);
 
+        super::check_limits(
+            n_layers,
+            hidden_size,
+            n_heads,
+            head_dim,
+            ffn_dim,
+            vocab_size,
+            context_length,
+        )
+        .map_err(bad)?;
+
         let mut cfg = ModelConfig {
             arch,
             n_layers,

@@ -276,6 +276,9 @@ fn build_spm(
     Ok(t)
 }
 
+/// Longest piece [`spm_merges`] derives merges for.
+pub const MAX_MERGE_PIECE_BYTES: usize = 1024;
+
 /// Merges implied by a SentencePiece vocabulary, ranked by the score of the merged piece
 /// (highest first), as `transformers`' `SentencePieceExtractor` derives them: every split of
 /// every piece into two pieces that are both in the vocabulary.
@@ -286,7 +289,9 @@ pub fn spm_merges(
 ) -> Vec<(String, String)> {
     let mut merges: Vec<(u32, u32, f32, usize)> = Vec::new();
     for (id, piece) in tokens.iter().enumerate() {
-        if vocab.get(piece) != Some(&(id as u32)) {
+        // Splitting is quadratic in the piece length; real vocabularies have pieces of a few
+        // dozen bytes, so a longer one (a hostile file) is left without merges.
+        if piece.len() > MAX_MERGE_PIECE_BYTES || vocab.get(piece) != Some(&(id as u32)) {
             continue;
         }
         let mut local = Vec::new();
