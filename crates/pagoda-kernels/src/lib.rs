@@ -13,6 +13,7 @@
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod attention;
 pub mod cpu;
 pub mod dtype;
 pub mod error;

@@ -8,9 +8,9 @@
 use crate::config::RopeScaling;
 use crate::weights::{TensorView, Weights};
 use crate::{ModelConfig, ModelError};
+use pagoda_kernels::attention::{causal_attention, AttentionShape};
 use pagoda_kernels::ops::{self, RopeStyle};
 use pagoda_kernels::WeightMatrix;
-use rayon::prelude::*;
 
 /// A linear layer `y = W x (+ b)` whose weight stays in the file's own block format.
 #[derive(Debug, Clone)]
@@ -247,11 +247,8 @@ impl Rope {
     }
 }
 
-/// Causal attention of `n` new query rows against the cache.
-///
-/// `q`: `[n, n_heads * head_dim]`, row `t` at position `start + t`; `keys`/`values`:
-/// `[start + n, n_kv_heads * head_dim]`; `out`: `[n, n_heads * head_dim]`.
-/// `window`: attend only to the last `window` positions (sliding-window layers).
+/// Causal attention of `n` new query rows (`q`: `[n, n_heads * head_dim]`, row `t` at
+/// position `start + t`) against the cache's `keys`/`values` (`[start + n, kv_dim]`).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     cfg: &ModelConfig,
@@ -263,33 +260,16 @@ pub fn attention(
     window: Option<usize>,
     out: &mut Vec<f32>,
 ) {
-    let hd = cfg.head_dim;
-    let n_heads = cfg.n_heads;
-    let kv_dim = cfg.n_kv_heads * hd;
-    let group = cfg.gqa_group();
-    let scale = cfg.attention_scale;
-    let softcap = cfg.attn_logit_softcap;
-    out.resize(n * n_heads * hd, 0.0);
-    // One task per (token, head): each writes its own `hd`-sized slice of `out`.
-    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
-        let t = idx / n_heads;
-        let h = idx % n_heads;
-        let kh = h / group;
-        let pos = start + t;
-        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let qh = &q[t * n_heads * hd + h * hd..][..hd];
-        let mut scores: Vec<f32> = (lo..=pos)
-            .map(|j| ops::dot_f32(qh, &keys[j * kv_dim + kh * hd..][..hd]) * scale)
-            .collect();
-        if let Some(cap) = softcap {
-            ops::softcap_inplace(&mut scores, cap);
-        }
-        ops::softmax_inplace(&mut scores);
-        o.fill(0.0);
-        for (j, &p) in (lo..=pos).zip(&scores) {
-            ops::axpy(o, p, &values[j * kv_dim + kh * hd..][..hd]);
-        }
-    });
+    let shape = AttentionShape {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        scale: cfg.attention_scale,
+        softcap: cfg.attn_logit_softcap,
+        window,
+    };
+    out.resize(n * cfg.n_heads * cfg.head_dim, 0.0);
+    causal_attention(&shape, q, keys, values, n, start, out);
 }
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
