@@ -285,19 +285,17 @@ impl IncrementalDecoder {
         let skip = !self.keep_special;
         let before = tok.decode(&self.ids[self.prefix..self.read], skip)?;
         let now = tok.decode(&self.ids[self.prefix..], skip)?;
-        if now.len() > before.len()
-            && !now.ends_with('\u{FFFD}')
-            && now.is_char_boundary(before.len())
-            && now.starts_with(&before)
-        {
-            let piece = now[before.len()..].to_string();
-            self.prefix = self.read;
-            self.read = self.ids.len();
-            Ok(Some(piece))
-        } else if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
-            // The window's text changed shape (rare); emit the common-prefix remainder.
-            let common = common_prefix_len(&before, &now);
-            let piece = now[common..].to_string();
+        let pending = self.ids.len() - self.read;
+        // A model can emit bytes that never complete a character; after a few tokens the
+        // replacement character is emitted rather than re-decoding an ever longer window.
+        let complete = !now.ends_with('\u{FFFD}') || pending >= MAX_PENDING_TOKENS;
+        if now.len() > before.len() && complete {
+            let piece = if now.is_char_boundary(before.len()) && now.starts_with(&before) {
+                now[before.len()..].to_string()
+            } else {
+                // The window's text changed shape (rare); emit past the common prefix.
+                now[common_prefix_len(&before, &now)..].to_string()
+            };
             self.prefix = self.read;
             self.read = self.ids.len();
             Ok(Some(piece))
@@ -330,6 +328,10 @@ impl IncrementalDecoder {
         &self.ids
     }
 }
+
+/// Tokens [`IncrementalDecoder`] holds back at most while waiting for a character to complete
+/// (a UTF-8 character is at most 4 bytes, so 4 byte tokens; the rest is slack).
+pub const MAX_PENDING_TOKENS: usize = 8;
 
 fn common_prefix_len(a: &str, b: &str) -> usize {
     let mut n = 0;

@@ -223,3 +223,20 @@ fn special_tokens_and_eos_ids() {
         assert_eq!(out, "🦀");
     }
 }
+
+#[test]
+fn streaming_never_completing_bytes_is_bounded() {
+    let Some(m) = gemma3() else { return };
+    let t = &m.tokenizer;
+    // <0xF0> opens a 4-byte character that never completes.
+    let lead = t.token_to_id("<0xF0>").unwrap();
+    let mut d = IncrementalDecoder::new();
+    let mut out = String::new();
+    for _ in 0..40 {
+        if let Some(p) = d.push(t, lead).unwrap() {
+            out.push_str(&p);
+        }
+    }
+    out.push_str(&d.finish(t).unwrap());
+    assert_eq!(out, t.decode(&[lead; 40], true).unwrap());
+}
