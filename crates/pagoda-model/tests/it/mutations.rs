@@ -66,3 +66,64 @@ fn write_fuzz_seed() {
         std::fs::write(p, valid()).unwrap();
     }
 }
+
+fn valid_safetensors() -> Vec<u8> {
+    let f32s = |n: usize| {
+        (0..n)
+            .flat_map(|i| (i as f32).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    pagoda_model::safetensors::write_safetensors(&[
+        ("model.embed_tokens.weight", "F32", vec![3, 4], f32s(12)),
+        (
+            "model.norm.weight",
+            "BF16",
+            vec![4],
+            vec![0x80, 0x3f, 0, 0x40, 0, 0, 0, 0],
+        ),
+        ("lm_head.weight", "F16", vec![3, 4], vec![0; 24]),
+    ])
+}
+
+fn exercise_safetensors(bytes: Vec<u8>) {
+    if let Ok(f) = pagoda_model::safetensors::SafetensorsFile::from_bytes("fuzz.safetensors", bytes)
+    {
+        for t in f.tensors() {
+            let _ = t.data().last();
+            let _ = t.to_f32();
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn safetensors_mutations_never_panic(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut b = valid_safetensors();
+        for (i, v) in edits {
+            let at = i.index(b.len());
+            b[at] = v;
+        }
+        let n = cut.index(b.len() + 1);
+        exercise_safetensors(b[..n.max(1).min(b.len())].to_vec());
+        exercise_safetensors(b);
+    }
+
+    #[test]
+    fn safetensors_header_digit_edits_never_panic(
+        at in any::<prop::sample::Index>(),
+        digit in b'0'..=b'9',
+    ) {
+        // Change one digit in the JSON header: shapes and offsets go wrong in every way.
+        let mut b = valid_safetensors();
+        let header_end = 8 + u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+        let digits: Vec<usize> = (8..header_end).filter(|&i| b[i].is_ascii_digit()).collect();
+        let i = digits[at.index(digits.len())];
+        b[i] = digit;
+        exercise_safetensors(b);
+    }
+}
