@@ -45,6 +45,13 @@ impl TensorView {
         start: usize,
         len: usize,
     ) -> Result<TensorView, String> {
+        // n_elements() and rows() multiply dimensions: every partial product must fit, even
+        // when another dimension is zero.
+        shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d.max(1)))
+            .filter(|&n| n <= usize::MAX / 4)
+            .ok_or_else(|| format!("shape {shape:?} is too large"))?;
         let inner = shape.last().copied().unwrap_or(1);
         let rows = shape
             .iter()

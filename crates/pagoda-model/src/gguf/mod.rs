@@ -705,8 +705,13 @@ impl GgufFile {
 
     /// The data of tensor `info` (validated at open, so in bounds).
     pub fn tensor_data(&self, info: &GgufTensorInfo) -> &[u8] {
-        let start = self.data_offset + info.offset as usize;
-        &self.data[start..start + info.size]
+        // Infos from this file were validated at open; anything else gets an empty slice
+        // rather than a panic.
+        (self.data_offset as u64)
+            .checked_add(info.offset)
+            .and_then(|s| usize::try_from(s).ok())
+            .and_then(|s| self.data.get(s..s.checked_add(info.size)?))
+            .unwrap_or(&[])
     }
 
     /// The architecture named by `general.architecture`.
@@ -978,9 +983,11 @@ fn validate_tensor(
 ) -> Result<GgufTensorInfo, ModelError> {
     let ty = GgmlType::from_id(ty_id)
         .ok_or_else(|| tensor_err(path, &name, format!("has unknown tensor type id {ty_id}")))?;
+    // Every partial product of the dimensions must fit (zero dimensions included: a [0, 2^40,
+    // 2^40] tensor holds nothing but would overflow a product of its other dimensions).
     let mut n: u64 = 1;
     for &d in &ne {
-        n = n.checked_mul(d).ok_or_else(|| {
+        n = n.checked_mul(d.max(1)).ok_or_else(|| {
             tensor_err(
                 path,
                 &name,
@@ -988,7 +995,7 @@ fn validate_tensor(
             )
         })?;
     }
-    if n > usize::MAX as u64 / 4 || ne.iter().any(|&d| d > usize::MAX as u64) {
+    if n > usize::MAX as u64 / 4 {
         return Err(tensor_err(
             path,
             &name,

@@ -506,3 +506,22 @@ fn transformers_written_tiny_folders() {
         );
     }
 }
+
+#[test]
+fn zero_dimension_beside_huge_ones_does_not_overflow() {
+    use pagoda_model::safetensors::{write_safetensors, SafetensorsFile};
+    let st = write_safetensors(&[("x", "F32", vec![0, 1 << 40, 1 << 40], vec![])]);
+    let e = SafetensorsFile::from_bytes("z.safetensors", st)
+        .unwrap_err()
+        .to_string();
+    assert_has(&e, &["z.safetensors", "too large"]);
+    let mut w = GgufWriter::new();
+    w.add_f32_tensor("t", &[1, 1, 1], &[0.0]).unwrap();
+    let mut b = w.to_bytes();
+    let (_, ne0, _, _) = tensor_info_fields(&b, "t");
+    put_u64(&mut b, ne0, 0);
+    put_u64(&mut b, ne0 + 8, 1 << 40);
+    put_u64(&mut b, ne0 + 16, 1 << 40);
+    let e = GgufFile::from_bytes("z.gguf", b).unwrap_err().to_string();
+    assert_has(&e, &["z.gguf", "\"t\""]);
+}
