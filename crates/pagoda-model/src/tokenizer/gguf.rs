@@ -99,7 +99,13 @@ impl Tokenizer {
         }
 
         let (mut inner, default_add_bos) = match model {
-            "gpt2" => (build_gpt2(file, tokens, &vocab, &err)?, false),
+            // llama.cpp's defaults when tokenizer.ggml.add_bos_token is absent: SentencePiece
+            // adds BOS; byte-level BPE does not, except the Llama 3 pre-tokenizer.
+            "gpt2" => {
+                let pre = file.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
+                let bos = matches!(pre, "llama-bpe" | "llama3");
+                (build_gpt2(file, tokens, &vocab, &err)?, bos)
+            }
             "llama" => (build_spm(file, tokens, &vocab, unk_id, &err)?, true),
             other => {
                 return Err(err(format!(
