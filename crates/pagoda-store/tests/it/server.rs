@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone)]
@@ -22,12 +23,21 @@ pub enum Route {
         token: String,
         body: Vec<u8>,
     },
+    /// First request: cut after `cut_at` bytes. Later ones: honour `Range: bytes=N-` with a 206
+    /// when `ranges` is true, else send the whole body with a 200.
+    Flaky {
+        body: Vec<u8>,
+        cut_at: usize,
+        ranges: bool,
+        served: Arc<AtomicUsize>,
+    },
 }
 
 #[derive(Debug, Clone)]
 pub struct Request {
     pub path: String,
     pub authorization: Option<String>,
+    pub range: Option<String>,
 }
 
 pub struct Server {
@@ -81,6 +91,7 @@ fn handle(
     reader.read_line(&mut line)?;
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut authorization = None;
+    let mut range = None;
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
@@ -90,12 +101,16 @@ fn handle(
             if k.eq_ignore_ascii_case("authorization") {
                 authorization = Some(v.trim().to_string());
             }
+            if k.eq_ignore_ascii_case("range") {
+                range = Some(v.trim().to_string());
+            }
         }
     }
     if let Ok(mut l) = log.lock() {
         l.push(Request {
             path: path.clone(),
             authorization: authorization.clone(),
+            range: range.clone(),
         });
     }
     let reply = |stream: &mut TcpStream, status: u16, body: &[u8], claimed: usize| {
@@ -111,6 +126,26 @@ fn handle(
         Some(Route::Body(b)) => reply(&mut stream, 200, b, b.len()),
         Some(Route::Status(s)) => reply(&mut stream, *s, b"err", 3),
         Some(Route::Truncated { body, claimed }) => reply(&mut stream, 200, body, *claimed),
+        Some(Route::Flaky {
+            body,
+            cut_at,
+            ranges,
+            served,
+        }) => {
+            if served.fetch_add(1, Ordering::SeqCst) == 0 {
+                return reply(&mut stream, 200, &body[..*cut_at], body.len());
+            }
+            let start = range
+                .as_deref()
+                .and_then(|r| r.strip_prefix("bytes="))
+                .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok());
+            match start {
+                Some(n) if *ranges && n <= body.len() => {
+                    reply(&mut stream, 206, &body[n..], body.len() - n)
+                }
+                _ => reply(&mut stream, 200, body, body.len()),
+            }
+        }
         Some(Route::NeedsToken { token, body }) => {
             if authorization.as_deref() == Some(&format!("Bearer {token}")) {
                 reply(&mut stream, 200, body, body.len())
