@@ -5,6 +5,11 @@
 //! Weights are cycled through enough copies (>= 256 MiB in all) that every call streams its
 //! matrix from DRAM, as decode does with a real model; GB/s counts weight bytes read per
 //! second, GFLOP/s counts 2·rows·cols·n. Threads: the rayon default (RAYON_NUM_THREADS).
+//!
+//! The machine may be shared: besides wall-clock rates the bench prints `cpu-GB/s`, weight
+//! bytes per second of CPU time actually received by this process's threads (summed from
+//! /proc/self/task/*/schedstat), times the thread count, i.e. the rate the
+//! threads would reach if they had their cores to themselves.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +31,17 @@ const TYPES: [GgmlType; 11] = [
 
 /// (rows, cols): SmolLM2-135M FFN up (576 -> 1536) and Qwen2.5-1.5B FFN up/down.
 const SHAPES: [(usize, usize); 3] = [(1536, 576), (8960, 1536), (1536, 8960)];
+
+/// Nanoseconds of CPU time all threads of this process have run so far (Linux; 0 elsewhere).
+fn cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,9 +65,10 @@ fn main() {
         isas.iter().map(|i| i.name()).collect::<Vec<_>>()
     );
     println!(
-        "{:<6} {:>11} {:>4} {:<7} {:>10} {:>9} {:>10}",
-        "type", "rows x cols", "n", "isa", "us/call", "GB/s", "GFLOP/s"
+        "{:<6} {:>11} {:>4} {:<7} {:>10} {:>9} {:>10} {:>9}",
+        "type", "rows x cols", "n", "isa", "us/call", "GB/s", "GFLOP/s", "cpu-GB/s"
     );
+    let threads = rayon::current_num_threads() as f64;
     let mut seed = 0x9e3779b97f4a7c15u64;
     let mut rand = move || {
         seed ^= seed << 13;
@@ -61,7 +78,9 @@ fn main() {
     };
     for &ty in &types {
         for &(rows, cols) in &SHAPES {
-            let rb = ty.row_bytes(cols).unwrap();
+            let Ok(rb) = ty.row_bytes(cols) else {
+                continue; // 576 columns are not whole 256-value k-quant blocks
+            };
             let bytes = rows * rb;
             let mut one = vec![0u8; bytes];
             let row: Vec<f32> = (0..cols).map(|_| rand()).collect();
@@ -84,14 +103,16 @@ fn main() {
                     call();
                     let budget = Duration::from_millis(if isa == Isa::Scalar { 150 } else { 300 });
                     let start = Instant::now();
+                    let cpu0 = cpu_ns();
                     let mut calls = 0u32;
                     while start.elapsed() < budget || calls < 3 {
                         call();
                         calls += 1;
                     }
                     let per = start.elapsed().as_secs_f64() / calls as f64;
+                    let cpu_per = (cpu_ns() - cpu0) as f64 * 1e-9 / calls as f64 / threads;
                     println!(
-                        "{:<6} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1}",
+                        "{:<6} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1} {:>9.2}",
                         ty.name(),
                         rows,
                         cols,
@@ -99,7 +120,8 @@ fn main() {
                         isa.name(),
                         per * 1e6,
                         bytes as f64 / per / 1e9,
-                        2.0 * (rows * cols * n) as f64 / per / 1e9
+                        2.0 * (rows * cols * n) as f64 / per / 1e9,
+                        bytes as f64 / cpu_per / 1e9
                     );
                 }
             }

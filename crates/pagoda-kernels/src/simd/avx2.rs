@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{RowKernel, NT};
+use super::{ActLayout, RowKernel, NT};
 use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
@@ -57,7 +57,7 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
+pub(crate) unsafe fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -66,7 +66,7 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 
 /// 16 bytes of nibbles to 32 bytes: low nibbles in 0..16, high nibbles in 16..32.
 #[inline(always)]
-unsafe fn nibbles32(p: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles32(p: *const u8) -> __m256i {
     let t = _mm_loadu_si128(p as *const __m128i);
     let v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
@@ -89,7 +89,7 @@ unsafe fn bits32_to_0x10(p: *const u8) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(crate) unsafe fn load(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
@@ -510,7 +510,7 @@ unsafe fn load8_bf16(p: *const u8) -> __m256 {
 /// C `roundf` (half away from zero) on 8 lanes, exactly: truncate, then step away from zero
 /// where the dropped fraction is at least one half.
 #[inline(always)]
-unsafe fn roundf8(v: __m256) -> __m256 {
+pub(crate) unsafe fn roundf8(v: __m256) -> __m256 {
     let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     let frac = _mm256_sub_ps(v, t);
     let sign_mask = _mm256_set1_ps(-0.0);
@@ -523,7 +523,7 @@ unsafe fn roundf8(v: __m256) -> __m256 {
 }
 
 #[inline(always)]
-unsafe fn abs_max8(p: *const f32, n: usize) -> f32 {
+pub(crate) unsafe fn abs_max8(p: *const f32, n: usize) -> f32 {
     let sign_mask = _mm256_set1_ps(-0.0);
     let mut m = _mm256_setzero_ps();
     for i in (0..n).step_by(8) {
@@ -537,7 +537,7 @@ unsafe fn abs_max8(p: *const f32, n: usize) -> f32 {
 
 /// Packs 32 i32 lanes (4 vectors, in order) to 32 i8.
 #[inline(always)]
-unsafe fn pack32(i: [__m256i; 4]) -> __m256i {
+pub(crate) unsafe fn pack32(i: [__m256i; 4]) -> __m256i {
     let a = _mm256_packs_epi32(i[0], i[1]);
     let b = _mm256_packs_epi32(i[2], i[3]);
     let p = _mm256_packs_epi16(a, b);
@@ -683,17 +683,17 @@ pub(crate) unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
 /// The AVX2 kernel of `ty`, when there is one.
 pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
     let q80 = |dot| RowKernel::Quant {
-        partner: GgmlType::Q8_0,
+        partner: ActLayout::Blocks(GgmlType::Q8_0),
         quantize: quantize_q8_0,
         dot,
     };
     let q81 = |dot| RowKernel::Quant {
-        partner: GgmlType::Q8_1,
+        partner: ActLayout::Blocks(GgmlType::Q8_1),
         quantize: quantize_q8_1,
         dot,
     };
     let q8k = |dot| RowKernel::Quant {
-        partner: GgmlType::Q8_K,
+        partner: ActLayout::Blocks(GgmlType::Q8_K),
         quantize: quantize_q8_k,
         dot,
     };

@@ -1,5 +1,6 @@
-//! AVX-512 row kernels: the AVX2 bodies rebuilt on VNNI (`vpdpbusd`), plus 512-bit float
-//! kernels.
+//! AVX-512 row kernels: 512-bit VNNI kernels for the 32-value block formats (two blocks per
+//! step, against activations in the [`ActLayout::Split32`] layout), the AVX2 k-quant bodies
+//! rebuilt on VNNI (`vpdpbusd`), and 512-bit float kernels.
 //!
 //! Invariant: every function here is `#[target_feature]` with the AVX-512 set it uses and is
 //! reached only through [`kernel`], which the dispatcher calls only after `Isa::Avx512` was
@@ -7,9 +8,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{self, entry_points, IntDot};
-use super::avx2::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
-use super::{RowKernel, NT};
+use super::avx2::{self, abs_max8, entry_points, hsum_epi32, nibbles32, pack32, roundf8, IntDot};
+use super::avx2::{q4_k, q5_k, q6_k};
+use super::{ActLayout, RowKernel, NT};
 use crate::cpu::features;
 use crate::GgmlType;
 
@@ -25,9 +26,295 @@ impl IntDot for Vnni {
 }
 
 entry_points!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", Vnni;
-    dot_q4_0 => q4_0, dot_q4_1 => q4_1, dot_q5_0 => q5_0, dot_q5_1 => q5_1, dot_q8_0 => q8_0,
     dot_q4_k => q4_k, dot_q5_k => q5_k, dot_q6_k => q6_k,
 );
+
+// ------------------------------------------------------ 32-value blocks, two per step
+
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> i16 {
+    std::ptr::read_unaligned(p as *const i16)
+}
+
+#[inline(always)]
+unsafe fn rd32(p: *const u8) -> u32 {
+    std::ptr::read_unaligned(p as *const u32)
+}
+
+/// Two f32 at `p` in lanes 0 and 1.
+#[inline(always)]
+unsafe fn load2(p: *const u8) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd(p as *const f64))
+}
+
+/// A 32-value weight block format as the 512-bit kernels see it.
+trait Fmt32 {
+    /// Bytes per block; the f16 scale is at offset 0 and, with `MIN`, the f16 min at 2.
+    const WB: usize;
+    /// Codes are unsigned with this offset subtracted (8 for Q4_0, 16 for Q5_0).
+    const OFFSET: i8;
+    /// Blocks carry a minimum, paired with the activation sums `s`.
+    const MIN: bool;
+    /// Codes are signed bytes (Q8_0).
+    const SIGNED: bool;
+    /// The 64 codes of the blocks at `wb` and `wb + WB`, in element order.
+    unsafe fn codes2(wb: *const u8) -> __m512i;
+    /// The 32 codes of the block at `wb`.
+    unsafe fn codes1(wb: *const u8) -> __m256i;
+}
+
+/// 16 + 16 nibble bytes to [lo(b0), hi(b0), lo(b1), hi(b1)] (element order of both blocks).
+#[inline(always)]
+unsafe fn nibbles64(p0: *const u8, p1: *const u8) -> __m512i {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let v = _mm256_set_m128i(
+        _mm_loadu_si128(p1 as *const __m128i),
+        _mm_loadu_si128(p0 as *const __m128i),
+    );
+    let lo = _mm256_and_si256(v, m4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    _mm512_shuffle_i64x2(z, z, 0b11_01_10_00)
+}
+
+/// Fifth bits (u32 at `h0`, `h1`) as 0x10 per element of both blocks.
+#[inline(always)]
+unsafe fn high_bits64(h0: *const u8, h1: *const u8) -> __m512i {
+    let m = rd32(h0) as u64 | ((rd32(h1) as u64) << 32);
+    _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10))
+}
+
+#[inline(always)]
+unsafe fn high_bits32(h: *const u8) -> __m256i {
+    _mm256_maskz_mov_epi8(rd32(h), _mm256_set1_epi8(0x10))
+}
+
+struct Q4_0;
+impl Fmt32 for Q4_0 {
+    const WB: usize = 18;
+    const OFFSET: i8 = 8;
+    const MIN: bool = false;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn codes2(wb: *const u8) -> __m512i {
+        nibbles64(wb.add(2), wb.add(Self::WB + 2))
+    }
+    #[inline(always)]
+    unsafe fn codes1(wb: *const u8) -> __m256i {
+        nibbles32(wb.add(2))
+    }
+}
+
+struct Q4_1;
+impl Fmt32 for Q4_1 {
+    const WB: usize = 20;
+    const OFFSET: i8 = 0;
+    const MIN: bool = true;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn codes2(wb: *const u8) -> __m512i {
+        nibbles64(wb.add(4), wb.add(Self::WB + 4))
+    }
+    #[inline(always)]
+    unsafe fn codes1(wb: *const u8) -> __m256i {
+        nibbles32(wb.add(4))
+    }
+}
+
+struct Q5_0;
+impl Fmt32 for Q5_0 {
+    const WB: usize = 22;
+    const OFFSET: i8 = 16;
+    const MIN: bool = false;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn codes2(wb: *const u8) -> __m512i {
+        let lo = nibbles64(wb.add(6), wb.add(Self::WB + 6));
+        _mm512_or_si512(lo, high_bits64(wb.add(2), wb.add(Self::WB + 2)))
+    }
+    #[inline(always)]
+    unsafe fn codes1(wb: *const u8) -> __m256i {
+        _mm256_or_si256(nibbles32(wb.add(6)), high_bits32(wb.add(2)))
+    }
+}
+
+struct Q5_1;
+impl Fmt32 for Q5_1 {
+    const WB: usize = 24;
+    const OFFSET: i8 = 0;
+    const MIN: bool = true;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn codes2(wb: *const u8) -> __m512i {
+        let lo = nibbles64(wb.add(8), wb.add(Self::WB + 8));
+        _mm512_or_si512(lo, high_bits64(wb.add(4), wb.add(Self::WB + 4)))
+    }
+    #[inline(always)]
+    unsafe fn codes1(wb: *const u8) -> __m256i {
+        _mm256_or_si256(nibbles32(wb.add(8)), high_bits32(wb.add(4)))
+    }
+}
+
+struct Q8_0;
+impl Fmt32 for Q8_0 {
+    const WB: usize = 34;
+    const OFFSET: i8 = 0;
+    const MIN: bool = false;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn codes2(wb: *const u8) -> __m512i {
+        let b0 = _mm256_loadu_si256(wb.add(2) as *const __m256i);
+        let b1 = _mm256_loadu_si256(wb.add(Self::WB + 2) as *const __m256i);
+        _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1)
+    }
+    #[inline(always)]
+    unsafe fn codes1(wb: *const u8) -> __m256i {
+        _mm256_loadu_si256(wb.add(2) as *const __m256i)
+    }
+}
+
+/// One weight row of format `F` · `N` activation rows in the split layout.
+#[inline(always)]
+unsafe fn dot32<F: Fmt32, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    let nb = w.len() / F::WB;
+    let cols = nb * 32;
+    let (doff, soff) = (cols, cols + 4 * nb);
+    debug_assert!(a.len() >= (N - 1) * st + cols + 8 * nb);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let zero = _mm512_setzero_si512();
+    let offv = _mm512_set1_epi8(F::OFFSET);
+    let idx01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut accm = [_mm_setzero_ps(); N];
+    let mut tail = [0.0f32; N];
+    let mut b = 0;
+    while b + 2 <= nb {
+        let wb = wp.add(b * F::WB);
+        // [d0, d1, m0, m1] of the two weight blocks.
+        let (m0, m1) = if F::MIN {
+            (rd16(wb.add(2)), rd16(wb.add(F::WB + 2)))
+        } else {
+            (0, 0)
+        };
+        let dm = _mm_cvtph_ps(_mm_setr_epi16(
+            rd16(wb),
+            rd16(wb.add(F::WB)),
+            m0,
+            m1,
+            0,
+            0,
+            0,
+            0,
+        ));
+        let dwv = _mm512_permutexvar_ps(idx01, _mm512_castps128_ps512(dm));
+        let mv = _mm_movehl_ps(dm, dm);
+        let codes = F::codes2(wb);
+        let (u, neg) = if F::SIGNED {
+            (_mm512_abs_epi8(codes), _mm512_movepi8_mask(codes))
+        } else {
+            (codes, 0)
+        };
+        for t in 0..N {
+            let at = ap.add(t * st);
+            let mut av = _mm512_loadu_si512(at.add(32 * b) as *const _);
+            if F::SIGNED {
+                av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+            }
+            let mut p = _mm512_dpbusd_epi32(zero, u, av);
+            if F::OFFSET != 0 {
+                p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(zero, offv, av));
+            }
+            let da =
+                _mm512_permutexvar_ps(idx01, _mm512_castps128_ps512(load2(at.add(doff + 4 * b))));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dwv, da), acc[t]);
+            if F::MIN {
+                accm[t] = _mm_fmadd_ps(mv, load2(at.add(soff + 4 * b)), accm[t]);
+            }
+        }
+        b += 2;
+    }
+    if b < nb {
+        let wb = wp.add(b * F::WB);
+        let dw = avx2::f16_at(wb);
+        let mw = if F::MIN { avx2::f16_at(wb.add(2)) } else { 0.0 };
+        let codes = F::codes1(wb);
+        let u = if F::SIGNED {
+            _mm256_abs_epi8(codes)
+        } else {
+            codes
+        };
+        for t in 0..N {
+            let at = ap.add(t * st);
+            let mut av = _mm256_loadu_si256(at.add(32 * b) as *const __m256i);
+            if F::SIGNED {
+                av = _mm256_sign_epi8(av, codes);
+            }
+            let z = _mm256_setzero_si256();
+            let mut p = _mm256_dpbusd_epi32(z, u, av);
+            if F::OFFSET != 0 {
+                p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(F::OFFSET), av));
+            }
+            let da = f32::from_bits(rd32(at.add(doff + 4 * b)));
+            tail[t] += hsum_epi32(p) as f32 * (dw * da);
+            if F::MIN {
+                tail[t] += mw * f32::from_bits(rd32(at.add(soff + 4 * b)));
+            }
+        }
+    }
+    for t in 0..N {
+        let m = accm[t];
+        let m = _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+        out[t] = _mm512_reduce_add_ps(acc[t]) + m + tail[t];
+    }
+}
+
+macro_rules! entry32 {
+    ($($name:ident => $fmt:ty),* $(,)?) => {
+        $(
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn $name(w: &[u8], a: &[u8], st: usize, nt: usize, out: &mut [f32; NT]) {
+                match nt {
+                    1 => dot32::<$fmt, 1>(w, a, st, out),
+                    2 => dot32::<$fmt, 2>(w, a, st, out),
+                    3 => dot32::<$fmt, 3>(w, a, st, out),
+                    _ => dot32::<$fmt, 4>(w, a, st, out),
+                }
+            }
+        )*
+    };
+}
+entry32!(dot_q4_0 => Q4_0, dot_q4_1 => Q4_1, dot_q5_0 => Q5_0, dot_q5_1 => Q5_1, dot_q8_0 => Q8_0);
+
+/// Activation row to the split layout, with the codes and f16-rounded scales the scalar
+/// Q8_1 quantizer produces.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn quantize_split(x: &[f32], dst: &mut [u8]) {
+    let cols = x.len();
+    let nb = cols / 32;
+    debug_assert_eq!(dst.len(), cols + 8 * nb);
+    let dp = dst.as_mut_ptr();
+    for b in 0..nb {
+        let p = x.as_ptr().add(32 * b);
+        let amax = abs_max8(p, 32);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let mut iv = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(p.add(8 * k)), idv);
+            iv[k] = _mm256_cvttps_epi32(roundf8(v));
+        }
+        _mm256_storeu_si256(dp.add(32 * b) as *mut __m256i, pack32(iv));
+        let sum = hsum_epi32(_mm256_add_epi32(
+            _mm256_add_epi32(iv[0], iv[1]),
+            _mm256_add_epi32(iv[2], iv[3]),
+        ));
+        let d16 = half::f16::from_f32(d).to_f32();
+        let s16 = half::f16::from_f32(sum as f32 * d).to_f32();
+        std::ptr::write_unaligned(dp.add(cols + 4 * b) as *mut f32, d16);
+        std::ptr::write_unaligned(dp.add(cols + 4 * nb + 4 * b) as *mut f32, s16);
+    }
+}
 
 #[inline(always)]
 unsafe fn hsum512(v: __m512) -> f32 {
@@ -130,6 +417,13 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
     if !features().avx512_vnni {
         return None;
     }
+    let split = |dot| {
+        Some(RowKernel::Quant {
+            partner: ActLayout::Split32,
+            quantize: quantize_split,
+            dot,
+        })
+    };
     let with = |dot| match avx2::kernel(ty) {
         Some(RowKernel::Quant {
             partner, quantize, ..
@@ -141,11 +435,11 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         _ => None,
     };
     match ty {
-        GgmlType::Q4_0 => with(dot_q4_0),
-        GgmlType::Q4_1 => with(dot_q4_1),
-        GgmlType::Q5_0 => with(dot_q5_0),
-        GgmlType::Q5_1 => with(dot_q5_1),
-        GgmlType::Q8_0 => with(dot_q8_0),
+        GgmlType::Q4_0 => split(dot_q4_0),
+        GgmlType::Q4_1 => split(dot_q4_1),
+        GgmlType::Q5_0 => split(dot_q5_0),
+        GgmlType::Q5_1 => split(dot_q5_1),
+        GgmlType::Q8_0 => split(dot_q8_0),
         GgmlType::Q4_K => with(dot_q4_k),
         GgmlType::Q5_K => with(dot_q5_k),
         GgmlType::Q6_K => with(dot_q6_k),

@@ -30,12 +30,33 @@ pub(crate) type FDot =
 /// Quantizes one activation row into the partner type.
 pub(crate) type QuantizeRow = unsafe fn(x: &[f32], dst: &mut [u8]);
 
+/// How one activation row is laid out after quantization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ActLayout {
+    /// Whole blocks of this GGUF type (Q8_0, Q8_1 or Q8_K), exactly as the scalar reference.
+    Blocks(GgmlType),
+    /// The Q8_1 values of `nb = cols / 32` blocks split for wide loads: `cols` code bytes
+    /// (i8, contiguous), then `nb` f32 scales `d`, then `nb` f32 sums `s`. `d` and `s` are
+    /// the f16-rounded values Q8_1 would store, so products equal the block layout's.
+    Split32,
+}
+
+impl ActLayout {
+    /// Bytes of one quantized activation row of `cols` values.
+    pub(crate) fn row_bytes(self, cols: usize) -> Result<usize, crate::KernelError> {
+        match self {
+            ActLayout::Blocks(ty) => ty.row_bytes(cols),
+            ActLayout::Split32 => Ok(GgmlType::Q8_1.row_bytes(cols)? / 36 * 40),
+        }
+    }
+}
+
 /// How matmul computes the output elements of a weight type.
 #[derive(Clone, Copy)]
 pub(crate) enum RowKernel {
     /// Integer dot against activations quantized once per call to `partner`.
     Quant {
-        partner: GgmlType,
+        partner: ActLayout,
         quantize: QuantizeRow,
         dot: QDot,
     },
@@ -76,7 +97,7 @@ pub(crate) fn scalar_quantize<B: Block>(x: &[f32], dst: &mut [u8]) {
 
 fn quant<B: VecDot>(dot: QDot) -> RowKernel {
     RowKernel::Quant {
-        partner: <B::Partner as Block>::TYPE,
+        partner: ActLayout::Blocks(<B::Partner as Block>::TYPE),
         quantize: scalar_quantize::<B::Partner>,
         dot,
     }
@@ -140,6 +161,21 @@ mod tests {
             .collect()
     }
 
+    /// Reassembles Q8_1 blocks from the split layout (scales back to f16, exactly).
+    fn split_to_q8_1(split: &[u8], cols: usize) -> Vec<u8> {
+        let nb = cols / 32;
+        let f = |o: usize| f32::from_le_bytes(split[o..o + 4].try_into().unwrap());
+        let mut out = Vec::with_capacity(nb * 36);
+        for b in 0..nb {
+            let d = half::f16::from_f32(f(cols + 4 * b));
+            let s = half::f16::from_f32(f(cols + 4 * nb + 4 * b));
+            out.extend_from_slice(&d.to_bits().to_le_bytes());
+            out.extend_from_slice(&s.to_bits().to_le_bytes());
+            out.extend_from_slice(&split[32 * b..32 * b + 32]);
+        }
+        out
+    }
+
     #[test]
     fn simd_activation_quantizers_match_the_scalar_reference_bit_for_bit() {
         let x = activations(4096);
@@ -153,18 +189,32 @@ mod tests {
                 };
                 let rb = partner.row_bytes(x.len()).unwrap();
                 let mut got = vec![0u8; rb];
-                let mut want = vec![0u8; rb];
                 // SAFETY: `isa` is available; lengths match.
                 unsafe { quantize(&x, &mut got) };
+                let mut want = vec![0u8; GgmlType::Q8_1.row_bytes(x.len()).unwrap().max(rb)];
                 match partner {
-                    GgmlType::Q8_0 => scalar_quantize::<BlockQ8_0>(&x, &mut want),
-                    GgmlType::Q8_1 => scalar_quantize::<BlockQ8_1>(&x, &mut want),
-                    GgmlType::Q8_K => scalar_quantize::<BlockQ8K>(&x, &mut want),
-                    other => panic!("unexpected partner {other}"),
+                    ActLayout::Blocks(GgmlType::Q8_0) => {
+                        want.truncate(rb);
+                        scalar_quantize::<BlockQ8_0>(&x, &mut want)
+                    }
+                    ActLayout::Blocks(GgmlType::Q8_1) => {
+                        want.truncate(rb);
+                        scalar_quantize::<BlockQ8_1>(&x, &mut want)
+                    }
+                    ActLayout::Blocks(GgmlType::Q8_K) => {
+                        want.truncate(rb);
+                        scalar_quantize::<BlockQ8K>(&x, &mut want)
+                    }
+                    ActLayout::Split32 => {
+                        want.truncate(GgmlType::Q8_1.row_bytes(x.len()).unwrap());
+                        scalar_quantize::<BlockQ8_1>(&x, &mut want);
+                        got = split_to_q8_1(&got, x.len());
+                    }
+                    other => panic!("unexpected partner {other:?}"),
                 }
                 assert!(
                     got == want,
-                    "{isa} {partner} quantizer (for {ty}) differs from scalar"
+                    "{isa} {partner:?} quantizer (for {ty}) differs from scalar"
                 );
             }
         }
