@@ -634,7 +634,11 @@ macro_rules! entry_points {
                     1 => $body::<$dot, 1>(w, a, st, out),
                     2 => $body::<$dot, 2>(w, a, st, out),
                     3 => $body::<$dot, 3>(w, a, st, out),
-                    _ => $body::<$dot, 4>(w, a, st, out),
+                    4 => $body::<$dot, 4>(w, a, st, out),
+                    5 => $body::<$dot, 5>(w, a, st, out),
+                    6 => $body::<$dot, 6>(w, a, st, out),
+                    7 => $body::<$dot, 7>(w, a, st, out),
+                    _ => $body::<$dot, 8>(w, a, st, out),
                 }
             }
         )*
@@ -652,11 +656,20 @@ macro_rules! float_entry {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $name(w: &[u8], x: &[f32], st: usize, nt: usize, out: &mut [f32; NT]) {
             let l = |p| $load(p);
-            match nt {
-                1 => float_dot::<1, $eb>(w, x, st, out, l),
-                2 => float_dot::<2, $eb>(w, x, st, out, l),
-                3 => float_dot::<3, $eb>(w, x, st, out, l),
-                _ => float_dot::<4, $eb>(w, x, st, out, l),
+            // At most 4 tokens per pass keeps the accumulators in registers.
+            let mut t0 = 0;
+            while t0 < nt {
+                let mut o = [0.0f32; NT];
+                let xs = &x[t0 * st..];
+                match nt - t0 {
+                    1 => float_dot::<1, $eb>(w, xs, st, &mut o, l),
+                    2 => float_dot::<2, $eb>(w, xs, st, &mut o, l),
+                    3 => float_dot::<3, $eb>(w, xs, st, &mut o, l),
+                    _ => float_dot::<4, $eb>(w, xs, st, &mut o, l),
+                }
+                let k = (nt - t0).min(4);
+                out[t0..t0 + k].copy_from_slice(&o[..k]);
+                t0 += k;
             }
         }
     };

@@ -277,7 +277,11 @@ macro_rules! entry32 {
                     1 => dot32::<$fmt, 1>(w, a, st, out),
                     2 => dot32::<$fmt, 2>(w, a, st, out),
                     3 => dot32::<$fmt, 3>(w, a, st, out),
-                    _ => dot32::<$fmt, 4>(w, a, st, out),
+                    4 => dot32::<$fmt, 4>(w, a, st, out),
+                    5 => dot32::<$fmt, 5>(w, a, st, out),
+                    6 => dot32::<$fmt, 6>(w, a, st, out),
+                    7 => dot32::<$fmt, 7>(w, a, st, out),
+                    _ => dot32::<$fmt, 8>(w, a, st, out),
                 }
             }
         )*
@@ -392,11 +396,20 @@ macro_rules! float_entry {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
         unsafe fn $name(w: &[u8], x: &[f32], st: usize, nt: usize, out: &mut [f32; NT]) {
             let l = |p| $load(p);
-            match nt {
-                1 => float_dot::<1, $eb>(w, x, st, out, l),
-                2 => float_dot::<2, $eb>(w, x, st, out, l),
-                3 => float_dot::<3, $eb>(w, x, st, out, l),
-                _ => float_dot::<4, $eb>(w, x, st, out, l),
+            // At most 4 tokens per pass keeps the accumulators in registers.
+            let mut t0 = 0;
+            while t0 < nt {
+                let mut o = [0.0f32; NT];
+                let xs = &x[t0 * st..];
+                match nt - t0 {
+                    1 => float_dot::<1, $eb>(w, xs, st, &mut o, l),
+                    2 => float_dot::<2, $eb>(w, xs, st, &mut o, l),
+                    3 => float_dot::<3, $eb>(w, xs, st, &mut o, l),
+                    _ => float_dot::<4, $eb>(w, xs, st, &mut o, l),
+                }
+                let k = (nt - t0).min(4);
+                out[t0..t0 + k].copy_from_slice(&o[..k]);
+                t0 += k;
             }
         }
     };

@@ -20,7 +20,7 @@ use crate::quant::{
 use crate::{GgmlType, Isa};
 
 /// Tokens one kernel call computes against the same weight row.
-pub(crate) const NT: usize = 4;
+pub(crate) const NT: usize = 8;
 
 /// Quantized weight row · `nt` quantized activation rows (bytes, `stride` bytes apart).
 pub(crate) type QDot = unsafe fn(w: &[u8], a: &[u8], stride: usize, nt: usize, out: &mut [f32; NT]);
