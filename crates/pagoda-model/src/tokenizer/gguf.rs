@@ -104,7 +104,7 @@ impl Tokenizer {
             "gpt2" => {
                 let pre = file.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
                 let bos = matches!(pre, "llama-bpe" | "llama3");
-                (build_gpt2(file, tokens, &vocab, &err)?, bos)
+                (build_gpt2(file, &vocab, &err)?, bos)
             }
             "llama" => (build_spm(file, tokens, &vocab, unk_id, &err)?, true),
             other => {
@@ -141,7 +141,6 @@ impl Tokenizer {
 
 fn build_gpt2(
     file: &GgufFile,
-    tokens: &[String],
     vocab: &HashMap<String, u32>,
     err: &dyn Fn(String) -> ModelError,
 ) -> Result<tokenizers::Tokenizer, ModelError> {
@@ -167,7 +166,6 @@ fn build_gpt2(
         .ignore_merges(pre == "llama-bpe" || pre == "llama3")
         .build()
         .map_err(|e| err(format!("cannot build byte-level BPE: {e}")))?;
-    let _ = tokens;
     let mut t = tokenizers::Tokenizer::new(bpe);
     let byte_level_plain = ByteLevel::default()
         .add_prefix_space(false)
