@@ -18,9 +18,10 @@ them from the PyPI packages that ship them.
 llama.cpp recipe (why): llama-cpp-python 0.3.36 built natively (GGML_NATIVE=ON, the default) runs
 correctly on this machine (AMD EPYC, AVX-512 + VNNI + BF16, no AMX). The segfault at the first
 generation recorded in DESIGN.md was seen on a Sapphire Rapids machine (AMX + weight repacking);
-it does not reproduce here. Goldens are made single-threaded-deterministic: n_threads=1 and
-n_threads=2 give the same argmax and logits within 1e-3 (checked by `crosscheck`), and the batch
-is evaluated as one llama_decode with logits for every position (logits_all=True).
+it does not reproduce here. n_threads=1 and n_threads=2 give bit-identical logits (checked on
+every run, recorded as crosscheck_threads1_*), a fresh build and an older cached build of the same
+recipe gave byte-identical goldens, and `hfcheck` compares with transformers on the dequantized
+GGUF. The prompt is evaluated as one llama_decode with logits for every position (logits_all=True).
 """
 from __future__ import annotations
 
