@@ -1,6 +1,11 @@
 //! Matmul throughput per weight type, shape, token count and ISA path.
 //!
 //! `cargo run --release -p pagoda-kernels --example matmul_bench [-- TYPE,TYPE.. [ISA,ISA..]]`
+//! `cargo run --release -p pagoda-kernels --example matmul_bench -- models [ISA,ISA..]`
+//!
+//! The `models` mode runs every matrix product of one forward pass of SmolLM2-135M (Q4_1,
+//! Q8_0 output) and of Qwen2.5-1.5B Q4_K_M (Q4_K/Q6_K) in sequence, for 1 token (decode)
+//! and 64 tokens (a prefill chunk), and prints the matmul-only time per step and tokens/s.
 //!
 //! Weights are cycled through enough copies (>= 256 MiB in all) that every call streams its
 //! matrix from DRAM, as decode does with a real model; GB/s counts weight bytes read per
@@ -43,8 +48,125 @@ fn cpu_ns() -> u64 {
         .sum()
 }
 
+/// (rows, cols, type, count per layer) of one layer, the layer count and the output head.
+struct ModelShape {
+    name: &'static str,
+    layer: &'static [(usize, usize, GgmlType)],
+    layers: usize,
+    head: (usize, usize, GgmlType),
+}
+
+const MODELS: [ModelShape; 2] = [
+    ModelShape {
+        name: "SmolLM2-135M Q4_1",
+        layer: &[
+            (576, 576, GgmlType::Q4_1),  // q
+            (192, 576, GgmlType::Q4_1),  // k
+            (192, 576, GgmlType::Q4_1),  // v
+            (576, 576, GgmlType::Q4_1),  // o
+            (1536, 576, GgmlType::Q4_1), // gate
+            (1536, 576, GgmlType::Q4_1), // up
+            (576, 1536, GgmlType::Q4_1), // down
+        ],
+        layers: 30,
+        head: (49152, 576, GgmlType::Q8_0),
+    },
+    ModelShape {
+        name: "Qwen2.5-1.5B Q4_K_M",
+        layer: &[
+            (1536, 1536, GgmlType::Q4_K), // q
+            (256, 1536, GgmlType::Q4_K),  // k
+            (256, 1536, GgmlType::Q6_K),  // v
+            (1536, 1536, GgmlType::Q4_K), // o
+            (8960, 1536, GgmlType::Q4_K), // gate
+            (8960, 1536, GgmlType::Q4_K), // up
+            (1536, 8960, GgmlType::Q6_K), // down
+        ],
+        layers: 28,
+        head: (151936, 1536, GgmlType::Q6_K),
+    },
+];
+
+fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+    let rb = ty.row_bytes(cols).unwrap();
+    let row: Vec<f32> = (0..cols)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 8388608.0 - 1.0
+        })
+        .collect();
+    let mut q = vec![0u8; rb];
+    quantize_row(ty, &row, &mut q).unwrap();
+    q.iter().copied().cycle().take(rows * rb).collect()
+}
+
+fn models(isas: &[Isa]) {
+    for m in &MODELS {
+        let mut mats: Vec<(usize, usize, GgmlType, Vec<u8>)> = Vec::new();
+        for l in 0..m.layers {
+            for (i, &(r, c, t)) in m.layer.iter().enumerate() {
+                mats.push((r, c, t, quantized(t, r, c, (l * 7 + i) as u32)));
+            }
+        }
+        let (r, c, t) = m.head;
+        mats.push((r, c, t, quantized(t, r, c, 99)));
+        let bytes: usize = mats.iter().map(|m| m.3.len()).sum();
+        let maxc = mats.iter().map(|m| m.1).max().unwrap();
+        let maxr = mats.iter().map(|m| m.0).max().unwrap();
+        for n in [1usize, 64] {
+            let x: Vec<f32> = (0..n * maxc)
+                .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let mut out = vec![0.0f32; n * maxr];
+            for &isa in isas {
+                let mut step = || {
+                    for (r, c, t, d) in &mats {
+                        let w = WeightMatrix::new(*t, *r, *c, d).unwrap();
+                        matmul_with_isa(isa, &w, &x[..n * c], n, &mut out[..n * r]).unwrap();
+                    }
+                };
+                step();
+                let start = Instant::now();
+                let cpu0 = cpu_ns();
+                let mut steps = 0u32;
+                while start.elapsed() < Duration::from_millis(1500) || steps < 2 {
+                    step();
+                    steps += 1;
+                }
+                let per = start.elapsed().as_secs_f64() / steps as f64;
+                let cpu_per = (cpu_ns() - cpu0) as f64 * 1e-9
+                    / steps as f64
+                    / rayon::current_num_threads() as f64;
+                println!(
+                    "{:<20} n={:<3} {:<7} {:>8.2} ms/step {:>8.1} tok/s {:>6.1} GB/s | cpu-time: {:>8.1} tok/s {:>6.1} GB/s",
+                    m.name,
+                    n,
+                    isa.name(),
+                    per * 1e3,
+                    n as f64 / per,
+                    bytes as f64 / per / 1e9,
+                    n as f64 / cpu_per,
+                    bytes as f64 / cpu_per / 1e9
+                );
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("models") {
+        let isas: Vec<Isa> = match args.get(1) {
+            Some(s) => available_isas()
+                .into_iter()
+                .filter(|i| s.split(',').any(|n| n == i.name()))
+                .collect(),
+            None => available_isas()
+                .into_iter()
+                .filter(|i| *i != Isa::Scalar)
+                .collect(),
+        };
+        return models(&isas);
+    }
     let types: Vec<GgmlType> = match args.first() {
         Some(s) => s
             .split(',')

@@ -116,6 +116,8 @@ impl OutPtr {
 
 /// Bytes of weights one chunk should cover when several tokens reuse it from cache.
 const PREFILL_CHUNK_BYTES: usize = 96 * 1024;
+/// Below this many weight bytes a matrix gets one chunk per thread.
+const SMALL_MATRIX_BYTES: usize = 1 << 20;
 /// Chunks per thread for load balance.
 const CHUNKS_PER_THREAD: usize = 4;
 
@@ -162,11 +164,19 @@ pub fn matmul_with_isa(
             let arow = partner.row_bytes(cols)?;
             // [n, arow] activation blocks.
             let mut a = vec![0u8; n * arow];
-            a.par_chunks_mut(arow)
-                .zip(x.par_chunks(cols))
-                .with_min_len(8)
-                // SAFETY: `isa` is available (checked above) and the lengths match.
-                .for_each(|(dst, src)| unsafe { quantize(src, dst) });
+            if n < 8 {
+                // Decode: a fork would cost more than quantizing a few rows.
+                for (dst, src) in a.chunks_exact_mut(arow).zip(x.chunks_exact(cols)) {
+                    // SAFETY: `isa` is available (checked above) and the lengths match.
+                    unsafe { quantize(src, dst) };
+                }
+            } else {
+                a.par_chunks_mut(arow)
+                    .zip(x.par_chunks(cols))
+                    .with_min_len(4)
+                    // SAFETY: as above.
+                    .for_each(|(dst, src)| unsafe { quantize(src, dst) });
+            }
             run_chunks(&w, row_bytes, n, out, |wrow, t0, nt, o| {
                 // SAFETY: `isa` is available; `wrow` is a whole row and tokens t0..t0+nt
                 // have `arow` bytes each in `a`.
@@ -251,12 +261,19 @@ fn run_dequant_chunks(
 /// that the chunk's weights stay in cache while all tokens pass over them.
 fn chunk_rows(rows: usize, row_bytes: usize, n: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
-    let mut chunk = rows.div_ceil(threads * CHUNKS_PER_THREAD);
+    let bytes = rows * row_bytes;
+    // Small matrices (most of a small model): one chunk per thread, as few tasks as possible.
+    let per_thread = if bytes < SMALL_MATRIX_BYTES {
+        1
+    } else {
+        CHUNKS_PER_THREAD
+    };
+    let mut chunk = rows.div_ceil(threads * per_thread);
     if n > 1 {
         chunk = chunk.min((PREFILL_CHUNK_BYTES / row_bytes.max(1)).max(1));
     }
     // Tiny matrices: one chunk, no fork overhead.
-    if rows * row_bytes * n.max(1) < 16 * 1024 {
+    if bytes * n.max(1) < 16 * 1024 {
         chunk = rows;
     }
     chunk.max(1)
