@@ -23,6 +23,9 @@ use crate::gguf::{GgufFile, GgufValue};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
 
+const NO_VOCAB_SIZE: &str =
+    "cannot tell the vocabulary size: no vocab_size key, tokenizer.ggml.tokens or token_embd.weight";
+
 impl ModelConfig {
     /// Reads the config from a GGUF file's metadata and checks it with [`ModelConfig::validate`].
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
@@ -94,7 +97,7 @@ impl ModelConfig {
                 _ => file
                     .tensor("token_embd.weight")
                     .and_then(|t| t.shape().first().copied())
-                    .ok_or_else(|| bad("cannot tell the vocabulary size: no vocab_size key, tokenizer.ggml.tokens or token_embd.weight".into()))?,
+                    .ok_or_else(|| bad(NO_VOCAB_SIZE.into()))?,
             },
         };
         let default_eps = if arch == Architecture::Gemma3 {
