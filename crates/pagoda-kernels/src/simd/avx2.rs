@@ -44,7 +44,7 @@ pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn f32_at(p: *const u8) -> f32 {
+pub(crate) unsafe fn f32_at(p: *const u8) -> f32 {
     f32::from_bits(std::ptr::read_unaligned(p as *const u32))
 }
 
@@ -258,7 +258,7 @@ pub(crate) unsafe fn q8_0<D: IntDot, const N: usize>(
 
 /// The 8 scales and 8 mins of a Q4_K/Q5_K block as bytes 0..8 and 8..16 (ggml's kmask trick).
 #[inline(always)]
-unsafe fn k_scales_mins(p: *const u8) -> [u32; 4] {
+pub(crate) unsafe fn k_scales_mins(p: *const u8) -> [u32; 4] {
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;

@@ -8,8 +8,8 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::q5_k;
 use super::avx2::{self, abs_max8, entry_points, hsum_epi32, nibbles32, pack32, roundf8, IntDot};
-use super::avx2::{q4_k, q5_k, q6_k};
 use super::{ActLayout, RowKernel, NT};
 use crate::cpu::features;
 use crate::GgmlType;
@@ -26,8 +26,146 @@ impl IntDot for Vnni {
 }
 
 entry_points!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", Vnni;
-    dot_q4_k => q4_k, dot_q5_k => q5_k, dot_q6_k => q6_k,
+    dot_q5_k => q5_k,
 );
+
+// --------------------------------------------- k-quants, two sub-blocks per 512-bit step
+
+/// Q4_K · Q8_K: sub-blocks 2c and 2c+1 (low and high nibbles of the same 32 bytes) form one
+/// zmm against 64 contiguous activation codes; the minimum term is one `vpmaddwd` of the
+/// activation sums with the duplicated mins.
+#[inline(always)]
+unsafe fn q4_kz<const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    const WB: usize = 144;
+    const AB: usize = 292;
+    let nb = w.len() / WB;
+    debug_assert!(a.len() >= (N - 1) * st + nb * AB);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let m4 = _mm256_set1_epi8(0x0F);
+    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut accm = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let wb = wp.add(b * WB);
+        let (d, dmin) = (avx2::f16_at(wb), avx2::f16_at(wb.add(2)));
+        let sm = avx2::k_scales_mins(wb.add(4));
+        let smv = _mm_loadu_si128(sm.as_ptr() as *const __m128i);
+        let sc32 = _mm512_cvtepu8_epi32(smv);
+        let mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(smv, 8), dup));
+        let mut q = [zero; 4];
+        let mut scv = [zero; 4];
+        for c in 0..4 {
+            let bits = avx2::load(wb.add(16 + 32 * c));
+            let lo = _mm256_and_si256(bits, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            q[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            let idx = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * c as i32));
+            scv[c] = _mm512_permutexvar_epi32(idx, sc32);
+        }
+        for t in 0..N {
+            let ab = ap.add(t * st + b * AB);
+            let mut sumi = zero;
+            for c in 0..4 {
+                let av = _mm512_loadu_si512(ab.add(4 + 64 * c) as *const _);
+                let p = _mm512_dpbusd_epi32(zero, q[c], av);
+                sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scv[c]));
+            }
+            let da = avx2::f32_at(ab);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * da), _mm512_cvtepi32_ps(sumi), acc[t]);
+            let bs = _mm256_loadu_si256(ab.add(260) as *const __m256i);
+            let summ = _mm256_madd_epi16(bs, mins16);
+            accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * da), _mm256_cvtepi32_ps(summ), accm[t]);
+        }
+    }
+    for t in 0..N {
+        out[t] = _mm512_reduce_add_ps(acc[t]) - avx2::hsum(accm[t]);
+    }
+}
+
+/// Q6_K · Q8_K: 64 codes (0..64) per zmm, `vpmaddubsw` then `vpmaddwd` with the four group
+/// scales of those 64 values; `32 * sum_g sc[g] bsum[g]` comes off in integers.
+#[inline(always)]
+unsafe fn q6_kz<const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    const WB: usize = 210;
+    const AB: usize = 292;
+    let nb = w.len() / WB;
+    debug_assert!(a.len() >= (N - 1) * st + nb * AB);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x03);
+    let zero = _mm512_setzero_si512();
+    // i16 lane k of the j-th zmm multiplies codes of group 4j + k / 8.
+    let base: [i16; 32] = std::array::from_fn(|k| (k / 8) as i16);
+    let base = _mm512_loadu_si512(base.as_ptr() as *const _);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for b in 0..nb {
+        let wb = wp.add(b * WB);
+        let d = avx2::f16_at(wb.add(208));
+        let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wb.add(192) as *const __m128i));
+        let s16z = _mm512_castsi256_si512(s16);
+        let mut scv = [zero; 4];
+        for j in 0..4 {
+            let idx = _mm512_add_epi16(base, _mm512_set1_epi16(4 * j as i16));
+            scv[j] = _mm512_permutexvar_epi16(idx, s16z);
+        }
+        let mut q = [zero; 4];
+        for h in 0..2 {
+            let l1 = avx2::load(wb.add(64 * h));
+            let l2 = avx2::load(wb.add(64 * h + 32));
+            let hh = avx2::load(wb.add(128 + 32 * h));
+            let h0 = _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4);
+            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4);
+            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4);
+            let h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4);
+            let q0 = _mm256_or_si256(_mm256_and_si256(l1, m4), h0);
+            let q1 = _mm256_or_si256(_mm256_and_si256(l2, m4), h1);
+            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h2);
+            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), h3);
+            q[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+            q[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
+        }
+        for t in 0..N {
+            let ab = ap.add(t * st + b * AB);
+            let mut sumi = zero;
+            for j in 0..4 {
+                let av = _mm512_loadu_si512(ab.add(4 + 64 * j) as *const _);
+                let p16 = _mm512_maddubs_epi16(q[j], av);
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p16, scv[j]));
+            }
+            let bs = _mm256_loadu_si256(ab.add(260) as *const __m256i);
+            let off = _mm256_slli_epi32(_mm256_madd_epi16(bs, s16), 5);
+            let sumi = _mm512_sub_epi32(sumi, _mm512_inserti64x4(zero, off, 0));
+            let da = avx2::f32_at(ab);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * da), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for t in 0..N {
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+macro_rules! entry_n {
+    ($($name:ident => $body:ident),* $(,)?) => {
+        $(
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn $name(w: &[u8], a: &[u8], st: usize, nt: usize, out: &mut [f32; NT]) {
+                match nt {
+                    1 => $body::<1>(w, a, st, out),
+                    2 => $body::<2>(w, a, st, out),
+                    3 => $body::<3>(w, a, st, out),
+                    4 => $body::<4>(w, a, st, out),
+                    5 => $body::<5>(w, a, st, out),
+                    6 => $body::<6>(w, a, st, out),
+                    7 => $body::<7>(w, a, st, out),
+                    _ => $body::<8>(w, a, st, out),
+                }
+            }
+        )*
+    };
+}
+entry_n!(dot_q4_k => q4_kz, dot_q6_k => q6_kz);
 
 // ------------------------------------------------------ 32-value blocks, two per step
 
