@@ -6,7 +6,8 @@
 //! Invariants: `encode(text, true)` starts with BOS exactly when the model asks for it
 //! (`tokenizer.ggml.add_bos_token`, the HF post-processor or `add_bos_token`) and never twice;
 //! `eos_ids()` is sorted and deduplicated and contains every id that ends a turn;
-//! `decode` refuses ids outside the vocabulary instead of silently dropping them;
+//! `decode` turns an id outside the vocabulary into U+FFFD instead of silently dropping it
+//! (a model's embedding can be wider than its tokenizer, as Qwen2's HF checkpoints are);
 //! [`IncrementalDecoder`] only ever emits complete UTF-8 text, and the concatenation of what it
 //! emits plus `finish()` equals `decode(all_ids)` (with the same skip-special choice).
 
@@ -190,15 +191,33 @@ impl Tokenizer {
         }
     }
 
-    /// Text of `ids`; with `skip_special_tokens`, control tokens (BOS, EOS, turn markers) are left out.
+    /// Text of `ids`; with `skip_special_tokens`, control tokens (BOS, EOS, turn markers) are
+    /// left out. An id the tokenizer does not know (padding rows of a wider embedding) comes out
+    /// as U+FFFD, so a rare sample never aborts a stream.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, ModelError> {
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
-            return Err(ModelError::Tokenizer(format!(
-                "token id {bad} is outside the vocabulary of {} tokens",
-                self.vocab_size
-            )));
+        let known = |id: u32| (id as usize) < self.vocab_size;
+        if ids.iter().all(|&id| known(id)) {
+            return self.inner.decode(ids, skip_special_tokens).map_err(tok_err);
         }
-        self.inner.decode(ids, skip_special_tokens).map_err(tok_err)
+        let mut out = String::new();
+        for run in ids.split_inclusive(|&id| !known(id)) {
+            let (valid, bad) = match run.split_last() {
+                Some((&last, rest)) if !known(last) => (rest, true),
+                _ => (run, false),
+            };
+            if !valid.is_empty() {
+                out.push_str(
+                    &self
+                        .inner
+                        .decode(valid, skip_special_tokens)
+                        .map_err(tok_err)?,
+                );
+            }
+            if bad {
+                out.push('\u{FFFD}');
+            }
+        }
+        Ok(out)
     }
 
     pub fn bos_id(&self) -> Option<u32> {
