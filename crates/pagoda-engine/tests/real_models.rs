@@ -25,13 +25,14 @@ fn chat_generator(path: &std::path::Path) -> (Generator, Vec<u32>) {
     let source = open_model(path).expect("model opens");
     let model = Arc::new(Model::from_source(&source).expect("model builds"));
     let template = source.chat_template_or_default();
-    // SmolLM2's template adds a default system prompt without a final period when none is
-    // given; with it, the 135M model (in llama.cpp too) answers "L'Étoile, ...". The catalog
-    // therefore ships this system prompt with the model, as Ollama's library does.
+    // SmolLM2's template adds a default system prompt when none is given; with it, the 135M
+    // model's first answer token is a near tie between "The" and "L'" (llama.cpp too). The
+    // catalog ships this system prompt with the model (as Ollama's library does), under which
+    // "The" is clearly ahead.
     let messages = [
         ChatMessage::new(
             "system",
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face.",
+            "You are a helpful assistant. Give short, direct answers.",
         ),
         ChatMessage::new("user", "What is the capital of France?"),
     ];

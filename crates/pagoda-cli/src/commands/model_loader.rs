@@ -18,6 +18,8 @@ pub struct LoadedModel {
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: ChatTemplate,
     pub default_sampling: SamplingParams,
+    /// System message to use when the user gives none (from the catalog entry).
+    pub default_system: Option<String>,
     pub load_time: Duration,
     pub file_bytes: u64,
 }
@@ -61,6 +63,14 @@ pub fn load_for_generation(name: &str) -> anyhow::Result<LoadedModel> {
     spinner.finish_and_clear();
     let mut loaded = loaded?;
     loaded.load_time = started.elapsed();
+    if !Path::new(name).exists() {
+        if let Some(entry) = pagoda_store::catalog::lookup(name) {
+            loaded.default_system = entry.system.clone();
+            if let Some(t) = entry.temperature {
+                loaded.default_sampling.temperature = t;
+            }
+        }
+    }
     tracing::info!(path = %path.display(), secs = loaded.load_time.as_secs_f64(), "model loaded");
     Ok(loaded)
 }
@@ -91,6 +101,7 @@ fn load_path(path: &Path) -> anyhow::Result<LoadedModel> {
         tokenizer: Arc::new(source.tokenizer),
         chat_template,
         default_sampling,
+        default_system: None,
         load_time: Duration::ZERO,
         file_bytes,
     })

@@ -117,12 +117,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .min(loaded.model.config().context_length);
     let sampling = args.sampling(&loaded.default_sampling);
     let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
-    let mut chat = Conversation::new(args.system.clone());
+    let system = args
+        .system
+        .clone()
+        .or_else(|| loaded.default_system.clone());
+    let mut chat = Conversation::new(system.clone());
     match &args.prompt {
         Some(prompt) => {
             answer(&args, &loaded, &mut generator, &mut chat, prompt, &sampling)?;
         }
-        None => interactive(&args, &loaded, &mut generator, &mut chat, &sampling)?,
+        None => interactive(&args, &loaded, &mut generator, &mut chat, &sampling, system)?,
     }
     Ok(())
 }
@@ -203,6 +207,7 @@ fn interactive(
     generator: &mut Generator,
     chat: &mut Conversation,
     sampling: &SamplingParams,
+    system: Option<String>,
 ) -> anyhow::Result<()> {
     eprintln!(
         "Chatting with {}. Type /bye to leave, /clear to start over.",
@@ -220,7 +225,7 @@ fn interactive(
             "" => continue,
             "/bye" | "/exit" | "/quit" => break,
             "/clear" => {
-                *chat = Conversation::new(args.system.clone());
+                *chat = Conversation::new(system.clone());
                 generator.reset();
                 eprintln!("(conversation cleared)");
                 continue;

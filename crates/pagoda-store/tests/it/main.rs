@@ -282,6 +282,8 @@ fn sha_mismatch_is_a_clear_error_and_keeps_nothing() {
         size: None,
         sources: vec![Source::Url(server.url("/x.gguf"))],
         latest: true,
+        system: None,
+        temperature: None,
     }]);
     let e = store.pull("pinned:1b", &opts()).unwrap_err();
     assert!(matches!(e, StoreError::ShaMismatch { .. }), "{e}");
@@ -349,6 +351,8 @@ fn catalog_entry(name: &str, sha256: Option<Digest>, sources: Vec<Source>) -> Ca
         size: None,
         sources,
         latest: true,
+        system: None,
+        temperature: None,
     }
 }
 
