@@ -101,6 +101,11 @@ impl Tokenizer {
         self.eos_token = token;
     }
 
+    /// Builds from a `tokenizer.json` alone (BOS/EOS as its post-processor and vocabulary say).
+    pub fn from_tokenizer_json(path: &Path) -> Result<Tokenizer, ModelError> {
+        Self::from_hf_files(path, None, None, None)
+    }
+
     /// Builds from a Hugging Face `tokenizer.json`, with the optional `tokenizer_config.json`
     /// (`add_bos_token`, `bos_token`, `eos_token`), `generation_config.json` and `config.json`
     /// (`eos_token_id`, a number or a list).
