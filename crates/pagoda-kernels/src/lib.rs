@@ -5,8 +5,24 @@
 //! ([`matmul()`], with SIMD paths picked at run time: [`cpu`], `simd`), and the row operations
 //! of a transformer layer ([`ops`]). Knows nothing of models, files or scheduling.
 //!
+//! Codemap:
+//! - `dtype`: [`GgmlType`] and block geometry; `error`: [`KernelError`].
+//! - `quant/`: one file per GGUF block format (`#[repr(C)]` layout, dequantize, reference
+//!   quantize, scalar dot against the activation partner: Q8_0, Q8_1 or Q8_K); `float.rs` for
+//!   F32/F16/BF16. The scalar code is the reference every SIMD path is tested against.
+//! - `cpu`: [`Isa`] detection ([`best_isa`], [`available_isas`]).
+//! - `simd/`: the row-kernel table (`mod.rs`), AVX2 bodies (`avx2.rs`, generic over the int8
+//!   dot primitive) and AVX-512 kernels (`avx512.rs`: VNNI, 512-bit).
+//! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
+//!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
+//! - `ops`, `attention`: row operations and attention of a transformer layer.
+//!
 //! Architecture Invariant: no function here allocates per call on the hot path except the
-//! activation quantization scratch inside `matmul`; weights are only ever borrowed.
+//! activation quantization scratch inside `matmul`; weights are only ever borrowed, never
+//! dequantized to a matrix, and may be unaligned.
+//!
+//! Architecture Invariant: every kernel result is within a named tolerance of the scalar path
+//! on the same inputs (tests/kernels.rs runs one body over every available ISA).
 
 // Block kernels index several arrays with one counter; iterator chains would hide the layout.
 #![allow(clippy::needless_range_loop)]

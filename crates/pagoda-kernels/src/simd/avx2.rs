@@ -1,6 +1,7 @@
 //! AVX2 (+FMA, F16C) row kernels, written once over an [`IntDot`] primitive so the AVX-512
-//! path can reuse the same bodies with VNNI (`vpdpbusd` on ymm) instead of
-//! `vpmaddubsw`/`vpmaddwd`.
+//! path can reuse a body with VNNI (`vpdpbusd` on ymm) instead of `vpmaddubsw`/`vpmaddwd`
+//! where it has no 512-bit kernel of its own (Q5_K today). Also the AVX2 activation
+//! quantizers (bit-identical to the scalar ones) and small helpers `avx512.rs` shares.
 //!
 //! Every body computes one weight row against `N` (1..=4) activation rows, unpacking each
 //! weight block once. Sub-block scales are applied in integers where ggml does, per-block
