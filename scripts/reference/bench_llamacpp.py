@@ -48,6 +48,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--verbose", action="store_true", help="llama.cpp logs on stderr")
     ap.add_argument(
+        "--prompt-tokens-file",
+        help="JSON list of prompt token ids to use instead of tokenizing bench_prompt.txt "
+        "(`pagoda bench model` passes its own, so both engines see the same ids)",
+    )
+    ap.add_argument(
         "--omp-wait-policy",
         choices=["passive", "active", "env"],
         default="passive",
@@ -80,7 +85,10 @@ def main() -> int:
     )
     load_s = time.perf_counter() - t0
 
-    tokens = m.tokenize(bench_prompt_text().encode("utf-8"), add_bos=True, special=False)
+    if args.prompt_tokens_file:
+        tokens = json.loads(Path(args.prompt_tokens_file).read_text())
+    else:
+        tokens = m.tokenize(bench_prompt_text().encode("utf-8"), add_bos=True, special=False)
     if len(tokens) < args.prompt_tokens:
         raise SystemExit(f"bench prompt has only {len(tokens)} tokens")
     tokens = tokens[: args.prompt_tokens]

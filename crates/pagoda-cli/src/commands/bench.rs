@@ -12,7 +12,6 @@ use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
 /// Arguments of `pagoda bench`.
 #[derive(Debug, Args)]
@@ -69,11 +68,8 @@ pub struct BenchFigures {
     pub peak_rss_mb: f64,
 }
 
-/// English text, repeated and cut to the prompt length, so the prompt tokenizes like real input.
-const PROMPT_TEXT: &str = "The history of the city begins with a small settlement on the river, \
-where traders met to exchange grain, salt and cloth. Over the centuries the market grew into a \
-town, the town into a city, and the city into the capital of a region known for its bridges, \
-its libraries and its long tradition of printing. ";
+/// The benchmark paragraph shared with the peer script (`scripts/reference/bench_llamacpp.py`).
+const PROMPT_TEXT: &str = include_str!("../../../../tests/golden/bench_prompt.txt");
 
 /// Runs `pagoda bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -98,19 +94,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
     let (mut best_prefill, mut best_decode) = (0.0f64, 0.0f64);
     for _ in 0..args.repeat {
-        generator.reset();
-        let started = Instant::now();
-        generator.score_last(&prompt)?;
-        best_prefill = best_prefill.max(prompt.len() as f64 / started.elapsed().as_secs_f64());
-
+        // Prefill the whole prompt, then decode `gen_tokens` more after the first token, as
+        // the peer script does.
         generator.reset();
         let mut req = GenerationRequest::new(
-            prompt[..16.min(prompt.len())].to_vec(),
+            prompt.clone(),
             SamplingParams::greedy(),
-            args.gen_tokens,
+            args.gen_tokens + 1,
         );
         req.ignore_eos = true;
         let out = generator.generate(&req, |_| true)?;
+        best_prefill = best_prefill.max(out.timings.prefill_tps(prompt.len()));
         best_decode = best_decode.max(
             out.timings
                 .decode_tps(out.usage.completion_tokens.saturating_sub(1)),
@@ -148,9 +142,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n` prompt tokens: BOS (when the model uses one) then the tokens of [`PROMPT_TEXT`] repeated.
+/// `n` prompt tokens: [`PROMPT_TEXT`] stripped, repeated 16 times joined by blank lines,
+/// tokenized with BOS when the model uses one (the peer script's rule).
 fn bench_prompt(tok: &pagoda_model::tokenizer::Tokenizer, n: usize) -> anyhow::Result<Vec<u32>> {
-    let text = PROMPT_TEXT.repeat(n / 40 + 2);
+    let text = vec![PROMPT_TEXT.trim(); 16 * (n / 512 + 1)].join("\n\n");
     let mut tokens = tok.encode(&text, true)?;
     if tokens.len() < n {
         anyhow::bail!("the benchmark text gives only {} tokens", tokens.len());
