@@ -316,8 +316,8 @@ impl Fmt32 for Q8_0 {
 unsafe fn dot32<F: Fmt32, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
     let nb = w.len() / F::WB;
     let cols = nb * 32;
-    let (doff, soff) = (cols, cols + 4 * nb);
-    debug_assert!(a.len() >= (N - 1) * st + cols + 8 * nb);
+    let (doff, soff) = (cols, cols + 32 * nb);
+    debug_assert!(a.len() >= (N - 1) * st + cols + 36 * nb);
     let (wp, ap) = (w.as_ptr(), a.as_ptr());
     let zero = _mm512_setzero_si512();
     let offv = _mm512_set1_epi8(F::OFFSET);
@@ -362,8 +362,7 @@ unsafe fn dot32<F: Fmt32, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &m
             if F::OFFSET != 0 {
                 p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(zero, offv, av));
             }
-            let da =
-                _mm512_permutexvar_ps(idx01, _mm512_castps128_ps512(load2(at.add(doff + 4 * b))));
+            let da = _mm512_loadu_ps(at.add(doff + 32 * b) as *const f32);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dwv, da), acc[t]);
             if F::MIN {
                 accm[t] = _mm_fmadd_ps(mv, load2(at.add(soff + 4 * b)), accm[t]);
@@ -392,7 +391,7 @@ unsafe fn dot32<F: Fmt32, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &m
             if F::OFFSET != 0 {
                 p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(F::OFFSET), av));
             }
-            let da = f32::from_bits(rd32(at.add(doff + 4 * b)));
+            let da = f32::from_bits(rd32(at.add(doff + 32 * b)));
             tail[t] += hsum_epi32(p) as f32 * (dw * da);
             if F::MIN {
                 tail[t] += mw * f32::from_bits(rd32(at.add(soff + 4 * b)));
@@ -433,7 +432,7 @@ entry32!(dot_q4_0 => Q4_0, dot_q4_1 => Q4_1, dot_q5_0 => Q5_0, dot_q5_1 => Q5_1,
 unsafe fn quantize_split(x: &[f32], dst: &mut [u8]) {
     let cols = x.len();
     let nb = cols / 32;
-    debug_assert_eq!(dst.len(), cols + 8 * nb);
+    debug_assert_eq!(dst.len(), cols + 36 * nb);
     let dp = dst.as_mut_ptr();
     for b in 0..nb {
         let p = x.as_ptr().add(32 * b);
@@ -453,8 +452,8 @@ unsafe fn quantize_split(x: &[f32], dst: &mut [u8]) {
         ));
         let d16 = half::f16::from_f32(d).to_f32();
         let s16 = half::f16::from_f32(sum as f32 * d).to_f32();
-        std::ptr::write_unaligned(dp.add(cols + 4 * b) as *mut f32, d16);
-        std::ptr::write_unaligned(dp.add(cols + 4 * nb + 4 * b) as *mut f32, s16);
+        _mm256_storeu_ps(dp.add(cols + 32 * b) as *mut f32, _mm256_set1_ps(d16));
+        std::ptr::write_unaligned(dp.add(cols + 32 * nb + 4 * b) as *mut f32, s16);
     }
 }
 

@@ -36,8 +36,10 @@ pub(crate) enum ActLayout {
     /// Whole blocks of this GGUF type (Q8_0, Q8_1 or Q8_K), exactly as the scalar reference.
     Blocks(GgmlType),
     /// The Q8_1 values of `nb = cols / 32` blocks split for wide loads: `cols` code bytes
-    /// (i8, contiguous), then `nb` f32 scales `d`, then `nb` f32 sums `s`. `d` and `s` are
-    /// the f16-rounded values Q8_1 would store, so products equal the block layout's.
+    /// (i8, contiguous), then each block's f32 scale `d` repeated 8 times (so two blocks'
+    /// scales are one 512-bit load matching the `vpdpbusd` lanes), then `nb` f32 sums `s`.
+    /// `d` and `s` are the f16-rounded values Q8_1 would store, so products equal the block
+    /// layout's. 68 bytes per 32 values.
     Split32,
 }
 
@@ -46,7 +48,7 @@ impl ActLayout {
     pub(crate) fn row_bytes(self, cols: usize) -> Result<usize, crate::KernelError> {
         match self {
             ActLayout::Blocks(ty) => ty.row_bytes(cols),
-            ActLayout::Split32 => Ok(GgmlType::Q8_1.row_bytes(cols)? / 36 * 40),
+            ActLayout::Split32 => Ok(GgmlType::Q8_1.row_bytes(cols)? / 36 * 68),
         }
     }
 }
@@ -167,8 +169,15 @@ mod tests {
         let f = |o: usize| f32::from_le_bytes(split[o..o + 4].try_into().unwrap());
         let mut out = Vec::with_capacity(nb * 36);
         for b in 0..nb {
-            let d = half::f16::from_f32(f(cols + 4 * b));
-            let s = half::f16::from_f32(f(cols + 4 * nb + 4 * b));
+            for k in 1..8 {
+                assert_eq!(
+                    f(cols + 32 * b),
+                    f(cols + 32 * b + 4 * k),
+                    "scale copies differ"
+                );
+            }
+            let d = half::f16::from_f32(f(cols + 32 * b));
+            let s = half::f16::from_f32(f(cols + 32 * nb + 4 * b));
             out.extend_from_slice(&d.to_bits().to_le_bytes());
             out.extend_from_slice(&s.to_bits().to_le_bytes());
             out.extend_from_slice(&split[32 * b..32 * b + 32]);
