@@ -12,7 +12,9 @@ use std::path::PathBuf;
 const F32_LOGIT_TOLERANCE: f32 = 2e-4;
 
 fn golden_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/golden")
+        .join(name)
 }
 
 fn check_against_transformers(name: &str) {
@@ -34,7 +36,9 @@ fn check_folder_against(name: &str, logits_of: &str) {
 
     // All positions in one pass.
     let mut cache = model.new_cache(64);
-    let all = model.forward(&tokens, 0, &mut cache, Logits::All).expect("forward");
+    let all = model
+        .forward(&tokens, 0, &mut cache, Logits::All)
+        .expect("forward");
     assert_eq!(all.len(), tokens.len() * vocab);
     let mut worst = 0.0f32;
     for (t, want) in expected.iter().enumerate() {
@@ -42,18 +46,26 @@ fn check_folder_against(name: &str, logits_of: &str) {
             worst = worst.max((all[t * vocab + v] - w).abs());
         }
     }
-    assert!(worst < F32_LOGIT_TOLERANCE, "{name}: max logit difference {worst}");
+    assert!(
+        worst < F32_LOGIT_TOLERANCE,
+        "{name}: max logit difference {worst}"
+    );
 
     // One token at a time through the cache gives the same logits (decode path).
     let mut cache = model.new_cache(64);
     for (t, &tok) in tokens.iter().enumerate() {
-        let step = model.forward(&[tok], t, &mut cache, Logits::Last).expect("step");
+        let step = model
+            .forward(&[tok], t, &mut cache, Logits::Last)
+            .expect("step");
         let diff = step
             .iter()
             .zip(&expected[t])
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        assert!(diff < F32_LOGIT_TOLERANCE, "{name}: position {t} decode difference {diff}");
+        assert!(
+            diff < F32_LOGIT_TOLERANCE,
+            "{name}: position {t} decode difference {diff}"
+        );
     }
 }
 

@@ -229,6 +229,19 @@ impl Rope {
         }
     }
 
+    /// Divides each frequency by a per-dimension factor: how GGUF files of Llama 3.1+ carry
+    /// their RoPE scaling (tensor `rope_freqs.weight`, `[rope_dim / 2]`), as llama.cpp applies it.
+    pub fn with_freq_factors(mut self, weights: &Weights) -> Result<Self, ModelError> {
+        const NAME: &str = "rope_freqs.weight";
+        if weights.contains(NAME) {
+            let factors = load_vector(weights, NAME, self.inv_freq.len())?;
+            for (f, d) in self.inv_freq.iter_mut().zip(factors) {
+                *f /= d;
+            }
+        }
+        Ok(self)
+    }
+
     /// Rotates `x` (`[n, heads * head_dim]`, row `t` at position `start + t`) in place.
     pub fn apply(&self, x: &mut [f32], n: usize, start: usize) {
         let half = self.inv_freq.len();
@@ -431,4 +444,80 @@ pub struct Scratch {
     pub up: Vec<f32>,
     pub normed: Vec<f32>,
     pub branch: Vec<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{GgufFile, GgufWriter};
+    use crate::Architecture;
+
+    fn config(rope_dim: usize) -> ModelConfig {
+        ModelConfig {
+            arch: Architecture::Llama,
+            n_layers: 1,
+            hidden_size: 8,
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: rope_dim,
+            ffn_dim: 8,
+            vocab_size: 4,
+            rms_eps: 1e-5,
+            norm_weight_offset: 0.0,
+            rope_theta: 10000.0,
+            rope_theta_local: None,
+            rope_scaling: RopeScaling::None,
+            rope_style: RopeStyle::Neox,
+            rope_dim,
+            context_length: 64,
+            sliding_window: None,
+            layer_is_sliding: vec![false],
+            attention_scale: 1.0,
+            attn_logit_softcap: None,
+            final_logit_softcap: None,
+            embedding_scale: None,
+            tie_word_embeddings: true,
+        }
+    }
+
+    #[test]
+    fn rope_freq_factors_tensor_divides_frequencies() {
+        let cfg = config(8);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("freqs.gguf");
+        let mut w = GgufWriter::new();
+        w.add_f32_tensor("rope_freqs.weight", &[4], &[2.0, 2.0, 2.0, 2.0])
+            .expect("tensor");
+        w.write(&path).expect("write");
+        let weights = Weights::from_gguf(&GgufFile::open(&path).expect("open")).expect("weights");
+        let with_factors = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::None)
+            .with_freq_factors(&weights)
+            .expect("factors");
+        let linear = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::Linear { factor: 2.0 });
+        assert_eq!(with_factors.inv_freq, linear.inv_freq);
+        let unscaled = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::None);
+        assert_ne!(unscaled.inv_freq, linear.inv_freq);
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let cfg = config(64);
+        let scaled = Rope::new(
+            &cfg,
+            500000.0,
+            &RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 8192,
+            },
+        );
+        let plain = Rope::new(&cfg, 500000.0, &RopeScaling::None);
+        assert_eq!(
+            scaled.inv_freq[0], plain.inv_freq[0],
+            "highest frequency untouched"
+        );
+        let last = plain.inv_freq.len() - 1;
+        assert!((scaled.inv_freq[last] - plain.inv_freq[last] / 8.0).abs() < 1e-12);
+    }
 }

@@ -44,7 +44,7 @@ impl LlamaLayers {
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(LlamaLayers {
             layers,
-            rope: Rope::new(cfg, cfg.rope_theta, &cfg.rope_scaling),
+            rope: Rope::new(cfg, cfg.rope_theta, &cfg.rope_scaling).with_freq_factors(weights)?,
         })
     }
 
