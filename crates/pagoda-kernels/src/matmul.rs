@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use crate::quant::dequantize_row;
-use crate::simd::{kernel, RowKernel, NT};
+use crate::simd::{kernel, ActLayout, RowKernel, NT};
 use crate::{GgmlType, Isa, KernelError};
 
 /// A borrowed row-major weight matrix: row `r` is output feature `r`, `cols` input features,
@@ -112,10 +112,22 @@ impl OutPtr {
     unsafe fn write(&self, i: usize, v: f32) {
         *self.0.add(i) = v;
     }
+
+    /// Reads element `i`.
+    ///
+    /// # Safety
+    /// As for `write`.
+    #[inline]
+    unsafe fn read(&self, i: usize) -> f32 {
+        *self.0.add(i)
+    }
 }
 
 /// Bytes of weights one chunk should cover when several tokens reuse it from cache.
 const PREFILL_CHUNK_BYTES: usize = 96 * 1024;
+/// Columns per segment when prefill splits long rows (keeps an 8-token activation tile of
+/// one segment, about 19 KiB of Q8_K, in L1).
+const SEGMENT_COLS: usize = 2048;
 /// Below this many weight bytes a matrix gets one chunk per thread.
 const SMALL_MATRIX_BYTES: usize = 1 << 20;
 /// Chunks per thread for load balance.
@@ -177,14 +189,35 @@ pub fn matmul_with_isa(
                     // SAFETY: as above.
                     .for_each(|(dst, src)| unsafe { quantize(src, dst) });
             }
-            run_chunks(&w, row_bytes, n, out, |wrow, t0, nt, o| {
-                // SAFETY: `isa` is available; `wrow` is a whole row and tokens t0..t0+nt
-                // have `arow` bytes each in `a`.
-                unsafe { dot(wrow, &a[t0 * arow..(t0 + nt) * arow], arow, nt, o) }
+            // Prefill over long rows: split each row into column segments so the token
+            // tile's activations for one segment stay in L1 (block layouts only, where a
+            // row slices cleanly by blocks).
+            let (segs, seg_blocks, abb) = match partner {
+                ActLayout::Blocks(pt) if n > 1 && cols > SEGMENT_COLS => {
+                    let bs = pt.block_size();
+                    let sb = (SEGMENT_COLS / bs).max(1);
+                    ((cols / bs).div_ceil(sb), sb, pt.type_size())
+                }
+                _ => (1, usize::MAX, 0),
+            };
+            let (nbw, wbb) = (cols / w.ty.block_size(), w.ty.type_size());
+            run_chunks(&w, row_bytes, n, segs, out, |wrow, seg, t0, nt, o| {
+                if segs == 1 {
+                    // SAFETY: `isa` is available; `wrow` is a whole row and tokens
+                    // t0..t0+nt have `arow` bytes each in `a`.
+                    unsafe { dot(wrow, &a[t0 * arow..(t0 + nt) * arow], arow, nt, o) }
+                } else {
+                    let b0 = seg * seg_blocks;
+                    let b1 = (b0 + seg_blocks).min(nbw);
+                    let a_seg = &a[t0 * arow + b0 * abb..(t0 + nt - 1) * arow + b1 * abb];
+                    // SAFETY: as above, for blocks b0..b1 of the weight row and of each of
+                    // the `nt` activation rows (`arow` bytes apart).
+                    unsafe { dot(&wrow[b0 * wbb..b1 * wbb], a_seg, arow, nt, o) }
+                }
             });
         }
         RowKernel::Float { dot } => {
-            run_chunks(&w, row_bytes, n, out, |wrow, t0, nt, o| {
+            run_chunks(&w, row_bytes, n, 1, out, |wrow, _, t0, nt, o| {
                 // SAFETY: as above, with `cols` f32 values per token.
                 unsafe { dot(wrow, &x[t0 * cols..(t0 + nt) * cols], cols, nt, o) }
             });
@@ -198,11 +231,18 @@ pub fn matmul_with_isa(
 }
 
 /// Splits the rows into chunks and, per chunk, computes every token against its rows,
-/// [`NT`] tokens per kernel call. `f(row, t0, nt, out)` fills `out[..nt]` with the dots of
-/// `row` and tokens `t0..t0 + nt`.
-fn run_chunks<F>(w: &WeightMatrix<'_>, row_bytes: usize, n: usize, out: &mut [f32], f: F)
-where
-    F: Fn(&[u8], usize, usize, &mut [f32; NT]) + Sync,
+/// [`NT`] tokens per kernel call. `f(row, seg, t0, nt, out)` fills `out[..nt]` with the dots
+/// of column segment `seg` (of `segs`) of `row` and tokens `t0..t0 + nt`; segments are
+/// summed into the output in order.
+fn run_chunks<F>(
+    w: &WeightMatrix<'_>,
+    row_bytes: usize,
+    n: usize,
+    segs: usize,
+    out: &mut [f32],
+    f: F,
+) where
+    F: Fn(&[u8], usize, usize, usize, &mut [f32; NT]) + Sync,
 {
     let rows = w.rows;
     let chunk = chunk_rows(rows, row_bytes, n);
@@ -212,14 +252,21 @@ where
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(rows);
         let mut o = [0.0f32; NT];
-        for t0 in (0..n).step_by(NT) {
-            let nt = NT.min(n - t0);
-            for r in r0..r1 {
-                f(w.row(r, row_bytes), t0, nt, &mut o);
-                for (i, v) in o[..nt].iter().enumerate() {
-                    // SAFETY: `t0 + i < n`, `r < rows`, so in bounds of `out` ([n, rows]);
-                    // only this chunk writes rows r0..r1.
-                    unsafe { ptr.write((t0 + i) * rows + r, *v) };
+        for seg in 0..segs {
+            for t0 in (0..n).step_by(NT) {
+                let nt = NT.min(n - t0);
+                for r in r0..r1 {
+                    f(w.row(r, row_bytes), seg, t0, nt, &mut o);
+                    for (i, v) in o[..nt].iter().enumerate() {
+                        let at = (t0 + i) * rows + r;
+                        // SAFETY: `t0 + i < n`, `r < rows`, so in bounds of `out`
+                        // ([n, rows]); only this chunk touches rows r0..r1, and segment 0
+                        // wrote the element before later segments add to it.
+                        unsafe {
+                            let prev = if seg == 0 { 0.0 } else { ptr.read(at) };
+                            ptr.write(at, prev + *v)
+                        };
+                    }
                 }
             }
         }

@@ -266,6 +266,8 @@ fn matmul_matches_f32_reference_on_every_isa() {
             (37, 3 * k, 3),
             (70, 2 * k.max(256), 17),
             (9, 4 * k, 1),
+            // Long enough rows for prefill to split them into column segments.
+            (5, 9 * 256, 10),
         ];
         for (rows, cols, n) in shapes {
             let data = random_weights(&mut rng, ty, rows, cols);
