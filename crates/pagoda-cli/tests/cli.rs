@@ -299,3 +299,139 @@ fn show_reads_real_model_details_when_available() {
     assert!(out.contains("context length  8192"), "{out}");
     assert!(out.contains("chat template   yes"), "{out}");
 }
+
+// ---- `pagoda run`: bad model files are reported, never a panic; the real model answers ----
+
+/// A copy of the transformers-made tiny Llama folder, with `edit` applied to its config.json.
+fn tiny_llama_copy(env: &Env, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama");
+    let dst = env.dir.path().join(name);
+    fs::create_dir_all(&dst).unwrap();
+    for entry in fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    let cfg_path = dst.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    edit(&mut cfg);
+    fs::write(&cfg_path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    dst
+}
+
+/// Runs `pagoda run PATH hi` and checks it failed cleanly with a message containing `needles`.
+fn run_fails_naming(env: &Env, path: &Path, needles: &[&str]) {
+    let o = env.run(&["run", path.to_str().unwrap(), "hi", "--max-tokens", "4"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(stdout(&o).is_empty(), "nothing on stdout: {}", stdout(&o));
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
+#[test]
+fn run_tiny_model_folder_generates() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let o = env.run(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--raw",
+        "hello",
+        "--max-tokens",
+        "5",
+        "--seed",
+        "1",
+    ]);
+    ok(&o);
+    // Random weights: any text, but the same seed gives the same text.
+    let again = env.run(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--raw",
+        "hello",
+        "--max-tokens",
+        "5",
+        "--seed",
+        "1",
+    ]);
+    assert_eq!(stdout(&o), stdout(&again));
+}
+
+#[test]
+fn run_truncated_gguf_names_file_and_tensor() {
+    let env = Env::new();
+    let mut w = pagoda_model::gguf::GgufWriter::new();
+    w.add_str("general.architecture", "llama");
+    w.add_f32_tensor("token_embd.weight", &[4, 8], &[0.5; 32])
+        .unwrap();
+    let bytes = w.to_bytes();
+    let path = env.dir.path().join("cut.gguf");
+    fs::write(&path, &bytes[..bytes.len() - 16]).unwrap();
+    run_fails_naming(&env, &path, &["cut.gguf", "token_embd.weight"]);
+}
+
+#[test]
+fn run_garbage_file_is_an_error() {
+    let env = Env::new();
+    let path = env.gguf("garbage.gguf", 7);
+    run_fails_naming(&env, &path, &["garbage.gguf"]);
+}
+
+#[test]
+fn run_wrong_tensor_shape_names_the_tensor() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "shape", |c| c["intermediate_size"] = 96.into());
+    run_fails_naming(&env, &dir, &["shape", "ffn_gate.weight", "96"]);
+}
+
+#[test]
+fn run_unknown_architecture_is_named() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "arch", |c| {
+        c["model_type"] = "mamba".into();
+        c["architectures"] = serde_json::json!(["MambaForCausalLM"]);
+    });
+    run_fails_naming(&env, &dir, &["arch", "amba"]);
+}
+
+#[test]
+fn run_missing_tokenizer_is_named() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "notok", |_| {});
+    fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    run_fails_naming(&env, &dir, &["notok", "tokenizer.json"]);
+}
+
+#[test]
+fn run_default_model_says_paris() {
+    // The default model from the test store scripts/test.sh fills (PAGODA_HOME); skipped when
+    // PAGODA_TEST_SMOLLM2 is unset, required under CI.
+    if std::env::var_os("PAGODA_TEST_SMOLLM2").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PAGODA_TEST_SMOLLM2 must be set under CI"
+        );
+        eprintln!("skipping: set PAGODA_TEST_SMOLLM2 (and PAGODA_HOME) to run this test");
+        return;
+    }
+    let store = std::env::var("PAGODA_HOME").unwrap_or_default();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+    if !store.is_empty() {
+        cmd.arg("--store").arg(store);
+    }
+    let o = cmd
+        .args(["run", "smollm2:135m", "What is the capital of France?"])
+        .output()
+        .expect("run pagoda");
+    ok(&o);
+    let answer = stdout(&o);
+    assert!(answer.contains("Paris"), "answer: {answer}");
+    assert_eq!(
+        answer.trim_end().lines().count(),
+        1,
+        "only the answer on stdout: {answer}"
+    );
+}
