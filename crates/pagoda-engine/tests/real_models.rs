@@ -91,9 +91,13 @@ fn gemma3_base_continues_like_llama_cpp() {
 /// twice this, either could win, so the argmax is compared only where the margin is larger.
 const LLAMA_CPP_LOGIT_TOLERANCE: f32 = 1.0;
 
+/// The same bound for Gemma 3, whose logits run larger (see the test).
+const GEMMA3_LOGIT_TOLERANCE: f32 = 1.25;
+
 /// Compares logits and the greedy continuation with `tests/golden/llamacpp_<name>.json`,
 /// written by scripts/reference/make_goldens.py from llama-cpp-python on the same file.
-fn check_against_llama_cpp(var: &str, golden_name: &str) {
+/// `tolerance`: the largest logit difference accepted (see [`LLAMA_CPP_LOGIT_TOLERANCE`]).
+fn check_against_llama_cpp(var: &str, golden_name: &str, tolerance: f32) {
     let Some(path) = model_path(var) else { return };
     let golden_path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/golden")
@@ -132,7 +136,7 @@ fn check_against_llama_cpp(var: &str, golden_name: &str) {
                 serde_json::from_value(pos["top_ids"].clone()).expect("top ids");
             let top: Vec<f32> =
                 serde_json::from_value(pos["top_logits"].clone()).expect("top logits");
-            if top[0] - top[1] > 2.0 * LLAMA_CPP_LOGIT_TOLERANCE {
+            if top[0] - top[1] > 2.0 * tolerance {
                 assert_eq!(argmax, top_ids[0], "{name}: argmax at position {p}");
             }
             let sample: Vec<f32> =
@@ -148,10 +152,7 @@ fn check_against_llama_cpp(var: &str, golden_name: &str) {
             worst = worst.max(pos_worst);
         }
         eprintln!("{golden_name}/{name}: max logit difference vs llama.cpp {worst}");
-        assert!(
-            worst < LLAMA_CPP_LOGIT_TOLERANCE,
-            "{name}: max logit difference {worst}"
-        );
+        assert!(worst < tolerance, "{name}: max logit difference {worst}");
 
         let greedy: Vec<u32> =
             serde_json::from_value(prompt["greedy_ids"].clone()).expect("greedy");
@@ -160,7 +161,7 @@ fn check_against_llama_cpp(var: &str, golden_name: &str) {
         sampling.logprobs = Some(2);
         let req = GenerationRequest::new(ids.clone(), sampling, 32);
         let out = generator.generate(&req, |_| true).expect("generates");
-        let agreed = compare_greedy(&out.logprobs, &greedy);
+        let agreed = compare_greedy(&out.logprobs, &greedy, tolerance);
         eprintln!(
             "{golden_name}/{name}: greedy continuation identical for {agreed} of {} tokens",
             greedy.len()
@@ -169,17 +170,17 @@ fn check_against_llama_cpp(var: &str, golden_name: &str) {
 }
 
 /// Checks a greedy continuation against llama.cpp's token by token, up to the first step where
-/// Pagoda's best two tokens are within twice [`LLAMA_CPP_LOGIT_TOLERANCE`] of each other:
+/// Pagoda's best two tokens are within twice the tolerance of each other:
 /// there either engine's choice is within the rounding noise, and after a legitimately
 /// different choice the texts are no longer comparable. Returns how many tokens were compared.
 /// A difference at any decisive step fails.
-fn compare_greedy(steps: &[pagoda_engine::SampledToken], want: &[u32]) -> usize {
+fn compare_greedy(steps: &[pagoda_engine::SampledToken], want: &[u32], tolerance: f32) -> usize {
     for (i, (step, &w)) in steps.iter().zip(want).enumerate() {
         let margin = match step.top_logprobs.as_slice() {
             [a, b, ..] => a.logprob - b.logprob,
             _ => f32::INFINITY,
         };
-        if margin < 2.0 * LLAMA_CPP_LOGIT_TOLERANCE {
+        if margin < 2.0 * tolerance {
             // A near-tie: the same choice is still expected when both picked it.
             if step.token != w {
                 return i;
@@ -202,10 +203,12 @@ fn compare_greedy(steps: &[pagoda_engine::SampledToken], want: &[u32]) -> usize 
 
 #[test]
 fn smollm2_logits_and_greedy_match_llama_cpp() {
-    check_against_llama_cpp("PAGODA_TEST_SMOLLM2", "smollm2");
+    check_against_llama_cpp("PAGODA_TEST_SMOLLM2", "smollm2", LLAMA_CPP_LOGIT_TOLERANCE);
 }
 
 #[test]
 fn gemma3_logits_and_greedy_match_llama_cpp() {
-    check_against_llama_cpp("PAGODA_TEST_GEMMA3", "gemma3");
+    // llama.cpp itself differs from transformers (f32, on the same dequantized weights) by up
+    // to 1.1 on Gemma 3's larger logits (scripts/reference/make_goldens.py hfcheck).
+    check_against_llama_cpp("PAGODA_TEST_GEMMA3", "gemma3", GEMMA3_LOGIT_TOLERANCE);
 }
