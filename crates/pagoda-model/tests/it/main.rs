@@ -2,6 +2,7 @@
 
 mod bad_files;
 mod common;
+mod forward_golden;
 mod golden;
 mod mutations;
 mod real_models;
