@@ -20,7 +20,25 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
     }
     print!("{}", render(&model));
     print!("{}", render_details(&model.path));
+    if let Some(entry) = pagoda_store::catalog::lookup(&args.model) {
+        print!("{}", render_defaults(entry));
+    }
     Ok(())
+}
+
+/// The catalog's per-model defaults that `pagoda run` applies when no flag overrides them.
+fn render_defaults(entry: &pagoda_store::CatalogEntry) -> String {
+    if entry.system.is_none() && entry.temperature.is_none() {
+        return String::new();
+    }
+    let mut out = String::from("\n  Defaults (catalog; --system / --temperature override)\n");
+    if let Some(system) = &entry.system {
+        out.push_str(&format!("    {:<16}{system}\n", "system"));
+    }
+    if let Some(t) = entry.temperature {
+        out.push_str(&format!("    {:<16}{t}\n", "temperature"));
+    }
+    out
 }
 
 fn render_details(path: &std::path::Path) -> String {
