@@ -454,3 +454,37 @@ proptest! {
         }
     }
 }
+
+/// The Q4_K strip GEMM's edge tiles: rows not a multiple of 8 (partial strips) and every
+/// token count 2..=17 (partial token passes), against the scalar path.
+#[test]
+fn q4_k_prefill_edge_tiles_match_scalar() {
+    let mut rng = StdRng::seed_from_u64(29);
+    for (rows, cols) in [(1, 256), (8, 512), (13, 768), (21, 256)] {
+        let data = random_weights(&mut rng, GgmlType::Q4_K, rows, cols);
+        let w = WeightMatrix::new(GgmlType::Q4_K, rows, cols, &data).unwrap();
+        for n in 2..=17 {
+            let x = gaussian(&mut rng, n * cols);
+            let mut scalar = vec![0.0f32; n * rows];
+            matmul_with_isa(Isa::Scalar, &w, &x, n, &mut scalar).unwrap();
+            for isa in available_isas() {
+                let mut out = vec![f32::NAN; n * rows];
+                matmul_with_isa(isa, &w, &x, n, &mut out).unwrap();
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    for r in 0..rows {
+                        let mut wr = vec![0.0f32; cols];
+                        w.dequantize_row(r, &mut wr).unwrap();
+                        let scale = norm(&wr) * norm(xt) + 1e-30;
+                        let (got, want) = (out[t * rows + r], scalar[t * rows + r]);
+                        let d = (got as f64 - want as f64).abs() / scale;
+                        assert!(
+                            d <= SIMD_VS_SCALAR_TOLERANCE,
+                            "Q4_K {isa} {rows}x{cols} n={n} out[{t},{r}] = {got}, scalar {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -12,6 +12,8 @@
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_q4k;
 
 use crate::quant::{self, as_blocks, float, Block, VecDot};
 use crate::quant::{
