@@ -6,7 +6,7 @@
 //! pool; within a chunk every token is computed against the same rows, so a chunk of weights
 //! is read from memory once and then from cache for the remaining tokens (prefill).
 //!
-//! Q4_K prefill on AVX-512 VNNI instead repacks 8-row strips (`simd::avx512_q4k`).
+//! Q4_K and Q6_K prefill on AVX-512 VNNI instead repacks 8-row strips (`simd::avx512_q4k`).
 //!
 //! Invariant: chunks own disjoint row ranges, so each output element is written by exactly
 //! one task; shapes are validated before any kernel runs, so kernels never see a short row.
@@ -125,7 +125,7 @@ impl OutPtr {
     }
 }
 
-/// Tokens from which Q4_K on AVX-512 VNNI takes the repacked strip GEMM.
+/// Tokens from which Q4_K / Q6_K on AVX-512 VNNI takes the repacked strip GEMM.
 const Q4K_GEMM_MIN_TOKENS: usize = 2;
 /// Bytes of weights one chunk should cover when several tokens reuse it from cache.
 const PREFILL_CHUNK_BYTES: usize = 96 * 1024;
@@ -193,10 +193,10 @@ pub fn matmul_with_isa(
                     // SAFETY: as above.
                     .for_each(|(dst, src)| unsafe { quantize(src, dst) });
             }
-            // Q4_K prefill on VNNI: 8-row strips, one `vpdpbusd` per 8 codes x 8 rows.
+            // Q4_K / Q6_K prefill on VNNI: 8-row strips, one `vpdpbusd` per 8 codes x 8 rows.
             #[cfg(target_arch = "x86_64")]
             if isa == Isa::Avx512
-                && w.ty == GgmlType::Q4_K
+                && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
                 && n >= Q4K_GEMM_MIN_TOKENS
                 && partner == ActLayout::Blocks(GgmlType::Q8_K)
                 && crate::cpu::features().avx512_vnni
@@ -204,7 +204,13 @@ pub fn matmul_with_isa(
                 let nb = cols / 256;
                 // SAFETY: AVX-512 is available (checked above) with VNNI; shapes were
                 // validated: `rows` rows of `nb` Q4_K blocks, `n` Q8_K rows of `nb` blocks.
-                unsafe { crate::simd::avx512_q4k::gemm(w.data, rows, nb, &a, n, out) };
+                unsafe {
+                    if w.ty == GgmlType::Q4_K {
+                        crate::simd::avx512_q4k::gemm(w.data, rows, nb, &a, n, out)
+                    } else {
+                        crate::simd::avx512_q4k::gemm_q6_k(w.data, rows, nb, &a, n, out)
+                    }
+                };
                 return Ok(());
             }
             // Prefill over long rows: split each row into column segments so the token

@@ -455,14 +455,17 @@ proptest! {
     }
 }
 
-/// The Q4_K strip GEMM's edge tiles: rows not a multiple of 8 (partial strips) and every
+/// The Q4_K / Q6_K strip GEMMs' edge tiles: rows not a multiple of 8 (partial strips) and every
 /// token count 2..=17 (partial token passes), against the scalar path.
 #[test]
-fn q4_k_prefill_edge_tiles_match_scalar() {
+fn k_quant_prefill_edge_tiles_match_scalar() {
     let mut rng = StdRng::seed_from_u64(29);
-    for (rows, cols) in [(1, 256), (8, 512), (13, 768), (21, 256)] {
-        let data = random_weights(&mut rng, GgmlType::Q4_K, rows, cols);
-        let w = WeightMatrix::new(GgmlType::Q4_K, rows, cols, &data).unwrap();
+    for (ty, rows, cols) in [GgmlType::Q4_K, GgmlType::Q6_K]
+        .into_iter()
+        .flat_map(|ty| [(ty, 1, 256), (ty, 8, 512), (ty, 13, 768), (ty, 21, 256)])
+    {
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
         for n in 2..=17 {
             let x = gaussian(&mut rng, n * cols);
             let mut scalar = vec![0.0f32; n * rows];
@@ -480,7 +483,7 @@ fn q4_k_prefill_edge_tiles_match_scalar() {
                         let d = (got as f64 - want as f64).abs() / scale;
                         assert!(
                             d <= SIMD_VS_SCALAR_TOLERANCE,
-                            "Q4_K {isa} {rows}x{cols} n={n} out[{t},{r}] = {got}, scalar {want}"
+                            "{ty} {isa} {rows}x{cols} n={n} out[{t},{r}] = {got}, scalar {want}"
                         );
                     }
                 }
