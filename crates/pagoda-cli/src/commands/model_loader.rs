@@ -91,6 +91,9 @@ fn load_path(path: &Path) -> anyhow::Result<LoadedModel> {
     if let Some(k) = g.top_k {
         default_sampling.top_k = k;
     }
+    if let Some(m) = g.min_p {
+        default_sampling.min_p = m;
+    }
     if let Some(r) = g.repetition_penalty {
         default_sampling.repetition_penalty = r;
     }
