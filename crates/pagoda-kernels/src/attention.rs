@@ -26,7 +26,7 @@ pub struct AttentionShape {
 }
 
 /// Query rows below this count use the per-row loop; GEMM setup costs more than it saves.
-const GEMM_MIN_ROWS: usize = 4;
+pub(crate) const GEMM_MIN_ROWS: usize = 4;
 
 /// `out[t] = softmax(scale * q[t] Kᵀ + causal mask) V` for every head.
 ///

@@ -16,6 +16,8 @@
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
 //! - `ops`, `attention`: row operations and attention of a transformer layer.
+//! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16 or
+//!   F32) and attention of a batch of sequences through their block tables.
 //!
 //! Architecture Invariant: no function here allocates per call on the hot path except the
 //! activation quantization scratch inside `matmul`; weights are only ever borrowed, never
@@ -33,8 +35,10 @@ pub mod attention;
 pub mod cpu;
 pub mod dtype;
 pub mod error;
+pub mod kv_blocks;
 pub mod matmul;
 pub mod ops;
+pub mod paged_attention;
 pub mod quant;
 mod simd;
 

@@ -1,0 +1,239 @@
+//! Paged key/value storage of one layer: a pool of fixed-size blocks addressed through
+//! per-sequence block tables (PagedAttention's memory layout).
+//!
+//! Layout: `[n_blocks, block_size, kv_dim]`, token-major inside a block, so one position's
+//! `kv_dim` values are contiguous and one kv head's rows sit at stride `kv_dim`. Position `p`
+//! of a sequence lives in block `table[p / block_size]`, slot `p % block_size`.
+//!
+//! Invariants: storage never grows; a write or read through a table that does not cover the
+//! position, or names a block outside the pool, is a caller bug and panics (the model checks
+//! tables before calling).
+
+use half::f16;
+use std::fmt;
+use std::str::FromStr;
+
+/// Element type of stored keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum KvDtype {
+    /// Half precision, as llama.cpp and vLLM store KV by default.
+    #[default]
+    F16,
+    F32,
+}
+
+impl KvDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+}
+
+impl fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvDtype::F16 => "f16",
+            KvDtype::F32 => "f32",
+        })
+    }
+}
+
+impl FromStr for KvDtype {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" | "fp16" | "float16" | "half" => Ok(KvDtype::F16),
+            "f32" | "fp32" | "float32" | "float" => Ok(KvDtype::F32),
+            other => Err(format!(
+                "unknown KV cache dtype `{other}` (expected f16 or f32)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Data {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+/// The K or the V blocks of one layer.
+#[derive(Debug, Clone)]
+pub struct KvBlockStorage {
+    data: Data,
+    n_blocks: usize,
+    block_size: usize,
+    kv_dim: usize,
+}
+
+/// A borrowed view of one block's rows for one kv head, in the storage's own type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BlockRows<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+impl KvBlockStorage {
+    /// Zeroed storage (the allocation is lazy: untouched pages cost no RAM).
+    pub fn new(dtype: KvDtype, n_blocks: usize, block_size: usize, kv_dim: usize) -> Self {
+        let len = n_blocks * block_size * kv_dim;
+        let data = match dtype {
+            KvDtype::F16 => Data::F16(vec![f16::ZERO; len]),
+            KvDtype::F32 => Data::F32(vec![0.0; len]),
+        };
+        KvBlockStorage {
+            data,
+            n_blocks,
+            block_size,
+            kv_dim,
+        }
+    }
+
+    pub fn dtype(&self) -> KvDtype {
+        match self.data {
+            Data::F16(_) => KvDtype::F16,
+            Data::F32(_) => KvDtype::F32,
+        }
+    }
+
+    pub fn n_blocks(&self) -> usize {
+        self.n_blocks
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.n_blocks * self.block_size * self.kv_dim * self.dtype().bytes()
+    }
+
+    /// Offset of position `p`'s row.
+    fn offset(&self, block_table: &[u32], p: usize) -> usize {
+        let block = block_table[p / self.block_size] as usize;
+        assert!(
+            block < self.n_blocks,
+            "block {block} outside a pool of {}",
+            self.n_blocks
+        );
+        (block * self.block_size + p % self.block_size) * self.kv_dim
+    }
+
+    /// Stores `rows` (`[n, kv_dim]` f32) at positions `start..start + n` of the sequence whose
+    /// blocks are `block_table`.
+    pub fn write(&mut self, block_table: &[u32], start: usize, rows: &[f32]) {
+        let kv = self.kv_dim;
+        assert_eq!(rows.len() % kv, 0, "rows are not a multiple of kv_dim");
+        for (t, row) in rows.chunks_exact(kv).enumerate() {
+            let at = self.offset(block_table, start + t);
+            match &mut self.data {
+                Data::F16(d) => {
+                    half::slice::HalfFloatSliceExt::convert_from_f32_slice(
+                        &mut d[at..at + kv],
+                        row,
+                    );
+                }
+                Data::F32(d) => d[at..at + kv].copy_from_slice(row),
+            }
+        }
+    }
+
+    /// Copies every slot of block `src` into block `dst` (copy-on-write of a shared block).
+    pub fn copy_block(&mut self, src: u32, dst: u32) {
+        let len = self.block_size * self.kv_dim;
+        let (s, d) = (src as usize * len, dst as usize * len);
+        assert!((src as usize) < self.n_blocks && (dst as usize) < self.n_blocks);
+        match &mut self.data {
+            Data::F16(v) => v.copy_within(s..s + len, d),
+            Data::F32(v) => v.copy_within(s..s + len, d),
+        }
+    }
+
+    /// Reads position `p` back as f32 (`out`: `[kv_dim]`).
+    pub fn read_row(&self, block_table: &[u32], p: usize, out: &mut [f32]) {
+        let at = self.offset(block_table, p);
+        let kv = self.kv_dim;
+        match &self.data {
+            Data::F16(d) => {
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(&d[at..at + kv], out)
+            }
+            Data::F32(d) => out.copy_from_slice(&d[at..at + kv]),
+        }
+    }
+
+    /// All `block_size * kv_dim` values of block `block`.
+    pub(crate) fn block(&self, block: u32) -> BlockRows<'_> {
+        let len = self.block_size * self.kv_dim;
+        let s = block as usize * len;
+        assert!(
+            (block as usize) < self.n_blocks,
+            "block {block} outside the pool"
+        );
+        match &self.data {
+            Data::F16(d) => BlockRows::F16(&d[s..s + len]),
+            Data::F32(d) => BlockRows::F32(&d[s..s + len]),
+        }
+    }
+}
+
+impl BlockRows<'_> {
+    /// Converts `len` values from `offset` into `out` as f32.
+    #[inline]
+    pub(crate) fn to_f32(self, offset: usize, out: &mut [f32]) {
+        let len = out.len();
+        match self {
+            BlockRows::F16(d) => {
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(&d[offset..offset + len], out)
+            }
+            BlockRows::F32(d) => out.copy_from_slice(&d[offset..offset + len]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_then_read_through_a_shuffled_table() {
+        for dtype in [KvDtype::F16, KvDtype::F32] {
+            let mut s = KvBlockStorage::new(dtype, 6, 4, 3);
+            let table = [5u32, 0, 3];
+            let rows: Vec<f32> = (0..10 * 3).map(|i| i as f32 * 0.5).collect();
+            s.write(&table, 0, &rows[..5 * 3]);
+            s.write(&table, 5, &rows[5 * 3..]);
+            let mut out = [0.0; 3];
+            for p in 0..10 {
+                s.read_row(&table, p, &mut out);
+                assert_eq!(&out[..], &rows[p * 3..p * 3 + 3], "{dtype} position {p}");
+            }
+            assert_eq!(s.memory_bytes(), 6 * 4 * 3 * dtype.bytes());
+        }
+    }
+
+    #[test]
+    fn copy_block_duplicates_every_slot() {
+        let mut s = KvBlockStorage::new(KvDtype::F16, 3, 2, 2);
+        s.write(&[1], 0, &[1.0, 2.0, 3.0, 4.0]);
+        s.copy_block(1, 2);
+        let mut out = [0.0; 2];
+        s.read_row(&[2], 1, &mut out);
+        assert_eq!(out, [3.0, 4.0]);
+    }
+
+    #[test]
+    fn dtype_parses_and_prints() {
+        assert_eq!("F16".parse::<KvDtype>(), Ok(KvDtype::F16));
+        assert_eq!("fp32".parse::<KvDtype>(), Ok(KvDtype::F32));
+        assert!("q3".parse::<KvDtype>().is_err());
+        assert_eq!(KvDtype::default().to_string(), "f16");
+    }
+}
