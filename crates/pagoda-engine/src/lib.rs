@@ -7,11 +7,13 @@
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
 
+pub mod block_pool;
 pub mod error;
 pub mod generate;
 pub mod sampling;
 pub mod stop;
 
+pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
 pub use error::EngineError;
 pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings, Usage};
 pub use sampling::{SampledToken, Sampler, SamplingParams};
