@@ -35,6 +35,10 @@ pub enum ModelError {
     ChatTemplate(String),
     #[error("context full: {needed} positions needed but the KV cache holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
+    #[error("block table covers {covered} positions but the batch needs {needed}")]
+    BlockTableTooShort { needed: usize, covered: usize },
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
     #[error("token id {token} is outside the vocabulary of {vocab_size} tokens")]
     InvalidToken { token: u32, vocab_size: usize },
     #[error(transparent)]

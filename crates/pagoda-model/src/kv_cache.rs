@@ -1,32 +1,166 @@
-//! A contiguous KV cache for one sequence: per layer, keys and values of every cached position.
+//! KV caches: [`PagedKvCache`], the paged keys and values of every layer shared by many
+//! sequences, and [`KvCache`], one sequence's cache built on it (one private block table).
 //!
-//! Layout: `k[layer]` is `[capacity, n_kv_heads * head_dim]` f32, row `p` holding position `p`.
-//! Invariant: rows `0..len` are valid for every layer once a forward pass over them returned;
-//! `truncate` only shortens (a conversation that diverges recomputes from the common prefix).
+//! Layout: per layer a K and a V [`KvBlockStorage`] of `n_blocks` blocks of `block_size` token
+//! rows of `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`), stored
+//! as f16 or f32 ([`KvDtype`]). A sequence's position `p` lives in block `table[p / block_size]`,
+//! slot `p % block_size`; which blocks a sequence owns is the caller's policy (the engine's
+//! block pool), never this module's.
+//!
+//! Invariants: every layer's K and V storages share the cache's shape and dtype; a
+//! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them
+//! returned; `truncate` only shortens (a conversation that diverges recomputes from the common
+//! prefix). The activation scratch of the forward pass lives here too, because the cache is the
+//! one `&mut` a forward pass gets: buffers grow to the largest batch seen and are reused.
 
+use crate::arch::layers::Scratch;
 use crate::{ModelConfig, ModelError};
+use pagoda_kernels::kv_blocks::KvBlockStorage;
+pub use pagoda_kernels::kv_blocks::KvDtype;
 
-/// Keys and values of one sequence, for every layer.
+/// Block size of a single-sequence [`KvCache`] (the engine's default too, so both run the same
+/// attention path).
+const SINGLE_SEQUENCE_BLOCK_SIZE: usize = 16;
+
+/// Paged keys and values of every layer.
+#[derive(Debug, Clone)]
+pub struct PagedKvCache {
+    n_blocks: usize,
+    block_size: usize,
+    dtype: KvDtype,
+    kv_dim: usize,
+    /// Per layer: (keys, values), each `[n_blocks, block_size, kv_dim]`.
+    layers: Vec<(KvBlockStorage, KvBlockStorage)>,
+    /// Activation buffers of the forward pass, reused across calls.
+    pub(crate) scratch: Scratch,
+}
+
+impl PagedKvCache {
+    /// `n_blocks` blocks of `block_size` positions for every layer of a model shaped by `cfg`.
+    ///
+    /// Panics if `block_size` is zero (a caller bug, not an input error).
+    pub fn new(cfg: &ModelConfig, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+        assert!(block_size > 0, "KV block size must be positive");
+        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        let storage = || KvBlockStorage::new(dtype, n_blocks, block_size, kv_dim);
+        PagedKvCache {
+            n_blocks,
+            block_size,
+            dtype,
+            kv_dim,
+            layers: (0..cfg.n_layers).map(|_| (storage(), storage())).collect(),
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// Bytes one block takes over all layers, K and V together.
+    pub fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: KvDtype) -> usize {
+        2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * dtype.bytes()
+    }
+
+    pub fn n_blocks(&self) -> usize {
+        self.n_blocks
+    }
+
+    /// Positions per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
+    }
+
+    /// `n_kv_heads * head_dim`: values per position per layer, for K and for V each.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
+    /// Layers held.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Bytes of K/V storage held (not counting the reusable activation scratch).
+    pub fn memory_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
+            .sum()
+    }
+
+    /// Copies every slot of block `src` into block `dst`, in every layer, K and V
+    /// (copy-on-write before a shared block is appended to). Panics if either is out of range.
+    pub fn copy_block(&mut self, src: u32, dst: u32) {
+        for (k, v) in &mut self.layers {
+            k.copy_block(src, dst);
+            v.copy_block(src, dst);
+        }
+    }
+
+    /// Keys and values of `layer` (reading back positions in tests and debugging).
+    pub fn layer(&self, layer: usize) -> (&KvBlockStorage, &KvBlockStorage) {
+        let (k, v) = &self.layers[layer];
+        (k, v)
+    }
+
+    /// Keys and values of `layer`, for the forward pass to write.
+    pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut KvBlockStorage, &mut KvBlockStorage) {
+        let (k, v) = &mut self.layers[layer];
+        (k, v)
+    }
+
+    /// Checks that `block_table` can hold positions `0..end` and names only blocks of this
+    /// cache.
+    pub(crate) fn check_table(&self, block_table: &[u32], end: usize) -> Result<(), ModelError> {
+        let covered = block_table.len().saturating_mul(self.block_size);
+        if covered < end {
+            return Err(ModelError::BlockTableTooShort {
+                needed: end,
+                covered,
+            });
+        }
+        let used = end.div_ceil(self.block_size);
+        if let Some(&bad) = block_table[..used]
+            .iter()
+            .find(|&&b| b as usize >= self.n_blocks)
+        {
+            return Err(ModelError::InvalidBatch(format!(
+                "block table names block {bad}, but the KV cache has {} blocks",
+                self.n_blocks
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Keys and values of one sequence, for every layer: a [`PagedKvCache`] whose blocks all
+/// belong to this sequence, in order.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    kv_dim: usize,
+    paged: PagedKvCache,
+    /// `0, 1, .., n_blocks - 1`: covers `capacity` positions.
+    block_table: Vec<u32>,
     capacity: usize,
     len: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
 }
 
 impl KvCache {
-    /// A cache for up to `capacity` positions of a model shaped by `config`.
+    /// A cache for up to `capacity` positions of a model shaped by `config`, stored as f16
+    /// (llama.cpp's default).
     pub fn new(config: &ModelConfig, capacity: usize) -> Self {
-        let kv_dim = config.n_kv_heads * config.head_dim;
-        let layer = || vec![0.0f32; capacity * kv_dim];
+        Self::with_dtype(config, capacity, KvDtype::F16)
+    }
+
+    /// A cache for up to `capacity` positions stored as `dtype`.
+    pub fn with_dtype(config: &ModelConfig, capacity: usize, dtype: KvDtype) -> Self {
+        let bs = SINGLE_SEQUENCE_BLOCK_SIZE;
+        let n_blocks = capacity.div_ceil(bs);
         KvCache {
-            kv_dim,
+            paged: PagedKvCache::new(config, n_blocks, bs, dtype),
+            block_table: (0..n_blocks as u32).collect(),
             capacity,
             len: 0,
-            k: (0..config.n_layers).map(|_| layer()).collect(),
-            v: (0..config.n_layers).map(|_| layer()).collect(),
         }
     }
 
@@ -44,9 +178,13 @@ impl KvCache {
         self.capacity
     }
 
-    /// Bytes held by the cache.
+    pub fn dtype(&self) -> KvDtype {
+        self.paged.dtype()
+    }
+
+    /// Bytes held by the cache's K/V storage.
     pub fn memory_bytes(&self) -> usize {
-        2 * self.k.len() * self.capacity * self.kv_dim * std::mem::size_of::<f32>()
+        self.paged.memory_bytes()
     }
 
     /// Forgets every position from `len` on.
@@ -71,20 +209,9 @@ impl KvCache {
         Ok(())
     }
 
-    /// Stores the keys and values of positions `start..start + n` of `layer`
-    /// (`k`, `v`: `[n, kv_dim]`).
-    pub(crate) fn write(&mut self, layer: usize, start: usize, k: &[f32], v: &[f32]) {
-        let kv = self.kv_dim;
-        debug_assert_eq!(k.len(), v.len());
-        debug_assert!(start * kv + k.len() <= self.capacity * kv);
-        self.k[layer][start * kv..start * kv + k.len()].copy_from_slice(k);
-        self.v[layer][start * kv..start * kv + v.len()].copy_from_slice(v);
-    }
-
-    /// Keys and values of `layer` for positions `0..end`.
-    pub(crate) fn layer(&self, layer: usize, end: usize) -> (&[f32], &[f32]) {
-        let n = end * self.kv_dim;
-        (&self.k[layer][..n], &self.v[layer][..n])
+    /// The block table and the paged cache it indexes, for one forward pass.
+    pub(crate) fn parts(&mut self) -> (&[u32], &mut PagedKvCache) {
+        (&self.block_table, &mut self.paged)
     }
 
     /// Marks positions up to `len` as valid (after every layer has written them).

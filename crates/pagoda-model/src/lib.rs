@@ -22,7 +22,8 @@ pub mod source;
 pub mod tokenizer;
 pub mod weights;
 
+pub use arch::{BatchSegment, Logits, Model};
 pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use error::ModelError;
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvDtype, PagedKvCache};
 pub use source::{open_model, ModelFormat, ModelSource};

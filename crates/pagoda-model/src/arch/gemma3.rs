@@ -8,8 +8,9 @@
 use super::layers::{Activation, AttentionWeights, GatedMlp, RmsNorm, Rope, Scratch};
 use crate::config::RopeScaling;
 use crate::weights::Weights;
-use crate::{KvCache, ModelConfig, ModelError};
+use crate::{ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::ops;
+use pagoda_kernels::paged_attention::SeqAttention;
 
 #[derive(Debug, Clone)]
 struct Gemma3Layer {
@@ -56,19 +57,20 @@ impl Gemma3Layers {
         })
     }
 
-    /// Runs every layer over `x` (`[n, hidden]`, positions `start..start+n`), in place.
+    /// Runs every layer over the batch `x` (`[total, hidden]`, rows of the sequences `seqs`),
+    /// in place, writing each layer's K/V into `cache`.
     pub fn forward(
         &self,
         cfg: &ModelConfig,
         x: &mut [f32],
-        n: usize,
-        start: usize,
-        cache: &mut KvCache,
+        seqs: &[SeqAttention<'_>],
+        cache: &mut PagedKvCache,
         s: &mut Scratch,
     ) -> Result<(), ModelError> {
+        let total = x.len() / cfg.hidden_size;
         let mut normed = std::mem::take(&mut s.normed);
         let mut branch = std::mem::take(&mut s.branch);
-        let mut post = Vec::new();
+        let mut post = std::mem::take(&mut s.post);
         for (i, layer) in self.layers.iter().enumerate() {
             let (rope, window) = if layer.sliding {
                 (&self.rope_local, cfg.sliding_window)
@@ -76,27 +78,19 @@ impl Gemma3Layers {
                 (&self.rope_global, None)
             };
             layer.attn_norm.forward(x, &mut normed);
-            layer.attn.forward(
-                cfg,
-                i,
-                rope,
-                window,
-                &normed,
-                n,
-                start,
-                cache,
-                s,
-                &mut branch,
-            )?;
+            layer
+                .attn
+                .forward(cfg, i, rope, window, &normed, seqs, cache, s, &mut branch)?;
             layer.post_attn_norm.forward(&branch, &mut post);
             ops::add_inplace(x, &post);
             layer.ffn_norm.forward(x, &mut normed);
-            layer.mlp.forward(&normed, n, s, &mut branch)?;
+            layer.mlp.forward(&normed, total, s, &mut branch)?;
             layer.post_ffw_norm.forward(&branch, &mut post);
             ops::add_inplace(x, &post);
         }
         s.normed = normed;
         s.branch = branch;
+        s.post = post;
         Ok(())
     }
 }

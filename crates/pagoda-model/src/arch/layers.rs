@@ -1,15 +1,25 @@
 //! Building blocks shared by every architecture's forward pass: linear layers over borrowed
-//! quantized weights, RMSNorm weights, RoPE tables, causal (optionally sliding-window) attention
-//! over the KV cache, and the gated MLP.
+//! quantized weights, RMSNorm weights, RoPE tables, batched causal (optionally sliding-window)
+//! attention over the paged KV cache, and the gated MLP.
 //!
-//! Invariant: a [`Linear`] was shape-checked against the config when the model was built, so
-//! the kernel calls here cannot fail on shape; they return errors only for kernel faults.
+//! Every block works on a batch: `total` rows of activations (`[total, dim]`), the concatenated
+//! new tokens of one or more sequences. Row-wise blocks (linear layers, norms, the MLP) run once
+//! over all rows, so each weight is read once per step; only RoPE, the K/V writes and attention
+//! look at which sequence (a [`SeqAttention`]: rows, first position, block table) a row is of.
+//!
+//! Invariants: a [`Linear`] was shape-checked against the config when the model was built, so
+//! the kernel calls here cannot fail on shape; they return errors only for kernel faults. The
+//! `SeqAttention`s given to [`AttentionWeights::forward`] were validated by
+//! [`Model::forward_batch`](super::Model::forward_batch): their rows tile `0..total` in order and
+//! every block table covers its positions with blocks of the cache.
 
 use crate::config::RopeScaling;
 use crate::weights::{TensorView, Weights};
+use crate::PagedKvCache;
 use crate::{ModelConfig, ModelError};
-use pagoda_kernels::attention::{causal_attention, AttentionShape};
+use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::ops::{self, RopeStyle};
+use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
 use pagoda_kernels::WeightMatrix;
 
 /// A linear layer `y = W x (+ b)` whose weight stays in the file's own block format.
@@ -260,29 +270,16 @@ impl Rope {
     }
 }
 
-/// Causal attention of `n` new query rows (`q`: `[n, n_heads * head_dim]`, row `t` at
-/// position `start + t`) against the cache's `keys`/`values` (`[start + n, kv_dim]`).
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
-    cfg: &ModelConfig,
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    n: usize,
-    start: usize,
-    window: Option<usize>,
-    out: &mut Vec<f32>,
-) {
-    let shape = AttentionShape {
+/// The head layout of one attention layer (`window`: its sliding window, if any).
+pub fn attention_shape(cfg: &ModelConfig, window: Option<usize>) -> AttentionShape {
+    AttentionShape {
         n_heads: cfg.n_heads,
         n_kv_heads: cfg.n_kv_heads,
         head_dim: cfg.head_dim,
         scale: cfg.attention_scale,
         softcap: cfg.attn_logit_softcap,
         window,
-    };
-    out.resize(n * cfg.n_heads * cfg.head_dim, 0.0);
-    causal_attention(&shape, q, keys, values, n, start, out);
+    }
 }
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
@@ -390,8 +387,9 @@ impl AttentionWeights {
         })
     }
 
-    /// Self-attention of `n` new tokens at `start..start+n`: projects, normalizes, rotates,
-    /// appends K/V to the cache, attends, and projects back. `x`: `[n, hidden]` -> `out`.
+    /// Self-attention of a batch: projects all rows, normalizes, rotates each sequence's rows
+    /// from its first position, writes their K/V into the cache through its block table,
+    /// attends per sequence, and projects back. `x`: `[total, hidden]` -> `out`: `[total, hidden]`.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -400,50 +398,74 @@ impl AttentionWeights {
         rope: &Rope,
         window: Option<usize>,
         x: &[f32],
-        n: usize,
-        start: usize,
-        cache: &mut crate::KvCache,
+        seqs: &[SeqAttention<'_>],
+        cache: &mut PagedKvCache,
         scratch: &mut Scratch,
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
-        self.q.forward(x, n, &mut scratch.q)?; // [n, n_heads * head_dim]
-        self.k.forward(x, n, &mut scratch.k)?; // [n, n_kv_heads * head_dim]
-        self.v.forward(x, n, &mut scratch.v)?; // [n, n_kv_heads * head_dim]
+        let total = x.len() / cfg.hidden_size;
+        let q_dim = cfg.n_heads * cfg.head_dim;
+        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        self.q.forward(x, total, &mut scratch.q)?; // [total, q_dim]
+        self.k.forward(x, total, &mut scratch.k)?; // [total, kv_dim]
+        self.v.forward(x, total, &mut scratch.v)?; // [total, kv_dim]
         if let Some(norm) = &self.q_norm {
             norm.forward_inplace(&mut scratch.q);
         }
         if let Some(norm) = &self.k_norm {
             norm.forward_inplace(&mut scratch.k);
         }
-        rope.apply(&mut scratch.q, n, start);
-        rope.apply(&mut scratch.k, n, start);
-        cache.write(layer, start, &scratch.k, &scratch.v);
-        let (keys, values) = cache.layer(layer, start + n);
-        attention(
-            cfg,
+        let (keys, values) = cache.layer_mut(layer);
+        for seq in seqs {
+            let (r, n) = (seq.rows.clone(), seq.rows.len());
+            let q = &mut scratch.q[r.start * q_dim..r.end * q_dim]; // [n, q_dim]
+            rope.apply(q, n, seq.start);
+            let k = &mut scratch.k[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
+            rope.apply(k, n, seq.start);
+            keys.write(seq.block_table, seq.start, k);
+            let v = &scratch.v[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
+            values.write(seq.block_table, seq.start, v);
+        }
+        scratch.attn.clear();
+        scratch.attn.resize(total * q_dim, 0.0); // [total, q_dim]
+        paged_attention(
+            &attention_shape(cfg, window),
             &scratch.q,
             keys,
             values,
-            n,
-            start,
-            window,
+            seqs,
             &mut scratch.attn,
         );
-        self.o.forward(&scratch.attn, n, out)
+        self.o.forward(&scratch.attn, total, out)
     }
 }
 
-/// Reusable activation buffers of one forward pass.
-#[derive(Debug, Default)]
+/// Reusable activation buffers of the forward pass (kept in the [`PagedKvCache`] between
+/// calls; each grows to the largest batch seen). Shapes for a batch of `total` rows.
+#[derive(Debug, Default, Clone)]
 pub struct Scratch {
+    /// Hidden states, `[total, hidden]`.
+    pub x: Vec<f32>,
+    /// `[total, n_heads * head_dim]`.
     pub q: Vec<f32>,
+    /// `[total, kv_dim]`.
     pub k: Vec<f32>,
+    /// `[total, kv_dim]`.
     pub v: Vec<f32>,
+    /// Attention output, `[total, n_heads * head_dim]`.
     pub attn: Vec<f32>,
+    /// `[total, ffn_dim]`.
     pub gate: Vec<f32>,
+    /// `[total, ffn_dim]`.
     pub up: Vec<f32>,
+    /// Normalized input of a block, `[total, hidden]`.
     pub normed: Vec<f32>,
+    /// Output of a block, `[total, hidden]`.
     pub branch: Vec<f32>,
+    /// Post-norm of a block's output (Gemma 3), `[total, hidden]`.
+    pub post: Vec<f32>,
+    /// Rows that need logits, gathered, `[n_out, hidden]`.
+    pub logit_rows: Vec<f32>,
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 
 use super::layers::{Activation, AttentionWeights, GatedMlp, RmsNorm, Rope, Scratch};
 use crate::weights::Weights;
-use crate::{KvCache, ModelConfig, ModelError};
+use crate::{ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::ops;
+use pagoda_kernels::paged_attention::SeqAttention;
 
 #[derive(Debug, Clone)]
 struct LlamaLayer {
@@ -48,16 +49,17 @@ impl LlamaLayers {
         })
     }
 
-    /// Runs every layer over `x` (`[n, hidden]`, positions `start..start+n`), in place.
+    /// Runs every layer over the batch `x` (`[total, hidden]`, rows of the sequences `seqs`),
+    /// in place, writing each layer's K/V into `cache`.
     pub fn forward(
         &self,
         cfg: &ModelConfig,
         x: &mut [f32],
-        n: usize,
-        start: usize,
-        cache: &mut KvCache,
+        seqs: &[SeqAttention<'_>],
+        cache: &mut PagedKvCache,
         s: &mut Scratch,
     ) -> Result<(), ModelError> {
+        let total = x.len() / cfg.hidden_size;
         let mut normed = std::mem::take(&mut s.normed);
         let mut branch = std::mem::take(&mut s.branch);
         for (i, layer) in self.layers.iter().enumerate() {
@@ -68,15 +70,14 @@ impl LlamaLayers {
                 &self.rope,
                 None,
                 &normed,
-                n,
-                start,
+                seqs,
                 cache,
                 s,
                 &mut branch,
             )?;
             ops::add_inplace(x, &branch);
             layer.ffn_norm.forward(x, &mut normed);
-            layer.mlp.forward(&normed, n, s, &mut branch)?;
+            layer.mlp.forward(&normed, total, s, &mut branch)?;
             ops::add_inplace(x, &branch);
         }
         s.normed = normed;

@@ -1,19 +1,30 @@
-//! Forward passes: token ids at positions in, logits out, over a [`KvCache`].
+//! Forward passes: token ids at positions in, logits out, over a paged KV cache.
 //!
 //! [`Model`] holds the parts every architecture shares (token embedding, final norm, output
 //! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]).
 //! Weights stay borrowed from the model file's mmap, in its own block formats.
 //!
-//! Invariant: `forward` is called with `start == cache.len()`; on success the cache holds
-//! `start + tokens.len()` positions, on error it is unchanged in length.
+//! There is one forward path, [`Model::forward_batch`]: the new tokens of several sequences
+//! ([`BatchSegment`]s: decode rows and prefill chunks alike) are concatenated into one
+//! `[total_rows, hidden]` batch, every linear layer runs once over all rows, and only RoPE, the
+//! K/V writes and attention go per sequence, through its block table into a [`PagedKvCache`].
+//! [`Model::forward`] is the one-segment case over a single-sequence [`KvCache`].
+//!
+//! Invariants: input is validated before anything is written (empty batch or segment, token
+//! outside the vocabulary, block table too short or naming a block the cache lacks, positions
+//! past the context length: errors, never panics); a segment's positions `0..start` are already
+//! in the cache through its block table (the caller's bookkeeping); `forward` is called with
+//! `start == cache.len()`, and on success the cache holds `start + tokens.len()` positions, on
+//! error it is unchanged in length.
 
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
 
 use crate::source::ModelSource;
-use crate::{Architecture, KvCache, ModelConfig, ModelError};
+use crate::{Architecture, KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
 use layers::{Linear, RmsNorm, Scratch};
+use pagoda_kernels::paged_attention::SeqAttention;
 
 /// Which positions of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +33,19 @@ pub enum Logits {
     Last,
     /// Every position (evaluation, golden tests).
     All,
+}
+
+/// One sequence's part of a batched forward pass.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSegment<'a> {
+    /// New tokens, at positions `start..start + tokens.len()`.
+    pub tokens: &'a [u32],
+    /// Tokens before these are already in the cache through `block_table`.
+    pub start: usize,
+    /// The sequence's blocks in position order; covers positions `0..start + tokens.len()`.
+    pub block_table: &'a [u32],
+    /// `None`: no logits; [`Logits::Last`]: the last row's; [`Logits::All`]: every row's.
+    pub logits: Option<Logits>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,12 +112,30 @@ impl Model {
         &self.config
     }
 
-    /// A fresh cache for up to `capacity` positions (at most the model's context length).
+    /// A fresh cache for up to `capacity` positions (at most the model's context length),
+    /// stored as f16 (llama.cpp's default, which the reference logits come from).
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(
+        self.new_cache_with(capacity, KvDtype::F16)
+    }
+
+    /// A fresh cache for up to `capacity` positions (at most the context length) as `dtype`.
+    pub fn new_cache_with(&self, capacity: usize, dtype: KvDtype) -> KvCache {
+        KvCache::with_dtype(
             &self.config,
             capacity.min(self.config.context_length).max(1),
+            dtype,
         )
+    }
+
+    /// A paged cache of `n_blocks` blocks of `block_size` positions for this model (many
+    /// sequences, each through its own block table). Panics if `block_size` is zero.
+    pub fn new_paged_cache(
+        &self,
+        n_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+    ) -> PagedKvCache {
+        PagedKvCache::new(&self.config, n_blocks, block_size, dtype)
     }
 
     /// Runs `tokens` at positions `start..` and returns logits, `[1, vocab]` for
@@ -105,44 +147,150 @@ impl Model {
         cache: &mut KvCache,
         logits: Logits,
     ) -> Result<Vec<f32>, ModelError> {
+        cache.check_room(start, tokens.len())?;
+        let (block_table, paged) = cache.parts();
+        let segment = BatchSegment {
+            tokens,
+            start,
+            block_table,
+            logits: Some(logits),
+        };
+        let out = self.forward_batch(&[segment], paged)?;
+        cache.set_len(start + tokens.len());
+        Ok(out)
+    }
+
+    /// Runs all segments as one batch: embeddings and every linear layer once over the
+    /// concatenated rows (weights read once per step), RoPE, K/V writes and attention per
+    /// segment over its block table. Returns the logits rows of the segments that asked for
+    /// them, in segment order (`[rows, vocab]`; empty when none did).
+    ///
+    /// Errors, before anything is written: no segments, a segment without tokens, a token
+    /// outside the vocabulary, positions past the context length, a block table too short for
+    /// `start + tokens.len()` or naming a block `cache` lacks, a cache shaped for another model.
+    pub fn forward_batch(
+        &self,
+        segments: &[BatchSegment<'_>],
+        cache: &mut PagedKvCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        let seqs = self.plan_batch(segments, cache)?;
+        let mut scratch = std::mem::take(&mut cache.scratch);
+        let result = self.run_batch(segments, &seqs, cache, &mut scratch);
+        cache.scratch = scratch;
+        result
+    }
+
+    /// Validates the batch and lays out its rows: segment `i` owns rows `seqs[i].rows`.
+    fn plan_batch<'a>(
+        &self,
+        segments: &[BatchSegment<'a>],
+        cache: &PagedKvCache,
+    ) -> Result<Vec<SeqAttention<'a>>, ModelError> {
         let cfg = &self.config;
-        let n = tokens.len();
-        if n == 0 {
-            return Err(ModelError::InvalidConfig(
-                "forward pass over zero tokens".into(),
+        if segments.is_empty() {
+            return Err(ModelError::InvalidBatch(
+                "a forward pass over no segments".into(),
             ));
         }
-        cache.check_room(start, n)?;
-        let d = cfg.hidden_size;
-        let mut x = vec![0.0f32; n * d]; // [n, hidden]
-        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
-            if tok as usize >= cfg.vocab_size {
+        if cache.n_layers() != cfg.n_layers || cache.kv_dim() != cfg.n_kv_heads * cfg.head_dim {
+            return Err(ModelError::InvalidBatch(format!(
+                "KV cache of {} layers x {} values per position, but the model has {} x {}",
+                cache.n_layers(),
+                cache.kv_dim(),
+                cfg.n_layers,
+                cfg.n_kv_heads * cfg.head_dim
+            )));
+        }
+        let mut seqs = Vec::with_capacity(segments.len());
+        let mut row = 0;
+        for (i, seg) in segments.iter().enumerate() {
+            let n = seg.tokens.len();
+            if n == 0 {
+                return Err(ModelError::InvalidBatch(format!(
+                    "segment {i} has no tokens (a forward pass over zero tokens)"
+                )));
+            }
+            if let Some(&token) = seg.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
                 return Err(ModelError::InvalidToken {
-                    token: tok,
+                    token,
                     vocab_size: cfg.vocab_size,
                 });
             }
+            let end = seg.start.saturating_add(n);
+            if end > cfg.context_length {
+                return Err(ModelError::ContextFull {
+                    needed: end,
+                    capacity: cfg.context_length,
+                });
+            }
+            cache.check_table(seg.block_table, end)?;
+            seqs.push(SeqAttention {
+                rows: row..row + n,
+                start: seg.start,
+                block_table: seg.block_table,
+            });
+            row += n;
+        }
+        Ok(seqs)
+    }
+
+    /// The forward pass of a validated batch.
+    fn run_batch(
+        &self,
+        segments: &[BatchSegment<'_>],
+        seqs: &[SeqAttention<'_>],
+        cache: &mut PagedKvCache,
+        s: &mut Scratch,
+    ) -> Result<Vec<f32>, ModelError> {
+        let cfg = &self.config;
+        let d = cfg.hidden_size;
+        let total = seqs.last().map_or(0, |q| q.rows.end);
+        let mut x = std::mem::take(&mut s.x);
+        x.clear();
+        x.resize(total * d, 0.0); // [total, hidden]
+        let tokens = segments.iter().flat_map(|seg| seg.tokens);
+        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
             self.embedding.row(tok as usize, row)?;
         }
         if let Some(scale) = cfg.embedding_scale {
             pagoda_kernels::ops::scale_inplace(&mut x, scale);
         }
-        let mut scratch = Scratch::default();
-        match &self.stack {
-            Stack::Llama(s) => s.forward(cfg, &mut x, n, start, cache, &mut scratch)?,
-            Stack::Gemma3(s) => s.forward(cfg, &mut x, n, start, cache, &mut scratch)?,
-        }
-        cache.set_len(start + n);
-        let rows = match logits {
-            Logits::Last => &x[(n - 1) * d..],
-            Logits::All => &x[..],
+        let result = match &self.stack {
+            Stack::Llama(st) => st.forward(cfg, &mut x, seqs, cache, s),
+            Stack::Gemma3(st) => st.forward(cfg, &mut x, seqs, cache, s),
         };
-        let n_out = rows.len() / d;
-        let mut normed = Vec::new();
-        self.output_norm.forward(rows, &mut normed);
+        let out = result.and_then(|()| self.logits(segments, seqs, &x, s));
+        s.x = x;
+        out
+    }
+
+    /// Final norm and output head over the rows of `x` (`[total, hidden]`) that need logits.
+    fn logits(
+        &self,
+        segments: &[BatchSegment<'_>],
+        seqs: &[SeqAttention<'_>],
+        x: &[f32],
+        s: &mut Scratch,
+    ) -> Result<Vec<f32>, ModelError> {
+        let d = self.config.hidden_size;
+        let rows = &mut s.logit_rows;
+        rows.clear();
+        for (seg, seq) in segments.iter().zip(seqs) {
+            let (first, end) = match seg.logits {
+                None => continue,
+                Some(Logits::Last) => (seq.rows.end - 1, seq.rows.end),
+                Some(Logits::All) => (seq.rows.start, seq.rows.end),
+            };
+            rows.extend_from_slice(&x[first * d..end * d]);
+        }
+        let n_out = rows.len() / d; // rows: [n_out, hidden]
+        if n_out == 0 {
+            return Ok(Vec::new());
+        }
+        self.output_norm.forward(rows, &mut s.normed);
         let mut out = Vec::new();
-        self.output.forward(&normed, n_out, &mut out)?; // [n_out, vocab]
-        if let Some(cap) = cfg.final_logit_softcap {
+        self.output.forward(&s.normed, n_out, &mut out)?; // [n_out, vocab]
+        if let Some(cap) = self.config.final_logit_softcap {
             pagoda_kernels::ops::softcap_inplace(&mut out, cap);
         }
         Ok(out)
