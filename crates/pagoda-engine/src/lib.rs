@@ -1,22 +1,32 @@
 //! pagoda-engine: the serving core of Pagoda.
 //!
 //! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
-//! tokens ([`stop`]), and the generation loop over a model and its KV cache ([`generate`]).
-//! The KV block pool ([`block_pool`]) and the continuous-batching scheduler ([`scheduler`]).
+//! tokens ([`stop`]), the single-sequence generation loop ([`generate`]), and the serving
+//! engine: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
+//! scheduler ([`scheduler`]), the step runner ([`runner`]), the step loop ([`engine`]) and its
+//! thread-safe handle ([`handle`]) that streams [`request::TokenEvent`]s.
 //!
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
 
 pub mod block_pool;
+mod choice;
+pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod handle;
+pub mod request;
+pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
+pub use engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
 pub use error::EngineError;
 pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings, Usage};
+pub use handle::{EngineHandle, RequestStream};
+pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 pub use sampling::{SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};
 pub use stop::{FinishReason, StopMatcher};

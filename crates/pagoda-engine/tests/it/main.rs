@@ -1,4 +1,5 @@
 //! The one integration-test binary of pagoda-engine.
 
+mod batching;
 mod real_models;
 mod sampling;

@@ -1,0 +1,630 @@
+//! The engine core: one step = `scheduler.schedule()` → `runner.execute()` → sample every
+//! chunk that ends at its sequence's last token → `scheduler.update()` → stream events.
+//!
+//! [`EngineCore`] is single-threaded plain state; [`EngineHandle`](crate::EngineHandle) owns one
+//! on its own thread. Requests map to one sequence per choice; the choices of an `n > 1`
+//! request are forked from the first one's prompt blocks when its prompt is computed.
+//!
+//! Invariants: a sequence id is in `seqs` exactly while the scheduler holds it; every request
+//! gets one `Finished` event per choice or one `Error`, then is forgotten.
+
+use crate::block_pool::BlockPool;
+use crate::choice::Choice;
+use crate::generate::Usage;
+use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
+use crate::runner::ModelRunner;
+use crate::scheduler::{
+    BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
+};
+use crate::stop::FinishReason;
+use crate::EngineError;
+use pagoda_model::arch::Model;
+use pagoda_model::tokenizer::Tokenizer;
+use pagoda_model::{KvDtype, PagedKvCache};
+use std::collections::HashMap;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How the engine batches, schedules and sizes its KV memory.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Most tokens (decode tokens + prefill chunk tokens) in one step.
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    pub policy: Policy,
+    pub mode: BatchingMode,
+    /// Priority (or SJF rank) gained per second of waiting, so nothing starves.
+    pub aging_per_sec: f64,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    pub kv_dtype: KvDtype,
+    /// Bytes of KV memory; `None` takes [`DEFAULT_KV_FRACTION`] of available RAM, capped at
+    /// what `max_num_seqs` full-length sequences could use.
+    pub kv_cache_memory: Option<u64>,
+    pub prefix_caching: bool,
+    /// Longest sequence (prompt + output); `None` = the model's context length.
+    pub max_model_len: Option<usize>,
+}
+
+/// Share of available RAM the KV pool takes when no budget is given.
+pub const DEFAULT_KV_FRACTION: f64 = 0.4;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            policy: Policy::default(),
+            mode: BatchingMode::default(),
+            aging_per_sec: 1.0,
+            block_size: 16,
+            kv_dtype: KvDtype::default(),
+            kv_cache_memory: None,
+            prefix_caching: true,
+            max_model_len: None,
+        }
+    }
+}
+
+/// A snapshot of the engine's state after a step, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    /// Preemptions since start.
+    pub preempted_total: u64,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_total: usize,
+    /// Prefix-cache hits over lookups since start (0 when none yet).
+    pub prefix_cache_hit_rate: f64,
+    /// Tokens computed in the last step.
+    pub tokens_last_step: usize,
+    pub steps: u64,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub requests_finished: u64,
+}
+
+/// The KV geometry the engine runs with (reported by the handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    pub n_blocks: usize,
+    pub block_size: usize,
+    pub dtype: KvDtype,
+    pub bytes: usize,
+    pub max_model_len: usize,
+}
+
+impl KvLayout {
+    /// Sizes the pool for `model` under `config` (see [`EngineConfig::kv_cache_memory`]).
+    pub fn plan(model: &Model, config: &EngineConfig) -> Result<Self, EngineError> {
+        let cfg = model.config();
+        if config.block_size == 0 {
+            return Err(EngineError::InvalidConfig(
+                "block size must be at least 1".into(),
+            ));
+        }
+        let max_model_len = config
+            .max_model_len
+            .unwrap_or(cfg.context_length)
+            .min(cfg.context_length)
+            .max(2);
+        let per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
+        let blocks_per_seq = max_model_len.div_ceil(config.block_size);
+        let n_blocks = match config.kv_cache_memory {
+            Some(bytes) => (bytes / per_block as u64) as usize,
+            None => {
+                let budget =
+                    available_memory().map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
+                let want = blocks_per_seq * config.max_num_seqs.max(1);
+                ((budget / per_block as u64) as usize).min(want)
+            }
+        };
+        if n_blocks < blocks_per_seq.min(2) {
+            return Err(EngineError::InvalidConfig(format!(
+                "a KV cache of {n_blocks} blocks ({} bytes each) cannot hold even one sequence; \
+                 raise --kv-cache-memory",
+                per_block
+            )));
+        }
+        Ok(KvLayout {
+            n_blocks,
+            block_size: config.block_size,
+            dtype: config.kv_dtype,
+            bytes: n_blocks * per_block,
+            max_model_len,
+        })
+    }
+
+    /// Token positions the pool holds.
+    pub fn capacity_tokens(&self) -> usize {
+        self.n_blocks * self.block_size
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes (Linux); `None` elsewhere.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// One request in flight.
+struct RequestState {
+    prompt: Vec<u32>,
+    events: Sender<TokenEvent>,
+    request: EngineRequest,
+    arrived: Instant,
+    first_scheduled: Option<Instant>,
+    /// Choices not yet finished.
+    live: usize,
+    /// Sequence ids of its choices, index = choice index (filled as they are forked).
+    seqs: Vec<SeqId>,
+    /// Prompt tokens found in the prefix cache (set when its first chunk is scheduled).
+    cached_prompt_tokens: usize,
+}
+
+/// One choice of a request: a sequence in the scheduler.
+struct SeqState {
+    request: RequestId,
+    index: usize,
+    choice: Choice,
+    first_token: Option<Instant>,
+}
+
+/// The engine's state and step function (single-threaded; see the module docs).
+pub struct EngineCore {
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    tokenizer: Arc<Tokenizer>,
+    layout: KvLayout,
+    requests: HashMap<RequestId, RequestState>,
+    seqs: HashMap<SeqId, SeqState>,
+    next_seq: SeqId,
+    stats: EngineStats,
+}
+
+impl EngineCore {
+    pub fn new(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        config: &EngineConfig,
+    ) -> Result<Self, EngineError> {
+        let layout = KvLayout::plan(&model, config)?;
+        let cache = PagedKvCache::new(
+            model.config(),
+            layout.n_blocks,
+            layout.block_size,
+            layout.dtype,
+        );
+        let pool = BlockPool::new(layout.n_blocks, layout.block_size, config.prefix_caching);
+        let scheduler = Scheduler::new(
+            SchedulerConfig {
+                max_num_batched_tokens: config.max_num_batched_tokens.max(1),
+                max_num_seqs: config.max_num_seqs.max(1),
+                policy: config.policy,
+                mode: config.mode,
+                max_model_len: layout.max_model_len,
+                aging_per_sec: config.aging_per_sec,
+            },
+            pool,
+        );
+        tracing::info!(
+            blocks = layout.n_blocks,
+            block_size = layout.block_size,
+            dtype = %layout.dtype,
+            mib = layout.bytes as f64 / (1 << 20) as f64,
+            max_model_len = layout.max_model_len,
+            "KV cache"
+        );
+        Ok(EngineCore {
+            scheduler,
+            runner: ModelRunner::new(model, cache),
+            tokenizer,
+            layout,
+            requests: HashMap::new(),
+            seqs: HashMap::new(),
+            next_seq: 0,
+            stats: EngineStats {
+                kv_blocks_total: layout.n_blocks,
+                ..EngineStats::default()
+            },
+        })
+    }
+
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    /// Checks a request against the model and the engine's limits, without queueing it.
+    pub fn validate(
+        model: &Model,
+        layout: &KvLayout,
+        req: &EngineRequest,
+    ) -> Result<(), EngineError> {
+        if req.prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        req.sampling.validate(model.config().vocab_size)?;
+        if let Some(&bad) = req
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= model.config().vocab_size)
+        {
+            return Err(EngineError::Model(pagoda_model::ModelError::InvalidToken {
+                token: bad,
+                vocab_size: model.config().vocab_size,
+            }));
+        }
+        if req.prompt.len() >= layout.max_model_len {
+            return Err(EngineError::PromptTooLong {
+                prompt_tokens: req.prompt.len(),
+                context: layout.max_model_len,
+            });
+        }
+        if req.prompt.len() + 1 > layout.capacity_tokens() {
+            return Err(EngineError::PromptExceedsKvCache {
+                prompt_tokens: req.prompt.len(),
+                kv_tokens: layout.capacity_tokens(),
+            });
+        }
+        if req.n == 0 || req.n > MAX_CHOICES {
+            return Err(EngineError::InvalidRequest(format!(
+                "n must be between 1 and {MAX_CHOICES}, got {}",
+                req.n
+            )));
+        }
+        if req.max_tokens == 0 {
+            return Err(EngineError::InvalidRequest(
+                "max_tokens must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queues a request; its events go to `events`.
+    pub fn add_request(
+        &mut self,
+        id: RequestId,
+        request: EngineRequest,
+        events: Sender<TokenEvent>,
+        arrived: Instant,
+    ) {
+        if let Err(e) = Self::validate(self.runner.model(), &self.layout, &request) {
+            let _ = events.send(TokenEvent::Error {
+                message: e.to_string(),
+            });
+            return;
+        }
+        let seq = self.new_seq_id();
+        if let Err(e) = self.scheduler.add(
+            SeqRequest {
+                id: seq,
+                prompt: request.prompt.clone(),
+                max_tokens: request.max_tokens,
+                priority: request.priority,
+            },
+            arrived,
+        ) {
+            let _ = events.send(TokenEvent::Error {
+                message: e.to_string(),
+            });
+            return;
+        }
+        self.stats.prompt_tokens_total += request.prompt.len() as u64;
+        let choice = self.new_choice(&request, 0);
+        self.seqs.insert(
+            seq,
+            SeqState {
+                request: id,
+                index: 0,
+                choice,
+                first_token: None,
+            },
+        );
+        self.requests.insert(
+            id,
+            RequestState {
+                prompt: request.prompt.clone(),
+                events,
+                live: request.n,
+                seqs: vec![seq],
+                request,
+                arrived,
+                first_scheduled: None,
+                cached_prompt_tokens: 0,
+            },
+        );
+    }
+
+    /// Ends every choice of request `id` now, freeing its KV blocks. Unknown ids are ignored.
+    pub fn abort(&mut self, id: RequestId) {
+        let Some(req) = self.requests.remove(&id) else {
+            return;
+        };
+        let now = Instant::now();
+        for seq in req.seqs {
+            if let Some(state) = self.seqs.remove(&seq) {
+                self.scheduler.finish(seq, SeqEnd::Aborted);
+                let _ = req.events.send(TokenEvent::Finished {
+                    index: state.index,
+                    reason: FinishReason::Abort,
+                    text: String::new(),
+                    usage: Usage {
+                        prompt_tokens: req.prompt.len(),
+                        cached_prompt_tokens: req.cached_prompt_tokens,
+                        completion_tokens: state.choice.generated().len(),
+                    },
+                    timings: RequestTimings {
+                        arrived: req.arrived,
+                        first_scheduled: req.first_scheduled,
+                        first_token: state.first_token,
+                        finished: now,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Fails every request in flight with `message` (after a model fault).
+    fn fail_all(&mut self, message: &str) {
+        for (_, req) in self.requests.drain() {
+            for seq in &req.seqs {
+                self.scheduler.finish(*seq, SeqEnd::Aborted);
+            }
+            let _ = req.events.send(TokenEvent::Error {
+                message: message.to_string(),
+            });
+        }
+        self.seqs.clear();
+    }
+
+    fn new_seq_id(&mut self) -> SeqId {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn new_choice(&self, request: &EngineRequest, index: usize) -> Choice {
+        let mut params = request.sampling.clone();
+        if let Some(seed) = params.seed {
+            params.seed = Some(seed.wrapping_add(index as u64));
+        }
+        let mut end_tokens = request.stop_token_ids.clone();
+        if !request.ignore_eos {
+            end_tokens.extend_from_slice(self.tokenizer.eos_ids());
+        }
+        Choice::new(params, request.stop.clone(), end_tokens)
+    }
+
+    /// Runs one step. Returns `false` when there was nothing to run.
+    pub fn step(&mut self) -> bool {
+        let now = Instant::now();
+        let out = self.scheduler.schedule(now);
+        for &(seq, end) in &out.ended {
+            self.end_choice(seq, finish_reason(end), false);
+        }
+        if out.chunks.is_empty() {
+            self.refresh_stats(0);
+            return !out.ended.is_empty();
+        }
+        for chunk in &out.chunks {
+            if let Some(seq) = self.seqs.get(&chunk.seq) {
+                if let Some(req) = self.requests.get_mut(&seq.request) {
+                    if req.first_scheduled.is_none() {
+                        req.first_scheduled = Some(now);
+                        req.cached_prompt_tokens = chunk.start;
+                    }
+                }
+            }
+        }
+        let mut logits = match self.runner.execute(&out) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "forward pass failed; failing every request in flight");
+                self.fail_all(&format!("model fault: {e}"));
+                self.refresh_stats(out.num_batched_tokens);
+                return true;
+            }
+        };
+        let vocab = self.runner.model().config().vocab_size;
+        let sampled_at = Instant::now();
+        let mut sampled: Vec<(SeqId, u32)> = Vec::new();
+        let mut picks = Vec::new();
+        let mut forks = Vec::new();
+        let sampling_chunks = out.chunks.iter().filter(|c| c.sample);
+        for (row, chunk) in sampling_chunks.enumerate() {
+            let row_logits = &mut logits[row * vocab..(row + 1) * vocab];
+            let Some(state) = self.seqs.get_mut(&chunk.seq) else {
+                continue;
+            };
+            let Some(req) = self.requests.get(&state.request) else {
+                continue;
+            };
+            let needs_fork = req.request.n > req.seqs.len();
+            let pristine = needs_fork.then(|| row_logits.to_vec());
+            let pick = state.choice.sample(row_logits, &req.prompt);
+            sampled.push((chunk.seq, pick.token));
+            picks.push((chunk.seq, pick));
+            if let Some(base) = pristine {
+                forks.push((chunk.seq, state.request, base));
+            }
+        }
+        let ended = self.scheduler.update(&out, &sampled);
+        for (parent, request, base) in forks {
+            self.fork_choices(parent, request, &base);
+        }
+        for (seq, pick) in picks {
+            self.deliver(seq, pick, sampled_at);
+        }
+        for (seq, end) in ended {
+            self.end_choice(seq, finish_reason(end), false);
+        }
+        self.refresh_stats(out.num_batched_tokens);
+        true
+    }
+
+    /// Starts choices `1..n` of `request` from the parent's prompt blocks, each sampling its
+    /// first token from the same logits.
+    fn fork_choices(&mut self, parent: SeqId, request: RequestId, base: &[f32]) {
+        let Some(req) = self.requests.get(&request) else {
+            return;
+        };
+        let (n, have) = (req.request.n, req.seqs.len());
+        let sampled_at = Instant::now();
+        for index in have..n {
+            let Some(req) = self.requests.get(&request) else {
+                return;
+            };
+            let mut choice = self.new_choice(&req.request, index);
+            let mut row = base.to_vec();
+            let pick = choice.sample(&mut row, &req.prompt);
+            let events = req.events.clone();
+            let child = self.new_seq_id();
+            if let Err(e) = self.scheduler.fork(parent, child, pick.token) {
+                tracing::error!(error = %e, "fork failed");
+                let _ = events.send(TokenEvent::Error {
+                    message: e.to_string(),
+                });
+                self.abort(request);
+                return;
+            }
+            self.seqs.insert(
+                child,
+                SeqState {
+                    request,
+                    index,
+                    choice,
+                    first_token: None,
+                },
+            );
+            if let Some(req) = self.requests.get_mut(&request) {
+                req.seqs.push(child);
+            }
+            self.deliver(child, pick, sampled_at);
+        }
+    }
+
+    /// Hands one sampled token to its choice and streams the result.
+    fn deliver(&mut self, seq: SeqId, pick: crate::SampledToken, at: Instant) {
+        let Some(state) = self.seqs.get_mut(&seq) else {
+            return;
+        };
+        state.first_token.get_or_insert(at);
+        let wants_logprobs = state.choice.wants_logprobs();
+        let accepted = match state.choice.accept(pick.token, &self.tokenizer) {
+            Ok(a) => a,
+            Err(e) => {
+                let request = state.request;
+                if let Some(req) = self.requests.get(&request) {
+                    let _ = req.events.send(TokenEvent::Error {
+                        message: e.to_string(),
+                    });
+                }
+                self.abort(request);
+                return;
+            }
+        };
+        let Some(req) = self.requests.get(&state.request) else {
+            return;
+        };
+        if accepted.kept {
+            self.stats.generation_tokens_total += 1;
+            let event = TokenEvent::Token {
+                index: state.index,
+                token: pick.token,
+                text: accepted.text,
+                logprob: wants_logprobs.then_some(pick),
+                at,
+            };
+            if req.events.send(event).is_err() {
+                // The caller went away (client disconnect): stop working for it.
+                let request = state.request;
+                self.abort(request);
+                return;
+            }
+        }
+        if let Some(reason) = accepted.ended {
+            self.end_choice(seq, reason, true);
+        }
+    }
+
+    /// Ends one choice: tells the scheduler (unless it ended the sequence itself), flushes held
+    /// text and sends `Finished`; forgets the request after its last choice.
+    fn end_choice(&mut self, seq: SeqId, reason: FinishReason, tell_scheduler: bool) {
+        let Some(mut state) = self.seqs.remove(&seq) else {
+            return;
+        };
+        if tell_scheduler {
+            self.scheduler.finish(seq, SeqEnd::Stopped);
+        }
+        let Some(req) = self.requests.get_mut(&state.request) else {
+            return;
+        };
+        let (text, reason) = state
+            .choice
+            .finish(&self.tokenizer, reason)
+            .unwrap_or((String::new(), reason));
+        let _ = req.events.send(TokenEvent::Finished {
+            index: state.index,
+            reason,
+            text,
+            usage: Usage {
+                prompt_tokens: req.prompt.len(),
+                cached_prompt_tokens: req.cached_prompt_tokens,
+                completion_tokens: state.choice.generated().len(),
+            },
+            timings: RequestTimings {
+                arrived: req.arrived,
+                first_scheduled: req.first_scheduled,
+                first_token: state.first_token,
+                finished: Instant::now(),
+            },
+        });
+        req.live = req.live.saturating_sub(1);
+        if req.live == 0 {
+            self.requests.remove(&state.request);
+            self.stats.requests_finished += 1;
+        }
+    }
+
+    fn refresh_stats(&mut self, tokens: usize) {
+        let s = self.scheduler.stats();
+        self.stats.running = s.running;
+        self.stats.waiting = s.waiting;
+        self.stats.preempted_total = s.preempted_total;
+        self.stats.kv_blocks_used = s.pool.blocks_used;
+        self.stats.kv_blocks_total = s.pool.blocks_total;
+        self.stats.prefix_cache_hit_rate = if s.pool.prefix_queries == 0 {
+            0.0
+        } else {
+            s.pool.prefix_hits as f64 / s.pool.prefix_queries as f64
+        };
+        self.stats.tokens_last_step = tokens;
+        if tokens > 0 {
+            self.stats.steps += 1;
+        }
+    }
+}
+
+/// The API's finish reason for a sequence the scheduler ended.
+fn finish_reason(end: SeqEnd) -> FinishReason {
+    match end {
+        SeqEnd::Aborted => FinishReason::Abort,
+        SeqEnd::Stopped => FinishReason::Stop,
+        SeqEnd::Length | SeqEnd::ContextFull => FinishReason::Length,
+    }
+}
+
+/// Most choices one request may ask for.
+pub const MAX_CHOICES: usize = 16;

@@ -1,0 +1,51 @@
+//! Executes one scheduled step on the model: copy-on-write block copies, then one batched
+//! forward pass over every scheduled chunk, returning logits for the chunks that sample.
+//!
+//! Invariant: the runner never decides who runs; it does exactly what the
+//! [`SchedulerOutput`] says, and owns the paged KV memory the block pool's ids index.
+
+use crate::scheduler::SchedulerOutput;
+use crate::EngineError;
+use pagoda_model::arch::{BatchSegment, Logits, Model};
+use pagoda_model::PagedKvCache;
+use std::sync::Arc;
+
+pub struct ModelRunner {
+    model: Arc<Model>,
+    cache: PagedKvCache,
+}
+
+impl ModelRunner {
+    pub fn new(model: Arc<Model>, cache: PagedKvCache) -> Self {
+        ModelRunner { model, cache }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn cache(&self) -> &PagedKvCache {
+        &self.cache
+    }
+
+    /// Runs the step; returns `[chunks with sample, vocab]` logits, in chunk order.
+    pub fn execute(&mut self, step: &SchedulerOutput) -> Result<Vec<f32>, EngineError> {
+        for &(src, dst) in &step.copies {
+            self.cache.copy_block(src, dst);
+        }
+        if step.chunks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let segments: Vec<BatchSegment<'_>> = step
+            .chunks
+            .iter()
+            .map(|c| BatchSegment {
+                tokens: &c.tokens,
+                start: c.start,
+                block_table: &c.block_table,
+                logits: c.sample.then_some(Logits::Last),
+            })
+            .collect();
+        Ok(self.model.forward_batch(&segments, &mut self.cache)?)
+    }
+}

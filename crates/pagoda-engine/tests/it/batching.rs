@@ -1,0 +1,349 @@
+//! The batching engine against the single-sequence generator: prompts run together (mixed
+//! lengths, chunked prefill, preemption forced by a small KV pool, prefix-cache hits) give the
+//! same greedy tokens as each run alone; n > 1 choices equal separate seeded runs; aborts and
+//! dropped streams free their blocks; bad requests fail at submit.
+
+use pagoda_engine::{
+    BatchingMode, EngineConfig, EngineError, EngineHandle, EngineRequest, FinishReason,
+    GenerationRequest, Generator, Policy, SamplingParams, TokenEvent,
+};
+use pagoda_model::arch::Model;
+use pagoda_model::tokenizer::Tokenizer;
+use pagoda_model::{open_model, KvDtype, PagedKvCache};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/golden")
+        .join(name)
+}
+
+fn load(path: &Path) -> (Arc<Model>, Arc<Tokenizer>) {
+    let source = open_model(path).expect("model opens");
+    let model = Arc::new(Model::from_source(&source).expect("model builds"));
+    (model, Arc::new(source.tokenizer))
+}
+
+/// Prompts of mixed lengths made of in-vocabulary ids (a seeded LCG; no tokenizer needed).
+fn prompts(vocab: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    lengths
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((seed >> 33) % vocab as u64) as u32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn alone(model: &Arc<Model>, tok: &Arc<Tokenizer>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
+    let mut generator = Generator::new(model.clone(), tok.clone(), 512);
+    let mut req = GenerationRequest::new(prompt.to_vec(), SamplingParams::greedy(), max_tokens);
+    req.ignore_eos = true;
+    generator
+        .generate(&req, |_| true)
+        .expect("generates")
+        .tokens
+}
+
+/// Collects every token of choice 0 and the finish event of a one-choice stream.
+fn collect(stream: pagoda_engine::RequestStream) -> (Vec<u32>, FinishReason, pagoda_engine::Usage) {
+    let mut tokens = Vec::new();
+    let mut finish = None;
+    for ev in stream {
+        match ev {
+            TokenEvent::Token { token, .. } => tokens.push(token),
+            TokenEvent::Finished { reason, usage, .. } => finish = Some((reason, usage)),
+            TokenEvent::Error { message } => panic!("request failed: {message}"),
+        }
+    }
+    let (reason, usage) = finish.expect("a Finished event");
+    (tokens, reason, usage)
+}
+
+fn kv_bytes(model: &Model, blocks: usize, block_size: usize) -> u64 {
+    (PagedKvCache::bytes_per_block(model.config(), block_size, KvDtype::F16) * blocks) as u64
+}
+
+/// Runs `prompts` through one engine at once and checks each against its solo run.
+fn check_batch_equals_alone(
+    model_dir: &Path,
+    config: EngineConfig,
+    lengths: &[usize],
+    max_tokens: usize,
+) {
+    let (model, tok) = load(model_dir);
+    let vocab = model.config().vocab_size;
+    let prompts = prompts(vocab, lengths);
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| alone(&model, &tok, p, max_tokens))
+        .collect();
+    let engine = EngineHandle::start(model.clone(), tok.clone(), config).expect("engine starts");
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let mut req = EngineRequest::new(p.clone(), SamplingParams::greedy(), max_tokens);
+            req.ignore_eos = true;
+            engine.submit(req).expect("submits")
+        })
+        .collect();
+    for (i, stream) in streams.into_iter().enumerate() {
+        let (got, reason, usage) = collect(stream);
+        assert_eq!(got, want[i], "prompt {i} ({} tokens)", lengths[i]);
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(usage.completion_tokens, max_tokens);
+        assert_eq!(usage.prompt_tokens, lengths[i]);
+    }
+    wait_idle(&engine);
+    engine.shutdown();
+}
+
+/// Waits until the engine has published a step with nothing running or waiting and every
+/// block returned (stats are published after the step that sent the last event).
+fn wait_idle(engine: &EngineHandle) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = engine.stats();
+        if s.running + s.waiting == 0 && s.kv_blocks_used == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "engine not idle: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn small_config(model_dir: &Path, blocks: usize) -> EngineConfig {
+    let (model, _) = load(model_dir);
+    EngineConfig {
+        max_num_batched_tokens: 24,
+        max_num_seqs: 4,
+        block_size: 8,
+        kv_cache_memory: Some(kv_bytes(&model, blocks, 8)),
+        ..EngineConfig::default()
+    }
+}
+
+const LENGTHS: [usize; 7] = [5, 40, 17, 63, 2, 30, 9];
+
+#[test]
+fn llama_batch_with_chunked_prefill_equals_each_alone() {
+    let dir = golden("tiny-llama");
+    check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 12);
+}
+
+#[test]
+fn llama_batch_under_preemption_equals_each_alone() {
+    // 12 blocks of 8 = 96 positions: the longest sequence (63 + 12) fits alone, four do not.
+    let dir = golden("tiny-llama");
+    let mut config = small_config(&dir, 12);
+    config.prefix_caching = false;
+    check_batch_equals_alone(&dir, config, &LENGTHS, 12);
+}
+
+#[test]
+fn qwen2_and_gemma3_batches_equal_each_alone() {
+    for name in ["tiny-qwen2", "tiny-gemma3"] {
+        let dir = golden(name);
+        check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);
+    }
+}
+
+#[test]
+fn static_mode_and_other_policies_give_the_same_tokens() {
+    let dir = golden("tiny-llama");
+    for (mode, policy) in [
+        (BatchingMode::Static, Policy::Fcfs),
+        (BatchingMode::Continuous, Policy::Priority),
+        (BatchingMode::Continuous, Policy::Sjf),
+    ] {
+        let mut config = small_config(&dir, 20);
+        config.mode = mode;
+        config.policy = policy;
+        check_batch_equals_alone(&dir, config, &LENGTHS, 8);
+    }
+}
+
+#[test]
+fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
+    let dir = golden("tiny-llama");
+    let (model, tok) = load(&dir);
+    let engine =
+        EngineHandle::start(model.clone(), tok.clone(), small_config(&dir, 64)).expect("starts");
+    let prompt = prompts(model.config().vocab_size, &[45]).remove(0);
+    let run = |p: &[u32]| {
+        let mut req = EngineRequest::new(p.to_vec(), SamplingParams::greedy(), 10);
+        req.ignore_eos = true;
+        collect(engine.submit(req).expect("submits"))
+    };
+    let (first, _, miss) = run(&prompt);
+    let (second, _, hit) = run(&prompt);
+    assert_eq!(first, second, "a prefix-cache hit changes nothing");
+    assert_eq!(miss.cached_prompt_tokens, 0);
+    // 45 tokens = 5 full blocks of 8; all 40 positions of them are reused.
+    assert_eq!(hit.cached_prompt_tokens, 40);
+    assert_eq!(first, alone(&model, &tok, &prompt, 10));
+    wait_idle(&engine);
+    assert!(engine.stats().prefix_cache_hit_rate > 0.0);
+    engine.shutdown();
+}
+
+#[test]
+fn n_choices_share_the_prompt_and_equal_separate_seeded_runs() {
+    let dir = golden("tiny-llama");
+    let (model, tok) = load(&dir);
+    let prompt = prompts(model.config().vocab_size, &[21]).remove(0);
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        seed: Some(7),
+        ..SamplingParams::default()
+    };
+    let engine =
+        EngineHandle::start(model.clone(), tok.clone(), small_config(&dir, 64)).expect("starts");
+    let mut req = EngineRequest::new(prompt.clone(), sampling.clone(), 9);
+    req.n = 3;
+    req.ignore_eos = true;
+    let mut per_choice = vec![Vec::new(); 3];
+    let mut finished = 0;
+    for ev in engine.submit(req).expect("submits") {
+        match ev {
+            TokenEvent::Token { index, token, .. } => per_choice[index].push(token),
+            TokenEvent::Finished { .. } => finished += 1,
+            TokenEvent::Error { message } => panic!("{message}"),
+        }
+    }
+    assert_eq!(finished, 3);
+    for (i, got) in per_choice.iter().enumerate() {
+        let mut generator = Generator::new(model.clone(), tok.clone(), 512);
+        let mut solo = GenerationRequest::new(
+            prompt.clone(),
+            SamplingParams {
+                seed: Some(7 + i as u64),
+                ..sampling.clone()
+            },
+            9,
+        );
+        solo.ignore_eos = true;
+        let want = generator
+            .generate(&solo, |_| true)
+            .expect("generates")
+            .tokens;
+        assert_eq!(got, &want, "choice {i}");
+    }
+    wait_idle(&engine);
+    engine.shutdown();
+}
+
+#[test]
+fn abort_and_dropped_streams_free_their_blocks() {
+    let dir = golden("tiny-llama");
+    let (model, tok) = load(&dir);
+    let engine =
+        EngineHandle::start(model.clone(), tok.clone(), small_config(&dir, 64)).expect("starts");
+    let prompt = prompts(model.config().vocab_size, &[30]).remove(0);
+    let mut req = EngineRequest::new(prompt.clone(), SamplingParams::greedy(), 400);
+    req.ignore_eos = true;
+    let mut stream = engine.submit(req.clone()).expect("submits");
+    let first = stream
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an event");
+    assert!(matches!(first, Some(TokenEvent::Token { .. })), "{first:?}");
+    engine.abort(stream.id);
+    let mut reason = None;
+    for ev in stream {
+        if let TokenEvent::Finished { reason: r, .. } = ev {
+            reason = Some(r);
+        }
+    }
+    assert_eq!(reason, Some(FinishReason::Abort));
+
+    let dropped = engine.submit(req).expect("submits");
+    drop(dropped);
+    // The engine notices at the next token it tries to send.
+    wait_idle(&engine);
+    engine.shutdown();
+}
+
+#[test]
+fn bad_requests_fail_at_submit_with_clear_errors() {
+    let dir = golden("tiny-llama");
+    let (model, tok) = load(&dir);
+    let mut config = small_config(&dir, 64);
+    config.max_model_len = Some(48);
+    let engine = EngineHandle::start(model.clone(), tok.clone(), config).expect("starts");
+    let vocab = model.config().vocab_size as u32;
+    let submit = |prompt: Vec<u32>, n: usize, max_tokens: usize| {
+        let mut req = EngineRequest::new(prompt, SamplingParams::greedy(), max_tokens);
+        req.n = n;
+        engine.submit(req).map(|_| ())
+    };
+    assert!(matches!(
+        submit(vec![], 1, 4),
+        Err(EngineError::EmptyPrompt)
+    ));
+    let err = submit(vec![1; 48], 1, 4).expect_err("too long");
+    assert!(
+        matches!(
+            err,
+            EngineError::PromptTooLong {
+                prompt_tokens: 48,
+                context: 48
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("48 tokens"), "{err}");
+    assert!(matches!(
+        submit(vec![vocab], 1, 4),
+        Err(EngineError::Model(_))
+    ));
+    assert!(matches!(
+        submit(vec![1], 0, 4),
+        Err(EngineError::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        submit(vec![1], 1, 0),
+        Err(EngineError::InvalidRequest(_))
+    ));
+    let mut bad = EngineRequest::new(vec![1], SamplingParams::greedy(), 4);
+    bad.sampling.temperature = -1.0;
+    assert!(matches!(engine.submit(bad), Err(EngineError::Sampling(_))));
+    // A sequence stops at the context length rather than overrunning it.
+    let mut req = EngineRequest::new(vec![1; 40], SamplingParams::greedy(), 100);
+    req.ignore_eos = true;
+    let (tokens, reason, _) = collect(engine.submit(req).expect("submits"));
+    assert_eq!(reason, FinishReason::Length);
+    assert_eq!(
+        tokens.len(),
+        8,
+        "40 prompt + 8 generated = the 48-token limit"
+    );
+    engine.shutdown();
+}
+
+/// The same equivalence on a real model (SmolLM2, Q8/Q4 GGUF), with the CI model env var.
+#[test]
+fn smollm2_batch_equals_each_alone() {
+    let Some(path) = std::env::var_os("PAGODA_TEST_SMOLLM2").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PAGODA_TEST_SMOLLM2 must be set under CI"
+        );
+        eprintln!("skipping: set PAGODA_TEST_SMOLLM2");
+        return;
+    };
+    let mut config = small_config(&path, 40);
+    config.max_num_batched_tokens = 64;
+    check_batch_equals_alone(&path, config, &[12, 150, 60, 33, 97, 7], 16);
+}
