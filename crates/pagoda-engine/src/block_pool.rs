@@ -16,8 +16,8 @@
 //! the block carries it. `num_free()` counts both kinds of free block.
 //!
 //! Hashes chain: a full block's hash covers its tokens and its parent's hash, so a hit on block
-//! `i` means the whole prefix `0..=i` matches. Only full blocks are ever registered, so a shared
-//! cached block is never written again.
+//! `i` means the whole prefix `0..=i` matches. Only full blocks are ever registered, and the
+//! scheduler copies a cached block before any write into it, so its contents never change.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -206,6 +206,12 @@ impl BlockPool {
         }
         self.refs[id as usize] += 1;
         Some(id)
+    }
+
+    /// `id` is findable in the prefix cache (it carries a hash). Its contents must not change:
+    /// a writer copies it first.
+    pub fn is_cached(&self, id: BlockId) -> bool {
+        self.hashes.get(id as usize).is_some_and(Option::is_some)
     }
 
     /// The block cached under `hash`, without taking it or counting a query.

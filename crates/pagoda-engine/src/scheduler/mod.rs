@@ -10,8 +10,8 @@
 //! 1. **Running** sequences first, best first (policy rank, then arrival): each gets the rest of
 //!    its tokens, capped by what is left of `max_num_batched_tokens` (a decode is one token, a
 //!    chunked prefill continues). Blocks are allocated as writes cross into new blocks; before a
-//!    write into a block shared with another sequence (ref > 1, after a fork) the block is
-//!    copied (copy-on-write). Out of blocks → the worst running sequence (lowest effective
+//!    write into a block shared with another sequence (ref > 1, after a fork) or findable in
+//!    the prefix cache, the block is copied (copy-on-write). Out of blocks → the worst running sequence (lowest effective
 //!    priority, then newest) is **preempted by recompute**: blocks released, `num_computed = 0`,
 //!    back to the front of the waiting queue with its generated tokens kept. If the worst is the
 //!    one asking, it preempts itself. The best running sequence is never preempted (it can take
@@ -673,13 +673,17 @@ impl Scheduler {
         new + usize::from(self.needs_copy(s))
     }
 
-    /// The block the next write lands in is partly filled and shared.
+    /// The block the next write lands in is partly filled (from this sequence's view) and
+    /// either shared or in the prefix cache. The second case: a fork child holds its parent's
+    /// last prompt block, which the parent has since filled with generated tokens and
+    /// registered; if the parent is gone the child is its only holder, but writing it in
+    /// place would corrupt what the cache serves under the parent's hash.
     fn needs_copy(&self, s: &Sequence) -> bool {
         let bs = self.pool.block_size();
         !s.num_computed.is_multiple_of(bs)
             && s.blocks
                 .get(s.num_computed / bs)
-                .is_some_and(|&b| self.pool.ref_count(b) > 1)
+                .is_some_and(|&b| self.pool.ref_count(b) > 1 || self.pool.is_cached(b))
     }
 
     /// Copies the shared block about to be written and allocates blocks up to position

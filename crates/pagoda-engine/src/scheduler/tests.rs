@@ -571,3 +571,28 @@ fn fork_of_a_preempted_parent_recomputes_its_prompt() {
     assert!(saw);
     assert_eq!(s.pool().num_free(), 4);
 }
+
+#[test]
+fn a_fork_child_copies_a_cached_block_even_when_it_holds_it_alone() {
+    let t = Instant::now();
+    let mut s = sched(config(16, 4), 8, true);
+    s.add(req(1, 1, 8), t).unwrap();
+    for _ in 0..4 {
+        step(&mut s, t);
+    }
+    // The parent's block 0 is full (prompt + 3 generated tokens) and cached under its hash.
+    let b0 = s.seq(1).unwrap().block_table[0];
+    assert!(s.pool().is_cached(b0));
+    s.fork(1, 2, 9).unwrap();
+    assert_eq!(s.seq(2).unwrap().block_table, &[b0]);
+    assert!(s.finish(1, SeqEnd::Stopped));
+    assert_eq!(s.pool().ref_count(b0), 1);
+    // The child writes position 1 of block 0: it must copy, not overwrite the cached block.
+    let (o, _) = step(&mut s, t);
+    assert_eq!(lens(&o), vec![(2, 1, 1)]);
+    assert_eq!(o.copies.len(), 1);
+    assert_eq!(o.copies[0].0, b0);
+    assert_ne!(o.chunks[0].block_table[0], b0);
+    assert_eq!(s.pool().ref_count(b0), 0);
+    assert!(s.pool().is_cached(b0), "the parent's prefix stays findable");
+}
