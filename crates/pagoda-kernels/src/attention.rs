@@ -3,6 +3,9 @@
 //!
 //! Decode (one query row) runs a dot-product loop per head; prefill chunks run two f32 GEMMs
 //! per head (`S = Q Kᵀ`, `O = softmax(S) V`) so the work is done by cache-blocked SIMD kernels.
+//! The per-head GEMM step (`head_gemm`, over strided f32 views) is shared with
+//! `paged_attention`'s prefill path. The row path is the plain reference the paged decode
+//! kernels are tested against.
 //!
 //! Invariants: row `t` of the queries sits at position `start + t` and attends to positions
 //! `max(0, start + t + 1 - window) ..= start + t`; `keys`/`values` hold at least
@@ -54,8 +57,8 @@ pub fn causal_attention(
     }
 }
 
-/// First key position row `t` (at `pos`) may see.
-fn first_visible(window: Option<usize>, pos: usize) -> usize {
+/// First key position a query at `pos` may see.
+pub(crate) fn first_visible(window: Option<usize>, pos: usize) -> usize {
     window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
@@ -108,79 +111,21 @@ fn attention_gemm(
     let q_dim = n_heads * hd;
     let kv_dim = shape.n_kv_heads * hd;
     let group = n_heads / shape.n_kv_heads;
-    // Keys any row of this chunk may see: [lo, end).
+    // Keys any row of this chunk may see: [lo, start + n).
     let lo = first_visible(shape.window, start);
-    let end = start + n;
-    let len = end - lo;
     let per_head: Vec<Vec<f32>> = (0..n_heads)
         .into_par_iter()
         .map(|h| {
             let kh = h / group;
-            let mut scores = vec![0.0f32; n * len]; // [n, len]
-                                                    // SAFETY: every pointer/stride pair below addresses only elements inside its
-                                                    // slice: q rows t < n at stride q_dim, columns < hd from offset h*hd; keys rows
-                                                    // lo..end at stride kv_dim, columns < hd from kh*hd (asserted lengths above).
-            unsafe {
-                gemm::gemm(
-                    n,
-                    len,
-                    hd,
-                    scores.as_mut_ptr(),
-                    1,
-                    len as isize,
-                    false,
-                    q.as_ptr().add(h * hd),
-                    1,
-                    q_dim as isize,
-                    keys.as_ptr().add(lo * kv_dim + kh * hd),
-                    kv_dim as isize,
-                    1,
-                    0.0,
-                    shape.scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for (t, row) in scores.chunks_exact_mut(len).enumerate() {
-                let pos = start + t;
-                let first = first_visible(shape.window, pos) - lo;
-                let last = pos - lo; // inclusive
-                let visible = &mut row[first..=last];
-                if let Some(cap) = shape.softcap {
-                    ops::softcap_inplace(visible, cap);
-                }
-                ops::softmax_inplace(visible);
-                row[..first].fill(0.0);
-                row[last + 1..].fill(0.0);
-            }
-            let mut o = vec![0.0f32; n * hd]; // [n, hd]
-                                              // SAFETY: scores is [n, len] row-major; values rows lo..end at stride kv_dim,
-                                              // columns < hd from kh*hd; o is [n, hd] row-major.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    hd,
-                    len,
-                    o.as_mut_ptr(),
-                    1,
-                    hd as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    len as isize,
-                    values.as_ptr().add(lo * kv_dim + kh * hd),
-                    1,
-                    kv_dim as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
+            let mut o = vec![0.0f32; n * hd];
+            let heads = HeadRows {
+                q: &q[h * hd..],
+                q_stride: q_dim,
+                keys: &keys[lo * kv_dim + kh * hd..],
+                values: &values[lo * kv_dim + kh * hd..],
+                kv_stride: kv_dim,
+            };
+            head_gemm(shape, &heads, n, start, lo, &mut Vec::new(), &mut o);
             o
         })
         .collect();
@@ -188,6 +133,104 @@ fn attention_gemm(
         for t in 0..n {
             out[t * q_dim + h * hd..][..hd].copy_from_slice(&o[t * hd..][..hd]);
         }
+    }
+}
+
+/// One query head's rows and its kv head's visible keys and values, as strided f32 views.
+pub(crate) struct HeadRows<'a> {
+    /// Row `t` of the queries at `q[t * q_stride..][..head_dim]`.
+    pub q: &'a [f32],
+    pub q_stride: usize,
+    /// Position `lo + j` at `keys[j * kv_stride..][..head_dim]` (likewise `values`).
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub kv_stride: usize,
+}
+
+/// The GEMM path for one query head: `n` rows at positions `start..start + n` against the
+/// keys and values of positions `lo..start + n` (`lo` at most the first position row 0 may
+/// see), `S = scale · Q Kᵀ`, masked soft(capped) max, `O = S V` into `out` (`[n, head_dim]`).
+/// `scores` is scratch, resized here.
+pub(crate) fn head_gemm(
+    shape: &AttentionShape,
+    rows: &HeadRows<'_>,
+    n: usize,
+    start: usize,
+    lo: usize,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let hd = shape.head_dim;
+    assert!(n > 0 && lo <= first_visible(shape.window, start));
+    let len = start + n - lo;
+    // These bounds make every element the two GEMMs address lie inside its slice.
+    assert!(rows.q.len() >= (n - 1) * rows.q_stride + hd);
+    assert!(rows.keys.len() >= (len - 1) * rows.kv_stride + hd);
+    assert!(rows.values.len() >= (len - 1) * rows.kv_stride + hd);
+    assert_eq!(out.len(), n * hd);
+    scores.clear();
+    scores.resize(n * len, 0.0); // [n, len]
+                                 // SAFETY: q rows t < n at stride q_stride, columns < hd; keys rows j < len at stride
+                                 // kv_stride, columns < hd; scores is [n, len] row-major (all asserted above).
+    unsafe {
+        gemm::gemm(
+            n,
+            len,
+            hd,
+            scores.as_mut_ptr(),
+            1,
+            len as isize,
+            false,
+            rows.q.as_ptr(),
+            1,
+            rows.q_stride as isize,
+            rows.keys.as_ptr(),
+            rows.kv_stride as isize,
+            1,
+            0.0,
+            shape.scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    for (t, row) in scores.chunks_exact_mut(len).enumerate() {
+        let pos = start + t;
+        let first = first_visible(shape.window, pos) - lo;
+        let last = pos - lo; // inclusive
+        let visible = &mut row[first..=last];
+        if let Some(cap) = shape.softcap {
+            ops::softcap_inplace(visible, cap);
+        }
+        ops::softmax_inplace(visible);
+        row[..first].fill(0.0);
+        row[last + 1..].fill(0.0);
+    }
+    // SAFETY: scores is [n, len] row-major; values rows j < len at stride kv_stride,
+    // columns < hd; out is [n, hd] row-major (asserted above).
+    unsafe {
+        gemm::gemm(
+            n,
+            hd,
+            len,
+            out.as_mut_ptr(),
+            1,
+            hd as isize,
+            false,
+            scores.as_ptr(),
+            1,
+            len as isize,
+            rows.values.as_ptr(),
+            1,
+            rows.kv_stride as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
     }
 }
 

@@ -12,7 +12,8 @@
 //!   F32/F16/BF16. The scalar code is the reference every SIMD path is tested against.
 //! - `cpu`: [`Isa`] detection ([`best_isa`], [`available_isas`]).
 //! - `simd/`: the row-kernel table (`mod.rs`), AVX2 bodies (`avx2.rs`, generic over the int8
-//!   dot primitive) and AVX-512 kernels (`avx512.rs`: VNNI, 512-bit).
+//!   dot primitive) and AVX-512 kernels (`avx512.rs`: VNNI, 512-bit); `attn.rs`: the AVX2 and
+//!   AVX-512 bodies of the paged-attention decode primitives.
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
 //! - `ops`, `attention`: row operations and attention of a transformer layer.

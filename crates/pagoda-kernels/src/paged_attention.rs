@@ -1,22 +1,37 @@
 //! Attention of a batch of sequences over paged K/V ([`KvBlockStorage`] + block tables).
 //!
-//! Same semantics as [`causal_attention`]: row `t` of a sequence sits at position
-//! `start + t` and attends to `max(0, pos + 1 - window) ..= pos`, GQA groups of query heads
-//! share a kv head, optional soft-capping before the softmax.
+//! Same semantics as [`causal_attention`](crate::attention::causal_attention): row `t` of a
+//! sequence sits at position `start + t` and attends to `max(0, pos + 1 - window) ..= pos`,
+//! GQA groups of query heads share a kv head, optional soft-capping before the softmax.
 //!
-//! Two paths, chosen per sequence: rows of a sequence with few new tokens (decode) run one
-//! task per (sequence, kv head) that walks the visible blocks once for every query head of the
-//! group, converting each block of K and V to f32 once and keeping a streaming (online)
-//! softmax; sequences with a prefill chunk gather their visible K/V into contiguous f32 and
-//! reuse the GEMM path of [`causal_attention`]. All tasks of a call run together on rayon.
+//! Work is split into one rayon task per (sequence, kv head), all sequences of a call
+//! together, and each task covers every query head of its GQA group, so each K/V row is read
+//! from the cache once per call:
+//! - decode (a sequence with fewer than `GEMM_MIN_ROWS` new rows): walks the visible
+//!   positions in tiles of up to `TILE` positions (across block boundaries; blocks wholly
+//!   before the sliding window are never touched) and keeps a streaming (online) softmax per
+//!   (row, head): running max, running sum and an unnormalised accumulator rescaled when the
+//!   max grows. Per tile, one pass computes the scores of every head of the group (each key
+//!   row loaded and, for F16, widened by `vcvtph2ps` once, FMA'd against all the heads'
+//!   queries held in registers), and one pass accumulates `p V` the same way. The tile
+//!   primitives (`DecodeOps`: scores, max, exp, accumulate) have scalar, AVX2+F16C and
+//!   AVX-512 bodies (`simd/attn.rs`), picked at run time like the matmul kernels.
+//! - prefill (a chunk of at least `GEMM_MIN_ROWS` rows): gathers the visible K/V of its kv
+//!   head into contiguous f32 once and runs attention's per-head GEMM step (`head_gemm`) for
+//!   each query head of the group.
 //!
-//! Invariants: `q`/`out` are `[total_rows, n_heads * head_dim]`; every sequence's rows are
-//! disjoint; its block table covers positions `0..start + n`.
+//! Invariants (checked on entry, a panic in [`paged_attention`], an error in
+//! [`paged_attention_with_isa`]): `q`/`out` are `[total_rows, n_heads * head_dim]`; the rows
+//! of different sequences are disjoint and inside `q`; each block table covers positions
+//! `0..start + n` with blocks inside both storages. Rows of `out` no sequence names are left
+//! untouched. Tasks write disjoint (row, head) cells of `out`, which makes the shared output
+//! pointer sound.
 
-use crate::attention::{causal_attention, AttentionShape, GEMM_MIN_ROWS};
-use crate::kv_blocks::KvBlockStorage;
-use crate::ops;
+use crate::attention::{first_visible, head_gemm, AttentionShape, HeadRows, GEMM_MIN_ROWS};
+use crate::kv_blocks::{BlockRows, KvBlockStorage};
+use crate::{best_isa, ops, Isa, KernelError};
 use rayon::prelude::*;
+use std::cell::RefCell;
 use std::ops::Range;
 
 /// One sequence's share of a batched attention call.
@@ -30,15 +45,25 @@ pub struct SeqAttention<'a> {
     pub block_table: &'a [u32],
 }
 
-enum Task {
-    /// Rows of sequence `seq`, query heads of kv head `kv_head`.
-    Decode { seq: usize, kv_head: usize },
-    /// Every row and head of sequence `seq`.
-    Prefill { seq: usize },
+/// Most positions of one decode tile: the serial part of a softmax update (max, rescale) is
+/// paid once per tile and head.
+pub(crate) const TILE: usize = 64;
+/// Fewest positions of a tile (one 512-bit register of scores).
+const MIN_TILE: usize = 16;
+/// Key values (and as many value values) one tile covers: at most 16 KiB of each as f32, so
+/// the rows a tile's passes re-read stay in L1.
+const TILE_VALUES: usize = 4096;
+
+/// Positions per decode tile for heads of `head_dim`.
+fn tile_len(head_dim: usize) -> usize {
+    (TILE_VALUES / head_dim).clamp(MIN_TILE, TILE)
 }
 
 /// `out[t] = softmax(scale * q[t] Kᵀ + mask) V` for every row of every sequence, K/V read
-/// through the block tables. See the module docs for shapes.
+/// through the block tables, on the fastest ISA path of this CPU.
+///
+/// Panics when the shapes or tables break the module invariants (a caller bug: the model
+/// checks tables before calling); [`paged_attention_with_isa`] reports the same as errors.
 pub fn paged_attention(
     shape: &AttentionShape,
     q: &[f32],
@@ -47,174 +72,621 @@ pub fn paged_attention(
     seqs: &[SeqAttention<'_>],
     out: &mut [f32],
 ) {
+    if let Err(e) = paged_attention_with_isa(best_isa(), shape, q, keys, values, seqs, out) {
+        panic!("paged_attention: {e}");
+    }
+}
+
+/// As [`paged_attention`], on path `isa`; an error when this CPU lacks it or the arguments
+/// break the module invariants (then `out` is untouched).
+pub fn paged_attention_with_isa(
+    isa: Isa,
+    shape: &AttentionShape,
+    q: &[f32],
+    keys: &KvBlockStorage,
+    values: &KvBlockStorage,
+    seqs: &[SeqAttention<'_>],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    if !isa.is_available() {
+        return Err(KernelError::IsaUnavailable(isa.name()));
+    }
+    validate(shape, q, keys, values, seqs, out)?;
+    let decode = decode_fn(isa);
+    let args = CallArgs {
+        shape,
+        q,
+        keys,
+        values,
+        out: OutPtr {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+        },
+    };
+    // Prefill tasks first: they are the long ones, so rayon starts them early.
+    let mut tasks: Vec<(usize, usize)> = Vec::new();
+    for prefill in [true, false] {
+        for (i, s) in seqs.iter().enumerate() {
+            let n = s.rows.len();
+            if n > 0 && (n >= GEMM_MIN_ROWS) == prefill {
+                tasks.extend((0..shape.n_kv_heads).map(|kh| (i, kh)));
+            }
+        }
+    }
+    tasks.par_iter().for_each(|&(i, kv_head)| {
+        let seq = &seqs[i];
+        if seq.rows.len() >= GEMM_MIN_ROWS {
+            prefill_group(&args, seq, kv_head);
+        } else {
+            decode_task(&args, decode, seq, kv_head);
+        }
+    });
+    Ok(())
+}
+
+fn shape_err(msg: String) -> Result<(), KernelError> {
+    Err(KernelError::Shape(msg))
+}
+
+fn validate(
+    shape: &AttentionShape,
+    q: &[f32],
+    keys: &KvBlockStorage,
+    values: &KvBlockStorage,
+    seqs: &[SeqAttention<'_>],
+    out: &[f32],
+) -> Result<(), KernelError> {
+    let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
+    if hd == 0 || nkv == 0 || nh % nkv != 0 {
+        return shape_err(format!(
+            "{nh} query heads, {nkv} kv heads of dim {hd}: need kv heads > 0 dividing the \
+             query heads and dim > 0"
+        ));
+    }
+    let (q_dim, kv_dim) = (nh * hd, nkv * hd);
+    if q.len() != out.len() || q.len() % q_dim != 0 {
+        return shape_err(format!(
+            "q holds {} and out {} values; both must be the same whole number of \
+             {q_dim}-value rows",
+            q.len(),
+            out.len()
+        ));
+    }
+    for (name, s) in [("keys", keys), ("values", values)] {
+        if s.kv_dim() != kv_dim || s.block_size() != keys.block_size() || s.block_size() == 0 {
+            return shape_err(format!(
+                "{name} storage has kv_dim {} and block size {}; expected kv_dim {kv_dim} and \
+                 the keys' non-zero block size {}",
+                s.kv_dim(),
+                s.block_size(),
+                keys.block_size()
+            ));
+        }
+    }
+    let total_rows = q.len() / q_dim;
+    let bs = keys.block_size();
+    let n_blocks = keys.n_blocks().min(values.n_blocks());
+    let mut ranges: Vec<Range<usize>> = Vec::with_capacity(seqs.len());
+    for (i, s) in seqs.iter().enumerate() {
+        if s.rows.start > s.rows.end || s.rows.end > total_rows {
+            return shape_err(format!(
+                "sequence {i}: rows {:?} outside the {total_rows} rows of q",
+                s.rows
+            ));
+        }
+        let n = s.rows.len();
+        if n == 0 {
+            continue;
+        }
+        let needed = (s.start + n).div_ceil(bs);
+        if s.block_table.len() < needed {
+            return shape_err(format!(
+                "sequence {i}: block table of {} blocks does not cover positions 0..{} \
+                 ({needed} blocks of {bs})",
+                s.block_table.len(),
+                s.start + n
+            ));
+        }
+        if let Some(&b) = s.block_table[..needed]
+            .iter()
+            .find(|&&b| b as usize >= n_blocks)
+        {
+            return shape_err(format!(
+                "sequence {i}: block {b} outside a pool of {n_blocks} blocks"
+            ));
+        }
+        ranges.push(s.rows.clone());
+    }
+    ranges.sort_by_key(|r| r.start);
+    if let Some(w) = ranges.windows(2).find(|w| w[0].end > w[1].start) {
+        return shape_err(format!("sequences share rows: {:?} and {:?}", w[0], w[1]));
+    }
+    Ok(())
+}
+
+/// The shared, read-only arguments of one call and its output.
+struct CallArgs<'a> {
+    shape: &'a AttentionShape,
+    q: &'a [f32],
+    keys: &'a KvBlockStorage,
+    values: &'a KvBlockStorage,
+    out: OutPtr,
+}
+
+/// `out` of one call, shared by its tasks; each writes only its own (row, head) cells.
+#[derive(Clone, Copy)]
+struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the pointer is only written through `write`, whose callers write disjoint ranges
+// (module invariants), and it outlives the tasks (the call blocks until they are done).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Copies `src` to `out[at..at + src.len()]`.
+    ///
+    /// # Safety
+    /// No other task reads or writes that range during the call.
+    unsafe fn write(&self, at: usize, src: &[f32]) {
+        assert!(at + src.len() <= self.len, "output range outside out");
+        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(at), src.len()) };
+    }
+}
+
+// ------------------------------------------------------------------------------ prefill
+
+/// Every query head of kv head `kv_head` for every row of `seq`, through the GEMM step.
+fn prefill_group(a: &CallArgs<'_>, seq: &SeqAttention<'_>, kv_head: usize) {
+    let shape = a.shape;
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let kv_dim = shape.n_kv_heads * hd;
-    assert!(shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0);
-    assert_eq!(q.len(), out.len());
-    assert_eq!(q.len() % q_dim, 0);
-    assert_eq!(keys.kv_dim(), kv_dim);
-    assert_eq!(values.kv_dim(), kv_dim);
-    assert_eq!(keys.block_size(), values.block_size());
-    let bs = keys.block_size();
-    for s in seqs {
-        assert!(s.rows.end * q_dim <= q.len(), "rows outside q");
-        assert!(
-            s.block_table.len() * bs >= s.start + s.rows.len(),
-            "block table too short"
-        );
-    }
-    let tasks: Vec<Task> = seqs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| {
-            let prefill = s.rows.len() >= GEMM_MIN_ROWS;
-            let kv_heads = if prefill { 1 } else { shape.n_kv_heads };
-            (0..kv_heads).map(move |kv_head| {
-                if prefill {
-                    Task::Prefill { seq: i }
-                } else {
-                    Task::Decode { seq: i, kv_head }
-                }
-            })
-        })
-        .collect();
-    let results: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|task| match *task {
-            Task::Decode { seq, kv_head } => {
-                decode_group(shape, q, keys, values, &seqs[seq], kv_head)
-            }
-            Task::Prefill { seq } => prefill_seq(shape, q, keys, values, &seqs[seq]),
-        })
-        .collect();
     let group = shape.n_heads / shape.n_kv_heads;
-    let group_dim = group * hd;
-    for (task, res) in tasks.iter().zip(results) {
-        match *task {
-            Task::Decode { seq, kv_head } => {
-                let s = &seqs[seq];
-                for (t, row) in s.rows.clone().zip(res.chunks_exact(group_dim)) {
-                    out[t * q_dim + kv_head * group_dim..][..group_dim].copy_from_slice(row);
+    let bs = a.keys.block_size();
+    let n = seq.rows.len();
+    let lo = first_visible(shape.window, seq.start);
+    let end = seq.start + n;
+    // This kv head's visible keys and values, [end - lo, hd] each.
+    let mut k = vec![0.0f32; (end - lo) * hd];
+    let mut v = vec![0.0f32; (end - lo) * hd];
+    for p in lo..end {
+        let block = seq.block_table[p / bs];
+        let off = (p % bs) * kv_dim + kv_head * hd;
+        let i = (p - lo) * hd;
+        a.keys.block(block).to_f32(off, &mut k[i..i + hd]);
+        a.values.block(block).to_f32(off, &mut v[i..i + hd]);
+    }
+    (0..group).into_par_iter().for_each(|g| {
+        let h = kv_head * group + g;
+        let rows = HeadRows {
+            q: &a.q[seq.rows.start * q_dim + h * hd..],
+            q_stride: q_dim,
+            keys: &k,
+            values: &v,
+            kv_stride: hd,
+        };
+        let mut o = vec![0.0f32; n * hd];
+        head_gemm(shape, &rows, n, seq.start, lo, &mut Vec::new(), &mut o);
+        for (t, row) in o.chunks_exact(hd).enumerate() {
+            // SAFETY: cell (row t of this sequence, head h) belongs to this task alone.
+            unsafe { a.out.write((seq.rows.start + t) * q_dim + h * hd, row) };
+        }
+    });
+}
+
+// ------------------------------------------------------------------------------- decode
+
+/// `rows` rows of one kv head's `head_dim` values, `stride` apart, in the storage's type.
+/// Built only by [`Rows::new`], which checks that every row lies inside the data.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    data: BlockRows<'a>,
+    stride: usize,
+    rows: usize,
+    head_dim: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// The rows of `data` from offset `off` (panics unless they all lie inside it).
+    pub(crate) fn new(
+        data: BlockRows<'a>,
+        off: usize,
+        stride: usize,
+        rows: usize,
+        head_dim: usize,
+    ) -> Self {
+        let span = if rows == 0 {
+            0
+        } else {
+            (rows - 1) * stride + head_dim
+        };
+        let data = match data {
+            BlockRows::F16(d) => BlockRows::F16(&d[off..off + span]),
+            BlockRows::F32(d) => BlockRows::F32(&d[off..off + span]),
+        };
+        Rows {
+            data,
+            stride,
+            rows,
+            head_dim,
+        }
+    }
+
+    pub(crate) fn data(&self) -> BlockRows<'a> {
+        self.data
+    }
+
+    pub(crate) fn stride(&self) -> usize {
+        self.stride
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// `q · row i`.
+    fn dot(&self, q: &[f32], i: usize) -> f32 {
+        let at = i * self.stride;
+        match self.data {
+            BlockRows::F32(d) => ops::dot_f32(q, &d[at..at + self.head_dim]),
+            BlockRows::F16(d) => {
+                let mut buf = [0.0f32; SCALAR_CHUNK];
+                let row = &d[at..at + self.head_dim];
+                let mut sum = 0.0;
+                for (k, q) in row.chunks(SCALAR_CHUNK).zip(q.chunks(SCALAR_CHUNK)) {
+                    let b = &mut buf[..k.len()];
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(k, b);
+                    sum += ops::dot_f32(q, b);
                 }
+                sum
             }
-            Task::Prefill { seq } => {
-                let s = &seqs[seq];
-                out[s.rows.start * q_dim..s.rows.end * q_dim].copy_from_slice(&res);
+        }
+    }
+
+    /// `acc += p * row i`.
+    fn axpy(&self, acc: &mut [f32], p: f32, i: usize) {
+        let at = i * self.stride;
+        match self.data {
+            BlockRows::F32(d) => ops::axpy(acc, p, &d[at..at + self.head_dim]),
+            BlockRows::F16(d) => {
+                let mut buf = [0.0f32; SCALAR_CHUNK];
+                let row = &d[at..at + self.head_dim];
+                for (v, a) in row.chunks(SCALAR_CHUNK).zip(acc.chunks_mut(SCALAR_CHUNK)) {
+                    let b = &mut buf[..v.len()];
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(v, b);
+                    ops::axpy(a, p, b);
+                }
             }
         }
     }
 }
 
-/// First key position a query at `pos` may see.
-fn first_visible(window: Option<usize>, pos: usize) -> usize {
-    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+/// Values the scalar path widens at a time (bulk conversion is far faster than one by one).
+const SCALAR_CHUNK: usize = 64;
+
+/// Checks the arguments of [`DecodeOps::scores`]; returns the head count.
+pub(crate) fn check_scores(
+    q: &[f32],
+    hd: usize,
+    k: &Rows<'_>,
+    out: &[f32],
+    out_stride: usize,
+) -> usize {
+    assert!(hd > 0 && q.len() % hd == 0 && k.head_dim == hd);
+    let heads = q.len() / hd;
+    assert!(heads == 0 || k.rows == 0 || out.len() >= (heads - 1) * out_stride + k.rows);
+    assert!(heads <= 1 || out_stride >= k.rows);
+    heads
 }
 
-/// The group of query heads of `kv_head` for every row of `s`: `[n, group * head_dim]`.
-fn decode_group(
-    shape: &AttentionShape,
-    q: &[f32],
-    keys: &KvBlockStorage,
-    values: &KvBlockStorage,
-    s: &SeqAttention<'_>,
-    kv_head: usize,
-) -> Vec<f32> {
+/// Checks the arguments of [`DecodeOps::accumulate`]; returns the head count.
+pub(crate) fn check_accumulate(
+    acc: &[f32],
+    hd: usize,
+    c: &[f32],
+    p: &[f32],
+    p_stride: usize,
+    v: &Rows<'_>,
+) -> usize {
+    let heads = c.len();
+    assert!(v.head_dim == hd && acc.len() == heads * hd);
+    assert!(heads == 0 || v.rows == 0 || p.len() >= (heads - 1) * p_stride + v.rows);
+    heads
+}
+
+/// The tile primitives of the decode path on one ISA. Every query head of a GQA group is
+/// handled in one call, so each key / value row is loaded (and widened) once per tile.
+///
+/// # Safety
+/// Implementations may use the instructions of their ISA: call them only on a CPU where it
+/// is available. Lengths are checked (`check_scores`, `check_accumulate`, [`Rows::new`]),
+/// so memory safety does not depend on the caller otherwise.
+pub(crate) trait DecodeOps {
+    /// For every head `g < q.len() / hd` and row `i < k.rows()`:
+    /// `out[g * out_stride + i] = scale * q[g * hd..][..hd] · k_i`.
+    unsafe fn scores(
+        q: &[f32],
+        hd: usize,
+        k: Rows<'_>,
+        scale: f32,
+        out: &mut [f32],
+        out_stride: usize,
+    );
+    /// The largest of `x` (`-inf` when empty).
+    unsafe fn max(x: &[f32]) -> f32;
+    /// `x[i] = exp(x[i] - max)`; returns their sum.
+    unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32;
+    /// For every head `g < c.len()`:
+    /// `acc[g * hd..][..hd] = c[g] * acc_g + Σ_i p[g * p_stride + i] * v_i`.
+    unsafe fn accumulate(
+        acc: &mut [f32],
+        hd: usize,
+        c: &[f32],
+        p: &[f32],
+        p_stride: usize,
+        v: Rows<'_>,
+    );
+}
+
+/// Portable bodies; the reference of the SIMD ones.
+pub(crate) struct Scalar;
+
+impl DecodeOps for Scalar {
+    unsafe fn scores(
+        q: &[f32],
+        hd: usize,
+        k: Rows<'_>,
+        scale: f32,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let heads = check_scores(q, hd, &k, out, out_stride);
+        for g in 0..heads {
+            let qh = &q[g * hd..(g + 1) * hd];
+            for i in 0..k.rows {
+                out[g * out_stride + i] = k.dot(qh, i) * scale;
+            }
+        }
+    }
+
+    unsafe fn max(x: &[f32]) -> f32 {
+        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32 {
+        let mut sum = 0.0;
+        for v in x.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        sum
+    }
+
+    unsafe fn accumulate(
+        acc: &mut [f32],
+        hd: usize,
+        c: &[f32],
+        p: &[f32],
+        p_stride: usize,
+        v: Rows<'_>,
+    ) {
+        let heads = check_accumulate(acc, hd, c, p, p_stride, &v);
+        for g in 0..heads {
+            let a = &mut acc[g * hd..(g + 1) * hd];
+            ops::scale_inplace(a, c[g]);
+            for i in 0..v.rows {
+                v.axpy(a, p[g * p_stride + i], i);
+            }
+        }
+    }
+}
+
+/// What one decode task reads.
+pub(crate) struct DecodeArgs<'a> {
+    pub shape: &'a AttentionShape,
+    pub q: &'a [f32],
+    pub keys: &'a KvBlockStorage,
+    pub values: &'a KvBlockStorage,
+    pub seq: &'a SeqAttention<'a>,
+    pub kv_head: usize,
+}
+
+/// Per-thread buffers of the decode path, reused across calls.
+#[derive(Debug, Default)]
+pub(crate) struct DecodeScratch {
+    /// Scores, then probabilities, of one tile: `[group, tile_len]`.
+    p: Vec<f32>,
+    /// Rescale factor of each group head's accumulator for the tile.
+    c: Vec<f32>,
+    /// Per (row, group head): accumulator `[head_dim]`, running max, running sum.
+    acc: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+/// A decode task body on one ISA: leaves the normalised outputs of the task's rows and group
+/// heads in `scratch.acc` (`[n, group * head_dim]`).
+pub(crate) type DecodeFn = unsafe fn(&DecodeArgs<'_>, &mut DecodeScratch);
+
+fn decode_scalar(a: &DecodeArgs<'_>, sc: &mut DecodeScratch) {
+    // SAFETY: the scalar primitives need no CPU feature.
+    unsafe { decode_group::<Scalar>(a, sc) }
+}
+
+fn decode_fn(isa: Isa) -> DecodeFn {
+    match isa {
+        Isa::Scalar => decode_scalar,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::simd::attn::decode_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::simd::attn::decode_avx512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => decode_scalar,
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<DecodeScratch> = RefCell::default();
+}
+
+fn decode_task(a: &CallArgs<'_>, decode: DecodeFn, seq: &SeqAttention<'_>, kv_head: usize) {
+    let shape = a.shape;
+    let hd = shape.head_dim;
+    let q_dim = shape.n_heads * hd;
+    let gd = shape.n_heads / shape.n_kv_heads * hd;
+    let args = DecodeArgs {
+        shape,
+        q: a.q,
+        keys: a.keys,
+        values: a.values,
+        seq,
+        kv_head,
+    };
+    SCRATCH.with_borrow_mut(|sc| {
+        // SAFETY: `decode` came from `decode_fn` for an ISA `paged_attention_with_isa`
+        // found available.
+        unsafe { decode(&args, sc) };
+        for (t, row) in sc.acc.chunks_exact(gd).enumerate() {
+            // SAFETY: cells (row t of this sequence, heads of kv_head's group) belong to
+            // this task alone.
+            unsafe {
+                a.out
+                    .write((seq.rows.start + t) * q_dim + kv_head * gd, row)
+            };
+        }
+    });
+}
+
+/// One run of a tile's positions that lies in one block.
+#[derive(Clone, Copy, Default)]
+struct Segment {
+    /// First position of the run, relative to the tile's first.
+    off: usize,
+    cnt: usize,
+    block: u32,
+    /// Slot of the run's first position in its block.
+    slot: usize,
+}
+
+/// The decode driver, generic over the tile primitives (inlined into each ISA's
+/// `#[target_feature]` entry point).
+///
+/// # Safety
+/// `O`'s ISA is available; `a` passed `validate`.
+#[inline(always)]
+pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut DecodeScratch) {
+    let shape = a.shape;
+    let s = a.seq;
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let kv_dim = shape.n_kv_heads * hd;
+    let kv_col = a.kv_head * hd;
     let group = shape.n_heads / shape.n_kv_heads;
-    let bs = keys.block_size();
+    let gd = group * hd;
+    let bs = a.keys.block_size();
     let n = s.rows.len();
-    let mut out = vec![0.0f32; n * group * hd]; // [n, group * hd]
-    let mut kblock = vec![0.0f32; bs * hd]; // [bs, hd] of this kv head
-    let mut vblock = vec![0.0f32; bs * hd];
-    let mut scores = vec![0.0f32; bs];
-    // Streaming softmax state per query head: running max and sum.
-    let mut max = vec![f32::NEG_INFINITY; group];
-    let mut sum = vec![0.0f32; group];
-    for t in 0..n {
-        let pos = s.start + t;
-        let lo = first_visible(shape.window, pos);
-        max.fill(f32::NEG_INFINITY);
-        sum.fill(0.0);
-        let acc = &mut out[t * group * hd..(t + 1) * group * hd];
-        let q_row = &q[(s.rows.start + t) * q_dim..][..q_dim];
-        for b in lo / bs..=pos / bs {
-            let first = (b * bs).max(lo);
-            let last = ((b + 1) * bs - 1).min(pos); // inclusive
-            let count = last + 1 - first;
-            let slot0 = first - b * bs;
-            let kb = keys.block(s.block_table[b]);
-            let vb = values.block(s.block_table[b]);
-            for j in 0..count {
-                let off = (slot0 + j) * kv_dim + kv_head * hd;
-                kb.to_f32(off, &mut kblock[j * hd..(j + 1) * hd]);
-                vb.to_f32(off, &mut vblock[j * hd..(j + 1) * hd]);
+    let tile = tile_len(hd);
+    let states = n * group;
+    sc.acc.clear();
+    sc.acc.resize(states * hd, 0.0);
+    sc.max.clear();
+    sc.max.resize(states, f32::NEG_INFINITY);
+    sc.sum.clear();
+    sc.sum.resize(states, 0.0);
+    sc.p.resize(group * tile, 0.0);
+    sc.c.resize(group, 0.0);
+    let mut segs = [Segment::default(); TILE];
+    // Positions any row may see: first..=last.
+    let first = first_visible(shape.window, s.start);
+    let last = s.start + n - 1;
+    let mut p0 = first;
+    while p0 <= last {
+        let end = (p0 + tile).min(last + 1); // this tile: positions p0..end
+        let mut n_segs = 0;
+        let mut p = p0;
+        while p < end {
+            let slot = p % bs;
+            let cnt = (bs - slot).min(end - p);
+            segs[n_segs] = Segment {
+                off: p - p0,
+                cnt,
+                block: s.block_table[p / bs],
+                slot,
+            };
+            n_segs += 1;
+            p += cnt;
+        }
+        let segs = &segs[..n_segs];
+        for t in 0..n {
+            let pos = s.start + t;
+            if pos < p0 {
+                continue;
+            }
+            // This row's visible positions of the tile, tile-relative: lo..hi.
+            let lo = first_visible(shape.window, pos).max(p0) - p0;
+            let hi = (pos + 1).min(end) - p0;
+            if lo >= hi {
+                continue;
+            }
+            // The rows of each segment this row sees, from tile-relative position `from`.
+            let parts = segs.iter().filter_map(|seg| {
+                let (from, to) = (seg.off.max(lo), (seg.off + seg.cnt).min(hi));
+                (from < to).then(|| {
+                    let off = (seg.slot + from - seg.off) * kv_dim + kv_col;
+                    (seg.block, from, to - from, off)
+                })
+            });
+            let q_group = &a.q[(s.rows.start + t) * q_dim + a.kv_head * gd..][..gd];
+            for (block, from, rows, off) in parts.clone() {
+                let k = Rows::new(a.keys.block(block), off, kv_dim, rows, hd);
+                // SAFETY: O's ISA is available (caller); the primitives check lengths.
+                unsafe { O::scores(q_group, hd, k, shape.scale, &mut sc.p[from..], tile) };
             }
             for g in 0..group {
-                let h = kv_head * group + g;
-                let qh = &q_row[h * hd..(h + 1) * hd];
-                let sc = &mut scores[..count];
-                for (j, x) in sc.iter_mut().enumerate() {
-                    *x = ops::dot_f32(qh, &kblock[j * hd..(j + 1) * hd]) * shape.scale;
-                }
+                let st = t * group + g;
+                let p = &mut sc.p[g * tile + lo..g * tile + hi];
                 if let Some(cap) = shape.softcap {
-                    ops::softcap_inplace(sc, cap);
+                    ops::softcap_inplace(p, cap);
                 }
-                let block_max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let new_max = max[g].max(block_max);
-                let o = &mut acc[g * hd..(g + 1) * hd];
-                if new_max > max[g] && max[g] > f32::NEG_INFINITY {
-                    let c = (max[g] - new_max).exp();
-                    sum[g] *= c;
-                    ops::scale_inplace(o, c);
-                }
-                max[g] = new_max;
-                for (j, &x) in sc.iter().enumerate() {
-                    let p = (x - new_max).exp();
-                    sum[g] += p;
-                    ops::axpy(o, p, &vblock[j * hd..(j + 1) * hd]);
-                }
+                // SAFETY: as above.
+                let tile_max = unsafe { O::max(p) };
+                let old = sc.max[st];
+                let new = old.max(tile_max);
+                // The accumulator is still zero while the max is -inf.
+                sc.c[g] = if old == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (old - new).exp()
+                };
+                // SAFETY: as above.
+                let tile_sum = unsafe { O::exp_sum(p, new) };
+                sc.sum[st] = sc.sum[st] * sc.c[g] + tile_sum;
+                sc.max[st] = new;
+            }
+            let acc = &mut sc.acc[t * gd..(t + 1) * gd];
+            for (block, from, rows, off) in parts {
+                let v = Rows::new(a.values.block(block), off, kv_dim, rows, hd);
+                // SAFETY: as above.
+                unsafe { O::accumulate(acc, hd, &sc.c, &sc.p[from..], tile, v) };
+                sc.c.fill(1.0);
             }
         }
-        for g in 0..group {
-            let inv = 1.0 / sum[g];
-            ops::scale_inplace(&mut acc[g * hd..(g + 1) * hd], inv);
-        }
+        p0 = end;
     }
-    out
-}
-
-/// Every head of every row of `s` through the contiguous GEMM path: `[n, n_heads * head_dim]`.
-fn prefill_seq(
-    shape: &AttentionShape,
-    q: &[f32],
-    keys: &KvBlockStorage,
-    values: &KvBlockStorage,
-    s: &SeqAttention<'_>,
-) -> Vec<f32> {
-    let q_dim = shape.n_heads * shape.head_dim;
-    let kv_dim = shape.n_kv_heads * shape.head_dim;
-    let n = s.rows.len();
-    let lo = first_visible(shape.window, s.start);
-    let end = s.start + n;
-    let mut k = vec![0.0f32; (end - lo) * kv_dim]; // [visible, kv_dim]
-    let mut v = vec![0.0f32; (end - lo) * kv_dim];
-    for p in lo..end {
-        let i = p - lo;
-        keys.read_row(s.block_table, p, &mut k[i * kv_dim..(i + 1) * kv_dim]);
-        values.read_row(s.block_table, p, &mut v[i * kv_dim..(i + 1) * kv_dim]);
+    for (acc, &sum) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum) {
+        ops::scale_inplace(acc, 1.0 / sum);
     }
-    let mut out = vec![0.0f32; n * q_dim];
-    let q_rows = &q[s.rows.start * q_dim..s.rows.end * q_dim];
-    causal_attention(shape, q_rows, &k, &v, n, s.start - lo, &mut out);
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attention::causal_attention;
     use crate::kv_blocks::KvDtype;
 
     fn lcg(seed: &mut u64) -> f32 {
@@ -224,85 +696,190 @@ mod tests {
         ((*seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
     }
 
+    fn shape(window: Option<usize>, softcap: Option<f32>) -> AttentionShape {
+        AttentionShape {
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+            scale: 0.25,
+            softcap,
+            window,
+        }
+    }
+
+    /// A pool holding one sequence of `len` positions through `table`.
+    fn filled(dtype: KvDtype, table: &[u32], len: usize) -> (KvBlockStorage, KvBlockStorage) {
+        let mut keys = KvBlockStorage::new(dtype, 8, 4, 32);
+        let mut values = KvBlockStorage::new(dtype, 8, 4, 32);
+        let mut seed = 3u64;
+        let k: Vec<f32> = (0..len * 32).map(|_| lcg(&mut seed)).collect();
+        keys.write(table, 0, &k);
+        values.write(table, 0, &k);
+        (keys, values)
+    }
+
     /// Several sequences (decode rows and prefill chunks, shuffled tables, partial last
-    /// blocks) in one call equal contiguous attention on the same (dtype-rounded) K/V.
+    /// blocks) in one call equal contiguous attention on the same (dtype-rounded) K/V, on
+    /// every ISA path.
     #[test]
-    fn matches_contiguous_attention() {
-        for dtype in [KvDtype::F32, KvDtype::F16] {
-            for (window, softcap) in [(None, None), (Some(7), None), (None, Some(10.0))] {
-                let shape = AttentionShape {
-                    n_heads: 4,
-                    n_kv_heads: 2,
-                    head_dim: 16,
-                    scale: 0.25,
-                    softcap,
-                    window,
-                };
-                let (bs, kv_dim, q_dim) = (4, 32, 64);
-                let mut keys = KvBlockStorage::new(dtype, 40, bs, kv_dim);
-                let mut values = KvBlockStorage::new(dtype, 40, bs, kv_dim);
-                let mut seed = 7u64;
-                // (start, n): decode, prefill from scratch, prefill chunk after a prefix, 2 rows.
-                let specs = [(13usize, 1usize), (0, 9), (6, 5), (3, 2)];
-                let mut next_block = 39u32;
-                let mut tables = Vec::new();
-                let mut contiguous = Vec::new();
-                for &(start, n) in &specs {
-                    let total = start + n;
-                    let table: Vec<u32> = (0..total.div_ceil(bs))
-                        .map(|_| {
-                            next_block -= 3;
-                            next_block % 40
+    fn matches_contiguous_attention_on_every_isa() {
+        for isa in crate::available_isas() {
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                for (window, softcap) in [(None, None), (Some(7), None), (None, Some(10.0))] {
+                    let shape = shape(window, softcap);
+                    let (bs, kv_dim, q_dim) = (4, 32, 64);
+                    let mut keys = KvBlockStorage::new(dtype, 40, bs, kv_dim);
+                    let mut values = KvBlockStorage::new(dtype, 40, bs, kv_dim);
+                    let mut seed = 7u64;
+                    // (start, n): decode, prefill from scratch, chunk after a prefix, 2 rows.
+                    let specs = [(13usize, 1usize), (0, 9), (6, 5), (3, 2)];
+                    let mut next_block = 39u32;
+                    let mut tables = Vec::new();
+                    let mut contiguous = Vec::new();
+                    for &(start, n) in &specs {
+                        let total = start + n;
+                        let table: Vec<u32> = (0..total.div_ceil(bs))
+                            .map(|_| {
+                                next_block -= 3;
+                                next_block % 40
+                            })
+                            .collect();
+                        let k: Vec<f32> =
+                            (0..total * kv_dim).map(|_| lcg(&mut seed) * 4.0).collect();
+                        let v: Vec<f32> = (0..total * kv_dim).map(|_| lcg(&mut seed)).collect();
+                        keys.write(&table, 0, &k);
+                        values.write(&table, 0, &v);
+                        // Read back: the rounding of the storage type.
+                        let mut kr = vec![0.0; k.len()];
+                        let mut vr = vec![0.0; v.len()];
+                        for p in 0..total {
+                            keys.read_row(&table, p, &mut kr[p * kv_dim..(p + 1) * kv_dim]);
+                            values.read_row(&table, p, &mut vr[p * kv_dim..(p + 1) * kv_dim]);
+                        }
+                        tables.push(table);
+                        contiguous.push((kr, vr));
+                    }
+                    let total_rows: usize = specs.iter().map(|s| s.1).sum();
+                    let q: Vec<f32> = (0..total_rows * q_dim)
+                        .map(|_| lcg(&mut seed) * 4.0)
+                        .collect();
+                    let mut row = 0;
+                    let seqs: Vec<SeqAttention<'_>> = specs
+                        .iter()
+                        .zip(&tables)
+                        .map(|(&(start, n), table)| {
+                            let s = SeqAttention {
+                                rows: row..row + n,
+                                start,
+                                block_table: table,
+                            };
+                            row += n;
+                            s
                         })
                         .collect();
-                    let k: Vec<f32> = (0..total * kv_dim).map(|_| lcg(&mut seed) * 4.0).collect();
-                    let v: Vec<f32> = (0..total * kv_dim).map(|_| lcg(&mut seed)).collect();
-                    keys.write(&table, 0, &k);
-                    values.write(&table, 0, &v);
-                    // Read back: the rounding of the storage type.
-                    let mut kr = vec![0.0; k.len()];
-                    let mut vr = vec![0.0; v.len()];
-                    for p in 0..total {
-                        keys.read_row(&table, p, &mut kr[p * kv_dim..(p + 1) * kv_dim]);
-                        values.read_row(&table, p, &mut vr[p * kv_dim..(p + 1) * kv_dim]);
-                    }
-                    tables.push(table);
-                    contiguous.push((kr, vr));
-                }
-                let total_rows: usize = specs.iter().map(|s| s.1).sum();
-                let q: Vec<f32> = (0..total_rows * q_dim)
-                    .map(|_| lcg(&mut seed) * 4.0)
-                    .collect();
-                let mut row = 0;
-                let seqs: Vec<SeqAttention<'_>> = specs
-                    .iter()
-                    .zip(&tables)
-                    .map(|(&(start, n), table)| {
-                        let s = SeqAttention {
-                            rows: row..row + n,
-                            start,
-                            block_table: table,
-                        };
-                        row += n;
-                        s
-                    })
-                    .collect();
-                let mut got = vec![0.0; q.len()];
-                paged_attention(&shape, &q, &keys, &values, &seqs, &mut got);
-                for (s, (k, v)) in seqs.iter().zip(&contiguous) {
-                    let n = s.rows.len();
-                    let mut want = vec![0.0; n * q_dim];
-                    let qs = &q[s.rows.start * q_dim..s.rows.end * q_dim];
-                    causal_attention(&shape, qs, k, v, n, s.start, &mut want);
-                    let g = &got[s.rows.start * q_dim..s.rows.end * q_dim];
-                    for (a, b) in g.iter().zip(&want) {
-                        assert!(
-                            (a - b).abs() < 1e-5,
-                            "{dtype} {window:?} {softcap:?}: {a} vs {b}"
-                        );
+                    let mut got = vec![0.0; q.len()];
+                    paged_attention_with_isa(isa, &shape, &q, &keys, &values, &seqs, &mut got)
+                        .unwrap();
+                    for (s, (k, v)) in seqs.iter().zip(&contiguous) {
+                        let n = s.rows.len();
+                        let mut want = vec![0.0; n * q_dim];
+                        let qs = &q[s.rows.start * q_dim..s.rows.end * q_dim];
+                        causal_attention(&shape, qs, k, v, n, s.start, &mut want);
+                        let g = &got[s.rows.start * q_dim..s.rows.end * q_dim];
+                        for (a, b) in g.iter().zip(&want) {
+                            assert!(
+                                (a - b).abs() < 1e-5,
+                                "{isa} {dtype} {window:?} {softcap:?}: {a} vs {b}"
+                            );
+                        }
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn simd_exp_matches_libm() {
+        // Several registers and a partial one, down past the underflow limit.
+        let xs: Vec<f32> = (0..37).map(|i| -(i as f32) * 2.5 - 0.01).collect();
+        for isa in crate::available_isas() {
+            let mut x = xs.clone();
+            // SAFETY: every ISA of `available_isas` is available.
+            let sum = unsafe {
+                match isa {
+                    Isa::Scalar => Scalar::exp_sum(&mut x, 0.5),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => crate::simd::attn::Avx2::exp_sum(&mut x, 0.5),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => crate::simd::attn::Avx512::exp_sum(&mut x, 0.5),
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => continue,
+                }
+            };
+            let mut want_sum = 0.0;
+            for (&got, &x0) in x.iter().zip(&xs) {
+                let want = (x0 - 0.5).exp();
+                want_sum += want;
+                assert!(
+                    (got - want).abs() <= 2e-7 * want + 1e-37,
+                    "{isa}: exp({}) = {got}, want {want}",
+                    x0 - 0.5
+                );
+            }
+            assert!((sum - want_sum).abs() <= 1e-6 * want_sum, "{isa}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_and_leave_out_untouched() {
+        let table = [3u32, 1];
+        let (keys, values) = filled(KvDtype::F16, &table, 6);
+        let shape = shape(None, None);
+        let q = vec![0.5f32; 3 * 64];
+        let isa = crate::best_isa();
+        let run = |seqs: &[SeqAttention<'_>]| {
+            let mut out = vec![7.0f32; 3 * 64];
+            let r = paged_attention_with_isa(isa, &shape, &q, &keys, &values, seqs, &mut out);
+            assert!(out.iter().all(|&x| x == 7.0));
+            r
+        };
+        let seq = |rows: Range<usize>, start: usize, block_table: &'static [u32]| SeqAttention {
+            rows,
+            start,
+            block_table,
+        };
+        // Table too short for positions 0..9.
+        assert!(matches!(
+            run(&[seq(0..1, 8, &[3, 1])]),
+            Err(KernelError::Shape(_))
+        ));
+        // Block outside the pool.
+        assert!(run(&[seq(0..1, 5, &[3, 8])]).is_err());
+        // Rows outside q, and two sequences sharing row 1.
+        assert!(run(&[seq(2..4, 0, &[3])]).is_err());
+        assert!(run(&[seq(0..2, 0, &[3]), seq(1..3, 0, &[1])]).is_err());
+        let wrong = AttentionShape {
+            n_kv_heads: 3,
+            ..shape
+        };
+        let mut out = vec![0.0; q.len()];
+        assert!(paged_attention_with_isa(isa, &wrong, &q, &keys, &values, &[], &mut out).is_err());
+    }
+
+    #[test]
+    fn rows_no_sequence_names_are_untouched() {
+        let table = [2u32, 5];
+        let (keys, values) = filled(KvDtype::F32, &table, 6);
+        let shape = shape(None, None);
+        let q = vec![0.25f32; 3 * 64];
+        let mut out = vec![7.0f32; 3 * 64];
+        let seqs = [SeqAttention {
+            rows: 1..2,
+            start: 5,
+            block_table: &table,
+        }];
+        paged_attention(&shape, &q, &keys, &values, &seqs, &mut out);
+        assert!(out[..64].iter().chain(&out[128..]).all(|&x| x == 7.0));
+        assert!(out[64..128].iter().all(|&x| x != 7.0));
     }
 }

@@ -9,6 +9,8 @@
 //! `a[t * stride..]` (a partner-quantized byte row or an f32 row).
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod attn;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
