@@ -235,10 +235,11 @@ pub(crate) fn head_gemm(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn lcg(seed: &mut u64) -> f32 {
+    /// A deterministic value in [-0.5, 0.5) (shared by the crate's unit tests).
+    pub(crate) fn lcg(seed: &mut u64) -> f32 {
         *seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);

@@ -686,15 +686,8 @@ pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut Dec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::causal_attention;
+    use crate::attention::tests::lcg;
     use crate::kv_blocks::KvDtype;
-
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((*seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
-    }
 
     fn shape(window: Option<usize>, softcap: Option<f32>) -> AttentionShape {
         AttentionShape {
@@ -716,86 +709,6 @@ mod tests {
         keys.write(table, 0, &k);
         values.write(table, 0, &k);
         (keys, values)
-    }
-
-    /// Several sequences (decode rows and prefill chunks, shuffled tables, partial last
-    /// blocks) in one call equal contiguous attention on the same (dtype-rounded) K/V, on
-    /// every ISA path.
-    #[test]
-    fn matches_contiguous_attention_on_every_isa() {
-        for isa in crate::available_isas() {
-            for dtype in [KvDtype::F32, KvDtype::F16] {
-                for (window, softcap) in [(None, None), (Some(7), None), (None, Some(10.0))] {
-                    let shape = shape(window, softcap);
-                    let (bs, kv_dim, q_dim) = (4, 32, 64);
-                    let mut keys = KvBlockStorage::new(dtype, 40, bs, kv_dim);
-                    let mut values = KvBlockStorage::new(dtype, 40, bs, kv_dim);
-                    let mut seed = 7u64;
-                    // (start, n): decode, prefill from scratch, chunk after a prefix, 2 rows.
-                    let specs = [(13usize, 1usize), (0, 9), (6, 5), (3, 2)];
-                    let mut next_block = 39u32;
-                    let mut tables = Vec::new();
-                    let mut contiguous = Vec::new();
-                    for &(start, n) in &specs {
-                        let total = start + n;
-                        let table: Vec<u32> = (0..total.div_ceil(bs))
-                            .map(|_| {
-                                next_block -= 3;
-                                next_block % 40
-                            })
-                            .collect();
-                        let k: Vec<f32> =
-                            (0..total * kv_dim).map(|_| lcg(&mut seed) * 4.0).collect();
-                        let v: Vec<f32> = (0..total * kv_dim).map(|_| lcg(&mut seed)).collect();
-                        keys.write(&table, 0, &k);
-                        values.write(&table, 0, &v);
-                        // Read back: the rounding of the storage type.
-                        let mut kr = vec![0.0; k.len()];
-                        let mut vr = vec![0.0; v.len()];
-                        for p in 0..total {
-                            keys.read_row(&table, p, &mut kr[p * kv_dim..(p + 1) * kv_dim]);
-                            values.read_row(&table, p, &mut vr[p * kv_dim..(p + 1) * kv_dim]);
-                        }
-                        tables.push(table);
-                        contiguous.push((kr, vr));
-                    }
-                    let total_rows: usize = specs.iter().map(|s| s.1).sum();
-                    let q: Vec<f32> = (0..total_rows * q_dim)
-                        .map(|_| lcg(&mut seed) * 4.0)
-                        .collect();
-                    let mut row = 0;
-                    let seqs: Vec<SeqAttention<'_>> = specs
-                        .iter()
-                        .zip(&tables)
-                        .map(|(&(start, n), table)| {
-                            let s = SeqAttention {
-                                rows: row..row + n,
-                                start,
-                                block_table: table,
-                            };
-                            row += n;
-                            s
-                        })
-                        .collect();
-                    let mut got = vec![0.0; q.len()];
-                    paged_attention_with_isa(isa, &shape, &q, &keys, &values, &seqs, &mut got)
-                        .unwrap();
-                    for (s, (k, v)) in seqs.iter().zip(&contiguous) {
-                        let n = s.rows.len();
-                        let mut want = vec![0.0; n * q_dim];
-                        let qs = &q[s.rows.start * q_dim..s.rows.end * q_dim];
-                        causal_attention(&shape, qs, k, v, n, s.start, &mut want);
-                        let g = &got[s.rows.start * q_dim..s.rows.end * q_dim];
-                        for (a, b) in g.iter().zip(&want) {
-                            assert!(
-                                (a - b).abs() < 1e-5,
-                                "{isa} {dtype} {window:?} {softcap:?}: {a} vs {b}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
     }
 
     #[test]

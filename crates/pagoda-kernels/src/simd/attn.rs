@@ -93,9 +93,22 @@ pub(crate) trait Simd: Copy {
     /// `a * b + c`.
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    /// `c - a * b`.
+    unsafe fn fnmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    /// Round to the nearest integer (ties to even).
+    unsafe fn round(a: Self::V) -> Self::V;
+    /// `y * 2^n` for integral `n` in `-126..=127`.
+    unsafe fn ldexp(y: Self::V, n: Self::V) -> Self::V;
+    /// `v` where `x >= limit`, else 0 (also where `x` is NaN).
+    unsafe fn keep_ge(x: Self::V, limit: Self::V, v: Self::V) -> Self::V;
     /// The lane sums of four vectors.
     unsafe fn hsum4(v: [Self::V; 4]) -> [f32; 4];
     unsafe fn hsum(v: Self::V) -> f32;
+    unsafe fn hmax(v: Self::V) -> f32;
 }
 
 /// A storage element type the kernels read.
@@ -198,6 +211,51 @@ impl Simd for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        _mm256_add_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        _mm256_sub_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fnmadd_ps(a, b, c)
+    }
+
+    #[inline(always)]
+    unsafe fn min(a: __m256, b: __m256) -> __m256 {
+        _mm256_min_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn max(a: __m256, b: __m256) -> __m256 {
+        _mm256_max_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn round(a: __m256) -> __m256 {
+        _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    }
+
+    #[inline(always)]
+    unsafe fn ldexp(y: __m256, n: __m256) -> __m256 {
+        // 2^n as a normal number's exponent bits.
+        let e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+            23,
+        );
+        _mm256_mul_ps(y, _mm256_castsi256_ps(e))
+    }
+
+    #[inline(always)]
+    unsafe fn keep_ge(x: __m256, limit: __m256, v: __m256) -> __m256 {
+        _mm256_and_ps(_mm256_cmp_ps(x, limit, _CMP_GE_OQ), v)
+    }
+
+    #[inline(always)]
     unsafe fn hsum4(v: [__m256; 4]) -> [f32; 4] {
         // SAFETY: same features.
         unsafe { hsum4_256(v) }
@@ -207,6 +265,13 @@ impl Simd for Avx2 {
     unsafe fn hsum(v: __m256) -> f32 {
         // SAFETY: same features.
         unsafe { super::avx2::hsum(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn hmax(v: __m256) -> f32 {
+        let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
     }
 }
 
@@ -295,6 +360,51 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn hsum(v: __m512) -> f32 {
         _mm512_reduce_add_ps(v)
+    }
+
+    #[inline(always)]
+    unsafe fn hmax(v: __m512) -> f32 {
+        _mm512_reduce_max_ps(v)
+    }
+
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fnmadd_ps(a, b, c)
+    }
+
+    #[inline(always)]
+    unsafe fn min(a: __m512, b: __m512) -> __m512 {
+        _mm512_min_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn max(a: __m512, b: __m512) -> __m512 {
+        _mm512_max_ps(a, b)
+    }
+
+    #[inline(always)]
+    unsafe fn round(a: __m512) -> __m512 {
+        _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    }
+
+    #[inline(always)]
+    unsafe fn ldexp(y: __m512, n: __m512) -> __m512 {
+        _mm512_scalef_ps(y, n)
+    }
+
+    #[inline(always)]
+    unsafe fn keep_ge(x: __m512, limit: __m512, v: __m512) -> __m512 {
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, limit, _CMP_GE_OQ), v)
     }
 }
 
@@ -530,13 +640,17 @@ macro_rules! with_heads {
 trait Tuning: Simd {
     /// Most heads of a scores pass (4 rows x G accumulators + 4 rows + 1 query register).
     const SCORE_HEADS: usize;
-    /// Most heads of an accumulate pass (G x U accumulators + U value registers + 1).
+    /// Most heads of an accumulate pass (G x `ACC_COLS` accumulators + `ACC_COLS` value
+    /// registers + 1 broadcast).
     const ACC_HEADS: usize;
 }
 
+/// Column registers of an accumulate pass.
+const ACC_COLS: usize = 4;
+
 impl Tuning for Avx2 {
     const SCORE_HEADS: usize = 2;
-    const ACC_HEADS: usize = 4;
+    const ACC_HEADS: usize = 2;
 }
 
 impl Tuning for Avx512 {
@@ -558,171 +672,36 @@ fn passes(heads: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
     })
 }
 
-/// [`DecodeOps::scores`] over the kernels of `S`.
-#[inline(always)]
-unsafe fn scores_any<S: Tuning>(
-    q: &[f32],
-    hd: usize,
-    k: Rows<'_>,
-    scale: f32,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let heads = check_scores(q, hd, &k, out, out_stride);
-    let (rows, stride) = (k.rows(), k.stride());
-    if rows == 0 {
-        return;
-    }
-    for (g0, cnt) in passes(heads, S::SCORE_HEADS) {
-        let (q, out) = (q[g0 * hd..].as_ptr(), out[g0 * out_stride..].as_mut_ptr());
-        // SAFETY: the ISA is available (caller); check_scores and Rows::new bound every
-        // row, head and output the kernels touch.
-        unsafe {
-            match k.data() {
-                BlockRows::F16(d) => {
-                    let o = ScoreOps {
-                        q,
-                        hd,
-                        k: d.as_ptr(),
-                        stride,
-                        scale,
-                        out,
-                        out_stride,
-                    };
-                    with_heads!(cnt, G => scores_group::<S, f16, G>(o, rows))
-                }
-                BlockRows::F32(d) => {
-                    let o = ScoreOps {
-                        q,
-                        hd,
-                        k: d.as_ptr(),
-                        stride,
-                        scale,
-                        out,
-                        out_stride,
-                    };
-                    with_heads!(cnt, G => scores_group::<S, f32, G>(o, rows))
-                }
-            }
-        }
-    }
-}
-
-/// [`DecodeOps::accumulate`] over the kernels of `S`, `U` column registers per pass.
-#[inline(always)]
-unsafe fn accumulate_any<S: Tuning, const U: usize>(
-    acc: &mut [f32],
-    hd: usize,
-    c: &[f32],
-    p: &[f32],
-    p_stride: usize,
-    v: Rows<'_>,
-) {
-    let heads = check_accumulate(acc, hd, c, p, p_stride, &v);
-    let (rows, stride) = (v.rows(), v.stride());
-    for (g0, cnt) in passes(heads, S::ACC_HEADS) {
-        let acc = acc[g0 * hd..].as_mut_ptr();
-        let c = c[g0..].as_ptr();
-        let p = if rows == 0 {
-            p.as_ptr()
-        } else {
-            p[g0 * p_stride..].as_ptr()
-        };
-        // SAFETY: as in scores_any (check_accumulate, Rows::new).
-        unsafe {
-            match v.data() {
-                BlockRows::F16(d) => {
-                    let o = AccOps {
-                        acc,
-                        hd,
-                        c,
-                        p,
-                        p_stride,
-                        v: d.as_ptr(),
-                        stride,
-                        rows,
-                    };
-                    with_heads!(cnt, G => accumulate_group::<S, f16, G, U>(o))
-                }
-                BlockRows::F32(d) => {
-                    let o = AccOps {
-                        acc,
-                        hd,
-                        c,
-                        p,
-                        p_stride,
-                        v: d.as_ptr(),
-                        stride,
-                        rows,
-                    };
-                    with_heads!(cnt, G => accumulate_group::<S, f32, G, U>(o))
-                }
-            }
-        }
-    }
-}
-
 // ------------------------------------------------------------------------------- exp
 
-/// `exp(x)` on 8 lanes (see the module docs).
+/// `exp(x)` per lane (see the module docs).
+///
+/// # Safety
+/// `S`'s ISA is available.
 #[inline(always)]
-unsafe fn exp8(x: __m256) -> __m256 {
-    let under = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
-    let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN)),
-        _mm256_set1_ps(EXP_MAX),
-    );
-    let n = _mm256_round_ps(
-        _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-    );
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-    let mut p = _mm256_set1_ps(P[0]);
-    for &c in &P[1..] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+unsafe fn exp<S: Simd>(x: S::V) -> S::V {
+    // SAFETY (whole body): register operations of an available ISA.
+    unsafe {
+        let lo = S::splat(EXP_MIN);
+        let xc = S::min(S::max(x, lo), S::splat(EXP_MAX));
+        let n = S::round(S::mul(xc, S::splat(LOG2E)));
+        let r = S::fnmadd(n, S::splat(LN2_HI), xc);
+        let r = S::fnmadd(n, S::splat(LN2_LO), r);
+        let mut p = S::splat(P[0]);
+        for &c in &P[1..] {
+            p = S::fma(p, r, S::splat(c));
+        }
+        let y = S::add(S::fma(p, S::mul(r, r), r), S::splat(1.0));
+        S::keep_ge(x, lo, S::ldexp(y, n))
     }
-    let y = _mm256_add_ps(
-        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
-        _mm256_set1_ps(1.0),
-    );
-    // 2^n for n in [-126, 127]: a normal number's exponent bits.
-    let e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-        23,
-    );
-    let res = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-    _mm256_andnot_ps(under, res)
 }
 
-/// `exp(x)` on 16 lanes (see the module docs).
-#[inline(always)]
-unsafe fn exp16(x: __m512) -> __m512 {
-    let keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_GE_OQ);
-    let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN)),
-        _mm512_set1_ps(EXP_MAX),
-    );
-    let n = _mm512_roundscale_ps(
-        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(P[0]);
-    for &c in &P[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    let y = _mm512_add_ps(
-        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-        _mm512_set1_ps(1.0),
-    );
-    _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(y, n))
-}
+/// Most lanes of any [`Simd`]: the padded tail buffers.
+const MAX_LANES: usize = 16;
 
-// ---------------------------------------------------------------------- DecodeOps impls
+// ---------------------------------------------------------------------- DecodeOps impl
 
-impl DecodeOps for Avx2 {
+impl<S: Tuning> DecodeOps for S {
     #[inline(always)]
     unsafe fn scores(
         q: &[f32],
@@ -732,55 +711,88 @@ impl DecodeOps for Avx2 {
         out: &mut [f32],
         out_stride: usize,
     ) {
-        // SAFETY: forwarded contract (ISA available).
-        unsafe { scores_any::<Avx2>(q, hd, k, scale, out, out_stride) }
+        let heads = check_scores(q, hd, &k, out, out_stride);
+        let (rows, stride) = (k.rows(), k.stride());
+        if rows == 0 {
+            return;
+        }
+        for (g0, cnt) in passes(heads, S::SCORE_HEADS) {
+            let (q, out) = (q[g0 * hd..].as_ptr(), out[g0 * out_stride..].as_mut_ptr());
+            // SAFETY: the ISA is available (caller); check_scores and Rows::new bound every
+            // row, head and output the kernels touch.
+            unsafe {
+                match k.data() {
+                    BlockRows::F16(d) => {
+                        let o = ScoreOps {
+                            q,
+                            hd,
+                            k: d.as_ptr(),
+                            stride,
+                            scale,
+                            out,
+                            out_stride,
+                        };
+                        with_heads!(cnt, G => scores_group::<S, f16, G>(o, rows))
+                    }
+                    BlockRows::F32(d) => {
+                        let o = ScoreOps {
+                            q,
+                            hd,
+                            k: d.as_ptr(),
+                            stride,
+                            scale,
+                            out,
+                            out_stride,
+                        };
+                        with_heads!(cnt, G => scores_group::<S, f32, G>(o, rows))
+                    }
+                }
+            }
+        }
     }
 
     #[inline(always)]
     unsafe fn max(x: &[f32]) -> f32 {
-        let n = x.len();
-        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n.
-            m = _mm256_max_ps(m, unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) });
-            i += 8;
+        let (n, l) = (x.len(), S::LANES);
+        // SAFETY (whole body): full vectors at i + l <= n only.
+        unsafe {
+            let mut m = S::splat(f32::NEG_INFINITY);
+            let mut i = 0;
+            while i + l <= n {
+                m = S::max(m, S::load(x.as_ptr().add(i), l));
+                i += l;
+            }
+            x[i..].iter().copied().fold(S::hmax(m), f32::max)
         }
-        let v = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let v = _mm_max_ps(v, _mm_movehl_ps(v, v));
-        let v = _mm_max_ss(v, _mm_movehdup_ps(v));
-        x[i..].iter().copied().fold(_mm_cvtss_f32(v), f32::max)
     }
 
     #[inline(always)]
     unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32 {
-        let n = x.len();
-        let m = _mm256_set1_ps(max);
-        let mut sum = _mm256_setzero_ps();
-        let mut i = 0;
+        let (n, l) = (x.len(), S::LANES);
         let p = x.as_mut_ptr();
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n.
-            unsafe {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), m));
-                _mm256_storeu_ps(p.add(i), e);
-                sum = _mm256_add_ps(sum, e);
+        // SAFETY (whole body): full vectors at i + l <= n; the tail goes through a padded
+        // buffer of MAX_LANES >= l floats.
+        unsafe {
+            let m = S::splat(max);
+            let mut sum = S::zero();
+            let mut i = 0;
+            while i + l <= n {
+                let e = exp::<S>(S::sub(S::load(p.add(i), l), m));
+                S::store(p.add(i), e, l);
+                sum = S::add(sum, e);
+                i += l;
             }
-            i += 8;
-        }
-        if i < n {
-            let mut buf = [f32::NEG_INFINITY; 8];
-            buf[..n - i].copy_from_slice(&x[i..]);
-            // SAFETY: buf holds 8 floats; padding lanes are -inf, exp gives 0.
-            unsafe {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), m));
-                _mm256_storeu_ps(buf.as_mut_ptr(), e);
-                sum = _mm256_add_ps(sum, e);
+            if i < n {
+                // Padding lanes are -inf: exp gives 0.
+                let mut buf = [f32::NEG_INFINITY; MAX_LANES];
+                buf[..n - i].copy_from_slice(&x[i..]);
+                let e = exp::<S>(S::sub(S::load(buf.as_ptr(), l), m));
+                S::store(buf.as_mut_ptr(), e, l);
+                sum = S::add(sum, e);
+                x[i..].copy_from_slice(&buf[..n - i]);
             }
-            x[i..].copy_from_slice(&buf[..n - i]);
+            S::hsum(sum)
         }
-        // SAFETY: same features.
-        unsafe { super::avx2::hsum(sum) }
     }
 
     #[inline(always)]
@@ -792,71 +804,47 @@ impl DecodeOps for Avx2 {
         p_stride: usize,
         v: Rows<'_>,
     ) {
-        // SAFETY: forwarded contract.
-        unsafe { accumulate_any::<Avx2, 2>(acc, hd, c, p, p_stride, v) }
-    }
-}
-
-impl DecodeOps for Avx512 {
-    #[inline(always)]
-    unsafe fn scores(
-        q: &[f32],
-        hd: usize,
-        k: Rows<'_>,
-        scale: f32,
-        out: &mut [f32],
-        out_stride: usize,
-    ) {
-        // SAFETY: forwarded contract (ISA available).
-        unsafe { scores_any::<Avx512>(q, hd, k, scale, out, out_stride) }
-    }
-
-    #[inline(always)]
-    unsafe fn max(x: &[f32]) -> f32 {
-        let n = x.len();
-        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-        let mut i = 0;
-        while i < n {
-            let k = mask16((n - i).min(16));
-            // SAFETY: the mask covers lanes i..min(n, i + 16) only.
-            m = _mm512_max_ps(m, unsafe { _mm512_mask_loadu_ps(m, k, x.as_ptr().add(i)) });
-            i += 16;
+        let heads = check_accumulate(acc, hd, c, p, p_stride, &v);
+        let (rows, stride) = (v.rows(), v.stride());
+        if rows == 0 {
+            return;
         }
-        _mm512_reduce_max_ps(m)
-    }
-
-    #[inline(always)]
-    unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32 {
-        let n = x.len();
-        let m = _mm512_set1_ps(max);
-        let p = x.as_mut_ptr();
-        let mut sum = _mm512_setzero_ps();
-        let mut i = 0;
-        while i < n {
-            let k = mask16((n - i).min(16));
-            // SAFETY: the mask covers lanes i..min(n, i + 16) only.
+        for (g0, cnt) in passes(heads, S::ACC_HEADS) {
+            let acc = acc[g0 * hd..].as_mut_ptr();
+            let c = c[g0..].as_ptr();
+            let p = p[g0 * p_stride..].as_ptr();
+            // SAFETY: as in `scores` (check_accumulate, Rows::new).
             unsafe {
-                let v = _mm512_maskz_loadu_ps(k, p.add(i));
-                let e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(v, m)));
-                _mm512_mask_storeu_ps(p.add(i), k, e);
-                sum = _mm512_add_ps(sum, e);
+                match v.data() {
+                    BlockRows::F16(d) => {
+                        let o = AccOps {
+                            acc,
+                            hd,
+                            c,
+                            p,
+                            p_stride,
+                            v: d.as_ptr(),
+                            stride,
+                            rows,
+                        };
+                        with_heads!(cnt, G => accumulate_group::<S, f16, G, ACC_COLS>(o))
+                    }
+                    BlockRows::F32(d) => {
+                        let o = AccOps {
+                            acc,
+                            hd,
+                            c,
+                            p,
+                            p_stride,
+                            v: d.as_ptr(),
+                            stride,
+                            rows,
+                        };
+                        with_heads!(cnt, G => accumulate_group::<S, f32, G, ACC_COLS>(o))
+                    }
+                }
             }
-            i += 16;
         }
-        _mm512_reduce_add_ps(sum)
-    }
-
-    #[inline(always)]
-    unsafe fn accumulate(
-        acc: &mut [f32],
-        hd: usize,
-        c: &[f32],
-        p: &[f32],
-        p_stride: usize,
-        v: Rows<'_>,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { accumulate_any::<Avx512, 4>(acc, hd, c, p, p_stride, v) }
     }
 }
 
