@@ -11,7 +11,7 @@
 //! `max(0, start + t + 1 - window) ..= start + t`; `keys`/`values` hold at least
 //! `start + n` rows of `n_kv_heads * head_dim`.
 
-use crate::ops;
+use crate::{best_isa, ops, Isa};
 use rayon::prelude::*;
 
 /// The head layout and scaling of one attention layer.
@@ -113,6 +113,7 @@ fn attention_gemm(
     let group = n_heads / shape.n_kv_heads;
     // Keys any row of this chunk may see: [lo, start + n).
     let lo = first_visible(shape.window, start);
+    let isa = best_isa();
     let per_head: Vec<Vec<f32>> = (0..n_heads)
         .into_par_iter()
         .map(|h| {
@@ -125,7 +126,7 @@ fn attention_gemm(
                 values: &values[lo * kv_dim + kh * hd..],
                 kv_stride: kv_dim,
             };
-            head_gemm(shape, &heads, n, start, lo, &mut Vec::new(), &mut o);
+            head_gemm(isa, shape, &heads, n, start, lo, &mut o);
             o
         })
         .collect();
@@ -150,16 +151,17 @@ pub(crate) struct HeadRows<'a> {
 /// The GEMM path for one query head: `n` rows at positions `start..start + n` against the
 /// keys and values of positions `lo..start + n` (`lo` at most the first position row 0 may
 /// see), `S = scale · Q Kᵀ`, masked soft(capped) max, `O = S V` into `out` (`[n, head_dim]`).
-/// `scores` is scratch, resized here.
+/// The softmax runs on path `isa` (which must be available).
 pub(crate) fn head_gemm(
+    isa: Isa,
     shape: &AttentionShape,
     rows: &HeadRows<'_>,
     n: usize,
     start: usize,
     lo: usize,
-    scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    let softmax = softmax_fn(isa);
     let hd = shape.head_dim;
     assert!(n > 0 && lo <= first_visible(shape.window, start));
     let len = start + n - lo;
@@ -168,10 +170,9 @@ pub(crate) fn head_gemm(
     assert!(rows.keys.len() >= (len - 1) * rows.kv_stride + hd);
     assert!(rows.values.len() >= (len - 1) * rows.kv_stride + hd);
     assert_eq!(out.len(), n * hd);
-    scores.clear();
-    scores.resize(n * len, 0.0); // [n, len]
-                                 // SAFETY: q rows t < n at stride q_stride, columns < hd; keys rows j < len at stride
-                                 // kv_stride, columns < hd; scores is [n, len] row-major (all asserted above).
+    let mut scores = vec![0.0f32; n * len]; // [n, len]
+                                            // SAFETY: q rows t < n at stride q_stride, columns < hd; keys rows j < len at stride
+                                            // kv_stride, columns < hd; scores is [n, len] row-major (all asserted above).
     unsafe {
         gemm::gemm(
             n,
@@ -203,7 +204,8 @@ pub(crate) fn head_gemm(
         if let Some(cap) = shape.softcap {
             ops::softcap_inplace(visible, cap);
         }
-        ops::softmax_inplace(visible);
+        // SAFETY: `softmax` is the path of an available ISA (caller's contract).
+        unsafe { softmax(visible) };
         row[..first].fill(0.0);
         row[last + 1..].fill(0.0);
     }
@@ -231,6 +233,23 @@ pub(crate) fn head_gemm(
             false,
             gemm::Parallelism::None,
         );
+    }
+}
+
+/// In-place softmax of one row on some ISA path; callable only where that ISA is available.
+pub(crate) type SoftmaxFn = unsafe fn(&mut [f32]);
+
+/// The softmax of path `isa` (scalar: [`ops::softmax_inplace`]).
+pub(crate) fn softmax_fn(isa: Isa) -> SoftmaxFn {
+    debug_assert!(isa.is_available());
+    match isa {
+        Isa::Scalar => ops::softmax_inplace,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::simd::attn::softmax_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::simd::attn::softmax_avx512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => ops::softmax_inplace,
     }
 }
 
@@ -279,6 +298,24 @@ pub(crate) mod tests {
                     (x - y).abs() < 1e-5,
                     "{window:?} {softcap:?} {start}: {x} vs {y}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn every_softmax_path_matches_the_scalar_one() {
+        let mut seed = 5u64;
+        for len in [1usize, 7, 16, 37, 300] {
+            let x: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * 60.0).collect();
+            let mut want = x.clone();
+            ops::softmax_inplace(&mut want);
+            for isa in crate::available_isas() {
+                let mut got = x.clone();
+                // SAFETY: every ISA of `available_isas` is available.
+                unsafe { softmax_fn(isa)(&mut got) };
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-6, "{isa} len {len}: {a} vs {b}");
+                }
             }
         }
     }

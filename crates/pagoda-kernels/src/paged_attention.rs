@@ -94,6 +94,7 @@ pub fn paged_attention_with_isa(
     validate(shape, q, keys, values, seqs, out)?;
     let decode = decode_fn(isa);
     let args = CallArgs {
+        isa,
         shape,
         q,
         keys,
@@ -206,6 +207,8 @@ fn validate(
 
 /// The shared, read-only arguments of one call and its output.
 struct CallArgs<'a> {
+    /// An available ISA.
+    isa: Isa,
     shape: &'a AttentionShape,
     q: &'a [f32],
     keys: &'a KvBlockStorage,
@@ -242,6 +245,7 @@ impl OutPtr {
 
 /// Every query head of kv head `kv_head` for every row of `seq`, through the GEMM step.
 fn prefill_group(a: &CallArgs<'_>, seq: &SeqAttention<'_>, kv_head: usize) {
+    let isa = a.isa;
     let shape = a.shape;
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
@@ -271,7 +275,7 @@ fn prefill_group(a: &CallArgs<'_>, seq: &SeqAttention<'_>, kv_head: usize) {
             kv_stride: hd,
         };
         let mut o = vec![0.0f32; n * hd];
-        head_gemm(shape, &rows, n, seq.start, lo, &mut Vec::new(), &mut o);
+        head_gemm(isa, shape, &rows, n, seq.start, lo, &mut o);
         for (t, row) in o.chunks_exact(hd).enumerate() {
             // SAFETY: cell (row t of this sequence, head h) belongs to this task alone.
             unsafe { a.out.write((seq.rows.start + t) * q_dim + h * hd, row) };

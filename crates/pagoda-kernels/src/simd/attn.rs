@@ -73,6 +73,51 @@ pub(crate) unsafe fn decode_avx512(a: &DecodeArgs<'_>, sc: &mut DecodeScratch) {
     unsafe { decode_group::<Avx512>(a, sc) }
 }
 
+/// The AVX2 row softmax (attention's GEMM path).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) {
+    // SAFETY: as decode_avx2.
+    unsafe { softmax::<Avx2>(x) }
+}
+
+/// The AVX-512 row softmax.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL plus the AVX2 set.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn softmax_avx512(x: &mut [f32]) {
+    // SAFETY: as decode_avx512.
+    unsafe { softmax::<Avx512>(x) }
+}
+
+/// `x = softmax(x)`, as `ops::softmax_inplace` (unchanged when every value is `-inf`).
+///
+/// # Safety
+/// `S`'s ISA is available.
+#[inline(always)]
+unsafe fn softmax<S: Tuning>(x: &mut [f32]) {
+    // SAFETY: the ISA is available (caller); vectors at i + l <= len only.
+    unsafe {
+        let max = <S as DecodeOps>::max(x);
+        if max == f32::NEG_INFINITY {
+            return;
+        }
+        let inv = S::splat(1.0 / S::exp_sum(x, max));
+        let (n, l, p) = (x.len(), S::LANES, x.as_mut_ptr());
+        let mut i = 0;
+        while i + l <= n {
+            S::store(p.add(i), S::mul(S::load(p.add(i), l), inv), l);
+            i += l;
+        }
+        if i < n {
+            S::store(p.add(i), S::mul(S::load(p.add(i), n - i), inv), n - i);
+        }
+    }
+}
+
 // ------------------------------------------------------------------------ vector layer
 
 /// The f32 vector operations the GQA kernels are written over.
