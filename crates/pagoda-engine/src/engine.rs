@@ -77,7 +77,7 @@ pub struct EngineStats {
     pub preempted_total: u64,
     pub kv_blocks_used: usize,
     pub kv_blocks_total: usize,
-    /// Prefix-cache hits over lookups since start (0 when none yet).
+    /// Share of admitted prompt tokens whose KV came from the prefix cache (0 when none yet).
     pub prefix_cache_hit_rate: f64,
     /// Tokens computed in the last step.
     pub tokens_last_step: usize,
@@ -605,11 +605,7 @@ impl EngineCore {
         self.stats.preempted_total = s.preempted_total;
         self.stats.kv_blocks_used = s.pool.blocks_used;
         self.stats.kv_blocks_total = s.pool.blocks_total;
-        self.stats.prefix_cache_hit_rate = if s.pool.prefix_queries == 0 {
-            0.0
-        } else {
-            s.pool.prefix_hits as f64 / s.pool.prefix_queries as f64
-        };
+        self.stats.prefix_cache_hit_rate = s.prefix_hit_rate();
         self.stats.tokens_last_step = tokens;
         if tokens > 0 {
             self.stats.steps += 1;
