@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::{bench::BenchArgs, run::RunArgs};
+use crate::commands::{batch::BatchArgs, bench::BenchArgs, run::RunArgs};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -66,7 +66,11 @@ pub enum Command {
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
 
-    /// Measure speed: prefill and decode tokens/s, load time, peak memory.
+    /// Run an offline job of OpenAI Batch API requests (JSONL in, JSONL out, in order) on the
+    /// batching engine.
+    Batch(BatchArgs),
+
+    /// Measure speed: prefill and decode tokens/s, load time, peak memory; batching throughput.
     Bench(BenchArgs),
 }
 
@@ -168,7 +172,7 @@ impl Cli {
             Command::List(a) => a.log.verbose,
             Command::Rm(a) => a.log.verbose,
             Command::Show(a) => a.log.verbose,
-            Command::Run(_) | Command::Bench(_) => 0,
+            Command::Run(_) | Command::Bench(_) | Command::Batch(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

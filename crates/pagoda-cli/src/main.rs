@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Show(args) => commands::show::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Batch(args) => commands::batch::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -435,3 +435,97 @@ fn run_default_model_says_paris() {
         "only the answer on stdout: {answer}"
     );
 }
+
+// ---- `pagoda batch`: OpenAI Batch API lines in, one result line per input in order ----
+
+#[test]
+fn batch_keeps_order_and_reports_bad_lines_per_line() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-batch", |_| {});
+    let input = env.dir.path().join("in.jsonl");
+    let output = env.dir.path().join("out.jsonl");
+    let mut lines = Vec::new();
+    for i in 0..5 {
+        lines.push(
+            serde_json::json!({"custom_id": format!("r{i}"), "method": "POST",
+                "url": "/v1/completions",
+                "body": {"prompt": "hello there", "max_tokens": 3 + i, "temperature": 0,
+                         "ignore_eos": true}})
+            .to_string(),
+        );
+    }
+    lines.insert(2, "{not json".into());
+    lines.push(
+        serde_json::json!({"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": 2}})
+        .to_string(),
+    );
+    lines.push(
+        serde_json::json!({"custom_id": "u", "url": "/v1/embeddings", "body": {}}).to_string(),
+    );
+    lines.push(
+        serde_json::json!({"custom_id": "long", "url": "/v1/completions",
+            "body": {"prompt": vec![1; 5000], "max_tokens": 2}})
+        .to_string(),
+    );
+    fs::write(&input, lines.join("\n")).unwrap();
+    for mode in ["continuous", "static"] {
+        let o = env.run(&[
+            "batch",
+            input.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--model",
+            dir.to_str().unwrap(),
+            "--mode",
+            mode,
+        ]);
+        ok(&o);
+        let got: Vec<serde_json::Value> = fs::read_to_string(&output)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(got.len(), lines.len(), "one output line per input line");
+        let ids: Vec<&str> = got
+            .iter()
+            .map(|l| l["custom_id"].as_str().unwrap_or("-"))
+            .collect();
+        assert_eq!(
+            ids,
+            ["r0", "r1", "-", "r2", "r3", "r4", "chat", "u", "long"],
+            "{mode}"
+        );
+        for (i, k) in [(0usize, 3u64), (1, 4), (3, 5), (4, 6), (5, 7)] {
+            let body = &got[i]["response"]["body"];
+            assert_eq!(got[i]["response"]["status_code"], 200);
+            assert_eq!(body["usage"]["completion_tokens"], k, "{mode} line {i}");
+            assert_eq!(body["object"], "text_completion");
+        }
+        assert_eq!(got[2]["error"]["code"], "invalid_json");
+        let chat = &got[6]["response"]["body"];
+        assert_eq!(
+            chat["choices"].as_array().unwrap().len(),
+            2,
+            "n = 2 choices"
+        );
+        assert_eq!(got[7]["response"]["status_code"], 404);
+        assert_eq!(got[8]["response"]["status_code"], 400);
+        let msg = got[8]["response"]["body"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert!(msg.contains("5000 tokens"), "{msg}");
+    }
+}
+
+#[test]
+fn batch_missing_input_is_a_clear_error() {
+    let env = Env::new();
+    let o = env.run(&["batch", "/nonexistent/in.jsonl", "-o", "/tmp/x.jsonl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/nonexistent/in.jsonl"),
+        "{}",
+        stderr(&o)
+    );
+}

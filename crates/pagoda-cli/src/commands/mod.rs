@@ -3,7 +3,9 @@
 //! Owns: pull, list, rm, show (store commands); run and bench are the lead's modules, wired in
 //! here unchanged. Invariant: commands print results to stdout and nothing else there.
 
+pub mod batch;
 pub mod bench;
+pub mod engine_args;
 pub mod list;
 pub mod model_loader;
 pub mod pull;

@@ -1,0 +1,102 @@
+//! The serving-engine flags shared by every command that runs the batching engine (`batch`,
+//! `bench batching`, later `serve`), and their translation into an [`EngineConfig`].
+
+use clap::Args;
+use pagoda_engine::{BatchingMode, EngineConfig, Policy};
+use pagoda_model::KvDtype;
+
+/// Engine flags (vLLM's names where it has one).
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Most sequences in one step.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Most tokens (decode + prefill chunks) in one step; long prompts are prefilled in chunks
+    /// of at most this many tokens, so they do not stall other requests' decoding.
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// KV cache memory, e.g. 512MiB or 2GB (default: 40% of available RAM, capped at what
+    /// --max-num-seqs full-length sequences need).
+    #[arg(long, value_parser = parse_size)]
+    pub kv_cache_memory: Option<u64>,
+    /// KV cache element type: f16 or f32.
+    #[arg(long, default_value = "f16")]
+    pub kv_cache_dtype: KvDtype,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Scheduling policy: fcfs, priority (per-request priority, with aging) or sjf (shortest
+    /// prompt first, with aging).
+    #[arg(long, default_value = "fcfs")]
+    pub policy: Policy,
+    /// Turn off reuse of cached prompt prefixes.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Longest sequence (prompt + output); default: the model's context length.
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags ask for, batching in `mode`.
+    pub fn config(&self, mode: BatchingMode) -> EngineConfig {
+        EngineConfig {
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            policy: self.policy,
+            mode,
+            block_size: self.block_size,
+            kv_dtype: self.kv_cache_dtype,
+            kv_cache_memory: self.kv_cache_memory,
+            prefix_caching: !self.no_prefix_caching,
+            max_model_len: self.max_model_len,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+/// Parses `512MiB`, `2GB`, `1.5GiB`, `1000000` (bytes) into bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 512MiB, 2GB)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use B, KB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("`{text}` must be a positive size"));
+    }
+    Ok((value * scale) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_decimal_and_binary_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}
