@@ -25,6 +25,9 @@ pub enum BenchCommand {
     /// Measure one model: prefill tokens/s, decode tokens/s, load time, peak RSS, and the same
     /// for llama.cpp (llama-cpp-python) on the same file, with the ratio.
     Model(BenchModelArgs),
+    /// Measure batching: output tokens/s, TTFT and TPOT at several concurrencies, continuous
+    /// vs static, and llama-server (`--parallel`, continuous batching) on the same GGUF.
+    Batching(crate::commands::bench_batching::BenchBatchingArgs),
 }
 
 #[derive(Debug, Args)]
@@ -69,11 +72,14 @@ pub struct BenchFigures {
 }
 
 /// The benchmark paragraph shared with the peer script (`scripts/reference/bench_llamacpp.py`).
-const PROMPT_TEXT: &str = include_str!("../../../../tests/golden/bench_prompt.txt");
+pub(crate) const PROMPT_TEXT: &str = include_str!("../../../../tests/golden/bench_prompt.txt");
 
 /// Runs `pagoda bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let BenchCommand::Model(args) = args.what;
+    let args = match args.what {
+        BenchCommand::Model(a) => a,
+        BenchCommand::Batching(a) => return crate::commands::bench_batching::run(a),
+    };
     if args.repeat == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {
         anyhow::bail!("--repeat, --prompt-tokens and --gen-tokens must be at least 1");
     }

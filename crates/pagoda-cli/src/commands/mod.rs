@@ -5,8 +5,10 @@
 
 pub mod batch;
 pub mod bench;
+pub mod bench_batching;
 pub mod engine_args;
 pub mod list;
+pub mod llama_server;
 pub mod model_loader;
 pub mod pull;
 pub mod rm;

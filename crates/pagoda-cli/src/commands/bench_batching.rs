@@ -1,0 +1,372 @@
+//! `pagoda bench batching`: aggregate throughput and per-token latency of the batching
+//! engine under closed-loop concurrent clients, continuous vs static batching, side by side
+//! with llama.cpp's `llama-server` (`--parallel C -cb`) on the same GGUF, threads and requests.
+//!
+//! The workload is seeded: request `i` has a prompt of 32–512 tokens cut from the benchmark
+//! text at an offset of its own (so prompts do not share prefixes) and generates 16–256
+//! tokens with `ignore_eos`, so both engines do exactly the same work. `--prefix-test`
+//! measures the TTFT of a request whose ~1000-token prefix is cached against a cold one.
+
+use crate::commands::engine_args::EngineArgs;
+use crate::commands::llama_server::LlamaServer;
+use crate::commands::model_loader::load_for_generation;
+use clap::Args;
+use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams, TokenEvent};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Arguments of `pagoda bench batching`.
+#[derive(Debug, Args)]
+pub struct BenchBatchingArgs {
+    /// Model name or path (a GGUF file, so llama-server can load the same one).
+    #[arg(default_value = "smollm2:135m")]
+    pub model: String,
+    /// Concurrent clients to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub concurrency: Vec<usize>,
+    /// Requests per measurement (at least the concurrency is used).
+    #[arg(long, default_value_t = 32)]
+    pub requests: usize,
+    /// Batching modes of Pagoda to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "continuous,static")]
+    pub modes: Vec<BatchingMode>,
+    /// Path of a llama-server binary to compare against (built by
+    /// scripts/reference/build_llama_server.sh); omitted = Pagoda only.
+    #[arg(long)]
+    pub peer_server: Option<PathBuf>,
+    /// Worker threads for both engines (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Measure TTFT with a cached ~1000-token prefix against an uncached one instead.
+    #[arg(long)]
+    pub prefix_test: bool,
+    /// Print one JSON object per measurement instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// One request of the workload.
+#[derive(Debug, Clone)]
+pub struct WorkItem {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+}
+
+/// What one finished request measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestResult {
+    pub output_tokens: usize,
+    pub ttft: Duration,
+    /// Mean time per output token after the first (None with fewer than 2 tokens).
+    pub tpot: Option<Duration>,
+}
+
+/// Figures of one (engine, concurrency) run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub engine: String,
+    pub concurrency: usize,
+    pub requests: usize,
+    pub output_tokens: usize,
+    pub wall_s: f64,
+    pub output_tps: f64,
+    pub mean_ttft_ms: f64,
+    pub mean_tpot_ms: f64,
+    pub p99_tpot_ms: f64,
+}
+
+impl Figures {
+    fn from_results(
+        engine: &str,
+        concurrency: usize,
+        wall: Duration,
+        results: &[RequestResult],
+    ) -> Self {
+        let output_tokens: usize = results.iter().map(|r| r.output_tokens).sum();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        let ttfts: Vec<f64> = results.iter().map(|r| ms(r.ttft)).collect();
+        let mut tpots: Vec<f64> = results.iter().filter_map(|r| r.tpot.map(ms)).collect();
+        tpots.sort_by(f64::total_cmp);
+        let p99 = tpots
+            .get(((tpots.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(0.0);
+        Figures {
+            engine: engine.to_string(),
+            concurrency,
+            requests: results.len(),
+            output_tokens,
+            wall_s: wall.as_secs_f64(),
+            output_tps: output_tokens as f64 / wall.as_secs_f64().max(1e-9),
+            mean_ttft_ms: mean(&ttfts),
+            mean_tpot_ms: mean(&tpots),
+            p99_tpot_ms: p99,
+        }
+    }
+}
+
+/// The seeded mixed-length workload.
+pub fn workload(text_tokens: &[u32], n: usize, seed: u64) -> Vec<WorkItem> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |lo: usize, hi: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        lo + (state % (hi - lo + 1) as u64) as usize
+    };
+    (0..n)
+        .map(|_| {
+            let len = next(32, 512);
+            let offset = next(0, text_tokens.len() - len - 1);
+            WorkItem {
+                prompt: text_tokens[offset..offset + len].to_vec(),
+                max_tokens: next(16, 256),
+            }
+        })
+        .collect()
+}
+
+/// Runs `work` with `concurrency` closed-loop clients calling `serve` for each item.
+pub fn closed_loop(
+    work: &[WorkItem],
+    concurrency: usize,
+    serve: impl Fn(&WorkItem) -> anyhow::Result<RequestResult> + Sync,
+) -> anyhow::Result<(Duration, Vec<RequestResult>)> {
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::with_capacity(work.len()));
+    let started = Instant::now();
+    let outcome: anyhow::Result<()> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..concurrency.max(1))
+            .map(|_| {
+                s.spawn(|| -> anyhow::Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = work.get(i) else {
+                            return Ok(());
+                        };
+                        let r = serve(item)?;
+                        results
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .push(r);
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        }
+        Ok(())
+    });
+    outcome?;
+    let wall = started.elapsed();
+    let results = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    Ok((wall, results))
+}
+
+/// One request through the in-process engine.
+fn serve_pagoda(engine: &EngineHandle, item: &WorkItem) -> anyhow::Result<RequestResult> {
+    let mut req = EngineRequest::new(
+        item.prompt.clone(),
+        SamplingParams::greedy(),
+        item.max_tokens,
+    );
+    req.ignore_eos = true;
+    let submitted = Instant::now();
+    let stream = engine.submit(req)?;
+    let (mut first, mut last, mut n) = (None, submitted, 0usize);
+    for ev in stream {
+        match ev {
+            TokenEvent::Token { at, .. } => {
+                first.get_or_insert(at);
+                last = at;
+                n += 1;
+            }
+            TokenEvent::Finished { .. } => {}
+            TokenEvent::Error { message } => anyhow::bail!("request failed: {message}"),
+        }
+    }
+    let first = first.unwrap_or(last);
+    Ok(RequestResult {
+        output_tokens: n,
+        ttft: first.duration_since(submitted),
+        tpot: (n >= 2).then(|| last.duration_since(first) / (n as u32 - 1)),
+    })
+}
+
+/// Runs `pagoda bench batching`.
+pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    crate::commands::threads::set_threads(Some(threads))?;
+    let loaded = load_for_generation(&args.model)?;
+    let text = vec![super::bench::PROMPT_TEXT.trim(); 64].join("\n\n");
+    let text_tokens = loaded.tokenizer.encode(&text, false)?;
+    if args.prefix_test {
+        return prefix_test(&args, &loaded, &text_tokens);
+    }
+    let mut all = Vec::new();
+    for &c in &args.concurrency {
+        let work = workload(&text_tokens, args.requests.max(c), args.seed);
+        let mut row = Vec::new();
+        for &mode in &args.modes {
+            let mut config = args.engine.config(mode);
+            config.max_num_seqs = config.max_num_seqs.max(c);
+            let engine =
+                EngineHandle::start(loaded.model.clone(), loaded.tokenizer.clone(), config)?;
+            let (wall, results) = closed_loop(&work, c, |item| serve_pagoda(&engine, item))?;
+            engine.shutdown();
+            let name = format!("pagoda-{}", mode.as_str());
+            row.push(Figures::from_results(&name, c, wall, &results));
+            eprintln!("done: {name} at {c}");
+        }
+        if let Some(bin) = &args.peer_server {
+            let server = LlamaServer::start(bin, &loaded.path, threads, c, 1024)?;
+            let (wall, results) = closed_loop(&work, c, |item| server.complete(item))?;
+            drop(server);
+            row.push(Figures::from_results("llama-server", c, wall, &results));
+            eprintln!("done: llama-server at {c}");
+        }
+        print_row(&row, args.json)?;
+        all.extend(row);
+    }
+    Ok(())
+}
+
+fn print_row(row: &[Figures], json: bool) -> anyhow::Result<()> {
+    if json {
+        for f in row {
+            println!("{}", serde_json::to_string(f)?);
+        }
+        return Ok(());
+    }
+    let c = row.first().map_or(0, |f| f.concurrency);
+    println!("concurrency {c}:");
+    println!(
+        "  {:<20} {:>9} {:>11} {:>12} {:>12} {:>12}",
+        "engine", "requests", "out tok/s", "TTFT ms", "TPOT ms", "p99 TPOT ms"
+    );
+    for f in row {
+        println!(
+            "  {:<20} {:>9} {:>11.1} {:>12.1} {:>12.1} {:>12.1}",
+            f.engine, f.requests, f.output_tps, f.mean_ttft_ms, f.mean_tpot_ms, f.p99_tpot_ms
+        );
+    }
+    let find = |name: &str| row.iter().find(|f| f.engine == name);
+    if let (Some(a), Some(b)) = (find("pagoda-continuous"), find("pagoda-static")) {
+        println!(
+            "  continuous / static throughput: {:.2}x",
+            a.output_tps / b.output_tps.max(1e-9)
+        );
+    }
+    if let (Some(a), Some(b)) = (find("pagoda-continuous"), find("llama-server")) {
+        println!(
+            "  pagoda / llama-server throughput: {:.2}x, p99 TPOT ratio {:.2}",
+            a.output_tps / b.output_tps.max(1e-9),
+            a.p99_tpot_ms / b.p99_tpot_ms.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+/// TTFT of a ~1000-token prompt cold, then of the same prefix plus a new suffix (cached).
+fn prefix_test(
+    args: &BenchBatchingArgs,
+    loaded: &crate::commands::model_loader::LoadedModel,
+    text_tokens: &[u32],
+) -> anyhow::Result<()> {
+    let prefix = &text_tokens[..1000.min(text_tokens.len() - 40)];
+    let engine = EngineHandle::start(
+        loaded.model.clone(),
+        loaded.tokenizer.clone(),
+        args.engine.config(BatchingMode::Continuous),
+    )?;
+    let ttft = |suffix: &[u32]| -> anyhow::Result<Duration> {
+        let mut prompt = prefix.to_vec();
+        prompt.extend_from_slice(suffix);
+        Ok(serve_pagoda(
+            &engine,
+            &WorkItem {
+                prompt,
+                max_tokens: 1,
+            },
+        )?
+        .ttft)
+    };
+    let cold = ttft(&text_tokens[1000..1010])?;
+    let warm = ttft(&text_tokens[1010..1020])?;
+    let warm2 = ttft(&text_tokens[1020..1030])?;
+    engine.shutdown();
+    let warm = warm.min(warm2);
+    println!(
+        "prefix cache: TTFT of a {}-token prompt uncached {:.1} ms, with its first {} tokens cached {:.1} ms ({:.1}x faster)",
+        prefix.len() + 10,
+        cold.as_secs_f64() * 1e3,
+        prefix.len() / args.engine.block_size * args.engine.block_size,
+        warm.as_secs_f64() * 1e3,
+        cold.as_secs_f64() / warm.as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_is_seeded_and_in_range() {
+        let text: Vec<u32> = (0..4000).collect();
+        let a = workload(&text, 50, 3);
+        assert_eq!(a.len(), 50);
+        for w in &a {
+            assert!((32..=512).contains(&w.prompt.len()));
+            assert!((16..=256).contains(&w.max_tokens));
+        }
+        let b = workload(&text, 50, 3);
+        assert!(a
+            .iter()
+            .zip(&b)
+            .all(|(x, y)| x.prompt == y.prompt && x.max_tokens == y.max_tokens));
+        let c = workload(&text, 50, 4);
+        assert!(a.iter().zip(&c).any(|(x, y)| x.prompt != y.prompt));
+    }
+
+    #[test]
+    fn figures_take_means_and_p99() {
+        let r = |tokens, ttft_ms, tpot_ms| RequestResult {
+            output_tokens: tokens,
+            ttft: Duration::from_millis(ttft_ms),
+            tpot: Some(Duration::from_millis(tpot_ms)),
+        };
+        let f = Figures::from_results(
+            "x",
+            2,
+            Duration::from_secs(2),
+            &[r(10, 100, 10), r(30, 300, 30)],
+        );
+        assert_eq!(f.output_tokens, 40);
+        assert!((f.output_tps - 20.0).abs() < 1e-9);
+        assert!((f.mean_ttft_ms - 200.0).abs() < 1e-9);
+        assert!((f.mean_tpot_ms - 20.0).abs() < 1e-9);
+        assert!((f.p99_tpot_ms - 30.0).abs() < 1e-9);
+    }
+}
