@@ -1,6 +1,7 @@
-//! Paged attention time per call: a decode batch (16 sequences, one new row each at
-//! position 511, so 512 positions of context) and a prefill chunk (128 rows after a 384-row
-//! prefix), for the SmolLM2-135M layer shape (9 query / 3 kv heads of 64) and Qwen2.5-1.5B's
+//! Paged attention time per call: decode batches (16 sequences x 512 positions of context and
+//! 64 x 256, one new row each at the last position; 1 x 2048, where decode tasks are split
+//! along their positions) and a prefill chunk (256 rows after a
+//! 256-row prefix), for the SmolLM2-135M layer shape (9 query / 3 kv heads of 64) and Qwen2.5-1.5B's
 //! (12 / 2 of 128), F16 and F32 blocks of 16 slots, on every ISA path; plus the contiguous
 //! `causal_attention` over the same K/V (one call per sequence) for reference.
 //!
@@ -120,12 +121,16 @@ fn main() {
         "{:<8} {:<22} {:<4} {:<10} {:>10} {:>9}",
         "model", "batch", "kv", "path", "us/call", "KV GB/s"
     );
-    let decode: Vec<(usize, usize)> = vec![(511, 1); 16];
-    let prefill = vec![(384, 128)];
+    let decode16: Vec<(usize, usize)> = vec![(511, 1); 16];
+    let decode64: Vec<(usize, usize)> = vec![(255, 1); 64];
+    let decode1: Vec<(usize, usize)> = vec![(2047, 1)];
+    let prefill = vec![(256, 256)];
     for (model, heads) in [("smollm2", (9, 3, 64)), ("qwen2.5", (12, 2, 128))] {
         for (batch, seqs) in [
-            ("decode 16 x ctx 512", &decode),
-            ("prefill 128 after 384", &prefill),
+            ("decode 16 x ctx 512", &decode16),
+            ("decode 64 x ctx 256", &decode64),
+            ("decode 1 x ctx 2048", &decode1),
+            ("prefill 256 after 256", &prefill),
         ] {
             for dtype in [KvDtype::F16, KvDtype::F32] {
                 let s = setup(heads, dtype, seqs);

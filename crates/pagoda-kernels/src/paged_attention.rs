@@ -16,6 +16,10 @@
 //!   queries held in registers), and one pass accumulates `p V` the same way. The tile
 //!   primitives (`DecodeOps`: scores, max, exp, accumulate) have scalar, AVX2+F16C and
 //!   AVX-512 bodies (`simd/attn.rs`), picked at run time like the matmul kernels.
+//! - split decode: when a call has too few tasks to spread evenly over the threads (one or
+//!   two sequences of a model with 2-3 kv heads), long decode tasks are cut into parts along
+//!   their positions (split-K, as flash-decoding); each part leaves its unnormalised state
+//!   (accumulator, max, sum) and the parts are merged with `exp(max_part - max)` weights.
 //! - prefill (a chunk of at least `GEMM_MIN_ROWS` rows): gathers the visible K/V of its kv
 //!   head into contiguous f32 once and runs attention's per-head GEMM step (`head_gemm`) for
 //!   each query head of the group.
@@ -104,25 +108,98 @@ pub fn paged_attention_with_isa(
             len: out.len(),
         },
     };
-    // Prefill tasks first: they are the long ones, so rayon starts them early.
-    let mut tasks: Vec<(usize, usize)> = Vec::new();
-    for prefill in [true, false] {
-        for (i, s) in seqs.iter().enumerate() {
-            let n = s.rows.len();
-            if n > 0 && (n >= GEMM_MIN_ROWS) == prefill {
-                tasks.extend((0..shape.n_kv_heads).map(|kh| (i, kh)));
+    let tasks = plan(shape, seqs, rayon::current_num_threads());
+    // Split decode parts come back as partial softmax states, merged per (seq, kv head).
+    let partials: Vec<Partial> = tasks
+        .par_iter()
+        .filter_map(|task| match *task {
+            Task::Prefill { seq, kv_head } => {
+                prefill_group(&args, &seqs[seq], kv_head);
+                None
             }
+            Task::Decode {
+                seq,
+                kv_head,
+                part,
+                parts,
+            } => decode_task(&args, decode, seq, &seqs[seq], kv_head, part, parts),
+        })
+        .collect();
+    for chunk in partials.chunk_by(|a, b| (a.seq, a.kv_head) == (b.seq, b.kv_head)) {
+        merge_partials(&args, &seqs[chunk[0].seq], chunk);
+    }
+    Ok(())
+}
+
+/// One unit of parallel work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// Every row and group head of kv head `kv_head` of a prefill chunk.
+    Prefill { seq: usize, kv_head: usize },
+    /// Every row and group head of kv head `kv_head` of decode rows, over part `part` of
+    /// `parts` equal slices of the visible positions.
+    Decode {
+        seq: usize,
+        kv_head: usize,
+        part: usize,
+        parts: usize,
+    },
+}
+
+/// Fewest visible positions one part of a split decode task covers.
+const MIN_SPLIT_POSITIONS: usize = 256;
+/// Tasks per thread below which long decode tasks are split along their positions.
+const TASKS_PER_THREAD: usize = 2;
+
+/// The tasks of a call, prefill first (they are the long ones, so rayon starts them early).
+/// When a call has fewer than `TASKS_PER_THREAD` tasks per thread (a few sequences, few kv
+/// heads) and they do not already spread evenly over the threads, decode tasks over long
+/// contexts are split into parts of at least `MIN_SPLIT_POSITIONS` positions whose partial
+/// softmax states are merged afterwards (split-K / flash-decoding): `threads / gcd(tasks,
+/// threads)` parts make the task count a multiple of the thread count (3 kv heads on 2
+/// threads: 2 parts each; 2 kv heads on 2 threads: no split).
+fn plan(shape: &AttentionShape, seqs: &[SeqAttention<'_>], threads: usize) -> Vec<Task> {
+    let prefill = |s: &SeqAttention<'_>| s.rows.len() >= GEMM_MIN_ROWS;
+    let live = seqs.iter().filter(|s| !s.rows.is_empty()).count();
+    let threads = threads.max(1);
+    let want = TASKS_PER_THREAD * threads;
+    let base = live * shape.n_kv_heads;
+    let mut tasks = Vec::with_capacity(base);
+    for (seq, s) in seqs.iter().enumerate() {
+        if prefill(s) {
+            tasks.extend((0..shape.n_kv_heads).map(|kv_head| Task::Prefill { seq, kv_head }));
         }
     }
-    tasks.par_iter().for_each(|&(i, kv_head)| {
-        let seq = &seqs[i];
-        if seq.rows.len() >= GEMM_MIN_ROWS {
-            prefill_group(&args, seq, kv_head);
-        } else {
-            decode_task(&args, decode, seq, kv_head);
+    for (seq, s) in seqs.iter().enumerate() {
+        if s.rows.is_empty() || prefill(s) {
+            continue;
         }
-    });
-    Ok(())
+        let visible = s.start + s.rows.len() - first_visible(shape.window, s.start);
+        let parts = if base >= want {
+            1
+        } else {
+            (threads / gcd(base, threads))
+                .min(visible / MIN_SPLIT_POSITIONS)
+                .max(1)
+        };
+        for kv_head in 0..shape.n_kv_heads {
+            tasks.extend((0..parts).map(|part| Task::Decode {
+                seq,
+                kv_head,
+                part,
+                parts,
+            }));
+        }
+    }
+    tasks
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 fn shape_err(msg: String) -> Result<(), KernelError> {
@@ -498,6 +575,8 @@ pub(crate) struct DecodeArgs<'a> {
     pub values: &'a KvBlockStorage,
     pub seq: &'a SeqAttention<'a>,
     pub kv_head: usize,
+    /// The positions this task covers: all the rows may see, or one part of them.
+    pub positions: Range<usize>,
 }
 
 /// Per-thread buffers of the decode path, reused across calls.
@@ -513,8 +592,10 @@ pub(crate) struct DecodeScratch {
     sum: Vec<f32>,
 }
 
-/// A decode task body on one ISA: leaves the normalised outputs of the task's rows and group
-/// heads in `scratch.acc` (`[n, group * head_dim]`).
+/// A decode task body on one ISA: leaves the unnormalised softmax state of the task's rows
+/// and group heads over its positions in `scratch` (`acc`: `[n, group * head_dim]`, `max`,
+/// `sum`: `[n, group]`; a row that sees none of the positions has max `-inf`, sum and
+/// accumulator 0).
 pub(crate) type DecodeFn = unsafe fn(&DecodeArgs<'_>, &mut DecodeScratch);
 
 fn decode_scalar(a: &DecodeArgs<'_>, sc: &mut DecodeScratch) {
@@ -538,11 +619,35 @@ thread_local! {
     static SCRATCH: RefCell<DecodeScratch> = RefCell::default();
 }
 
-fn decode_task(a: &CallArgs<'_>, decode: DecodeFn, seq: &SeqAttention<'_>, kv_head: usize) {
+/// The unnormalised softmax state of one part of a split decode task.
+struct Partial {
+    seq: usize,
+    kv_head: usize,
+    /// Per (row, group head): accumulator `[head_dim]`, running max, running sum.
+    acc: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+/// Runs one decode task: writes its outputs, or returns its partial state when the task is
+/// one of several parts.
+fn decode_task(
+    a: &CallArgs<'_>,
+    decode: DecodeFn,
+    seq_index: usize,
+    seq: &SeqAttention<'_>,
+    kv_head: usize,
+    part: usize,
+    parts: usize,
+) -> Option<Partial> {
     let shape = a.shape;
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let gd = shape.n_heads / shape.n_kv_heads * hd;
+    // This part's slice of the positions any row may see.
+    let first = first_visible(shape.window, seq.start);
+    let len = seq.start + seq.rows.len() - first;
+    let positions = first + part * len / parts..first + (part + 1) * len / parts;
     let args = DecodeArgs {
         shape,
         q: a.q,
@@ -550,11 +655,24 @@ fn decode_task(a: &CallArgs<'_>, decode: DecodeFn, seq: &SeqAttention<'_>, kv_he
         values: a.values,
         seq,
         kv_head,
+        positions,
     };
     SCRATCH.with_borrow_mut(|sc| {
         // SAFETY: `decode` came from `decode_fn` for an ISA `paged_attention_with_isa`
         // found available.
         unsafe { decode(&args, sc) };
+        if parts > 1 {
+            return Some(Partial {
+                seq: seq_index,
+                kv_head,
+                acc: sc.acc.clone(),
+                max: sc.max.clone(),
+                sum: sc.sum.clone(),
+            });
+        }
+        for (acc, &sum) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum) {
+            ops::scale_inplace(acc, 1.0 / sum);
+        }
         for (t, row) in sc.acc.chunks_exact(gd).enumerate() {
             // SAFETY: cells (row t of this sequence, heads of kv_head's group) belong to
             // this task alone.
@@ -563,7 +681,43 @@ fn decode_task(a: &CallArgs<'_>, decode: DecodeFn, seq: &SeqAttention<'_>, kv_he
                     .write((seq.rows.start + t) * q_dim + kv_head * gd, row)
             };
         }
-    });
+        None
+    })
+}
+
+/// Combines the parts of one split decode task (`parts`: all of them, same sequence and kv
+/// head) and writes the outputs: with `M` the largest part max, every part's accumulator and
+/// sum are weighted by `exp(max_part - M)`.
+fn merge_partials(a: &CallArgs<'_>, seq: &SeqAttention<'_>, parts: &[Partial]) {
+    let hd = a.shape.head_dim;
+    let q_dim = a.shape.n_heads * hd;
+    let gd = a.shape.n_heads / a.shape.n_kv_heads * hd;
+    let kv_head = parts[0].kv_head;
+    let mut acc = vec![0.0f32; parts[0].acc.len()];
+    for (st, out) in acc.chunks_exact_mut(hd).enumerate() {
+        let m = parts
+            .iter()
+            .map(|p| p.max[st])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for p in parts {
+            // A part that saw none of this row's positions has max -inf: weight 0.
+            if p.max[st] == f32::NEG_INFINITY {
+                continue;
+            }
+            let w = (p.max[st] - m).exp();
+            sum += w * p.sum[st];
+            ops::axpy(out, w, &p.acc[st * hd..(st + 1) * hd]);
+        }
+        ops::scale_inplace(out, 1.0 / sum);
+    }
+    for (t, row) in acc.chunks_exact(gd).enumerate() {
+        // SAFETY: the parts' tasks are done; these cells belong to this (seq, kv head).
+        unsafe {
+            a.out
+                .write((seq.rows.start + t) * q_dim + kv_head * gd, row)
+        };
+    }
 }
 
 /// One run of a tile's positions that lies in one block.
@@ -605,12 +759,11 @@ pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut Dec
     sc.p.resize(group * tile, 0.0);
     sc.c.resize(group, 0.0);
     let mut segs = [Segment::default(); TILE];
-    // Positions any row may see: first..=last.
-    let first = first_visible(shape.window, s.start);
-    let last = s.start + n - 1;
-    let mut p0 = first;
-    while p0 <= last {
-        let end = (p0 + tile).min(last + 1); // this tile: positions p0..end
+    // The task's positions: p0..stop.
+    let stop = a.positions.end;
+    let mut p0 = a.positions.start;
+    while p0 < stop {
+        let end = (p0 + tile).min(stop); // this tile: positions p0..end
         let mut n_segs = 0;
         let mut p = p0;
         while p < end {
@@ -682,9 +835,6 @@ pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut Dec
         }
         p0 = end;
     }
-    for (acc, &sum) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum) {
-        ops::scale_inplace(acc, 1.0 / sum);
-    }
 }
 
 #[cfg(test)]
@@ -713,6 +863,52 @@ mod tests {
         keys.write(table, 0, &k);
         values.write(table, 0, &k);
         (keys, values)
+    }
+
+    #[test]
+    fn plan_splits_decode_only_to_even_out_the_threads() {
+        let table = [0u32; 200];
+        let seq = |start: usize, n: usize| SeqAttention {
+            rows: 0..n,
+            start,
+            block_table: &table,
+        };
+        let parts = |shape: &AttentionShape, seqs: &[SeqAttention<'_>], threads| {
+            plan(shape, seqs, threads)
+                .iter()
+                .map(|t| match *t {
+                    Task::Decode { parts, .. } => parts,
+                    Task::Prefill { .. } => 0,
+                })
+                .collect::<Vec<_>>()
+        };
+        let kv2 = shape(None, None);
+        let kv1 = AttentionShape {
+            n_kv_heads: 1,
+            ..kv2
+        };
+        // 2 kv heads x 1 sequence on 2 threads: already even.
+        assert_eq!(parts(&kv2, &[seq(1000, 1)], 2), vec![1; 2]);
+        // On 4 threads: 2 parts each; on 8: 4 each, but never below 256 positions a part.
+        assert_eq!(parts(&kv2, &[seq(1000, 1)], 4), vec![2; 4]);
+        assert_eq!(parts(&kv2, &[seq(1100, 1)], 8), vec![4; 8]);
+        assert_eq!(parts(&kv2, &[seq(600, 1)], 8), vec![2; 4]);
+        assert_eq!(parts(&kv2, &[seq(100, 1)], 8), vec![1; 2]);
+        // 1 kv head on 3 threads: 3 parts; 3 sequences on 3 threads: none.
+        assert_eq!(parts(&kv1, &[seq(1000, 1)], 3), vec![3; 3]);
+        assert_eq!(
+            parts(&kv1, &[seq(900, 1), seq(900, 1), seq(900, 1)], 3),
+            vec![1; 3]
+        );
+        // Enough tasks per thread: no split. A window bounds what a split may cover.
+        assert_eq!(parts(&kv1, &vec![seq(1000, 1); 4], 2), vec![1; 4]);
+        let windowed = AttentionShape {
+            window: Some(300),
+            ..kv1
+        };
+        assert_eq!(parts(&windowed, &[seq(3000, 1)], 4), vec![1]);
+        // Prefill tasks count, are never split and come first.
+        assert_eq!(parts(&kv1, &[seq(0, 40), seq(1000, 1)], 4), vec![0, 2, 2]);
     }
 
     #[test]

@@ -206,6 +206,40 @@ fn long_context_decode_with_a_window_skips_nothing_it_should_see() {
     });
 }
 
+/// Few sequences over long contexts on a few threads: decode tasks are split along their
+/// positions and the parts' softmax states merged; the result must not notice.
+#[test]
+fn split_long_decodes_match_contiguous_attention() {
+    for threads in [2, 3, 4, 8] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a test pool");
+        pool.install(|| {
+            for (shape, bs, seqs) in [
+                (shape(9, 3, 64, None, None), 16, vec![(1100, 1)]),
+                (
+                    shape(12, 2, 128, Some(20.0), None),
+                    16,
+                    vec![(700, 2), (0, 1)],
+                ),
+                // Window 600 of 1500 positions; part boundaries fall mid-block (block 7).
+                (shape(4, 1, 256, None, Some(600)), 7, vec![(1499, 1)]),
+                // A prefill chunk in the same call as a split decode.
+                (shape(6, 2, 16, None, None), 16, vec![(900, 3), (40, 24)]),
+            ] {
+                check_everywhere(&Case {
+                    shape,
+                    dtype: KvDtype::F32,
+                    block_size: bs,
+                    seqs,
+                    seed: threads as u64,
+                });
+            }
+        });
+    }
+}
+
 #[test]
 fn a_window_skips_blocks_it_cannot_see() {
     // Blocks wholly before the window are never read: their table entries may even be
