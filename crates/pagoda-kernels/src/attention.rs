@@ -170,9 +170,10 @@ pub(crate) fn head_gemm(
     assert!(rows.keys.len() >= (len - 1) * rows.kv_stride + hd);
     assert!(rows.values.len() >= (len - 1) * rows.kv_stride + hd);
     assert_eq!(out.len(), n * hd);
-    let mut scores = vec![0.0f32; n * len]; // [n, len]
-                                            // SAFETY: q rows t < n at stride q_stride, columns < hd; keys rows j < len at stride
-                                            // kv_stride, columns < hd; scores is [n, len] row-major (all asserted above).
+    // [n, len]
+    let mut scores = vec![0.0f32; n * len];
+    // SAFETY: q rows t < n at stride q_stride, columns < hd; keys rows j < len at stride
+    // kv_stride, columns < hd; scores is [n, len] row-major (all asserted above).
     unsafe {
         gemm::gemm(
             n,
