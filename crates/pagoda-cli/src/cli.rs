@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::{batch::BatchArgs, bench::BenchArgs, run::RunArgs};
+use crate::commands::{batch::BatchArgs, bench::BenchArgs, run::RunArgs, serve::ServeArgs};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -18,6 +18,7 @@ Examples:
   pagoda list                           what is in the store
   pagoda show smollm2:135m              format, size, digest, source and model details
   pagoda rm smollm2:135m                delete it (and blobs no other model uses)
+  pagoda serve                          serve the default model on http://127.0.0.1:11435
   pagoda --store /data/models list      use another store (or set PAGODA_HOME)
 
 Logging: -v (info), -vv (debug), -vvv (trace); or PAGODA_LOG / RUST_LOG=pagoda_store=debug.
@@ -65,6 +66,10 @@ pub enum Command {
     /// Generate text with a model (a one-shot prompt, or an interactive chat).
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+
+    /// Serve models over HTTP: OpenAI API (/v1), Ollama API (/api), /metrics, /health,
+    /// /ready and a chat page at /.
+    Serve(ServeArgs),
 
     /// Run an offline job of OpenAI Batch API requests (JSONL in, JSONL out, in order) on the
     /// batching engine.
@@ -172,7 +177,7 @@ impl Cli {
             Command::List(a) => a.log.verbose,
             Command::Rm(a) => a.log.verbose,
             Command::Show(a) => a.log.verbose,
-            Command::Run(_) | Command::Bench(_) | Command::Batch(_) => 0,
+            Command::Run(_) | Command::Bench(_) | Command::Batch(_) | Command::Serve(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

@@ -32,3 +32,28 @@ pub fn init(verbosity: u8) {
     // A second init (tests) is harmless.
     let _ = result;
 }
+
+/// Installs the server's subscriber: request logs (info) by default, as text or JSON lines.
+pub fn init_server(verbosity: u8, json: bool) {
+    let from_env = std::env::var("PAGODA_LOG")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .filter(|v| !v.trim().is_empty());
+    let directives = from_env.unwrap_or_else(|| {
+        match verbosity {
+            0 | 1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+        .to_string()
+    });
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+}

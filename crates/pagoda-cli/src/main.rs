@@ -17,7 +17,10 @@ use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.verbosity());
+    match &cli.command {
+        Command::Serve(args) => logging::init_server(cli.verbosity(), args.log_format == "json"),
+        _ => logging::init(cli.verbosity()),
+    }
     if let Some(dir) = &cli.store {
         // Single-threaded here: nothing else reads the environment yet.
         std::env::set_var("PAGODA_HOME", dir);
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Batch(args) => commands::batch::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,11 +18,11 @@ use crate::scheduler::{
 };
 use crate::stop::FinishReason;
 use crate::EngineError;
+use flume::Sender;
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_model::{KvDtype, PagedKvCache};
 use std::collections::HashMap;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,6 +79,10 @@ pub struct EngineStats {
     pub kv_blocks_total: usize,
     /// Share of admitted prompt tokens whose KV came from the prefix cache (0 when none yet).
     pub prefix_cache_hit_rate: f64,
+    /// Prompt tokens looked up in the prefix cache since start (vLLM's `prefix_cache_queries`).
+    pub prefix_cache_queried_tokens: u64,
+    /// Of those, tokens found cached (vLLM's `prefix_cache_hits`).
+    pub prefix_cache_hit_tokens: u64,
     /// Tokens computed in the last step.
     pub tokens_last_step: usize,
     pub steps: u64,
@@ -606,6 +610,8 @@ impl EngineCore {
         self.stats.kv_blocks_used = s.pool.blocks_used;
         self.stats.kv_blocks_total = s.pool.blocks_total;
         self.stats.prefix_cache_hit_rate = s.prefix_hit_rate();
+        self.stats.prefix_cache_queried_tokens = s.prefix_queried_tokens;
+        self.stats.prefix_cache_hit_tokens = s.prefix_hit_tokens;
         self.stats.tokens_last_step = tokens;
         if tokens > 0 {
             self.stats.steps += 1;

@@ -8,10 +8,11 @@
 use crate::engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
 use crate::request::{EngineRequest, RequestId, TokenEvent};
 use crate::EngineError;
+use flume::RecvTimeoutError;
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ enum Command {
     Submit {
         id: RequestId,
         request: Box<EngineRequest>,
-        events: Sender<TokenEvent>,
+        events: flume::Sender<TokenEvent>,
         arrived: Instant,
     },
     Abort(RequestId),
@@ -101,7 +102,7 @@ impl EngineHandle {
     pub fn submit(&self, request: EngineRequest) -> Result<RequestStream, EngineError> {
         EngineCore::validate(&self.model, &self.layout, &request)?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (events_tx, events_rx) = mpsc::channel();
+        let (events_tx, events_rx) = flume::unbounded();
         let n = request.n;
         self.send(Command::Submit {
             id,
@@ -211,7 +212,7 @@ fn apply(core: &mut EngineCore, cmd: Command) -> bool {
 #[derive(Debug)]
 pub struct RequestStream {
     pub id: RequestId,
-    events: Receiver<TokenEvent>,
+    events: flume::Receiver<TokenEvent>,
     open_choices: usize,
     failed: bool,
 }
@@ -230,6 +231,16 @@ impl RequestStream {
             Err(RecvTimeoutError::Timeout) => Err(EngineError::Timeout),
             Err(RecvTimeoutError::Disconnected) => Ok(None),
         }
+    }
+
+    /// The next event, awaited (for async servers); `None` when the stream is over.
+    pub async fn next_event(&mut self) -> Option<TokenEvent> {
+        if self.is_done() {
+            return None;
+        }
+        let ev = self.events.recv_async().await.ok()?;
+        self.track(&ev);
+        Some(ev)
     }
 
     fn is_done(&self) -> bool {

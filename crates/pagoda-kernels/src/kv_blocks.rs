@@ -82,7 +82,8 @@ impl KvBlockStorage {
     pub fn new(dtype: KvDtype, n_blocks: usize, block_size: usize, kv_dim: usize) -> Self {
         let len = n_blocks * block_size * kv_dim;
         let data = match dtype {
-            KvDtype::F16 => Data::F16(vec![f16::ZERO; len]),
+            // `vec![f16::ZERO; n]` would write every element; zeroed u16s come from calloc.
+            KvDtype::F16 => Data::F16(half::vec::HalfBitsVecExt::reinterpret_into(vec![0u16; len])),
             KvDtype::F32 => Data::F32(vec![0.0; len]),
         };
         KvBlockStorage {

@@ -13,6 +13,7 @@ pub mod model_loader;
 pub mod pull;
 pub mod rm;
 pub mod run;
+pub mod serve;
 pub mod show;
 pub mod threads;
 

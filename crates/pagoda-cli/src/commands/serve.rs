@@ -1,0 +1,101 @@
+//! `pagoda serve`: the OpenAI- and Ollama-compatible HTTP server (pagoda-server) on the
+//! batching engine. Models named with `--model` are pulled if missing (with progress bars)
+//! before the server starts, then loaded; others load on first request.
+
+use crate::commands::engine_args::{parse_size, EngineArgs};
+use anyhow::Context;
+use clap::Args;
+use pagoda_engine::BatchingMode;
+use pagoda_server::{BoundServer, ServerConfig, DEFAULT_PORT};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `pagoda serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Models to load at start (repeat the flag for several); the first answers requests
+    /// that name no model. Missing catalog models are pulled first.
+    #[arg(long = "model", short = 'm', default_value = pagoda_store::DEFAULT_MODEL)]
+    pub models: Vec<String>,
+    /// Address to listen on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (11435: one above Ollama's, so both can run).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Requests per model that may wait beyond the running batch; more get 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// Largest request body in bytes (e.g. 4MiB); more gets 413.
+    #[arg(long, value_parser = parse_size, default_value = "4MiB")]
+    pub max_body_bytes: u64,
+    /// How long a model loaded on demand stays after its last request (e.g. 5m, 1h, 0 to
+    /// unload at once, -1 to keep it); models named with --model stay loaded.
+    #[arg(long, default_value = "5m", allow_hyphen_values = true)]
+    pub keep_alive: String,
+    /// Most memory all loaded models may use (weights + KV pools), e.g. 8GiB; over it, idle
+    /// models are evicted, or the load is refused with 503.
+    #[arg(long, value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+    /// On SIGTERM/Ctrl-C, how long requests in flight may take to finish (seconds).
+    #[arg(long, default_value_t = 30.0)]
+    pub drain_grace: f64,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Log format on stderr: text, or json (one object per line, for log collectors).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Runs `pagoda serve` until SIGTERM or Ctrl-C.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    crate::commands::threads::set_threads(args.threads)?;
+    let keep_alive = parse_keep_alive(&args.keep_alive)?;
+    let store = Arc::new(pagoda_store::Store::open(None).context("opening the model store")?);
+    for name in &args.models {
+        pagoda_server::loader::resolve(&store, name, pagoda_server::loader::Pull::IfMissing)
+            .with_context(|| format!("getting model `{name}`"))?;
+    }
+    let config = ServerConfig {
+        host: args.host.clone(),
+        port: args.port,
+        models: args.models.clone(),
+        engine: args.engine.config(BatchingMode::Continuous),
+        max_queue: args.max_queue,
+        max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+        keep_alive,
+        memory_budget: args.memory_budget,
+        drain_grace: Duration::from_secs_f64(args.drain_grace.max(0.0)),
+        ..ServerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("pagoda-http")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let server = BoundServer::bind(config, store).await?;
+        let addr = server.local_addr()?;
+        eprintln!(
+            "pagoda serving {} on http://{addr} (OpenAI: http://{addr}/v1, Ollama: http://{addr}, chat: http://{addr}/)",
+            args.models.join(", ")
+        );
+        server.run(pagoda_server::shutdown_signal()).await?;
+        anyhow::Ok(())
+    })?;
+    eprintln!("pagoda: stopped");
+    Ok(())
+}
+
+/// `5m`, `1h30m`, `0`, `-1` (forever).
+fn parse_keep_alive(text: &str) -> anyhow::Result<Option<Duration>> {
+    let value = match text.trim().parse::<f64>() {
+        Ok(secs) => pagoda_protocol::ollama::KeepAlive::Seconds(secs),
+        Err(_) => pagoda_protocol::ollama::KeepAlive::Text(text.to_string()),
+    };
+    Ok(value.duration()?)
+}

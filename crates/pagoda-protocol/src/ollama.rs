@@ -1,0 +1,401 @@
+//! The Ollama API (`/api/...`) as Pagoda serves it: requests, NDJSON stream objects, model
+//! listings, and the `options` map with Ollama's names.
+//!
+//! Invariants: `stream` defaults to true (Ollama's default); durations are nanoseconds;
+//! timestamps are RFC 3339 strings; the error body is `{"error": "..."}`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `options`: the model parameters of a request, as Ollama names them. Unknown keys are
+/// accepted and ignored (Ollama warns about them); `num_ctx` and the like that only size the
+/// runtime are read but do not change Pagoda's (fixed) KV layout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    pub num_predict: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_k: Option<i64>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<Vec<String>>,
+    pub repeat_penalty: Option<f32>,
+    pub repeat_last_n: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub num_ctx: Option<i64>,
+}
+
+/// `keep_alive`: a duration string (`"5m"`, `"1h30m"`, `"0"`), or a number of seconds;
+/// negative keeps the model loaded forever.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KeepAlive {
+    Seconds(f64),
+    Text(String),
+}
+
+/// Why a [`KeepAlive`] could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid keep_alive `{0}`; use a duration such as \"5m\", \"30s\", \"1h\", 0 or -1")]
+pub struct KeepAliveError(pub String);
+
+impl KeepAlive {
+    /// The duration, or `None` for "forever" (negative values).
+    pub fn duration(&self) -> Result<Option<std::time::Duration>, KeepAliveError> {
+        let secs = match self {
+            KeepAlive::Seconds(s) => *s,
+            KeepAlive::Text(t) => parse_go_duration(t).ok_or_else(|| KeepAliveError(t.clone()))?,
+        };
+        if !secs.is_finite() {
+            return Err(KeepAliveError(format!("{secs}")));
+        }
+        if secs < 0.0 {
+            return Ok(None);
+        }
+        Ok(Some(std::time::Duration::from_secs_f64(secs.min(1e12))))
+    }
+}
+
+/// Seconds of a Go-style duration (`"1h2m3.5s"`, `"300ms"`, `"-1"`, `"10"` = seconds).
+fn parse_go_duration(text: &str) -> Option<f64> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return Some(secs);
+    }
+    let (sign, mut rest) = match t.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, t),
+    };
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    Some(sign * total)
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `POST /api/generate`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    pub model: String,
+    #[serde(default)]
+    pub prompt: String,
+    pub suffix: Option<String>,
+    pub system: Option<String>,
+    /// A Go template overriding the model's; Pagoda accepts only `{{ .Prompt }}`-style
+    /// templates through `raw` (see the server).
+    pub template: Option<String>,
+    /// The `context` of an earlier response, to continue from (token ids).
+    pub context: Option<Vec<u32>>,
+    #[serde(default = "default_true")]
+    pub stream: bool,
+    /// Send the prompt as is, without the chat template.
+    #[serde(default)]
+    pub raw: bool,
+    /// `"json"` or a JSON schema.
+    pub format: Option<Value>,
+    pub images: Option<Vec<String>>,
+    pub options: Option<Options>,
+    pub keep_alive: Option<KeepAlive>,
+}
+
+/// One object of the `/api/generate` stream (the last one has `done: true` and the counts).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerateResponse {
+    pub model: String,
+    pub created_at: String,
+    pub response: String,
+    pub done: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Vec<u32>>,
+    #[serde(flatten)]
+    pub stats: Option<FinalStats>,
+}
+
+/// The counts and durations (nanoseconds) on the last object of a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalStats {
+    pub total_duration: u64,
+    pub load_duration: u64,
+    pub prompt_eval_count: usize,
+    pub prompt_eval_duration: u64,
+    pub eval_count: usize,
+    pub eval_duration: u64,
+}
+
+/// One message of `/api/chat`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<String>>,
+}
+
+/// `POST /api/chat`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub model: String,
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    #[serde(default = "default_true")]
+    pub stream: bool,
+    pub format: Option<Value>,
+    pub options: Option<Options>,
+    pub keep_alive: Option<KeepAlive>,
+    pub tools: Option<Vec<Value>>,
+}
+
+/// One object of the `/api/chat` stream.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub model: String,
+    pub created_at: String,
+    pub message: Message,
+    pub done: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_reason: Option<String>,
+    #[serde(flatten)]
+    pub stats: Option<FinalStats>,
+}
+
+/// `details` of a model in listings and `/api/show`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelDetails {
+    pub parent_model: String,
+    pub format: String,
+    pub family: String,
+    pub families: Option<Vec<String>>,
+    pub parameter_size: String,
+    pub quantization_level: String,
+}
+
+/// One model of `GET /api/tags`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedModel {
+    pub name: String,
+    pub model: String,
+    pub modified_at: String,
+    pub size: u64,
+    pub digest: String,
+    pub details: ModelDetails,
+}
+
+/// `GET /api/tags`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagsResponse {
+    pub models: Vec<ListedModel>,
+}
+
+/// One loaded model of `GET /api/ps`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningModel {
+    pub name: String,
+    pub model: String,
+    pub size: u64,
+    pub digest: String,
+    pub details: ModelDetails,
+    /// When it will be unloaded if idle (RFC 3339).
+    pub expires_at: String,
+    pub size_vram: u64,
+}
+
+/// `GET /api/ps`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PsResponse {
+    pub models: Vec<RunningModel>,
+}
+
+/// `POST /api/show` (`model`, or the older `name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShowRequest {
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub verbose: bool,
+}
+
+impl ShowRequest {
+    /// The model named, by either field.
+    pub fn model_name(&self) -> &str {
+        if self.model.is_empty() {
+            &self.name
+        } else {
+            &self.model
+        }
+    }
+}
+
+/// `POST /api/show` response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShowResponse {
+    pub modelfile: String,
+    pub parameters: String,
+    pub template: String,
+    pub details: ModelDetails,
+    pub model_info: serde_json::Map<String, Value>,
+    pub capabilities: Vec<String>,
+    pub modified_at: String,
+}
+
+/// `POST /api/pull` (and `/api/delete`, which takes the same name fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullRequest {
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub insecure: bool,
+    #[serde(default = "default_true")]
+    pub stream: bool,
+}
+
+impl PullRequest {
+    /// The model named, by either field.
+    pub fn model_name(&self) -> &str {
+        if self.model.is_empty() {
+            &self.name
+        } else {
+            &self.model
+        }
+    }
+}
+
+/// One object of the `/api/pull` stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressResponse {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<u64>,
+}
+
+/// `POST /api/embed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedRequest {
+    pub model: String,
+    pub input: EmbedInput,
+    pub truncate: Option<bool>,
+    pub options: Option<Options>,
+    pub keep_alive: Option<KeepAlive>,
+}
+
+/// `input` of an [`EmbedRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EmbedInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `POST /api/embed` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedResponse {
+    pub model: String,
+    pub embeddings: Vec<Vec<f32>>,
+    pub total_duration: u64,
+    pub load_duration: u64,
+    pub prompt_eval_count: usize,
+}
+
+/// `GET /api/version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionResponse {
+    pub version: String,
+}
+
+/// Every Ollama error body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn keep_alive_reads_go_durations_numbers_and_forever() {
+        let d = |v: Value| {
+            serde_json::from_value::<KeepAlive>(v)
+                .expect("parses")
+                .duration()
+        };
+        assert_eq!(
+            d(Value::from("5m")).expect("ok"),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(
+            d(Value::from("1h30m")).expect("ok"),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            d(Value::from("250ms")).expect("ok"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(d(Value::from(0)).expect("ok"), Some(Duration::ZERO));
+        assert_eq!(d(Value::from("0")).expect("ok"), Some(Duration::ZERO));
+        assert_eq!(d(Value::from(-1)).expect("ok"), None);
+        assert_eq!(d(Value::from("-1m")).expect("ok"), None);
+        assert!(d(Value::from("soon")).is_err());
+        assert!(d(Value::from("5x")).is_err());
+        assert!(d(Value::from("-")).is_err());
+    }
+
+    #[test]
+    fn stream_defaults_to_true_and_stats_flatten_on_the_last_object() {
+        let req: GenerateRequest =
+            serde_json::from_str(r#"{"model":"m","prompt":"hi"}"#).expect("parses");
+        assert!(req.stream);
+        let last = GenerateResponse {
+            model: "m".into(),
+            done: true,
+            stats: Some(FinalStats {
+                eval_count: 3,
+                ..FinalStats::default()
+            }),
+            ..GenerateResponse::default()
+        };
+        let v = serde_json::to_value(&last).expect("serializes");
+        assert_eq!(v["eval_count"], 3);
+        assert!(v.get("stats").is_none());
+        let mid = GenerateResponse::default();
+        let v = serde_json::to_value(&mid).expect("serializes");
+        assert!(v.get("eval_count").is_none());
+    }
+}

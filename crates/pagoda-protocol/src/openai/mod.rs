@@ -1,0 +1,164 @@
+//! The OpenAI API as Pagoda serves it: shared pieces here (usage, stop lists, the error
+//! body, the model list), one module per endpoint family.
+//!
+//! Invariant: request types accept what the official SDKs send (unknown fields are
+//! ignored, as vLLM does); response types serialize to what the SDKs parse.
+
+pub mod chat;
+pub mod completion;
+pub mod embedding;
+
+use serde::{Deserialize, Serialize};
+
+/// Token counts of one response (`usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+impl Usage {
+    /// Usage with `total_tokens` filled in and the cached count reported.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Self {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
+        }
+    }
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
+}
+
+/// `stop`: one string or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Stop {
+    /// The stop strings as a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    /// Send one last chunk with `usage` (and no choices) before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Why a choice ended, as OpenAI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ContentFilter,
+    ToolCalls,
+}
+
+/// The body of every error response: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorDetail,
+}
+
+/// `error` of an [`ErrorResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    /// `invalid_request_error`, `not_found_error`, `rate_limit_error`, `server_error`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault, when there is one.
+    pub param: Option<String>,
+    /// A machine-readable code (`model_not_found`, `context_length_exceeded`, ...).
+    pub code: Option<String>,
+}
+
+impl ErrorResponse {
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        ErrorResponse {
+            error: ErrorDetail {
+                message: message.into(),
+                kind: kind.to_string(),
+                param: None,
+                code: None,
+            },
+        }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.error.param = Some(param.into());
+        self
+    }
+
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.error.code = Some(code.into());
+        self
+    }
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelCard>,
+}
+
+impl ModelList {
+    pub fn new(data: Vec<ModelCard>) -> Self {
+        ModelList {
+            object: "list".into(),
+            data,
+        }
+    }
+}
+
+/// One entry of [`ModelList`] (also `GET /v1/models/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub owned_by: String,
+}
+
+impl ModelCard {
+    pub fn new(id: impl Into<String>, created: u64) -> Self {
+        ModelCard {
+            id: id.into(),
+            object: "model".into(),
+            created,
+            owned_by: "pagoda".into(),
+        }
+    }
+}
+
+/// One alternative of a `top_logprobs` list (chat format).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    /// UTF-8 bytes of the token (it may be part of a character).
+    pub bytes: Option<Vec<u8>>,
+}

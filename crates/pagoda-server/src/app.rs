@@ -1,0 +1,238 @@
+//! The HTTP application: the router (OpenAI, Ollama, health, readiness, metrics, the chat
+//! page), the background upkeep (keep-alive reaping, hot reload), and the server's life:
+//! bind, load the models named at start, serve, drain on SIGTERM/SIGINT.
+//!
+//! Invariants: `/health` answers as soon as the socket is bound; `/ready` only once the
+//! models named at start are loaded and while not draining. On a shutdown signal the
+//! listener closes at once, requests in flight get up to the grace period, then the process
+//! moves on (engines stop when the registry drops them).
+
+use crate::error::ApiError;
+use crate::metrics::{Metrics, MetricsError};
+use crate::registry::{Registry, RegistryConfig};
+use crate::state::{AppState, ServerConfig};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use pagoda_store::Store;
+use serde_json::json;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "cannot listen on {addr}: {source}; is another server using the port? pick one with --port"
+    )]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot load model `{model}` named at start: {message}")]
+    Preload { model: String, message: String },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The router over `app`.
+pub fn router(app: AppState) -> Router {
+    Router::new()
+        .merge(crate::openai::routes())
+        .merge(crate::ollama::routes())
+        .route("/", get(crate::chat_page::page))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            count_rejections,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(app)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn ready(State(app): State<AppState>) -> Response {
+    if app.is_ready() {
+        Json(json!({"status": "ready"})).into_response()
+    } else {
+        let why = if app.draining() {
+            "draining"
+        } else {
+            "loading"
+        };
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": why})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    let text = app.metrics.render(&app.registry.loaded());
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn not_found(State(app): State<AppState>, request: Request) -> Response {
+    let e = ApiError::route_not_found(request.uri().path());
+    app.metrics.count_error(e.status.as_u16());
+    e.into_response()
+}
+
+async fn method_not_allowed(State(app): State<AppState>) -> Response {
+    let e = ApiError::method_not_allowed();
+    app.metrics.count_error(e.status.as_u16());
+    e.into_response()
+}
+
+/// Counts 4xx/5xx that axum itself produced (e.g. path rejections) and that handlers did
+/// not count (handlers mark theirs with the `ApiError` extension).
+async fn count_rejections(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if (status.is_client_error() || status.is_server_error())
+        && response.extensions().get::<ApiError>().is_none()
+    {
+        app.metrics.count_error(status.as_u16());
+    }
+    response
+}
+
+/// A bound, not yet running server.
+pub struct BoundServer {
+    listener: TcpListener,
+    app: AppState,
+}
+
+impl BoundServer {
+    /// Binds the configured address and builds the shared state.
+    pub async fn bind(config: ServerConfig, store: Arc<Store>) -> Result<Self, ServerError> {
+        let metrics = Metrics::new()?;
+        let registry = Arc::new(Registry::new(
+            store,
+            RegistryConfig {
+                engine: config.engine.clone(),
+                keep_alive: config.keep_alive,
+                memory_budget: config.memory_budget,
+            },
+        ));
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        Ok(BoundServer {
+            listener,
+            app: AppState::new(config, registry, metrics),
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.app
+    }
+
+    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let app = self.app;
+        let (preload_tx, preload_rx) = tokio::sync::oneshot::channel::<ServerError>();
+        tokio::spawn(preload(app.clone(), preload_tx));
+        tokio::spawn(upkeep(app.clone()));
+        let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+        let draining = app.clone();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections, draining requests in flight");
+            draining.start_draining();
+            let _ = drain_tx.send(());
+        };
+        let grace = app.config.drain_grace;
+        let server = axum::serve(self.listener, router(app.clone())).with_graceful_shutdown(signal);
+        tokio::select! {
+            result = server => result?,
+            Ok(e) = preload_rx => return Err(e),
+            _ = async move {
+                let _ = drain_rx.await;
+                tokio::time::sleep(grace).await;
+            } => tracing::warn!(grace_secs = grace.as_secs_f64(), "grace period over; closing the remaining requests"),
+        }
+        Ok(())
+    }
+}
+
+/// Loads the models named at start, then marks the server ready.
+async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError>) {
+    for name in app.config.models.clone() {
+        if let Err(e) = app.registry.preload(&name).await {
+            tracing::error!(model = %name, error = %e.message, "cannot load a model named at start");
+            let _ = failed.send(ServerError::Preload {
+                model: name,
+                message: e.message,
+            });
+            return;
+        }
+    }
+    app.set_ready();
+    tracing::info!("ready");
+}
+
+/// Unloads idle models and picks up new versions, every `reload_interval`.
+async fn upkeep(app: AppState) {
+    let mut tick = tokio::time::interval(app.config.reload_interval);
+    loop {
+        tick.tick().await;
+        for name in app.registry.reap_idle() {
+            tracing::info!(model = %name, "unloading an idle model (keep_alive elapsed)");
+        }
+        app.registry.reload_changed().await;
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,238 @@
+//! The server's one error type, [`ApiError`], and the one mapping from failures to HTTP
+//! status and error bodies: OpenAI's `{"error": {message, type, param, code}}` on `/v1`,
+//! Ollama's `{"error": "..."}` on `/api` (through [`OllamaError`]).
+//!
+//! Invariant: every failure a client can cause is a 4xx with a message that says what to
+//! change; 5xx means the server's fault or state (loading, draining), never bad input.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use pagoda_engine::sampling::SamplingError;
+use pagoda_engine::EngineError;
+use pagoda_protocol::{ollama, openai::ErrorResponse};
+
+/// A failed request, ready to be written as an error response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// OpenAI's error `type`.
+    pub kind: &'static str,
+    pub message: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+    /// Seconds for a `Retry-After` header (429, 503).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: a parameter is wrong.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 naming the parameter at fault.
+    pub fn invalid_param(param: &str, message: impl Into<String>) -> Self {
+        Self::invalid(message).with_param(param)
+    }
+
+    /// 404: no such model.
+    pub fn model_not_found(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!(
+                "model `{name}` not found; pull it first (`pagoda pull {name}` or POST /api/pull), or list models with GET /v1/models"
+            ),
+        )
+        .with_param("model")
+        .with_code("model_not_found")
+    }
+
+    /// 404: no such route.
+    pub fn route_not_found(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!(
+                "no route {path}; see GET /v1/models, POST /v1/chat/completions, POST /api/chat"
+            ),
+        )
+    }
+
+    /// 405.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method not allowed on this route",
+        )
+    }
+
+    /// 413: the body is over the limit.
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("request body over {limit} bytes; send less, or raise --max-body-bytes"),
+        )
+    }
+
+    /// 429: the waiting queue is full.
+    pub fn queue_full(limit: usize) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!("the server's queue is full ({limit} requests waiting); retry later"),
+        )
+        .with_code("queue_full");
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// 503: loading, draining or out of memory for another model.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message);
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// 500: the server's fault.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    pub fn with_param(mut self, param: &str) -> Self {
+        self.param = Some(param.to_string());
+        self
+    }
+
+    pub fn with_code(mut self, code: &str) -> Self {
+        self.code = Some(code.to_string());
+        self
+    }
+
+    /// The OpenAI error body.
+    pub fn openai_body(&self) -> ErrorResponse {
+        let mut body = ErrorResponse::new(self.kind, self.message.clone());
+        body.error.param = self.param.clone();
+        body.error.code = self.code.clone();
+        body
+    }
+
+    fn respond(&self, body: String) -> Response {
+        let mut response = (
+            self.status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response.extensions_mut().insert(self.clone());
+        response
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_string(&self.openai_body()).unwrap_or_default();
+        self.respond(body)
+    }
+}
+
+/// An [`ApiError`] written the Ollama way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OllamaError(pub ApiError);
+
+impl From<ApiError> for OllamaError {
+    fn from(e: ApiError) -> Self {
+        OllamaError(e)
+    }
+}
+
+impl IntoResponse for OllamaError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_string(&ollama::ErrorResponse {
+            error: self.0.message.clone(),
+        })
+        .unwrap_or_default();
+        self.0.respond(body)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let message = e.to_string();
+        match e {
+            EngineError::PromptTooLong { .. } => ApiError::invalid(message)
+                .with_param("messages")
+                .with_code("context_length_exceeded"),
+            EngineError::PromptExceedsKvCache { .. } => {
+                ApiError::invalid(message).with_code("context_length_exceeded")
+            }
+            EngineError::Sampling(SamplingError::InvalidParameter { name, .. }) => {
+                ApiError::invalid_param(name, message)
+            }
+            EngineError::EmptyPrompt | EngineError::InvalidRequest(_) => ApiError::invalid(message),
+            EngineError::Stopped => ApiError::unavailable("the model is shutting down; retry"),
+            EngineError::Timeout => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)
+            }
+            EngineError::InvalidConfig(_) | EngineError::Model(_) => ApiError::internal(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_map_to_client_or_server_status() {
+        let too_long: ApiError = EngineError::PromptTooLong {
+            prompt_tokens: 10,
+            context: 5,
+        }
+        .into();
+        assert_eq!(too_long.status, StatusCode::BAD_REQUEST);
+        assert_eq!(too_long.code.as_deref(), Some("context_length_exceeded"));
+        let stopped: ApiError = EngineError::Stopped.into();
+        assert_eq!(stopped.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(stopped.retry_after, Some(1));
+    }
+
+    #[test]
+    fn openai_body_has_every_field() {
+        let e = ApiError::model_not_found("nope");
+        let v = serde_json::to_value(e.openai_body()).expect("serializes");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nope")));
+    }
+}

@@ -1,0 +1,165 @@
+//! One request's run through the engine, shared by both APIs: admission (queue limit),
+//! submission, the event stream with metrics observed on the way, the structured log line
+//! when it ends, and [`collect`] for non-streamed responses.
+//!
+//! Invariants: a [`Generation`] holds its model's [`Lease`] for as long as it lives;
+//! dropping it (a client that went away) aborts the engine request, which frees its KV
+//! blocks; exactly one log line is written per request.
+
+use crate::error::ApiError;
+use crate::metrics::RequestObserver;
+use crate::registry::Lease;
+use crate::state::AppState;
+use pagoda_engine::{EngineRequest, FinishReason, RequestStream, SampledToken, TokenEvent, Usage};
+use std::time::Instant;
+
+/// A submitted request and what is known of it so far.
+pub struct Generation {
+    pub lease: Lease,
+    pub id: String,
+    stream: RequestStream,
+    observer: RequestObserver,
+    started: Instant,
+    first_token: Option<Instant>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    open_choices: usize,
+    outcome: Option<&'static str>,
+}
+
+impl Generation {
+    /// Submits `request` on `lease`'s engine, refusing with 429 when the model's queue
+    /// (requests beyond the running batch) is full.
+    pub fn start(
+        app: &AppState,
+        lease: Lease,
+        request: EngineRequest,
+        id: String,
+    ) -> Result<Self, ApiError> {
+        let limit = app.config.max_num_seqs_per_model() + app.config.max_queue;
+        if lease.in_flight() > limit {
+            return Err(ApiError::queue_full(app.config.max_queue));
+        }
+        if app.draining() {
+            return Err(ApiError::unavailable(
+                "the server is shutting down; send the request to another replica",
+            ));
+        }
+        let n = request.n;
+        let prompt_tokens = request.prompt.len();
+        let stream = lease.engine.submit(request)?;
+        let observer = app.metrics.observe(&lease.name);
+        Ok(Generation {
+            lease,
+            id,
+            stream,
+            observer,
+            started: Instant::now(),
+            first_token: None,
+            prompt_tokens,
+            completion_tokens: 0,
+            open_choices: n,
+            outcome: None,
+        })
+    }
+
+    /// The next event; `None` after the last.
+    pub async fn next(&mut self) -> Option<TokenEvent> {
+        let ev = self.stream.next_event().await?;
+        match &ev {
+            TokenEvent::Token { index, at, .. } => {
+                self.first_token.get_or_insert(*at);
+                self.completion_tokens += 1;
+                self.observer.token(*index, *at);
+            }
+            TokenEvent::Finished {
+                index,
+                reason,
+                timings,
+                ..
+            } => {
+                self.observer.finished(*index, *reason, timings);
+                self.open_choices = self.open_choices.saturating_sub(1);
+                if self.open_choices == 0 {
+                    self.outcome = Some(reason.as_str());
+                }
+            }
+            TokenEvent::Error { .. } => self.outcome = Some("error"),
+        }
+        Some(ev)
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        let ms = |i: Instant| i.duration_since(self.started).as_secs_f64() * 1e3;
+        tracing::info!(
+            request_id = %self.id,
+            model = %self.lease.name,
+            version = %self.lease.version,
+            prompt_tokens = self.prompt_tokens,
+            completion_tokens = self.completion_tokens,
+            ttft_ms = self.first_token.map(ms),
+            e2e_ms = ms(Instant::now()),
+            outcome = self.outcome.unwrap_or("client_disconnected"),
+            "request"
+        );
+    }
+}
+
+/// Everything one choice produced.
+#[derive(Debug, Clone)]
+pub struct ChoiceOutput {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<SampledToken>,
+    pub finish: FinishReason,
+    pub usage: Usage,
+}
+
+/// Runs a generation to its end and returns its choices in index order.
+pub async fn collect(generation: &mut Generation, n: usize) -> Result<Vec<ChoiceOutput>, ApiError> {
+    let mut choices: Vec<ChoiceOutput> = (0..n)
+        .map(|_| ChoiceOutput {
+            text: String::new(),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            finish: FinishReason::Abort,
+            usage: Usage::default(),
+        })
+        .collect();
+    while let Some(ev) = generation.next().await {
+        match ev {
+            TokenEvent::Token {
+                index,
+                token,
+                text,
+                logprob,
+                ..
+            } => {
+                if let Some(c) = choices.get_mut(index) {
+                    c.text.push_str(&text);
+                    c.tokens.push(token);
+                    if let Some(lp) = logprob {
+                        c.logprobs.push(lp);
+                    }
+                }
+            }
+            TokenEvent::Finished {
+                index,
+                reason,
+                text,
+                usage,
+                ..
+            } => {
+                if let Some(c) = choices.get_mut(index) {
+                    c.text.push_str(&text);
+                    c.finish = reason;
+                    c.usage = usage;
+                }
+            }
+            TokenEvent::Error { message } => return Err(ApiError::internal(message)),
+        }
+    }
+    Ok(choices)
+}

@@ -1,0 +1,30 @@
+//! pagoda-server: the batching engine behind HTTP, so existing clients work unchanged —
+//! the OpenAI SDKs, LangChain/LlamaIndex with a base_url, the `ollama` client, curl.
+//!
+//! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
+//! [`generation`] (one request through the engine, shared by both), [`prepare`] (API
+//! parameters → engine request, with the length rules), [`registry`] (loaded models,
+//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model),
+//! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
+//! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state).
+//!
+//! Architecture Invariant: the server reaches models only through the engine's
+//! `EngineHandle` and the loader; wire types come from pagoda-protocol.
+
+pub mod app;
+pub mod body;
+pub mod chat_page;
+pub mod clock;
+pub mod error;
+pub mod generation;
+pub mod loader;
+pub mod metrics;
+pub mod ollama;
+pub mod openai;
+pub mod prepare;
+pub mod registry;
+pub mod state;
+
+pub use app::{shutdown_signal, BoundServer, ServerError};
+pub use error::ApiError;
+pub use state::{AppState, ServerConfig, DEFAULT_PORT};

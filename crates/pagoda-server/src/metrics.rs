@@ -1,0 +1,297 @@
+//! Prometheus metrics with vLLM's meanings under the `pagoda:` prefix, so dashboards made
+//! for vLLM adapt by renaming. Request-level histograms are observed as requests run;
+//! engine-level gauges and counters are read from each loaded model's `EngineStats` at
+//! scrape time. Every series carries `model_name`.
+//!
+//! Invariants: counters only go up — an engine's cumulative figures are turned into
+//! increments against the last value seen for that model version (a new version starts
+//! from its own zero); gauges of unloaded models are removed.
+
+use crate::registry::ServedModel;
+use pagoda_engine::{EngineStats, FinishReason, RequestTimings};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0,
+];
+const TOKEN_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+    10.0,
+];
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    ttft: HistogramVec,
+    itl: HistogramVec,
+    e2e: HistogramVec,
+    queue: HistogramVec,
+    running: IntGaugeVec,
+    waiting: IntGaugeVec,
+    kv_usage: GaugeVec,
+    prompt_tokens: IntCounterVec,
+    generation_tokens: IntCounterVec,
+    preemptions: IntCounterVec,
+    prefix_queries: IntCounterVec,
+    prefix_hits: IntCounterVec,
+    success: IntCounterVec,
+    errors: IntCounterVec,
+    /// Last cumulative engine figures seen, per (model, version).
+    seen: Mutex<HashMap<(String, String), EngineStats>>,
+}
+
+/// Why building the metrics failed (a duplicate or invalid name: a programming error).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics setup: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    pub fn new() -> Result<Arc<Self>, MetricsError> {
+        let registry = Registry::new();
+        let hist =
+            |name: &str, help: &str, buckets: &[f64]| -> Result<HistogramVec, MetricsError> {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                    &["model_name"],
+                )?;
+                registry.register(Box::new(h.clone()))?;
+                Ok(h)
+            };
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, MetricsError> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let igauge = |name: &str, help: &str| -> Result<IntGaugeVec, MetricsError> {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["model_name"])?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let kv_usage = GaugeVec::new(
+            Opts::new(
+                "pagoda:kv_cache_usage_perc",
+                "KV cache usage: share of KV blocks in use (1 = 100%)",
+            ),
+            &["model_name"],
+        )?;
+        registry.register(Box::new(kv_usage.clone()))?;
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        let m = Metrics {
+            ttft: hist(
+                "pagoda:time_to_first_token_seconds",
+                "Time from arrival to the first generated token",
+                LATENCY_BUCKETS,
+            )?,
+            itl: hist(
+                "pagoda:inter_token_latency_seconds",
+                "Time between consecutive generated tokens of one sequence",
+                TOKEN_BUCKETS,
+            )?,
+            e2e: hist(
+                "pagoda:e2e_request_latency_seconds",
+                "Time from arrival to the last token",
+                LATENCY_BUCKETS,
+            )?,
+            queue: hist(
+                "pagoda:request_queue_time_seconds",
+                "Time a request waited before its first scheduled step",
+                LATENCY_BUCKETS,
+            )?,
+            running: igauge(
+                "pagoda:num_requests_running",
+                "Sequences in the running batch",
+            )?,
+            waiting: igauge(
+                "pagoda:num_requests_waiting",
+                "Sequences waiting to be scheduled",
+            )?,
+            kv_usage,
+            prompt_tokens: counter(
+                "pagoda:prompt_tokens_total",
+                "Prompt tokens processed (prefilled or found cached)",
+                &["model_name"],
+            )?,
+            generation_tokens: counter(
+                "pagoda:generation_tokens_total",
+                "Tokens generated",
+                &["model_name"],
+            )?,
+            preemptions: counter(
+                "pagoda:num_preemptions_total",
+                "Sequences preempted (KV blocks freed, recomputed later)",
+                &["model_name"],
+            )?,
+            prefix_queries: counter(
+                "pagoda:prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache",
+                &["model_name"],
+            )?,
+            prefix_hits: counter(
+                "pagoda:prefix_cache_hits_total",
+                "Prompt tokens found in the prefix cache",
+                &["model_name"],
+            )?,
+            success: counter(
+                "pagoda:request_success_total",
+                "Finished requests by finish reason",
+                &["model_name", "finished_reason"],
+            )?,
+            errors: counter(
+                "pagoda:request_errors_total",
+                "Error responses by HTTP status",
+                &["status"],
+            )?,
+            registry,
+            seen: Mutex::new(HashMap::new()),
+        };
+        Ok(Arc::new(m))
+    }
+
+    /// An observer for one request on `model`.
+    pub fn observe(self: &Arc<Self>, model: &str) -> RequestObserver {
+        RequestObserver {
+            metrics: self.clone(),
+            model: model.to_string(),
+            last_token: HashMap::new(),
+        }
+    }
+
+    /// Counts an error response.
+    pub fn count_error(&self, status: u16) {
+        self.errors.with_label_values(&[&status.to_string()]).inc();
+    }
+
+    /// The text exposition, after folding in the engines' current figures.
+    pub fn render(&self, loaded: &[Arc<ServedModel>]) -> String {
+        self.refresh_engines(loaded);
+        let mut out = Vec::new();
+        let encoder = TextEncoder::new();
+        if let Err(e) = encoder.encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %e, "metrics encoding failed");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    fn refresh_engines(&self, loaded: &[Arc<ServedModel>]) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        // Sum the versions of one name (an old version may still be finishing requests).
+        let mut names: HashMap<&str, (i64, i64, usize, usize)> = HashMap::new();
+        for m in loaded {
+            let s = m.engine.stats();
+            let e = names.entry(m.name.as_str()).or_default();
+            e.0 += s.running as i64;
+            e.1 += s.waiting as i64;
+            e.2 += s.kv_blocks_used;
+            e.3 += s.kv_blocks_total;
+            let key = (m.name.clone(), m.version.clone());
+            let before = seen.get(&key).copied().unwrap_or_default();
+            let label = [m.name.as_str()];
+            let inc = |c: &IntCounterVec, now: u64, was: u64| {
+                c.with_label_values(&label).inc_by(now.saturating_sub(was));
+            };
+            inc(
+                &self.prompt_tokens,
+                s.prompt_tokens_total,
+                before.prompt_tokens_total,
+            );
+            inc(
+                &self.generation_tokens,
+                s.generation_tokens_total,
+                before.generation_tokens_total,
+            );
+            inc(&self.preemptions, s.preempted_total, before.preempted_total);
+            inc(
+                &self.prefix_queries,
+                s.prefix_cache_queried_tokens,
+                before.prefix_cache_queried_tokens,
+            );
+            inc(
+                &self.prefix_hits,
+                s.prefix_cache_hit_tokens,
+                before.prefix_cache_hit_tokens,
+            );
+            seen.insert(key, s);
+        }
+        seen.retain(|(name, version), _| {
+            loaded
+                .iter()
+                .any(|m| &m.name == name && &m.version == version)
+        });
+        for g in [&self.running, &self.waiting] {
+            g.reset();
+        }
+        self.kv_usage.reset();
+        for (name, (running, waiting, used, total)) in names {
+            self.running.with_label_values(&[name]).set(running);
+            self.waiting.with_label_values(&[name]).set(waiting);
+            let usage = if total == 0 {
+                0.0
+            } else {
+                used as f64 / total as f64
+            };
+            self.kv_usage.with_label_values(&[name]).set(usage);
+        }
+    }
+}
+
+/// Records one request's latencies as its events arrive.
+pub struct RequestObserver {
+    metrics: Arc<Metrics>,
+    model: String,
+    /// Time of each choice's last token.
+    last_token: HashMap<usize, Instant>,
+}
+
+impl RequestObserver {
+    /// A token of choice `index` was produced at `at`.
+    pub fn token(&mut self, index: usize, at: Instant) {
+        if let Some(prev) = self.last_token.insert(index, at) {
+            self.metrics
+                .itl
+                .with_label_values(&[&self.model])
+                .observe(secs(at.saturating_duration_since(prev)));
+        }
+    }
+
+    /// Choice `index` finished.
+    pub fn finished(&mut self, index: usize, reason: FinishReason, timings: &RequestTimings) {
+        let label = [self.model.as_str()];
+        if index == 0 {
+            if let Some(t) = timings.ttft() {
+                self.metrics.ttft.with_label_values(&label).observe(secs(t));
+            }
+            self.metrics
+                .queue
+                .with_label_values(&label)
+                .observe(secs(timings.queued()));
+            self.metrics
+                .e2e
+                .with_label_values(&label)
+                .observe(secs(timings.e2e()));
+        }
+        let reason = match reason {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        };
+        self.metrics
+            .success
+            .with_label_values(&[self.model.as_str(), reason])
+            .inc();
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}

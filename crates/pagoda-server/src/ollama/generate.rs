@@ -1,0 +1,382 @@
+//! `/api/generate` and `/api/chat`: prompt building (template, `system`, `raw`, `context`),
+//! then one object per token as NDJSON (or one object when `stream: false`), ending with
+//! `done: true`, the done reason and the counts and durations. An empty prompt (or no
+//! messages) only loads the model — or unloads it with `keep_alive: 0` — as Ollama does.
+
+use super::{keep_alive, knobs, line, respond};
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::generation::Generation;
+use crate::prepare::{engine_request, LengthRule};
+use crate::registry::Lease;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pagoda_engine::{FinishReason, RequestTimings, TokenEvent, Usage};
+use pagoda_model::chat_template::ChatMessage;
+use pagoda_protocol::ollama::{
+    ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
+};
+use serde_json::Value;
+use std::time::{Duration, SystemTime};
+
+/// Which endpoint's objects to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Generate,
+    Chat,
+}
+
+pub(super) async fn generate(State(app): State<AppState>, body: Body) -> Response {
+    let result = run_generate(&app, body).await;
+    respond(&app, result)
+}
+
+pub(super) async fn chat(State(app): State<AppState>, body: Body) -> Response {
+    let result = run_chat(&app, body).await;
+    respond(&app, result)
+}
+
+fn refuse_unsupported(format: Option<&Value>, images: bool) -> Result<(), ApiError> {
+    if format.is_some_and(|f| !(f.is_null() || f.as_str() == Some(""))) {
+        return Err(ApiError::invalid_param(
+            "format",
+            "structured output (`format`) is not supported yet; leave it out",
+        ));
+    }
+    if images {
+        return Err(ApiError::invalid_param(
+            "images",
+            "this server's models take text only; leave out `images`",
+        ));
+    }
+    Ok(())
+}
+
+async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> {
+    let req: GenerateRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    refuse_unsupported(
+        req.format.as_ref(),
+        req.images.as_ref().is_some_and(|i| !i.is_empty()),
+    )?;
+    if req.template.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "template",
+            "template overrides are not supported; send `raw: true` with a rendered prompt",
+        ));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+    }
+    let keep = keep_alive(req.keep_alive.as_ref())?;
+    let name = app.model_or_default(&req.model).to_string();
+    if req.prompt.is_empty() && req.context.is_none() {
+        return load_or_unload(app, &name, keep, Kind::Generate).await;
+    }
+    let loaded_before = app.registry.loaded().iter().any(|m| m.name == name);
+    let started = std::time::Instant::now();
+    let lease = app.registry.acquire(&name, keep).await?;
+    let load = if loaded_before {
+        Duration::ZERO
+    } else {
+        started.elapsed()
+    };
+    let loaded = &lease.loaded;
+    let mut prompt = Vec::new();
+    if let Some(ctx) = &req.context {
+        let vocab = loaded.tokenizer.vocab_size();
+        if let Some(bad) = ctx.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ApiError::invalid_param(
+                "context",
+                format!("context token {bad} is out of range for a vocabulary of {vocab}"),
+            ));
+        }
+        prompt.extend_from_slice(ctx);
+    }
+    let turn = if req.raw {
+        loaded.encode_rendered(&req.prompt)
+    } else {
+        let mut messages = Vec::new();
+        if let Some(system) = &req.system {
+            messages.push(ChatMessage::new("system", system));
+        }
+        messages.push(ChatMessage::new("user", &req.prompt));
+        loaded.encode_chat(&loaded.with_default_system(messages))
+    }
+    .map_err(|e| ApiError::invalid_param("prompt", format!("cannot build the prompt: {e}")))?;
+    let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
+    prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
+    run(
+        app,
+        lease,
+        prompt,
+        req.options.as_ref(),
+        req.stream,
+        Kind::Generate,
+        load,
+    )
+    .await
+}
+
+async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
+    let req: ChatRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let images = req
+        .messages
+        .iter()
+        .any(|m| m.images.as_ref().is_some_and(|i| !i.is_empty()));
+    refuse_unsupported(req.format.as_ref(), images)?;
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "tool calling is not supported yet",
+        ));
+    }
+    let keep = keep_alive(req.keep_alive.as_ref())?;
+    let name = app.model_or_default(&req.model).to_string();
+    if req.messages.is_empty() {
+        return load_or_unload(app, &name, keep, Kind::Chat).await;
+    }
+    let messages = req
+        .messages
+        .iter()
+        .map(|m| match m.role.as_str() {
+            "system" | "user" | "assistant" | "tool" => Ok(ChatMessage::new(&m.role, &m.content)),
+            other => Err(ApiError::invalid_param(
+                "messages",
+                format!("unknown role `{other}`; use system, user, assistant or tool"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let loaded_before = app.registry.loaded().iter().any(|m| m.name == name);
+    let started = std::time::Instant::now();
+    let lease = app.registry.acquire(&name, keep).await?;
+    let load = if loaded_before {
+        Duration::ZERO
+    } else {
+        started.elapsed()
+    };
+    let prompt = lease
+        .loaded
+        .encode_chat(&lease.loaded.with_default_system(messages))
+        .map_err(|e| {
+            ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
+        })?;
+    run(
+        app,
+        lease,
+        prompt,
+        req.options.as_ref(),
+        req.stream,
+        Kind::Chat,
+        load,
+    )
+    .await
+}
+
+/// An empty request: load the model (or unload it when keep_alive is 0).
+async fn load_or_unload(
+    app: &AppState,
+    name: &str,
+    keep: Option<crate::registry::KeepAlive>,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let reason = if keep == Some(Some(Duration::ZERO)) {
+        app.registry.unload(name);
+        "unload"
+    } else {
+        drop(app.registry.acquire(name, keep).await?);
+        "load"
+    };
+    let body = match kind {
+        Kind::Generate => serde_json::to_value(GenerateResponse {
+            model: name.to_string(),
+            created_at: rfc3339(SystemTime::now()),
+            done: true,
+            done_reason: Some(reason.into()),
+            ..GenerateResponse::default()
+        }),
+        Kind::Chat => serde_json::to_value(ChatResponse {
+            model: name.to_string(),
+            created_at: rfc3339(SystemTime::now()),
+            message: Message {
+                role: "assistant".into(),
+                ..Message::default()
+            },
+            done: true,
+            done_reason: Some(reason.into()),
+            stats: None,
+        }),
+    }
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(body).into_response())
+}
+
+async fn run(
+    app: &AppState,
+    lease: Lease,
+    prompt: Vec<u32>,
+    options: Option<&Options>,
+    stream: bool,
+    kind: Kind,
+    load: Duration,
+) -> Result<Response, ApiError> {
+    let engine_req = engine_request(
+        prompt.clone(),
+        &lease.loaded.default_sampling,
+        knobs(options)?,
+        lease.engine.layout().max_model_len,
+        lease.loaded.tokenizer.vocab_size(),
+        LengthRule::Clamp,
+    )?;
+    let model = lease.name.clone();
+    let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))?;
+    let writer = Writer {
+        model,
+        kind,
+        prompt,
+        load,
+    };
+    if stream {
+        let s = futures_util::stream::unfold(
+            Some((generation, writer, Vec::<u32>::new())),
+            |state| async move {
+                let (mut g, w, mut generated) = state?;
+                match g.next().await {
+                    Some(TokenEvent::Token { token, text, .. }) => {
+                        generated.push(token);
+                        let l = w.piece(text);
+                        Some((l, Some((g, w, generated))))
+                    }
+                    Some(TokenEvent::Finished {
+                        reason,
+                        text,
+                        usage,
+                        timings,
+                        ..
+                    }) => {
+                        let mut out = String::new();
+                        if !text.is_empty() {
+                            out.push_str(&w.piece(text));
+                        }
+                        out.push_str(&w.last(String::new(), reason, usage, &timings, &generated));
+                        Some((out, None))
+                    }
+                    Some(TokenEvent::Error { message }) => Some((
+                        line(&pagoda_protocol::ollama::ErrorResponse { error: message }),
+                        None,
+                    )),
+                    None => None,
+                }
+            },
+        );
+        return Ok(super::ndjson(s));
+    }
+    let mut g = generation;
+    let (mut text, mut generated) = (String::new(), Vec::new());
+    while let Some(ev) = g.next().await {
+        match ev {
+            TokenEvent::Token { token, text: t, .. } => {
+                generated.push(token);
+                text.push_str(&t);
+            }
+            TokenEvent::Finished {
+                reason,
+                text: t,
+                usage,
+                timings,
+                ..
+            } => {
+                text.push_str(&t);
+                let body = writer.last(text, reason, usage, &timings, &generated);
+                return Ok((
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    body.trim_end().to_string(),
+                )
+                    .into_response());
+            }
+            TokenEvent::Error { message } => return Err(ApiError::internal(message)),
+        }
+    }
+    Err(ApiError::internal("the generation ended without a result"))
+}
+
+/// Writes the objects of one request.
+struct Writer {
+    model: String,
+    kind: Kind,
+    prompt: Vec<u32>,
+    load: Duration,
+}
+
+impl Writer {
+    fn piece(&self, text: String) -> String {
+        self.object(text, false, None, None, None)
+    }
+
+    fn last(
+        &self,
+        text: String,
+        reason: FinishReason,
+        usage: Usage,
+        timings: &RequestTimings,
+        generated: &[u32],
+    ) -> String {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let ttft = timings.ttft().unwrap_or_default();
+        let e2e = timings.e2e();
+        let stats = FinalStats {
+            total_duration: nanos(e2e + self.load),
+            load_duration: nanos(self.load),
+            prompt_eval_count: usage.prompt_tokens,
+            prompt_eval_duration: nanos(ttft),
+            eval_count: usage.completion_tokens,
+            eval_duration: nanos(e2e.saturating_sub(ttft)),
+        };
+        let context = (self.kind == Kind::Generate).then(|| {
+            let mut c = self.prompt.clone();
+            c.extend_from_slice(generated);
+            c
+        });
+        let reason = match reason {
+            FinishReason::Length => "length",
+            _ => "stop",
+        };
+        self.object(text, true, Some(reason), Some(stats), context)
+    }
+
+    fn object(
+        &self,
+        text: String,
+        done: bool,
+        reason: Option<&str>,
+        stats: Option<FinalStats>,
+        context: Option<Vec<u32>>,
+    ) -> String {
+        let created_at = rfc3339(SystemTime::now());
+        match self.kind {
+            Kind::Generate => line(&GenerateResponse {
+                model: self.model.clone(),
+                created_at,
+                response: text,
+                done,
+                done_reason: reason.map(str::to_string),
+                context,
+                stats,
+            }),
+            Kind::Chat => line(&ChatResponse {
+                model: self.model.clone(),
+                created_at,
+                message: Message {
+                    role: "assistant".into(),
+                    content: text,
+                    images: None,
+                },
+                done,
+                done_reason: reason.map(str::to_string),
+                stats,
+            }),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The OpenAI API: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
+//! `/v1/embeddings`. Shared here: the checks OpenAI documents for every generation
+//! endpoint, the SSE response, and token text for logprobs.
+//!
+//! Invariant: every error leaves as OpenAI's error JSON with its status and is counted in
+//! `pagoda:request_errors_total`.
+
+mod chat;
+mod completions;
+mod models;
+
+use crate::error::ApiError;
+use crate::generation::Generation;
+use crate::state::AppState;
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use futures_util::stream::{self, SelectAll, Stream, StreamExt};
+use pagoda_engine::{FinishReason, TokenEvent};
+use pagoda_model::tokenizer::Tokenizer;
+use pagoda_protocol::openai;
+use std::convert::Infallible;
+use std::pin::Pin;
+
+/// The `/v1` routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::one))
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(completions::handle))
+}
+
+/// Turns a handler's result into a response, counting errors.
+pub(crate) fn respond(app: &AppState, result: Result<Response, ApiError>) -> Response {
+    match result {
+        Ok(r) => r,
+        Err(e) => {
+            app.metrics.count_error(e.status.as_u16());
+            e.into_response()
+        }
+    }
+}
+
+/// The parameter ranges OpenAI documents (beyond what the engine checks).
+pub(crate) fn check_openai_ranges(
+    temperature: Option<f32>,
+    n: Option<usize>,
+    top_logprobs: Option<usize>,
+) -> Result<(), ApiError> {
+    if let Some(t) = temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::invalid_param(
+                "temperature",
+                format!("temperature must be in [0, 2], got {t}"),
+            ));
+        }
+    }
+    if let Some(n) = n {
+        if n == 0 || n > pagoda_engine::engine::MAX_CHOICES {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!(
+                    "n must be between 1 and {}, got {n}",
+                    pagoda_engine::engine::MAX_CHOICES
+                ),
+            ));
+        }
+    }
+    if let Some(k) = top_logprobs {
+        if k > 20 {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("top_logprobs must be between 0 and 20, got {k}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// OpenAI's name for an engine finish reason; `None` for an abort (reported as an error).
+pub(crate) fn finish_reason(reason: FinishReason) -> Option<openai::FinishReason> {
+    match reason {
+        FinishReason::Stop => Some(openai::FinishReason::Stop),
+        FinishReason::Length => Some(openai::FinishReason::Length),
+        FinishReason::Abort => None,
+    }
+}
+
+/// The text of one token as logprobs show it.
+pub(crate) fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
+    tokenizer.decode(&[id], false).unwrap_or_default()
+}
+
+/// Events of several generations (one per prompt), tagged with the prompt's index.
+pub(crate) type Merged = SelectAll<Pin<Box<dyn Stream<Item = (usize, TokenEvent)> + Send>>>;
+
+/// Merges generations into one event stream; dropping it drops (aborts) them all.
+pub(crate) fn merge(generations: Vec<Generation>) -> Merged {
+    stream::select_all(generations.into_iter().enumerate().map(|(p, g)| {
+        let s = stream::unfold(g, |mut g| async move {
+            let ev = g.next().await?;
+            Some((ev, g))
+        })
+        .map(move |ev| (p, ev));
+        Box::pin(s) as Pin<Box<dyn Stream<Item = (usize, TokenEvent)> + Send>>
+    }))
+}
+
+/// An SSE response over a stream of already framed events.
+pub(crate) fn sse(frames: impl Stream<Item = String> + Send + 'static) -> Response {
+    let body = Body::from_stream(frames.map(|f| Ok::<_, Infallible>(Bytes::from(f))));
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// One SSE `data:` frame of a serializable value.
+pub(crate) fn frame<T: serde::Serialize>(value: &T) -> String {
+    pagoda_protocol::sse::data_event(&serde_json::to_string(value).unwrap_or_default())
+}
+
+/// The frame a stream ends with after a failure: OpenAI's error object as an event.
+pub(crate) fn error_frame(message: &str) -> String {
+    frame(&ApiError::internal(message).openai_body())
+}

@@ -1,0 +1,386 @@
+//! The models the server holds: loaded on first use (or at start), shared by every request
+//! through a [`Lease`], unloaded when idle past their keep-alive, evicted to stay inside the
+//! memory budget, and swapped for a new version when the store's copy changes (hot reload).
+//!
+//! Invariants:
+//! - one load per model at a time: concurrent first requests wait on the same load;
+//! - a [`Lease`] keeps its [`ServedModel`] (and its engine) alive, so requests in flight
+//!   finish on the version they started on, even after a reload or an unload; the engine
+//!   stops when the last lease and the registry have let go of it;
+//! - a model with requests in flight is never evicted or reaped.
+
+use crate::error::ApiError;
+use crate::loader::{self, LoadError, LoadedModel, Pull};
+use pagoda_engine::{EngineConfig, EngineHandle};
+use pagoda_store::Store;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::OnceCell;
+
+/// How long a model stays loaded after its last request (`None`: forever).
+pub type KeepAlive = Option<Duration>;
+
+/// Ollama's default keep-alive for models loaded on demand.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(300);
+
+/// One loaded model version with its running engine.
+pub struct ServedModel {
+    /// The canonical name (`name:tag` from the store, or the path given).
+    pub name: String,
+    /// What identifies this version: the weights' digest, or size and mtime for a path.
+    pub version: String,
+    pub loaded: LoadedModel,
+    pub engine: EngineHandle,
+    pub loaded_at: SystemTime,
+    activity: Mutex<Activity>,
+    in_flight: AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Activity {
+    last_used: Instant,
+    keep_alive: KeepAlive,
+}
+
+impl ServedModel {
+    /// Requests holding a lease on this version now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// When it will be unloaded if no request comes (`None`: never).
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        let a = *self.activity();
+        let keep = a.keep_alive?;
+        let idle = a.last_used.elapsed();
+        Some(SystemTime::now() + keep.saturating_sub(idle))
+    }
+
+    /// Weights plus KV pool, the figure the memory budget counts.
+    pub fn memory_bytes(&self) -> u64 {
+        self.loaded.file_bytes + self.engine.layout().bytes as u64
+    }
+
+    fn activity(&self) -> std::sync::MutexGuard<'_, Activity> {
+        self.activity.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn idle_expired(&self, now: Instant) -> bool {
+        let a = *self.activity();
+        self.in_flight() == 0
+            && a.keep_alive
+                .is_some_and(|k| now.saturating_duration_since(a.last_used) >= k)
+    }
+}
+
+impl Drop for ServedModel {
+    fn drop(&mut self) {
+        // Joining the engine thread can take a step's time; never block an async worker.
+        let engine = self.engine.clone();
+        let name = self.name.clone();
+        std::thread::spawn(move || {
+            engine.shutdown();
+            tracing::info!(model = %name, "model unloaded");
+        });
+    }
+}
+
+/// A request's hold on a model; see the module invariants.
+pub struct Lease {
+    model: Arc<ServedModel>,
+}
+
+impl Lease {
+    fn new(model: Arc<ServedModel>, keep_alive: Option<KeepAlive>) -> Self {
+        model.in_flight.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut a = model.activity();
+            a.last_used = Instant::now();
+            if let Some(k) = keep_alive {
+                a.keep_alive = k;
+            }
+        }
+        Lease { model }
+    }
+
+    pub fn model(&self) -> &Arc<ServedModel> {
+        &self.model
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = ServedModel;
+    fn deref(&self) -> &ServedModel {
+        &self.model
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.model.activity().last_used = Instant::now();
+        self.model.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+struct Slot {
+    cell: OnceCell<Arc<ServedModel>>,
+}
+
+/// Settings of the [`Registry`].
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub engine: EngineConfig,
+    /// Keep-alive of models loaded on demand.
+    pub keep_alive: KeepAlive,
+    /// Most bytes (weights + KV pools) all loaded models may take; `None`: no limit.
+    pub memory_budget: Option<u64>,
+}
+
+/// The loaded models; see the module docs.
+pub struct Registry {
+    store: Arc<Store>,
+    config: RegistryConfig,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// A name resolved to what to load.
+struct Target {
+    key: String,
+    version: String,
+    resolved: pagoda_store::ResolvedModel,
+}
+
+impl Registry {
+    pub fn new(store: Arc<Store>, config: RegistryConfig) -> Self {
+        Registry {
+            store,
+            config,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn target(&self, name: &str) -> Result<Target, ApiError> {
+        let resolved = loader::resolve(&self.store, name, Pull::Never).map_err(|e| match e {
+            LoadError::NotFound(_) => ApiError::model_not_found(name),
+            LoadError::Store(pagoda_store::StoreError::InvalidName { .. }) => {
+                ApiError::model_not_found(name)
+            }
+            other => ApiError::internal(other.to_string()),
+        })?;
+        let (key, version) = match (&resolved.name, &resolved.manifest) {
+            (Some(n), Some(m)) => (
+                n.to_string(),
+                m.primary()
+                    .map_or_else(|| m.created.to_string(), |f| f.digest.to_string()),
+            ),
+            _ => (name.to_string(), path_version(&resolved.path)),
+        };
+        Ok(Target {
+            key,
+            version,
+            resolved,
+        })
+    }
+
+    /// A lease on `name`, loading it first if needed. `keep_alive`: `None` keeps the model's
+    /// setting, `Some(k)` sets it (Ollama's per-request `keep_alive`).
+    pub async fn acquire(
+        self: &Arc<Self>,
+        name: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Lease, ApiError> {
+        let this = self.clone();
+        let owned = name.to_string();
+        let target = tokio::task::spawn_blocking(move || this.target(&owned))
+            .await
+            .map_err(|e| ApiError::internal(format!("model lookup failed: {e}")))??;
+        let slot = self
+            .slots()
+            .entry(target.key.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    cell: OnceCell::new(),
+                })
+            })
+            .clone();
+        let model = slot
+            .cell
+            .get_or_try_init(|| self.load(target, self.config.keep_alive))
+            .await?
+            .clone();
+        Ok(Lease::new(model, keep_alive))
+    }
+
+    /// Loads a model at start: it stays loaded until a request's keep_alive says otherwise.
+    pub async fn preload(self: &Arc<Self>, name: &str) -> Result<Arc<ServedModel>, ApiError> {
+        let lease = self.acquire(name, Some(None)).await?;
+        Ok(lease.model().clone())
+    }
+
+    async fn load(
+        self: &Arc<Self>,
+        target: Target,
+        keep_alive: KeepAlive,
+    ) -> Result<Arc<ServedModel>, ApiError> {
+        self.make_room(&target)?;
+        let engine_config = self.config.engine.clone();
+        let key = target.key.clone();
+        let started = Instant::now();
+        let model = tokio::task::spawn_blocking(move || -> Result<ServedModel, ApiError> {
+            let loaded = loader::load(&target.resolved, &target.key)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            let engine = EngineHandle::start(
+                loaded.model.clone(),
+                loaded.tokenizer.clone(),
+                engine_config,
+            )
+            .map_err(|e| ApiError::unavailable(format!("cannot start the engine: {e}")))?;
+            Ok(ServedModel {
+                name: target.key,
+                version: target.version,
+                loaded,
+                engine,
+                loaded_at: SystemTime::now(),
+                activity: Mutex::new(Activity {
+                    last_used: Instant::now(),
+                    keep_alive,
+                }),
+                in_flight: AtomicUsize::new(0),
+            })
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("model load failed: {e}")))??;
+        tracing::info!(
+            model = %key,
+            version = %model.version,
+            secs = started.elapsed().as_secs_f64(),
+            kv_blocks = model.engine.layout().n_blocks,
+            "model ready"
+        );
+        Ok(Arc::new(model))
+    }
+
+    /// Evicts idle models, least recently used first, until `target` fits the budget;
+    /// 503 when models in use leave no room.
+    fn make_room(&self, target: &Target) -> Result<(), ApiError> {
+        let Some(budget) = self.config.memory_budget else {
+            return Ok(());
+        };
+        let need = loader::dir_or_file_size(&target.resolved.path)
+            + self.config.engine.kv_cache_memory.unwrap_or(0);
+        let mut loaded = self.loaded();
+        loaded.sort_by_key(|m| m.activity().last_used);
+        let mut used: u64 = loaded.iter().map(|m| m.memory_bytes()).sum();
+        for m in &loaded {
+            if used + need <= budget {
+                break;
+            }
+            if m.in_flight() == 0 {
+                tracing::info!(model = %m.name, "evicting an idle model to make room");
+                self.remove(&m.name);
+                used = used.saturating_sub(m.memory_bytes());
+            }
+        }
+        if used + need > budget {
+            return Err(ApiError::unavailable(format!(
+                "not enough memory to load `{}`: it needs about {} MiB and models in use hold {} MiB of the {} MiB budget; retry when they are idle, or raise --memory-budget",
+                target.key,
+                need >> 20,
+                used >> 20,
+                budget >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// The loaded models (not those still loading).
+    pub fn loaded(&self) -> Vec<Arc<ServedModel>> {
+        self.slots()
+            .values()
+            .filter_map(|s| s.cell.get().cloned())
+            .collect()
+    }
+
+    /// Drops the registry's hold on `key` (requests in flight keep their version).
+    pub fn remove(&self, key: &str) -> bool {
+        self.slots().remove(key).is_some()
+    }
+
+    /// Unloads `name` (any spelling the store resolves) if loaded.
+    pub fn unload(&self, name: &str) -> bool {
+        match self.target(name) {
+            Ok(t) => self.remove(&t.key),
+            Err(_) => self.remove(name),
+        }
+    }
+
+    /// Unloads models idle past their keep-alive; returns their names.
+    pub fn reap_idle(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut slots = self.slots();
+        let expired: Vec<String> = slots
+            .iter()
+            .filter(|(_, s)| s.cell.get().is_some_and(|m| m.idle_expired(now)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            slots.remove(k);
+        }
+        expired
+    }
+
+    /// Hot reload: for every loaded model whose store copy changed (a new pull or create
+    /// under the same name), loads the new version and switches new requests to it.
+    pub async fn reload_changed(self: &Arc<Self>) -> Vec<String> {
+        let mut switched = Vec::new();
+        for old in self.loaded() {
+            let this = self.clone();
+            let name = old.name.clone();
+            let Ok(Ok(target)) = tokio::task::spawn_blocking(move || this.target(&name)).await
+            else {
+                continue;
+            };
+            if target.version == old.version {
+                continue;
+            }
+            let keep = old.activity().keep_alive;
+            let key = target.key.clone();
+            match self.load(target, keep).await {
+                Ok(new) => {
+                    let cell = OnceCell::new();
+                    if cell.set(new).is_ok() {
+                        self.slots().insert(key.clone(), Arc::new(Slot { cell }));
+                        tracing::info!(model = %key, "switched to the new version");
+                        switched.push(key);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(model = %key, error = %e, "reload failed; keeping the loaded version")
+                }
+            }
+        }
+        switched
+    }
+}
+
+/// Size and modification time of a path, as a version stamp.
+fn path_version(path: &Path) -> String {
+    let meta = std::fs::metadata(path).ok();
+    let mtime = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{mtime}", loader::dir_or_file_size(path))
+}

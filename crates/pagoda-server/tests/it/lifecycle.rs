@@ -1,0 +1,145 @@
+//! The server's life: readiness, draining on shutdown (in-flight requests finish, new ones
+//! are refused), hot reload of a store model to a new version with in-flight requests
+//! finishing on the old one, and models loaded on first request.
+
+use crate::harness::{config, golden, start, tiny_llama};
+use futures_util::StreamExt;
+use pagoda_store::PullOptions;
+use serde_json::json;
+use std::time::Duration;
+
+#[tokio::test]
+async fn shutdown_drains_in_flight_streams_and_refuses_new_work() {
+    let s = start(config()).await;
+    let r = s
+        .post("/v1/completions", json!({"model": tiny_llama(), "prompt": "x", "max_tokens": 40, "ignore_eos": true, "stream": true}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut stream = r.bytes_stream();
+    let _ = stream.next().await;
+    let state = s.state.clone();
+    let url = s.url("/ready");
+    let client = s.client.clone();
+    let stopping = tokio::spawn(s.stop());
+    // Draining: not ready, and new generation requests are refused.
+    for _ in 0..100 {
+        if state.draining() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(state.draining());
+    if let Ok(r) = client.get(url).send().await {
+        assert_eq!(r.status(), 503);
+    }
+    // The stream in flight still runs to its end.
+    let mut rest = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        rest.extend_from_slice(&chunk.expect("chunk"));
+    }
+    let text = String::from_utf8(rest).expect("utf-8");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    stopping.await.expect("task").expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
+    let mut c = config();
+    c.models = vec!["tiny:latest".into()];
+    // The model must be in the store before the server starts: pull it from a folder.
+    let dir = tempfile::tempdir().expect("dir");
+    let store_dir = dir.path().join("store");
+    {
+        let store = pagoda_store::Store::open(Some(store_dir.clone())).expect("store");
+        store
+            .pull(
+                &golden("tiny-llama").display().to_string(),
+                &PullOptions {
+                    progress: false,
+                    name: Some("tiny:latest".into()),
+                    force: false,
+                },
+            )
+            .expect("pull tiny-llama");
+    }
+    let s = crate::harness::start_with_store(c, store_dir).await;
+    let ps = s.get_json("/api/ps").await;
+    let first_digest = ps["models"][0]["digest"]
+        .as_str()
+        .expect("digest")
+        .to_string();
+    // A long request starts on the first version.
+    let r = s
+        .post("/v1/completions", json!({"model": "tiny:latest", "prompt": "x", "max_tokens": 60, "ignore_eos": true, "stream": true}))
+        .await;
+    let mut old_stream = r.bytes_stream();
+    let _ = old_stream.next().await;
+    // A new version under the same name (another model folder).
+    let store = s.store.clone();
+    tokio::task::spawn_blocking(move || {
+        store.pull(
+            &golden("tiny-qwen2").display().to_string(),
+            &PullOptions {
+                progress: false,
+                name: Some("tiny:latest".into()),
+                force: true,
+            },
+        )
+    })
+    .await
+    .expect("task")
+    .expect("pull tiny-qwen2");
+    let mut switched = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ps = s.get_json("/api/ps").await;
+        if ps["models"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["details"]["family"] == "qwen2"))
+        {
+            switched = true;
+            break;
+        }
+    }
+    assert!(switched, "the new version was not loaded");
+    let show: serde_json::Value = s
+        .post("/api/show", json!({"model": "tiny:latest"}))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(show["details"]["family"], "qwen2");
+    // The request in flight finished on the old version.
+    let mut rest = Vec::new();
+    while let Some(chunk) = old_stream.next().await {
+        rest.extend_from_slice(&chunk.expect("chunk"));
+    }
+    assert!(String::from_utf8(rest).expect("utf-8").contains("[DONE]"));
+    let ps = s.get_json("/api/ps").await;
+    assert!(ps["models"]
+        .as_array()
+        .is_some_and(|m| m.iter().all(|m| m["digest"] != first_digest.as_str())));
+    s.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn models_not_named_at_start_load_on_first_request() {
+    let mut c = config();
+    c.models = Vec::new();
+    let s = start(c).await;
+    assert_eq!(
+        s.get_json("/api/ps").await["models"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    let qwen = golden("tiny-qwen2").display().to_string();
+    let r = s.post("/v1/chat/completions", json!({"model": qwen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})).await;
+    assert_eq!(r.status(), 200);
+    let ps = s.get_json("/api/ps").await;
+    assert_eq!(ps["models"][0]["name"], qwen.as_str());
+    assert!(ps["models"][0]["expires_at"]
+        .as_str()
+        .is_some_and(|e| !e.starts_with("0001")));
+    s.stop().await.expect("clean stop");
+}

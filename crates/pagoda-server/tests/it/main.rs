@@ -1,0 +1,7 @@
+//! Integration tests of pagoda-server: real HTTP on loopback against the tiny test models.
+
+mod harness;
+mod lifecycle;
+mod ollama_api;
+mod openai_api;
+mod robustness;

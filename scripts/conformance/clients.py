@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Conformance of `pagoda serve` with the official `openai` and `ollama` Python clients.
+
+Starts real servers on loopback with a real model and checks that unmodified clients work:
+sync, async and streaming chat and completions, usage, models, the error classes the SDK
+raises for 400/404/429, and the Ollama client's generate/chat/list/ps/show.
+
+Usage: clients.py --pagoda target/debug/pagoda --model smollm2:135m
+Exit status 0 when every check passed; each failure is printed.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import ollama
+import openai
+
+
+class Server:
+    """A `pagoda serve` child process on an ephemeral port."""
+
+    def __init__(self, pagoda, model, *extra):
+        self.proc = subprocess.Popen(
+            [pagoda, "serve", "--model", model, "--port", "0", *extra],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.url = None
+        deadline = time.time() + 300
+        for line in self.proc.stderr:
+            sys.stderr.write("  server: " + line)
+            m = re.search(r"on (http://[0-9.:]+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+            if time.time() > deadline:
+                break
+        if self.url is None:
+            raise RuntimeError("the server did not start")
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/ready") as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                time.sleep(0.2)
+        raise RuntimeError("the server did not become ready")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+failures = []
+
+
+def check(name, fn):
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+def openai_checks(url, model):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def chat():
+        r = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0)
+        assert r.object == "chat.completion"
+        assert isinstance(r.choices[0].message.content, str) and r.choices[0].message.content
+        assert r.choices[0].finish_reason in ("stop", "length")
+        assert r.usage.prompt_tokens > 0 and 0 < r.usage.completion_tokens <= 12
+        assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+    def chat_stream():
+        whole = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0)
+        stream = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=12, temperature=0, stream=True,
+            stream_options={"include_usage": True})
+        text, usage, finishes = "", None, 0
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                finishes += c.finish_reason is not None
+        assert text == whole.choices[0].message.content, (text, whole.choices[0].message.content)
+        assert finishes == 1
+        assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+    def n_and_logprobs():
+        r = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=5, n=2, seed=7, temperature=0.9,
+            logprobs=True, top_logprobs=3)
+        assert len(r.choices) == 2
+        for c in r.choices:
+            assert c.logprobs.content and all(len(t.top_logprobs) == 3 for t in c.logprobs.content)
+            assert all(t.logprob <= 0 for t in c.logprobs.content)
+
+    def completions():
+        r = client.completions.create(model=model, prompt="The sky is", max_tokens=6, temperature=0, stop=["\n\n"])
+        assert r.object == "text_completion" and isinstance(r.choices[0].text, str)
+        assert r.usage.completion_tokens <= 6
+        s = client.completions.create(model=model, prompt="The sky is", max_tokens=6, temperature=0, stream=True)
+        assert "".join(c.choices[0].text for c in s if c.choices) == r.choices[0].text
+
+    def models():
+        ids = [m.id for m in client.models.list()]
+        assert model in ids, ids
+
+    def async_clients():
+        async def run():
+            a = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+            rs = await asyncio.gather(*[
+                a.chat.completions.create(model=model, max_tokens=4, temperature=0,
+                                          messages=[{"role": "user", "content": f"Say {i}"}])
+                for i in range(4)])
+            assert all(r.choices[0].message.content is not None for r in rs)
+            s = await a.chat.completions.create(model=model, messages=messages, max_tokens=4, stream=True)
+            n = 0
+            async for _ in s:
+                n += 1
+            assert n >= 2
+        asyncio.run(run())
+
+    def errors():
+        try:
+            client.chat.completions.create(model=model, messages=messages, temperature=5)
+            raise AssertionError("temperature 5 was accepted")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and "temperature" in str(e)
+        try:
+            client.chat.completions.create(model=model, messages=messages, max_tokens=10**7)
+            raise AssertionError("max_tokens over the context was accepted")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400
+        try:
+            client.chat.completions.create(model="no-such-model:1b", messages=messages)
+            raise AssertionError("an unknown model was accepted")
+        except openai.NotFoundError as e:
+            assert e.status_code == 404
+
+    for name, fn in [("openai chat", chat), ("openai chat stream + usage", chat_stream),
+                     ("openai n + logprobs", n_and_logprobs), ("openai completions", completions),
+                     ("openai models", models), ("openai async", async_clients),
+                     ("openai errors 400/404", errors)]:
+        check(name, fn)
+
+
+def rate_limit_check(url, model):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+    def limited():
+        first = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Tell me a long story."}],
+            max_tokens=200, stream=True, extra_body={"ignore_eos": True})
+        next(iter(first))
+        try:
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            raise AssertionError("the second request was not refused")
+        except openai.RateLimitError as e:
+            assert e.status_code == 429
+            assert e.response.headers.get("retry-after") is not None
+        finally:
+            first.close()
+
+    check("openai 429 when the queue is full", limited)
+
+
+def ollama_checks(url, model):
+    client = ollama.Client(host=url)
+
+    def generate():
+        r = client.generate(model=model, prompt="Why is the sky blue?", options={"num_predict": 8, "temperature": 0})
+        assert r.done and r.eval_count == 8 and isinstance(r.response, str)
+        parts = list(client.generate(model=model, prompt="Why is the sky blue?", stream=True,
+                                     options={"num_predict": 8, "temperature": 0}))
+        assert parts[-1].done and "".join(p.response for p in parts) == r.response
+
+    def chat():
+        r = client.chat(model=model, messages=[{"role": "user", "content": "Hello!"}], options={"num_predict": 6})
+        assert r.message.role == "assistant" and r.done
+        parts = list(client.chat(model=model, messages=[{"role": "user", "content": "Hello!"}], stream=True,
+                                 options={"num_predict": 6}))
+        assert parts[-1].done and parts[-1].eval_count == 6
+
+    def listings():
+        names = [m.model for m in client.list().models]
+        assert model in names, names
+        running = [m.model for m in client.ps().models]
+        assert model in running, running
+        shown = client.show(model)
+        assert shown.details.family
+        assert client._client.get("/api/version").json()["version"]
+
+    def not_found():
+        try:
+            client.chat(model="no-such-model:1b", messages=[{"role": "user", "content": "x"}])
+            raise AssertionError("an unknown model was accepted")
+        except ollama.ResponseError as e:
+            assert e.status_code == 404
+
+    for name, fn in [("ollama generate", generate), ("ollama chat", chat),
+                     ("ollama list/ps/show/version", listings), ("ollama 404", not_found)]:
+        check(name, fn)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pagoda", required=True)
+    p.add_argument("--model", default="smollm2:135m")
+    a = p.parse_args()
+    print(f"openai {openai.__version__}, ollama client")
+    server = Server(a.pagoda, a.model, "--kv-cache-memory", "256MiB")
+    try:
+        openai_checks(server.url, a.model)
+        ollama_checks(server.url, a.model)
+    finally:
+        server.stop()
+    tight = Server(a.pagoda, a.model, "--kv-cache-memory", "64MiB", "--max-num-seqs", "1", "--max-queue", "0")
+    try:
+        rate_limit_check(tight.url, a.model)
+    finally:
+        tight.stop()
+    if failures:
+        print(f"{len(failures)} check(s) failed: {', '.join(failures)}")
+        sys.exit(1)
+    print("all client checks passed")
+
+
+if __name__ == "__main__":
+    main()
