@@ -20,12 +20,20 @@ cargo build --workspace --all-targets
 
 echo "== models for the golden tests (store: $PAGODA_HOME)"
 PAGODA=target/debug/pagoda
-for m in smollm2:135m gemma3:270m; do
+for m in smollm2:135m gemma3:270m all-minilm; do
   "$PAGODA" pull "$m"
 done
 PAGODA_TEST_SMOLLM2="$("$PAGODA" show --path smollm2:135m)"
 PAGODA_TEST_GEMMA3="$("$PAGODA" show --path gemma3:270m)"
-export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3
+PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
+export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
+
+echo "== API conformance: the official openai and ollama Python clients against pagoda serve"
+if ! python3 -c "import openai, ollama" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check openai ollama \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages openai ollama
+fi
+python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m
 
 echo "== tests"
 # The runner's summary must be the last thing printed (no doc-test run after it: there are

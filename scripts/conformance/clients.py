@@ -11,11 +11,11 @@ Exit status 0 when every check passed; each failure is printed.
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -27,23 +27,28 @@ class Server:
     """A `pagoda serve` child process on an ephemeral port."""
 
     def __init__(self, pagoda, model, *extra):
+        # The server's log goes to a file (a pipe nobody reads would fill and stall it).
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="pagoda-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [pagoda, "serve", "--model", model, "--port", "0", *extra],
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=self.log,
         )
         self.url = None
         deadline = time.time() + 300
-        for line in self.proc.stderr:
-            sys.stderr.write("  server: " + line)
-            m = re.search(r"on (http://[0-9.:]+)", line)
+        while self.url is None and time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            with open(self.log.name) as f:
+                m = re.search(r"on (http://[0-9.:]+)", f.read())
             if m:
                 self.url = m.group(1)
-                break
-            if time.time() > deadline:
-                break
+            else:
+                time.sleep(0.1)
         if self.url is None:
-            raise RuntimeError("the server did not start")
+            with open(self.log.name) as f:
+                sys.stderr.write(f.read())
+            raise RuntimeError("the server did not start; its log is above")
+        print(f"server on {self.url} (log: {self.log.name})")
         while time.time() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/ready") as r:
