@@ -13,6 +13,7 @@
 pub mod arch;
 pub mod chat_template;
 pub mod config;
+pub mod embedding;
 pub mod error;
 pub mod gguf;
 pub mod hf;
@@ -24,6 +25,7 @@ pub mod weights;
 
 pub use arch::{BatchSegment, Logits, Model};
 pub use config::{Architecture, ModelConfig, RopeScaling};
+pub use embedding::{Embedded, EmbeddingModel};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, PagedKvCache};
 pub use source::{open_model, ModelFormat, ModelSource};

@@ -5,7 +5,9 @@
 //! fits in the file (and in [`MAX_HEADER_BYTES`]), the header is a JSON object, every tensor
 //! has a supported dtype, `data_offsets` with `start <= end <= data length`, exactly
 //! `product(shape) * dtype size` bytes, and no two tensors overlap. Errors name the file and
-//! the tensor.
+//! the tensor. [`SafetensorsFile::open_skipping_unsupported`] instead leaves out tensors of
+//! other dtypes (integer buffers such as BERT's `position_ids`), after the same bounds and
+//! overlap checks, and lists their names in [`SafetensorsFile::skipped`].
 
 use crate::gguf::{map_file, Bytes};
 use crate::weights::TensorView;
@@ -23,21 +25,42 @@ pub struct SafetensorsFile {
     path: PathBuf,
     tensors: Vec<TensorView>,
     metadata: serde_json::Map<String, serde_json::Value>,
+    /// Tensors of unsupported dtypes left out (only by `open_skipping_unsupported`).
+    skipped: Vec<String>,
+}
+
+/// Bytes per element of the safetensors dtypes no [`TensorView`] is made of.
+fn other_dtype_size(dtype: &str) -> Option<usize> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+        "I16" | "U16" => 2,
+        "I32" | "U32" => 4,
+        "I64" | "U64" | "F64" => 8,
+        _ => return None,
+    })
 }
 
 impl SafetensorsFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         let bytes = map_file(path)?;
-        Self::parse(path.to_path_buf(), bytes)
+        Self::parse(path.to_path_buf(), bytes, false)
+    }
+
+    /// As [`open`](Self::open), but tensors of dtypes other than F32, F16 and BF16 are checked
+    /// (bounds, size, overlap) and then left out instead of failing the file.
+    pub fn open_skipping_unsupported(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let bytes = map_file(path)?;
+        Self::parse(path.to_path_buf(), bytes, true)
     }
 
     /// Parses an in-memory file; `path` is only used in messages.
     pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, ModelError> {
-        Self::parse(path.into(), Arc::new(Bytes::Owned(bytes)))
+        Self::parse(path.into(), Arc::new(Bytes::Owned(bytes)), false)
     }
 
-    fn parse(path: PathBuf, bytes: Arc<Bytes>) -> Result<Self, ModelError> {
+    fn parse(path: PathBuf, bytes: Arc<Bytes>, skip_other: bool) -> Result<Self, ModelError> {
         let fmt = |message: String| ModelError::Format {
             path: path.clone(),
             message,
@@ -67,6 +90,7 @@ impl SafetensorsFile {
         let mut metadata = serde_json::Map::new();
         let mut tensors = Vec::with_capacity(header.len());
         let mut ranges: Vec<(usize, usize, String)> = Vec::with_capacity(header.len());
+        let mut skipped = Vec::new();
         for (name, info) in header {
             if name == "__metadata__" {
                 if let serde_json::Value::Object(m) = info {
@@ -84,9 +108,10 @@ impl SafetensorsFile {
                 .and_then(|d| d.as_str())
                 .ok_or_else(|| terr("has no dtype".into()))?;
             let ty = match dtype {
-                "F32" => GgmlType::F32,
-                "F16" => GgmlType::F16,
-                "BF16" => GgmlType::BF16,
+                "F32" => Some(GgmlType::F32),
+                "F16" => Some(GgmlType::F16),
+                "BF16" => Some(GgmlType::BF16),
+                other if skip_other && other_dtype_size(other).is_some() => None,
                 other => {
                     return Err(terr(format!(
                         "dtype {other} is not supported (F32, F16, BF16)"
@@ -115,6 +140,22 @@ impl SafetensorsFile {
                 )));
             }
             let (start, end) = (start as usize, end as usize);
+            let Some(ty) = ty else {
+                let size = other_dtype_size(dtype).unwrap_or(1);
+                let want = shape
+                    .iter()
+                    .try_fold(size, |a, &d| a.checked_mul(d))
+                    .ok_or_else(|| terr(format!("shape {shape:?} overflows")))?;
+                if want != end - start {
+                    return Err(terr(format!(
+                        "shape {shape:?} of {dtype} needs {want} bytes but the file gives it {}",
+                        end - start
+                    )));
+                }
+                ranges.push((start, end, name.clone()));
+                skipped.push(name.clone());
+                continue;
+            };
             let view = TensorView::new(
                 name.clone(),
                 ty,
@@ -141,7 +182,14 @@ impl SafetensorsFile {
             path,
             tensors,
             metadata,
+            skipped,
         })
+    }
+
+    /// Names of the tensors left out for their dtype (empty unless opened with
+    /// [`open_skipping_unsupported`](Self::open_skipping_unsupported)).
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
     }
 
     pub fn path(&self) -> &Path {
@@ -219,6 +267,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"x\"") && e.contains("I64"), "{e}");
+
+        let mixed = write_safetensors(&[
+            ("ids", "I64", vec![1, 2], vec![0; 16]),
+            ("a", "F32", vec![1], f32s(&[5.])),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        std::fs::write(&path, &mixed).unwrap();
+        assert!(SafetensorsFile::open(&path).is_err());
+        let f = SafetensorsFile::open_skipping_unsupported(&path).unwrap();
+        assert_eq!(f.skipped(), ["ids".to_string()]);
+        assert_eq!(f.tensors().len(), 1);
+        let short = write_safetensors(&[("ids", "I64", vec![3], vec![0; 16])]);
+        assert!(SafetensorsFile::parse("m".into(), Arc::new(Bytes::Owned(short)), true).is_err());
 
         let mut huge = bytes;
         huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());

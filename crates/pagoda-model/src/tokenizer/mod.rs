@@ -9,7 +9,10 @@
 //! `decode` turns an id outside the vocabulary into U+FFFD instead of silently dropping it
 //! (a model's embedding can be wider than its tokenizer, as Qwen2's HF checkpoints are);
 //! [`IncrementalDecoder`] only ever emits complete UTF-8 text, and the concatenation of what it
-//! emits plus `finish()` equals `decode(all_ids)` (with the same skip-special choice).
+//! emits plus `finish()` equals `decode(all_ids)` (with the same skip-special choice);
+//! `encode` returns every token of the text: truncation and padding settings in a
+//! tokenizer.json (BERT exports carry `max_length` 128 and fixed padding) are dropped at load,
+//! and a caller that needs a length limit applies its own.
 
 pub mod gguf;
 
@@ -119,11 +122,18 @@ impl Tokenizer {
             path: tokenizer_json.to_path_buf(),
             source,
         })?;
-        let inner =
+        let mut inner =
             tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| ModelError::TokenizerFile {
                 path: tokenizer_json.to_path_buf(),
                 message: e.to_string(),
             })?;
+        inner
+            .with_truncation(None)
+            .map_err(|e| ModelError::TokenizerFile {
+                path: tokenizer_json.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        inner.with_padding(None);
         let token_text = |v: &Value| -> Option<String> {
             match v {
                 Value::String(s) => Some(s.clone()),

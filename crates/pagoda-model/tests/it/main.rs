@@ -2,6 +2,7 @@
 
 mod bad_files;
 mod common;
+mod embedding;
 mod forward_batch;
 mod forward_golden;
 mod golden;
