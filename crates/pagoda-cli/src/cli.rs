@@ -1,7 +1,7 @@
 //! Command-line definitions (clap derive) for the `pagoda` binary.
 //!
 //! Owns the argument grammar only: global flags, the subcommand list and the arguments of the
-//! store commands (`pull`, `list`, `rm`, `show`). `run` and `bench` take their argument structs
+//! store commands (`pull`, `list`, `rm`, `show`, `create`, `cp`) and of `ps`. `run` and `bench` take their argument structs
 //! from their own command modules. Invariant: nothing here does work; `main` dispatches.
 
 use std::path::PathBuf;
@@ -18,7 +18,10 @@ Examples:
   pagoda list                           what is in the store
   pagoda show smollm2:135m              format, size, digest, source and model details
   pagoda rm smollm2:135m                delete it (and blobs no other model uses)
+  pagoda create pirate -f ./Modelfile   a derived model: FROM a base plus PARAMETER/SYSTEM/...
+  pagoda cp pirate pirate:v1            the same model under a second name (no copy of weights)
   pagoda serve                          serve the default model on http://127.0.0.1:11435
+  pagoda ps                             the models a running server has loaded
   pagoda --store /data/models list      use another store (or set PAGODA_HOME)
 
 Logging: -v (info), -vv (debug), -vvv (trace); or PAGODA_LOG / RUST_LOG=pagoda_store=debug.
@@ -62,6 +65,17 @@ pub enum Command {
 
     /// Show a model's details: format, size, digest, source, and what the file says.
     Show(ShowArgs),
+
+    /// Create a model from an Ollama-style Modelfile (a base model plus defaults).
+    #[command(after_help = CREATE_HELP)]
+    Create(CreateArgs),
+
+    /// Copy a model to a second name (a new manifest; the weights are shared, not copied).
+    Cp(CpArgs),
+
+    /// List the models a running `pagoda serve` has loaded (GET /api/ps).
+    #[command(after_help = PS_HELP)]
+    Ps(PsArgs),
 
     /// Generate text with a model (a one-shot prompt, or an interactive chat).
     #[command(after_help = RUN_HELP)]
@@ -109,6 +123,38 @@ fn pull_help() -> String {
         .collect();
     PULL_HELP.replace("\nExamples:", &format!("\nCatalog:\n{catalog}\nExamples:"))
 }
+
+const CREATE_HELP: &str = "\
+A Modelfile, as Ollama's (one instruction per line; names are case-insensitive; # starts a
+comment line):
+  FROM smollm2:135m            the base: a store or catalog name (pulled if missing), a GGUF
+                               file or a model folder (relative to the Modelfile), or a source
+  PARAMETER temperature 0.2    temperature, top_k, top_p, min_p, seed, stop (repeatable),
+                               num_predict, repeat_penalty, repeat_last_n, presence_penalty,
+                               frequency_penalty, num_ctx
+  SYSTEM You are a pirate.     the default system message
+  TEMPLATE \"\"\"...\"\"\"           a Jinja chat template (as in tokenizer_config.json); Ollama's
+                               Go templates ({{ .Prompt }}) are not supported
+  MESSAGE user Ahoy?           turns put before every chat (system, user or assistant)
+  LICENSE \"\"\"...\"\"\"            the license text
+  ADAPTER ./lora.gguf          not supported yet (LoRA): refused
+Values are the rest of the line, or quoted: \"\"\"multi-line\"\"\", \"...\" or '...'.
+What the Modelfile leaves unset keeps the base model's value. The new model names the base's
+blobs: no weights are copied, and removing the base keeps them.
+
+Examples:
+  pagoda create pirate                  reads ./Modelfile
+  pagoda create pirate:v2 -f models/pirate/Modelfile
+  pagoda show pirate --modelfile        the Modelfile the model behaves by";
+
+const PS_HELP: &str = "\
+Asks the server at --host/--port, or PAGODA_HOST (host, host:port or http://host:port, as
+OLLAMA_HOST), default http://127.0.0.1:11435. UNTIL is when an idle model unloads.
+
+Examples:
+  pagoda ps
+  pagoda ps --host 10.0.0.5 --port 8000
+  PAGODA_HOST=http://gpu-box:11435 pagoda ps";
 
 const RUN_HELP: &str = "\
 Examples:
@@ -165,6 +211,53 @@ pub struct ShowArgs {
     /// Print only the path pagoda would open.
     #[arg(long)]
     pub path: bool,
+    /// Print the Modelfile the model behaves by (FROM, PARAMETER, SYSTEM, ...).
+    #[arg(long, conflicts_with = "path")]
+    pub modelfile: bool,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Name of the new model (`name` or `name:tag`); a model of that name is replaced.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The Modelfile to read; relative FROM paths in it are read from its folder.
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        default_value = "Modelfile"
+    )]
+    pub file: PathBuf,
+    /// No progress bars (when FROM has to be fetched).
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// The model to copy.
+    #[arg(value_name = "SRC")]
+    pub source: String,
+    /// The new name (replaced if it exists).
+    #[arg(value_name = "DST")]
+    pub destination: String,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// The server: host, host:port or http://host:port.
+    #[arg(long, env = "PAGODA_HOST", value_name = "HOST")]
+    pub host: Option<String>,
+    /// The server's port (default 11435, or the one in --host).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
     #[command(flatten)]
     pub log: Verbosity,
 }
@@ -177,6 +270,9 @@ impl Cli {
             Command::List(a) => a.log.verbose,
             Command::Rm(a) => a.log.verbose,
             Command::Show(a) => a.log.verbose,
+            Command::Create(a) => a.log.verbose,
+            Command::Cp(a) => a.log.verbose,
+            Command::Ps(a) => a.log.verbose,
             Command::Run(_) | Command::Bench(_) | Command::Batch(_) | Command::Serve(_) => 0,
         };
         self.verbose.saturating_add(sub)
@@ -199,5 +295,17 @@ mod tests {
         assert_eq!(cli.verbosity(), 3);
         let cli = Cli::try_parse_from(["pagoda", "ls"]).unwrap();
         assert!(matches!(cli.command, Command::List(_)));
+    }
+
+    #[test]
+    fn create_reads_modelfile_by_default() {
+        let cli = Cli::try_parse_from(["pagoda", "create", "pirate"]).unwrap();
+        let Command::Create(a) = cli.command else {
+            panic!("not create");
+        };
+        assert_eq!(a.file, PathBuf::from("Modelfile"));
+        let cli = Cli::try_parse_from(["pagoda", "create", "p", "-f", "x/M"]).unwrap();
+        assert!(matches!(cli.command, Command::Create(a) if a.file == std::path::Path::new("x/M")));
+        assert!(Cli::try_parse_from(["pagoda", "cp", "a"]).is_err());
     }
 }

@@ -30,6 +30,7 @@ impl Env {
             .env_remove("RUST_LOG")
             .env_remove("PAGODA_LOG")
             .env_remove("HF_TOKEN")
+            .env_remove("PAGODA_HOST")
             .env("HF_ENDPOINT", "http://127.0.0.1:9")
             .env("PAGODA_PIP_WHEELS", self.dir.path().join("wheels"))
             .arg("--store")
@@ -102,6 +103,39 @@ fn help_explains_every_command() {
     ok(&o);
     assert!(stdout(&o).contains("--threads"));
     ok(&env.run(&["bench", "--help"]));
+    for word in ["create", "cp", "ps"] {
+        assert!(
+            out_of(&env, &["--help"]).contains(word),
+            "--help lacks {word}"
+        );
+    }
+    let o = env.run(&["create", "--help"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in [
+        "Modelfile",
+        "FROM",
+        "PARAMETER",
+        "num_ctx",
+        "TEMPLATE",
+        "Jinja",
+        "Go templates",
+        "MESSAGE",
+        "ADAPTER",
+        "-f",
+    ] {
+        assert!(out.contains(word), "create --help lacks {word}:\n{out}");
+    }
+    let o = env.run(&["ps", "--help"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in ["PAGODA_HOST", "--host", "--port", "11435"] {
+        assert!(out.contains(word), "ps --help lacks {word}:\n{out}");
+    }
+}
+
+fn out_of(env: &Env, args: &[&str]) -> String {
+    stdout(&env.run(args))
 }
 
 #[test]
@@ -528,4 +562,267 @@ fn batch_missing_input_is_a_clear_error() {
         "{}",
         stderr(&o)
     );
+}
+
+// ---- `pagoda create`, `cp`, `ps`: Ollama-style derived models and the server's loaded list ----
+
+/// Writes `text` as a Modelfile in the test folder.
+fn modelfile(env: &Env, name: &str, text: &str) -> PathBuf {
+    let p = env.dir.path().join(name);
+    fs::write(&p, text).unwrap();
+    p
+}
+
+fn manifests(store: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![store.join("manifests")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if let Ok(rel) = e.path().strip_prefix(store.join("manifests")) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn create_from_the_tiny_model_then_show_and_run_it() {
+    let env = Env::new();
+    tiny_llama_copy(&env, "tiny", |_| {});
+    let mf = modelfile(
+        &env,
+        "Modelfile",
+        "# a test model\nFROM ./tiny\nPARAMETER temperature 0\nPARAMETER stop \"<|end|>\"\nSYSTEM You are a test.\nMESSAGE user Hello\nMESSAGE assistant Hi!\n",
+    );
+    let o = env.run(&["create", "tester", "-f", mf.to_str().unwrap()]);
+    ok(&o);
+    assert!(
+        stdout(&o).starts_with("created tester:latest from "),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(manifests(&env.store()), vec!["tester/latest.json"]);
+    let weights = blobs(&env.store());
+    assert!(weights > 0);
+
+    let o = env.run(&["show", "tester"]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("Modelfile (pagoda create"), "{out}");
+    assert!(out.contains("    temperature     0\n"), "{out}");
+    assert!(out.contains("    stop            \"<|end|>\"\n"), "{out}");
+    assert!(
+        out.contains("    system          You are a test.\n"),
+        "{out}"
+    );
+    assert!(out.contains("    message         user: Hello\n"), "{out}");
+    assert!(out.contains("architecture    llama"), "{out}");
+
+    let o = env.run(&["show", "tester", "--modelfile"]);
+    ok(&o);
+    let text = stdout(&o);
+    assert!(text.contains("PARAMETER temperature 0\n"), "{text}");
+    assert!(text.contains("SYSTEM You are a test.\n"), "{text}");
+    assert!(text.contains("MESSAGE assistant Hi!\n"), "{text}");
+    assert!(text.contains("/tiny"), "FROM is the base's path: {text}");
+
+    // A second model FROM the first shares its blobs and inherits what it leaves unset.
+    let mf2 = modelfile(&env, "Modelfile.2", "FROM tester\nPARAMETER top_k 3\n");
+    ok(&env.run(&["create", "tester:v2", "-f", mf2.to_str().unwrap()]));
+    assert_eq!(blobs(&env.store()), weights, "no weights copied");
+    let text = out_of(&env, &["show", "tester:v2", "--modelfile"]);
+    assert!(text.contains("FROM tester:latest\n"), "{text}");
+    assert!(text.contains("PARAMETER top_k 3\n"), "{text}");
+    assert!(text.contains("PARAMETER temperature 0\n"), "{text}");
+    assert!(text.contains("SYSTEM You are a test.\n"), "{text}");
+
+    // The layer is applied at load: temperature 0 answers the same twice, with the system
+    // message, presets and stop strings in place.
+    let answer = |model: &str| {
+        let o = env.run(&["run", model, "hello", "--max-tokens", "4"]);
+        ok(&o);
+        stdout(&o)
+    };
+    assert_eq!(answer("tester"), answer("tester"));
+    answer("tester:v2");
+}
+
+#[test]
+fn cp_then_rm_of_the_original_keeps_the_copy_working() {
+    let env = Env::new();
+    let tiny = tiny_llama_copy(&env, "tiny", |_| {});
+    ok(&env.run(&["pull", tiny.to_str().unwrap(), "--name", "orig:1"]));
+    let weights = blobs(&env.store());
+    let o = env.run(&["cp", "orig:1", "copy"]);
+    ok(&o);
+    assert_eq!(stdout(&o).trim(), "copied 'orig:1' to 'copy:latest'");
+    assert_eq!(blobs(&env.store()), weights, "cp copies no blob");
+    ok(&env.run(&["rm", "orig:1"]));
+    assert_eq!(
+        blobs(&env.store()),
+        weights,
+        "the copy still uses every blob"
+    );
+    assert_eq!(manifests(&env.store()), vec!["copy/latest.json"]);
+    ok(&env.run(&["show", "copy"]));
+    let o = env.run(&[
+        "run",
+        "copy",
+        "--raw",
+        "hello",
+        "--max-tokens",
+        "3",
+        "--seed",
+        "1",
+    ]);
+    ok(&o);
+    ok(&env.run(&["rm", "copy"]));
+    assert_eq!(blobs(&env.store()), 0);
+
+    let o = env.run(&["cp", "ghost", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("error: model 'ghost' not found"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_bad_modelfile_is_a_clear_error_with_exit_1_and_no_manifest() {
+    let env = Env::new();
+    tiny_llama_copy(&env, "tiny", |_| {});
+    for (text, needles) in [
+        (
+            "FROM ./tiny\nPARAMETER temprature 0\n",
+            &[
+                "is not a valid Modelfile",
+                "line 2",
+                "unknown parameter `temprature`",
+                "temperature, top_k",
+            ][..],
+        ),
+        (
+            "FROM ./tiny\nSYSTM hi\n",
+            &["line 2", "unknown instruction `SYSTM`"][..],
+        ),
+        (
+            "FROM ./tiny\nPARAMETER top_p 3\n",
+            &["line 2", "top_p", "from 0 to 1"][..],
+        ),
+        (
+            "FROM ./tiny\nSYSTEM \"\"\"never closed\n",
+            &["line 2", "never closed"][..],
+        ),
+        ("PARAMETER temperature 0\n", &["no FROM line"][..]),
+        (
+            "FROM ./tiny\nADAPTER ./lora.gguf\n",
+            &["LoRA adapters are not supported yet"][..],
+        ),
+        (
+            "FROM ./tiny\nTEMPLATE \"\"\"{{ .System }} {{ .Prompt }}\"\"\"\n",
+            &["Go template", "Jinja"][..],
+        ),
+        (
+            "FROM ./tiny\nTEMPLATE \"\"\"{% for m in messages %}\"\"\"\n",
+            &["TEMPLATE", "does not compile"][..],
+        ),
+        ("FROM ./nowhere\n", &["nowhere"][..]),
+        (
+            "FROM nothing:7b\n",
+            &["FROM 'nothing:7b' is not a model in the store"][..],
+        ),
+    ] {
+        let mf = modelfile(&env, "Modelfile", text);
+        let o = env.run(&["create", "bad", "-f", mf.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{text:?}: {err}");
+        assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        for n in needles {
+            assert!(err.contains(n), "{text:?}: stderr lacks {n:?}: {err}");
+        }
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+        assert!(
+            manifests(&env.store()).is_empty(),
+            "{text:?} left a manifest"
+        );
+    }
+    // No Modelfile where -f points (or ./Modelfile by default).
+    let o = env
+        .cmd()
+        .current_dir(env.dir.path().join("tiny"))
+        .args(["create", "bad"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot read the Modelfile 'Modelfile'"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn ps_without_a_server_says_how_to_start_one() {
+    let env = Env::new();
+    let o = env.run(&["ps", "--port", "9"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: no Pagoda server answers at http://127.0.0.1:9"),
+        "{err}"
+    );
+    assert!(err.contains("pagoda serve"), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn ps_lists_what_the_server_has_loaded() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = serde_json::json!({"models": [{
+        "name": "tester:latest", "model": "tester:latest", "size": 4_100_000,
+        "digest": "0123456789abcdef".repeat(4),
+        "details": {"format": "gguf", "family": "llama"},
+        "expires_at": "0001-01-01T00:00:00Z", "size_vram": 0
+    }]})
+    .to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    let env = Env::new();
+    let o = env
+        .cmd()
+        .env("PAGODA_HOST", format!("http://127.0.0.1:{port}"))
+        .arg("ps")
+        .output()
+        .unwrap();
+    ok(&o);
+    let request = server.join().unwrap();
+    assert!(request.starts_with("GET /api/ps "), "{request}");
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for col in ["NAME", "ID", "SIZE", "UNTIL"] {
+        assert!(lines[0].contains(col), "{out}");
+    }
+    assert!(lines[1].starts_with("tester:latest"), "{out}");
+    assert!(lines[1].contains("0123456789ab "), "{out}");
+    assert!(lines[1].contains("4.1 MB"), "{out}");
+    assert!(lines[1].ends_with("Forever"), "{out}");
 }

@@ -1,9 +1,12 @@
 //! Finding and loading a model for generation: store name or path → weights, tokenizer,
-//! chat template and the defaults the model (generation_config / GGUF) and the catalog
-//! (an Ollama-style SYSTEM and PARAMETER layer) ask for. Shared by the server and the CLI.
+//! chat template and the defaults the model (generation_config / GGUF), the catalog (an
+//! Ollama-style SYSTEM and PARAMETER layer) and a derived model's Modelfile layer
+//! (`pagoda create`: PARAMETER, TEMPLATE, SYSTEM, MESSAGE) ask for, applied in that order.
+//! Shared by the server and the CLI.
 //!
 //! Invariant: loading never pulls unless asked (`Pull::IfMissing`); the server refuses
-//! unknown models with 404 instead of downloading behind a client's back.
+//! unknown models with 404 instead of downloading behind a client's back. A Modelfile
+//! TEMPLATE is Jinja (Ollama's Go templates are refused with [`LoadError::Template`]).
 
 use pagoda_engine::SamplingParams;
 use pagoda_model::arch::Model;
@@ -11,6 +14,7 @@ use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_model::ModelError;
+use pagoda_store::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use pagoda_store::{ResolvedModel, Store, StoreError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +35,8 @@ pub enum LoadError {
         #[source]
         source: ModelError,
     },
+    #[error("model `{name}`: its Modelfile TEMPLATE cannot be used: {message}")]
+    Template { name: String, message: String },
 }
 
 /// Whether [`resolve`] may download a missing catalog model.
@@ -53,8 +59,20 @@ pub struct LoadedModel {
     pub generation: GenerationDefaults,
     /// Temperature the catalog entry sets, if any.
     pub catalog_temperature: Option<f32>,
-    /// System message to use when the user gives none (from the catalog entry).
+    /// System message to use when the user gives none (the catalog entry's, or the
+    /// Modelfile's SYSTEM).
     pub default_system: Option<String>,
+    /// The Modelfile's PARAMETER values (empty for plain models); `openai_sampling` applies
+    /// them too.
+    pub parameters: Parameters,
+    /// The Modelfile's MESSAGE lines, put after the system message of every chat.
+    pub preset_messages: Vec<ChatMessage>,
+    /// The Modelfile's `stop` parameters; a request's own stop strings are added to these.
+    pub default_stop: Vec<String>,
+    /// The Modelfile's `num_predict` (positive), for requests that set no limit.
+    pub default_max_tokens: Option<usize>,
+    /// The Modelfile's `num_ctx`: the context a request may use (at most the engine's).
+    pub context_limit: Option<usize>,
     pub load_time: Duration,
     pub file_bytes: u64,
     /// sha256 of the main weights file, when the model came from the store.
@@ -99,7 +117,33 @@ impl LoadedModel {
         if let Some(t) = self.catalog_temperature {
             s.temperature = t;
         }
+        apply_parameters(&mut s, &self.parameters);
         s
+    }
+
+    /// `messages` with the default system message in front when they carry none, then the
+    /// Modelfile's MESSAGE turns after the leading system messages.
+    pub fn with_preset(&self, messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+        let mut all = self.with_default_system(messages);
+        let at = all.iter().take_while(|m| m.role == "system").count();
+        all.splice(at..at, self.preset_messages.iter().cloned());
+        all
+    }
+
+    /// The model's default stop strings followed by the request's (duplicates dropped).
+    pub fn stops_with(&self, request: Vec<String>) -> Vec<String> {
+        let mut all = self.default_stop.clone();
+        for s in request {
+            if !all.contains(&s) {
+                all.push(s);
+            }
+        }
+        all
+    }
+
+    /// The context a request may use: the engine's, or less when the Modelfile says so.
+    pub fn context_window(&self, engine_max: usize) -> usize {
+        self.context_limit.map_or(engine_max, |n| n.min(engine_max))
     }
 
     /// `messages` with the default system message in front when they carry none.
@@ -154,6 +198,16 @@ pub fn load(resolved: &ResolvedModel, name: &str) -> Result<LoadedModel, LoadErr
             }
         }
     }
+    if let Some(layer) = resolved
+        .manifest
+        .as_ref()
+        .and_then(|m| m.modelfile.as_ref())
+    {
+        apply_modelfile(&mut loaded, layer).map_err(|message| LoadError::Template {
+            name: name.to_string(),
+            message,
+        })?;
+    }
     tracing::info!(path = %path.display(), secs = loaded.load_time.as_secs_f64(), "model loaded");
     Ok(loaded)
 }
@@ -173,6 +227,11 @@ fn load_path(path: &Path) -> Result<LoadedModel, ModelError> {
         generation: source.generation.clone(),
         catalog_temperature: None,
         default_system: None,
+        parameters: Parameters::default(),
+        preset_messages: Vec::new(),
+        default_stop: Vec::new(),
+        default_max_tokens: None,
+        context_limit: None,
         load_time: Duration::ZERO,
         file_bytes: dir_or_file_size(path),
         digest: None,
@@ -183,6 +242,73 @@ fn load_path(path: &Path) -> Result<LoadedModel, ModelError> {
             .map(|t| t.source().to_string())
             .unwrap_or_default(),
     })
+}
+
+/// Applies a derived model's Modelfile layer; `Err` says why its TEMPLATE is unusable.
+fn apply_modelfile(loaded: &mut LoadedModel, layer: &Modelfile) -> Result<(), String> {
+    if let Some(source) = &layer.template {
+        if looks_like_go_template(source) {
+            return Err(concat!(
+                "it looks like an Ollama Go template ({{ .Prompt }}); pagoda's chat templates ",
+                "are Jinja ({% for message in messages %}...)"
+            )
+            .into());
+        }
+        let bos = loaded.tokenizer.bos_token().unwrap_or("").to_string();
+        let eos = loaded.tokenizer.eos_token().unwrap_or("").to_string();
+        loaded.chat_template =
+            ChatTemplate::new(source.clone(), bos, eos).map_err(|e| e.to_string())?;
+        loaded.template_source.clone_from(source);
+    }
+    let p = &layer.parameters;
+    apply_parameters(&mut loaded.default_sampling, p);
+    loaded.parameters = p.clone();
+    if let Some(system) = &layer.system {
+        // An empty SYSTEM removes the base's system message.
+        loaded.default_system = Some(system.clone()).filter(|s| !s.is_empty());
+    }
+    loaded.preset_messages = layer
+        .messages
+        .iter()
+        .map(|m| ChatMessage::new(m.role.as_str(), &m.content))
+        .collect();
+    loaded.default_stop.clone_from(&p.stop);
+    loaded.default_max_tokens = p.num_predict.and_then(|n| usize::try_from(n).ok());
+    loaded.context_limit = p.num_ctx.and_then(|n| usize::try_from(n).ok());
+    Ok(())
+}
+
+/// Overlays the sampling values a Modelfile's PARAMETER lines set.
+fn apply_parameters(s: &mut SamplingParams, p: &Parameters) {
+    if let Some(t) = p.temperature {
+        s.temperature = t;
+    }
+    if let Some(k) = p.top_k {
+        s.top_k = usize::try_from(k).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = p.top_p {
+        s.top_p = v;
+    }
+    if let Some(v) = p.min_p {
+        s.min_p = v;
+    }
+    if let Some(seed) = p.seed {
+        // Negative: a random seed per request, as Ollama's -1.
+        s.seed = u64::try_from(seed).ok();
+    }
+    if let Some(v) = p.repeat_penalty {
+        s.repetition_penalty = v;
+    }
+    if let Some(n) = p.repeat_last_n {
+        s.repeat_last_n =
+            usize::try_from(n).unwrap_or(pagoda_engine::sampling::REPEAT_WHOLE_CONTEXT);
+    }
+    if let Some(v) = p.presence_penalty {
+        s.presence_penalty = v;
+    }
+    if let Some(v) = p.frequency_penalty {
+        s.frequency_penalty = v;
+    }
 }
 
 /// Overlays the values a model's generation config sets.
@@ -218,5 +344,103 @@ pub fn dir_or_file_size(path: &Path) -> u64 {
             .unwrap_or(0)
     } else {
         std::fs::metadata(path).map_or(0, |m| m.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagoda_store::{Format, Manifest, ModelName};
+
+    /// The tiny Llama folder as a store model whose manifest carries `modelfile` as its layer.
+    fn derived(modelfile: &str) -> ResolvedModel {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama");
+        let name = ModelName::parse("derived:1").unwrap();
+        let mut manifest = Manifest::new(&name, "./tiny".into(), Format::HfFolder, Vec::new());
+        manifest.modelfile = Some(Modelfile::parse(modelfile).unwrap());
+        ResolvedModel {
+            name: Some(name),
+            path,
+            format: Format::HfFolder,
+            manifest: Some(manifest),
+        }
+    }
+
+    #[test]
+    fn the_modelfile_layer_sets_the_defaults() {
+        let m = load(
+            &derived(
+                "FROM tiny\nPARAMETER temperature 0\nPARAMETER top_k 3\nPARAMETER seed 7\n\
+                 PARAMETER repeat_last_n -1\nPARAMETER stop <end>\nPARAMETER num_predict 9\n\
+                 PARAMETER num_ctx 64\nSYSTEM Be brief.\nMESSAGE user Hi\nMESSAGE assistant Hello\n",
+            ),
+            "derived:1",
+        )
+        .unwrap();
+        let s = &m.default_sampling;
+        assert_eq!((s.temperature, s.top_k, s.seed), (0.0, 3, Some(7)));
+        assert_eq!(
+            s.repeat_last_n,
+            pagoda_engine::sampling::REPEAT_WHOLE_CONTEXT
+        );
+        let o = m.openai_sampling();
+        assert_eq!((o.temperature, o.top_k, o.seed), (0.0, 3, Some(7)));
+        assert_eq!(m.default_system.as_deref(), Some("Be brief."));
+        assert_eq!(m.default_max_tokens, Some(9));
+        assert_eq!(m.context_window(4096), 64);
+        assert_eq!(m.context_window(32), 32);
+        assert_eq!(
+            m.stops_with(vec!["x".into(), "<end>".into()]),
+            vec!["<end>".to_string(), "x".to_string()]
+        );
+        let roles = |msgs: Vec<ChatMessage>| -> Vec<String> {
+            msgs.into_iter()
+                .map(|m| format!("{}:{}", m.role, m.content))
+                .collect()
+        };
+        assert_eq!(
+            roles(m.with_preset(vec![ChatMessage::new("user", "Q")])),
+            ["system:Be brief.", "user:Hi", "assistant:Hello", "user:Q"]
+        );
+        // The request's own system message replaces the default and stays first.
+        assert_eq!(
+            roles(m.with_preset(vec![
+                ChatMessage::new("system", "Mine"),
+                ChatMessage::new("user", "Q")
+            ])),
+            ["system:Mine", "user:Hi", "assistant:Hello", "user:Q"]
+        );
+    }
+
+    #[test]
+    fn a_jinja_template_replaces_the_chat_template() {
+        let m = load(
+            &derived("FROM tiny\nTEMPLATE \"\"\"{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}\"\"\"\nSYSTEM \"\"\n"),
+            "derived:1",
+        )
+        .unwrap();
+        assert!(m.template_source.starts_with("{% for m in messages %}"));
+        assert_eq!(m.default_system, None, "an empty SYSTEM clears it");
+        let text = m
+            .chat_template
+            .render(&m.with_preset(vec![ChatMessage::new("user", "hey")]), true)
+            .unwrap();
+        assert_eq!(text, "[user]hey");
+    }
+
+    #[test]
+    fn go_and_broken_templates_are_load_errors() {
+        for (template, needle) in [
+            ("{{ .Prompt }}", "Go template"),
+            ("{% for m in messages %}", "template"),
+        ] {
+            let r = derived(&format!("FROM tiny\nTEMPLATE \"\"\"{template}\"\"\"\n"));
+            let e = load(&r, "derived:1")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("model `derived:1`"), "{e}");
+            assert!(e.contains(needle), "{e}");
+        }
     }
 }

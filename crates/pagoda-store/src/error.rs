@@ -96,6 +96,25 @@ pub enum StoreError {
     )]
     MissingBlob { name: String, digest: String },
 
+    #[error("invalid Modelfile: {0}")]
+    Modelfile(#[from] crate::modelfile::ModelfileError),
+
+    #[error(
+        "ADAPTER {adapter}: LoRA adapters are not supported yet; remove the ADAPTER line (or merge the adapter into the weights first)"
+    )]
+    AdapterUnsupported { adapter: String },
+
+    #[error(
+        "TEMPLATE looks like an Ollama Go template ({{{{ .Prompt }}}}, {{{{ if .System }}}}); pagoda's chat templates are Jinja, as in Hugging Face's tokenizer_config.json: write it with {{% for message in messages %}} ... {{{{ message['content'] }}}}, or leave TEMPLATE out to keep the model's own"
+    )]
+    GoTemplate,
+
+    #[error(
+        "FROM '{from}' is not a model in the store, a catalog name, or a file or folder (relative paths are read from {}); run `pagoda list`, or fix the path",
+        base.display()
+    )]
+    FromNotFound { from: String, base: PathBuf },
+
     #[error(
         "could not pull '{name}'; every source failed:{}",
         format_failures(failures)
@@ -135,5 +154,13 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("1. a: boom"), "{s}");
         assert!(s.contains("2. b: bang"), "{s}");
+    }
+
+    #[test]
+    fn go_template_error_shows_both_syntaxes() {
+        let s = StoreError::GoTemplate.to_string();
+        assert!(s.contains("{{ .Prompt }}"), "{s}");
+        assert!(s.contains("{% for message in messages %}"), "{s}");
+        assert!(s.contains("{{ message['content'] }}"), "{s}");
     }
 }

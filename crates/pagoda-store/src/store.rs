@@ -1,13 +1,15 @@
 //! The store: a directory of blobs, manifests and materialized model folders.
 //!
-//! Owns [`Store`] (open, resolve, pull, list, remove, show), [`PullOptions`], [`ResolvedModel`],
-//! [`ManifestSummary`] and [`resolve_or_pull`]. Layout under the root:
+//! Owns [`Store`] (open, resolve, pull, create, copy, list, remove, show), [`PullOptions`],
+//! [`CreateOptions`], [`ResolvedModel`], [`ManifestSummary`] and [`resolve_or_pull`]. Layout under the root:
 //! `blobs/sha256-<hex>` (content), `manifests/<name>/<tag>.json` (one per model),
 //! `models/<name>/<tag>/` (Hugging Face folders rebuilt from blobs by hardlink or copy),
 //! `tmp/` (scratch for wheels).
 //!
 //! Invariants: a manifest is written only after all of its blobs are in place, so a listed model
-//! is complete; `remove` deletes a blob only when no remaining manifest names it. Known limit: a
+//! is complete; `remove` deletes a blob only when no remaining manifest names it. A derived
+//! model (`create`, `copy`) is one more manifest naming its base's blobs (never a copy of the
+//! weights) plus its Modelfile layer; removing the base keeps the blobs the derived one uses. Known limit: a
 //! `remove` that runs while another process is between writing a blob and writing the manifest
 //! that names it (same content) can delete that blob; `resolve` then reports the missing blob
 //! and a new pull fixes it.
@@ -24,6 +26,7 @@ use crate::fetch::http::HttpConfig;
 use crate::fetch::pip::{PipCommand, PipDownloader, WheelDir};
 use crate::fetch::{self, FetchCtx, Fetched};
 use crate::manifest::{Format, Manifest};
+use crate::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use crate::name::{ModelName, DEFAULT_TAG};
 use crate::source::Source;
 
@@ -36,6 +39,16 @@ pub struct PullOptions {
     pub name: Option<String>,
     /// Fetch again even when the model is already complete in the store.
     pub force: bool,
+}
+
+/// How to create a derived model ([`Store::create`]).
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// The folder a relative FROM path is read from: the Modelfile's own folder, as Ollama
+    /// does (`None`: the current directory).
+    pub base_dir: Option<PathBuf>,
+    /// Progress bars on stderr when FROM has to be fetched.
+    pub progress: bool,
 }
 
 /// A model ready to open.
@@ -210,7 +223,8 @@ impl Store {
         self.resolved_from(name, manifest).map(Some)
     }
 
-    fn resolved_from(&self, name: ModelName, manifest: Manifest) -> Result<ResolvedModel> {
+    /// Every blob `manifest` names is in place with its size.
+    fn check_blobs(&self, name: &ModelName, manifest: &Manifest) -> Result<()> {
         for f in &manifest.files {
             let ok = fs::metadata(self.blob_path(&f.digest))
                 .map(|m| m.len() == f.size)
@@ -222,6 +236,11 @@ impl Store {
                 });
             }
         }
+        Ok(())
+    }
+
+    fn resolved_from(&self, name: ModelName, manifest: Manifest) -> Result<ResolvedModel> {
+        self.check_blobs(&name, &manifest)?;
         let path = match manifest.format {
             Format::Gguf => {
                 let primary = manifest
@@ -359,9 +378,17 @@ impl Store {
                     return Ok(r);
                 }
             }
-            // Pull again from where it came from.
+            // Pull again from where it came from, keeping a derived model's layer.
             if let Some(source) = Source::parse(&manifest.source)? {
-                return self.pull_sources(&stored, &[source], None, Some(manifest.format), opts);
+                let sources = [source];
+                let (source, fetched) = self.fetch_sources(
+                    &stored,
+                    &sources,
+                    None,
+                    Some(manifest.format),
+                    opts.progress,
+                )?;
+                return self.commit(&stored, source, fetched, manifest.modelfile);
             }
         }
         Err(StoreError::UnknownModel {
@@ -383,6 +410,20 @@ impl Store {
         format: Option<Format>,
         opts: &PullOptions,
     ) -> Result<ResolvedModel> {
+        let (source, fetched) =
+            self.fetch_sources(name, sources, expected, format, opts.progress)?;
+        self.commit(name, source, fetched, None)
+    }
+
+    /// Fetches the blobs of the first source that works (nothing is written for the name).
+    fn fetch_sources<'s>(
+        &self,
+        name: &ModelName,
+        sources: &'s [Source],
+        expected: Option<&Digest>,
+        format: Option<Format>,
+        progress: bool,
+    ) -> Result<(&'s Source, Fetched)> {
         let label = name.to_string();
         let default_file_name = format!(
             "{}-{}.gguf",
@@ -394,7 +435,7 @@ impl Store {
         let ctx = FetchCtx {
             blobs_dir: &blobs_dir,
             tmp_dir: &tmp_dir,
-            progress: opts.progress,
+            progress,
             label: &label,
             expected,
             format,
@@ -406,7 +447,7 @@ impl Store {
         for (i, source) in sources.iter().enumerate() {
             tracing::info!("pulling {label} from {source}");
             match fetch_one(&ctx, source) {
-                Ok(fetched) => return self.commit(name, source, fetched),
+                Ok(fetched) => return Ok((source, fetched)),
                 Err(e) => {
                     if i + 1 < sources.len() {
                         tracing::warn!("source {source} failed: {e}; trying the next source");
@@ -429,22 +470,30 @@ impl Store {
         })
     }
 
-    /// Writes the manifest for fetched blobs, then drops blobs only the old manifest used.
-    fn commit(&self, name: &ModelName, source: &Source, fetched: Fetched) -> Result<ResolvedModel> {
-        let path = self.manifest_path(name);
-        let old = Manifest::read(&path, name).ok();
-        let source_text = match source {
-            Source::Path(p) => fs::canonicalize(p)
-                .map(|c| Source::Path(c).to_spec())
-                .unwrap_or_else(|_| source.to_spec()),
-            _ => source.to_spec(),
-        };
-        let manifest = Manifest::new(name, source_text, fetched.format, fetched.files);
-        manifest.write(&path)?;
+    /// Writes the manifest for fetched blobs (with `layer`, a derived model's Modelfile), then
+    /// drops blobs only the old manifest used.
+    fn commit(
+        &self,
+        name: &ModelName,
+        source: &Source,
+        fetched: Fetched,
+        layer: Option<Modelfile>,
+    ) -> Result<ResolvedModel> {
+        let mut manifest = Manifest::new(name, source_spec(source), fetched.format, fetched.files);
+        manifest.modelfile = layer;
         // A source that failed half-way before this one succeeded may have left a partial file.
         for f in &manifest.files {
             crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
         }
+        self.install(name, manifest)
+    }
+
+    /// Writes `manifest` as `name`'s (its blobs are in place), clears the old materialized
+    /// folder, and drops blobs only the replaced manifest used.
+    fn install(&self, name: &ModelName, manifest: Manifest) -> Result<ResolvedModel> {
+        let path = self.manifest_path(name);
+        let old = Manifest::read(&path, name).ok();
+        manifest.write(&path)?;
         let model_dir = self.model_dir(name);
         if old.is_some() && model_dir.exists() {
             let _ = fs::remove_dir_all(&model_dir);
@@ -454,6 +503,166 @@ impl Store {
         }
         tracing::info!("stored {name} ({} bytes)", manifest.total_size);
         self.resolved_from(name.clone(), manifest)
+    }
+
+    /// The Modelfile layer a stored model behaves by: its manifest's, or for a catalog model
+    /// without one, the catalog's defaults (SYSTEM, temperature) as a layer.
+    fn layer_of(&self, name: &ModelName, manifest: &Manifest) -> Option<Modelfile> {
+        if let Some(layer) = &manifest.modelfile {
+            return Some(layer.clone());
+        }
+        let entry = catalog::lookup_in(&self.catalog, &name.to_string())?;
+        if entry.system.is_none() && entry.temperature.is_none() {
+            return None;
+        }
+        Some(Modelfile {
+            from: name.to_string(),
+            parameters: Parameters {
+                temperature: entry.temperature,
+                ..Parameters::default()
+            },
+            system: entry.system.clone(),
+            ..Modelfile::default()
+        })
+    }
+
+    /// The Modelfile layer `model` behaves by (see [`Store::create`]): the manifest's, the
+    /// catalog's defaults for a catalog model, or `None`.
+    pub fn modelfile_of(&self, model: &ResolvedModel) -> Option<Modelfile> {
+        match (&model.name, &model.manifest) {
+            (Some(name), Some(m)) => self.layer_of(name, m),
+            _ => None,
+        }
+    }
+
+    /// `pagoda create NAME -f Modelfile`: writes a manifest for `name` that names the base
+    /// model's blobs (no copy of the weights) and records the Modelfile layer.
+    ///
+    /// FROM is, in this order: a stored model (its layer, or its catalog defaults, is
+    /// inherited: what the Modelfile leaves unset keeps the base's value); a catalog name
+    /// (pulled first); a path (relative to `opts.base_dir`) or any other source: its blobs
+    /// are fetched into the store (no model is stored under the source's own name). ADAPTER
+    /// and Go templates are refused before anything is written; a failed create leaves no
+    /// manifest.
+    pub fn create(
+        &self,
+        name: &str,
+        modelfile: &Modelfile,
+        opts: &CreateOptions,
+    ) -> Result<ResolvedModel> {
+        let name = ModelName::parse(name)?;
+        modelfile.validate()?;
+        if let Some(adapter) = modelfile.adapters.first() {
+            return Err(StoreError::AdapterUnsupported {
+                adapter: adapter.clone(),
+            });
+        }
+        if modelfile
+            .template
+            .as_deref()
+            .is_some_and(looks_like_go_template)
+        {
+            return Err(StoreError::GoTemplate);
+        }
+        let base = self.create_base(&name, &modelfile.from, opts)?;
+        let mut layer = modelfile.clone();
+        layer.from = base.from;
+        if let Some(parent) = &base.layer {
+            layer.inherit(parent);
+        }
+        let mut manifest = Manifest::new(&name, base.source, base.format, base.files);
+        manifest.modelfile = Some(layer);
+        self.install(&name, manifest)
+    }
+
+    /// The blobs and inherited layer of a Modelfile's FROM.
+    fn create_base(&self, name: &ModelName, from: &str, opts: &CreateOptions) -> Result<Base> {
+        let base_dir = opts.base_dir.clone().unwrap_or_else(|| PathBuf::from("."));
+        let fetch = |source: Source| -> Result<Base> {
+            let source = match source {
+                Source::Path(p) if p.is_relative() => Source::Path(base_dir.join(p)),
+                other => other,
+            };
+            let sources = [source];
+            let (source, fetched) =
+                self.fetch_sources(name, &sources, None, None, opts.progress)?;
+            for f in &fetched.files {
+                crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
+            }
+            let spec = source_spec(source);
+            Ok(Base {
+                from: spec.clone(),
+                source: spec,
+                format: fetched.format,
+                files: fetched.files,
+                layer: None,
+            })
+        };
+        let stored = |base: ModelName| -> Result<Base> {
+            let manifest = Manifest::read(&self.manifest_path(&base), &base)?;
+            // Every blob must be there before a second manifest names it.
+            self.check_blobs(&base, &manifest)?;
+            Ok(Base {
+                from: base.to_string(),
+                layer: self.layer_of(&base, &manifest),
+                source: manifest.source,
+                format: manifest.format,
+                files: manifest.files,
+            })
+        };
+        if let Some(source) = Source::parse(from)? {
+            return fetch(source);
+        }
+        let as_path = base_dir.join(from);
+        let Ok(parsed) = ModelName::parse(from) else {
+            if as_path.exists() {
+                return fetch(Source::Path(PathBuf::from(from)));
+            }
+            return Err(StoreError::FromNotFound {
+                from: from.to_string(),
+                base: base_dir,
+            });
+        };
+        if let Some(base) = self.stored_name(from)? {
+            return stored(base);
+        }
+        if catalog::lookup_in(&self.catalog, from).is_some() {
+            let pulled = self.pull(
+                from,
+                &PullOptions {
+                    progress: opts.progress,
+                    ..PullOptions::default()
+                },
+            )?;
+            return stored(pulled.name.unwrap_or(parsed));
+        }
+        if as_path.exists() {
+            return fetch(Source::Path(PathBuf::from(from)));
+        }
+        Err(StoreError::FromNotFound {
+            from: from.to_string(),
+            base: base_dir,
+        })
+    }
+
+    /// `pagoda cp SRC DST`: a second manifest for the same blobs (and the same layer; a catalog
+    /// model's defaults come along as a layer, so the copy behaves the same). Replaces `dst`.
+    pub fn copy(&self, src: &str, dst: &str) -> Result<ResolvedModel> {
+        let to = ModelName::parse(dst)?;
+        let Some(from) = self.stored_name(src)? else {
+            return Err(StoreError::NotFound {
+                name: src.trim().to_string(),
+            });
+        };
+        let manifest = Manifest::read(&self.manifest_path(&from), &from)?;
+        // Refuse to copy a model whose blobs are gone.
+        self.check_blobs(&from, &manifest)?;
+        if from == to {
+            return self.resolved_from(from, manifest);
+        }
+        let mut copy = manifest.renamed(&to);
+        copy.modelfile = self.layer_of(&from, &manifest);
+        self.install(&to, copy)
     }
 
     /// Every stored model, sorted by name.
@@ -608,6 +817,27 @@ impl Store {
                 }
             }
         }
+    }
+}
+
+/// What a derived model takes from its FROM.
+struct Base {
+    /// The base as the layer records it: its store name, or the canonical path or source.
+    from: String,
+    source: String,
+    format: Format,
+    files: Vec<crate::manifest::ManifestFile>,
+    /// The base's own layer, inherited.
+    layer: Option<Modelfile>,
+}
+
+/// A source's spec for a manifest, with local paths made absolute.
+fn source_spec(source: &Source) -> String {
+    match source {
+        Source::Path(p) => fs::canonicalize(p)
+            .map(|c| Source::Path(c).to_spec())
+            .unwrap_or_else(|_| source.to_spec()),
+        _ => source.to_spec(),
     }
 }
 

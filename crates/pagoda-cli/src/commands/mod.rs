@@ -1,15 +1,19 @@
 //! The subcommands, one module each, plus the few helpers the store commands share.
 //!
-//! Owns: pull, list, rm, show (store commands); run and bench are the lead's modules, wired in
-//! here unchanged. Invariant: commands print results to stdout and nothing else there.
+//! Owns: pull, list, rm, show, create, cp (store commands), ps (asks a running server); run
+//! and bench are the lead's modules, wired in here. Invariant: commands print results to
+//! stdout and nothing else there.
 
 pub mod batch;
 pub mod bench;
 pub mod bench_batching;
+pub mod cp;
+pub mod create;
 pub mod engine_args;
 pub mod list;
 pub mod llama_server;
 pub mod model_loader;
+pub mod ps;
 pub mod pull;
 pub mod rm;
 pub mod run;

@@ -52,13 +52,15 @@ pub struct RunArgs {
     /// Random seed: the same seed and settings give the same text.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Most tokens to generate per answer.
-    #[arg(long, default_value_t = 512)]
-    pub max_tokens: usize,
-    /// Stop when this text is generated (repeatable); it is not printed.
+    /// Most tokens to generate per answer (default: the Modelfile's num_predict, else 512).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Stop when this text is generated (repeatable; added to the Modelfile's); it is not
+    /// printed.
     #[arg(long)]
     pub stop: Vec<String>,
-    /// Context window to allocate, in tokens (default: the model's, capped at 4096).
+    /// Context window to allocate, in tokens (default: the Modelfile's num_ctx, else the
+    /// model's, capped at 4096).
     #[arg(long)]
     pub ctx_size: Option<usize>,
     /// Worker threads (default: all cores).
@@ -71,6 +73,9 @@ pub struct RunArgs {
 
 /// Default KV cache size when neither the user nor a small model context asks otherwise.
 const DEFAULT_CTX: usize = 4096;
+
+/// Default answer length when neither `--max-tokens` nor the Modelfile sets one.
+const DEFAULT_MAX_TOKENS: usize = 512;
 
 impl RunArgs {
     /// Sampling settings: the model's own defaults, overridden by flags.
@@ -113,6 +118,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let loaded = load_for_generation(&args.model)?;
     let ctx = args
         .ctx_size
+        .or(loaded.context_limit)
         .unwrap_or(DEFAULT_CTX)
         .min(loaded.model.config().context_length);
     let sampling = args.sampling(&loaded.default_sampling);
@@ -121,7 +127,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .system
         .clone()
         .or_else(|| loaded.default_system.clone());
-    let mut chat = Conversation::new(system.clone());
+    let mut chat = Conversation::new(system.clone(), &loaded.preset_messages);
     match &args.prompt {
         Some(prompt) => {
             answer(&args, &loaded, &mut generator, &mut chat, prompt, &sampling)?;
@@ -137,13 +143,15 @@ struct Conversation {
 }
 
 impl Conversation {
-    fn new(system: Option<String>) -> Self {
+    /// The system message, then the Modelfile's MESSAGE turns.
+    fn new(system: Option<String>, preset: &[ChatMessage]) -> Self {
         let messages = system
             .map(|content| ChatMessage {
                 role: "system".into(),
                 content,
             })
             .into_iter()
+            .chain(preset.iter().cloned())
             .collect();
         Conversation { messages }
     }
@@ -167,8 +175,12 @@ fn answer(
         });
         loaded.encode_chat(&chat.messages)?
     };
-    let mut request = GenerationRequest::new(prompt_tokens, sampling.clone(), args.max_tokens);
-    request.stop = args.stop.clone();
+    let max_tokens = args
+        .max_tokens
+        .or(loaded.default_max_tokens)
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    let mut request = GenerationRequest::new(prompt_tokens, sampling.clone(), max_tokens);
+    request.stop = loaded.stops_with(args.stop.clone());
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = generator.generate(&request, |text| {
@@ -225,7 +237,7 @@ fn interactive(
             "" => continue,
             "/bye" | "/exit" | "/quit" => break,
             "/clear" => {
-                *chat = Conversation::new(system.clone());
+                *chat = Conversation::new(system.clone(), &loaded.preset_messages);
                 generator.reset();
                 eprintln!("(conversation cleared)");
                 continue;

@@ -2,10 +2,11 @@
 //!
 //! Owns the layout of the details: the store part (format, size, digest, source, files) from the
 //! manifest; model details (architecture, parameters, context, quantization, chat template) from
-//! `pagoda_model::source::open_model`. Invariant: a model pagoda-model cannot read still shows its
-//! store part, with the reader's error in place of the details.
+//! `pagoda_model::source::open_model`; a derived model's Modelfile layer (`pagoda create`), and
+//! with `--modelfile` the Modelfile text the model behaves by. Invariant: a model pagoda-model
+//! cannot read still shows its store part, with the reader's error in place of the details.
 
-use pagoda_store::{Format, ResolvedModel, Store};
+use pagoda_store::{Format, Modelfile, ResolvedModel, Store};
 
 use super::{human_size, open_store};
 use crate::cli::ShowArgs;
@@ -18,12 +19,72 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
         println!("{}", model.path.display());
         return Ok(());
     }
+    let layer = store.modelfile_of(&model);
+    if args.modelfile {
+        let mf = layer.unwrap_or_else(|| Modelfile {
+            from: model
+                .name
+                .as_ref()
+                .map_or_else(|| model.path.display().to_string(), |n| n.to_string()),
+            ..Modelfile::default()
+        });
+        print!("# Modelfile of {}\n{}", args.model.trim(), mf.render());
+        return Ok(());
+    }
     print!("{}", render(&model));
     print!("{}", render_details(&model.path));
-    if let Some(entry) = pagoda_store::catalog::lookup(&args.model) {
+    let derived = model.manifest.as_ref().and_then(|m| m.modelfile.as_ref());
+    if let Some(layer) = derived {
+        print!("{}", render_layer(layer));
+    } else if let Some(entry) = pagoda_store::catalog::lookup(&args.model) {
         print!("{}", render_defaults(entry));
     }
     Ok(())
+}
+
+/// A derived model's Modelfile layer, what `pagoda run` and the server apply at load.
+fn render_layer(layer: &Modelfile) -> String {
+    let mut out = String::from("\n  Modelfile (pagoda create; `--modelfile` prints it whole)\n");
+    let mut row = |k: &str, v: &str| out.push_str(&format!("    {k:<16}{v}\n"));
+    row("from", &layer.from);
+    for (key, value) in layer.parameters.entries() {
+        let value = if key == "stop" {
+            format!("{value:?}")
+        } else {
+            value
+        };
+        row(key, &value);
+    }
+    if let Some(system) = &layer.system {
+        row("system", &one_line(system));
+    }
+    if let Some(t) = &layer.template {
+        row(
+            "template",
+            &format!("custom Jinja, {} lines", t.lines().count().max(1)),
+        );
+    }
+    for m in &layer.messages {
+        row(
+            "message",
+            &format!("{}: {}", m.role.as_str(), one_line(&m.content)),
+        );
+    }
+    for l in &layer.license {
+        row("license", &one_line(l));
+    }
+    out
+}
+
+/// The first line of `text`, with `…` when there is more.
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    if lines.next().is_some() {
+        format!("{first} …")
+    } else {
+        first.to_string()
+    }
 }
 
 /// The catalog's per-model defaults that `pagoda run` applies when no flag overrides them.
@@ -191,6 +252,20 @@ mod tests {
         assert_eq!(human_count(134_515_008), "134.5M");
         assert_eq!(human_count(1_543_714_304), "1.5B");
         assert_eq!(human_count(12), "12");
+    }
+
+    #[test]
+    fn layer_rows() {
+        let mf = Modelfile::parse(
+            "FROM base:1\nPARAMETER temperature 0\nPARAMETER stop \"<|end|>\"\nSYSTEM \"\"\"Be brief.\nVery.\"\"\"\nMESSAGE user hi\n",
+        )
+        .unwrap();
+        let out = render_layer(&mf);
+        assert!(out.contains("    from            base:1\n"), "{out}");
+        assert!(out.contains("    temperature     0\n"), "{out}");
+        assert!(out.contains("    stop            \"<|end|>\"\n"), "{out}");
+        assert!(out.contains("    system          Be brief. …\n"), "{out}");
+        assert!(out.contains("    message         user: hi\n"), "{out}");
     }
 
     #[test]

@@ -103,7 +103,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
             messages.push(ChatMessage::new("system", system));
         }
         messages.push(ChatMessage::new("user", &req.prompt));
-        loaded.encode_chat(&loaded.with_default_system(messages))
+        loaded.encode_chat(&loaded.with_preset(messages))
     }
     .map_err(|e| ApiError::invalid_param("prompt", format!("cannot build the prompt: {e}")))?;
     let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
@@ -159,7 +159,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     };
     let prompt = lease
         .loaded
-        .encode_chat(&lease.loaded.with_default_system(messages))
+        .encode_chat(&lease.loaded.with_preset(messages))
         .map_err(|e| {
             ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
         })?;
@@ -222,11 +222,18 @@ async fn run(
     kind: Kind,
     load: Duration,
 ) -> Result<Response, ApiError> {
+    let mut k = knobs(options)?;
+    k.stop = lease.loaded.stops_with(k.stop);
+    if options.and_then(|o| o.num_predict).is_none() {
+        k.max_tokens = lease.loaded.default_max_tokens;
+    }
     let engine_req = engine_request(
         prompt.clone(),
         &lease.loaded.default_sampling,
-        knobs(options)?,
-        lease.engine.layout().max_model_len,
+        k,
+        lease
+            .loaded
+            .context_window(lease.engine.layout().max_model_len),
         lease.loaded.tokenizer.vocab_size(),
         LengthRule::Clamp,
     )?;

@@ -58,7 +58,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .await?;
     let loaded = &lease.loaded;
     let prompt = loaded
-        .encode_chat(&loaded.with_default_system(messages))
+        .encode_chat(&loaded.with_preset(messages))
         .map_err(|e| {
             ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
         })?;
@@ -75,7 +75,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         seed: req.seed,
         logprobs: req.logprobs.then_some(req.top_logprobs.unwrap_or(0)),
         logit_bias: req.logit_bias.clone(),
-        stop: req.stop.clone().map(|s| s.into_vec()).unwrap_or_default(),
+        stop: loaded.stops_with(req.stop.clone().map(|s| s.into_vec()).unwrap_or_default()),
         max_tokens: req.max_completion_tokens.or(req.max_tokens),
         n,
         ignore_eos: req.ignore_eos,
@@ -84,7 +84,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         prompt,
         &loaded.openai_sampling(),
         knobs,
-        lease.engine.layout().max_model_len,
+        loaded.context_window(lease.engine.layout().max_model_len),
         lease.loaded.tokenizer.vocab_size(),
         LengthRule::Strict,
     )?;

@@ -10,8 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use pagoda_store::{
-    resolve_or_pull, CatalogEntry, Digest, FileRole, Format, PipMember, PullOptions, Source, Store,
-    StoreError, WheelDir,
+    resolve_or_pull, CatalogEntry, CreateOptions, Digest, FileRole, Format, Modelfile, PipMember,
+    PullOptions, Source, Store, StoreError, WheelDir,
 };
 use server::{Route, Server};
 use sha2::{Digest as _, Sha256};
@@ -944,4 +944,314 @@ fn partial_from_a_failed_source_is_dropped_when_the_next_source_succeeds() {
     )]);
     store.pull("x:1", &opts()).unwrap();
     assert_eq!(env.blob_dir_entries(), vec![sha(&body).file_name()]);
+}
+
+// ---------------------------------------------------------------- derived models (create, cp)
+
+fn modelfile(text: &str) -> Modelfile {
+    Modelfile::parse(text).expect("a valid Modelfile")
+}
+
+fn create_in(dir: &Path) -> CreateOptions {
+    CreateOptions {
+        base_dir: Some(dir.to_path_buf()),
+        progress: false,
+    }
+}
+
+fn manifest_names(env: &Env) -> Vec<String> {
+    let store = env.store();
+    store.list().unwrap().into_iter().map(|m| m.name).collect()
+}
+
+#[test]
+fn create_reuses_the_base_blobs_and_records_the_layer() {
+    let env = Env::new();
+    let bytes = gguf_bytes(30, 3000);
+    let p = env.file("base.gguf", &bytes);
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
+    let mf = modelfile(
+        "FROM base:1\nPARAMETER temperature 0\nPARAMETER stop \"<|end|>\"\nSYSTEM Be brief.\nMESSAGE user hi\nMESSAGE assistant hello\nLICENSE MIT\n",
+    );
+    let r = store
+        .create("derived", &mf, &create_in(&env.files))
+        .unwrap();
+    assert_eq!(r.name.as_ref().unwrap().to_string(), "derived:latest");
+    assert_eq!(fs::read(&r.path).unwrap(), bytes);
+    // One blob: the weights were not copied.
+    assert_eq!(env.blob_dir_entries(), vec![sha(&bytes).file_name()]);
+    let m = r.manifest.as_ref().unwrap();
+    assert_eq!(m.files[0].digest, sha(&bytes));
+    let layer = m.modelfile.as_ref().unwrap();
+    assert_eq!(layer.from, "base:1");
+    assert_eq!(layer.parameters.temperature, Some(0.0));
+    assert_eq!(layer.parameters.stop, vec!["<|end|>"]);
+    assert_eq!(layer.system.as_deref(), Some("Be brief."));
+    assert_eq!(layer.messages.len(), 2);
+    assert_eq!(layer.license, vec!["MIT"]);
+    // The manifest on disk holds the layer; the base's does not.
+    let text = fs::read_to_string(env.root.join("manifests/derived/latest.json")).unwrap();
+    assert!(text.contains("\"modelfile\""), "{text}");
+    assert!(text.contains("Be brief."), "{text}");
+    let base_text = fs::read_to_string(env.root.join("manifests/base/1.json")).unwrap();
+    assert!(!base_text.contains("modelfile"), "{base_text}");
+    assert_eq!(
+        store.resolve("derived").unwrap().unwrap().manifest.unwrap(),
+        *m
+    );
+    assert_eq!(manifest_names(&env), vec!["base:1", "derived:latest"]);
+}
+
+#[test]
+fn rm_of_the_base_keeps_the_blobs_a_derived_model_uses() {
+    let env = Env::new();
+    let bytes = gguf_bytes(31, 3000);
+    let p = env.file("base.gguf", &bytes);
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
+    store
+        .create(
+            "derived:1",
+            &modelfile("FROM base:1\nSYSTEM x\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    store.copy("derived:1", "copy:1").unwrap();
+    store.remove("base:1").unwrap();
+    assert_eq!(
+        env.blob_dir_entries().len(),
+        1,
+        "derived:1 and copy:1 use it"
+    );
+    let r = store.resolve("derived:1").unwrap().unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), bytes);
+    store.remove("derived:1").unwrap();
+    assert_eq!(env.blob_dir_entries().len(), 1, "copy:1 still uses it");
+    assert!(store.resolve("copy:1").unwrap().is_some());
+    store.remove("copy:1").unwrap();
+    assert!(env.blob_dir_entries().is_empty());
+}
+
+#[test]
+fn create_from_a_relative_path_fetches_it_without_a_second_model() {
+    let env = Env::new();
+    let bytes = gguf_bytes(32, 2000);
+    env.file("sub/weights.gguf", &bytes);
+    let store = env.store();
+    let mf = modelfile("FROM ./sub/weights.gguf\nPARAMETER num_ctx 256\n");
+    let r = store
+        .create("fromfile:1", &mf, &create_in(&env.files))
+        .unwrap();
+    assert_eq!(fs::read(&r.path).unwrap(), bytes);
+    assert_eq!(manifest_names(&env), vec!["fromfile:1"]);
+    let m = r.manifest.unwrap();
+    let layer = m.modelfile.unwrap();
+    assert!(layer.from.ends_with("sub/weights.gguf"), "{}", layer.from);
+    assert!(Path::new(&layer.from).is_absolute(), "{}", layer.from);
+    assert_eq!(m.source, layer.from);
+    // A folder name that is not a store name is a path too.
+    let dir = env.files.join("hf");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("config.json"), b"{}").unwrap();
+    fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+    let r = store
+        .create("fromdir:1", &modelfile("FROM hf\n"), &create_in(&env.files))
+        .unwrap();
+    assert_eq!(r.format, Format::HfFolder);
+    assert!(r.path.join("config.json").is_file());
+}
+
+#[test]
+fn create_inherits_the_base_layer_and_catalog_defaults() {
+    let env = Env::new();
+    let bytes = gguf_bytes(33, 2000);
+    let p = env.file("cat.gguf", &bytes);
+    let mut entry = catalog_entry("cat:1", Some(sha(&bytes)), vec![Source::Path(p)]);
+    entry.system = Some("Catalog system.".into());
+    entry.temperature = Some(0.3);
+    let store = env.store().with_catalog(vec![entry]);
+    // A catalog name not yet in the store is pulled first.
+    let r = store
+        .create(
+            "child:1",
+            &modelfile("FROM cat:1\nPARAMETER top_k 5\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    assert_eq!(manifest_names(&env), vec!["cat:1", "child:1"]);
+    let layer = r.manifest.unwrap().modelfile.unwrap();
+    assert_eq!(layer.from, "cat:1");
+    assert_eq!(layer.parameters.top_k, Some(5));
+    assert_eq!(layer.parameters.temperature, Some(0.3));
+    assert_eq!(layer.system.as_deref(), Some("Catalog system."));
+    // A grandchild overrides one value and keeps the rest.
+    let r = store
+        .create(
+            "grandchild:1",
+            &modelfile("FROM child:1\nPARAMETER temperature 1\nSYSTEM \"\"\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    let layer = r.manifest.unwrap().modelfile.unwrap();
+    assert_eq!(layer.from, "child:1");
+    assert_eq!(layer.parameters.temperature, Some(1.0));
+    assert_eq!(layer.parameters.top_k, Some(5));
+    assert_eq!(layer.system.as_deref(), Some(""));
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    // A copy of a catalog model carries the catalog defaults along.
+    let copy = store.copy("cat:1", "mycat").unwrap();
+    let layer = copy.manifest.unwrap().modelfile.unwrap();
+    assert_eq!(layer.system.as_deref(), Some("Catalog system."));
+}
+
+#[test]
+fn recreate_with_other_parameters_changes_the_manifest_and_version() {
+    let env = Env::new();
+    let p = env.file("base.gguf", &gguf_bytes(34, 2000));
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
+    let opts = create_in(&env.files);
+    let one = store
+        .create(
+            "m:1",
+            &modelfile("FROM base:1\nPARAMETER temperature 0.1\n"),
+            &opts,
+        )
+        .unwrap()
+        .manifest
+        .unwrap();
+    let two = store
+        .create(
+            "m:1",
+            &modelfile("FROM base:1\nPARAMETER temperature 0.9\n"),
+            &opts,
+        )
+        .unwrap()
+        .manifest
+        .unwrap();
+    assert_eq!(one.primary(), two.primary(), "same weights");
+    assert_ne!(one, two);
+    assert_ne!(one.version(), two.version());
+    let resolved = store.resolve("m:1").unwrap().unwrap().manifest.unwrap();
+    assert_eq!(
+        resolved.modelfile.unwrap().parameters.temperature,
+        Some(0.9)
+    );
+
+    // Re-created from other weights, the old base's blob goes once nothing names it.
+    store.remove("base:1").unwrap();
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    let other = gguf_bytes(35, 2000);
+    env.file("other.gguf", &other);
+    store
+        .create("m:1", &modelfile("FROM ./other.gguf\n"), &opts)
+        .unwrap();
+    assert_eq!(env.blob_dir_entries(), vec![sha(&other).file_name()]);
+}
+
+#[test]
+fn create_refuses_adapters_go_templates_and_unknown_bases_and_writes_nothing() {
+    let env = Env::new();
+    let p = env.file("base.gguf", &gguf_bytes(36, 2000));
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
+    let opts = create_in(&env.files);
+
+    let e = store
+        .create(
+            "bad:1",
+            &modelfile("FROM base:1\nADAPTER ./lora.gguf\n"),
+            &opts,
+        )
+        .unwrap_err();
+    assert!(matches!(e, StoreError::AdapterUnsupported { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("LoRA adapters are not supported yet"),
+        "{e}"
+    );
+
+    let e = store
+        .create(
+            "bad:1",
+            &modelfile("FROM base:1\nTEMPLATE \"\"\"{{ if .System }}{{ .System }}{{ end }}{{ .Prompt }}\"\"\"\n"),
+            &opts,
+        )
+        .unwrap_err();
+    assert!(matches!(e, StoreError::GoTemplate), "{e}");
+
+    let e = store
+        .create("bad:1", &modelfile("FROM nothing-here:7b\n"), &opts)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::FromNotFound { .. }), "{e}");
+    assert!(e.to_string().contains("nothing-here:7b"), "{e}");
+
+    let e = store
+        .create("bad:1", &modelfile("FROM ./missing.gguf\n"), &opts)
+        .unwrap_err();
+    assert!(e.to_string().contains("missing.gguf"), "{e}");
+
+    let e = store
+        .create("Bad Name", &modelfile("FROM base:1\n"), &opts)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::InvalidName { .. }), "{e}");
+
+    // A Modelfile built in code is checked like a parsed one.
+    let mut mf = modelfile("FROM base:1\n");
+    mf.parameters.top_p = Some(7.0);
+    let e = store.create("bad:1", &mf, &opts).unwrap_err();
+    assert!(matches!(e, StoreError::Modelfile(_)), "{e}");
+
+    assert_eq!(manifest_names(&env), vec!["base:1"]);
+    assert!(!env.root.join("manifests/bad").exists());
+    assert_eq!(env.blob_dir_entries().len(), 1);
+}
+
+#[test]
+fn copy_writes_a_second_manifest_for_the_same_blobs() {
+    let env = Env::new();
+    let bytes = gguf_bytes(37, 2000);
+    let p = env.file("base.gguf", &bytes);
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("orig:1")).unwrap();
+    let r = store.copy("orig:1", "team/copy:v2").unwrap();
+    assert_eq!(r.name.unwrap().to_string(), "team/copy:v2");
+    assert_eq!(env.blob_dir_entries().len(), 1);
+    assert_eq!(manifest_names(&env), vec!["orig:1", "team/copy:v2"]);
+    assert!(r.manifest.unwrap().modelfile.is_none());
+    // Copying onto itself changes nothing.
+    store.copy("orig:1", "orig:1").unwrap();
+    assert_eq!(manifest_names(&env), vec!["orig:1", "team/copy:v2"]);
+
+    store.remove("orig:1").unwrap();
+    let copy = store.resolve("team/copy:v2").unwrap().unwrap();
+    assert_eq!(fs::read(&copy.path).unwrap(), bytes);
+
+    let e = store.copy("ghost:1", "x:1").unwrap_err();
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+    let e = store.copy("team/copy:v2", "Bad Name").unwrap_err();
+    assert!(matches!(e, StoreError::InvalidName { .. }), "{e}");
+}
+
+#[test]
+fn a_repull_of_a_derived_model_keeps_its_layer() {
+    let env = Env::new();
+    let p = env.file("base.gguf", &gguf_bytes(38, 2000));
+    let store = env.store();
+    let r = store
+        .create(
+            "d:1",
+            &modelfile("FROM ./base.gguf\nSYSTEM keep me\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    fs::remove_file(&r.path).unwrap();
+    assert!(store.resolve("d:1").is_err());
+    let again = store.pull("d:1", &opts()).unwrap();
+    assert_eq!(
+        again.manifest.unwrap().modelfile.unwrap().system.as_deref(),
+        Some("keep me")
+    );
+    assert!(p.is_file());
 }
