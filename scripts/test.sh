@@ -29,11 +29,21 @@ PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
 
 echo "== API conformance: the official openai and ollama Python clients against pagoda serve"
-if ! python3 -c "import openai, ollama" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check openai ollama \
-    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages openai ollama
+if ! python3 -c "import openai, ollama, websocket" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check openai ollama websocket-client \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+      openai ollama websocket-client
 fi
-python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m
+python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
+echo "== chat page in headless Chromium"
+if command -v chromium >/dev/null 2>&1; then
+  python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m
+elif [ "${CI:-}" = "true" ]; then
+  echo "chromium is missing (.ci/run installs it)" >&2
+  exit 1
+else
+  echo "skipped: install chromium (apt-get install chromium) to run the chat page test"
+fi
 
 echo "== tests"
 # The runner's summary must be the last thing printed (no doc-test run after it: there are

@@ -12,58 +12,13 @@ Exit status 0 when every check passed; each failure is printed.
 import argparse
 import asyncio
 import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 
 import ollama
 import openai
 
-
-class Server:
-    """A `pagoda serve` child process on an ephemeral port."""
-
-    def __init__(self, pagoda, model, *extra):
-        # The server's log goes to a file (a pipe nobody reads would fill and stall it).
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="pagoda-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [pagoda, "serve", "--model", model, "--port", "0", *extra],
-            stderr=self.log,
-        )
-        self.url = None
-        deadline = time.time() + 300
-        while self.url is None and time.time() < deadline:
-            if self.proc.poll() is not None:
-                break
-            with open(self.log.name) as f:
-                m = re.search(r"on (http://[0-9.:]+)", f.read())
-            if m:
-                self.url = m.group(1)
-            else:
-                time.sleep(0.1)
-        if self.url is None:
-            with open(self.log.name) as f:
-                sys.stderr.write(f.read())
-            raise RuntimeError("the server did not start; its log is above")
-        print(f"server on {self.url} (log: {self.log.name})")
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/ready") as r:
-                    if r.status == 200:
-                        return
-            except Exception:
-                time.sleep(0.2)
-        raise RuntimeError("the server did not become ready")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server import Server  # noqa: E402
 
 
 failures = []
@@ -78,7 +33,7 @@ def check(name, fn):
         print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
-def openai_checks(url, model):
+def openai_checks(url, model, embed_model):
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -158,10 +113,21 @@ def openai_checks(url, model):
         except openai.NotFoundError as e:
             assert e.status_code == 404
 
+    def embeddings():
+        if not embed_model:
+            return
+        r = client.embeddings.create(model=embed_model, input=["hello world", "a second text"])
+        assert len(r.data) == 2 and len(r.data[0].embedding) == 384
+        norm = sum(x * x for x in r.data[0].embedding) ** 0.5
+        assert abs(norm - 1) < 1e-4, norm
+        f = client.embeddings.create(model=embed_model, input="hello world", encoding_format="float")
+        assert max(abs(a - b) for a, b in zip(f.data[0].embedding, r.data[0].embedding)) < 1e-6
+        assert r.usage.prompt_tokens > 0
+
     for name, fn in [("openai chat", chat), ("openai chat stream + usage", chat_stream),
                      ("openai n + logprobs", n_and_logprobs), ("openai completions", completions),
                      ("openai models", models), ("openai async", async_clients),
-                     ("openai errors 400/404", errors)]:
+                     ("openai errors 400/404", errors), ("openai embeddings", embeddings)]:
         check(name, fn)
 
 
@@ -185,7 +151,7 @@ def rate_limit_check(url, model):
     check("openai 429 when the queue is full", limited)
 
 
-def ollama_checks(url, model):
+def ollama_checks(url, model, embed_model):
     client = ollama.Client(host=url)
 
     def generate():
@@ -218,7 +184,13 @@ def ollama_checks(url, model):
         except ollama.ResponseError as e:
             assert e.status_code == 404
 
-    for name, fn in [("ollama generate", generate), ("ollama chat", chat),
+    def embed():
+        if not embed_model:
+            return
+        r = client.embed(model=embed_model, input=["hello world", "a second text"])
+        assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 384
+
+    for name, fn in [("ollama generate", generate), ("ollama embed", embed), ("ollama chat", chat),
                      ("ollama list/ps/show/version", listings), ("ollama 404", not_found)]:
         check(name, fn)
 
@@ -227,12 +199,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pagoda", required=True)
     p.add_argument("--model", default="smollm2:135m")
+    p.add_argument("--embed-model", default="", help="an embedding model to serve too (e.g. all-minilm)")
     a = p.parse_args()
     print(f"openai {openai.__version__}, ollama client")
-    server = Server(a.pagoda, a.model, "--kv-cache-memory", "256MiB")
+    extra = ["--model", a.embed_model] if a.embed_model else []
+    server = Server(a.pagoda, a.model, "--kv-cache-memory", "256MiB", *extra)
     try:
-        openai_checks(server.url, a.model)
-        ollama_checks(server.url, a.model)
+        openai_checks(server.url, a.model, a.embed_model)
+        ollama_checks(server.url, a.model, a.embed_model)
     finally:
         server.stop()
     tight = Server(a.pagoda, a.model, "--kv-cache-memory", "64MiB", "--max-num-seqs", "1", "--max-queue", "0")

@@ -2,6 +2,7 @@
 //!
 //! Owns the one global subscriber. Invariant: logs never go to stdout (it carries results).
 
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// Installs the subscriber. `PAGODA_LOG`, then `RUST_LOG`, override the `-v` level.
@@ -23,7 +24,8 @@ pub fn init(verbosity: u8) {
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let result = if verbosity == 0 {
         builder.without_time().with_target(false).try_init()
     } else {
@@ -50,7 +52,8 @@ pub fn init_server(verbosity: u8, json: bool) {
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = if json {
         builder.json().flatten_event(true).try_init()
     } else {

@@ -190,7 +190,12 @@ impl BoundServer {
 /// Loads the models named at start, then marks the server ready.
 async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError>) {
     for name in app.config.models.clone() {
-        if let Err(e) = app.registry.preload(&name).await {
+        let loaded = match app.registry.kind(&name).await {
+            Ok(crate::loader::ModelKind::Embedding) => app.embedders.acquire(&name).await.map(drop),
+            Ok(crate::loader::ModelKind::Generative) => app.registry.preload(&name).await.map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = loaded {
             tracing::error!(model = %name, error = %e.message, "cannot load a model named at start");
             let _ = failed.send(ServerError::Preload {
                 model: name,

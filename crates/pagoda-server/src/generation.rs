@@ -40,11 +40,7 @@ impl Generation {
         if lease.in_flight() > limit {
             return Err(ApiError::queue_full(app.config.max_queue));
         }
-        if app.draining() {
-            return Err(ApiError::unavailable(
-                "the server is shutting down; send the request to another replica",
-            ));
-        }
+        app.admit()?;
         let n = request.n;
         let prompt_tokens = request.prompt.len();
         let stream = lease.engine.submit(request)?;

@@ -4,7 +4,7 @@
 //! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
 //! [`generation`] (one request through the engine, shared by both), [`prepare`] (API
 //! parameters → engine request, with the length rules), [`registry`] (loaded models,
-//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model),
+//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models),
 //! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state).
 //!
@@ -15,6 +15,7 @@ pub mod app;
 pub mod body;
 pub mod chat_page;
 pub mod clock;
+pub mod embedders;
 pub mod error;
 pub mod generation;
 pub mod loader;

@@ -30,7 +30,8 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(300);
 pub struct ServedModel {
     /// The canonical name (`name:tag` from the store, or the path given).
     pub name: String,
-    /// What identifies this version: the weights' digest, or size and mtime for a path.
+    /// What identifies this version: the weights' digest (with a derived model's Modelfile
+    /// layer), or size and mtime for a path.
     pub version: String,
     pub loaded: LoadedModel,
     pub engine: EngineHandle,
@@ -179,11 +180,9 @@ impl Registry {
             other => ApiError::internal(other.to_string()),
         })?;
         let (key, version) = match (&resolved.name, &resolved.manifest) {
-            (Some(n), Some(m)) => (
-                n.to_string(),
-                m.primary()
-                    .map_or_else(|| m.created.to_string(), |f| f.digest.to_string()),
-            ),
+            // The weights' digest, combined with the Modelfile layer of a derived model, so a
+            // re-`create` with new parameters is a new version too.
+            (Some(n), Some(m)) => (n.to_string(), m.version()),
             _ => (name.to_string(), path_version(&resolved.path)),
         };
         Ok(Target {
@@ -205,6 +204,12 @@ impl Registry {
         let target = tokio::task::spawn_blocking(move || this.target(&owned))
             .await
             .map_err(|e| ApiError::internal(format!("model lookup failed: {e}")))??;
+        if loader::kind_of(&target.resolved.path) == loader::ModelKind::Embedding {
+            return Err(ApiError::invalid_param(
+                "model",
+                format!("`{name}` is an embedding model; use POST /v1/embeddings or /api/embed"),
+            ));
+        }
         let slot = self
             .slots()
             .entry(target.key.clone())
@@ -220,6 +225,18 @@ impl Registry {
             .await?
             .clone();
         Ok(Lease::new(model, keep_alive))
+    }
+
+    /// Whether `name` is a generative or an embedding model (404 if unknown).
+    pub async fn kind(self: &Arc<Self>, name: &str) -> Result<loader::ModelKind, ApiError> {
+        let this = self.clone();
+        let owned = name.to_string();
+        tokio::task::spawn_blocking(move || {
+            this.target(&owned)
+                .map(|t| loader::kind_of(&t.resolved.path))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("model lookup failed: {e}")))?
     }
 
     /// Loads a model at start: it stays loaded until a request's keep_alive says otherwise.

@@ -5,6 +5,8 @@
 //! 503 while those in flight finish.
 
 use crate::clock::unix_now;
+use crate::embedders::Embedders;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::registry::{KeepAlive, Registry};
 use pagoda_engine::EngineConfig;
@@ -66,6 +68,7 @@ impl ServerConfig {
 pub struct AppState {
     pub config: Arc<ServerConfig>,
     pub registry: Arc<Registry>,
+    pub embedders: Arc<Embedders>,
     pub metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     draining: Arc<AtomicBool>,
@@ -75,9 +78,11 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: ServerConfig, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Self {
+        let embedders = Arc::new(Embedders::new(registry.store().clone()));
         AppState {
             config: Arc::new(config),
             registry,
+            embedders,
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
             draining: Arc::new(AtomicBool::new(false)),
@@ -93,6 +98,22 @@ impl AppState {
 
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether a generation may start now: 503 while the models named at start load, or
+    /// while draining.
+    pub fn admit(&self) -> Result<(), ApiError> {
+        if self.draining() {
+            return Err(ApiError::unavailable(
+                "the server is shutting down; send the request to another replica",
+            ));
+        }
+        if !self.ready.load(Ordering::Acquire) {
+            return Err(ApiError::unavailable(
+                "the server is still loading its models; retry shortly",
+            ));
+        }
+        Ok(())
     }
 
     pub fn draining(&self) -> bool {

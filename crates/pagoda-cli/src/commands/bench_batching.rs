@@ -43,6 +43,12 @@ pub struct BenchBatchingArgs {
     /// Seed of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Prompt lengths of the workload in tokens, MIN-MAX (uniform).
+    #[arg(long, value_parser = parse_range, default_value = "32-512")]
+    pub prompt_len: (usize, usize),
+    /// Output lengths (max_tokens, EOS ignored) of the workload, MIN-MAX (uniform).
+    #[arg(long, value_parser = parse_range, default_value = "16-256")]
+    pub output_len: (usize, usize),
     /// Measure TTFT with a cached ~1000-token prefix against an uncached one instead.
     #[arg(long)]
     pub prefix_test: bool,
@@ -120,8 +126,33 @@ impl Figures {
     }
 }
 
-/// The seeded mixed-length workload.
-pub fn workload(text_tokens: &[u32], n: usize, seed: u64) -> Vec<WorkItem> {
+/// Parses `MIN-MAX` (or one number) into an inclusive range.
+fn parse_range(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{text}` is not a range such as 32-512");
+    let (lo, hi) = match text.split_once('-') {
+        Some((a, b)) => (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        ),
+        None => {
+            let v = text.trim().parse().map_err(|_| bad())?;
+            (v, v)
+        }
+    };
+    if lo == 0 || lo > hi {
+        return Err(format!("`{text}`: need 1 <= MIN <= MAX"));
+    }
+    Ok((lo, hi))
+}
+
+/// The seeded mixed-length workload: prompt and output lengths uniform in their ranges.
+pub fn workload(
+    text_tokens: &[u32],
+    n: usize,
+    seed: u64,
+    prompt_len: (usize, usize),
+    output_len: (usize, usize),
+) -> Vec<WorkItem> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move |lo: usize, hi: usize| {
         state ^= state << 13;
@@ -131,11 +162,11 @@ pub fn workload(text_tokens: &[u32], n: usize, seed: u64) -> Vec<WorkItem> {
     };
     (0..n)
         .map(|_| {
-            let len = next(32, 512);
+            let len = next(prompt_len.0, prompt_len.1).min(text_tokens.len().saturating_sub(1));
             let offset = next(0, text_tokens.len() - len - 1);
             WorkItem {
                 prompt: text_tokens[offset..offset + len].to_vec(),
-                max_tokens: next(16, 256),
+                max_tokens: next(output_len.0, output_len.1),
             }
         })
         .collect()
@@ -226,7 +257,13 @@ pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
     }
     let mut all = Vec::new();
     for &c in &args.concurrency {
-        let work = workload(&text_tokens, args.requests.max(c), args.seed);
+        let work = workload(
+            &text_tokens,
+            args.requests.max(c),
+            args.seed,
+            args.prompt_len,
+            args.output_len,
+        );
         let mut row = Vec::new();
         for &mode in &args.modes {
             let mut config = args.engine.config(mode);
@@ -240,7 +277,8 @@ pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
             eprintln!("done: {name} at {c}");
         }
         if let Some(bin) = &args.peer_server {
-            let server = LlamaServer::start(bin, &loaded.path, threads, c, 1024)?;
+            let slot_ctx = (args.prompt_len.1 + args.output_len.1 + 16).max(1024);
+            let server = LlamaServer::start(bin, &loaded.path, threads, c, slot_ctx)?;
             let (wall, results) = closed_loop(&work, c, |item| server.complete(item))?;
             drop(server);
             row.push(Figures::from_results("llama-server", c, wall, &results));
@@ -335,18 +373,26 @@ mod tests {
     #[test]
     fn workload_is_seeded_and_in_range() {
         let text: Vec<u32> = (0..4000).collect();
-        let a = workload(&text, 50, 3);
+        let a = workload(&text, 50, 3, (32, 512), (16, 256));
         assert_eq!(a.len(), 50);
         for w in &a {
             assert!((32..=512).contains(&w.prompt.len()));
             assert!((16..=256).contains(&w.max_tokens));
         }
-        let b = workload(&text, 50, 3);
+        let b = workload(&text, 50, 3, (32, 512), (16, 256));
         assert!(a
             .iter()
             .zip(&b)
             .all(|(x, y)| x.prompt == y.prompt && x.max_tokens == y.max_tokens));
-        let c = workload(&text, 50, 4);
+        let c = workload(&text, 50, 4, (32, 512), (16, 256));
+        assert!(workload(&text, 20, 1, (8, 8), (300, 400))
+            .iter()
+            .all(|w| w.prompt.len() == 8 && (300..=400).contains(&w.max_tokens)));
+        assert_eq!(parse_range("16-128"), Ok((16, 128)));
+        assert_eq!(parse_range("64"), Ok((64, 64)));
+        assert!(
+            parse_range("9-3").is_err() && parse_range("x").is_err() && parse_range("0-4").is_err()
+        );
         assert!(a.iter().zip(&c).any(|(x, y)| x.prompt != y.prompt));
     }
 

@@ -57,6 +57,7 @@ fn refuse_unsupported(format: Option<&Value>, images: bool) -> Result<(), ApiErr
 
 async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: GenerateRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    app.admit()?;
     refuse_unsupported(
         req.format.as_ref(),
         req.images.as_ref().is_some_and(|i| !i.is_empty()),
@@ -122,6 +123,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
 
 async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: ChatRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    app.admit()?;
     let images = req
         .messages
         .iter()

@@ -1,9 +1,10 @@
 //! The Ollama API: `/api/generate`, `/api/chat` (NDJSON streams), `/api/tags`, `/api/show`,
-//! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`. Shared here: `options` →
+//! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`, `/api/embed`. Shared here: `options` →
 //! [`Knobs`], `keep_alive`, the NDJSON response, and model details.
 //!
 //! Invariant: errors leave as `{"error": "..."}` with the status the server maps them to.
 
+mod embed;
 mod generate;
 mod models;
 
@@ -31,6 +32,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/pull", post(models::pull))
         .route("/api/delete", delete(models::remove))
         .route("/api/version", get(models::version))
+        .route("/api/embed", post(embed::embed))
+        .route("/api/embeddings", post(embed::embeddings))
 }
 
 /// Turns a handler's result into a response, counting errors.

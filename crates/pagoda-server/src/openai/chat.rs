@@ -33,6 +33,7 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: ChatCompletionRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    app.admit()?;
     check_openai_ranges(req.temperature, req.n, req.top_logprobs)?;
     if req.top_logprobs.is_some() && !req.logprobs {
         return Err(ApiError::invalid_param(

@@ -7,6 +7,7 @@
 
 mod chat;
 mod completions;
+mod embeddings;
 mod models;
 
 use crate::error::ApiError;
@@ -24,6 +25,8 @@ use pagoda_protocol::openai;
 use std::convert::Infallible;
 use std::pin::Pin;
 
+pub use embeddings::MAX_INPUTS as MAX_EMBEDDING_INPUTS;
+
 /// The `/v1` routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -31,6 +34,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models/{*id}", get(models::one))
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings::handle))
 }
 
 /// Turns a handler's result into a response, counting errors.

@@ -1,5 +1,7 @@
 //! Integration tests of pagoda-server: real HTTP on loopback against the tiny test models.
 
+mod embeddings;
+mod fuzz_requests;
 mod harness;
 mod lifecycle;
 mod ollama_api;
