@@ -143,3 +143,41 @@ async fn models_not_named_at_start_load_on_first_request() {
         .is_some_and(|e| !e.starts_with("0001")));
     s.stop().await.expect("clean stop");
 }
+
+#[tokio::test]
+async fn the_memory_budget_evicts_idle_models_and_refuses_when_all_are_busy() {
+    let mut c = config();
+    // One tiny model with its 8 MiB KV pool fits; two do not.
+    c.memory_budget = Some(12 << 20);
+    let s = start(c).await;
+    let qwen = golden("tiny-qwen2").display().to_string();
+    // The preloaded model is idle: loading another evicts it.
+    let r = s.post("/v1/chat/completions", json!({"model": qwen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
+    assert_eq!(r.status(), 200);
+    let ps = s.get_json("/api/ps").await;
+    let names: Vec<&str> = ps["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, vec![qwen.as_str()]);
+    // While qwen is busy, loading the other one is refused with 503, not a crash.
+    let busy = s
+        .post("/v1/completions", json!({"model": qwen, "prompt": "x", "max_tokens": 120, "ignore_eos": true, "stream": true}))
+        .await;
+    assert_eq!(busy.status(), 200);
+    let mut busy_stream = busy.bytes_stream();
+    let _ = busy_stream.next().await;
+    let r = s.post("/v1/chat/completions", json!({"model": tiny_llama(), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
+    assert_eq!(r.status(), 503);
+    let v: serde_json::Value = r.json().await.expect("json");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("memory")),
+        "{v}"
+    );
+    while busy_stream.next().await.is_some() {}
+    s.stop().await.expect("clean stop");
+}
