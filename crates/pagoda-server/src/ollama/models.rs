@@ -106,10 +106,22 @@ async fn run_show(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let loaded = &lease.loaded;
     let info = &loaded.info;
     let s = &loaded.default_sampling;
-    let parameters = format!(
+    let mut parameters = format!(
         "temperature {}\ntop_k {}\ntop_p {}\nmin_p {}\nrepeat_penalty {}",
         s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty
     );
+    for stop in &loaded.default_stop {
+        parameters.push_str(&format!(
+            "\nstop {}",
+            serde_json::Value::from(stop.as_str())
+        ));
+    }
+    if let Some(n) = loaded.default_max_tokens {
+        parameters.push_str(&format!("\nnum_predict {n}"));
+    }
+    if let Some(n) = loaded.context_limit {
+        parameters.push_str(&format!("\nnum_ctx {n}"));
+    }
     let mut model_info = serde_json::Map::new();
     let arch = &info.architecture;
     model_info.insert("general.architecture".into(), arch.clone().into());
@@ -130,6 +142,9 @@ async fn run_show(app: &AppState, body: Body) -> Result<Response, ApiError> {
     }
     for l in parameters.lines() {
         modelfile.push_str(&format!("PARAMETER {l}\n"));
+    }
+    for m in &loaded.preset_messages {
+        modelfile.push_str(&format!("MESSAGE {} \"\"\"{}\"\"\"\n", m.role, m.content));
     }
     Ok(Json(ShowResponse {
         modelfile,

@@ -76,8 +76,10 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         let engine_req = engine_request(
             prompt,
             &lease.loaded.openai_sampling(),
-            knobs(&req, n),
-            lease.engine.layout().max_model_len,
+            knobs(&req, n, &lease),
+            lease
+                .loaded
+                .context_window(lease.engine.layout().max_model_len),
             lease.loaded.tokenizer.vocab_size(),
             LengthRule::Strict,
         )?;
@@ -127,7 +129,8 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     Ok(Json(head.response(choices, Some(usage))).into_response())
 }
 
-fn knobs(req: &CompletionRequest, n: usize) -> Knobs {
+/// The request's knobs, with the model's Modelfile stop strings in front of its own.
+fn knobs(req: &CompletionRequest, n: usize, lease: &Lease) -> Knobs {
     Knobs {
         temperature: req.temperature,
         top_p: req.top_p,
@@ -140,7 +143,9 @@ fn knobs(req: &CompletionRequest, n: usize) -> Knobs {
         seed: req.seed,
         logprobs: req.logprobs,
         logit_bias: req.logit_bias.clone(),
-        stop: req.stop.clone().map(|s| s.into_vec()).unwrap_or_default(),
+        stop: lease
+            .loaded
+            .stops_with(req.stop.clone().map(|s| s.into_vec()).unwrap_or_default()),
         max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
         n,
         ignore_eos: req.ignore_eos,
