@@ -5,27 +5,43 @@
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
-/// Installs the subscriber. `PAGODA_LOG`, then `RUST_LOG`, override the `-v` level.
-pub fn init(verbosity: u8) {
+/// The filter: `PAGODA_LOG`, then `RUST_LOG`, else what `-v` asks for over `quiet` (the level
+/// with no `-v`).
+fn filter(verbosity: u8, quiet: &str) -> EnvFilter {
     let from_env = std::env::var("PAGODA_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
         .filter(|v| !v.trim().is_empty());
     let directives = from_env.unwrap_or_else(|| {
         match verbosity {
-            // Warnings (a failing source) and the store's short progress notes.
-            0 => "warn,pagoda_store=info",
+            0 => quiet,
             1 => "info",
             2 => "debug",
             _ => "trace",
         }
         .to_string()
     });
-    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
+    EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new(quiet))
+}
+
+fn builder(
+    filter: EnvFilter,
+) -> tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format,
+    EnvFilter,
+    fn() -> std::io::Stderr,
+> {
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+}
+
+/// Installs the subscriber for the CLI commands: warnings (a failing source) and the store's
+/// short progress notes unless `-v`.
+pub fn init(verbosity: u8) {
+    let builder = builder(filter(verbosity, "warn,pagoda_store=info"));
     let result = if verbosity == 0 {
         builder.without_time().with_target(false).try_init()
     } else {
@@ -37,23 +53,7 @@ pub fn init(verbosity: u8) {
 
 /// Installs the server's subscriber: request logs (info) by default, as text or JSON lines.
 pub fn init_server(verbosity: u8, json: bool) {
-    let from_env = std::env::var("PAGODA_LOG")
-        .ok()
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .filter(|v| !v.trim().is_empty());
-    let directives = from_env.unwrap_or_else(|| {
-        match verbosity {
-            0 | 1 => "info",
-            2 => "debug",
-            _ => "trace",
-        }
-        .to_string()
-    });
-    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+    let builder = builder(filter(verbosity, "info"));
     let _ = if json {
         builder.json().flatten_event(true).try_init()
     } else {

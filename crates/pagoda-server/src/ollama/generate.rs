@@ -76,14 +76,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
     if req.prompt.is_empty() && req.context.is_none() {
         return load_or_unload(app, &name, keep, Kind::Generate).await;
     }
-    let loaded_before = app.registry.loaded().iter().any(|m| m.name == name);
-    let started = std::time::Instant::now();
-    let lease = app.registry.acquire(&name, keep).await?;
-    let load = if loaded_before {
-        Duration::ZERO
-    } else {
-        started.elapsed()
-    };
+    let (lease, load) = acquire_timed(app, &name, keep).await?;
     let loaded = &lease.loaded;
     let mut prompt = Vec::new();
     if let Some(ctx) = &req.context {
@@ -151,14 +144,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let loaded_before = app.registry.loaded().iter().any(|m| m.name == name);
-    let started = std::time::Instant::now();
-    let lease = app.registry.acquire(&name, keep).await?;
-    let load = if loaded_before {
-        Duration::ZERO
-    } else {
-        started.elapsed()
-    };
+    let (lease, load) = acquire_timed(app, &name, keep).await?;
     let prompt = lease
         .loaded
         .encode_chat(&lease.loaded.with_preset(messages))
@@ -175,6 +161,23 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         load,
     )
     .await
+}
+
+/// A lease on `name` and how long loading it took (zero when it was loaded already).
+async fn acquire_timed(
+    app: &AppState,
+    name: &str,
+    keep: Option<crate::registry::KeepAlive>,
+) -> Result<(Lease, Duration), ApiError> {
+    let loaded_before = app.registry.loaded().iter().any(|m| m.name == name);
+    let started = std::time::Instant::now();
+    let lease = app.registry.acquire(name, keep).await?;
+    let load = if loaded_before {
+        Duration::ZERO
+    } else {
+        started.elapsed()
+    };
+    Ok((lease, load))
 }
 
 /// An empty request: load the model (or unload it when keep_alive is 0).

@@ -3,7 +3,8 @@
 //! choice, an optional usage chunk, `[DONE]`).
 
 use super::{
-    check_openai_ranges, error_frame, finish_reason, frame, merge, respond, sse, token_text,
+    check_openai_ranges, error_frame, finish_reason, frame, frames, merge, respond, sse,
+    token_text, FrameWriter,
 };
 use crate::clock::unix_now;
 use crate::error::ApiError;
@@ -14,7 +15,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::StreamExt;
 use pagoda_engine::{SampledToken, TokenEvent};
 use pagoda_model::chat_template::ChatMessage as TemplateMessage;
 use pagoda_model::tokenizer::Tokenizer;
@@ -260,50 +260,33 @@ fn stream(
             )
         })
         .collect();
-    let state = StreamState {
-        events: merge(vec![generation]),
+    let writer = StreamState {
         head,
         tokenizer,
         usages: Vec::new(),
         include_usage,
-        done: false,
     };
-    futures_util::stream::unfold((state, pending), |(mut st, mut pending)| async move {
-        loop {
-            if let Some(f) = pending.pop_front() {
-                return Some((f, (st, pending)));
-            }
-            if st.done {
-                return None;
-            }
-            match st.events.next().await {
-                Some((_, ev)) => st.on_event(ev, &mut pending),
-                None => {
-                    if st.include_usage {
-                        pending.push_back(
-                            st.head
-                                .chunk(Vec::new(), Some(usage_of(st.usages.drain(..)))),
-                        );
-                    }
-                    pending.push_back(pagoda_protocol::sse::data_event(pagoda_protocol::sse::DONE));
-                    st.done = true;
-                }
-            }
-        }
-    })
+    frames(merge(vec![generation]), writer, pending)
 }
 
 struct StreamState {
-    events: super::Merged,
     head: Head,
     tokenizer: Arc<Tokenizer>,
     usages: Vec<pagoda_engine::Usage>,
     include_usage: bool,
-    done: bool,
 }
 
-impl StreamState {
-    fn on_event(&mut self, ev: TokenEvent, out: &mut VecDeque<String>) {
+impl FrameWriter for StreamState {
+    fn on_end(&mut self, out: &mut VecDeque<String>) {
+        if self.include_usage {
+            out.push_back(
+                self.head
+                    .chunk(Vec::new(), Some(usage_of(self.usages.drain(..)))),
+            );
+        }
+    }
+
+    fn on_event(&mut self, _prompt: usize, ev: TokenEvent, out: &mut VecDeque<String>) {
         match ev {
             TokenEvent::Token {
                 index,

@@ -3,7 +3,8 @@
 
 use super::chat::usage_of;
 use super::{
-    check_openai_ranges, error_frame, finish_reason, frame, merge, respond, sse, token_text,
+    check_openai_ranges, error_frame, finish_reason, frame, frames, merge, respond, sse,
+    token_text, FrameWriter,
 };
 use crate::clock::unix_now;
 use crate::error::ApiError;
@@ -15,7 +16,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::StreamExt;
 use pagoda_engine::{SampledToken, TokenEvent};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::completion::{
@@ -264,41 +264,18 @@ fn stream(
             }
         }
     }
-    let state = StreamState {
-        events: merge(generations),
+    let writer = StreamState {
         head,
         n,
         tokenizer,
         with_logprobs,
         include_usage,
         per_prompt: Vec::new(),
-        done: false,
     };
-    futures_util::stream::unfold((state, pending), |(mut st, mut pending)| async move {
-        loop {
-            if let Some(f) = pending.pop_front() {
-                return Some((f, (st, pending)));
-            }
-            if st.done {
-                return None;
-            }
-            match st.events.next().await {
-                Some((p, ev)) => st.on_event(p, ev, &mut pending),
-                None => {
-                    if st.include_usage {
-                        let usage = st.total_usage();
-                        pending.push_back(frame(&st.head.response(Vec::new(), Some(usage))));
-                    }
-                    pending.push_back(pagoda_protocol::sse::data_event(pagoda_protocol::sse::DONE));
-                    st.done = true;
-                }
-            }
-        }
-    })
+    frames(merge(generations), writer, pending)
 }
 
 struct StreamState {
-    events: super::Merged,
     head: Head,
     n: usize,
     tokenizer: Arc<Tokenizer>,
@@ -306,10 +283,16 @@ struct StreamState {
     include_usage: bool,
     /// Finished choices' usage, per prompt.
     per_prompt: Vec<(usize, pagoda_engine::Usage)>,
-    done: bool,
 }
 
-impl StreamState {
+impl FrameWriter for StreamState {
+    fn on_end(&mut self, out: &mut VecDeque<String>) {
+        if self.include_usage {
+            let usage = self.total_usage();
+            out.push_back(frame(&self.head.response(Vec::new(), Some(usage))));
+        }
+    }
+
     fn on_event(&mut self, p: usize, ev: TokenEvent, out: &mut VecDeque<String>) {
         match ev {
             TokenEvent::Token {
@@ -345,7 +328,9 @@ impl StreamState {
             TokenEvent::Error { message } => out.push_back(error_frame(&message)),
         }
     }
+}
 
+impl StreamState {
     fn total_usage(&mut self) -> Usage {
         let mut prompts: Vec<usize> = self.per_prompt.iter().map(|(p, _)| *p).collect();
         prompts.sort_unstable();

@@ -22,6 +22,7 @@ use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 use pagoda_engine::{FinishReason, TokenEvent};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai;
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 
@@ -111,6 +112,46 @@ pub(crate) fn merge(generations: Vec<Generation>) -> Merged {
         .map(move |ev| (p, ev));
         Box::pin(s) as Pin<Box<dyn Stream<Item = (usize, TokenEvent)> + Send>>
     }))
+}
+
+/// Turns one streamed request's engine events into SSE frames.
+pub(crate) trait FrameWriter: Send + 'static {
+    /// Frames for event `ev` of prompt `prompt`.
+    fn on_event(&mut self, prompt: usize, ev: TokenEvent, out: &mut VecDeque<String>);
+    /// Frames after the last event (the usage chunk), before `[DONE]`.
+    fn on_end(&mut self, out: &mut VecDeque<String>);
+}
+
+/// The frames of a streamed response: `first`, then each event's, then the end's and
+/// `[DONE]`. Dropping the stream drops the generations (aborting them).
+pub(crate) fn frames<W: FrameWriter>(
+    events: Merged,
+    writer: W,
+    first: VecDeque<String>,
+) -> impl Stream<Item = String> + Send + 'static {
+    stream::unfold(
+        (events, writer, first, false),
+        |(mut events, mut writer, mut pending, mut done)| async move {
+            loop {
+                if let Some(f) = pending.pop_front() {
+                    return Some((f, (events, writer, pending, done)));
+                }
+                if done {
+                    return None;
+                }
+                match events.next().await {
+                    Some((p, ev)) => writer.on_event(p, ev, &mut pending),
+                    None => {
+                        writer.on_end(&mut pending);
+                        pending.push_back(pagoda_protocol::sse::data_event(
+                            pagoda_protocol::sse::DONE,
+                        ));
+                        done = true;
+                    }
+                }
+            }
+        },
+    )
 }
 
 /// An SSE response over a stream of already framed events.
