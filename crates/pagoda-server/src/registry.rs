@@ -82,10 +82,19 @@ impl Drop for ServedModel {
         // Joining the engine thread can take a step's time; never block an async worker.
         let engine = self.engine.clone();
         let name = self.name.clone();
-        std::thread::spawn(move || {
+        let stop = move || {
             engine.shutdown();
             tracing::info!(model = %name, "model unloaded");
-        });
+        };
+        // If no thread can be started, stop inline rather than panic in a destructor.
+        let spare = self.engine.clone();
+        if std::thread::Builder::new()
+            .name("pagoda-unload".into())
+            .spawn(stop)
+            .is_err()
+        {
+            spare.shutdown();
+        }
     }
 }
 
