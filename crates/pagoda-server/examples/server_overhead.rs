@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAX_TOKENS: usize = 16;
+/// Pause before each request so that the previous one has fully wound down.
+const SETTLE: Duration = Duration::from_millis(30);
 const PROMPT: &str = "Explain in one sentence why the sky is blue.";
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
@@ -114,8 +116,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut direct_ttft, mut direct_e2e, mut http_ttft, mut http_e2e) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..requests + 3 {
-        let (dt, de) = direct(&prompt)?;
-        let (ht, he) = http()?;
+        // Alternate which path goes first, and let the other engine's threads (and rayon's
+        // spinning workers) settle before each request, so neither path inherits the other's
+        // tail of work.
+        std::thread::sleep(SETTLE);
+        let ((dt, de), (ht, he)) = if i % 2 == 0 {
+            let d = direct(&prompt)?;
+            std::thread::sleep(SETTLE);
+            (d, http()?)
+        } else {
+            let h = http()?;
+            std::thread::sleep(SETTLE);
+            (direct(&prompt)?, h)
+        };
         if i >= 3 {
             direct_ttft.push(dt);
             direct_e2e.push(de);

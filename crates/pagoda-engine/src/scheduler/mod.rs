@@ -17,8 +17,10 @@
 //!    one asking, it preempts itself. The best running sequence is never preempted (it can take
 //!    every block), so every step makes progress.
 //! 2. **Waiting** sequences, in policy order, while the budget, `max_num_seqs` running and free
-//!    blocks allow — but not in a step that had to preempt, and under [`BatchingMode::Static`]
-//!    only when nothing was running. On admission the longest cached prefix of full blocks is
+//!    blocks allow — but not in a step that had to preempt. Under [`BatchingMode::Static`]
+//!    admission happens only when nothing was running, and then gathers a whole wave: up to
+//!    `max_num_seqs` sequences whose prompts all fit in the free blocks, whatever this step's
+//!    token budget (those without a chunk now prefill in the next steps). On admission the longest cached prefix of full blocks is
 //!    reused (never all tokens: at least one is computed so there are logits). The queue is
 //!    head-of-line: the first sequence that does not fit stops admission.
 //!
@@ -758,11 +760,15 @@ impl Scheduler {
         let (policy, aging) = (self.config.policy, self.config.aging_per_sec);
         let order = policy::waiting_order(policy, aging, now, &self.seqs, &self.waiting);
         let bs = self.pool.block_size();
+        // Static mode gathers a wave: admission is not bounded by this step's budget, but each
+        // admitted prompt must fit in blocks not yet promised to the wave's earlier prompts.
+        let wave = self.config.mode == BatchingMode::Static;
+        let mut promised = 0usize;
         let mut admitted = HashSet::new();
         for id in order {
             if self.running.len() >= self.config.max_num_seqs
                 || out.chunks.len() >= self.config.max_num_seqs
-                || *budget == 0
+                || (*budget == 0 && !wave)
             {
                 break;
             }
@@ -787,8 +793,12 @@ impl Scheduler {
             }
             let cached = hit * bs;
             let n = (s.tokens.len() - cached).min(*budget);
-            let new_blocks = self.pool.blocks_for(cached + n) - hit;
-            if n == 0 || self.pool.num_free() < new_blocks + hit_free {
+            let new_blocks = if wave {
+                self.pool.blocks_for(s.tokens.len()) - hit
+            } else {
+                self.pool.blocks_for(cached + n) - hit
+            };
+            if (n == 0 && !wave) || self.pool.num_free() < new_blocks + hit_free + promised {
                 break;
             }
             let Some(s) = self.seqs.get_mut(&id) else {
@@ -816,11 +826,15 @@ impl Scheduler {
             self.prefix_hit_tokens += s.num_computed as u64;
             self.running.push(id);
             admitted.insert(id);
-            if self.grow(id, n, &mut out.copies) {
+            if n > 0 && self.grow(id, n, &mut out.copies) {
                 if let Some(chunk) = self.make_chunk(id, n) {
                     out.chunks.push(chunk);
                     *budget -= n;
                 }
+            }
+            if wave {
+                let held = self.seqs.get(&id).map_or(0, |s| s.blocks.len());
+                promised += (new_blocks + hit).saturating_sub(held);
             }
         }
         if !admitted.is_empty() {

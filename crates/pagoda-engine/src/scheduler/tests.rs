@@ -353,6 +353,58 @@ fn static_mode_admits_only_when_nothing_runs() {
     assert_eq!(lens(&o), vec![(3, 0, 3)]);
 }
 
+/// Regression: a static wave was once cut at the first step's token budget, so "static"
+/// batches held one or two long prompts however many requests waited.
+#[test]
+fn static_mode_gathers_a_whole_wave_beyond_the_step_budget() {
+    let t = Instant::now();
+    let cfg = SchedulerConfig {
+        mode: BatchingMode::Static,
+        ..config(6, 8)
+    };
+    let mut s = sched(cfg, 32, false);
+    for id in 1..=4 {
+        s.add(req(id, 5, 2), t).unwrap();
+    }
+    // All four join the wave; the budget (6) prefills the first and starts the second.
+    let (o, _) = step(&mut s, t);
+    assert_eq!(lens(&o), vec![(1, 0, 5), (2, 0, 1)]);
+    assert_eq!((s.num_running(), s.num_waiting()), (4, 0));
+    // A newcomer waits for the whole wave, which prefills over the next steps.
+    s.add(req(5, 5, 2), t).unwrap();
+    let (o, _) = step(&mut s, t);
+    assert_eq!(lens(&o), vec![(1, 5, 1), (2, 1, 4), (3, 0, 1)]);
+    let mut steps = 0;
+    while s.num_running() > 0 {
+        let (o, _) = step(&mut s, t);
+        assert!(
+            o.chunks.iter().all(|c| c.seq != 5),
+            "5 joined a running wave"
+        );
+        steps += 1;
+        assert!(steps < 20, "the wave never ended");
+    }
+    let (o, _) = step(&mut s, t);
+    assert_eq!(lens(&o), vec![(5, 0, 5)]);
+}
+
+/// A wave takes only the prompts that fit in the free blocks together.
+#[test]
+fn static_wave_is_bounded_by_free_blocks_for_whole_prompts() {
+    let t = Instant::now();
+    let cfg = SchedulerConfig {
+        mode: BatchingMode::Static,
+        ..config(4, 8)
+    };
+    // 5 blocks: two 8-token prompts need 4; a third would need 2 more.
+    let mut s = sched(cfg, 5, false);
+    for id in 1..=3 {
+        s.add(req(id, 8, 1), t).unwrap();
+    }
+    step(&mut s, t);
+    assert_eq!((s.num_running(), s.num_waiting()), (2, 1));
+}
+
 #[test]
 fn finish_frees_blocks_from_any_state() {
     let t = Instant::now();
