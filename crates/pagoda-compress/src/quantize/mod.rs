@@ -26,7 +26,7 @@ pub mod target;
 
 pub use report::{QuantReport, TensorOutcome};
 pub use rules::Plan;
-pub use target::QuantTarget;
+pub use target::{QuantTarget, ALIASES, TARGETS};
 
 use crate::CompressError;
 use pagoda_kernels::{dequantize_row, quantize_row, GgmlType};
