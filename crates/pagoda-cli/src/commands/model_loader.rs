@@ -15,15 +15,16 @@ pub use pagoda_server::loader::LoadedModel;
 /// How the model's weights are prepared at load.
 #[derive(Debug, Clone, Args)]
 pub struct LoadArgs {
-    /// Quantize the weights in memory to TYPE at load, before serving (like llama.cpp's
-    /// quantize, online): q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, f16, bf16 or f32;
-    /// int8 and int4 are, for now, aliases of q8_0 and q4_0. Works on any model (F32/F16/BF16
-    /// Hugging Face folders; GGUFs of any type are dequantized row by row first). Weight
-    /// matrices (attention, FFN, token embeddings) get TYPE; norms and biases stay; the output
-    /// head gets Q6_K (Q8_0 when its rows are not 256-multiples or TYPE is q8_0); matrices
-    /// whose rows are not whole blocks fall back as llama.cpp does (q4_k -> q5_0, q5_k ->
-    /// q5_1, q6_k -> q8_0, then f16). Tensors already of their type are left untouched.
-    /// Generative models only.
+    /// Quantize the weights in memory to TYPE at load: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
+    /// q5_k, q6_k, f16, bf16, f32 (int8 = q8_0, int4 = q4_0 for now).
+    ///
+    /// Like llama.cpp's quantize, but online, for any model: F32/F16/BF16 Hugging Face
+    /// folders, and GGUFs of any type (dequantized row by row first). Weight matrices
+    /// (attention, FFN, token embeddings) get TYPE; norms and biases stay; the output head gets
+    /// Q6_K (Q8_0 when its rows are not 256-multiples or TYPE is q8_0); matrices whose rows
+    /// are not whole blocks fall back as llama.cpp does (q4_k -> q5_0, q5_k -> q5_1, q6_k ->
+    /// q8_0, then f16). Tensors already of their type are left untouched. The memory before
+    /// and after is printed on stderr. Generative models only.
     #[arg(long, value_name = "TYPE")]
     pub quantize: Option<QuantTarget>,
 }
