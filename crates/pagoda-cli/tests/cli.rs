@@ -395,6 +395,46 @@ fn run_tiny_model_folder_generates() {
 }
 
 #[test]
+fn run_quantized_at_load_prints_memory_and_fallbacks() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let o = env.run(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--raw",
+        "hello",
+        "--max-tokens",
+        "3",
+        "--quantize",
+        "q4_k",
+    ]);
+    ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("quantized 16 tensors to Q4_K in"), "{err}");
+    assert!(err.contains("MiB (F32) -> "), "{err}");
+    // Rows of 64 and 128 columns: Q4_K falls back to Q5_0, and says so.
+    assert!(err.contains("Q4_K -> Q5_0"), "{err}");
+    assert!(
+        !stdout(&o).contains("quantized"),
+        "the report stays off stdout"
+    );
+}
+
+#[test]
+fn an_unknown_quantize_type_lists_the_valid_ones() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    for command in [&["run", dir.to_str().unwrap(), "hi"][..], &["serve"][..]] {
+        let o = env.run(&[command, &["--quantize", "q3"]].concat());
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(err.contains("unknown quantization type `q3`"), "{err}");
+        assert!(err.contains("q4_0, q4_1, q5_0"), "{err}");
+        assert!(err.contains("int8 (= q8_0)"), "{err}");
+    }
+}
+
+#[test]
 fn run_truncated_gguf_names_file_and_tensor() {
     let env = Env::new();
     let mut w = pagoda_model::gguf::GgufWriter::new();
@@ -468,6 +508,35 @@ fn run_default_model_says_paris() {
         1,
         "only the answer on stdout: {answer}"
     );
+}
+
+#[test]
+fn run_default_model_quantized_to_q8_0_says_paris() {
+    // SmolLM2 (Q4_1 + Q8_0) dequantized and quantized to Q8_0 at load still answers.
+    if std::env::var_os("PAGODA_TEST_SMOLLM2").is_none() {
+        eprintln!("skipping: set PAGODA_TEST_SMOLLM2 (and PAGODA_HOME) to run this test");
+        return;
+    }
+    let store = std::env::var("PAGODA_HOME").unwrap_or_default();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+    if !store.is_empty() {
+        cmd.arg("--store").arg(store);
+    }
+    let o = cmd
+        .args([
+            "run",
+            "smollm2:135m",
+            "--quantize",
+            "q8_0",
+            "--temperature",
+            "0",
+            "What is the capital of France?",
+        ])
+        .output()
+        .expect("run pagoda");
+    ok(&o);
+    assert!(stdout(&o).contains("Paris"), "answer: {}", stdout(&o));
+    assert!(stderr(&o).contains("to Q8_0 in"), "{}", stderr(&o));
 }
 
 // ---- `pagoda batch`: OpenAI Batch API lines in, one result line per input in order ----

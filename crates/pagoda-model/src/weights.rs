@@ -1,10 +1,13 @@
-//! Borrowed tensor views over a memory-mapped model file, keyed by canonical (GGUF) names.
+//! Tensor views over a memory-mapped model file (or an owned buffer), keyed by canonical
+//! (GGUF) names.
 //!
-//! Invariants: a [`TensorView`]'s byte range was validated against its file when the view was
+//! Invariants: a [`TensorView`]'s byte range was validated against its buffer when the view was
 //! made (in bounds, exactly `ty.row_bytes(shape.last()) * rows` bytes), so [`TensorView::data`]
-//! cannot fail or read out of bounds; data is never copied — views share the file's mmap through
-//! an `Arc`. Shapes are outermost first: a matrix is `[rows = out_features, cols = in_features]`
-//! (GGUF `ne` reversed; safetensors shapes as stored).
+//! cannot fail or read out of bounds. Views of a file never copy it: they share the file's mmap
+//! through an `Arc`. The one exception is a tensor made in memory — weights quantized online at
+//! load time (pagoda-compress) — which owns its buffer ([`TensorView::owned`], same validation).
+//! Shapes are outermost first: a matrix is `[rows = out_features, cols = in_features]` (GGUF
+//! `ne` reversed; safetensors shapes as stored).
 
 use crate::gguf::{Bytes, GgufFile};
 use crate::ModelError;
@@ -12,7 +15,8 @@ use pagoda_kernels::GgmlType;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// One tensor of a model file, borrowed from its mmap.
+/// One tensor of a model file, borrowed from its mmap, or one made in memory that owns its
+/// bytes ([`TensorView::owned`]).
 #[derive(Clone)]
 pub struct TensorView {
     pub name: String,
@@ -82,6 +86,30 @@ impl TensorView {
             start,
             len,
         })
+    }
+
+    /// A view that owns `data`: a tensor made in memory (e.g. weights quantized at load time).
+    /// `data` must be exactly `ty.row_bytes(shape.last()) * rows` bytes; `Err` says why not.
+    pub fn owned(
+        name: impl Into<String>,
+        ty: GgmlType,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    ) -> Result<TensorView, String> {
+        let len = data.len();
+        let name = name.into();
+        TensorView::new(name, ty, shape, Arc::new(Bytes::Owned(data)), 0, len)
+    }
+
+    /// True when the view's bytes are an owned buffer (a tensor made in memory, or a file
+    /// parsed from memory) rather than a file's mmap.
+    pub fn is_owned(&self) -> bool {
+        matches!(*self.bytes, Bytes::Owned(_))
+    }
+
+    /// Bytes of tensor data (`data().len()`).
+    pub fn n_bytes(&self) -> usize {
+        self.len
     }
 
     /// The raw bytes in the file's own format.
@@ -227,5 +255,17 @@ mod tests {
         );
         assert!(matches!(ws.get("nope"), Err(ModelError::MissingTensor(n)) if n == "nope"));
         assert_eq!(ws.n_parameters(), 10);
+    }
+
+    #[test]
+    fn owned_views_are_validated_like_file_views() {
+        let v = TensorView::owned("q", GgmlType::F32, vec![2, 2], vec![0u8; 16]).unwrap();
+        assert!(v.is_owned());
+        assert_eq!((v.rows(), v.cols(), v.n_bytes()), (2, 2, 16));
+        assert_eq!(v.to_f32().unwrap(), vec![0.0; 4]);
+        let short = TensorView::owned("q", GgmlType::F32, vec![2, 2], vec![0u8; 15]);
+        assert!(short.unwrap_err().contains("needs 16 bytes"));
+        let partial = TensorView::owned("q", GgmlType::Q8_0, vec![1, 16], vec![0u8; 17]);
+        assert!(partial.is_err(), "16 columns are not a whole Q8_0 block");
     }
 }

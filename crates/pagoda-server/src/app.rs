@@ -136,6 +136,7 @@ impl BoundServer {
                 engine: config.engine.clone(),
                 keep_alive: config.keep_alive,
                 memory_budget: config.memory_budget,
+                load: config.load,
             },
         ));
         let addr = format!("{}:{}", config.host, config.port);

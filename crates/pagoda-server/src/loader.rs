@@ -2,12 +2,16 @@
 //! chat template and the defaults the model (generation_config / GGUF), the catalog (an
 //! Ollama-style SYSTEM and PARAMETER layer) and a derived model's Modelfile layer
 //! (`pagoda create`: PARAMETER, TEMPLATE, SYSTEM, MESSAGE) ask for, applied in that order.
+//! [`LoadOptions::quantize`] quantizes the weights in memory (pagoda-compress) between
+//! reading them and building the forward pass, so every command and the server get it.
 //! Shared by the server and the CLI.
 //!
 //! Invariant: loading never pulls unless asked (`Pull::IfMissing`); the server refuses
 //! unknown models with 404 instead of downloading behind a client's back. A Modelfile
 //! TEMPLATE is Jinja (Ollama's Go templates are refused with [`LoadError::Template`]).
 
+use pagoda_compress::quantize::{quantize_weights, QuantOptions, QuantReport, QuantTarget};
+use pagoda_compress::CompressError;
 use pagoda_engine::SamplingParams;
 use pagoda_model::arch::Model;
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
@@ -37,6 +41,20 @@ pub enum LoadError {
     },
     #[error("model `{name}`: its Modelfile TEMPLATE cannot be used: {message}")]
     Template { name: String, message: String },
+    #[error("quantizing model {path}: {source}")]
+    Quantize {
+        path: PathBuf,
+        #[source]
+        source: CompressError,
+    },
+}
+
+/// How a model's weights are prepared at load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Quantize the weights in memory to this type before building the model (online
+    /// quantization; see `pagoda_compress::quantize`). `None`: serve the file's own types.
+    pub quantize: Option<QuantTarget>,
 }
 
 /// Whether [`resolve`] may download a missing catalog model.
@@ -81,9 +99,19 @@ pub struct LoadedModel {
     pub info: ModelInfo,
     /// The chat template's source text.
     pub template_source: String,
+    /// What online quantization did, when [`LoadOptions::quantize`] asked for it.
+    pub quantization: Option<QuantReport>,
 }
 
 impl LoadedModel {
+    /// Bytes the weights take in memory: after online quantization, its result; otherwise
+    /// the file's size (the weights are mapped from it).
+    pub fn weights_bytes(&self) -> u64 {
+        self.quantization
+            .as_ref()
+            .map_or(self.file_bytes, QuantReport::bytes_after)
+    }
+
     /// Renders `messages` with the chat template (with the generation prompt) and tokenizes
     /// them, with exactly one BOS when the model wants one.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
@@ -211,14 +239,22 @@ pub fn resolve(store: &Store, name: &str, pull: Pull) -> Result<ResolvedModel, L
     }
 }
 
-/// Loads a resolved model; `name` picks the catalog defaults (none for plain paths).
+/// Loads a resolved model with the default [`LoadOptions`]; `name` picks the catalog
+/// defaults (none for plain paths).
 pub fn load(resolved: &ResolvedModel, name: &str) -> Result<LoadedModel, LoadError> {
+    load_with(resolved, name, &LoadOptions::default())
+}
+
+/// Loads a resolved model as `options` ask; `name` picks the catalog defaults (none for
+/// plain paths).
+pub fn load_with(
+    resolved: &ResolvedModel,
+    name: &str,
+    options: &LoadOptions,
+) -> Result<LoadedModel, LoadError> {
     let started = Instant::now();
     let path = &resolved.path;
-    let mut loaded = load_path(path).map_err(|source| LoadError::Model {
-        path: path.clone(),
-        source,
-    })?;
+    let mut loaded = load_path(path, options)?;
     loaded.load_time = started.elapsed();
     loaded.digest = resolved
         .manifest
@@ -248,9 +284,17 @@ pub fn load(resolved: &ResolvedModel, name: &str) -> Result<LoadedModel, LoadErr
     Ok(loaded)
 }
 
-fn load_path(path: &Path) -> Result<LoadedModel, ModelError> {
-    let source: ModelSource = open_model(path)?;
-    let model = Model::from_source(&source)?;
+fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadError> {
+    let model_error = |source| LoadError::Model {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut source: ModelSource = open_model(path).map_err(model_error)?;
+    let quantization = match options.quantize {
+        Some(target) => Some(quantize_source(&mut source, target)?),
+        None => None,
+    };
+    let model = Model::from_source(&source).map_err(model_error)?;
     let chat_template = source.chat_template_or_default();
     let mut default_sampling = SamplingParams::default();
     apply_generation_defaults(&mut default_sampling, &source.generation);
@@ -277,7 +321,41 @@ fn load_path(path: &Path) -> Result<LoadedModel, ModelError> {
             .as_ref()
             .map(|t| t.source().to_string())
             .unwrap_or_default(),
+        quantization,
     })
+}
+
+/// Replaces `source`'s weights by their quantization to `target` and its summary by the new
+/// types; logs what it did.
+fn quantize_source(
+    source: &mut ModelSource,
+    target: QuantTarget,
+) -> Result<QuantReport, LoadError> {
+    let (weights, report) = quantize_weights(&source.weights, target, &QuantOptions::default())
+        .map_err(|e| LoadError::Quantize {
+            path: source.path.clone(),
+            source: e,
+        })?;
+    source.weights = weights;
+    source.info.file_type = target.to_string();
+    source.info.tensor_types = report
+        .types_after()
+        .into_iter()
+        .map(|(t, n)| (t.to_string(), n))
+        .collect();
+    tracing::info!(
+        path = %source.path.display(),
+        target = %target,
+        converted = report.n_converted(),
+        kept = report.n_kept(),
+        fell_back = report.fallbacks().count(),
+        before_mib = report.bytes_before() as f64 / 1048576.0,
+        after_mib = report.bytes_after() as f64 / 1048576.0,
+        secs = report.elapsed.as_secs_f64(),
+        types = %report.types_after_summary(),
+        "weights quantized at load"
+    );
+    Ok(report)
 }
 
 /// Applies a derived model's Modelfile layer; `Err` says why its TEMPLATE is unusable.
@@ -446,6 +524,62 @@ mod tests {
             ])),
             ["system:Mine", "user:Hi", "assistant:Hello", "user:Q"]
         );
+    }
+
+    #[test]
+    fn quantize_at_load_replaces_the_weights_and_reports_it() {
+        let r = derived("FROM tiny\n");
+        let plain = load(&r, "derived:1").unwrap();
+        assert!(plain.quantization.is_none());
+        assert_eq!(plain.weights_bytes(), plain.file_bytes);
+        let options = LoadOptions {
+            quantize: Some("q8_0".parse().unwrap()),
+        };
+        let m = load_with(&r, "derived:1", &options).unwrap();
+        let report = m.quantization.as_ref().expect("a report");
+        assert!(report.n_converted() > 0);
+        assert_eq!(m.weights_bytes(), report.bytes_after());
+        assert!(m.weights_bytes() * 3 < plain.weights_bytes());
+        assert_eq!(m.info.file_type, "Q8_0");
+        assert_eq!(m.info.tensor_types["Q8_0"], report.n_converted());
+        // The quantized model runs.
+        let mut cache = m.model.new_cache(8);
+        let logits = m
+            .model
+            .forward(&[1, 2, 3], 0, &mut cache, pagoda_model::Logits::Last)
+            .unwrap();
+        assert!(logits.iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn a_bad_weight_is_a_quantize_error_naming_the_model() {
+        // The tiny model with a NaN written into its first matrix's data.
+        let dir = tempfile::tempdir().unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama");
+        for e in std::fs::read_dir(&src).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+        let st = dir.path().join("model.safetensors");
+        let mut bytes = std::fs::read(&st).unwrap();
+        let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let at = 8 + header + 4 * 1000;
+        bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        std::fs::write(&st, bytes).unwrap();
+        let resolved = ResolvedModel {
+            name: None,
+            path: dir.path().to_path_buf(),
+            format: Format::HfFolder,
+            manifest: None,
+        };
+        let options = LoadOptions {
+            quantize: Some("q4_0".parse().unwrap()),
+        };
+        let e = load_with(&resolved, "x", &options).err().expect("an error");
+        assert!(matches!(e, LoadError::Quantize { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("quantizing model"), "{text}");
+        assert!(text.contains("non-finite"), "{text}");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! - a model with requests in flight is never evicted or reaped.
 
 use crate::error::ApiError;
-use crate::loader::{self, LoadError, LoadedModel, Pull};
+use crate::loader::{self, LoadError, LoadOptions, LoadedModel, Pull};
 use pagoda_engine::{EngineConfig, EngineHandle};
 use pagoda_store::Store;
 use std::collections::HashMap;
@@ -62,7 +62,7 @@ impl ServedModel {
 
     /// Weights plus KV pool, the figure the memory budget counts.
     pub fn memory_bytes(&self) -> u64 {
-        self.loaded.file_bytes + self.engine.layout().bytes as u64
+        self.loaded.weights_bytes() + self.engine.layout().bytes as u64
     }
 
     fn activity(&self) -> std::sync::MutexGuard<'_, Activity> {
@@ -147,6 +147,8 @@ pub struct RegistryConfig {
     pub keep_alive: KeepAlive,
     /// Most bytes (weights + KV pools) all loaded models may take; `None`: no limit.
     pub memory_budget: Option<u64>,
+    /// How every model's weights are prepared (online quantization).
+    pub load: LoadOptions,
 }
 
 /// The loaded models; see the module docs.
@@ -261,10 +263,11 @@ impl Registry {
     ) -> Result<Arc<ServedModel>, ApiError> {
         self.make_room(&target)?;
         let engine_config = self.config.engine.clone();
+        let options = self.config.load;
         let key = target.key.clone();
         let started = Instant::now();
         let model = tokio::task::spawn_blocking(move || -> Result<ServedModel, ApiError> {
-            let loaded = loader::load(&target.resolved, &target.key)
+            let loaded = loader::load_with(&target.resolved, &target.key, &options)
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             let engine = EngineHandle::start(
                 loaded.model.clone(),

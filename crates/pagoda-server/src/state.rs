@@ -7,6 +7,7 @@
 use crate::clock::unix_now;
 use crate::embedders::Embedders;
 use crate::error::ApiError;
+use crate::loader::LoadOptions;
 use crate::metrics::Metrics;
 use crate::registry::{KeepAlive, Registry};
 use pagoda_engine::EngineConfig;
@@ -38,6 +39,8 @@ pub struct ServerConfig {
     pub drain_grace: Duration,
     /// How often the store is checked for new versions of loaded models (hot reload).
     pub reload_interval: Duration,
+    /// How models' weights are prepared at load (`--quantize`).
+    pub load: LoadOptions,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +56,7 @@ impl Default for ServerConfig {
             memory_budget: None,
             drain_grace: Duration::from_secs(30),
             reload_interval: Duration::from_secs(2),
+            load: LoadOptions::default(),
         }
     }
 }

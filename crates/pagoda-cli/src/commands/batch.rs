@@ -84,7 +84,7 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
     let output = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     crate::commands::threads::set_threads(args.threads)?;
-    let loaded = load_for_generation(&args.model)?;
+    let loaded = load_for_generation(&args.model, &args.engine.load)?;
     let engine = EngineHandle::start(
         loaded.model.clone(),
         loaded.tokenizer.clone(),

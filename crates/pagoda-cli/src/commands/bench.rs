@@ -5,7 +5,7 @@
 //! the figures compare the same work. The peer is `scripts/reference/bench_llamacpp.py`, run
 //! by the Python in `PAGODA_PEER_PYTHON` (default `python3`).
 
-use crate::commands::model_loader::load_for_generation;
+use crate::commands::model_loader::{load_for_generation, LoadArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
@@ -56,6 +56,9 @@ pub struct BenchModelArgs {
     /// Print one JSON object per engine instead of the table.
     #[arg(long)]
     pub json: bool,
+    // llama.cpp, the peer, always runs the file as it is.
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// One engine's figures; the peer script prints the same fields as JSON.
@@ -88,7 +91,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     crate::commands::threads::set_threads(Some(threads))?;
 
-    let loaded = load_for_generation(&args.model)?;
+    let loaded = load_for_generation(&args.model, &args.load)?;
     let prompt = bench_prompt(&loaded.tokenizer, args.prompt_tokens)?;
     let ctx = args.prompt_tokens + args.gen_tokens + 1;
     if ctx > loaded.model.config().context_length {

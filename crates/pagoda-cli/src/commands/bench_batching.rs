@@ -249,7 +249,7 @@ pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     crate::commands::threads::set_threads(Some(threads))?;
-    let loaded = load_for_generation(&args.model)?;
+    let loaded = load_for_generation(&args.model, &args.engine.load)?;
     let text = vec![super::bench::PROMPT_TEXT.trim(); 64].join("\n\n");
     let text_tokens = loaded.tokenizer.encode(&text, false)?;
     if args.prefix_test {

@@ -1,6 +1,8 @@
 //! The serving-engine flags shared by every command that runs the batching engine (`batch`,
-//! `bench batching`, later `serve`), and their translation into an [`EngineConfig`].
+//! `bench batching`, `serve`), and their translation into an [`EngineConfig`]; the load
+//! flags ([`LoadArgs`]: `--quantize`) come with them.
 
+use crate::commands::model_loader::LoadArgs;
 use clap::Args;
 use pagoda_engine::{BatchingMode, EngineConfig, Policy};
 use pagoda_model::KvDtype;
@@ -35,6 +37,8 @@ pub struct EngineArgs {
     /// Longest sequence (prompt + output); default: the model's context length.
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 impl EngineArgs {

@@ -1,23 +1,67 @@
 //! Finding, loading and preparing a model for the CLI commands (`run`, `batch`, `bench`):
 //! the server's loader, pulling missing catalog models, with a spinner while it maps the
-//! weights.
+//! weights; [`LoadArgs`] holds the load flags every such command (and `serve`) shares
+//! (`--quantize`).
 
 use anyhow::Context;
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_server::loader::{self, Pull};
+use pagoda_compress::quantize::QuantTarget;
+use pagoda_server::loader::{self, LoadOptions, Pull};
 use std::time::Duration;
 
 pub use pagoda_server::loader::LoadedModel;
 
-/// Resolves and loads `name`, with a spinner on stderr while the weights are mapped.
-pub fn load_for_generation(name: &str) -> anyhow::Result<LoadedModel> {
+/// How the model's weights are prepared at load.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Quantize the weights in memory to TYPE at load: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
+    /// q5_k, q6_k, f16, bf16, f32 (int8 = q8_0, int4 = q4_0 for now).
+    ///
+    /// Like llama.cpp's quantize, but online, for any model: F32/F16/BF16 Hugging Face
+    /// folders, and GGUFs of any type (dequantized row by row first). Weight matrices
+    /// (attention, FFN, token embeddings) get TYPE; norms and biases stay; the output head gets
+    /// Q6_K (Q8_0 when its rows are not 256-multiples or TYPE is q8_0); matrices whose rows
+    /// are not whole blocks fall back as llama.cpp does (q4_k -> q5_0, q5_k -> q5_1, q6_k ->
+    /// q8_0, then f16). Tensors already of their type are left untouched. The memory before
+    /// and after is printed on stderr. Generative models only.
+    #[arg(long, value_name = "TYPE")]
+    pub quantize: Option<QuantTarget>,
+}
+
+impl LoadArgs {
+    /// The loader options these flags ask for.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            quantize: self.quantize,
+        }
+    }
+}
+
+/// Resolves and loads `name` as `args` ask, with a spinner on stderr while the weights are
+/// mapped (and quantized); prints what quantization did on stderr.
+pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<LoadedModel> {
     let store = pagoda_store::Store::open(None).context("opening the model store")?;
     let resolved = loader::resolve(&store, name, Pull::IfMissing)?;
     let spinner = ProgressBar::new_spinner();
     spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
-    spinner.set_message(format!("loading {}", resolved.path.display()));
+    match args.quantize {
+        Some(t) => spinner.set_message(format!(
+            "loading {} and quantizing it to {t}",
+            resolved.path.display()
+        )),
+        None => spinner.set_message(format!("loading {}", resolved.path.display())),
+    }
     spinner.enable_steady_tick(Duration::from_millis(100));
-    let loaded = loader::load(&resolved, name);
+    let loaded = loader::load_with(&resolved, name, &args.options());
     spinner.finish_and_clear();
-    Ok(loaded?)
+    let loaded = loaded?;
+    if let Some(report) = &loaded.quantization {
+        eprintln!("{report}");
+        eprintln!("  tensor types now: {}", report.types_after_summary());
+        if let Some(fallbacks) = report.fallback_summary() {
+            eprintln!("  {fallbacks}");
+        }
+    }
+    Ok(loaded)
 }

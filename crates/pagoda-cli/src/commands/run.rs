@@ -3,7 +3,7 @@
 //! Only the model's answer goes to stdout; progress, prompts of the interactive mode and
 //! timings go to stderr, so `pagoda run m "q" > answer.txt` captures just the answer.
 
-use crate::commands::model_loader::{load_for_generation, LoadedModel};
+use crate::commands::model_loader::{load_for_generation, LoadArgs, LoadedModel};
 use anyhow::Context;
 use clap::Args;
 use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
@@ -69,6 +69,8 @@ pub struct RunArgs {
     /// Print timing figures (prompt and generation tokens/s) on stderr at the end.
     #[arg(long)]
     pub verbose: bool,
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// Default KV cache size when neither the user nor a small model context asks otherwise.
@@ -115,7 +117,7 @@ impl RunArgs {
 /// Runs `pagoda run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
-    let loaded = load_for_generation(&args.model)?;
+    let loaded = load_for_generation(&args.model, &args.load)?;
     let ctx = args
         .ctx_size
         .or(loaded.context_limit)

@@ -69,6 +69,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         keep_alive,
         memory_budget: args.memory_budget,
         drain_grace: Duration::from_secs_f64(args.drain_grace.max(0.0)),
+        load: args.engine.load.options(),
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

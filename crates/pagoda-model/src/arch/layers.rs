@@ -22,7 +22,8 @@ use pagoda_kernels::ops::{self, RopeStyle};
 use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
 use pagoda_kernels::WeightMatrix;
 
-/// A linear layer `y = W x (+ b)` whose weight stays in the file's own block format.
+/// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
+/// the one it was quantized to at load).
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: TensorView,

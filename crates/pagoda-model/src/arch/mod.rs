@@ -2,7 +2,9 @@
 //!
 //! [`Model`] holds the parts every architecture shares (token embedding, final norm, output
 //! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]).
-//! Weights stay borrowed from the model file's mmap, in its own block formats.
+//! Weights stay borrowed from the model file's mmap, in its own block formats (or, after
+//! online quantization at load, in owned buffers of the chosen format: the forward pass
+//! cannot tell the two apart).
 //!
 //! There is one forward path, [`Model::forward_batch`]: the new tokens of several sequences
 //! ([`BatchSegment`]s: decode rows and prefill chunks alike) are concatenated into one

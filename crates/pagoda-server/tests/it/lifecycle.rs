@@ -181,3 +181,33 @@ async fn the_memory_budget_evicts_idle_models_and_refuses_when_all_are_busy() {
     while busy_stream.next().await.is_some() {}
     s.stop().await.expect("clean stop");
 }
+
+#[tokio::test]
+async fn a_server_started_with_quantize_serves_the_quantized_model() {
+    // `pagoda serve --quantize q8_0`: the preloaded tiny model is quantized at load, answers,
+    // and /api/ps reports the new type and the smaller weights.
+    let plain = start(config()).await;
+    let plain_size = plain.get_json("/api/ps").await["models"][0]["size"]
+        .as_u64()
+        .expect("size");
+    plain.stop().await.expect("clean stop");
+    let mut c = config();
+    c.load.quantize = Some("q8_0".parse().expect("a target"));
+    let s = start(c).await;
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            json!({"model": tiny_llama(), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let ps = s.get_json("/api/ps").await;
+    let m = &ps["models"][0];
+    assert_eq!(m["details"]["quantization_level"], "Q8_0", "{ps}");
+    let size = m["size"].as_u64().expect("size");
+    assert!(
+        size < plain_size,
+        "Q8_0 weights ({size}) below F32 ({plain_size})"
+    );
+    s.stop().await.expect("clean stop");
+}

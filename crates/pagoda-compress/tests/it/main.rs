@@ -1,0 +1,8 @@
+//! Integration tests of pagoda-compress, one binary: online quantization of whole weight
+//! sets (error bounds per format, identity for the type a tensor already has, bad input) and
+//! of the tiny golden Llama (logits against its F32 forward pass).
+
+mod common;
+mod quantize_bad_input;
+mod quantize_bounds;
+mod quantize_tiny_llama;
