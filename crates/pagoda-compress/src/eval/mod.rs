@@ -1,1 +1,23 @@
 //! Accuracy evaluation of a loaded model: perplexity over a text, multiple-choice accuracy.
+//!
+//! Everything here runs the model's forward pass directly ([`pagoda_model::Model::forward`]
+//! over a single-sequence KV cache), never the serving engine: evaluation needs logits for
+//! every scored position, which the engine does not return.
+//!
+//! - [`windows`] — the strided sliding windows of a perplexity run (each token scored once).
+//! - [`perplexity`] — perplexity, mean NLL and throughput over a tokenized text.
+//! - [`multiple_choice`] — lm-eval-harness style `acc` / `acc_norm` over JSONL questions.
+//! - [`logprob`] — f64 log-softmax of a logits row, argmax with NumPy's tie rule.
+//! - [`data`] — the evaluation text and sample questions built into the binary.
+//!
+//! Invariant: scores are summed in f64; bad input (an empty text, a malformed question) is a
+//! [`crate::CompressError`] naming what is wrong, never a panic.
+
+pub mod data;
+pub mod logprob;
+pub mod multiple_choice;
+pub mod perplexity;
+pub mod windows;
+
+pub use multiple_choice::{McItem, McReport, McScorer, McScores};
+pub use perplexity::{PerplexityOptions, PerplexityReport};
