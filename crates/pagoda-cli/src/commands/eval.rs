@@ -1,0 +1,283 @@
+//! `pagoda eval`: accuracy of a model, measured offline with pagoda-compress's evaluation.
+//!
+//! - `pagoda eval perplexity MODEL [--file TEXT]`: strided sliding-window perplexity over a
+//!   text (default: the evaluation text built into the binary).
+//! - `pagoda eval mc MODEL [--file JSONL]`: lm-eval-harness style multiple-choice accuracy
+//!   (`acc`, `acc_norm`; default: the built-in sample questions).
+//!
+//! Invariants: a progress bar over windows / questions goes to stderr, the results to stdout
+//! (a table, or one JSON object with `--json`); bad input (empty file, malformed line) is an
+//! error naming the file and line, exit code 1. The model is loaded as every command loads it
+//! ([`load_for_generation`]); the flags that say how it is loaded live in [`EvalModelArgs`],
+//! the one place a later `--quantize TYPE` joins.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use pagoda_compress::eval::{data, multiple_choice, perplexity};
+use pagoda_model::KvDtype;
+use serde_json::json;
+
+use crate::commands::model_loader::{load_for_generation, LoadedModel};
+
+/// Arguments of `pagoda eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub what: EvalCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Perplexity over a text, by sliding windows: every token after the first is scored
+    /// once, with up to --ctx tokens of context (the Hugging Face strided method).
+    #[command(after_help = PERPLEXITY_HELP)]
+    Perplexity(PerplexityArgs),
+    /// Multiple-choice accuracy as lm-evaluation-harness scores it: acc (highest summed
+    /// log-probability of the choice) and acc_norm (highest per byte of the choice).
+    #[command(visible_alias = "multiple-choice", after_help = MC_HELP)]
+    Mc(McArgs),
+}
+
+const PERPLEXITY_HELP: &str = "\
+The text is tokenized as a plain prompt (BOS when the model wants one, no chat template).
+Windows of --ctx tokens start every --stride tokens; each scores only the tokens no earlier
+window scored, so a token has between ctx - stride and ctx - 1 tokens of context (except near
+the start). A smaller stride gives more context and takes longer.
+
+Prints perplexity (exp of the mean negative log-likelihood), mean NLL in nats per token,
+tokens scored, windows, and the forward-pass speed in tokens/s.
+
+Examples:
+  pagoda eval perplexity smollm2:135m                       the built-in English text
+  pagoda eval perplexity smollm2:135m --file wiki.txt --ctx 1024 --stride 512
+  pagoda eval perplexity ./model.gguf --json";
+
+const MC_HELP: &str = "\
+Input: JSONL, one question per line:
+  {\"context\": \"Question: What is the capital of France?\\nAnswer:\", \"choices\": [\" Paris\", \" Rome\"], \"gold\": 0}
+\"query\" is accepted for \"context\", \"answer\" or \"label\" for \"gold\"; gold is a 0-based
+index or the text of the right choice. A choice is scored exactly as written, so give it its
+leading space. Each choice's log-likelihood is the sum of its tokens' log-probabilities after
+the context (tokenized as lm-eval does: the tokens of context+choice after the context's).
+acc_norm divides it by the choice's length in bytes. The standard errors are sqrt(p(1-p)/n).
+
+Examples:
+  pagoda eval mc smollm2:135m                               the built-in sample questions
+  pagoda eval mc smollm2:135m --file hellaswag.jsonl --limit 200 --json";
+
+/// How the model is found and loaded (shared by every `eval` subcommand).
+#[derive(Debug, Args)]
+pub struct EvalModelArgs {
+    /// Model: a store or catalog name (pulled if missing), a GGUF file or a model folder.
+    pub model: String,
+    /// KV cache element type: f16 (what the engine serves with) or f32.
+    #[arg(long, default_value = "f16")]
+    pub kv_cache_dtype: KvDtype,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl EvalModelArgs {
+    fn load(&self) -> anyhow::Result<LoadedModel> {
+        crate::commands::threads::set_threads(self.threads)?;
+        load_for_generation(&self.model)
+    }
+}
+
+/// Arguments of `pagoda eval perplexity`.
+#[derive(Debug, Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub common: EvalModelArgs,
+    /// UTF-8 text to score (default: the evaluation text built into pagoda, ~33 KB of English
+    /// prose).
+    #[arg(long, short)]
+    pub file: Option<PathBuf>,
+    /// Tokens per window (default: 512, or the model's context length if shorter; never more
+    /// than the model's context).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Tokens between window starts, at least 1 and less than --ctx (default: ctx / 2).
+    #[arg(long)]
+    pub stride: Option<usize>,
+}
+
+/// Arguments of `pagoda eval mc`.
+#[derive(Debug, Args)]
+pub struct McArgs {
+    #[command(flatten)]
+    pub common: EvalModelArgs,
+    /// JSONL questions (default: the sample questions built into pagoda).
+    #[arg(long, short)]
+    pub file: Option<PathBuf>,
+    /// Score only the first N questions.
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+/// Runs `pagoda eval`.
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    match args.what {
+        EvalCommand::Perplexity(a) => run_perplexity(a),
+        EvalCommand::Mc(a) => run_mc(a),
+    }
+}
+
+/// The text of `file`, or `builtin` (with its label) when no file is given.
+fn input_text(file: Option<&Path>, builtin: &'static str) -> anyhow::Result<(String, String)> {
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Ok((text, path.display().to_string()))
+        }
+        None => Ok((builtin.to_string(), "built-in".to_string())),
+    }
+}
+
+fn progress_bar(len: usize, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} {unit} {{msg}} [{{elapsed}} < {{eta}}]"
+        ))
+        .expect("static template"),
+    );
+    bar
+}
+
+fn run_perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
+    let (text, source) = input_text(args.file.as_deref(), data::EVAL_TEXT)?;
+    let loaded = args.common.load()?;
+    let options = perplexity::PerplexityOptions {
+        ctx: args.ctx,
+        stride: args.stride,
+        kv_dtype: args.common.kv_cache_dtype,
+    };
+    let tokens = perplexity::tokenize_text(&loaded.tokenizer, &text)
+        .with_context(|| format!("tokenizing {source}"))?;
+    let (ctx, stride) = options.resolve(loaded.model.config().context_length)?;
+    let n_windows = pagoda_compress::eval::windows::plan_windows(tokens.len(), ctx, stride)?.len();
+    tracing::info!(
+        tokens = tokens.len(),
+        ctx,
+        stride,
+        windows = n_windows,
+        "perplexity"
+    );
+    let bar = progress_bar(n_windows, "windows");
+    let report = perplexity::perplexity(&loaded.model, &tokens, &options, &mut |done, _| {
+        bar.set_position(done as u64)
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    if args.common.json {
+        let mut out = serde_json::to_value(&report)?;
+        out["model"] = json!(args.common.model);
+        out["file"] = json!(source);
+        out["kv_cache_dtype"] = json!(args.common.kv_cache_dtype.to_string());
+        println!("{out}");
+    } else {
+        let rows = [
+            ("model", args.common.model.clone()),
+            ("text", format!("{source} ({} bytes)", text.len())),
+            (
+                "tokens",
+                format!("{} ({} scored)", report.tokens, report.tokens_scored),
+            ),
+            (
+                "windows",
+                format!(
+                    "{} (ctx {}, stride {})",
+                    report.windows, report.ctx, report.stride
+                ),
+            ),
+            ("perplexity", format!("{:.4}", report.perplexity)),
+            ("mean NLL", format!("{:.5} nats/token", report.mean_nll)),
+            (
+                "speed",
+                format!(
+                    "{:.1} tokens/s ({} tokens in {:.1} s)",
+                    report.tokens_per_second, report.tokens_processed, report.seconds
+                ),
+            ),
+        ];
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn run_mc(args: McArgs) -> anyhow::Result<()> {
+    if args.limit == Some(0) {
+        anyhow::bail!("--limit must be at least 1");
+    }
+    let (text, source) = input_text(args.file.as_deref(), data::MC_SAMPLE)?;
+    let mut items = multiple_choice::parse_jsonl(&text).with_context(|| format!("in {source}"))?;
+    if items.is_empty() {
+        anyhow::bail!("{source} holds no questions (one JSON object per line)");
+    }
+    if let Some(limit) = args.limit {
+        items.truncate(limit);
+    }
+    let loaded = args.common.load()?;
+    let bar = progress_bar(items.len(), "questions");
+    let result = multiple_choice::evaluate(
+        &loaded.model,
+        &loaded.tokenizer,
+        &items,
+        args.common.kv_cache_dtype,
+        &mut |done, _| bar.set_position(done as u64),
+    );
+    bar.finish_and_clear();
+    let (scores, report, seconds) = result.with_context(|| format!("in {source}"))?;
+    if args.common.json {
+        let questions: Vec<_> = scores
+            .iter()
+            .map(|s| {
+                json!({
+                    "line": s.line,
+                    "gold": s.gold,
+                    "pred": s.prediction(),
+                    "pred_norm": s.prediction_norm(),
+                    "loglikelihoods": s.loglikelihoods,
+                })
+            })
+            .collect();
+        let mut out = serde_json::to_value(&report)?;
+        out["model"] = json!(args.common.model);
+        out["file"] = json!(source);
+        out["seconds"] = json!(seconds);
+        out["questions"] = json!(questions);
+        println!("{out}");
+    } else {
+        let rows = [
+            ("model", args.common.model.clone()),
+            ("questions", format!("{} from {source}", report.count)),
+            (
+                "acc",
+                format!("{:.4} ± {:.4}", report.acc, report.acc_stderr),
+            ),
+            (
+                "acc_norm",
+                format!("{:.4} ± {:.4}", report.acc_norm, report.acc_norm_stderr),
+            ),
+            ("time", format!("{seconds:.1} s")),
+        ];
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[(&str, String)]) {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<width$}  {v}");
+    }
+}
