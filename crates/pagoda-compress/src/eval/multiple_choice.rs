@@ -181,16 +181,24 @@ impl McScores {
 pub struct McScorer<'a> {
     model: &'a Model,
     tokenizer: &'a Tokenizer,
+    kv_dtype: KvDtype,
+    /// Grown to the longest question seen (in steps of [`CACHE_STEP`]), never past the
+    /// model's context length: a model's full context can take gigabytes of K/V.
     cache: KvCache,
 }
 
+/// Granularity of the scorer's cache growth, in positions.
+const CACHE_STEP: usize = 512;
+
 impl<'a> McScorer<'a> {
-    /// A scorer whose cache holds up to the model's context length, stored as `kv_dtype`.
+    /// A scorer whose cache is stored as `kv_dtype`; questions may be as long as the model's
+    /// context.
     pub fn new(model: &'a Model, tokenizer: &'a Tokenizer, kv_dtype: KvDtype) -> Self {
-        let cache = model.new_cache_with(model.config().context_length, kv_dtype);
+        let cache = model.new_cache_with(CACHE_STEP, kv_dtype);
         McScorer {
             model,
             tokenizer,
+            kv_dtype,
             cache,
         }
     }
@@ -222,7 +230,8 @@ impl<'a> McScorer<'a> {
                 })?;
             ctx.push(prefix);
         }
-        let limit = self.cache.capacity();
+        let limit = self.model.config().context_length;
+        let mut longest = 0;
         for (j, (_, cont)) in pairs.iter().enumerate() {
             let needed = ctx.len() + cont.len() - 1;
             if needed > limit {
@@ -230,6 +239,11 @@ impl<'a> McScorer<'a> {
                     "the context and choice {j} take {needed} tokens, more than the model's context of {limit}"
                 )));
             }
+            longest = longest.max(needed);
+        }
+        if longest > self.cache.capacity() {
+            let capacity = longest.next_multiple_of(CACHE_STEP).min(limit);
+            self.cache = self.model.new_cache_with(capacity, self.kv_dtype);
         }
         let vocab = self.model.config().vocab_size;
         self.cache.truncate(0);

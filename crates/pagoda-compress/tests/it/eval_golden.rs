@@ -205,6 +205,39 @@ fn rescoring_a_question_gives_the_same_scores() {
 }
 
 #[test]
+fn the_scorer_grows_its_cache_for_long_questions() {
+    // The tiny Llama with a 2048-position context, so a question can outgrow the first cache.
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("tests/golden/tiny-llama");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let cfg_path = dir.path().join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["max_position_embeddings"] = 2048.into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let source = open_model(dir.path()).unwrap();
+    let model = Model::from_source(&source).unwrap();
+    assert_eq!(model.config().context_length, 2048);
+    let long = "the river rose slowly through the night ".repeat(40);
+    let line = serde_json::json!({"context": long, "choices": [" and fell", " x"], "gold": 0});
+    let items = multiple_choice::parse_jsonl(&format!(
+        "{line}\n{{\"context\": \"Hi\", \"choices\": [\" there\"], \"gold\": 0}}"
+    ))
+    .unwrap();
+    let (ctx, _) = encode_pair(&source.tokenizer, &items[0].context, " x").unwrap();
+    assert!(ctx.len() > 600, "{} tokens", ctx.len());
+    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let short_first = scorer.score(&items[1]).unwrap();
+    let long = scorer.score(&items[0]).unwrap();
+    assert_eq!(scorer.score(&items[1]).unwrap(), short_first);
+    let mut fresh = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    assert_eq!(fresh.score(&items[0]).unwrap(), long);
+}
+
+#[test]
 fn bad_input_is_an_error_not_a_panic() {
     let (source, model) = tiny_llama();
     // An empty text is just BOS: nothing to score.
