@@ -5,7 +5,15 @@ Writes tests/golden/eval_tiny_llama.json, which crates/pagoda-compress/tests/it/
 compares Pagoda's evaluation against. CI never runs this script: its output is committed.
 
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers safetensors numpy
-    /tmp/ref/bin/python scripts/golden_eval.py
+    /tmp/ref/bin/python scripts/golden_eval.py            # the tiny Llama (no model file needed)
+
+With `smollm2 PATH.gguf` (also pip install gguf accelerate) it writes tests/golden/eval_smollm2.json:
+the strided perplexity of SmolLM2-135M-Instruct Q4_1 over the first section of Pagoda's built-in
+evaluation text, computed by transformers on the GGUF's weights dequantized to float32. Pagoda
+multiplies by the Q4_1 blocks with activations quantized to 8 bits (as llama.cpp does), so its
+figure differs by a fraction of a percent; the test allows 1%.
+
+    /tmp/ref/bin/python scripts/golden_eval.py smollm2 "$(pagoda show --path smollm2:135m)"
 
 (torch from PyPI pulls the CUDA runtime wheels; it runs on the CPU all the same. Where the
 PyTorch CPU index is reachable, `--index-url https://download.pytorch.org/whl/cpu` is smaller.)
@@ -128,6 +136,36 @@ def choice_loglikelihood(model, ctx: list[int], cont: list[int]) -> float:
     return float(rows.gather(1, torch.tensor(cont).unsqueeze(1)).sum())
 
 
+EVAL_TEXT = ROOT / "crates" / "pagoda-compress" / "data" / "eval_text.txt"
+SMOLLM2_OUT = ROOT / "tests" / "golden" / "eval_smollm2.json"
+
+
+def smollm2(gguf: Path) -> None:
+    """Strided perplexity of the real SmolLM2 GGUF (dequantized by transformers)."""
+    import tempfile
+
+    full = EVAL_TEXT.read_text(encoding="utf-8")
+    text = full[: full.index("On Baking Bread at Home")].rstrip()
+    with tempfile.TemporaryDirectory() as d:
+        # transformers wants a folder and a file name inside it.
+        link = Path(d) / "model.gguf"
+        link.symlink_to(gguf.resolve())
+        tok = AutoTokenizer.from_pretrained(d, gguf_file="model.gguf")
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file="model.gguf", dtype=torch.float32).eval()
+    ids = tok(text, add_special_tokens=True)["input_ids"]
+    result = strided_perplexity(model, torch.tensor(ids), 256, 128)
+    golden = {
+        "source": f"transformers {transformers.__version__}, torch {torch.__version__}, GGUF weights "
+        "dequantized to float32; scripts/golden_eval.py smollm2",
+        "model": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "text": text,
+        "text_token_ids": ids,
+        "perplexity": [result],
+    }
+    SMOLLM2_OUT.write_text(json.dumps(golden, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {SMOLLM2_OUT.relative_to(ROOT)}: {len(ids)} tokens, ppl {result['perplexity']:.4f}")
+
+
 def main() -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(
@@ -181,4 +219,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "smollm2":
+        smollm2(Path(sys.argv[2]))
+    elif len(sys.argv) == 1:
+        main()
+    else:
+        raise SystemExit("usage: golden_eval.py [smollm2 PATH.gguf]")
