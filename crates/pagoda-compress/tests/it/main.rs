@@ -1,8 +1,10 @@
 //! Integration tests of pagoda-compress, one binary: online quantization of whole weight
-//! sets (error bounds per format, identity for the type a tensor already has, bad input) and
-//! of the tiny golden Llama (logits against its F32 forward pass).
+//! sets (error bounds per format, identity for the type a tensor already has, bad input), of
+//! the tiny golden Llama (logits against its F32 forward pass), and evaluation against
+//! references we did not write.
 
 mod common;
+mod eval_golden;
 mod quantize_bad_input;
 mod quantize_bounds;
 mod quantize_tiny_llama;
