@@ -379,3 +379,47 @@ fn gptq_v2_zeros_are_not_offset() {
         .zip(&b)
         .all(|(x, y)| y > x && y - x <= max_scale * 1.01));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+    /// Any shape, dtype and contents for one part of one quantized linear, under any supported
+    /// bits / group size: opening the folder returns (an error or a model), never panics.
+    #[test]
+    fn hostile_quantized_parts_never_panic(
+        folder in 0usize..4,
+        part in 0usize..4,
+        dims in proptest::collection::vec(0usize..48, 0..4),
+        dtype in 0usize..3,
+        fill in proptest::prelude::any::<u8>(),
+        bits in 0usize..2,
+        group in 0usize..4,
+    ) {
+        let name = ["tiny-llama-gptq", "tiny-llama-gptq-act", "tiny-llama-gptq8", "tiny-llama-awq"][folder];
+        let target = format!(
+            "model.layers.1.mlp.down_proj.{}",
+            ["qweight", "qzeros", "scales", "g_idx"][part]
+        );
+        let dtype = ["I32", "F16", "F32"][dtype];
+        let bytes = dims.iter().product::<usize>() * if dtype == "F16" { 2 } else { 4 };
+        let dir = mutated(
+            name,
+            |t| {
+                t.retain(|(n, ..)| *n != target);
+                t.push((target.clone(), dtype.into(), dims.clone(), vec![fill; bytes]));
+            },
+            |c| {
+                let q = &mut c["quantization_config"];
+                if q["quant_method"] == "gptq" {
+                    q["bits"] = [4, 8][bits].into();
+                }
+                q["group_size"] = [-1, 32, 64, 128][group].into();
+            },
+        );
+        if let Ok(source) = open_model(dir.path()) {
+            for t in source.weights.iter() {
+                let _ = t.to_f32();
+            }
+        }
+    }
+}
