@@ -561,16 +561,29 @@ fn convert_linear(
             zeros[g * out_f + j] = if v1 { z + 1 } else { z };
         }
     }
+    // [out, in] codes. Both packings keep neighbouring output columns in neighbouring words
+    // of one input row, so each task takes a strip of output rows and walks the input rows:
+    // reads stay contiguous and the strip's rows stay in cache.
+    const STRIP: usize = 64;
     let mut codes = vec![0u8; out_f * in_f];
-    codes.par_chunks_mut(in_f).enumerate().for_each(|(j, row)| {
-        for (i, c) in row.iter_mut().enumerate() {
-            *c = if is_awq {
-                code_along_out(qw[i * (out_f / pack) + j / pack], j) as u8
-            } else {
-                (((qw[(i / pack) * out_f + j] as u32) >> (bits * (i % pack) as u32)) & mask) as u8
-            };
-        }
-    });
+    codes
+        .par_chunks_mut(in_f * STRIP)
+        .enumerate()
+        .for_each(|(s, strip)| {
+            let j0 = s * STRIP;
+            let rows = strip.len() / in_f;
+            for i in 0..in_f {
+                for r in 0..rows {
+                    let j = j0 + r;
+                    strip[r * in_f + i] = if is_awq {
+                        code_along_out(qw[i * (out_f / pack) + j / pack], j) as u8
+                    } else {
+                        (((qw[(i / pack) * out_f + j] as u32) >> (bits * (i % pack) as u32)) & mask)
+                            as u8
+                    };
+                }
+            }
+        });
     let lin = Linear {
         bits,
         in_f,
