@@ -46,7 +46,8 @@
 //! Invariants: the checkpoint is untrusted input — every shape is checked against the others
 //! before any index is computed, `g_idx` entries are bounds-checked, and every error names the
 //! file and the tensor at fault. Unsupported options (GPTQ bits other than 4/8, AWQ other than
-//! 4-bit GEMM with zero points, Marlin/exllama/bitblas formats) are errors naming the option.
+//! 4-bit GEMM with zero points, Marlin/exllama/bitblas formats; group sizes that are not -1
+//! or a multiple of 32; in_features not a multiple of 32) are errors naming the option.
 
 use crate::safetensors::RawTensor;
 use crate::weights::TensorView;
