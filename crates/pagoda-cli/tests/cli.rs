@@ -394,6 +394,54 @@ fn run_tiny_model_folder_generates() {
     assert_eq!(stdout(&o), stdout(&again));
 }
 
+/// A copy of golden folder `golden` (tests/golden), with `edit` applied to its config.json.
+fn golden_copy(env: &Env, golden: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/golden")
+        .join(golden);
+    let dst = env.dir.path().join(golden);
+    fs::create_dir_all(&dst).unwrap();
+    for entry in fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    let cfg_path = dst.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    edit(&mut cfg);
+    fs::write(&cfg_path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    dst
+}
+
+#[test]
+fn run_gptq_and_awq_folders_directly() {
+    let env = Env::new();
+    for (golden, scheme) in [
+        ("tiny-llama-gptq", "GPTQ 4-bit"),
+        ("tiny-llama-awq", "AWQ GEMM 4-bit"),
+    ] {
+        let dir = golden_copy(&env, golden, |_| {});
+        let o = env.run(&[
+            "run",
+            dir.to_str().unwrap(),
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "4",
+        ]);
+        ok(&o);
+        let err = stderr(&o);
+        assert!(
+            err.contains(scheme) && err.contains("14 linear layers loaded as Q4_1"),
+            "{err}"
+        );
+    }
+    let dir = golden_copy(&env, "tiny-llama-gptq", |c| {
+        c["quantization_config"]["bits"] = 3.into();
+    });
+    run_fails_naming(&env, &dir, &["config.json", "bits 3", "(4 or 8)"]);
+}
+
 #[test]
 fn run_quantized_at_load_prints_memory_and_fallbacks() {
     let env = Env::new();

@@ -6,10 +6,12 @@
 //! Owns mapping HF tensor names onto the canonical GGUF names ([`canonical_name`]).
 //! Invariants: every tensor of every shard is validated by [`SafetensorsFile`]; two source
 //! names that map to one canonical name are an error, never a silent overwrite; a folder
-//! without `tokenizer.json` is an error naming the folder.
+//! without `tokenizer.json` is an error naming the folder. A GPTQ/AWQ checkpoint's packed
+//! linear layers are converted by `hf_quant.rs` and then mapped like any other tensor.
 
 use crate::chat_template::ChatTemplate;
 use crate::config::Architecture;
+use crate::hf_quant::{split_part, CheckpointQuant, CheckpointQuantReport, Part, QuantLinears};
 use crate::safetensors::SafetensorsFile;
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
@@ -30,6 +32,8 @@ pub struct HfFolder {
     pub generation_config: Option<Value>,
     /// Bytes of all safetensors shards.
     pub weights_file_size: u64,
+    /// What loading a GPTQ/AWQ checkpoint did; `None` for an unquantized folder.
+    pub checkpoint_quant: Option<CheckpointQuantReport>,
 }
 
 fn read_json(path: &Path) -> Result<Value, ModelError> {
@@ -228,19 +232,19 @@ impl HfFolder {
             other => other,
         })?;
 
+        let scheme = CheckpointQuant::from_folder(dir, &config_json)?;
         let mut weights = Weights::new();
         let mut weights_file_size = 0u64;
         let mut sources: std::collections::HashMap<String, (String, PathBuf)> = Default::default();
-        for shard in shard_paths(dir)? {
-            let file = SafetensorsFile::open(&shard)?;
-            weights_file_size += std::fs::metadata(&shard).map(|m| m.len()).unwrap_or(0);
-            for mut view in file.into_tensors() {
+        let mut quantized = QuantLinears::default();
+        let mut insert =
+            |mut view: crate::weights::TensorView, shard: &Path| -> Result<(), ModelError> {
                 let Some(canon) = canonical_name(&view.name, config.arch) else {
-                    continue;
+                    return Ok(());
                 };
                 if let Some((other, other_file)) = sources.get(&canon) {
                     return Err(ModelError::Tensor {
-                        path: shard.clone(),
+                        path: shard.to_path_buf(),
                         tensor: view.name.clone(),
                         message: format!(
                             "maps to {canon:?}, as does {other:?} in {}",
@@ -248,14 +252,50 @@ impl HfFolder {
                         ),
                     });
                 }
-                sources.insert(canon.clone(), (view.name.clone(), shard.clone()));
+                sources.insert(canon.clone(), (view.name.clone(), shard.to_path_buf()));
                 view.name = canon;
                 weights.insert(view).map_err(|message| ModelError::Format {
-                    path: shard.clone(),
+                    path: shard.to_path_buf(),
                     message,
-                })?;
+                })
+            };
+        for shard in shard_paths(dir)? {
+            let file = match scheme {
+                // Packed weights are I32 tensors.
+                Some(_) => SafetensorsFile::open_skipping_unsupported(&shard)?,
+                None => SafetensorsFile::open(&shard)?,
+            };
+            weights_file_size += std::fs::metadata(&shard).map(|m| m.len()).unwrap_or(0);
+            let (views, raws) = file.into_parts();
+            for view in views {
+                if scheme.is_some() && split_part(&view.name).is_some() {
+                    let name = view.name.clone();
+                    quantized.add(&name, Part::Float(view, shard.clone()))?;
+                    continue;
+                }
+                insert(view, &shard)?;
+            }
+            for raw in raws {
+                if split_part(&raw.name).is_some() {
+                    let name = raw.name.clone();
+                    quantized.add(&name, Part::Int(raw, shard.clone()))?;
+                }
+                // Other integer buffers (position ids and the like) are not weights.
             }
         }
+        let checkpoint_quant = match &scheme {
+            Some(scheme) => {
+                let (views, report) = quantized.convert(scheme, dir)?;
+                for (view, shard) in views {
+                    insert(view, &shard)?;
+                }
+                let mut report = report;
+                report.weight_bytes = weights.iter().map(|t| t.n_bytes() as u64).sum();
+                tracing::info!(path = %dir.display(), "{report}");
+                Some(report)
+            }
+            None => None,
+        };
         let mut config = config;
         if !weights.contains("output.weight") {
             config.tie_word_embeddings = true;
@@ -299,6 +339,7 @@ impl HfFolder {
             chat_template,
             generation_config,
             weights_file_size,
+            checkpoint_quant,
         })
     }
 }

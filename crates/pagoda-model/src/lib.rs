@@ -17,6 +17,7 @@ pub mod embedding;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod hf_quant;
 pub mod kv_cache;
 pub mod safetensors;
 pub mod source;

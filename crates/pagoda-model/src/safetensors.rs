@@ -7,7 +7,9 @@
 //! `product(shape) * dtype size` bytes, and no two tensors overlap. Errors name the file and
 //! the tensor. [`SafetensorsFile::open_skipping_unsupported`] instead leaves out tensors of
 //! other dtypes (integer buffers such as BERT's `position_ids`), after the same bounds and
-//! overlap checks, and lists their names in [`SafetensorsFile::skipped`].
+//! overlap checks, and lists their names in [`SafetensorsFile::skipped`]; those checked
+//! integer tensors stay readable as [`RawTensor`]s (GPTQ/AWQ packed `I32` weights, see
+//! `hf_quant.rs`).
 
 use crate::gguf::{map_file, Bytes};
 use crate::weights::TensorView;
@@ -27,6 +29,52 @@ pub struct SafetensorsFile {
     metadata: serde_json::Map<String, serde_json::Value>,
     /// Tensors of unsupported dtypes left out (only by `open_skipping_unsupported`).
     skipped: Vec<String>,
+    /// The same tensors' checked bytes.
+    raw: Vec<RawTensor>,
+}
+
+/// A tensor of a dtype no [`TensorView`] is made of (`I32`, `U8`, ...): its byte range was
+/// checked against the file (in bounds, exactly `product(shape) * dtype size` bytes, no
+/// overlap) before it was made, so [`RawTensor::data`] cannot read out of bounds.
+#[derive(Clone)]
+pub struct RawTensor {
+    pub name: String,
+    /// The safetensors dtype string, e.g. `"I32"`.
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    bytes: Arc<Bytes>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for RawTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawTensor")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .finish()
+    }
+}
+
+impl RawTensor {
+    /// The tensor's bytes (little-endian elements).
+    pub fn data(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+
+    /// The elements of an `I32` tensor; `None` for any other dtype.
+    pub fn to_i32(&self) -> Option<Vec<i32>> {
+        if self.dtype != "I32" {
+            return None;
+        }
+        Some(
+            self.data()
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        )
+    }
 }
 
 /// Bytes per element of the safetensors dtypes no [`TensorView`] is made of.
@@ -91,6 +139,7 @@ impl SafetensorsFile {
         let mut tensors = Vec::with_capacity(header.len());
         let mut ranges: Vec<(usize, usize, String)> = Vec::with_capacity(header.len());
         let mut skipped = Vec::new();
+        let mut raw = Vec::new();
         for (name, info) in header {
             if name == "__metadata__" {
                 if let serde_json::Value::Object(m) = info {
@@ -154,6 +203,14 @@ impl SafetensorsFile {
                 }
                 ranges.push((start, end, name.clone()));
                 skipped.push(name.clone());
+                raw.push(RawTensor {
+                    name: name.clone(),
+                    dtype: dtype.to_string(),
+                    shape,
+                    bytes: bytes.clone(),
+                    start: data_start + start,
+                    len: end - start,
+                });
                 continue;
             };
             let view = TensorView::new(
@@ -183,6 +240,7 @@ impl SafetensorsFile {
             tensors,
             metadata,
             skipped,
+            raw,
         })
     }
 
@@ -203,6 +261,12 @@ impl SafetensorsFile {
 
     pub fn into_tensors(self) -> Vec<TensorView> {
         self.tensors
+    }
+
+    /// The float tensors and the checked tensors of other dtypes (the latter empty unless
+    /// opened with [`open_skipping_unsupported`](Self::open_skipping_unsupported)).
+    pub fn into_parts(self) -> (Vec<TensorView>, Vec<RawTensor>) {
+        (self.tensors, self.raw)
     }
 
     /// The `__metadata__` object.
@@ -279,6 +343,18 @@ mod tests {
         let f = SafetensorsFile::open_skipping_unsupported(&path).unwrap();
         assert_eq!(f.skipped(), ["ids".to_string()]);
         assert_eq!(f.tensors().len(), 1);
+        let (_, raw) = f.into_parts();
+        assert_eq!(raw[0].shape, [1, 2]);
+        assert_eq!(raw[0].data().len(), 16);
+        assert_eq!(raw[0].to_i32(), None);
+        let ints = write_safetensors(&[(
+            "q",
+            "I32",
+            vec![2],
+            vec![1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
+        )]);
+        let f = SafetensorsFile::parse("m".into(), Arc::new(Bytes::Owned(ints)), true).unwrap();
+        assert_eq!(f.into_parts().1[0].to_i32(), Some(vec![1, -1]));
         let short = write_safetensors(&[("ids", "I64", vec![3], vec![0; 16])]);
         assert!(SafetensorsFile::parse("m".into(), Arc::new(Bytes::Owned(short)), true).is_err());
 

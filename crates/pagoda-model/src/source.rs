@@ -62,6 +62,8 @@ pub struct ModelSource {
     pub chat_template: Option<ChatTemplate>,
     pub generation: GenerationDefaults,
     pub info: ModelInfo,
+    /// What loading a GPTQ/AWQ checkpoint folder did (`None` otherwise).
+    pub checkpoint_quant: Option<crate::hf_quant::CheckpointQuantReport>,
 }
 
 impl ModelSource {
@@ -191,6 +193,7 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
         chat_template,
         generation,
         info,
+        checkpoint_quant: None,
     })
 }
 
@@ -224,9 +227,12 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
         name,
         architecture: f.config.arch.gguf_name().to_string(),
         parameter_count: f.weights.n_parameters(),
-        file_type: dominant_type(&f.weights)
-            .map(|t| t.name().to_string())
-            .unwrap_or_default(),
+        file_type: match &f.checkpoint_quant {
+            Some(r) => format!("{} ({})", r.scheme, r.target_type().name()),
+            None => dominant_type(&f.weights)
+                .map(|t| t.name().to_string())
+                .unwrap_or_default(),
+        },
         tensor_types: tensor_types(&f.weights),
         context_length: f.config.context_length,
         file_size: f.weights_file_size,
@@ -240,6 +246,7 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
         chat_template: f.chat_template,
         generation,
         info,
+        checkpoint_quant: f.checkpoint_quant,
     })
 }
 

@@ -101,15 +101,20 @@ pub struct LoadedModel {
     pub template_source: String,
     /// What online quantization did, when [`LoadOptions::quantize`] asked for it.
     pub quantization: Option<QuantReport>,
+    /// What loading a GPTQ/AWQ checkpoint folder did (its linears converted at load).
+    pub checkpoint_quant: Option<pagoda_model::hf_quant::CheckpointQuantReport>,
 }
 
 impl LoadedModel {
-    /// Bytes the weights take in memory: after online quantization, its result; otherwise
+    /// Bytes the weights take in memory: after online quantization, its result; for a GPTQ/AWQ
+    /// checkpoint, the weights as converted at load; otherwise
     /// the file's size (the weights are mapped from it).
     pub fn weights_bytes(&self) -> u64 {
-        self.quantization
-            .as_ref()
-            .map_or(self.file_bytes, QuantReport::bytes_after)
+        match (&self.quantization, &self.checkpoint_quant) {
+            (Some(q), _) => q.bytes_after(),
+            (None, Some(c)) => c.weight_bytes,
+            (None, None) => self.file_bytes,
+        }
     }
 
     /// Renders `messages` with the chat template (with the generation prompt) and tokenizes
@@ -322,6 +327,7 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
             .map(|t| t.source().to_string())
             .unwrap_or_default(),
         quantization,
+        checkpoint_quant: source.checkpoint_quant.clone(),
     })
 }
 
@@ -543,6 +549,26 @@ mod tests {
         assert_eq!(m.info.file_type, "Q8_0");
         assert_eq!(m.info.tensor_types["Q8_0"], report.n_converted());
         // The quantized model runs.
+        let mut cache = m.model.new_cache(8);
+        let logits = m
+            .model
+            .forward(&[1, 2, 3], 0, &mut cache, pagoda_model::Logits::Last)
+            .unwrap();
+        assert!(logits.iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn a_gptq_folder_loads_with_its_conversion_reported() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama-gptq");
+        let m = load_path(&path, &LoadOptions::default()).unwrap();
+        let report = m.checkpoint_quant.as_ref().expect("a checkpoint report");
+        assert_eq!(report.linears, 14);
+        assert_eq!(m.weights_bytes(), report.weight_bytes);
+        assert!(
+            m.info.file_type.starts_with("GPTQ 4-bit"),
+            "{}",
+            m.info.file_type
+        );
         let mut cache = m.model.new_cache(8);
         let logits = m
             .model

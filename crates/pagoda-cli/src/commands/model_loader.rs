@@ -56,6 +56,9 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     let loaded = loader::load_with(&resolved, name, &args.options());
     spinner.finish_and_clear();
     let loaded = loaded?;
+    if let Some(report) = &loaded.checkpoint_quant {
+        eprintln!("{report}");
+    }
     if let Some(report) = &loaded.quantization {
         eprintln!("{report}");
         eprintln!("  tensor types now: {}", report.types_after_summary());

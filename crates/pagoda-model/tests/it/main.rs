@@ -6,5 +6,6 @@ mod embedding;
 mod forward_batch;
 mod forward_golden;
 mod golden;
+mod hf_quant;
 mod mutations;
 mod real_models;
