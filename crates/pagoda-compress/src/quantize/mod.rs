@@ -8,6 +8,9 @@
 //! - [`report`] — [`QuantReport`]: bytes before/after, counts per type, kept and fallen-back
 //!   tensors.
 //! - [`quantize_weights`] — the conversion itself.
+//! - [`grid`] — group-wise integer grids (bits, group size, symmetric or not) and RTN on them;
+//!   [`gptq`] and [`awq`] — the calibration-aware algorithms over those grids (offline
+//!   quantization); `linalg` — the Cholesky pieces GPTQ needs.
 //!
 //! Invariants: a matrix is converted row by row (dequantize one row to f32, quantize it
 //! with the kernels' reference quantizer), rows in parallel on the rayon pool, so the extra
@@ -20,6 +23,10 @@
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod awq;
+pub mod gptq;
+pub mod grid;
+mod linalg;
 pub mod report;
 pub mod rules;
 pub mod target;

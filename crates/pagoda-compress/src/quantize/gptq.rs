@@ -1,0 +1,396 @@
+//! GPTQ (Frantar et al., 2022): quantize one linear layer's weights column by column, each
+//! column's rounding error spread over the columns not yet quantized, weighted by the
+//! inverse Hessian of the layer's calibration inputs, so the layer's *outputs* on the
+//! calibration data move as little as possible.
+//!
+//! For `W: [rows, cols]` (row = output feature) and calibration inputs `X: [n, cols]`,
+//! `H = 2/n · XᵀX` ([`Hessian`]). Columns that never saw a non-zero input are dead (their
+//! weights are set to 0). `H` is dampened by `damp · mean(diag H)`, then `U` = the upper
+//! Cholesky factor of `H⁻¹`. With act-order, columns are processed by decreasing `diag H`
+//! (the most-used inputs first) and groups follow that order (`g_idx` records each column's
+//! group). For each column `i` in processing order and every row: snap `w_i` to the row's grid
+//! (fitted when a group starts, on the row's current, already-compensated values), then
+//! `w_j -= (w_i - q_i) / U_ii · U_ij` for every later `j`.
+//!
+//! Rows are independent given `U`, so rows run in parallel, in tiles that share each row of
+//! `U` while it is in cache.
+//!
+//! Invariant: the result's `codes` and `g_idx` are in the matrix's original column order;
+//! [`GroupQuantized::dequantize`] gives the quantized weights in that order.
+
+use rayon::prelude::*;
+
+use super::grid::{check_shape, Grid, GroupQuantized, GroupSpec};
+use super::linalg::inverse_upper_cholesky;
+use crate::CompressError;
+
+/// The running average of `2 xᵀx` over calibration rows.
+#[derive(Debug, Clone)]
+pub struct Hessian {
+    pub cols: usize,
+    /// `[cols, cols]`, row-major.
+    pub h: Vec<f64>,
+    /// Rows seen so far.
+    pub samples: usize,
+}
+
+impl Hessian {
+    pub fn new(cols: usize) -> Self {
+        Hessian {
+            cols,
+            h: vec![0.0; cols * cols],
+            samples: 0,
+        }
+    }
+
+    /// Adds calibration rows `x: [n, cols]`.
+    pub fn add(&mut self, x: &[f32]) -> Result<(), CompressError> {
+        let cols = self.cols;
+        if cols == 0 || !x.len().is_multiple_of(cols) {
+            return Err(CompressError::InvalidInput(format!(
+                "calibration activations of {} values are not rows of {cols}",
+                x.len()
+            )));
+        }
+        let n = x.len() / cols;
+        if n == 0 {
+            return Ok(());
+        }
+        let total = self.samples + n;
+        let keep = self.samples as f64 / total as f64;
+        let add = 2.0 / total as f64;
+        self.h.par_chunks_mut(cols).enumerate().for_each(|(i, hi)| {
+            for v in hi.iter_mut() {
+                *v *= keep;
+            }
+            for row in x.chunks_exact(cols) {
+                let xi = row[i] as f64 * add;
+                if xi != 0.0 {
+                    for (h, &xj) in hi.iter_mut().zip(row) {
+                        *h += xi * xj as f64;
+                    }
+                }
+            }
+        });
+        self.samples = total;
+        Ok(())
+    }
+
+    /// `Σ_r (w_r - q_r)ᵀ H (w_r - q_r)`: how far the layer's outputs on the calibration
+    /// data move (up to a constant) when `w` is replaced by `q`.
+    pub fn output_error(&self, w: &[f32], q: &[f32]) -> f64 {
+        let cols = self.cols;
+        w.par_chunks(cols)
+            .zip(q.par_chunks(cols))
+            .map(|(wr, qr)| {
+                let d: Vec<f64> = wr.iter().zip(qr).map(|(a, b)| (a - b) as f64).collect();
+                let mut s = 0.0;
+                for i in 0..cols {
+                    if d[i] == 0.0 {
+                        continue;
+                    }
+                    let hi = &self.h[i * cols..(i + 1) * cols];
+                    s += d[i] * hi.iter().zip(&d).map(|(h, x)| h * x).sum::<f64>();
+                }
+                s
+            })
+            .sum()
+    }
+}
+
+/// GPTQ's knobs besides the grid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GptqOptions {
+    pub spec: GroupSpec,
+    /// Process columns by decreasing Hessian diagonal (`desc_act`).
+    pub act_order: bool,
+    /// Dampening, as a fraction of the mean Hessian diagonal.
+    pub damp: f64,
+}
+
+impl Default for GptqOptions {
+    fn default() -> Self {
+        GptqOptions {
+            spec: GroupSpec {
+                bits: 4,
+                group_size: Some(128),
+                symmetric: false,
+            },
+            act_order: false,
+            damp: 0.01,
+        }
+    }
+}
+
+/// Rows per tile: they share each row of `U` while it is in cache.
+const ROW_TILE: usize = 16;
+
+/// Quantizes `w: [rows, cols]` with GPTQ against `hessian`.
+pub fn gptq(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    hessian: &Hessian,
+    opts: &GptqOptions,
+) -> Result<GroupQuantized, CompressError> {
+    let spec = opts.spec;
+    spec.validate(cols)?;
+    check_shape(w, rows, cols)?;
+    if hessian.cols != cols {
+        return Err(CompressError::InvalidInput(format!(
+            "a Hessian of {} columns for a matrix of {cols}",
+            hessian.cols
+        )));
+    }
+    if hessian.samples == 0 {
+        return Err(CompressError::InvalidInput(
+            "GPTQ needs calibration data: the Hessian has seen no rows".into(),
+        ));
+    }
+    if !(opts.damp.is_finite() && opts.damp > 0.0) {
+        return Err(CompressError::InvalidInput(format!(
+            "dampening {} must be a positive number (0.01 is usual)",
+            opts.damp
+        )));
+    }
+
+    // Processing order: perm[k] = the original column processed k-th.
+    let diag: Vec<f64> = (0..cols).map(|i| hessian.h[i * cols + i]).collect();
+    let mut perm: Vec<usize> = (0..cols).collect();
+    if opts.act_order {
+        perm.sort_by(|&a, &b| diag[b].total_cmp(&diag[a]).then(a.cmp(&b)));
+    }
+    let dead: Vec<bool> = perm.iter().map(|&c| diag[c] == 0.0).collect();
+
+    // H in processing order, dead columns set to identity, dampened.
+    let mut h = vec![0.0f64; cols * cols];
+    for (i, &pi) in perm.iter().enumerate() {
+        for (j, &pj) in perm.iter().enumerate() {
+            h[i * cols + j] = hessian.h[pi * cols + pj];
+        }
+        if dead[i] {
+            h[i * cols + i] = 1.0;
+        }
+    }
+    let mean_diag = (0..cols).map(|i| h[i * cols + i]).sum::<f64>() / cols as f64;
+    for i in 0..cols {
+        h[i * cols + i] += opts.damp * mean_diag;
+    }
+    let u64 = inverse_upper_cholesky(&h, cols)?;
+    drop(h);
+    let u: Vec<f32> = u64.iter().map(|&v| v as f32).collect();
+    drop(u64);
+
+    let gs = spec.group_size.unwrap_or(cols);
+    let groups = spec.groups(cols);
+    // Rows in processing order, compensated in place; codes and grids per row.
+    let mut work: Vec<f32> = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for (k, &c) in perm.iter().enumerate() {
+            work[r * cols + k] = if dead[k] { 0.0 } else { w[r * cols + c] };
+        }
+    }
+    let mut codes_p = vec![0u8; rows * cols];
+    let mut grids = vec![
+        Grid {
+            scale: 0.0,
+            zero: 0.0,
+            maxq: spec.maxq()
+        };
+        rows * groups
+    ];
+    work.par_chunks_mut(ROW_TILE * cols)
+        .zip(codes_p.par_chunks_mut(ROW_TILE * cols))
+        .zip(grids.par_chunks_mut(ROW_TILE * groups))
+        .for_each(|((wt, ct), gt)| {
+            let tile_rows = wt.len() / cols;
+            for i in 0..cols {
+                let ui = &u[i * cols..(i + 1) * cols];
+                let d = ui[i];
+                for r in 0..tile_rows {
+                    let row = &mut wt[r * cols..(r + 1) * cols];
+                    if i % gs == 0 {
+                        let end = (i + gs).min(cols);
+                        gt[r * groups + i / gs] =
+                            Grid::fit(&row[i..end], spec.bits, spec.symmetric);
+                    }
+                    let grid = gt[r * groups + i / gs];
+                    let q = grid.code(row[i]);
+                    ct[r * cols + i] = q;
+                    let err = (row[i] - grid.value(q)) / d;
+                    row[i] = grid.value(q);
+                    if err != 0.0 {
+                        for (x, &uij) in row[i + 1..].iter_mut().zip(&ui[i + 1..]) {
+                            *x -= err * uij;
+                        }
+                    }
+                }
+            }
+        });
+
+    // Back to the original column order.
+    let mut out = GroupQuantized {
+        rows,
+        cols,
+        spec,
+        codes: vec![0; rows * cols],
+        scales: grids.iter().map(|g| g.scale).collect(),
+        zeros: grids.iter().map(|g| g.zero).collect(),
+        g_idx: vec![0; cols],
+    };
+    for (k, &c) in perm.iter().enumerate() {
+        out.g_idx[c] = (k / gs) as u32;
+        for r in 0..rows {
+            out.codes[r * cols + c] = codes_p[r * cols + k];
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::grid::rtn;
+    use super::*;
+
+    /// A small deterministic generator (tests only).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+
+    /// Weights and correlated calibration inputs with uneven channel magnitudes, as real
+    /// activations have.
+    fn problem(rows: usize, cols: usize, n: usize, seed: u64) -> (Vec<f32>, Hessian) {
+        let mut g = Lcg(seed);
+        let w: Vec<f32> = (0..rows * cols).map(|_| g.next()).collect();
+        let mix: Vec<f32> = (0..cols * 4).map(|_| g.next()).collect();
+        let mut x = vec![0.0f32; n * cols];
+        for t in 0..n {
+            let z: Vec<f32> = (0..4).map(|_| g.next()).collect();
+            for c in 0..cols {
+                let shared: f32 = (0..4).map(|k| z[k] * mix[c * 4 + k]).sum();
+                let scale = 1.0 + 4.0 * (c % 7 == 0) as u8 as f32;
+                x[t * cols + c] = scale * (shared + 0.3 * g.next());
+            }
+        }
+        let mut h = Hessian::new(cols);
+        h.add(&x[..n / 2 * cols]).unwrap();
+        h.add(&x[n / 2 * cols..]).unwrap();
+        (w, h)
+    }
+
+    #[test]
+    fn hessian_is_the_average_of_2_xtx_over_all_batches() {
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut h = Hessian::new(2);
+        h.add(&x[..2]).unwrap();
+        h.add(&x[2..]).unwrap();
+        // 2/2 · (1·1 + 3·3, 1·2 + 3·4; ., 2·2 + 4·4)
+        assert_eq!(h.h, vec![10.0, 14.0, 14.0, 20.0]);
+        assert_eq!(h.samples, 2);
+        assert!(h.add(&[1.0, 2.0, 3.0]).is_err());
+    }
+
+    #[test]
+    fn gptq_moves_the_outputs_less_than_rtn_at_the_same_bits() {
+        for (bits, group, act_order) in [
+            (4, Some(32), false),
+            (4, Some(32), true),
+            (3, None, false),
+            (8, Some(64), true),
+        ] {
+            let (rows, cols) = (24, 128);
+            let (w, h) = problem(rows, cols, 256, 7 + bits as u64);
+            let spec = GroupSpec {
+                bits,
+                group_size: group,
+                symmetric: false,
+            };
+            let opts = GptqOptions {
+                spec,
+                act_order,
+                damp: 0.01,
+            };
+            let g = gptq(&w, rows, cols, &h, &opts).unwrap();
+            let r = rtn(&w, rows, cols, spec).unwrap();
+            let (eg, er) = (
+                h.output_error(&w, &g.dequantize()),
+                h.output_error(&w, &r.dequantize()),
+            );
+            assert!(
+                eg < er,
+                "bits {bits} group {group:?} act_order {act_order}: GPTQ {eg} >= RTN {er}"
+            );
+            assert!(g.codes.iter().all(|&c| u32::from(c) <= spec.maxq()));
+        }
+    }
+
+    #[test]
+    fn act_order_groups_follow_processing_order() {
+        let (rows, cols) = (4, 64);
+        let (w, h) = problem(rows, cols, 64, 3);
+        let opts = GptqOptions {
+            spec: GroupSpec {
+                bits: 4,
+                group_size: Some(16),
+                symmetric: true,
+            },
+            act_order: true,
+            damp: 0.01,
+        };
+        let g = gptq(&w, rows, cols, &h, &opts).unwrap();
+        let mut per_group = [0usize; 4];
+        for &gi in &g.g_idx {
+            per_group[gi as usize] += 1;
+        }
+        assert_eq!(per_group, [16; 4]);
+        // The column with the largest Hessian diagonal is in group 0.
+        let top = (0..cols)
+            .max_by(|&a, &b| h.h[a * cols + a].total_cmp(&h.h[b * cols + b]))
+            .unwrap();
+        assert_eq!(g.g_idx[top], 0);
+    }
+
+    #[test]
+    fn dead_columns_quantize_to_zero() {
+        let (rows, cols) = (2, 32);
+        let w: Vec<f32> = (0..rows * cols).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut x = vec![0.0f32; 8 * cols];
+        for (i, v) in x.iter_mut().enumerate() {
+            if i % cols != 3 {
+                *v = ((i * 13 % 17) as f32 - 8.0) / 8.0;
+            }
+        }
+        let mut h = Hessian::new(cols);
+        h.add(&x).unwrap();
+        let g = gptq(&w, rows, cols, &h, &GptqOptions::default().with_group(None)).unwrap();
+        let d = g.dequantize();
+        for r in 0..rows {
+            assert!(d[r * cols + 3].abs() <= g.grid(r, 0).scale / 2.0 + 1e-6);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let h = Hessian::new(32);
+        let w = vec![0.5f32; 64];
+        let e = gptq(&w, 2, 32, &h, &GptqOptions::default().with_group(Some(32))).unwrap_err();
+        assert!(e.to_string().contains("calibration"), "{e}");
+        let mut h = Hessian::new(16);
+        h.add(&[1.0; 16]).unwrap();
+        assert!(gptq(&w, 2, 32, &h, &GptqOptions::default()).is_err());
+    }
+
+    impl GptqOptions {
+        fn with_group(mut self, g: Option<usize>) -> Self {
+            self.spec.group_size = g;
+            self
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Integer grids for group-wise weight quantization, and the quantized matrix they produce.
+//!
+//! A grid maps a real value `w` to an integer code `q = clamp(round(w / scale) + zero, 0,
+//! maxq)` with `maxq = 2^bits - 1`, and back to `scale * (q - zero)`. Asymmetric grids span
+//! `[min, max]` of the values they cover (always including 0, as GPTQ's reference does);
+//! symmetric grids span `[-absmax, absmax]` with the zero point fixed in the middle
+//! (`(maxq + 1) / 2`).
+//!
+//! [`GroupQuantized`] holds one matrix: codes row-major `[rows, cols]`, one (scale, zero) per
+//! (row, group), and the group of every input column (`g_idx`, GPTQ's name): consecutive
+//! columns share a group unless act-order permuted them.
+//!
+//! Invariants: `1 <= bits <= 8`; every code is `<= maxq`; `scales.len() == zeros.len() ==
+//! rows * groups`; `g_idx.len() == cols` and every entry `< groups`.
+
+use crate::CompressError;
+
+/// How a matrix is quantized: bits per weight, columns per group, grid shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSpec {
+    pub bits: u8,
+    /// Columns per group; `None` = one group per row (per-channel).
+    pub group_size: Option<usize>,
+    pub symmetric: bool,
+}
+
+impl GroupSpec {
+    /// Checks the combination against a matrix of `cols` columns.
+    pub fn validate(&self, cols: usize) -> Result<(), CompressError> {
+        if !(2..=8).contains(&self.bits) {
+            return Err(CompressError::InvalidInput(format!(
+                "{} bits is not supported: use 2 to 8 (4 or 8 for GGUF/GPTQ/AWQ output)",
+                self.bits
+            )));
+        }
+        if let Some(g) = self.group_size {
+            if g == 0 || !cols.is_multiple_of(g) {
+                return Err(CompressError::InvalidInput(format!(
+                    "group size {g} does not divide the {cols} columns of the matrix; use a \
+                     divisor of {cols} (32, 64 and 128 are usual) or per-channel groups"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn maxq(&self) -> u32 {
+        (1u32 << self.bits) - 1
+    }
+
+    /// Groups per row for `cols` columns.
+    pub fn groups(&self, cols: usize) -> usize {
+        self.group_size.map_or(1, |g| cols.div_ceil(g.max(1)))
+    }
+}
+
+/// The (scale, zero) of one group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grid {
+    pub scale: f32,
+    pub zero: f32,
+    pub maxq: u32,
+}
+
+impl Grid {
+    /// The min/max grid of `values` (GPTQ's `find_params` rule).
+    pub fn fit(values: &[f32], bits: u8, symmetric: bool) -> Grid {
+        let maxq = (1u32 << bits) - 1;
+        let (mut lo, mut hi) = (0.0f32, 0.0f32);
+        for &v in values {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        if symmetric {
+            let m = hi.max(-lo);
+            lo = -m;
+            hi = m;
+        }
+        if lo == 0.0 && hi == 0.0 {
+            lo = -1.0;
+            hi = 1.0;
+        }
+        let scale = (hi - lo) / maxq as f32;
+        let zero = if symmetric {
+            (maxq as f32 + 1.0) / 2.0
+        } else {
+            (-lo / scale).round()
+        };
+        Grid { scale, zero, maxq }
+    }
+
+    #[inline]
+    pub fn code(&self, w: f32) -> u8 {
+        ((w / self.scale).round() + self.zero).clamp(0.0, self.maxq as f32) as u8
+    }
+
+    #[inline]
+    pub fn value(&self, q: u8) -> f32 {
+        self.scale * (q as f32 - self.zero)
+    }
+
+    /// `w` snapped to the grid.
+    #[inline]
+    pub fn snap(&self, w: f32) -> f32 {
+        self.value(self.code(w))
+    }
+}
+
+/// A matrix in group-wise integer form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupQuantized {
+    pub rows: usize,
+    pub cols: usize,
+    pub spec: GroupSpec,
+    /// `[rows, cols]` codes.
+    pub codes: Vec<u8>,
+    /// `[rows, groups]`.
+    pub scales: Vec<f32>,
+    /// `[rows, groups]`, in code units.
+    pub zeros: Vec<f32>,
+    /// `[cols]`: the group of each input column.
+    pub g_idx: Vec<u32>,
+}
+
+impl GroupQuantized {
+    pub fn groups(&self) -> usize {
+        self.spec.groups(self.cols)
+    }
+
+    /// The grid of (row, group).
+    pub fn grid(&self, row: usize, group: usize) -> Grid {
+        let i = row * self.groups() + group;
+        Grid {
+            scale: self.scales[i],
+            zero: self.zeros[i],
+            maxq: self.spec.maxq(),
+        }
+    }
+
+    /// The dequantized matrix `[rows, cols]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.rows * self.cols];
+        for r in 0..self.rows {
+            for c in 0..self.cols {
+                let g = self.grid(r, self.g_idx[c] as usize);
+                out[r * self.cols + c] = g.value(self.codes[r * self.cols + c]);
+            }
+        }
+        out
+    }
+}
+
+/// Round-to-nearest: every group gets its min/max grid, every weight its nearest code.
+pub fn rtn(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    spec: GroupSpec,
+) -> Result<GroupQuantized, CompressError> {
+    spec.validate(cols)?;
+    check_shape(w, rows, cols)?;
+    let gs = spec.group_size.unwrap_or(cols);
+    let groups = spec.groups(cols);
+    let mut q = GroupQuantized {
+        rows,
+        cols,
+        spec,
+        codes: vec![0; rows * cols],
+        scales: vec![0.0; rows * groups],
+        zeros: vec![0.0; rows * groups],
+        g_idx: (0..cols).map(|c| (c / gs) as u32).collect(),
+    };
+    for r in 0..rows {
+        for g in 0..groups {
+            let (c0, c1) = (g * gs, ((g + 1) * gs).min(cols));
+            let row = &w[r * cols + c0..r * cols + c1];
+            let grid = Grid::fit(row, spec.bits, spec.symmetric);
+            q.scales[r * groups + g] = grid.scale;
+            q.zeros[r * groups + g] = grid.zero;
+            for (c, &v) in (c0..c1).zip(row) {
+                q.codes[r * cols + c] = grid.code(v);
+            }
+        }
+    }
+    Ok(q)
+}
+
+pub(crate) fn check_shape(w: &[f32], rows: usize, cols: usize) -> Result<(), CompressError> {
+    if rows.checked_mul(cols) != Some(w.len()) || cols == 0 {
+        return Err(CompressError::InvalidInput(format!(
+            "a {rows}x{cols} matrix needs {} values, got {}",
+            rows.saturating_mul(cols),
+            w.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asymmetric_grid_covers_min_and_max_within_half_a_step() {
+        let v = [-0.7f32, -0.1, 0.0, 0.3, 1.3];
+        let g = Grid::fit(&v, 4, false);
+        for &x in &v {
+            assert!((g.snap(x) - x).abs() <= g.scale / 2.0 + 1e-6, "{x}");
+        }
+    }
+
+    #[test]
+    fn symmetric_grid_is_centred() {
+        let g = Grid::fit(&[-2.0, 1.0], 4, true);
+        assert_eq!(g.zero, 8.0);
+        assert!((g.snap(0.0)).abs() < 1e-7);
+    }
+
+    #[test]
+    fn all_zero_groups_do_not_divide_by_zero() {
+        let g = Grid::fit(&[0.0; 8], 4, false);
+        assert!(g.scale.is_finite() && g.scale > 0.0);
+        assert_eq!(g.snap(0.0), 0.0);
+    }
+
+    #[test]
+    fn rtn_round_trip_error_is_bounded_by_half_a_step() {
+        let (rows, cols) = (3, 64);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
+        let spec = GroupSpec {
+            bits: 4,
+            group_size: Some(32),
+            symmetric: false,
+        };
+        let q = rtn(&w, rows, cols, spec).unwrap();
+        let d = q.dequantize();
+        for r in 0..rows {
+            for c in 0..cols {
+                let g = q.grid(r, c / 32);
+                assert!((d[r * cols + c] - w[r * cols + c]).abs() <= g.scale / 2.0 + 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_a_way_out() {
+        let spec = |bits, g| GroupSpec {
+            bits,
+            group_size: g,
+            symmetric: true,
+        };
+        assert!(spec(4, Some(48)).validate(64).is_err());
+        assert!(spec(1, None).validate(64).is_err());
+        assert!(spec(9, None).validate(64).is_err());
+        assert!(spec(4, Some(0)).validate(64).is_err());
+        assert!(spec(8, Some(64)).validate(128).is_ok());
+        let e = rtn(&[0.0; 10], 2, 4, spec(4, None)).unwrap_err();
+        assert!(e.to_string().contains("needs 8 values"), "{e}");
+    }
+}
