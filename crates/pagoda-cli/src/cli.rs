@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::{batch::BatchArgs, bench::BenchArgs, run::RunArgs, serve::ServeArgs};
+use crate::commands::{
+    batch::BatchArgs, bench::BenchArgs, quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
+};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -91,7 +93,18 @@ pub enum Command {
 
     /// Measure speed: prefill and decode tokens/s, load time, peak memory; batching throughput.
     Bench(BenchArgs),
+
+    /// Quantize a GGUF model offline with RTN, GPTQ or AWQ (calibrated) into a new GGUF file.
+    #[command(after_help = QUANTIZE_HELP)]
+    Quantize(QuantizeArgs),
 }
+
+const QUANTIZE_HELP: &str = "\
+Examples:
+  pagoda quantize smollm2:135m -o smol-gptq4.gguf                  GPTQ, 4-bit asymmetric, groups of 32 (Q4_1)
+  pagoda quantize model.gguf -o m-awq.gguf --method awq --calibration my.jsonl
+  pagoda quantize model.gguf -o m-q8.gguf --method rtn --bits 8 --sym   (Q8_0)
+Then: pagoda run ./smol-gptq4.gguf, pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
 
 const PULL_HELP: &str = "\
 Sources, tried as given (catalog names try each of their sources in order):
@@ -273,7 +286,11 @@ impl Cli {
             Command::Create(a) => a.log.verbose,
             Command::Cp(a) => a.log.verbose,
             Command::Ps(a) => a.log.verbose,
-            Command::Run(_) | Command::Bench(_) | Command::Batch(_) | Command::Serve(_) => 0,
+            Command::Run(_)
+            | Command::Bench(_)
+            | Command::Batch(_)
+            | Command::Serve(_)
+            | Command::Quantize(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Batch(args) => commands::batch::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Quantize(args) => commands::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! of the tiny golden Llama (logits against its F32 forward pass).
 
 mod common;
+mod offline_tiny_llama;
 mod quantize_bad_input;
 mod quantize_bounds;
 mod quantize_tiny_llama;
