@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, run::RunArgs, serve::ServeArgs,
+    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, quantize::QuantizeArgs, run::RunArgs,
+    serve::ServeArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -98,7 +99,18 @@ pub enum Command {
     /// Measure a model's accuracy offline: perplexity over a text, multiple-choice accuracy
     /// (lm-evaluation-harness's acc / acc_norm).
     Eval(EvalArgs),
+
+    /// Quantize a GGUF model offline with RTN, GPTQ or AWQ (calibrated) into a new GGUF file.
+    #[command(after_help = QUANTIZE_HELP)]
+    Quantize(QuantizeArgs),
 }
+
+const QUANTIZE_HELP: &str = "\
+Examples:
+  pagoda quantize smollm2:135m -o smol-gptq4.gguf                  GPTQ, 4-bit asymmetric, groups of 32 (Q4_1)
+  pagoda quantize model.gguf -o m-awq.gguf --method awq --calibration my.jsonl
+  pagoda quantize model.gguf -o m-q8.gguf --method rtn --bits 8 --sym   (Q8_0)
+Then: pagoda run ./smol-gptq4.gguf, pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
 
 const PULL_HELP: &str = "\
 Sources, tried as given (catalog names try each of their sources in order):
@@ -284,7 +296,8 @@ impl Cli {
             | Command::Bench(_)
             | Command::Batch(_)
             | Command::Serve(_)
-            | Command::Eval(_) => 0,
+            | Command::Eval(_)
+            | Command::Quantize(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

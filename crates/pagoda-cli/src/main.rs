@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => commands::batch::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Eval(args) => commands::eval::run(args),
+        Command::Quantize(args) => commands::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

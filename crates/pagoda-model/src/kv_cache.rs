@@ -169,6 +169,15 @@ impl KvCache {
         self.len
     }
 
+    /// Makes every later forward pass over this cache report its linear layers' inputs to
+    /// `observer` (calibration for GPTQ/AWQ); `None` stops it.
+    pub fn set_observer(
+        &mut self,
+        observer: Option<std::sync::Arc<dyn crate::arch::layers::LinearObserver>>,
+    ) {
+        self.paged.scratch.observer = crate::arch::layers::ObserverSlot(observer);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -24,6 +24,7 @@ pub mod source;
 pub mod tokenizer;
 pub mod weights;
 
+pub use arch::layers::LinearObserver;
 pub use arch::{BatchSegment, Logits, Model};
 pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use embedding::{Embedded, EmbeddingModel};

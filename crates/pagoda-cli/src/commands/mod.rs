@@ -16,6 +16,7 @@ pub mod llama_server;
 pub mod model_loader;
 pub mod ps;
 pub mod pull;
+pub mod quantize;
 pub mod rm;
 pub mod run;
 pub mod serve;

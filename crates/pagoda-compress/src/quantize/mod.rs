@@ -11,6 +11,10 @@
 //! - [`grid`] — group-wise integer grids (bits, group size, symmetric or not) and RTN on them;
 //!   [`gptq`] and [`awq`] — the calibration-aware algorithms over those grids (offline
 //!   quantization); `linalg` — the Cholesky pieces GPTQ needs.
+//! - [`calibrate`] — runs calibration text through a model and records each linear input's
+//!   Hessian and channel magnitudes; [`offline`] — RTN/GPTQ/AWQ over a whole model into GGUF
+//!   blocks (Q4_0, Q4_1, Q8_0), with AWQ's scales folded into the preceding norm/projection;
+//!   [`write`] — the result as a GGUF file (source metadata, atomic write).
 //!
 //! Invariants: a matrix is converted row by row (dequantize one row to f32, quantize it
 //! with the kernels' reference quantizer), rows in parallel on the rayon pool, so the extra
@@ -24,12 +28,15 @@
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod awq;
+pub mod calibrate;
 pub mod gptq;
 pub mod grid;
 mod linalg;
+pub mod offline;
 pub mod report;
 pub mod rules;
 pub mod target;
+pub mod write;
 
 pub use report::{QuantReport, TensorOutcome};
 pub use rules::Plan;

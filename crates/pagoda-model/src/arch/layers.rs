@@ -96,6 +96,44 @@ impl Linear {
     pub fn weight_bytes(&self) -> usize {
         self.weight.data().len()
     }
+
+    /// The weight's canonical tensor name (`blk.3.attn_q.weight`).
+    pub fn name(&self) -> &str {
+        &self.weight.name
+    }
+}
+
+/// Sees the input of every linear layer of a forward pass: what calibration-aware
+/// quantization (GPTQ's Hessians, AWQ's channel statistics) is computed from.
+pub trait LinearObserver: Send + Sync {
+    /// `x` (`[n, cols]`) is about to be multiplied by each weight named in `weights` (the
+    /// layers that share one input, such as Q, K and V, come in one call).
+    fn observe(&self, weights: &[&str], x: &[f32], n: usize);
+}
+
+/// The observer of a forward pass, if any (a newtype so that [`Scratch`] stays `Debug`).
+#[derive(Clone, Default)]
+pub struct ObserverSlot(pub Option<std::sync::Arc<dyn LinearObserver>>);
+
+impl std::fmt::Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ObserverSlot(Some)"
+        } else {
+            "ObserverSlot(None)"
+        })
+    }
+}
+
+impl ObserverSlot {
+    /// Tells the observer, if there is one, that `x` feeds `linears`.
+    #[inline]
+    pub fn see(&self, linears: &[&Linear], x: &[f32], n: usize) {
+        if let Some(o) = &self.0 {
+            let names: Vec<&str> = linears.iter().map(|l| l.name()).collect();
+            o.observe(&names, x, n);
+        }
+    }
 }
 
 /// An RMSNorm weight, dequantized to f32 (it is small).
@@ -324,12 +362,14 @@ impl GatedMlp {
         scratch: &mut Scratch,
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
+        scratch.observer.see(&[&self.gate, &self.up], x, n);
         self.gate.forward(x, n, &mut scratch.gate)?;
         self.up.forward(x, n, &mut scratch.up)?;
         match self.activation {
             Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
             Activation::GeluTanh => ops::gelu_tanh_mul(&mut scratch.gate, &scratch.up),
         }
+        scratch.observer.see(&[&self.down], &scratch.gate, n);
         self.down.forward(&scratch.gate, n, out)
     }
 }
@@ -407,6 +447,7 @@ impl AttentionWeights {
         let total = x.len() / cfg.hidden_size;
         let q_dim = cfg.n_heads * cfg.head_dim;
         let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        scratch.observer.see(&[&self.q, &self.k, &self.v], x, total);
         self.q.forward(x, total, &mut scratch.q)?; // [total, q_dim]
         self.k.forward(x, total, &mut scratch.k)?; // [total, kv_dim]
         self.v.forward(x, total, &mut scratch.v)?; // [total, kv_dim]
@@ -437,6 +478,7 @@ impl AttentionWeights {
             seqs,
             &mut scratch.attn,
         );
+        scratch.observer.see(&[&self.o], &scratch.attn, total);
         self.o.forward(&scratch.attn, total, out)
     }
 }
@@ -467,6 +509,8 @@ pub struct Scratch {
     pub post: Vec<f32>,
     /// Rows that need logits, gathered, `[n_out, hidden]`.
     pub logit_rows: Vec<f32>,
+    /// Calibration hook: sees every linear layer's input (none when serving).
+    pub observer: ObserverSlot,
 }
 
 #[cfg(test)]

@@ -1,0 +1,534 @@
+//! Offline quantization of a model's linear layers with RTN, GPTQ or AWQ, into GGUF block
+//! formats the kernels run directly.
+//!
+//! The group-wise grids of [`grid`](super::grid) map exactly onto GGUF blocks when the group
+//! size is a multiple of 32 and groups are contiguous (no act-order): 4-bit symmetric →
+//! Q4_0 (`d · (q − 8)`), 4-bit asymmetric → Q4_1 (`d · q + m`, `m = −d · zero`), 8-bit
+//! symmetric → Q8_0 (`d · (q − 128)`); the only change is the scale (and Q4_1's minimum)
+//! rounded to f16, as the formats store them (relative error ≤ 2⁻¹¹).
+//!
+//! Which tensors: the attention (Q, K, V, O) and MLP (gate, up, down) weights of every layer;
+//! embeddings, the output head and norms stay as they are (as GPTQ and AWQ checkpoints do).
+//! AWQ's per-channel scales are folded into what produces each site's input: the attention and
+//! MLP norms' weights (Q/K/V and gate/up), the up projection's rows (down), and V's rows (O,
+//! only when V and O's input have the same width, i.e. no grouped-query attention) — so the
+//! model computes the same function before quantization.
+//!
+//! Invariants: a layer's matrices are dequantized to f32 one layer at a time (peak extra
+//! memory: one layer in f32 plus the output); tensors not quantized keep their bytes.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use half::f16;
+use pagoda_kernels::GgmlType;
+use pagoda_model::weights::{TensorView, Weights};
+use pagoda_model::{Architecture, ModelConfig};
+
+use super::awq::awq_search;
+use super::calibrate::CalibrationStats;
+use super::gptq::{gptq, GptqOptions};
+use super::grid::{rtn, GroupQuantized, GroupSpec};
+use crate::CompressError;
+
+/// The quantization algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Round to nearest, no calibration.
+    Rtn,
+    Gptq,
+    Awq,
+}
+
+impl Method {
+    pub fn needs_calibration(self) -> bool {
+        self != Method::Rtn
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Rtn => "rtn",
+            Method::Gptq => "gptq",
+            Method::Awq => "awq",
+        }
+    }
+}
+
+impl FromStr for Method {
+    type Err = CompressError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "rtn" => Ok(Method::Rtn),
+            "gptq" => Ok(Method::Gptq),
+            "awq" => Ok(Method::Awq),
+            other => Err(CompressError::InvalidInput(format!(
+                "unknown quantization method `{other}`; choose rtn, gptq or awq"
+            ))),
+        }
+    }
+}
+
+/// What [`quantize_model`] does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OfflineOptions {
+    pub method: Method,
+    pub spec: GroupSpec,
+    /// GPTQ: process columns by decreasing Hessian diagonal (not representable in GGUF).
+    pub act_order: bool,
+    /// GPTQ dampening (fraction of the mean Hessian diagonal).
+    pub damp: f64,
+    /// AWQ: grid points of the scale exponent search.
+    pub awq_grid: usize,
+}
+
+impl OfflineOptions {
+    /// The GGUF block type the options produce, or why none can hold them.
+    pub fn gguf_type(&self) -> Result<GgmlType, CompressError> {
+        if self.act_order {
+            return Err(CompressError::InvalidInput(
+                "act-order scatters each group's columns, which GGUF blocks (32 contiguous \
+                 columns) cannot hold; drop --act-order for GGUF output"
+                    .into(),
+            ));
+        }
+        if let Some(g) = self.spec.group_size {
+            if g == 0 || g % 32 != 0 {
+                return Err(CompressError::InvalidInput(format!(
+                    "group size {g} does not fit GGUF blocks of 32 columns; use 32, 64 or 128"
+                )));
+            }
+        }
+        match (self.spec.bits, self.spec.symmetric) {
+            (4, true) => Ok(GgmlType::Q4_0),
+            (4, false) => Ok(GgmlType::Q4_1),
+            (8, true) => Ok(GgmlType::Q8_0),
+            (8, false) => Err(CompressError::InvalidInput(
+                "8-bit output is symmetric in GGUF (Q8_0); add --sym".into(),
+            )),
+            (b, _) => Err(CompressError::InvalidInput(format!(
+                "{b}-bit output is not supported; use --bits 4 or --bits 8"
+            ))),
+        }
+    }
+}
+
+/// One quantized matrix in the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixOutcome {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Output error on the calibration data (`Σ (w − ŵ)ᵀ H (w − ŵ)`) of the method and of
+    /// plain RTN at the same grid; `None` without calibration.
+    pub error: Option<f64>,
+    pub rtn_error: Option<f64>,
+    /// AWQ's chosen scale exponent.
+    pub awq_alpha: Option<f32>,
+}
+
+/// What [`quantize_model`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OfflineReport {
+    pub matrices: Vec<MatrixOutcome>,
+    /// Norm or projection tensors rewritten to fold AWQ scales.
+    pub folded: Vec<String>,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+impl OfflineReport {
+    /// Sums of the calibration output errors, (method, RTN), over the matrices that have them.
+    pub fn total_errors(&self) -> Option<(f64, f64)> {
+        let mut any = false;
+        let (mut m, mut r) = (0.0, 0.0);
+        for o in &self.matrices {
+            if let (Some(e), Some(re)) = (o.error, o.rtn_error) {
+                m += e;
+                r += re;
+                any = true;
+            }
+        }
+        any.then_some((m, r))
+    }
+}
+
+/// The weights of one layer's sites, in the order AWQ folds them (a site's scales change
+/// the weights of an earlier-listed site, never of one already quantized).
+const SITES: [(&[&str], &str); 4] = [
+    (&["ffn_down"], "ffn_up"),
+    (&["ffn_gate", "ffn_up"], "ffn_norm"),
+    (&["attn_output"], "attn_v"),
+    (&["attn_q", "attn_k", "attn_v"], "attn_norm"),
+];
+
+/// Quantizes every layer's linear weights of `weights` (a model shaped by `cfg`) with
+/// `opts`; `calib` is required for GPTQ and AWQ. `progress(done, total)` after each layer.
+pub fn quantize_model(
+    weights: &Weights,
+    cfg: &ModelConfig,
+    calib: Option<&CalibrationStats>,
+    opts: &OfflineOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(Weights, OfflineReport), CompressError> {
+    let ty = opts.gguf_type()?;
+    if opts.method.needs_calibration() && calib.is_none() {
+        return Err(CompressError::InvalidInput(format!(
+            "{} needs calibration data; give --calibration FILE or use --method rtn",
+            opts.method.as_str()
+        )));
+    }
+    if opts.method == Method::Awq && cfg.arch == Architecture::Gemma3 {
+        return Err(CompressError::InvalidInput(
+            "AWQ scale folding into Gemma 3's (1 + w) norms is not supported yet; use gptq or rtn"
+                .into(),
+        ));
+    }
+    let mut report = OfflineReport {
+        bytes_before: weights.n_bytes(),
+        ..OfflineReport::default()
+    };
+    let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
+    for layer in 0..cfg.n_layers {
+        let name = |t: &str| format!("blk.{layer}.{t}.weight");
+        // The layer's tensors in f32, modified in place by AWQ folding, then quantized.
+        let mut work: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
+        for t in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+            "attn_norm",
+            "ffn_norm",
+        ] {
+            let n = name(t);
+            let view = weights.get(&n)?;
+            work.insert(n, (view.shape.clone(), view.to_f32()?));
+        }
+        let mut outcomes: BTreeMap<String, MatrixOutcome> = BTreeMap::new();
+        for (site, prev) in SITES {
+            let names: Vec<String> = site.iter().map(|t| name(t)).collect();
+            let stats = calib.and_then(|c| c.site_of(&names[0]));
+            if opts.method.needs_calibration() && stats.is_none() {
+                return Err(CompressError::InvalidInput(format!(
+                    "calibration saw no input of {}; the calibration run did not cover this \
+                     model's layers",
+                    names[0]
+                )));
+            }
+            // AWQ: one scale vector for the whole site, folded into `prev`.
+            let mut site_scales: Option<(Vec<f32>, f32)> = None;
+            if opts.method == Method::Awq {
+                let prev_name = name(prev);
+                let v_bias = weights.contains(&format!("blk.{layer}.attn_v.bias"));
+                let foldable = match work.get(&prev_name) {
+                    Some(_) if prev.ends_with("norm") => true,
+                    // A projection's rows feed the site's columns one to one (not with GQA,
+                    // nor through V's bias, which would need the same scaling).
+                    Some((shape, _)) => {
+                        shape.len() == 2
+                            && shape[0] == work[&names[0]].0[1]
+                            && !(prev == "attn_v" && v_bias)
+                    }
+                    None => false,
+                };
+                if let (true, Some(st)) = (foldable, stats) {
+                    let (w_cat, rows, cols) = concat_rows(&work, &names)?;
+                    let r = awq_search(
+                        &w_cat,
+                        rows,
+                        cols,
+                        &st.absmean,
+                        &st.hessian,
+                        opts.spec,
+                        opts.awq_grid,
+                    )?;
+                    // Fold: weights' columns × s, prev's outputs ÷ s.
+                    for n in &names {
+                        if let Some((shape, w)) = work.get_mut(n) {
+                            let c = shape[1];
+                            for row in w.chunks_exact_mut(c) {
+                                for (v, s) in row.iter_mut().zip(&r.scales) {
+                                    *v *= s;
+                                }
+                            }
+                        }
+                    }
+                    if let Some((shape, p)) = work.get_mut(&prev_name) {
+                        let c = *shape.last().unwrap_or(&1);
+                        for (i, row) in p.chunks_exact_mut(c.max(1)).enumerate() {
+                            if shape.len() == 1 {
+                                for (v, s) in row.iter_mut().zip(&r.scales) {
+                                    *v /= s;
+                                }
+                            } else {
+                                let s = r.scales[i];
+                                for v in row.iter_mut() {
+                                    *v /= s;
+                                }
+                            }
+                        }
+                    }
+                    report.folded.push(prev_name);
+                    site_scales = Some((r.scales, r.alpha));
+                }
+            }
+            for n in &names {
+                let (shape, w) = &work[n];
+                let (rows, cols) = (shape[0], shape[1]);
+                let q = match opts.method {
+                    Method::Gptq => {
+                        let st = stats.ok_or_else(|| missing_stats(n))?;
+                        let g = GptqOptions {
+                            spec: opts.spec,
+                            act_order: opts.act_order,
+                            damp: opts.damp,
+                        };
+                        gptq(w, rows, cols, &st.hessian, &g)?
+                    }
+                    Method::Rtn | Method::Awq => rtn(w, rows, cols, opts.spec)?,
+                };
+                // Errors against the layer as it computes: for AWQ the scaled weights
+                // divided back (the function of the folded model).
+                let (error, rtn_error) = match stats {
+                    Some(st) => {
+                        let unscale = |mut v: Vec<f32>| {
+                            if let Some((s, _)) = &site_scales {
+                                for row in v.chunks_exact_mut(cols) {
+                                    for (x, k) in row.iter_mut().zip(s) {
+                                        *x /= k;
+                                    }
+                                }
+                            }
+                            v
+                        };
+                        let orig = unscale(w.clone());
+                        let mine = unscale(q.dequantize());
+                        let plain = rtn(&orig, rows, cols, opts.spec)?.dequantize();
+                        (
+                            Some(st.hessian.output_error(&orig, &mine)),
+                            Some(st.hessian.output_error(&orig, &plain)),
+                        )
+                    }
+                    None => (None, None),
+                };
+                let data = to_gguf_blocks(&q, ty)?;
+                let view = TensorView::owned(n.clone(), ty, shape.clone(), data)
+                    .map_err(|m| tensor_error(n, shape, ty, m))?;
+                replaced.insert(n.clone(), view);
+                outcomes.insert(
+                    n.clone(),
+                    MatrixOutcome {
+                        name: n.clone(),
+                        ty,
+                        error,
+                        rtn_error,
+                        awq_alpha: site_scales.as_ref().map(|(_, a)| *a),
+                    },
+                );
+            }
+        }
+        // Folded norms are written back as F32.
+        for prev in ["attn_norm", "ffn_norm"] {
+            let n = name(prev);
+            if report.folded.contains(&n) {
+                let (shape, v) = &work[&n];
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let view = TensorView::owned(n.clone(), GgmlType::F32, shape.clone(), bytes)
+                    .map_err(|m| tensor_error(&n, shape, GgmlType::F32, m))?;
+                replaced.insert(n, view);
+            }
+        }
+        report.matrices.extend(outcomes.into_values());
+        progress(layer + 1, cfg.n_layers);
+    }
+    let mut out = Weights::new();
+    for v in weights.iter() {
+        let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
+        out.insert(view).map_err(CompressError::InvalidInput)?;
+    }
+    report.bytes_after = out.n_bytes();
+    Ok((out, report))
+}
+
+fn missing_stats(name: &str) -> CompressError {
+    CompressError::InvalidInput(format!("no calibration statistics for {name}"))
+}
+
+fn tensor_error(name: &str, shape: &[usize], to: GgmlType, message: String) -> CompressError {
+    CompressError::Tensor {
+        tensor: name.to_string(),
+        ty: GgmlType::F32,
+        shape: shape.to_vec(),
+        to,
+        message,
+    }
+}
+
+/// The site's matrices stacked by rows (they share the input width).
+fn concat_rows(
+    work: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    names: &[String],
+) -> Result<(Vec<f32>, usize, usize), CompressError> {
+    let cols = work
+        .get(&names[0])
+        .map(|(s, _)| s[1])
+        .ok_or_else(|| missing_stats(&names[0]))?;
+    let mut all = Vec::new();
+    let mut rows = 0;
+    for n in names {
+        let (shape, w) = work.get(n).ok_or_else(|| missing_stats(n))?;
+        if shape[1] != cols {
+            return Err(CompressError::InvalidInput(format!(
+                "{n} has {} input columns, its site {cols}",
+                shape[1]
+            )));
+        }
+        all.extend_from_slice(w);
+        rows += shape[0];
+    }
+    Ok((all, rows, cols))
+}
+
+/// The GGUF bytes of `q` as `ty` (see the module docs for the exact mapping).
+pub fn to_gguf_blocks(q: &GroupQuantized, ty: GgmlType) -> Result<Vec<u8>, CompressError> {
+    let gs = q.spec.group_size.unwrap_or(q.cols);
+    let contiguous = q
+        .g_idx
+        .iter()
+        .enumerate()
+        .all(|(c, &g)| g as usize == c / gs);
+    if !contiguous || q.cols % 32 != 0 || gs % 32 != 0 {
+        return Err(CompressError::InvalidInput(format!(
+            "a {}x{} matrix with groups of {gs}{} does not map onto 32-column GGUF blocks",
+            q.rows,
+            q.cols,
+            if contiguous { "" } else { " in act-order" }
+        )));
+    }
+    let blocks_per_row = q.cols / 32;
+    let mut out = Vec::with_capacity(q.rows * blocks_per_row * ty.type_size());
+    for r in 0..q.rows {
+        for b in 0..blocks_per_row {
+            let c0 = b * 32;
+            let grid = q.grid(r, c0 / gs);
+            let codes = &q.codes[r * q.cols + c0..r * q.cols + c0 + 32];
+            let d = f16::from_f32(grid.scale).to_le_bytes();
+            match (ty, q.spec.bits, q.spec.symmetric) {
+                (GgmlType::Q4_0, 4, true) => {
+                    out.extend_from_slice(&d);
+                    for j in 0..16 {
+                        out.push((codes[j] & 0x0F) | (codes[j + 16] << 4));
+                    }
+                }
+                (GgmlType::Q4_1, 4, false) => {
+                    out.extend_from_slice(&d);
+                    out.extend_from_slice(&f16::from_f32(-grid.scale * grid.zero).to_le_bytes());
+                    for j in 0..16 {
+                        out.push((codes[j] & 0x0F) | (codes[j + 16] << 4));
+                    }
+                }
+                (GgmlType::Q8_0, 8, true) => {
+                    out.extend_from_slice(&d);
+                    out.extend(codes.iter().map(|&c| (c as i32 - 128) as i8 as u8));
+                }
+                _ => {
+                    return Err(CompressError::InvalidInput(format!(
+                        "{}-bit {} grids do not map onto {ty}",
+                        q.spec.bits,
+                        if q.spec.symmetric {
+                            "symmetric"
+                        } else {
+                            "asymmetric"
+                        }
+                    )))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagoda_kernels::dequantize_row;
+
+    fn matrix(rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| (((i * 7919) % 997) as f32 / 997.0 - 0.5) * 3.0)
+            .collect()
+    }
+
+    #[test]
+    fn gguf_blocks_dequantize_to_the_grid_values_up_to_f16_scales() {
+        for (bits, sym, ty, group) in [
+            (4, true, GgmlType::Q4_0, Some(32)),
+            (4, false, GgmlType::Q4_1, Some(64)),
+            (8, true, GgmlType::Q8_0, None),
+            (4, false, GgmlType::Q4_1, Some(128)),
+        ] {
+            let (rows, cols) = (5, 128);
+            let w = matrix(rows, cols);
+            let spec = GroupSpec {
+                bits,
+                group_size: group,
+                symmetric: sym,
+            };
+            let q = rtn(&w, rows, cols, spec).unwrap();
+            let want = q.dequantize();
+            let bytes = to_gguf_blocks(&q, ty).unwrap();
+            let rb = ty.row_bytes(cols).unwrap();
+            assert_eq!(bytes.len(), rows * rb);
+            let mut got = vec![0.0f32; cols];
+            for r in 0..rows {
+                dequantize_row(ty, &bytes[r * rb..(r + 1) * rb], &mut got).unwrap();
+                for c in 0..cols {
+                    let scale = q.grid(r, q.g_idx[c] as usize).scale;
+                    let tol = scale * 2f32.powi(-10) * (1 << bits) as f32;
+                    assert!(
+                        (got[c] - want[r * cols + c]).abs() <= tol,
+                        "{ty} row {r} col {c}: {} vs {}",
+                        got[c],
+                        want[r * cols + c]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsupported_outputs_say_what_to_use() {
+        let opts = |bits, sym, group, act_order| OfflineOptions {
+            method: Method::Gptq,
+            spec: GroupSpec {
+                bits,
+                group_size: group,
+                symmetric: sym,
+            },
+            act_order,
+            damp: 0.01,
+            awq_grid: 20,
+        };
+        assert_eq!(
+            opts(4, false, Some(128), false).gguf_type().unwrap(),
+            GgmlType::Q4_1
+        );
+        for (o, needle) in [
+            (opts(4, false, Some(128), true), "act-order"),
+            (opts(4, false, Some(48), false), "group size 48"),
+            (opts(3, false, None, false), "3-bit"),
+            (opts(8, false, None, false), "--sym"),
+        ] {
+            let e = o.gguf_type().unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        assert!("gptq".parse::<Method>().is_ok());
+        assert!("bnb"
+            .parse::<Method>()
+            .unwrap_err()
+            .to_string()
+            .contains("rtn"));
+    }
+}
