@@ -12,8 +12,9 @@
 //! (fitted when a group starts, on the row's current, already-compensated values), then
 //! `w_j -= (w_i - q_i) / U_ii · U_ij` for every later `j`.
 //!
-//! Rows are independent given `U`, so rows run in parallel, in tiles that share each row of
-//! `U` while it is in cache.
+//! Rows are independent given `U`, so rows run in parallel; columns go in lazy batches of
+//! 128 (the reference's blocking): each column's error updates the rest of its block at
+//! once, and the columns after the block in one matrix product.
 //!
 //! Invariant: the result's `codes` and `g_idx` are in the matrix's original column order;
 //! [`GroupQuantized::dequantize`] gives the quantized weights in that order.
@@ -21,7 +22,7 @@
 use rayon::prelude::*;
 
 use super::grid::{check_shape, Grid, GroupQuantized, GroupSpec};
-use super::linalg::inverse_upper_cholesky;
+use super::linalg::{gemm_f32, inverse_upper_cholesky, MatRef};
 use crate::CompressError;
 
 /// The running average of `2 xᵀx` over calibration rows.
@@ -59,19 +60,15 @@ impl Hessian {
         let total = self.samples + n;
         let keep = self.samples as f64 / total as f64;
         let add = 2.0 / total as f64;
-        self.h.par_chunks_mut(cols).enumerate().for_each(|(i, hi)| {
-            for v in hi.iter_mut() {
-                *v *= keep;
-            }
-            for row in x.chunks_exact(cols) {
-                let xi = row[i] as f64 * add;
-                if xi != 0.0 {
-                    for (h, &xj) in hi.iter_mut().zip(row) {
-                        *h += xi * xj as f64;
-                    }
-                }
-            }
-        });
+        // XᵀX of this batch in f32 (n is a window, so f32 sums stay accurate), folded into the
+        // f64 running average.
+        let mut xtx = vec![0.0f32; cols * cols];
+        let xm = MatRef::row_major(&x[..n * cols], n, cols);
+        gemm_f32(&mut xtx, cols, 0.0, xm.t(), xm, 1.0);
+        self.h
+            .par_iter_mut()
+            .zip(xtx.par_iter())
+            .for_each(|(h, &v)| *h = *h * keep + add * v as f64);
         self.samples = total;
         Ok(())
     }
@@ -80,19 +77,29 @@ impl Hessian {
     /// data move (up to a constant) when `w` is replaced by `q`.
     pub fn output_error(&self, w: &[f32], q: &[f32]) -> f64 {
         let cols = self.cols;
-        w.par_chunks(cols)
-            .zip(q.par_chunks(cols))
-            .map(|(wr, qr)| {
-                let d: Vec<f64> = wr.iter().zip(qr).map(|(a, b)| (a - b) as f64).collect();
-                let mut s = 0.0;
-                for i in 0..cols {
-                    if d[i] == 0.0 {
-                        continue;
-                    }
-                    let hi = &self.h[i * cols..(i + 1) * cols];
-                    s += d[i] * hi.iter().zip(&d).map(|(h, x)| h * x).sum::<f64>();
-                }
-                s
+        let rows = w.len() / cols.max(1);
+        if rows == 0 {
+            return 0.0;
+        }
+        // D = W − Q, then Σ_r d_r · (H d_r) with H D ᵀ as one product.
+        let d: Vec<f32> = w.iter().zip(q).map(|(a, b)| a - b).collect();
+        let h: Vec<f32> = self.h.iter().map(|&v| v as f32).collect();
+        let mut dh = vec![0.0f32; rows * cols];
+        gemm_f32(
+            &mut dh,
+            cols,
+            0.0,
+            MatRef::row_major(&d, rows, cols),
+            MatRef::row_major(&h, cols, cols),
+            1.0,
+        );
+        d.par_chunks(cols)
+            .zip(dh.par_chunks(cols))
+            .map(|(a, b)| {
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| *x as f64 * *y as f64)
+                    .sum::<f64>()
             })
             .sum()
     }
@@ -122,8 +129,74 @@ impl Default for GptqOptions {
     }
 }
 
-/// Rows per tile: they share each row of `U` while it is in cache.
-const ROW_TILE: usize = 16;
+/// Columns per lazy batch: compensation inside a block is per column, across blocks one
+/// matrix product.
+const BLOCK: usize = 128;
+
+/// What GPTQ derives from a Hessian alone — the processing order, dead columns and `U` —
+/// computed once and shared by every matrix that reads the same input (Q, K and V).
+#[derive(Debug, Clone)]
+pub struct GptqFactor {
+    cols: usize,
+    /// `perm[k]`: the original column processed k-th.
+    perm: Vec<usize>,
+    /// In processing order.
+    dead: Vec<bool>,
+    /// Upper Cholesky factor of the dampened inverse Hessian, `[cols, cols]`, processing order.
+    u: Vec<f32>,
+    act_order: bool,
+    damp: f64,
+}
+
+impl GptqFactor {
+    /// Orders, dampens and factors `hessian` for `opts` (its act-order and dampening).
+    pub fn new(hessian: &Hessian, opts: &GptqOptions) -> Result<GptqFactor, CompressError> {
+        let cols = hessian.cols;
+        if hessian.samples == 0 {
+            return Err(CompressError::InvalidInput(
+                "GPTQ needs calibration data: the Hessian has seen no rows".into(),
+            ));
+        }
+        if !(opts.damp.is_finite() && opts.damp > 0.0) {
+            return Err(CompressError::InvalidInput(format!(
+                "dampening {} must be a positive number (0.01 is usual)",
+                opts.damp
+            )));
+        }
+        let diag: Vec<f64> = (0..cols).map(|i| hessian.h[i * cols + i]).collect();
+        let mut perm: Vec<usize> = (0..cols).collect();
+        if opts.act_order {
+            perm.sort_by(|&a, &b| diag[b].total_cmp(&diag[a]).then(a.cmp(&b)));
+        }
+        let dead: Vec<bool> = perm.iter().map(|&c| diag[c] == 0.0).collect();
+        // H in processing order, dead columns set to identity, dampened.
+        let mut h = vec![0.0f64; cols * cols];
+        for (i, &pi) in perm.iter().enumerate() {
+            for (j, &pj) in perm.iter().enumerate() {
+                h[i * cols + j] = hessian.h[pi * cols + pj];
+            }
+            if dead[i] {
+                h[i * cols + i] = 1.0;
+            }
+        }
+        let mean_diag = (0..cols).map(|i| h[i * cols + i]).sum::<f64>() / cols.max(1) as f64;
+        for i in 0..cols {
+            h[i * cols + i] += opts.damp * mean_diag;
+        }
+        let u = inverse_upper_cholesky(&h, cols)?
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        Ok(GptqFactor {
+            cols,
+            perm,
+            dead,
+            u,
+            act_order: opts.act_order,
+            damp: opts.damp,
+        })
+    }
+}
 
 /// Quantizes `w: [rows, cols]` with GPTQ against `hessian`.
 pub fn gptq(
@@ -133,53 +206,36 @@ pub fn gptq(
     hessian: &Hessian,
     opts: &GptqOptions,
 ) -> Result<GroupQuantized, CompressError> {
-    let spec = opts.spec;
-    spec.validate(cols)?;
-    check_shape(w, rows, cols)?;
     if hessian.cols != cols {
         return Err(CompressError::InvalidInput(format!(
             "a Hessian of {} columns for a matrix of {cols}",
             hessian.cols
         )));
     }
-    if hessian.samples == 0 {
-        return Err(CompressError::InvalidInput(
-            "GPTQ needs calibration data: the Hessian has seen no rows".into(),
-        ));
-    }
-    if !(opts.damp.is_finite() && opts.damp > 0.0) {
+    let factor = GptqFactor::new(hessian, opts)?;
+    gptq_with_factor(w, rows, cols, &factor, opts)
+}
+
+/// [`gptq`] with the Hessian's factor already computed ([`GptqFactor::new`] with the same
+/// act-order and dampening as `opts`).
+pub fn gptq_with_factor(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    factor: &GptqFactor,
+    opts: &GptqOptions,
+) -> Result<GroupQuantized, CompressError> {
+    let spec = opts.spec;
+    spec.validate(cols)?;
+    check_shape(w, rows, cols)?;
+    if factor.cols != cols || factor.act_order != opts.act_order || factor.damp != opts.damp {
         return Err(CompressError::InvalidInput(format!(
-            "dampening {} must be a positive number (0.01 is usual)",
-            opts.damp
+            "a GPTQ factor for {} columns (act-order {}, damp {}) used for {cols} columns \
+             (act-order {}, damp {})",
+            factor.cols, factor.act_order, factor.damp, opts.act_order, opts.damp
         )));
     }
-
-    // Processing order: perm[k] = the original column processed k-th.
-    let diag: Vec<f64> = (0..cols).map(|i| hessian.h[i * cols + i]).collect();
-    let mut perm: Vec<usize> = (0..cols).collect();
-    if opts.act_order {
-        perm.sort_by(|&a, &b| diag[b].total_cmp(&diag[a]).then(a.cmp(&b)));
-    }
-    let dead: Vec<bool> = perm.iter().map(|&c| diag[c] == 0.0).collect();
-
-    // H in processing order, dead columns set to identity, dampened.
-    let mut h = vec![0.0f64; cols * cols];
-    for (i, &pi) in perm.iter().enumerate() {
-        for (j, &pj) in perm.iter().enumerate() {
-            h[i * cols + j] = hessian.h[pi * cols + pj];
-        }
-        if dead[i] {
-            h[i * cols + i] = 1.0;
-        }
-    }
-    let mean_diag = (0..cols).map(|i| h[i * cols + i]).sum::<f64>() / cols as f64;
-    for i in 0..cols {
-        h[i * cols + i] += opts.damp * mean_diag;
-    }
-    let u64 = inverse_upper_cholesky(&h, cols)?;
-    drop(h);
-    let u: Vec<f32> = u64.iter().map(|&v| v as f32).collect();
-    drop(u64);
+    let (perm, dead, u) = (&factor.perm, &factor.dead, &factor.u);
 
     let gs = spec.group_size.unwrap_or(cols);
     let groups = spec.groups(cols);
@@ -199,34 +255,55 @@ pub fn gptq(
         };
         rows * groups
     ];
-    work.par_chunks_mut(ROW_TILE * cols)
-        .zip(codes_p.par_chunks_mut(ROW_TILE * cols))
-        .zip(grids.par_chunks_mut(ROW_TILE * groups))
-        .for_each(|((wt, ct), gt)| {
-            let tile_rows = wt.len() / cols;
-            for i in 0..cols {
-                let ui = &u[i * cols..(i + 1) * cols];
-                let d = ui[i];
-                for r in 0..tile_rows {
-                    let row = &mut wt[r * cols..(r + 1) * cols];
+    // Lazy batches (GPTQ's blocking): within a block of columns each row compensates only
+    // the block's later columns; the rest of the row gets the block's errors in one product.
+    let mut err = vec![0.0f32; rows * BLOCK];
+    for b0 in (0..cols).step_by(BLOCK) {
+        let b1 = (b0 + BLOCK).min(cols);
+        work.par_chunks_mut(cols)
+            .zip(codes_p.par_chunks_mut(cols))
+            .zip(grids.par_chunks_mut(groups))
+            .zip(err.par_chunks_mut(BLOCK))
+            .for_each(|(((row, codes), grid_row), e)| {
+                for i in b0..b1 {
                     if i % gs == 0 {
                         let end = (i + gs).min(cols);
-                        gt[r * groups + i / gs] =
-                            Grid::fit(&row[i..end], spec.bits, spec.symmetric);
+                        grid_row[i / gs] = Grid::fit(&row[i..end], spec.bits, spec.symmetric);
                     }
-                    let grid = gt[r * groups + i / gs];
+                    let grid = grid_row[i / gs];
                     let q = grid.code(row[i]);
-                    ct[r * cols + i] = q;
-                    let err = (row[i] - grid.value(q)) / d;
+                    codes[i] = q;
+                    let ui = &u[i * cols..(i + 1) * cols];
+                    let er = (row[i] - grid.value(q)) / ui[i];
                     row[i] = grid.value(q);
-                    if err != 0.0 {
-                        for (x, &uij) in row[i + 1..].iter_mut().zip(&ui[i + 1..]) {
-                            *x -= err * uij;
+                    e[i - b0] = er;
+                    if er != 0.0 {
+                        for (x, &uij) in row[i + 1..b1].iter_mut().zip(&ui[i + 1..b1]) {
+                            *x -= er * uij;
                         }
                     }
                 }
-            }
-        });
+            });
+        if b1 < cols {
+            // work[:, b1..] −= err[:, ..bw] · U[b0..b1, b1..]
+            let bw = b1 - b0;
+            let e = MatRef {
+                data: &err,
+                rows,
+                cols: bw,
+                rs: BLOCK,
+                cs: 1,
+            };
+            let ub = MatRef {
+                data: &u[b0 * cols + b1..],
+                rows: bw,
+                cols: cols - b1,
+                rs: cols,
+                cs: 1,
+            };
+            gemm_f32(&mut work[b1..], cols, 1.0, e, ub, -1.0);
+        }
+    }
 
     // Back to the original column order.
     let mut out = GroupQuantized {

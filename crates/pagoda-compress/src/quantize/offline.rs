@@ -27,7 +27,7 @@ use pagoda_model::{Architecture, ModelConfig};
 
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
-use super::gptq::{gptq, GptqOptions};
+use super::gptq::{gptq_with_factor, GptqFactor, GptqOptions};
 use super::grid::{rtn, GroupQuantized, GroupSpec};
 use crate::CompressError;
 
@@ -274,18 +274,23 @@ pub fn quantize_model(
                     site_scales = Some((r.scales, r.alpha));
                 }
             }
+            let gptq_opts = GptqOptions {
+                spec: opts.spec,
+                act_order: opts.act_order,
+                damp: opts.damp,
+            };
+            // One factor of the site's Hessian for all of its matrices.
+            let factor = match (opts.method, stats) {
+                (Method::Gptq, Some(st)) => Some(GptqFactor::new(&st.hessian, &gptq_opts)?),
+                _ => None,
+            };
             for n in &names {
                 let (shape, w) = &work[n];
                 let (rows, cols) = (shape[0], shape[1]);
                 let q = match opts.method {
                     Method::Gptq => {
-                        let st = stats.ok_or_else(|| missing_stats(n))?;
-                        let g = GptqOptions {
-                            spec: opts.spec,
-                            act_order: opts.act_order,
-                            damp: opts.damp,
-                        };
-                        gptq(w, rows, cols, &st.hessian, &g)?
+                        let f = factor.as_ref().ok_or_else(|| missing_stats(n))?;
+                        gptq_with_factor(w, rows, cols, f, &gptq_opts)?
                     }
                     Method::Rtn | Method::Awq => rtn(w, rows, cols, opts.spec)?,
                 };
