@@ -1,6 +1,8 @@
 //! What the HTTP layer adds: the same short greedy requests, one at a time, sent to the
-//! engine directly and to `pagoda serve`'s OpenAI route (streamed, in-process server on
-//! loopback), with TTFT and end-to-end latency at p50 / p90 for both and their difference.
+//! engine directly and to `pagoda serve`'s OpenAI completions route (streamed, in-process
+//! server on loopback), with TTFT and end-to-end latency at p50 / p90 for both and their
+//! difference. Both paths get the same token ids (the HTTP request carries them as a
+//! token-id prompt), so the engines do identical work.
 //!
 //! Usage: cargo run --release -p pagoda-server --example server_overhead -- [MODEL] [REQUESTS]
 //! (MODEL: a store name or path, default smollm2:135m; REQUESTS default 50).
@@ -75,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..ServerConfig::default()
     };
     let server = rt.block_on(BoundServer::bind(config, store.clone()))?;
-    let url = format!("http://{}/v1/chat/completions", server.local_addr()?);
+    let url = format!("http://{}/v1/completions", server.local_addr()?);
     let state = server.state().clone();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = rt.spawn(server.run(async move {
@@ -87,7 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = reqwest::Client::new();
     let body = serde_json::json!({
         "model": model,
-        "messages": [{"role": "user", "content": PROMPT}],
+        "prompt": prompt,
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
         "ignore_eos": true,
@@ -102,8 +104,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut seen = String::new();
             while let Some(chunk) = stream.next().await {
                 seen.push_str(&String::from_utf8_lossy(&chunk?));
-                if first.is_none() && seen.matches("data: ").count() >= 2 {
-                    // The role chunk comes first; the second event carries the first token.
+                if first.is_none() && seen.contains("data: ") {
+                    // Completions streams have no role chunk: the first event is a token.
                     first = Some(Instant::now());
                 }
             }
