@@ -16,6 +16,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use pagoda_store::Store;
 use serde_json::json;
@@ -175,7 +176,15 @@ impl BoundServer {
             let _ = drain_tx.send(());
         };
         let grace = app.config.drain_grace;
-        let server = axum::serve(self.listener, router(app.clone())).with_graceful_shutdown(signal);
+        // Streams are many small writes: without TCP_NODELAY, Nagle's algorithm holds a token's
+        // event back until the client acknowledges the previous write (a delayed ACK costs
+        // milliseconds on every stream's first tokens).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY not set on a connection: {e}");
+            }
+        });
+        let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(signal);
         tokio::select! {
             result = server => result?,
             Ok(e) = preload_rx => return Err(e),
