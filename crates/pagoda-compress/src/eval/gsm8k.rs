@@ -30,14 +30,7 @@ pub struct Gsm8kItem {
 
 /// Parses GSM8K JSONL (`{"question": ..., "answer": "...#### 18"}`); blank lines skipped.
 pub fn parse_jsonl(text: &str) -> Result<Vec<Gsm8kItem>, CompressError> {
-    let mut items = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        items.push(parse_line(line, i + 1)?);
-    }
-    Ok(items)
+    super::parse_jsonl_with(text, parse_line)
 }
 
 /// Parses one line (`line` is its 1-based number, for errors).

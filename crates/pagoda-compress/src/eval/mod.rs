@@ -25,4 +25,17 @@ pub mod perplexity;
 pub mod windows;
 
 pub use multiple_choice::{McItem, McReport, McScorer, McScores};
+
+/// Parses JSONL with `parse_line(text, 1-based line number)`; blank lines are skipped, the
+/// first bad line's error is returned.
+pub fn parse_jsonl_with<T>(
+    text: &str,
+    parse_line: impl Fn(&str, usize) -> Result<T, crate::CompressError>,
+) -> Result<Vec<T>, crate::CompressError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| parse_line(l, i + 1))
+        .collect()
+}
 pub use perplexity::{PerplexityOptions, PerplexityReport};

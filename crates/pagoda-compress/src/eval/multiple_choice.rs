@@ -43,14 +43,7 @@ pub struct McItem {
 
 /// Parses JSONL questions; blank lines are skipped. Errors name the 1-based line.
 pub fn parse_jsonl(text: &str) -> Result<Vec<McItem>, CompressError> {
-    let mut items = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        items.push(parse_line(line, i + 1)?);
-    }
-    Ok(items)
+    super::parse_jsonl_with(text, parse_line)
 }
 
 /// Parses one JSONL line (`line` is its 1-based number, for errors).

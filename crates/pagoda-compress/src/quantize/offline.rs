@@ -204,6 +204,17 @@ pub fn quantize_model(
         ] {
             let n = name(t);
             let view = weights.get(&n)?;
+            // A hostile file may give a "matrix" one dimension (or a norm two): refuse it here
+            // rather than index a shape it does not have.
+            let want_dims = if t.ends_with("norm") { 1 } else { 2 };
+            if view.shape.len() != want_dims || view.shape.contains(&0) {
+                return Err(CompressError::InvalidInput(format!(
+                    "tensor {n} has shape {:?}; a {} was expected — the model file is damaged \
+                     or not a Llama-family model",
+                    view.shape,
+                    if want_dims == 1 { "vector" } else { "matrix" }
+                )));
+            }
             work.insert(n, (view.shape.clone(), view.to_f32()?));
         }
         let mut outcomes: BTreeMap<String, MatrixOutcome> = BTreeMap::new();

@@ -148,3 +148,32 @@ fn gptq_without_calibration_is_refused() {
     let e = quantize_model(&src.weights, &src.config, None, &opts, |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("--calibration"), "{e}");
 }
+
+#[test]
+fn a_linear_weight_with_the_wrong_rank_is_an_error_not_a_panic() {
+    use pagoda_model::weights::{TensorView, Weights};
+    let src = tiny_llama();
+    let mut weights = Weights::new();
+    for v in src.weights.iter() {
+        let v = if v.name == "blk.0.attn_q.weight" {
+            let n = v.n_elements();
+            TensorView::owned(v.name.clone(), GgmlType::F32, vec![n], vec![0u8; n * 4]).unwrap()
+        } else {
+            v.clone()
+        };
+        weights.insert(v).unwrap();
+    }
+    let opts = OfflineOptions {
+        method: Method::Rtn,
+        spec: GroupSpec {
+            bits: 4,
+            group_size: Some(32),
+            symmetric: true,
+        },
+        act_order: false,
+        damp: 0.01,
+        awq_grid: 20,
+    };
+    let e = quantize_model(&weights, &src.config, None, &opts, |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("blk.0.attn_q.weight"), "{e}");
+}
