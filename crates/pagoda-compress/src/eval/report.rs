@@ -1,0 +1,373 @@
+//! The size-against-quality report of several variants of a model: one row per variant
+//! (size, bits per weight, peak memory, speed, perplexity, accuracies), deltas against the
+//! baseline (the first row), rendered as a Markdown table and as an SVG scatter plot of
+//! weight size (x) against perplexity (y).
+//!
+//! The measuring is the caller's (the CLI runs each variant in its own process); this module
+//! only holds the figures and renders them.
+//!
+//! Invariants: the baseline is `rows[0]`; a delta is `variant − baseline` (perplexity also
+//! as a ratio), absent when either side lacks the figure; the SVG is self-contained and
+//! every label in it is XML-escaped.
+
+use serde::{Deserialize, Serialize};
+
+use super::compare_page::escape_html;
+use crate::CompressError;
+
+/// One variant's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantRow {
+    /// Label: the model, plus `:quantize` when quantized at load.
+    pub name: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantize: Option<String>,
+    /// Size of the model file on disk.
+    pub file_bytes: u64,
+    /// Bytes the weights take in memory (after `--quantize`; the file's size otherwise).
+    pub weight_bytes: u64,
+    /// Parameters (elements of every weight tensor).
+    pub parameters: u64,
+    /// `8 · weight_bytes / parameters`.
+    pub bits_per_weight: f64,
+    /// Peak resident set (VmHWM) of the process that loaded the variant and ran the speed
+    /// measurement, in bytes.
+    pub peak_rss_bytes: u64,
+    pub load_seconds: f64,
+    pub prefill_tokens: usize,
+    pub prefill_tps: f64,
+    pub decode_tokens: usize,
+    pub decode_tps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
+    /// Multiple-choice `acc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mc_acc: Option<f64>,
+    /// Multiple-choice `acc_norm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mc_acc_norm: Option<f64>,
+    /// GSM8K exact match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsm8k: Option<f64>,
+}
+
+/// A row's differences from the baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deltas {
+    /// `weight_bytes / baseline.weight_bytes`.
+    pub size_ratio: f64,
+    pub perplexity: Option<f64>,
+    /// `perplexity / baseline.perplexity`.
+    pub perplexity_ratio: Option<f64>,
+    pub mc_acc: Option<f64>,
+    pub mc_acc_norm: Option<f64>,
+    pub gsm8k: Option<f64>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub rows: Vec<VariantRow>,
+    /// `deltas[i]` is row `i` against row 0 (so `deltas[0]` is all zeros).
+    pub deltas: Vec<Deltas>,
+}
+
+fn diff(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? - b?)
+}
+
+impl Report {
+    /// The report of `rows`, the first being the baseline; no rows is an error.
+    pub fn new(rows: Vec<VariantRow>) -> Result<Self, CompressError> {
+        let base = rows.first().ok_or_else(|| {
+            CompressError::InvalidInput("a report needs at least the baseline".into())
+        })?;
+        let deltas = rows
+            .iter()
+            .map(|r| Deltas {
+                size_ratio: r.weight_bytes as f64 / (base.weight_bytes.max(1)) as f64,
+                perplexity: diff(r.perplexity, base.perplexity),
+                perplexity_ratio: r.perplexity.zip(base.perplexity).map(|(a, b)| a / b),
+                mc_acc: diff(r.mc_acc, base.mc_acc),
+                mc_acc_norm: diff(r.mc_acc_norm, base.mc_acc_norm),
+                gsm8k: diff(r.gsm8k, base.gsm8k),
+            })
+            .collect();
+        Ok(Report { rows, deltas })
+    }
+
+    /// The Markdown table (one row per variant, the baseline first and marked).
+    pub fn markdown(&self) -> String {
+        let has = |f: fn(&VariantRow) -> Option<f64>| self.rows.iter().any(|r| f(r).is_some());
+        let (mc, gsm) = (has(|r| r.mc_acc), has(|r| r.gsm8k));
+        let mut head = vec![
+            "variant",
+            "file MiB",
+            "weights MiB",
+            "bits/weight",
+            "peak RSS MiB",
+            "prefill tok/s",
+            "decode tok/s",
+            "perplexity",
+            "Δ ppl",
+        ];
+        if mc {
+            head.extend(["mc acc", "Δ acc", "mc acc_norm"]);
+        }
+        if gsm {
+            head.extend(["gsm8k", "Δ gsm8k"]);
+        }
+        let mut out = format!("| {} |\n", head.join(" | "));
+        out.push_str(&format!(
+            "|{}\n",
+            head.iter()
+                .enumerate()
+                .map(|(i, _)| if i == 0 { "---|" } else { "---:|" })
+                .collect::<String>()
+        ));
+        let mib = |b: u64| format!("{:.1}", b as f64 / 1_048_576.0);
+        let opt = |v: Option<f64>, digits: usize| {
+            v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
+        };
+        let signed = |v: Option<f64>, digits: usize| {
+            v.map_or("–".to_string(), |v| format!("{v:+.digits$}"))
+        };
+        for (i, (r, d)) in self.rows.iter().zip(&self.deltas).enumerate() {
+            let name = if i == 0 {
+                format!("{} (baseline)", r.name)
+            } else {
+                r.name.clone()
+            };
+            let ppl_delta = match (d.perplexity, d.perplexity_ratio) {
+                _ if i == 0 => "–".to_string(),
+                (Some(p), Some(ratio)) => format!("{p:+.3} ({:+.1}%)", (ratio - 1.0) * 100.0),
+                _ => "–".to_string(),
+            };
+            let mut cells = vec![
+                name.replace('|', "\\|"),
+                mib(r.file_bytes),
+                mib(r.weight_bytes),
+                format!("{:.2}", r.bits_per_weight),
+                mib(r.peak_rss_bytes),
+                format!("{:.1}", r.prefill_tps),
+                format!("{:.1}", r.decode_tps),
+                opt(r.perplexity, 3),
+                ppl_delta,
+            ];
+            if mc {
+                cells.push(opt(r.mc_acc, 3));
+                cells.push(if i == 0 {
+                    "–".into()
+                } else {
+                    signed(d.mc_acc, 3)
+                });
+                cells.push(opt(r.mc_acc_norm, 3));
+            }
+            if gsm {
+                cells.push(opt(r.gsm8k, 3));
+                cells.push(if i == 0 {
+                    "–".into()
+                } else {
+                    signed(d.gsm8k, 3)
+                });
+            }
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        out
+    }
+
+    /// An SVG scatter plot: weight size in MiB (x) against perplexity (y), one labelled point
+    /// per variant with a perplexity.
+    pub fn svg(&self) -> Result<String, CompressError> {
+        let points: Vec<(f64, f64, &str)> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.weight_bytes as f64 / 1_048_576.0,
+                    r.perplexity?,
+                    r.name.as_str(),
+                ))
+            })
+            .collect();
+        if points.is_empty() {
+            return Err(CompressError::InvalidInput(
+                "no variant has a perplexity to plot".into(),
+            ));
+        }
+        let (w, h) = (720.0, 460.0);
+        let (left, right, top, bottom) = (80.0, 40.0, 40.0, 60.0);
+        let xs = nice_range(points.iter().map(|p| p.0), true);
+        let ys = nice_range(points.iter().map(|p| p.1), false);
+        let px = |x: f64| left + (x - xs.0) / (xs.1 - xs.0) * (w - left - right);
+        let py = |y: f64| h - bottom - (y - ys.0) / (ys.1 - ys.0) * (h - top - bottom);
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+             viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{cx}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">Size against \
+             perplexity (lower left is better)</text>\n",
+            cx = w / 2.0
+        );
+        // Axes, ticks and grid.
+        for t in ticks(xs) {
+            let x = px(t);
+            s.push_str(&format!(
+                "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{y0}\" stroke=\"#eee\"/>\
+                 <text x=\"{x:.1}\" y=\"{ty}\" text-anchor=\"middle\">{t}</text>\n",
+                y0 = h - bottom,
+                ty = h - bottom + 18.0,
+                t = tick_label(t),
+            ));
+        }
+        for t in ticks(ys) {
+            let y = py(t);
+            s.push_str(&format!(
+                "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
+                 <text x=\"{tx}\" y=\"{yt:.1}\" text-anchor=\"end\">{t}</text>\n",
+                x1 = w - right,
+                tx = left - 8.0,
+                yt = y + 4.0,
+                t = tick_label(t),
+            ));
+        }
+        s.push_str(&format!(
+            "<line x1=\"{left}\" y1=\"{yb}\" x2=\"{xr}\" y2=\"{yb}\" stroke=\"black\"/>\n\
+             <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{yb}\" stroke=\"black\"/>\n\
+             <text x=\"{xm}\" y=\"{xl}\" text-anchor=\"middle\">weights in memory (MiB)</text>\n\
+             <text transform=\"translate(20 {ym}) rotate(-90)\" text-anchor=\"middle\">perplexity</text>\n",
+            yb = h - bottom,
+            xr = w - right,
+            xm = (left + w - right) / 2.0,
+            xl = h - 16.0,
+            ym = (top + h - bottom) / 2.0,
+        ));
+        for (i, (x, y, name)) in points.iter().enumerate() {
+            let (cx, cy) = (px(*x), py(*y));
+            let color = if i == 0 { "#c0392b" } else { "#2c6fbb" };
+            s.push_str(&format!(
+                "<circle class=\"point\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{color}\">\
+                 <title>{label}: {x:.1} MiB, perplexity {y:.3}</title></circle>\
+                 <text x=\"{lx:.1}\" y=\"{ly:.1}\">{label}</text>\n",
+                label = escape_html(name),
+                lx = cx + 8.0,
+                ly = cy - 8.0,
+            ));
+        }
+        s.push_str("</svg>\n");
+        Ok(s)
+    }
+}
+
+/// A padded axis range covering `values`; from zero when `from_zero`.
+fn nice_range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if from_zero {
+        lo = 0.0_f64.min(lo);
+    }
+    let span = (hi - lo).abs().max(hi.abs() * 0.05).max(1e-6);
+    if !from_zero {
+        lo -= span * 0.1;
+    }
+    hi += span * 0.1;
+    (lo, hi)
+}
+
+/// About five round tick values inside `range`.
+fn ticks(range: (f64, f64)) -> Vec<f64> {
+    let raw = (range.1 - range.0) / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    let mut t = (range.0 / step).ceil() * step;
+    let mut out = Vec::new();
+    while t <= range.1 + step * 1e-9 && out.len() < 20 {
+        out.push(t);
+        t += step;
+    }
+    out
+}
+
+fn tick_label(t: f64) -> String {
+    let s = format!("{t:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, mib: u64, ppl: Option<f64>, acc: Option<f64>) -> VariantRow {
+        VariantRow {
+            name: name.into(),
+            model: "m".into(),
+            quantize: None,
+            file_bytes: mib << 20,
+            weight_bytes: mib << 20,
+            parameters: 1000,
+            bits_per_weight: 4.5,
+            peak_rss_bytes: 3 * mib << 20,
+            load_seconds: 0.1,
+            prefill_tokens: 64,
+            prefill_tps: 100.0,
+            decode_tokens: 16,
+            decode_tps: 20.0,
+            perplexity: ppl,
+            mc_acc: acc,
+            mc_acc_norm: acc,
+            gsm8k: None,
+        }
+    }
+
+    #[test]
+    fn deltas_are_against_the_first_row() {
+        let r = Report::new(vec![
+            row("base", 100, Some(10.0), Some(0.5)),
+            row("q4 <x>", 50, Some(11.0), Some(0.25)),
+        ])
+        .unwrap();
+        assert_eq!(r.deltas[1].perplexity, Some(1.0));
+        assert!((r.deltas[1].perplexity_ratio.unwrap() - 1.1).abs() < 1e-12);
+        assert_eq!(r.deltas[1].mc_acc, Some(-0.25));
+        assert_eq!(r.deltas[1].size_ratio, 0.5);
+        let md = r.markdown();
+        assert!(md.contains("| base (baseline) | 100.0 |"), "{md}");
+        assert!(md.contains("+1.000 (+10.0%)"), "{md}");
+        assert!(md.contains("-0.250"), "{md}");
+        assert!(
+            !md.contains("gsm8k"),
+            "no GSM8K column without figures: {md}"
+        );
+        assert_eq!(md.lines().count(), 4);
+        let svg = r.svg().unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("class=\"point\"").count(), 2);
+        assert!(svg.contains("q4 &lt;x&gt;") && !svg.contains("<x>"));
+        assert!(Report::new(vec![]).is_err());
+    }
+
+    #[test]
+    fn a_single_point_plots_and_no_perplexity_is_an_error() {
+        let r = Report::new(vec![row("only", 1, Some(3.0), None)]).unwrap();
+        assert_eq!(r.svg().unwrap().matches("class=\"point\"").count(), 1);
+        let r = Report::new(vec![row("none", 1, None, None)]).unwrap();
+        assert!(r.svg().is_err());
+    }
+
+    #[test]
+    fn ticks_are_round() {
+        assert_eq!(ticks((0.0, 10.0)), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(tick_label(0.30000000000000004), "0.3");
+    }
+}
