@@ -97,7 +97,8 @@ pub enum Command {
     Bench(BenchArgs),
 
     /// Measure a model's accuracy offline: perplexity over a text, multiple-choice accuracy
-    /// (lm-evaluation-harness's acc / acc_norm).
+    /// (lm-evaluation-harness's acc / acc_norm), GSM8K; blind A/B comparison of two variants
+    /// and a size/quality report of several.
     Eval(EvalArgs),
 
     /// Quantize a GGUF model offline with RTN, GPTQ or AWQ (calibrated) into a new GGUF file.

@@ -42,6 +42,9 @@ pub struct ModelInfo {
     /// `llama`, `qwen2`, `gemma3`.
     pub architecture: String,
     pub parameter_count: u64,
+    /// Bytes of all weight tensors as read (a GPTQ/AWQ checkpoint's as converted at load);
+    /// unlike `file_size`, no tokenizer or metadata.
+    pub tensor_bytes: u64,
     /// Quantization / file type, e.g. `Q4_1`, `Q4_K_M`, `BF16`.
     pub file_type: String,
     /// Tensor count per element type.
@@ -179,6 +182,7 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
         name,
         architecture: file.architecture()?.to_string(),
         parameter_count: weights.n_parameters(),
+        tensor_bytes: weights.n_bytes(),
         file_type,
         tensor_types: tensor_types(&weights),
         context_length: config.context_length,
@@ -227,6 +231,7 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
         name,
         architecture: f.config.arch.gguf_name().to_string(),
         parameter_count: f.weights.n_parameters(),
+        tensor_bytes: f.weights.n_bytes(),
         file_type: match &f.checkpoint_quant {
             Some(r) => format!("{} ({})", r.scheme, r.target_type().name()),
             None => dominant_type(&f.weights)

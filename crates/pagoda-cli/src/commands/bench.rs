@@ -72,6 +72,14 @@ pub struct BenchFigures {
     pub decode_tokens: usize,
     pub decode_tps: f64,
     pub peak_rss_mb: f64,
+    /// Model file size, bytes in memory of the weights (after `--quantize`) and parameter
+    /// count; Pagoda's side only (`pagoda eval report` reads them), 0 from the peer.
+    #[serde(default)]
+    pub file_bytes: u64,
+    #[serde(default)]
+    pub weight_bytes: u64,
+    #[serde(default)]
+    pub parameters: u64,
 }
 
 /// The benchmark paragraph shared with the peer script (`scripts/reference/bench_llamacpp.py`).
@@ -128,6 +136,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         decode_tokens: args.gen_tokens,
         decode_tps: best_decode,
         peak_rss_mb: peak_rss_mb(),
+        file_bytes: loaded.file_bytes,
+        // The tensors in memory: after --quantize its result, else as read from the file.
+        weight_bytes: loaded
+            .quantization
+            .as_ref()
+            .map_or(loaded.info.tensor_bytes, |q| q.bytes_after()),
+        parameters: loaded.info.parameter_count,
     };
     let peer = if args.no_peer {
         None

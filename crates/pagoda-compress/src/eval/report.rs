@@ -25,7 +25,7 @@ pub struct VariantRow {
     pub quantize: Option<String>,
     /// Size of the model file on disk.
     pub file_bytes: u64,
-    /// Bytes the weights take in memory (after `--quantize`; the file's size otherwise).
+    /// Bytes the weight tensors take in memory (after `--quantize`; as in the file otherwise).
     pub weight_bytes: u64,
     /// Parameters (elements of every weight tensor).
     pub parameters: u64,
@@ -126,7 +126,14 @@ impl Report {
                 .map(|(i, _)| if i == 0 { "---|" } else { "---:|" })
                 .collect::<String>()
         ));
-        let mib = |b: u64| format!("{:.1}", b as f64 / 1_048_576.0);
+        let mib = |b: u64| {
+            let m = b as f64 / 1_048_576.0;
+            if m < 10.0 {
+                format!("{m:.2}")
+            } else {
+                format!("{m:.1}")
+            }
+        };
         let opt = |v: Option<f64>, digits: usize| {
             v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
         };
