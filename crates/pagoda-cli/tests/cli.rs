@@ -1236,3 +1236,7 @@ fn eval_gsm8k_reads_the_wheel_and_generates_on_the_engine() {
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
     assert!(stderr(&o).contains("####"), "{}", stderr(&o));
 }
+
+/// `eval compare`, `eval winrate` and `eval report` on the tiny model.
+#[path = "cli/eval_ab.rs"]
+mod eval_ab;
