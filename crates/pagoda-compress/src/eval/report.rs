@@ -324,7 +324,7 @@ mod tests {
             weight_bytes: mib << 20,
             parameters: 1000,
             bits_per_weight: 4.5,
-            peak_rss_bytes: 3 * mib << 20,
+            peak_rss_bytes: (3 * mib) << 20,
             load_seconds: 0.1,
             prefill_tokens: 64,
             prefill_tps: 100.0,
