@@ -35,9 +35,10 @@ if ! python3 -c "import openai, ollama, websocket" 2>/dev/null; then
       openai ollama websocket-client
 fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
-echo "== chat page in headless Chromium"
+echo "== chat page and blind comparison page in headless Chromium"
 if command -v chromium >/dev/null 2>&1; then
   python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m
+  python3 scripts/conformance/compare_page.py --pagoda "$PAGODA"
 elif [ "${CI:-}" = "true" ]; then
   echo "chromium is missing (.ci/run installs it)" >&2
   exit 1

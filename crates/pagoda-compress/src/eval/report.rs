@@ -253,12 +253,17 @@ impl Report {
         for (i, (x, y, name)) in points.iter().enumerate() {
             let (cx, cy) = (px(*x), py(*y));
             let color = if i == 0 { "#c0392b" } else { "#2c6fbb" };
+            // Labels of points in the right third go to their left, inside the plot.
+            let (lx, anchor) = if cx > left + 0.66 * (w - left - right) {
+                (cx - 8.0, "end")
+            } else {
+                (cx + 8.0, "start")
+            };
             s.push_str(&format!(
                 "<circle class=\"point\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{color}\">\
                  <title>{label}: {x:.1} MiB, perplexity {y:.3}</title></circle>\
-                 <text x=\"{lx:.1}\" y=\"{ly:.1}\">{label}</text>\n",
+                 <text x=\"{lx:.1}\" y=\"{ly:.1}\" text-anchor=\"{anchor}\">{label}</text>\n",
                 label = escape_html(name),
-                lx = cx + 8.0,
                 ly = cy - 8.0,
             ));
         }
