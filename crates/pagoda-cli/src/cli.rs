@@ -101,7 +101,8 @@ pub enum Command {
     /// and a size/quality report of several.
     Eval(EvalArgs),
 
-    /// Quantize a GGUF model offline with RTN, GPTQ or AWQ (calibrated) into a new GGUF file.
+    /// Quantize a model offline with RTN, GPTQ or AWQ (calibrated) into a GGUF file or a
+    /// Hugging Face GPTQ/AWQ folder.
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
 }
@@ -111,7 +112,13 @@ Examples:
   pagoda quantize smollm2:135m -o smol-gptq4.gguf                  GPTQ, 4-bit asymmetric, groups of 32 (Q4_1)
   pagoda quantize model.gguf -o m-awq.gguf --method awq --calibration my.jsonl
   pagoda quantize model.gguf -o m-q8.gguf --method rtn --bits 8 --sym   (Q8_0)
-Then: pagoda run ./smol-gptq4.gguf, pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
+  pagoda quantize smollm2:135m -o smol-gptq4/ --method gptq --group-size 128   GPTQ folder (vLLM, transformers)
+  pagoda quantize ./hf-model -o m-awq/ --method awq --group-size 128            AWQ GEMM folder from an HF folder
+  pagoda quantize ./hf-model -o m-gptq-act/ --format gptq --act-order           act-order kept in g_idx
+Output format: --format gguf|gptq|awq; without it, OUT ending in .gguf means gguf, otherwise
+the layout of --method (gptq, awq; rtn needs --format). AWQ output is 4-bit; GPTQ 4 or 8-bit;
+group sizes are multiples of 32 (0 = one group per row). An existing OUT is kept unless --force.
+Then: pagoda run ./smol-gptq4.gguf (or ./smol-gptq4/), pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
 
 const PULL_HELP: &str = "\
 Sources, tried as given (catalog names try each of their sources in order):

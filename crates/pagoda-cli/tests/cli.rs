@@ -1240,3 +1240,150 @@ fn eval_gsm8k_reads_the_wheel_and_generates_on_the_engine() {
 /// `eval compare`, `eval winrate` and `eval report` on the tiny model.
 #[path = "cli/eval_ab.rs"]
 mod eval_ab;
+
+/// `pagoda quantize` of the tiny Llama folder into a Hugging Face GPTQ/AWQ folder: written
+/// whole (no `.partial` left), loadable by `pagoda run`, and an existing output is kept
+/// unless `--force`.
+#[test]
+fn quantize_writes_gptq_and_awq_folders_from_an_hf_folder() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    for (method, format) in [("rtn", "gptq"), ("awq", "awq")] {
+        let out = env.dir.path().join(format!("tiny-{format}"));
+        let args = [
+            "quantize",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--method",
+            method,
+            "--format",
+            format,
+        ];
+        let o = env.run(&args);
+        ok(&o);
+        assert!(stderr(&o).contains("loads as Q4_1"), "{}", stderr(&o));
+        let cfg: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["quantization_config"]["quant_method"], format);
+        for f in [
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ] {
+            assert!(out.join(f).is_file(), "{f}");
+        }
+        assert!(!env
+            .dir
+            .path()
+            .join(format!("tiny-{format}.partial"))
+            .exists());
+        let r = env.run(&[
+            "run",
+            out.to_str().unwrap(),
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "3",
+        ]);
+        ok(&r);
+        // Again: refused, the folder untouched; with --force, replaced.
+        let again = env.run(&args);
+        assert_eq!(again.status.code(), Some(1));
+        let err = stderr(&again);
+        assert!(
+            err.contains("already exists") && err.contains("--force"),
+            "{err}"
+        );
+        assert!(out.join("config.json").is_file());
+        ok(&env.run(&[&args[..], &["--force"]].concat()));
+    }
+}
+
+/// Every option the chosen layout cannot hold is refused before any work, with what to do
+/// instead, and leaves neither OUT nor OUT.partial behind.
+#[test]
+fn quantize_refuses_what_the_output_cannot_hold_and_leaves_nothing() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let empty = env.dir.path().join("empty.txt");
+    fs::write(&empty, "").unwrap();
+    let empty = empty.to_str().unwrap().to_string();
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        (
+            "o-awq8",
+            vec!["--method", "awq", "--bits", "8"],
+            "AWQ output is 4-bit only",
+        ),
+        (
+            "o-gptq3",
+            vec!["--method", "gptq", "--bits", "3"],
+            "3-bit GPTQ output is not supported",
+        ),
+        (
+            "o-awq-act",
+            vec!["--method", "awq", "--act-order"],
+            "AWQ output has no act-order",
+        ),
+        (
+            "o-g48",
+            vec!["--method", "gptq", "--group-size", "48"],
+            "group size 48 is not supported in GPTQ output",
+        ),
+        ("o-rtn", vec!["--method", "rtn"], "--format gguf"),
+        (
+            "o.gguf",
+            vec!["--method", "gptq", "--format", "gptq"],
+            "ends in .gguf",
+        ),
+        (
+            "o-act.gguf",
+            vec!["--method", "gptq", "--act-order"],
+            "drop --act-order for GGUF output",
+        ),
+        (
+            "o2.gguf",
+            vec!["--method", "rtn"],
+            "GGUF output takes its metadata from a GGUF input",
+        ),
+        (
+            "o-empty",
+            vec!["--method", "gptq", "--calibration", &empty],
+            "calibration text is too short",
+        ),
+        (
+            "o-fmt",
+            vec!["--format", "exl2"],
+            "unknown output format `exl2`",
+        ),
+    ];
+    for (out, flags, needle) in cases {
+        let out = env.dir.path().join(out);
+        let o = env.run(
+            &[
+                &[
+                    "quantize",
+                    dir.to_str().unwrap(),
+                    "-o",
+                    out.to_str().unwrap(),
+                ][..],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{flags:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "{flags:?}: {} left behind", out.display());
+        let mut partial = out.file_name().unwrap().to_os_string();
+        partial.push(".partial");
+        assert!(
+            !out.with_file_name(partial).exists(),
+            "{flags:?}: .partial left"
+        );
+    }
+}

@@ -13,6 +13,12 @@ pub enum CompressError {
     /// what to do instead.
     #[error("{0}")]
     InvalidInput(String),
+    /// Writing an output file or folder failed.
+    #[error("cannot write {}: {message}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        message: String,
+    },
     /// A quantization type name that is not one of the targets (the message lists them).
     #[error("unknown quantization type `{name}`{why}; choose one of: {valid}")]
     UnknownQuantType {

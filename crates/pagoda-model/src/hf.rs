@@ -95,28 +95,73 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
         return Some(n.to_string());
     }
     let gemma = arch == Architecture::Gemma3;
-    let mapped = match sub {
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_proj.bias" => "attn_q.bias",
-        "self_attn.k_proj.bias" => "attn_k.bias",
-        "self_attn.v_proj.bias" => "attn_v.bias",
-        "self_attn.o_proj.bias" => "attn_output.bias",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" if gemma => "post_attention_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
-        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return Some(format!("blk.{layer}.{sub}")),
-    };
-    Some(format!("blk.{layer}.{mapped}"))
+    match LAYER_NAMES
+        .iter()
+        .find(|(hf, _, only)| *hf == sub && only.is_none_or(|g| g == gemma))
+    {
+        Some((_, gguf, _)) => Some(format!("blk.{layer}.{gguf}")),
+        None => Some(format!("blk.{layer}.{sub}")),
+    }
+}
+
+/// Per-layer HF tensor suffixes and their GGUF names, both directions' one table; the third
+/// field restricts an entry to Gemma 3 (`Some(true)`) or to the other architectures
+/// (`Some(false)`).
+const LAYER_NAMES: [(&str, &str, Option<bool>); 18] = [
+    ("self_attn.q_proj.weight", "attn_q.weight", None),
+    ("self_attn.k_proj.weight", "attn_k.weight", None),
+    ("self_attn.v_proj.weight", "attn_v.weight", None),
+    ("self_attn.o_proj.weight", "attn_output.weight", None),
+    ("self_attn.q_proj.bias", "attn_q.bias", None),
+    ("self_attn.k_proj.bias", "attn_k.bias", None),
+    ("self_attn.v_proj.bias", "attn_v.bias", None),
+    ("self_attn.o_proj.bias", "attn_output.bias", None),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight", None),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight", None),
+    ("input_layernorm.weight", "attn_norm.weight", None),
+    (
+        "post_attention_layernorm.weight",
+        "post_attention_norm.weight",
+        Some(true),
+    ),
+    (
+        "post_attention_layernorm.weight",
+        "ffn_norm.weight",
+        Some(false),
+    ),
+    (
+        "pre_feedforward_layernorm.weight",
+        "ffn_norm.weight",
+        Some(true),
+    ),
+    (
+        "post_feedforward_layernorm.weight",
+        "post_ffw_norm.weight",
+        None,
+    ),
+    ("mlp.gate_proj.weight", "ffn_gate.weight", None),
+    ("mlp.up_proj.weight", "ffn_up.weight", None),
+    ("mlp.down_proj.weight", "ffn_down.weight", None),
+];
+
+/// The Hugging Face (transformers `*ForCausalLM`) name of canonical tensor `canonical`: the
+/// inverse of [`canonical_name`] for the text-model tensors it maps; `None` for a name it
+/// does not know.
+pub fn hf_name(canonical: &str, arch: Architecture) -> Option<String> {
+    match canonical {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        _ => {}
+    }
+    let rest = canonical.strip_prefix("blk.")?;
+    let (layer, sub) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    let gemma = arch == Architecture::Gemma3;
+    LAYER_NAMES
+        .iter()
+        .find(|(_, gguf, only)| *gguf == sub && only.is_none_or(|g| g == gemma))
+        .map(|(hf, _, _)| format!("model.layers.{layer}.{hf}"))
 }
 
 /// The safetensors files of a folder: from the index when there is one, else `model.safetensors`,
@@ -393,6 +438,20 @@ mod tests {
             "blk.1.attn_k_norm.weight"
         );
         assert_eq!(canonical_name("vision_tower.x.weight", g), None);
+        for (hf, arch) in [
+            ("model.embed_tokens.weight", l),
+            ("lm_head.weight", l),
+            ("model.norm.weight", l),
+            ("model.layers.3.self_attn.q_proj.bias", Architecture::Qwen2),
+            ("model.layers.0.post_attention_layernorm.weight", l),
+            ("model.layers.0.post_attention_layernorm.weight", g),
+            ("model.layers.1.pre_feedforward_layernorm.weight", g),
+            ("model.layers.2.mlp.down_proj.weight", l),
+        ] {
+            let canon = canonical_name(hf, arch).unwrap();
+            assert_eq!(hf_name(&canon, arch).as_deref(), Some(hf), "{canon}");
+        }
+        assert_eq!(hf_name("blk.x.attn_q.weight", l), None);
         assert_eq!(
             canonical_name("model.layers.0.self_attn.rotary_emb.inv_freq", l),
             None

@@ -1,7 +1,12 @@
-//! `pagoda quantize`: offline quantization of a GGUF model with RTN, GPTQ or AWQ into a new
-//! GGUF file (Q4_0 / Q4_1 / Q8_0 blocks), with a calibration pass for GPTQ and AWQ and a
-//! progress bar per layer. The work is pagoda-compress's; this module parses, reports and
-//! writes.
+//! `pagoda quantize`: offline quantization of a GGUF model or a Hugging Face folder (F32 / F16
+//! / BF16, or any block type, dequantized layer by layer) with RTN, GPTQ or AWQ, into a GGUF
+//! file (Q4_0 / Q4_1 / Q8_0 blocks) or a Hugging Face folder in the GPTQ or AWQ layout, with a
+//! calibration pass for GPTQ and AWQ and a progress bar per layer. The work is
+//! pagoda-compress's; this module parses, picks the output format, reports and writes.
+//!
+//! Invariant: every option combination the output cannot hold, and an existing OUT without
+//! `--force`, is refused before any work; nothing named OUT (or `OUT.partial`) is left behind
+//! by a failed run.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -11,7 +16,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
 use pagoda_compress::quantize::grid::GroupSpec;
-use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions};
+use pagoda_compress::quantize::hf_write::{
+    partial_path, quantize_for_hf, write_hf_folder, ExportSource, HfExport,
+};
+use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions, OutputFormat};
 use pagoda_compress::quantize::write::write_gguf;
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
@@ -23,16 +31,27 @@ const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/ca
 /// Arguments of `pagoda quantize`.
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
-    /// The model to quantize: a store name or a GGUF file (its metadata is copied).
+    /// The model to quantize: a store name, a GGUF file (its metadata is copied) or a Hugging
+    /// Face folder (config.json + safetensors in F32/F16/BF16).
     pub model: String,
-    /// Output GGUF file (written only when complete).
+    /// Output: a GGUF file, or a folder for --format gptq/awq (written only when complete).
     #[arg(short, long)]
     pub output: PathBuf,
+    /// gguf (one file of Q4_0/Q4_1/Q8_0 blocks), gptq (Hugging Face folder, AutoGPTQ v1
+    /// packing: vLLM, transformers, AutoGPTQ load it) or awq (folder, AutoAWQ GEMM packing,
+    /// 4-bit). Default: gguf when OUT ends in .gguf, else the layout named by --method
+    /// (gptq or awq); --method rtn to a folder needs --format.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    pub force: bool,
     /// rtn (round to nearest), gptq (Hessian-based error compensation) or awq
     /// (activation-aware channel scaling, then RTN).
     #[arg(long, default_value = "gptq")]
     pub method: String,
-    /// Bits per weight: 4 (Q4_0 symmetric / Q4_1 asymmetric) or 8 (Q8_0, symmetric).
+    /// Bits per weight: 4 (GGUF Q4_0 symmetric / Q4_1 asymmetric) or 8 (GGUF Q8_0,
+    /// symmetric; GPTQ 8-bit). AWQ output is 4-bit only.
     #[arg(long, default_value_t = 4)]
     pub bits: u8,
     /// Columns per group (a multiple of 32); 0 = one group per row.
@@ -41,8 +60,8 @@ pub struct QuantizeArgs {
     /// Symmetric grid (zero point in the middle); the default is asymmetric for 4 bits.
     #[arg(long)]
     pub sym: bool,
-    /// GPTQ: quantize columns by decreasing Hessian diagonal (not representable in GGUF:
-    /// refused for now).
+    /// GPTQ: quantize columns by decreasing Hessian diagonal (kept exactly in --format gptq
+    /// through g_idx; GGUF blocks cannot hold it).
     #[arg(long)]
     pub act_order: bool,
     /// GPTQ dampening, as a fraction of the mean Hessian diagonal.
@@ -101,6 +120,36 @@ fn bar(len: usize, what: &str) -> ProgressBar {
     bar
 }
 
+/// The output format: `--format`, else from OUT's extension and the method.
+fn output_format(args: &QuantizeArgs, method: Method) -> anyhow::Result<OutputFormat> {
+    let is_gguf_name = args
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let format = match &args.format {
+        Some(f) => f.parse::<OutputFormat>()?,
+        None if is_gguf_name => OutputFormat::Gguf,
+        None => match method {
+            Method::Gptq => OutputFormat::Gptq,
+            Method::Awq => OutputFormat::Awq,
+            Method::Rtn => bail!(
+                "{} does not end in .gguf: say which output you want with --format gguf, \
+                 --format gptq or --format awq (Hugging Face folders)",
+                args.output.display()
+            ),
+        },
+    };
+    if format != OutputFormat::Gguf && is_gguf_name {
+        bail!(
+            "--format {} writes a Hugging Face folder, but {} ends in .gguf; name the \
+             output folder without the .gguf extension",
+            format.as_str(),
+            args.output.display()
+        );
+    }
+    Ok(format)
+}
+
 /// Runs `pagoda quantize`.
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let method: Method = args.method.parse()?;
@@ -115,20 +164,28 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         damp: args.damp,
         awq_grid: 20,
     };
-    let ty = opts.gguf_type()?;
+    let format = output_format(&args, method)?;
+    let ty = opts.output_type(format)?;
+    let partial = partial_path(&args.output);
+    if args.output.exists() && !args.force {
+        bail!(
+            "{} already exists; choose another output or pass --force to replace it",
+            args.output.display()
+        );
+    }
     let store = pagoda_store::Store::open(None).context("opening the model store")?;
     let resolved = loader::resolve(&store, &args.model, Pull::IfMissing)?;
     let source = open_model(&resolved.path)
         .with_context(|| format!("opening {}", resolved.path.display()))?;
-    if source.format != ModelFormat::Gguf {
+    let from_gguf = source.format == ModelFormat::Gguf;
+    if !from_gguf && format == OutputFormat::Gguf {
         bail!(
-            "{} is a Hugging Face folder; `pagoda quantize` writes GGUF and takes the metadata \
-             from a GGUF input for now. Quantize the folder at load time instead \
-             (`pagoda run/serve --quantize q4_k`), or convert it to GGUF first",
+            "{} is a Hugging Face folder; GGUF output takes its metadata from a GGUF input for \
+             now: write a folder (--format gptq or --format awq), or quantize the folder at \
+             load time (`pagoda run/serve --quantize q4_k`)",
             resolved.path.display()
         );
     }
-    let gguf = GgufFile::open(&resolved.path)?;
     let started = Instant::now();
     let calib = if method.needs_calibration() {
         let text = match &args.calibration {
@@ -156,25 +213,79 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         None
     };
     let pb = bar(source.config.n_layers, "layers");
-    let (weights, report) = quantize_model(
-        &source.weights,
-        &source.config,
-        calib.as_ref(),
-        &opts,
-        |d, _| pb.set_position(d as u64),
-    )?;
-    pb.finish_and_clear();
-    let note = format!(
-        "{} {}-bit group {} {}",
-        method.as_str(),
-        args.bits,
-        args.group_size,
-        if args.sym { "sym" } else { "asym" }
-    );
-    let written = write_gguf(&gguf, &weights, ty, &note, &args.output)?;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let (report, written, what) = if format == OutputFormat::Gguf {
+        let gguf = GgufFile::open(&resolved.path)?;
+        let (weights, report) = quantize_model(
+            &source.weights,
+            &source.config,
+            calib.as_ref(),
+            &opts,
+            |d, _| pb.set_position(d as u64),
+        )?;
+        pb.finish_and_clear();
+        let note = format!(
+            "{} {}-bit group {} {}",
+            method.as_str(),
+            args.bits,
+            args.group_size,
+            if args.sym { "sym" } else { "asym" }
+        );
+        let written = write_gguf(&gguf, &weights, ty, &note, &args.output)?;
+        (report, written, format!("{ty}"))
+    } else {
+        let quantized = quantize_for_hf(
+            &source.weights,
+            &source.config,
+            calib.as_ref(),
+            &opts,
+            format,
+            from_gguf,
+            |d, _| pb.set_position(d as u64),
+        )?;
+        pb.finish_and_clear();
+        let config_json: serde_json::Value;
+        let export_source = if from_gguf {
+            ExportSource::Gguf {
+                tokenizer: &source.tokenizer,
+                chat_template: source.chat_template.as_ref().map(|t| t.source()),
+            }
+        } else {
+            let path = resolved.path.join("config.json");
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            config_json = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not valid JSON", path.display()))?;
+            ExportSource::HfFolder {
+                dir: &resolved.path,
+                config_json: &config_json,
+            }
+        };
+        let export = HfExport {
+            format,
+            spec: opts.spec,
+            act_order: opts.act_order,
+            damp: opts.damp,
+            weights: &source.weights,
+            cfg: &source.config,
+            source: export_source,
+            quantized: &quantized,
+        };
+        let written = write_hf_folder(&export, &args.output, args.force)?;
+        (
+            quantized.report,
+            written.bytes,
+            format!(
+                "{} {}-bit ({}, loads as {ty})",
+                written.checkpoint_format,
+                args.bits,
+                format.as_str()
+            ),
+        )
+    };
+    debug_assert!(!partial.exists());
     eprintln!(
-        "quantized {} matrices to {ty} with {} in {:.1} s: weights {:.1} MiB -> {:.1} MiB; \
+        "quantized {} matrices to {what} with {} in {:.1} s: weights {:.1} MiB -> {:.1} MiB; \
          wrote {} ({:.1} MiB)",
         report.matrices.len(),
         method.as_str(),

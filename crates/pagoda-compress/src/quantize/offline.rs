@@ -4,8 +4,10 @@
 //! The group-wise grids of [`grid`](super::grid) map exactly onto GGUF blocks when the group
 //! size is a multiple of 32 and groups are contiguous (no act-order): 4-bit symmetric →
 //! Q4_0 (`d · (q − 8)`), 4-bit asymmetric → Q4_1 (`d · q + m`, `m = −d · zero`), 8-bit
-//! symmetric → Q8_0 (`d · (q − 128)`); the only change is the scale (and Q4_1's minimum)
-//! rounded to f16, as the formats store them (relative error ≤ 2⁻¹¹).
+//! symmetric → Q8_0 (`d · (q − 128)`); the only change is the scale (and Q4_1's minimum
+//! `m = −f16(d) · zero`) rounded to f16, as the formats store them (relative error ≤ 2⁻¹¹).
+//! The same grids go to Hugging Face GPTQ/AWQ folders through [`quantize_layers`] and
+//! `hf_write`; Pagoda's loader turns those back into exactly these blocks.
 //!
 //! Which tensors: the attention (Q, K, V, O) and MLP (gate, up, down) weights of every layer;
 //! embeddings, the output head and norms stay as they are (as GPTQ and AWQ checkpoints do).
@@ -14,8 +16,9 @@
 //! only when V and O's input have the same width, i.e. no grouped-query attention) — so the
 //! model computes the same function before quantization.
 //!
-//! Invariants: a layer's matrices are dequantized to f32 one layer at a time (peak extra
-//! memory: one layer in f32 plus the output); tensors not quantized keep their bytes.
+//! Invariants: a layer's matrices are dequantized to f32 one layer at a time and handed on in
+//! their output form as soon as the layer is done (peak extra memory: one layer in f32 plus
+//! the output); tensors not quantized keep their bytes.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -68,6 +71,41 @@ impl FromStr for Method {
     }
 }
 
+/// Where the quantized matrices go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// One GGUF file of Q4_0 / Q4_1 / Q8_0 blocks.
+    Gguf,
+    /// A Hugging Face folder in AutoGPTQ's v1 packing (`checkpoint_format: "gptq"`).
+    Gptq,
+    /// A Hugging Face folder in AutoAWQ's GEMM packing.
+    Awq,
+}
+
+impl OutputFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputFormat::Gguf => "gguf",
+            OutputFormat::Gptq => "gptq",
+            OutputFormat::Awq => "awq",
+        }
+    }
+}
+
+impl FromStr for OutputFormat {
+    type Err = CompressError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gguf" => Ok(OutputFormat::Gguf),
+            "gptq" => Ok(OutputFormat::Gptq),
+            "awq" => Ok(OutputFormat::Awq),
+            other => Err(CompressError::InvalidInput(format!(
+                "unknown output format `{other}`; choose gguf, gptq or awq"
+            ))),
+        }
+    }
+}
+
 /// What [`quantize_model`] does.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OfflineOptions {
@@ -82,6 +120,52 @@ pub struct OfflineOptions {
 }
 
 impl OfflineOptions {
+    /// The block type the matrices have once written in `format` and loaded by Pagoda (for
+    /// GGUF: the file's type; for GPTQ/AWQ: what `hf_quant` converts them to), or why the
+    /// format cannot hold the options.
+    pub fn output_type(&self, format: OutputFormat) -> Result<GgmlType, CompressError> {
+        let layout = match format {
+            OutputFormat::Gguf => return self.gguf_type(),
+            OutputFormat::Gptq => "GPTQ",
+            OutputFormat::Awq => "AWQ",
+        };
+        if let Some(g) = self.spec.group_size {
+            if g == 0 || g % 32 != 0 {
+                return Err(CompressError::InvalidInput(format!(
+                    "group size {g} is not supported in {layout} output: use a multiple of 32 \
+                     (32, 64, 128) or 0 for one group per row"
+                )));
+            }
+        }
+        match format {
+            OutputFormat::Awq => {
+                if self.spec.bits != 4 {
+                    return Err(CompressError::InvalidInput(format!(
+                        "AWQ output is 4-bit only (AutoAWQ's GEMM packing); {}-bit: use \
+                         --format gptq or --format gguf",
+                        self.spec.bits
+                    )));
+                }
+                if self.act_order {
+                    return Err(CompressError::InvalidInput(
+                        "AWQ output has no act-order (no g_idx in its layout); drop \
+                         --act-order or use --format gptq"
+                            .into(),
+                    ));
+                }
+                Ok(GgmlType::Q4_1)
+            }
+            _ => match self.spec.bits {
+                4 if !self.act_order => Ok(GgmlType::Q4_1),
+                4 | 8 => Ok(GgmlType::Q8_0),
+                b => Err(CompressError::InvalidInput(format!(
+                    "{b}-bit GPTQ output is not supported: use --bits 4 or --bits 8 (the \
+                     packings Pagoda's loader and vLLM's GPTQ kernels read)"
+                ))),
+            },
+        }
+    }
+
     /// The GGUF block type the options produce, or why none can hold them.
     pub fn gguf_type(&self) -> Result<GgmlType, CompressError> {
         if self.act_order {
@@ -160,16 +244,77 @@ const SITES: [(&[&str], &str); 4] = [
     (&["attn_q", "attn_k", "attn_v"], "attn_norm"),
 ];
 
+/// One result of [`quantize_layers`], handed to its sink as soon as it is made.
+#[derive(Debug)]
+pub enum Quantized {
+    /// A linear weight `[rows, cols]` (canonical name) on its integer grid.
+    Matrix { name: String, q: GroupQuantized },
+    /// A norm or projection rewritten in f32 to fold AWQ scales (canonical name, shape).
+    Folded {
+        name: String,
+        shape: Vec<usize>,
+        values: Vec<f32>,
+    },
+}
+
 /// Quantizes every layer's linear weights of `weights` (a model shaped by `cfg`) with
-/// `opts`; `calib` is required for GPTQ and AWQ. `progress(done, total)` after each layer.
+/// `opts` into GGUF blocks; `calib` is required for GPTQ and AWQ. `progress(done, total)`
+/// after each layer. Returns the new weights (quantized and folded tensors owned, the rest
+/// borrowed from `weights`).
 pub fn quantize_model(
     weights: &Weights,
     cfg: &ModelConfig,
     calib: Option<&CalibrationStats>,
     opts: &OfflineOptions,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<(Weights, OfflineReport), CompressError> {
     let ty = opts.gguf_type()?;
+    let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
+    let mut report = quantize_layers(weights, cfg, calib, opts, ty, progress, |item| {
+        let view = match item {
+            Quantized::Matrix { name, q } => {
+                let shape = vec![q.rows, q.cols];
+                let data = to_gguf_blocks(&q, ty)?;
+                TensorView::owned(name.clone(), ty, shape.clone(), data)
+                    .map_err(|m| tensor_error(&name, &shape, ty, m))?
+            }
+            Quantized::Folded {
+                name,
+                shape,
+                values,
+            } => {
+                let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+                TensorView::owned(name.clone(), GgmlType::F32, shape.clone(), bytes)
+                    .map_err(|m| tensor_error(&name, &shape, GgmlType::F32, m))?
+            }
+        };
+        replaced.insert(view.name.clone(), view);
+        Ok(())
+    })?;
+    let mut out = Weights::new();
+    for v in weights.iter() {
+        let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
+        out.insert(view).map_err(CompressError::InvalidInput)?;
+    }
+    report.bytes_after = out.n_bytes();
+    Ok((out, report))
+}
+
+/// The work of [`quantize_model`] for any output: each layer's sites quantized (AWQ scales
+/// folded first), every matrix and folded tensor handed to `sink` as soon as its layer is
+/// done, so that the caller keeps only the output form. `ty` is what the report names as
+/// each matrix's type. The report's `bytes_after` is left for the caller.
+///
+/// Peak memory: the source weights (mapped), one layer in f32, the sink's output.
+pub fn quantize_layers(
+    weights: &Weights,
+    cfg: &ModelConfig,
+    calib: Option<&CalibrationStats>,
+    opts: &OfflineOptions,
+    ty: GgmlType,
+    mut progress: impl FnMut(usize, usize),
+    mut sink: impl FnMut(Quantized) -> Result<(), CompressError>,
+) -> Result<OfflineReport, CompressError> {
     if opts.method.needs_calibration() && calib.is_none() {
         return Err(CompressError::InvalidInput(format!(
             "{} needs calibration data; give --calibration FILE or use --method rtn",
@@ -186,7 +331,6 @@ pub fn quantize_model(
         bytes_before: weights.n_bytes(),
         ..OfflineReport::default()
     };
-    let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
     for layer in 0..cfg.n_layers {
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         // The layer's tensors in f32, modified in place by AWQ folding, then quantized.
@@ -329,10 +473,7 @@ pub fn quantize_model(
                     }
                     None => (None, None),
                 };
-                let data = to_gguf_blocks(&q, ty)?;
-                let view = TensorView::owned(n.clone(), ty, shape.clone(), data)
-                    .map_err(|m| tensor_error(n, shape, ty, m))?;
-                replaced.insert(n.clone(), view);
+                sink(Quantized::Matrix { name: n.clone(), q })?;
                 outcomes.insert(
                     n.clone(),
                     MatrixOutcome {
@@ -349,23 +490,19 @@ pub fn quantize_model(
         for prev in ["attn_norm", "ffn_norm"] {
             let n = name(prev);
             if report.folded.contains(&n) {
-                let (shape, v) = &work[&n];
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                let view = TensorView::owned(n.clone(), GgmlType::F32, shape.clone(), bytes)
-                    .map_err(|m| tensor_error(&n, shape, GgmlType::F32, m))?;
-                replaced.insert(n, view);
+                if let Some((shape, values)) = work.remove(&n) {
+                    sink(Quantized::Folded {
+                        name: n,
+                        shape,
+                        values,
+                    })?;
+                }
             }
         }
         report.matrices.extend(outcomes.into_values());
         progress(layer + 1, cfg.n_layers);
     }
-    let mut out = Weights::new();
-    for v in weights.iter() {
-        let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
-        out.insert(view).map_err(CompressError::InvalidInput)?;
-    }
-    report.bytes_after = out.n_bytes();
-    Ok((out, report))
+    Ok(report)
 }
 
 fn missing_stats(name: &str) -> CompressError {
@@ -440,7 +577,10 @@ pub fn to_gguf_blocks(q: &GroupQuantized, ty: GgmlType) -> Result<Vec<u8>, Compr
                 }
                 (GgmlType::Q4_1, 4, false) => {
                     out.extend_from_slice(&d);
-                    out.extend_from_slice(&f16::from_f32(-grid.scale * grid.zero).to_le_bytes());
+                    // `m` from the f16 scale, as a GPTQ/AWQ loader computes it from the stored
+                    // scale: both routes give the same blocks.
+                    let m = -f16::from_f32(grid.scale).to_f32() * grid.zero;
+                    out.extend_from_slice(&f16::from_f32(m).to_le_bytes());
                     for j in 0..16 {
                         out.push((codes[j] & 0x0F) | (codes[j + 16] << 4));
                     }

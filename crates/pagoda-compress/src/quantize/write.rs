@@ -2,9 +2,13 @@
 //! `general.file_type` set to the new main type and a note of how it was made), then every
 //! tensor in the source's order, from the new weights.
 //!
+//! Peak memory: the tensors are streamed from the weights (the source's mapping, the quantized
+//! blocks) into the file; no copy of the whole model is built.
+//!
 //! Invariant: the output appears only when complete — it is written to `OUT.partial` and
 //! renamed; on any error the partial file is removed and no file named `OUT` is created.
 
+use std::io::Write;
 use std::path::Path;
 
 use pagoda_kernels::GgmlType;
@@ -49,27 +53,45 @@ pub fn write_gguf(
         w.add_metadata("general.file_type", GgufValue::U32(id));
     }
     w.add_str("general.quantized_by", format!("pagoda {note}"));
+    let mut tensors = Vec::with_capacity(source.tensors().len());
     for info in source.tensors() {
         let view = weights.get(&info.name)?;
-        w.add_tensor(
-            view.name.clone(),
+        tensors.push((
+            view.name.as_str(),
             view.ty,
-            &view.shape,
-            view.data().to_vec(),
-        )?;
+            view.shape.as_slice(),
+            view.data(),
+        ));
     }
-    let bytes = w.to_bytes();
     let partial = out.with_extension(match out.extension() {
         Some(e) => format!("{}.partial", e.to_string_lossy()),
         None => "partial".into(),
     });
-    let result = std::fs::write(&partial, &bytes).and_then(|_| std::fs::rename(&partial, out));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&partial);
-        return Err(CompressError::InvalidInput(format!(
-            "cannot write {}: {e}",
-            out.display()
-        )));
+    // Streamed: the tensors go from the weights (mapped or quantized) to the file, with no
+    // copy of the whole model in memory.
+    let result = std::fs::File::create(&partial)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            let mut buf = std::io::BufWriter::new(f);
+            let n = w
+                .write_borrowed(&tensors, &mut buf)
+                .map_err(|e| e.to_string())?;
+            buf.flush().map_err(|e| e.to_string())?;
+            Ok(n)
+        })
+        .and_then(|n| {
+            std::fs::rename(&partial, out)
+                .map(|_| n)
+                .map_err(|e| e.to_string())
+        });
+    match result {
+        Ok(n) => Ok(n),
+        Err(message) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(CompressError::Write {
+                path: out.to_path_buf(),
+                message,
+            })
+        }
     }
-    Ok(bytes.len() as u64)
 }

@@ -155,6 +155,72 @@ impl GgufWriter {
         out
     }
 
+    /// Streams this writer's metadata and `tensors` (borrowed: name, type, shape outermost
+    /// first, bytes) to `out`, one tensor at a time, without building the file in memory
+    /// (tensors added with [`GgufWriter::add_tensor`] are not written: use one or the other).
+    /// Each tensor is checked as `add_tensor` checks it. Returns the bytes written.
+    pub fn write_borrowed(
+        &self,
+        tensors: &[(&str, GgmlType, &[usize], &[u8])],
+        out: &mut impl Write,
+    ) -> Result<u64, ModelError> {
+        let align = self.alignment();
+        let mut seen = std::collections::HashSet::new();
+        let mut head = Vec::new();
+        head.extend_from_slice(&GGUF_MAGIC);
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (k, v) in &self.metadata {
+            write_string(&mut head, k);
+            head.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+            write_value(&mut head, v);
+        }
+        let mut offset = 0u64;
+        for &(name, ty, shape, data) in tensors {
+            let err = |message: String| ModelError::Tensor {
+                path: PathBuf::from("<gguf writer>"),
+                tensor: name.to_string(),
+                message,
+            };
+            if !seen.insert(name) {
+                return Err(err("added twice".into()));
+            }
+            if shape.is_empty() || shape.len() > super::MAX_DIMS {
+                return Err(err(format!("shape {shape:?} must have 1 to 4 dimensions")));
+            }
+            let rows: usize = shape[..shape.len() - 1].iter().product();
+            let want = ty.row_bytes(shape[shape.len() - 1])? * rows;
+            if want != data.len() {
+                return Err(err(format!(
+                    "shape {shape:?} of {ty} needs {want} bytes, got {}",
+                    data.len()
+                )));
+            }
+            write_string(&mut head, name);
+            head.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+            for &d in shape.iter().rev() {
+                head.extend_from_slice(&(d as u64).to_le_bytes());
+            }
+            head.extend_from_slice(&ty.id().to_le_bytes());
+            head.extend_from_slice(&offset.to_le_bytes());
+            offset += (data.len() as u64).div_ceil(align as u64) * align as u64;
+        }
+        pad(&mut head, align);
+        let io = |source| ModelError::Io {
+            path: PathBuf::from("<gguf writer output>"),
+            source,
+        };
+        out.write_all(&head).map_err(io)?;
+        let zeros = vec![0u8; align];
+        for &(_, _, _, data) in tensors {
+            out.write_all(data).map_err(io)?;
+            let padded = data.len().div_ceil(align) * align;
+            out.write_all(&zeros[..padded - data.len()]).map_err(io)?;
+        }
+        Ok(head.len() as u64 + offset)
+    }
+
     /// Writes the file to `path`.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), ModelError> {
         let path = path.as_ref();
@@ -236,6 +302,40 @@ fn write_array(out: &mut Vec<u8>, a: &GgufArray) {
 mod tests {
     use super::*;
     use crate::gguf::GgufFile;
+
+    #[test]
+    fn streaming_borrowed_tensors_gives_the_same_file() {
+        let a: Vec<u8> = (0..4 * 6).map(|i| i as u8).collect();
+        let b: Vec<u8> = (0..34).map(|i| (i * 3) as u8).collect();
+        let mut whole = GgufWriter::new();
+        whole.add_str("general.architecture", "llama");
+        let meta = GgufWriter {
+            metadata: whole.metadata.clone(),
+            tensors: Vec::new(),
+        };
+        whole
+            .add_tensor("a", GgmlType::F32, &[2, 3], a.clone())
+            .unwrap();
+        whole
+            .add_tensor("b", GgmlType::Q8_0, &[1, 32], b.clone())
+            .unwrap();
+        let mut streamed = Vec::new();
+        let n = meta
+            .write_borrowed(
+                &[
+                    ("a", GgmlType::F32, &[2, 3], &a),
+                    ("b", GgmlType::Q8_0, &[1, 32], &b),
+                ],
+                &mut streamed,
+            )
+            .unwrap();
+        assert_eq!(streamed, whole.to_bytes());
+        assert_eq!(n as usize, streamed.len());
+        let e = meta
+            .write_borrowed(&[("a", GgmlType::F32, &[2, 2], &a)], &mut Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("needs 16 bytes"), "{e}");
+    }
 
     #[test]
     fn round_trips_every_value_type_and_tensors() {

@@ -104,6 +104,13 @@ impl Tokenizer {
         self.eos_token = token;
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json` (for a tokenizer built from GGUF
+    /// metadata: the same model, pre-tokenizer, decoder and added tokens; BOS is not in it —
+    /// see [`Tokenizer::adds_bos`]).
+    pub fn to_tokenizer_json(&self) -> Result<String, ModelError> {
+        self.inner.to_string(true).map_err(tok_err)
+    }
+
     /// Builds from a `tokenizer.json` alone (BOS/EOS as its post-processor and vocabulary say).
     pub fn from_tokenizer_json(path: &Path) -> Result<Tokenizer, ModelError> {
         Self::from_hf_files(path, None, None, None)

@@ -125,6 +125,20 @@ fn check_logits(name: &str) {
     );
 }
 
+/// Folders written by `pagoda quantize --format gptq|awq` (pagoda-compress's `hf_write`), made
+/// and checked against the same references by `scripts/golden_hf_export.py`.
+#[test]
+fn pagoda_written_gptq_act_order_folder_matches_autogptq() {
+    check_weights("tiny-llama-pagoda-gptq", Expect::Q8_0Requantized);
+    check_logits("tiny-llama-pagoda-gptq");
+}
+
+#[test]
+fn pagoda_written_awq_folder_matches_autoawq() {
+    check_weights("tiny-llama-pagoda-awq", Expect::Q4_1Exact);
+    check_logits("tiny-llama-pagoda-awq");
+}
+
 #[test]
 fn gptq_4bit_weights_match_autogptq() {
     check_weights("tiny-llama-gptq", Expect::Q4_1Exact);
