@@ -103,10 +103,27 @@ fn round_trip_tolerance(ty: GgmlType) -> f64 {
         GgmlType::Q4_1 => 0.12,
         GgmlType::Q4_0 => 0.14,
         GgmlType::Q2_K | GgmlType::Q3_K => f64::NAN,
+        // One scale per row: measured on rows without scale steps (see below).
+        GgmlType::Int8 => 0.012,
+        GgmlType::Int4G32 => 0.12,
+        GgmlType::Int4G64 => 0.14,
+        GgmlType::Int4G128 => 0.16,
+        GgmlType::Int4G32Sym => 0.14,
+        GgmlType::Int4G64Sym => 0.16,
+        GgmlType::Int4G128Sym => 0.18,
+        GgmlType::Nf4 | GgmlType::Nf4Dq => 0.12,
     }
 }
 
-const QUANTIZABLE: [GgmlType; 13] = [
+/// Every type, GGUF and Pagoda-internal.
+fn all_types() -> Vec<GgmlType> {
+    GgmlType::ALL
+        .into_iter()
+        .chain(GgmlType::INTERNAL)
+        .collect()
+}
+
+const QUANTIZABLE: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -120,6 +137,15 @@ const QUANTIZABLE: [GgmlType; 13] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
 ];
 
 fn gaussian(rng: &mut StdRng, n: usize) -> Vec<f32> {
@@ -149,9 +175,16 @@ fn quantize_round_trip_stays_within_named_tolerances() {
     let n = 4096;
     for ty in QUANTIZABLE {
         let mut x = gaussian(&mut rng, n);
-        // Blocks at different scales, as real weight rows have.
+        // Blocks at different scales, as real weight rows have. Not 3000x apart for INT8,
+        // whose one scale per row is the point, nor for NF4_DQ, whose linear int8 absmax
+        // grid (step `max |absmax - mean| / 127`) cannot hold absmaxes far below the row's.
+        let steps = match ty {
+            GgmlType::Int8 => [1.0, 1.0, 1.0],
+            GgmlType::Nf4Dq => [0.5, 1.0, 2.0],
+            _ => [0.01, 1.0, 30.0],
+        };
         for (i, v) in x.iter_mut().enumerate() {
-            *v *= [0.01, 1.0, 30.0][(i / 256) % 3];
+            *v *= steps[(i / 256) % 3];
         }
         let mut q = vec![0u8; ty.row_bytes(n).unwrap()];
         quantize_row(ty, &x, &mut q).unwrap();
@@ -194,7 +227,7 @@ fn q2_k_and_q3_k_have_no_quantizer_and_say_so() {
 }
 
 /// Weight types matmul supports.
-const MATMUL_TYPES: [GgmlType; 13] = [
+const MATMUL_TYPES: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -208,6 +241,15 @@ const MATMUL_TYPES: [GgmlType; 13] = [
     GgmlType::Q6_K,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
 ];
 
 /// Allowed |matmul - f32 reference| as a fraction of |w_r|·|x_t|: the error of quantizing
@@ -215,6 +257,8 @@ const MATMUL_TYPES: [GgmlType; 13] = [
 fn matmul_tolerance(ty: GgmlType) -> f64 {
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q2_K | GgmlType::Q3_K => 1e-5,
+        // NF4's integer kernels also round the codebook to int8 (`nf4::I8_CODEBOOK_MAX_ERR`).
+        GgmlType::Nf4 | GgmlType::Nf4Dq => 1.2e-2,
         _ => 8e-3,
     }
 }
@@ -395,12 +439,12 @@ proptest! {
 
     #[test]
     fn dequantize_never_panics_and_checks_lengths(
-        ty_idx in 0usize..GgmlType::ALL.len(),
+        ty_idx in 0usize..GgmlType::ALL.len() + GgmlType::INTERNAL.len(),
         elements in 0usize..1200,
         extra in -3isize..3,
         seed in any::<u64>(),
     ) {
-        let ty = GgmlType::ALL[ty_idx];
+        let ty = all_types()[ty_idx];
         let mut rng = StdRng::seed_from_u64(seed);
         let mut dst = vec![0.0f32; elements];
         match ty.row_bytes(elements) {
