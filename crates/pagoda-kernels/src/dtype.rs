@@ -298,6 +298,13 @@ mod tests {
         // 257 blocks need a second scale.
         assert_eq!(GgmlType::Nf4Dq.row_bytes(257 * 64).unwrap(), 12 + 257 * 33);
         assert!(GgmlType::Int4G128.row_bytes(64).is_err());
+        // Bits per weight: NF4-DQ is QLoRA's 4.127 plus the per-row f32 mean on rows of 256
+        // blocks (4.129).
+        let bpw = |t: GgmlType, n: usize| t.row_bytes(n).unwrap() as f64 * 8.0 / n as f64;
+        assert!((bpw(GgmlType::Nf4Dq, 16384) - (4.127 + 32.0 / 16384.0)).abs() < 1e-3);
+        assert_eq!(bpw(GgmlType::Nf4, 1536), 4.5);
+        assert_eq!(bpw(GgmlType::Int4G128Sym, 1536), 4.125);
+        assert!((bpw(GgmlType::Int8, 1536) - 8.0208).abs() < 1e-3);
         assert!(GgmlType::Int8.row_bytes(33).is_err());
     }
 

@@ -15,8 +15,8 @@
 //! 4-bit codes are then computed against the dequantized absmax, so the dequantization
 //! reproduces them. Unlike bitsandbytes (one mean per tensor and its dynamic 8-bit map for
 //! the absmaxes), the mean and scales are per row and the int8 grid is linear: rows stay
-//! independent. Bits per weight: 4.5 (NF4), `4.125 + 32 * (1 + ceil(nb / 256)) / n` (NF4_DQ,
-//! 4.127 for rows of 16384).
+//! independent. Bits per weight: 4.5 (NF4), `4.125 + 32 * (1 + ceil(nb / 256)) / n` (NF4_DQ:
+//! QLoRA's 4.127 plus the row mean, 4.129 for rows of 16384; 4.18 for rows of 1536).
 //!
 //! The integer kernels use [`NF4_I8`], the codebook times 127 rounded: a dot product differs
 //! from the exact f32 one by at most `absmax * sum|a| * 0.5 / 127` per block
