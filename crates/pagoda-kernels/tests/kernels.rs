@@ -1,7 +1,8 @@
 //! Integration tests of pagoda-kernels: bit-exact dequantization and quantization against
 //! golden files made by gguf-py (`scripts/golden_dequant.py`), quantization round-trip error
-//! bounds, one matmul test body run on every available ISA path, and property tests for
-//! shapes and bad lengths.
+//! bounds, the round trip of every weight format against a NumPy implementation
+//! (`scripts/golden_formats.py`), one matmul test body run on every available ISA path, and
+//! property tests for shapes and bad lengths.
 
 use pagoda_kernels::{
     available_isas, best_isa, dequantize_row, matmul, matmul_with_isa, quantize_row, GgmlType, Isa,
@@ -83,6 +84,90 @@ fn quantize_matches_gguf_py_bit_for_bit() {
         let bs = ty.type_size();
         for (i, (g, e)) in got.chunks(bs).zip(expected.chunks(bs)).enumerate() {
             assert_eq!(g, e, "{ty} block {i} differs from gguf-py");
+        }
+    }
+}
+
+/// The formats `scripts/golden_formats.py` round-trips in NumPy (gguf-py for the GGUF ones).
+const FORMAT_GOLDEN: [GgmlType; 14] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G64,
+    GgmlType::Int4G128,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
+];
+
+/// Elements whose round trip may differ from NumPy's (a value on a rounding tie, or a
+/// scale one f32 ulp apart), as a fraction of a matrix; each such element differs by at
+/// most one quantization step, bounded by twice NumPy's largest round-trip error.
+const FORMAT_MISMATCH_FRACTION: f64 = 0.01;
+/// Pagoda's RMSE and max |error| may exceed NumPy's by this factor (they are equal when no
+/// element differs).
+const FORMAT_ERROR_SLACK: f64 = 1.01;
+
+#[test]
+fn formats_round_trip_matches_the_numpy_goldens() {
+    let summary: serde_json::Value =
+        serde_json::from_slice(&read("formats/summary.json")).expect("summary.json");
+    for m in ["gauss_outliers", "row_scales"] {
+        let x = f32s(&read(&format!("formats/input_{m}.f32")));
+        let (rows, cols) = (4, 256);
+        assert_eq!(x.len(), rows * cols);
+        for ty in FORMAT_GOLDEN {
+            let want = f32s(&read(&format!("formats/{}_{m}.f32", ty.name())));
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut got = vec![0.0f32; rows * cols];
+            let mut q = vec![0u8; rb];
+            for r in 0..rows {
+                let span = r * cols..(r + 1) * cols;
+                quantize_row(ty, &x[span.clone()], &mut q).unwrap();
+                dequantize_row(ty, &q, &mut got[span]).unwrap();
+            }
+            let s = &summary[ty.name()][m];
+            let (rmse, max_abs) = (s["rmse"].as_f64().unwrap(), s["max_abs"].as_f64().unwrap());
+            let mismatches = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            let worst_diff = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - *b as f64).abs())
+                .fold(0.0, f64::max);
+            let e: Vec<f64> = got
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| *a as f64 - *b as f64)
+                .collect();
+            let my_rmse = (e.iter().map(|v| v * v).sum::<f64>() / e.len() as f64).sqrt();
+            let my_max = e.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            eprintln!(
+                "{ty} {m}: {mismatches} of {} differ from NumPy (max {worst_diff:.2e}); \
+                 RMSE {my_rmse:.4e} vs {rmse:.4e}, max {my_max:.4e} vs {max_abs:.4e}",
+                x.len()
+            );
+            assert!(
+                mismatches as f64 <= FORMAT_MISMATCH_FRACTION * x.len() as f64,
+                "{ty} {m}: {mismatches} values differ from NumPy's round trip"
+            );
+            assert!(
+                worst_diff <= 2.0 * max_abs,
+                "{ty} {m}: differs by {worst_diff}"
+            );
+            assert!(
+                my_rmse <= rmse * FORMAT_ERROR_SLACK + 1e-12,
+                "{ty} {m}: RMSE {my_rmse}"
+            );
+            assert!(
+                my_max <= max_abs * FORMAT_ERROR_SLACK + 1e-12,
+                "{ty} {m}: max {my_max}"
+            );
         }
     }
 }
