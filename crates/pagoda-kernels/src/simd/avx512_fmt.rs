@@ -139,14 +139,18 @@ unsafe fn nf4z<const DQ: bool, const N: usize>(w: &[u8], a: &[u8], st: usize, ou
         w.len() / nf4::BLOCK_BYTES
     };
     let cols = nb * 64;
-    let q_off = nf4::dq_offsets(nb).2;
+    let (c_off, k_off, q_off) = nf4::dq_offsets(nb);
     debug_assert!(a.len() >= (N - 1) * st + cols + 36 * (cols / 32));
     let (wp, ap) = (w.as_ptr(), a.as_ptr());
     let cb = _mm512_broadcast_i32x4(_mm_loadu_si128(nf4::NF4_I8.as_ptr() as *const __m128i));
     let mut acc = [_mm512_setzero_ps(); N];
+    let mean = if DQ { avx2::f32_at(wp) } else { 0.0 };
     for b in 0..nb {
         let (codes, amax) = if DQ {
-            (wp.add(q_off + 32 * b), nf4::dq_absmax(w, nb, b))
+            // `nf4::dq_absmax` without the bounds checks: offsets come from `dq_offsets`.
+            let c = avx2::f32_at(wp.add(c_off + 4 * (b / crate::NF4_DQ_GROUP)));
+            let k = *wp.add(k_off + b) as i8;
+            (wp.add(q_off + 32 * b), k as f32 * c + mean)
         } else {
             let wb = wp.add(b * nf4::BLOCK_BYTES);
             (wb.add(4), avx2::f32_at(wb))
