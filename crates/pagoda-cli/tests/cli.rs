@@ -478,7 +478,8 @@ fn an_unknown_quantize_type_lists_the_valid_ones() {
         let err = stderr(&o);
         assert!(err.contains("unknown quantization type `q3`"), "{err}");
         assert!(err.contains("q4_0, q4_1, q5_0"), "{err}");
-        assert!(err.contains("int8 (= q8_0)"), "{err}");
+        assert!(err.contains("int4 (= int4-g32)"), "{err}");
+        assert!(err.contains("nf4-dq"), "{err}");
     }
 }
 

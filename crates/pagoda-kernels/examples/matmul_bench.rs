@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use pagoda_kernels::{available_isas, matmul_with_isa, quantize_row, GgmlType, Isa, WeightMatrix};
 
-const TYPES: [GgmlType; 11] = [
+const TYPES: [GgmlType; 20] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -29,13 +29,22 @@ const TYPES: [GgmlType; 11] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G64,
+    GgmlType::Int4G128,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::F32,
 ];
 
-/// (rows, cols): SmolLM2-135M FFN up (576 -> 1536) and Qwen2.5-1.5B FFN up/down.
-const SHAPES: [(usize, usize); 3] = [(1536, 576), (8960, 1536), (1536, 8960)];
+/// (rows, cols): SmolLM2-135M FFN up (576 -> 1536) and down, Qwen2.5-1.5B FFN up/down.
+const SHAPES: [(usize, usize); 4] = [(1536, 576), (576, 1536), (8960, 1536), (1536, 8960)];
 
 /// Nanoseconds of CPU time all threads of this process have run so far (Linux; 0 elsewhere).
 fn cpu_ns() -> u64 {
@@ -187,7 +196,7 @@ fn main() {
         isas.iter().map(|i| i.name()).collect::<Vec<_>>()
     );
     println!(
-        "{:<6} {:>11} {:>4} {:<7} {:>10} {:>9} {:>10} {:>9}",
+        "{:<13} {:>11} {:>4} {:<7} {:>10} {:>9} {:>10} {:>9}",
         "type", "rows x cols", "n", "isa", "us/call", "GB/s", "GFLOP/s", "cpu-GB/s"
     );
     let threads = rayon::current_num_threads() as f64;
@@ -234,7 +243,7 @@ fn main() {
                     let per = start.elapsed().as_secs_f64() / calls as f64;
                     let cpu_per = (cpu_ns() - cpu0) as f64 * 1e-9 / calls as f64 / threads;
                     println!(
-                        "{:<6} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1} {:>9.2}",
+                        "{:<13} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1} {:>9.2}",
                         ty.name(),
                         rows,
                         cols,

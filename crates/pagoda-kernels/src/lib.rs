@@ -44,7 +44,7 @@ pub mod quant;
 mod simd;
 
 pub use cpu::{available_isas, best_isa, Isa};
-pub use dtype::{GgmlType, QK_K};
+pub use dtype::{GgmlType, NF4_DQ_GROUP, QK_K};
 pub use error::KernelError;
 pub use matmul::{matmul, matmul_with_isa, WeightMatrix};
 pub use quant::{dequantize_row, quantize_row};

@@ -216,27 +216,32 @@ pub fn matmul_with_isa(
             // Prefill over long rows: split each row into column segments so the token
             // tile's activations for one segment stay in L1 (block layouts only, where a
             // row slices cleanly by blocks).
-            let (segs, seg_blocks, abb) = match partner {
-                ActLayout::Blocks(pt) if n > 1 && cols > SEGMENT_COLS => {
-                    let bs = pt.block_size();
-                    let sb = (SEGMENT_COLS / bs).max(1);
-                    ((cols / bs).div_ceil(sb), sb, pt.type_size())
+            // Segments hold whole blocks of both the weights and the partner (block sizes
+            // are powers of two, so the larger one divides the segment); row types (with a
+            // header) are never split.
+            let (segs, seg_cols, abb, pbs) = match partner {
+                ActLayout::Blocks(pt) if n > 1 && cols > SEGMENT_COLS && w.ty.is_blockwise() => {
+                    let bs = pt.block_size().max(w.ty.block_size());
+                    let sc = (SEGMENT_COLS / bs).max(1) * bs;
+                    (cols.div_ceil(sc), sc, pt.type_size(), pt.block_size())
                 }
-                _ => (1, usize::MAX, 0),
+                _ => (1, usize::MAX, 0, 1),
             };
-            let (nbw, wbb) = (cols / w.ty.block_size(), w.ty.type_size());
+            let (wbs, wbb) = (w.ty.block_size(), w.ty.type_size());
             run_chunks(&w, row_bytes, n, segs, out, |wrow, seg, t0, nt, o| {
                 if segs == 1 {
                     // SAFETY: `isa` is available; `wrow` is a whole row and tokens
                     // t0..t0+nt have `arow` bytes each in `a`.
                     unsafe { dot(wrow, &a[t0 * arow..(t0 + nt) * arow], arow, nt, o) }
                 } else {
-                    let b0 = seg * seg_blocks;
-                    let b1 = (b0 + seg_blocks).min(nbw);
-                    let a_seg = &a[t0 * arow + b0 * abb..(t0 + nt - 1) * arow + b1 * abb];
-                    // SAFETY: as above, for blocks b0..b1 of the weight row and of each of
-                    // the `nt` activation rows (`arow` bytes apart).
-                    unsafe { dot(&wrow[b0 * wbb..b1 * wbb], a_seg, arow, nt, o) }
+                    let c0 = seg * seg_cols;
+                    let c1 = (c0 + seg_cols).min(cols);
+                    let (a0, a1) = (c0 / pbs * abb, c1 / pbs * abb);
+                    let a_seg = &a[t0 * arow + a0..(t0 + nt - 1) * arow + a1];
+                    // SAFETY: as above, for columns c0..c1 (whole blocks of both types) of
+                    // the weight row and of each of the `nt` activation rows (`arow` bytes
+                    // apart).
+                    unsafe { dot(&wrow[c0 / wbs * wbb..c1 / wbs * wbb], a_seg, arow, nt, o) }
                 }
             });
         }

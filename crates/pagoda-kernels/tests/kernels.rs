@@ -1,7 +1,8 @@
 //! Integration tests of pagoda-kernels: bit-exact dequantization and quantization against
 //! golden files made by gguf-py (`scripts/golden_dequant.py`), quantization round-trip error
-//! bounds, one matmul test body run on every available ISA path, and property tests for
-//! shapes and bad lengths.
+//! bounds, the round trip of every weight format against a NumPy implementation
+//! (`scripts/golden_formats.py`), one matmul test body run on every available ISA path, and
+//! property tests for shapes and bad lengths.
 
 use pagoda_kernels::{
     available_isas, best_isa, dequantize_row, matmul, matmul_with_isa, quantize_row, GgmlType, Isa,
@@ -87,6 +88,90 @@ fn quantize_matches_gguf_py_bit_for_bit() {
     }
 }
 
+/// The formats `scripts/golden_formats.py` round-trips in NumPy (gguf-py for the GGUF ones).
+const FORMAT_GOLDEN: [GgmlType; 14] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G64,
+    GgmlType::Int4G128,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
+];
+
+/// Elements whose round trip may differ from NumPy's (a value on a rounding tie, or a
+/// scale one f32 ulp apart), as a fraction of a matrix; each such element differs by at
+/// most one quantization step, bounded by twice NumPy's largest round-trip error.
+const FORMAT_MISMATCH_FRACTION: f64 = 0.01;
+/// Pagoda's RMSE and max |error| may exceed NumPy's by this factor (they are equal when no
+/// element differs).
+const FORMAT_ERROR_SLACK: f64 = 1.01;
+
+#[test]
+fn formats_round_trip_matches_the_numpy_goldens() {
+    let summary: serde_json::Value =
+        serde_json::from_slice(&read("formats/summary.json")).expect("summary.json");
+    for m in ["gauss_outliers", "row_scales"] {
+        let x = f32s(&read(&format!("formats/input_{m}.f32")));
+        let (rows, cols) = (4, 256);
+        assert_eq!(x.len(), rows * cols);
+        for ty in FORMAT_GOLDEN {
+            let want = f32s(&read(&format!("formats/{}_{m}.f32", ty.name())));
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut got = vec![0.0f32; rows * cols];
+            let mut q = vec![0u8; rb];
+            for r in 0..rows {
+                let span = r * cols..(r + 1) * cols;
+                quantize_row(ty, &x[span.clone()], &mut q).unwrap();
+                dequantize_row(ty, &q, &mut got[span]).unwrap();
+            }
+            let s = &summary[ty.name()][m];
+            let (rmse, max_abs) = (s["rmse"].as_f64().unwrap(), s["max_abs"].as_f64().unwrap());
+            let mismatches = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            let worst_diff = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - *b as f64).abs())
+                .fold(0.0, f64::max);
+            let e: Vec<f64> = got
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| *a as f64 - *b as f64)
+                .collect();
+            let my_rmse = (e.iter().map(|v| v * v).sum::<f64>() / e.len() as f64).sqrt();
+            let my_max = e.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            eprintln!(
+                "{ty} {m}: {mismatches} of {} differ from NumPy (max {worst_diff:.2e}); \
+                 RMSE {my_rmse:.4e} vs {rmse:.4e}, max {my_max:.4e} vs {max_abs:.4e}",
+                x.len()
+            );
+            assert!(
+                mismatches as f64 <= FORMAT_MISMATCH_FRACTION * x.len() as f64,
+                "{ty} {m}: {mismatches} values differ from NumPy's round trip"
+            );
+            assert!(
+                worst_diff <= 2.0 * max_abs,
+                "{ty} {m}: differs by {worst_diff}"
+            );
+            assert!(
+                my_rmse <= rmse * FORMAT_ERROR_SLACK + 1e-12,
+                "{ty} {m}: RMSE {my_rmse}"
+            );
+            assert!(
+                my_max <= max_abs * FORMAT_ERROR_SLACK + 1e-12,
+                "{ty} {m}: max {my_max}"
+            );
+        }
+    }
+}
+
 /// Relative RMS round-trip error allowed per type and 256-value group of a Gaussian row
 /// (measured worst cases are 70-90% of these; `--nocapture` prints them).
 fn round_trip_tolerance(ty: GgmlType) -> f64 {
@@ -103,10 +188,27 @@ fn round_trip_tolerance(ty: GgmlType) -> f64 {
         GgmlType::Q4_1 => 0.12,
         GgmlType::Q4_0 => 0.14,
         GgmlType::Q2_K | GgmlType::Q3_K => f64::NAN,
+        // One scale per row: measured on rows without scale steps (see below).
+        GgmlType::Int8 => 0.012,
+        GgmlType::Int4G32 => 0.12,
+        GgmlType::Int4G64 => 0.14,
+        GgmlType::Int4G128 => 0.16,
+        GgmlType::Int4G32Sym => 0.14,
+        GgmlType::Int4G64Sym => 0.16,
+        GgmlType::Int4G128Sym => 0.18,
+        GgmlType::Nf4 | GgmlType::Nf4Dq => 0.12,
     }
 }
 
-const QUANTIZABLE: [GgmlType; 13] = [
+/// Every type, GGUF and Pagoda-internal.
+fn all_types() -> Vec<GgmlType> {
+    GgmlType::ALL
+        .into_iter()
+        .chain(GgmlType::INTERNAL)
+        .collect()
+}
+
+const QUANTIZABLE: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -120,6 +222,15 @@ const QUANTIZABLE: [GgmlType; 13] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
 ];
 
 fn gaussian(rng: &mut StdRng, n: usize) -> Vec<f32> {
@@ -149,9 +260,16 @@ fn quantize_round_trip_stays_within_named_tolerances() {
     let n = 4096;
     for ty in QUANTIZABLE {
         let mut x = gaussian(&mut rng, n);
-        // Blocks at different scales, as real weight rows have.
+        // Blocks at different scales, as real weight rows have. Not 3000x apart for INT8,
+        // whose one scale per row is the point, nor for NF4_DQ, whose linear int8 absmax
+        // grid (step `max |absmax - mean| / 127`) cannot hold absmaxes far below the row's.
+        let steps = match ty {
+            GgmlType::Int8 => [1.0, 1.0, 1.0],
+            GgmlType::Nf4Dq => [0.5, 1.0, 2.0],
+            _ => [0.01, 1.0, 30.0],
+        };
         for (i, v) in x.iter_mut().enumerate() {
-            *v *= [0.01, 1.0, 30.0][(i / 256) % 3];
+            *v *= steps[(i / 256) % 3];
         }
         let mut q = vec![0u8; ty.row_bytes(n).unwrap()];
         quantize_row(ty, &x, &mut q).unwrap();
@@ -194,7 +312,7 @@ fn q2_k_and_q3_k_have_no_quantizer_and_say_so() {
 }
 
 /// Weight types matmul supports.
-const MATMUL_TYPES: [GgmlType; 13] = [
+const MATMUL_TYPES: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -208,6 +326,15 @@ const MATMUL_TYPES: [GgmlType; 13] = [
     GgmlType::Q6_K,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
 ];
 
 /// Allowed |matmul - f32 reference| as a fraction of |w_r|·|x_t|: the error of quantizing
@@ -215,6 +342,8 @@ const MATMUL_TYPES: [GgmlType; 13] = [
 fn matmul_tolerance(ty: GgmlType) -> f64 {
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q2_K | GgmlType::Q3_K => 1e-5,
+        // NF4's integer kernels also round the codebook to int8 (`nf4::I8_CODEBOOK_MAX_ERR`).
+        GgmlType::Nf4 | GgmlType::Nf4Dq => 1.2e-2,
         _ => 8e-3,
     }
 }
@@ -395,12 +524,12 @@ proptest! {
 
     #[test]
     fn dequantize_never_panics_and_checks_lengths(
-        ty_idx in 0usize..GgmlType::ALL.len(),
+        ty_idx in 0usize..GgmlType::ALL.len() + GgmlType::INTERNAL.len(),
         elements in 0usize..1200,
         extra in -3isize..3,
         seed in any::<u64>(),
     ) {
-        let ty = GgmlType::ALL[ty_idx];
+        let ty = all_types()[ty_idx];
         let mut rng = StdRng::seed_from_u64(seed);
         let mut dst = vec![0.0f32; elements];
         match ty.row_bytes(elements) {

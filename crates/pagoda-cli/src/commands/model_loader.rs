@@ -16,15 +16,21 @@ pub use pagoda_server::loader::LoadedModel;
 #[derive(Debug, Clone, Args)]
 pub struct LoadArgs {
     /// Quantize the weights in memory to TYPE at load: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
-    /// q5_k, q6_k, f16, bf16, f32 (int8 = q8_0, int4 = q4_0 for now).
+    /// q5_k, q6_k, int8, int4-g32, int4-g64, int4-g128, int4-g32-sym, int4-g64-sym,
+    /// int4-g128-sym, nf4, nf4-dq, f16, bf16, f32 (int4 = int4-g32).
+    ///
+    /// int8 is per-channel (one f32 scale per row), int4-gN groups of N weights with a scale
+    /// and a minimum (-sym: a scale only), nf4 QLoRA's NormalFloat-4 in blocks of 64 (nf4-dq
+    /// with double-quantized block scales). These live in memory only (never in a GGUF file).
     ///
     /// Like llama.cpp's quantize, but online, for any model: F32/F16/BF16 Hugging Face
     /// folders, and GGUFs of any type (dequantized row by row first). Weight matrices
     /// (attention, FFN, token embeddings) get TYPE; norms and biases stay; the output head gets
-    /// Q6_K (Q8_0 when its rows are not 256-multiples or TYPE is q8_0); matrices whose rows
-    /// are not whole blocks fall back as llama.cpp does (q4_k -> q5_0, q5_k -> q5_1, q6_k ->
-    /// q8_0, then f16). Tensors already of their type are left untouched. The memory before
-    /// and after is printed on stderr. Generative models only.
+    /// Q6_K (Q8_0 when its rows are not 256-multiples or TYPE is q8_0 or int8); matrices whose
+    /// rows are not whole blocks fall back as llama.cpp does (q4_k -> q5_0, q5_k -> q5_1, q6_k
+    /// -> q8_0, int4-g128 -> g64 -> g32, nf4 -> int4-g32-sym, then f16). Tensors already of
+    /// their type are left untouched. The memory before and after is printed on stderr.
+    /// Generative models only.
     #[arg(long, value_name = "TYPE")]
     pub quantize: Option<QuantTarget>,
 }

@@ -6,8 +6,8 @@
 //!   factors and MoE router weights (`ffn_gate_inp`) keep their type, as llama.cpp does.
 //! - Token embeddings are quantized like any matrix.
 //! - The output head (`output.weight`, or `token_embd.weight` when the model ties them) gets
-//!   Q6_K, or Q8_0 when its rows are not whole 256-blocks or the target is Q8_0 — unless the
-//!   target is a float type or the caller asks for a pure conversion.
+//!   Q6_K, or Q8_0 when its rows are not whole 256-blocks or the target is Q8_0 or INT8 —
+//!   unless the target is a float type or the caller asks for a pure conversion.
 //! - A matrix whose rows are not whole blocks of the chosen type falls back along
 //!   [`fitting_type`] (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, then F16).
 //!
@@ -68,7 +68,7 @@ pub fn plan(view: &TensorView, target: QuantTarget, is_output: bool, pure: bool)
     let cols = view.cols();
     let target = target.ty();
     let wanted = if is_output && !pure && target.is_quantized() {
-        if target == GgmlType::Q8_0 || cols % QK_K != 0 {
+        if matches!(target, GgmlType::Q8_0 | GgmlType::Int8) || cols % QK_K != 0 {
             GgmlType::Q8_0
         } else {
             GgmlType::Q6_K

@@ -1,16 +1,22 @@
-//! [`QuantTarget`]: the weight type a user asks for by name (`q4_k`, `int8`, ...), and the
-//! fallback chain for matrices whose rows that type cannot hold.
+//! [`QuantTarget`]: the weight type a user asks for by name (`q4_k`, `int8`, `int4-g64`,
+//! `nf4-dq`, ...), and the fallback chain for matrices whose rows that type cannot hold.
 //!
-//! Invariant: a [`QuantTarget`] is always a GGUF type that pagoda-kernels can both quantize
-//! to (a reference `Block::quantize`) and multiply by (a matmul row kernel); activation-only
-//! formats (Q8_1, Q8_K) and formats without a quantizer (Q2_K, Q3_K) are refused when parsed.
+//! Names: the GGUF types by their name (`q4_0` … `f32`), and the Pagoda-internal types
+//! `int8` (per-channel), `int4-g{32,64,128}[-sym]` (group-wise; asymmetric unless `-sym`),
+//! `nf4`, `nf4-dq`; `int4` alone is `int4-g32`. Case-insensitive, `-` and `_` alike.
+//!
+//! Invariant: a [`QuantTarget`] is always a type that pagoda-kernels can both quantize to
+//! (a reference quantizer) and multiply by (a matmul row kernel): a GGUF type or a
+//! Pagoda-internal one (which lives only in memory: the GGUF writer refuses it);
+//! activation-only formats (Q8_1, Q8_K) and formats without a quantizer (Q2_K, Q3_K) are
+//! refused when parsed. Every fallback chain ends on a type that fits any row length.
 
 use crate::CompressError;
 use pagoda_kernels::GgmlType;
 
 /// The weight types a model can be quantized to at load time, in the order `--help` lists
 /// them (block types first, by size, then floats).
-pub const TARGETS: [GgmlType; 11] = [
+pub const TARGETS: [GgmlType; 20] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -19,15 +25,33 @@ pub const TARGETS: [GgmlType; 11] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::Int8,
+    GgmlType::Int4G32,
+    GgmlType::Int4G64,
+    GgmlType::Int4G128,
+    GgmlType::Int4G32Sym,
+    GgmlType::Int4G64Sym,
+    GgmlType::Int4G128Sym,
+    GgmlType::Nf4,
+    GgmlType::Nf4Dq,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::F32,
 ];
 
-/// Short names that stand for a GGUF type. For now they are aliases of the nearest block
-/// type (`int8` is Q8_0: int8 values with one f16 scale per 32; `int4` is Q4_0); true
-/// per-channel INT8, group-wise INT4 and NF4 formats are separate types still to come.
-pub const ALIASES: [(&str, GgmlType); 2] = [("int8", GgmlType::Q8_0), ("int4", GgmlType::Q4_0)];
+/// Short names that stand for another type: `int4` is INT4 with groups of 32, asymmetric.
+pub const ALIASES: [(&str, GgmlType); 1] = [("int4", GgmlType::Int4G32)];
+
+/// The name users type for `ty`: lower case, `-` between the parts of internal types
+/// (`int4-g64-sym`), GGUF names as GGUF spells them (`q4_0`).
+pub fn user_name(ty: GgmlType) -> String {
+    let name = ty.name().to_ascii_lowercase();
+    if ty.is_internal() {
+        name.replace('_', "-")
+    } else {
+        name
+    }
+}
 
 /// A weight type to quantize a model to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,12 +75,9 @@ impl QuantTarget {
     /// Every accepted name, lower case, comma separated, aliases last with what they mean:
     /// the list error messages and `--help` show.
     pub fn valid_names() -> String {
-        let mut names: Vec<String> = TARGETS
-            .iter()
-            .map(|t| t.name().to_ascii_lowercase())
-            .collect();
+        let mut names: Vec<String> = TARGETS.iter().map(|&t| user_name(t)).collect();
         for (alias, ty) in ALIASES {
-            names.push(format!("{alias} (= {})", ty.name().to_ascii_lowercase()));
+            names.push(format!("{alias} (= {})", user_name(ty)));
         }
         names.join(", ")
     }
@@ -83,10 +104,10 @@ fn unknown(name: &str, ty: GgmlType) -> CompressError {
 impl std::str::FromStr for QuantTarget {
     type Err = CompressError;
 
-    /// Case-insensitive: `q4_k`, `Q4_K`, `int8`; a `-` may stand for `_` (`q4-k`).
+    /// Case-insensitive: `q4_k`, `Q4_K`, `int8`, `int4-g128-sym`; `-` and `_` alike.
     fn from_str(s: &str) -> Result<QuantTarget, CompressError> {
         let key = s.trim().to_ascii_lowercase().replace('-', "_");
-        if let Some((_, ty)) = ALIASES.iter().find(|(a, _)| *a == key) {
+        if let Some((_, ty)) = ALIASES.iter().find(|(a, _)| a.replace('-', "_") == key) {
             return Ok(QuantTarget(*ty));
         }
         match key.parse::<GgmlType>() {
@@ -109,10 +130,15 @@ impl std::fmt::Display for QuantTarget {
 
 /// The type llama.cpp falls back to when a matrix's rows are not a whole number of `ty`'s
 /// blocks (`llama_tensor_get_type`: K-quants need 256-column rows): Q4_K → Q5_0, Q5_K →
-/// Q5_1, Q6_K → Q8_0, and any 32-block type → F16. `None` when `ty` fits every row length
-/// (the float types).
+/// Q5_1, Q6_K → Q8_0, and any 32-block type → F16. The internal types halve their group
+/// first: INT4 g128 → g64 → g32 (same symmetry), NF4 / NF4_DQ (64) → INT4 g32 symmetric,
+/// then F16. `None` when `ty` fits every row length (the float types).
 pub fn fallback(ty: GgmlType) -> Option<GgmlType> {
     match ty {
+        GgmlType::Int4G128 => Some(GgmlType::Int4G64),
+        GgmlType::Int4G64 => Some(GgmlType::Int4G32),
+        GgmlType::Int4G128Sym => Some(GgmlType::Int4G64Sym),
+        GgmlType::Int4G64Sym | GgmlType::Nf4 | GgmlType::Nf4Dq => Some(GgmlType::Int4G32Sym),
         GgmlType::Q4_K => Some(GgmlType::Q5_0),
         GgmlType::Q5_K => Some(GgmlType::Q5_1),
         GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q8_K => Some(GgmlType::Q8_0),
@@ -144,8 +170,15 @@ mod tests {
             ("Q4_K", GgmlType::Q4_K),
             ("q6-k", GgmlType::Q6_K),
             (" bf16 ", GgmlType::BF16),
-            ("int8", GgmlType::Q8_0),
-            ("INT4", GgmlType::Q4_0),
+            ("int8", GgmlType::Int8),
+            ("INT4", GgmlType::Int4G32),
+            ("int4-g32", GgmlType::Int4G32),
+            ("int4_g64", GgmlType::Int4G64),
+            ("int4-g128-sym", GgmlType::Int4G128Sym),
+            ("Int4-G32-Sym", GgmlType::Int4G32Sym),
+            ("nf4", GgmlType::Nf4),
+            ("nf4-dq", GgmlType::Nf4Dq),
+            ("NF4_DQ", GgmlType::Nf4Dq),
         ] {
             assert_eq!(text.parse::<QuantTarget>().unwrap().ty(), ty, "{text}");
         }
@@ -160,8 +193,18 @@ mod tests {
     fn bad_names_list_the_valid_ones_and_say_why() {
         let e = "q4_k_x".parse::<QuantTarget>().unwrap_err().to_string();
         assert!(e.contains("unknown quantization type `q4_k_x`"), "{e}");
-        assert!(e.contains("q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, f16, bf16, f32"));
-        assert!(e.contains("int8 (= q8_0), int4 (= q4_0)"), "{e}");
+        assert!(
+            e.contains(
+                "q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, int8, int4-g32, int4-g64, \
+                 int4-g128, int4-g32-sym, int4-g64-sym, int4-g128-sym, nf4, nf4-dq, f16, bf16, f32"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("int4 (= int4-g32)"), "{e}");
+        for bad in ["int4-g16", "int4-g64-asym", "nf8", "int3"] {
+            let e = bad.parse::<QuantTarget>().unwrap_err().to_string();
+            assert!(e.contains("int4-g128-sym") && e.contains(bad), "{e}");
+        }
         let e = "q8_k".parse::<QuantTarget>().unwrap_err().to_string();
         assert!(e.contains("activations"), "{e}");
         let e = "Q3_K".parse::<QuantTarget>().unwrap_err().to_string();
@@ -179,6 +222,14 @@ mod tests {
         assert_eq!(fitting_type(GgmlType::Q4_K, 48), GgmlType::F16);
         assert_eq!(fitting_type(GgmlType::Q8_0, 33), GgmlType::F16);
         assert_eq!(fitting_type(GgmlType::F16, 7), GgmlType::F16);
+        assert_eq!(fitting_type(GgmlType::Int4G128, 192), GgmlType::Int4G64);
+        assert_eq!(
+            fitting_type(GgmlType::Int4G128Sym, 96),
+            GgmlType::Int4G32Sym
+        );
+        assert_eq!(fitting_type(GgmlType::Nf4Dq, 96), GgmlType::Int4G32Sym);
+        assert_eq!(fitting_type(GgmlType::Nf4, 128), GgmlType::Nf4);
+        assert_eq!(fitting_type(GgmlType::Int8, 48), GgmlType::F16);
         // Every target ends on a type that fits any row length.
         for ty in TARGETS {
             for cols in [1, 31, 32, 96, 256, 300] {

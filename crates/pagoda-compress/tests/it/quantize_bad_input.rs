@@ -12,7 +12,8 @@ use pagoda_model::weights::Weights;
 fn unknown_and_unusable_type_names_list_the_valid_ones() {
     for (name, needle) in [
         ("q4", "unknown quantization type `q4`"),
-        ("nf4", "unknown quantization type `nf4`"),
+        ("nf5", "unknown quantization type `nf5`"),
+        ("int4-g48", "unknown quantization type `int4-g48`"),
         ("q3_k", "no Q3_K quantizer"),
         ("q2_k", "no Q2_K quantizer"),
         ("q8_k", "activations are quantized to"),
@@ -26,7 +27,7 @@ fn unknown_and_unusable_type_names_list_the_valid_ones() {
         let text = e.to_string();
         assert!(text.contains(needle), "{name}: {text}");
         assert!(text.contains("choose one of: q4_0,"), "{name}: {text}");
-        assert!(text.contains("int4 (= q4_0)"), "{name}: {text}");
+        assert!(text.contains("int4 (= int4-g32)"), "{name}: {text}");
     }
 }
 

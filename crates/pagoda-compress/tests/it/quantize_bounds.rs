@@ -15,6 +15,12 @@
 //!   code, plus half a step of the 6-bit minimum: Q4_K `0.16·A`, Q5_K `0.09·A`, Q6_K
 //!   `0.04·A`.
 //! - F16 / BF16: `|x|·2^-11` / `|x|·2^-8`, plus the f16 subnormal spacing; F32 is exact.
+//! - INT8 (per channel): `A` is the row's largest |x|, `d = A/127` in f32: `A/127·(1/2 + u)`.
+//! - INT4 asymmetric (any group): as Q4_1 over the group; symmetric: as Q4_0 over the group
+//!   (codes come from the stored f16 scale, so the extreme still maps within a step).
+//! - NF4: half the widest codebook gap (`(1 - 0.6962)/2 = 0.152`) times the f32 absmax.
+//! - NF4_DQ: NF4's bound on the double-quantized absmax, plus how far that absmax moved
+//!   (half a step of the row's int8 absmax grid, at most `A_row/254`) where values clip.
 //!
 //! The RMS error is checked too, against what rounding to a grid predicts: errors spread
 //! evenly over ±b for a half-step bound b (Q8_0, Q4_1, Q5_1, floats) have RMS b/√3 ≈ 0.58 b;
@@ -29,9 +35,19 @@ use pagoda_kernels::GgmlType;
 
 const U: f32 = 1.0 / 2048.0;
 
-/// The worst-case |error| of `ty` for a block with largest magnitude `a`, range `r`.
-fn bound(ty: GgmlType, a: f32, r: f32) -> f32 {
+/// The worst-case |error| of `ty` for a block with largest magnitude `a`, range `r`, in a
+/// row with largest magnitude `row_a`.
+fn bound(ty: GgmlType, a: f32, r: f32, row_a: f32) -> f32 {
     match ty {
+        GgmlType::Int8 => row_a / 127.0 * (0.5 + U),
+        GgmlType::Int4G32 | GgmlType::Int4G64 | GgmlType::Int4G128 => {
+            r / 15.0 * (0.5 + 15.0 * U) + a * U
+        }
+        GgmlType::Int4G32Sym | GgmlType::Int4G64Sym | GgmlType::Int4G128Sym => {
+            a / 8.0 * (1.0 + 8.0 * U)
+        }
+        GgmlType::Nf4 => 0.1520 * a * (1.0 + 1e-6),
+        GgmlType::Nf4Dq => 0.1520 * (a + row_a / 254.0) + row_a / 254.0,
         GgmlType::Q8_0 => a / 127.0 * (0.5 + 127.0 * U),
         GgmlType::Q4_0 => a / 8.0 * (1.0 + 8.0 * U),
         GgmlType::Q5_0 => a / 16.0 * (1.0 + 16.0 * U),
@@ -71,11 +87,15 @@ fn round_trip(ty: GgmlType, x: &[f32], rows: usize, cols: usize) -> (f32, f32) {
         1
     };
     let (mut worst, mut sum_e2, mut sum_b2) = (0.0f32, 0.0f64, 0.0f64);
-    for (xb, yb) in x.chunks(block).zip(y.chunks(block)) {
+    for (i, (xb, yb)) in x.chunks(block).zip(y.chunks(block)).enumerate() {
         let a = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let lo = xb.iter().fold(f32::INFINITY, |m, &v| m.min(v));
         let hi = xb.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let b = bound(ty, a, hi - lo);
+        let row = i * block / cols;
+        let row_a = x[row * cols..(row + 1) * cols]
+            .iter()
+            .fold(0.0f32, |m, v| m.max(v.abs()));
+        let b = bound(ty, a, hi - lo, row_a);
         for (xv, yv) in xb.iter().zip(yb) {
             let e = (xv - yv).abs();
             // A tiny absolute slack for f32 arithmetic inside the quantizers.
@@ -100,7 +120,11 @@ fn round_trip(ty: GgmlType, x: &[f32], rows: usize, cols: usize) -> (f32, f32) {
 fn rms_limit(ty: GgmlType) -> f32 {
     let half_step = 1.0 / 3f32.sqrt();
     1.1 * match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 => half_step / 2.0,
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Int4G32Sym
+        | GgmlType::Int4G64Sym
+        | GgmlType::Int4G128Sym => half_step / 2.0,
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 0.5,
         _ => half_step,
     }
@@ -166,6 +190,20 @@ fn more_bits_mean_less_error() {
         assert!(err(pair[0]) > err(pair[1]), "{} vs {}", pair[0], pair[1]);
     }
     assert_eq!(err(GgmlType::F32), 0.0);
+    // Smaller groups, and a minimum, mean less error; NF4 beats plain symmetric INT4 of the
+    // same group, and 8 bits beat 4.
+    for pair in [
+        [GgmlType::Int4G128, GgmlType::Int4G64],
+        [GgmlType::Int4G64, GgmlType::Int4G32],
+        [GgmlType::Int4G128Sym, GgmlType::Int4G64Sym],
+        [GgmlType::Int4G64Sym, GgmlType::Int4G32Sym],
+        [GgmlType::Int4G64Sym, GgmlType::Int4G64],
+        [GgmlType::Int4G64Sym, GgmlType::Nf4],
+        [GgmlType::Nf4, GgmlType::Int8],
+        [GgmlType::Int4G32, GgmlType::Int8],
+    ] {
+        assert!(err(pair[0]) > err(pair[1]), "{} vs {}", pair[0], pair[1]);
+    }
 }
 
 #[test]
@@ -217,7 +255,7 @@ fn gguf_types_are_dequantized_then_quantized() {
     for (fb, yb) in from.chunks(32).zip(y.chunks(32)) {
         let a = fb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for (f, v) in fb.iter().zip(yb) {
-            assert!((f - v).abs() <= bound(GgmlType::Q8_0, a, 0.0) * 1.0001 + 1e-9);
+            assert!((f - v).abs() <= bound(GgmlType::Q8_0, a, 0.0, a) * 1.0001 + 1e-9);
         }
     }
 }

@@ -72,7 +72,7 @@ fn q8_0_logits_stay_close_to_f32_and_q4_0_further_but_bounded() {
     let source = tiny_llama();
     let reference = logits(&Model::from_source(&source).unwrap(), &TOKENS);
     let (q8, r8) = quantized_logits("q8_0", &TOKENS);
-    let (q4, r4) = quantized_logits("int4", &TOKENS);
+    let (q4, r4) = quantized_logits("q4_0", &TOKENS);
     let d8 = relative_max_diff(&reference, &q8);
     let d4 = relative_max_diff(&reference, &q4);
     println!(
@@ -98,7 +98,7 @@ fn q8_0_logits_stay_close_to_f32_and_q4_0_further_but_bounded() {
         r8.bytes_after() * 3 < r8.bytes_before(),
         "Q8_0 is ~3.8x smaller than F32"
     );
-    // int4 is Q4_0, and the output head (64 columns, not a 256-multiple) gets Q8_0.
+    // The output head (64 columns, not a 256-multiple) gets Q8_0.
     assert_eq!(r4.target, GgmlType::Q4_0);
     let head = r4
         .tensors
@@ -147,4 +147,36 @@ fn k_quants_fall_back_on_the_small_matrices_and_say_so() {
     let (_, r6) = quantized_logits("q6_k", &TOKENS);
     assert!(r6.fallbacks().all(|t| t.to == GgmlType::Q8_0));
     assert_eq!(r6.fallbacks().count(), fallbacks.len());
+}
+
+/// The Pagoda-internal formats run the tiny Llama within Q4_0's tolerance (INT8 within
+/// Q8_0's), INT4 g128 falls back on 64-column rows, and the report counts their bytes.
+#[test]
+fn internal_formats_run_the_model_and_report_their_size() {
+    let source = tiny_llama();
+    let reference = logits(&Model::from_source(&source).unwrap(), &TOKENS);
+    for (name, ty, tol) in [
+        ("int8", GgmlType::Int8, Q8_0_TOLERANCE),
+        ("int4", GgmlType::Int4G32, Q4_0_TOLERANCE),
+        ("int4-g64-sym", GgmlType::Int4G64Sym, Q4_0_TOLERANCE),
+        ("nf4", GgmlType::Nf4, Q4_0_TOLERANCE),
+        ("nf4-dq", GgmlType::Nf4Dq, Q4_0_TOLERANCE),
+    ] {
+        let (got, report) = quantized_logits(name, &TOKENS);
+        let d = relative_max_diff(&reference, &got);
+        println!("{name}: max |logit diff| / max |logit| {d:.5}\n{report}");
+        assert!(d <= tol, "{name} moved logits by {d} of their range");
+        assert_eq!(report.target, ty);
+        for t in report.tensors.iter().filter(|t| t.converted()) {
+            let cols = *source.weights.get(&t.name).unwrap().shape.last().unwrap();
+            let rows = t.bytes_after / t.to.row_bytes(cols).unwrap() as u64;
+            assert_eq!(rows * t.to.row_bytes(cols).unwrap() as u64, t.bytes_after);
+        }
+        assert!(report.types_after()[ty.name()] > 0, "{name}");
+    }
+    let (_, report) = quantized_logits("int4-g128", &TOKENS);
+    assert!(
+        report.types_after()["INT4_G64"] > 0,
+        "64-column rows fall back to g64"
+    );
 }

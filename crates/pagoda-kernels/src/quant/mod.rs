@@ -1,5 +1,7 @@
-//! GGUF block formats: their byte layouts, dequantization, reference quantization and the
-//! scalar dot products against their activation partner types.
+//! Weight formats: the GGUF block formats and the Pagoda-internal ones (`int8`, `int4`,
+//! `nf4`: row-level functions, as INT8 and NF4_DQ rows carry a header), their byte layouts,
+//! dequantization, reference quantization and the scalar dot products against their
+//! activation partner types.
 //!
 //! Each format lives in its own file as a `#[repr(C)]` struct made only of byte arrays, so
 //! its alignment is 1 and any byte slice of the right length (an unaligned mmap slice
@@ -11,6 +13,9 @@
 //! tested against.
 
 pub mod float;
+pub mod int4;
+pub mod int8;
+pub mod nf4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -176,6 +181,15 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         GgmlType::Q5_K => dequant_blocks::<BlockQ5K>(src, dst),
         GgmlType::Q6_K => dequant_blocks::<BlockQ6K>(src, dst),
         GgmlType::Q8_K => dequant_blocks::<BlockQ8K>(src, dst),
+        GgmlType::Int8 => int8::dequantize(src, dst),
+        GgmlType::Int4G32 => dequant_blocks::<BlockQ4_1>(src, dst),
+        GgmlType::Int4G32Sym => dequant_blocks::<BlockQ4_0>(src, dst),
+        GgmlType::Int4G64 => int4::dequantize_row(src, 64, false, dst),
+        GgmlType::Int4G64Sym => int4::dequantize_row(src, 64, true, dst),
+        GgmlType::Int4G128 => int4::dequantize_row(src, 128, false, dst),
+        GgmlType::Int4G128Sym => int4::dequantize_row(src, 128, true, dst),
+        GgmlType::Nf4 => nf4::dequantize_row(src, dst),
+        GgmlType::Nf4Dq => nf4::dequantize_row_dq(src, dst),
     }
     Ok(())
 }
@@ -209,6 +223,15 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Ker
         GgmlType::Q5_K => quant_blocks::<BlockQ5K>(src, dst)?,
         GgmlType::Q6_K => quant_blocks::<BlockQ6K>(src, dst)?,
         GgmlType::Q8_K => quant_blocks::<BlockQ8K>(src, dst)?,
+        GgmlType::Int8 => int8::quantize(src, dst),
+        GgmlType::Int4G32 => int4::quantize_row(src, 32, false, dst),
+        GgmlType::Int4G32Sym => int4::quantize_row(src, 32, true, dst),
+        GgmlType::Int4G64 => int4::quantize_row(src, 64, false, dst),
+        GgmlType::Int4G64Sym => int4::quantize_row(src, 64, true, dst),
+        GgmlType::Int4G128 => int4::quantize_row(src, 128, false, dst),
+        GgmlType::Int4G128Sym => int4::quantize_row(src, 128, true, dst),
+        GgmlType::Nf4 => nf4::quantize_row(src, dst),
+        GgmlType::Nf4Dq => nf4::quantize_row_dq(src, dst),
     }
     Ok(())
 }

@@ -712,8 +712,8 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         dot,
     };
     Some(match ty {
-        GgmlType::Q4_0 => q80(dot_q4_0),
-        GgmlType::Q4_1 => q81(dot_q4_1),
+        GgmlType::Q4_0 | GgmlType::Int4G32Sym => q80(dot_q4_0),
+        GgmlType::Q4_1 | GgmlType::Int4G32 => q81(dot_q4_1),
         GgmlType::Q5_0 => q80(dot_q5_0),
         GgmlType::Q5_1 => q81(dot_q5_1),
         GgmlType::Q8_0 => q80(dot_q8_0),

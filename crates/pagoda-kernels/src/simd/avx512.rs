@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::q5_k;
 use super::avx2::{self, abs_max8, entry_points, hsum_epi32, nibbles32, pack32, roundf8, IntDot};
+use super::avx512_fmt as fmt;
 use super::{ActLayout, RowKernel, NT};
 use crate::cpu::features;
 use crate::GgmlType;
@@ -593,6 +594,15 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         GgmlType::Q4_K => with(dot_q4_k),
         GgmlType::Q5_K => with(dot_q5_k),
         GgmlType::Q6_K => with(dot_q6_k),
+        GgmlType::Int4G32 => split(dot_q4_1),
+        GgmlType::Int4G32Sym => split(dot_q4_0),
+        GgmlType::Int8 => split(fmt::dot_int8),
+        GgmlType::Int4G64 => split(fmt::dot_int4_g64),
+        GgmlType::Int4G64Sym => split(fmt::dot_int4_g64_sym),
+        GgmlType::Int4G128 => split(fmt::dot_int4_g128),
+        GgmlType::Int4G128Sym => split(fmt::dot_int4_g128_sym),
+        GgmlType::Nf4 => split(fmt::dot_nf4),
+        GgmlType::Nf4Dq => split(fmt::dot_nf4_dq),
         _ => None,
     }
 }

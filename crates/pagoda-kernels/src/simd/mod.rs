@@ -15,9 +15,11 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_fmt;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_q4k;
 
-use crate::quant::{self, as_blocks, float, Block, VecDot};
+use crate::quant::{self, as_blocks, float, int4, int8, nf4, Block, BlockQ8_1, VecDot};
 use crate::quant::{
     BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
 };
@@ -101,6 +103,60 @@ pub(crate) fn scalar_quantize<B: Block>(x: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// INT8 row · Q8_0 rows.
+fn scalar_int8(w: &[u8], a: &[u8], stride: usize, nt: usize, out: &mut [f32; NT]) {
+    let len = (w.len() - 4) / 32 * BlockQ8_0::BYTES;
+    for t in 0..nt {
+        out[t] = int8::vec_dot(w, as_blocks(&a[t * stride..t * stride + len]));
+    }
+}
+
+/// INT4 row with groups of `G` · Q8_0 (symmetric) or Q8_1 (asymmetric) rows.
+fn scalar_int4<const G: usize, const SYM: bool>(
+    w: &[u8],
+    a: &[u8],
+    stride: usize,
+    nt: usize,
+    out: &mut [f32; NT],
+) {
+    let nb = w.len() / int4::group_bytes(G, SYM) * G / 32;
+    for t in 0..nt {
+        let at = &a[t * stride..];
+        out[t] = if SYM {
+            int4::vec_dot_sym(w, G, as_blocks(&at[..nb * BlockQ8_0::BYTES]))
+        } else {
+            int4::vec_dot_asym(w, G, as_blocks(&at[..nb * BlockQ8_1::BYTES]))
+        };
+    }
+}
+
+/// NF4 (`DQ = false`) or NF4_DQ row · Q8_0 rows.
+fn scalar_nf4<const DQ: bool>(w: &[u8], a: &[u8], stride: usize, nt: usize, out: &mut [f32; NT]) {
+    let nb = if DQ {
+        nf4::dq_blocks(w.len()).unwrap_or(0)
+    } else {
+        w.len() / nf4::BLOCK_BYTES
+    };
+    let len = 2 * nb * BlockQ8_0::BYTES;
+    for t in 0..nt {
+        let at = as_blocks(&a[t * stride..t * stride + len]);
+        out[t] = if DQ {
+            nf4::vec_dot_dq(w, at)
+        } else {
+            nf4::vec_dot(w, at)
+        };
+    }
+}
+
+/// A row kernel against activations quantized to `P` by the scalar quantizer.
+fn quant_with<P: Block>(dot: QDot) -> RowKernel {
+    RowKernel::Quant {
+        partner: ActLayout::Blocks(P::TYPE),
+        quantize: scalar_quantize::<P>,
+        dot,
+    }
+}
+
 fn quant<B: VecDot>(dot: QDot) -> RowKernel {
     RowKernel::Quant {
         partner: ActLayout::Blocks(<B::Partner as Block>::TYPE),
@@ -123,6 +179,16 @@ fn scalar_kernel(ty: GgmlType) -> RowKernel {
         GgmlType::Q5_K => quant::<BlockQ5K>(scalar_dot::<BlockQ5K>),
         GgmlType::Q6_K => quant::<BlockQ6K>(scalar_dot::<BlockQ6K>),
         GgmlType::Q8_1 | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q8_K => RowKernel::Dequant,
+        // INT4 with groups of 32 is stored as Q4_1 / Q4_0 blocks.
+        GgmlType::Int4G32 => quant::<BlockQ4_1>(scalar_dot::<BlockQ4_1>),
+        GgmlType::Int4G32Sym => quant::<BlockQ4_0>(scalar_dot::<BlockQ4_0>),
+        GgmlType::Int8 => quant_with::<BlockQ8_0>(scalar_int8),
+        GgmlType::Int4G64 => quant_with::<BlockQ8_1>(scalar_int4::<64, false>),
+        GgmlType::Int4G64Sym => quant_with::<BlockQ8_0>(scalar_int4::<64, true>),
+        GgmlType::Int4G128 => quant_with::<BlockQ8_1>(scalar_int4::<128, false>),
+        GgmlType::Int4G128Sym => quant_with::<BlockQ8_0>(scalar_int4::<128, true>),
+        GgmlType::Nf4 => quant_with::<BlockQ8_0>(scalar_nf4::<false>),
+        GgmlType::Nf4Dq => quant_with::<BlockQ8_0>(scalar_nf4::<true>),
     }
 }
 
@@ -146,7 +212,7 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> RowKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{BlockQ8K, BlockQ8_1};
+    use crate::quant::BlockQ8K;
 
     /// Activations with exact halves (ties), zeros, a zero block and wide scales.
     fn activations(n: usize) -> Vec<f32> {
@@ -193,7 +259,7 @@ mod tests {
     fn simd_activation_quantizers_match_the_scalar_reference_bit_for_bit() {
         let x = activations(4096);
         for isa in crate::available_isas() {
-            for ty in GgmlType::ALL {
+            for ty in GgmlType::ALL.into_iter().chain(GgmlType::INTERNAL) {
                 let RowKernel::Quant {
                     partner, quantize, ..
                 } = kernel(isa, ty)

@@ -2,7 +2,8 @@
 //! tensor infos, padding to the alignment, tensor data each padded to the alignment).
 //!
 //! Invariant: every file this writer produces is accepted by [`super::GgufFile`]; tensors are
-//! checked on insertion (known size for their type and shape, unique names).
+//! checked on insertion (a GGUF type — Pagoda-internal types are refused —, known size for
+//! their type and shape, unique names).
 
 use super::{GgufArray, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 use crate::ModelError;
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 struct PendingTensor {
     name: String,
-    ty: GgmlType,
+    /// The GGUF id of its type (Pagoda-internal types have none and are refused).
+    type_id: u32,
     /// GGUF order (innermost first).
     ne: Vec<u64>,
     data: Vec<u8>,
@@ -79,6 +81,12 @@ impl GgufWriter {
         if shape.is_empty() || shape.len() > super::MAX_DIMS {
             return Err(err(format!("shape {shape:?} must have 1 to 4 dimensions")));
         }
+        let Some(type_id) = ty.id() else {
+            return Err(err(format!(
+                "{ty} is a Pagoda-internal weight type (made by online quantization) with no \
+                 GGUF id; it cannot be written to a GGUF file"
+            )));
+        };
         let inner = shape[shape.len() - 1];
         let row = ty.row_bytes(inner)?;
         let rows: usize = shape[..shape.len() - 1].iter().product();
@@ -92,7 +100,7 @@ impl GgufWriter {
         self.tensors.push(PendingTensor {
             ne: shape.iter().rev().map(|&d| d as u64).collect(),
             name,
-            ty,
+            type_id,
             data,
         });
         Ok(self)
@@ -140,7 +148,7 @@ impl GgufWriter {
             for &d in &t.ne {
                 out.extend_from_slice(&d.to_le_bytes());
             }
-            out.extend_from_slice(&t.ty.id().to_le_bytes());
+            out.extend_from_slice(&t.type_id.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
             offset += (t.data.len() as u64).div_ceil(align as u64) * align as u64;
@@ -391,5 +399,23 @@ mod tests {
         assert!(w
             .add_tensor("x", GgmlType::Q4_0, &[16], vec![0; 9])
             .is_err());
+    }
+
+    #[test]
+    fn pagoda_internal_types_are_refused_with_a_clear_error() {
+        let mut w = GgufWriter::new();
+        for ty in GgmlType::INTERNAL {
+            let bytes = ty.row_bytes(128).unwrap();
+            let e = w
+                .add_tensor("w", ty, &[1, 128], vec![0; bytes])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.contains("Pagoda-internal") && e.contains(ty.name()),
+                "{e}"
+            );
+        }
+        assert!(w.to_bytes().len() > 4);
     }
 }
