@@ -81,12 +81,7 @@ impl GgufWriter {
         if shape.is_empty() || shape.len() > super::MAX_DIMS {
             return Err(err(format!("shape {shape:?} must have 1 to 4 dimensions")));
         }
-        let Some(type_id) = ty.id() else {
-            return Err(err(format!(
-                "{ty} is a Pagoda-internal weight type (made by online quantization) with no \
-                 GGUF id; it cannot be written to a GGUF file"
-            )));
-        };
+        let type_id = gguf_type_id(ty).map_err(err)?;
         let inner = shape[shape.len() - 1];
         let row = ty.row_bytes(inner)?;
         let rows: usize = shape[..shape.len() - 1].iter().product();
@@ -210,7 +205,7 @@ impl GgufWriter {
             for &d in shape.iter().rev() {
                 head.extend_from_slice(&(d as u64).to_le_bytes());
             }
-            head.extend_from_slice(&ty.id().to_le_bytes());
+            head.extend_from_slice(&gguf_type_id(ty).map_err(err)?.to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
             offset += (data.len() as u64).div_ceil(align as u64) * align as u64;
         }
@@ -304,6 +299,17 @@ fn write_array(out: &mut Vec<u8>, a: &GgufArray) {
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         GgufArray::Array(v) => v.iter().for_each(|x| write_array(out, x)),
     }
+}
+
+/// The GGUF id of `ty`, or why it has none: Pagoda-internal weight types (made by online
+/// quantization) cannot be written to a GGUF file.
+fn gguf_type_id(ty: GgmlType) -> Result<u32, String> {
+    ty.id().ok_or_else(|| {
+        format!(
+            "{ty} is a Pagoda-internal weight type (made by online quantization) with no GGUF \
+             id; it cannot be written to a GGUF file"
+        )
+    })
 }
 
 #[cfg(test)]
