@@ -26,6 +26,10 @@ Examples:
   pagoda serve                          serve the default model on http://127.0.0.1:11435
   pagoda ps                             the models a running server has loaded
   pagoda eval perplexity smollm2:135m   perplexity over the built-in evaluation text
+  pagoda eval report --baseline smollm2:135m --variant smollm2:135m:q4_0 -o report.md
+                                        size, memory, speed and quality of variants
+  pagoda eval compare --model-a smollm2:135m --quantize-b q4_0 --prompts p.txt -o ab.html
+                                        a blind A/B page; then `pagoda eval winrate`
   pagoda --store /data/models list      use another store (or set PAGODA_HOME)
 
 Logging: -v (info), -vv (debug), -vvv (trace); or PAGODA_LOG / RUST_LOG=pagoda_store=debug.

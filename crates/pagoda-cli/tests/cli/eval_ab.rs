@@ -530,3 +530,32 @@ fn eval_report_bad_input_is_a_clear_error_and_writes_nothing() {
         );
     }
 }
+
+#[test]
+fn eval_compare_winrate_report_help_explain_the_method() {
+    let env = Env::new();
+    let help = |args: &[&str]| {
+        let o = env.run(args);
+        ok(&o);
+        stdout(&o)
+    };
+    let out = help(&["eval", "compare", "--help"]);
+    for word in [
+        "--model-a",
+        "--quantize-b",
+        "--seed",
+        "key",
+        "pagoda run",
+        "Export picks",
+    ] {
+        assert!(out.contains(word), "compare --help lacks {word}:\n{out}");
+    }
+    let out = help(&["eval", "winrate", "--help"]);
+    for word in ["ties count half", "Wilson", "bootstrap", "--json"] {
+        assert!(out.contains(word), "winrate --help lacks {word}:\n{out}");
+    }
+    let out = help(&["eval", "report", "--help"]);
+    for word in ["VmHWM", "bits/weight", "MODEL:TYPE", "--plot", "--variant"] {
+        assert!(out.contains(word), "report --help lacks {word}:\n{out}");
+    }
+}
