@@ -188,11 +188,15 @@ impl PackedLinear {
             let z = &self.zeros[g * out..(g + 1) * out];
             for k in 0..words {
                 let mut word = 0u32;
-                for p in 0..per {
-                    let col = match format {
+                // The output column of each field of the word (per <= 8).
+                let mut cols = [0usize; 8];
+                for (p, c) in cols.iter_mut().enumerate().take(per) {
+                    *c = match format {
                         OutputFormat::Awq => 8 * k + AWQ_ORDER[p],
                         _ => k * per + p,
                     };
+                }
+                for (p, &col) in cols.iter().enumerate().take(per) {
                     let mut v = z[col] as u32;
                     if v1 {
                         v = v.checked_sub(1)?;

@@ -95,3 +95,43 @@ pub fn write_gguf(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagoda_model::weights::TensorView;
+
+    #[test]
+    fn writes_the_source_metadata_and_the_new_tensors_and_leaves_no_partial() {
+        let mut src = GgufWriter::new();
+        src.add_str("general.architecture", "llama")
+            .add_u32("general.file_type", 0);
+        src.add_f32_tensor("a", &[2, 32], &[0.5; 64]).unwrap();
+        src.add_f32_tensor("n", &[4], &[1.0; 4]).unwrap();
+        let source = GgufFile::from_bytes("src.gguf", src.to_bytes()).unwrap();
+        let mut weights = Weights::new();
+        let q8 = vec![1u8; 2 * GgmlType::Q8_0.row_bytes(32).unwrap()];
+        weights
+            .insert(TensorView::owned("a", GgmlType::Q8_0, vec![2, 32], q8.clone()).unwrap())
+            .unwrap();
+        let n = Weights::from_gguf(&source).unwrap();
+        weights.insert(n.get("n").unwrap().clone()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.gguf");
+        let written = write_gguf(&source, &weights, GgmlType::Q8_0, "rtn", &out).unwrap();
+        let back = GgufFile::open(&out).unwrap();
+        assert_eq!(written, std::fs::metadata(&out).unwrap().len());
+        assert_eq!(back.get_u32("general.file_type").unwrap(), 7);
+        assert_eq!(back.get_str("general.quantized_by").unwrap(), "pagoda rtn");
+        let a = back.tensor("a").unwrap();
+        assert_eq!(back.tensor_data(a), &q8[..]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A folder in the way: an error naming the output, and no partial file left.
+        let blocked = dir.path().join("blocked.gguf");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("x"), "x").unwrap();
+        let e = write_gguf(&source, &weights, GgmlType::Q8_0, "rtn", &blocked).unwrap_err();
+        assert!(e.to_string().contains("blocked.gguf"), "{e}");
+        assert!(!dir.path().join("blocked.gguf.partial").exists());
+    }
+}
