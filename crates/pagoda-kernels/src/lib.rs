@@ -6,13 +6,16 @@
 //! of a transformer layer ([`ops`]). Knows nothing of models, files or scheduling.
 //!
 //! Codemap:
-//! - `dtype`: [`GgmlType`] and block geometry; `error`: [`KernelError`].
+//! - `dtype`: [`GgmlType`] (GGUF types and the Pagoda-internal INT8 / INT4 / NF4 types) and
+//!   row geometry ([`GgmlType::row_bytes`]); `error`: [`KernelError`].
 //! - `quant/`: one file per GGUF block format (`#[repr(C)]` layout, dequantize, reference
 //!   quantize, scalar dot against the activation partner: Q8_0, Q8_1 or Q8_K); `float.rs` for
-//!   F32/F16/BF16. The scalar code is the reference every SIMD path is tested against.
+//!   F32/F16/BF16; `int8.rs`, `int4.rs`, `nf4.rs` for the internal types (row functions).
+//!   The scalar code is the reference every SIMD path is tested against.
 //! - `cpu`: [`Isa`] detection ([`best_isa`], [`available_isas`]).
 //! - `simd/`: the row-kernel table (`mod.rs`), AVX2 bodies (`avx2.rs`, generic over the int8
-//!   dot primitive) and AVX-512 kernels (`avx512.rs`: VNNI, 512-bit); `attn.rs`: the AVX2 and
+//!   dot primitive) and AVX-512 kernels (`avx512.rs`: VNNI, 512-bit; `avx512_fmt.rs`: the
+//!   internal types); `attn.rs`: the AVX2 and
 //!   AVX-512 bodies of the paged-attention decode primitives.
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.

@@ -237,4 +237,21 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Any text parses to a target or to an error listing the valid names, never a panic;
+        /// every valid name survives case and separator changes.
+        #[test]
+        fn parsing_never_panics_and_names_round_trip(text in "\\PC{0,24}", upper in proptest::bool::ANY) {
+            match text.parse::<QuantTarget>() {
+                Ok(t) => proptest::prop_assert!(TARGETS.contains(&t.ty())),
+                Err(e) => proptest::prop_assert!(e.to_string().contains("nf4-dq")),
+            }
+            for ty in TARGETS {
+                let name = user_name(ty);
+                let name = if upper { name.to_ascii_uppercase().replace('-', "_") } else { name };
+                proptest::prop_assert_eq!(name.parse::<QuantTarget>().map(|t| t.ty()).ok(), Some(ty));
+            }
+        }
+    }
 }

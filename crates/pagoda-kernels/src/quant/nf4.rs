@@ -282,4 +282,63 @@ mod tests {
             assert!((NF4_CODEBOOK[q] - v).abs() <= best + 1e-7, "{v}");
         }
     }
+
+    /// The integer dot product (int8 codebook) against the exact one (f32 codebook, same
+    /// quantized activations) stays within the stated bound: per block of 64,
+    /// `absmax * sum |a| * I8_CODEBOOK_MAX_ERR`, plus f32 rounding.
+    #[test]
+    fn integer_dot_is_within_the_codebook_bound_of_the_exact_one() {
+        use crate::quant::Block;
+        let mut s = 0x2545_f491u32;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for dq in [false, true] {
+            let n = 64 * 24;
+            let x: Vec<f32> = (0..n).map(|i| rnd() * (1.0 + (i / 64) as f32)).collect();
+            let act: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let ty = if dq {
+                crate::GgmlType::Nf4Dq
+            } else {
+                crate::GgmlType::Nf4
+            };
+            let mut w = vec![0u8; ty.row_bytes(n).unwrap()];
+            crate::quantize_row(ty, &x, &mut w).unwrap();
+            let mut wf = vec![0.0f32; n];
+            crate::dequantize_row(ty, &w, &mut wf).unwrap();
+            let a: Vec<BlockQ8_0> = act
+                .chunks(32)
+                .map(|c| BlockQ8_0::quantize(c).unwrap())
+                .collect();
+            let mut af = vec![0.0f32; n];
+            for (b, o) in a.iter().zip(af.chunks_mut(32)) {
+                b.dequantize(o);
+            }
+            let got = if dq {
+                vec_dot_dq(&w, &a)
+            } else {
+                vec_dot(&w, &a)
+            } as f64;
+            let exact: f64 = wf.iter().zip(&af).map(|(p, q)| *p as f64 * *q as f64).sum();
+            let mut bound = 0.0f64;
+            for b in 0..n / 64 {
+                let amax = if dq {
+                    dq_absmax(&w, n / 64, b)
+                } else {
+                    f32_at(&w, b * BLOCK_BYTES)
+                };
+                let sa: f64 = af[64 * b..64 * b + 64].iter().map(|v| v.abs() as f64).sum();
+                bound += amax.abs() as f64 * sa * I8_CODEBOOK_MAX_ERR as f64;
+            }
+            let diff = (got - exact).abs();
+            assert!(diff <= bound * 1.001 + 1e-4, "dq={dq}: {diff} > {bound}");
+            assert!(
+                diff > 0.0,
+                "the int8 codebook is not exact, so some difference shows"
+            );
+        }
+    }
 }

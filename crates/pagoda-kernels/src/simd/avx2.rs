@@ -3,6 +3,10 @@
 //! where it has no 512-bit kernel of its own (Q5_K today). Also the AVX2 activation
 //! quantizers (bit-identical to the scalar ones) and small helpers `avx512.rs` shares.
 //!
+//! The Pagoda-internal formats (INT8, INT4 g64/g128, NF4, NF4_DQ) have bodies here too, against
+//! Q8_0 / Q8_1 blocks (INT4 g32 is Q4_1 / Q4_0 and shares theirs); NF4 looks its codes up
+//! in the int8 codebook with `vpshufb`.
+//!
 //! Every body computes one weight row against `N` (1..=4) activation rows, unpacking each
 //! weight block once. Sub-block scales are applied in integers where ggml does, per-block
 //! scales in f32; only the float summation order differs from the scalar reference.
@@ -625,6 +629,168 @@ unsafe fn quantize_q8k(x: &[f32], dst: &mut [u8]) {
 
 // ---------------------------------------------------------------------------- dispatch
 
+// ------------------------------------------------ Pagoda-internal formats · Q8_0
+
+/// INT8 per-channel · Q8_0: `|w|` against the activations signed by `w`, one f16 activation
+/// scale per 32, the row scale once at the end.
+#[inline(always)]
+unsafe fn int8<D: IntDot, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    const AB: usize = BlockQ8_0::BYTES;
+    let nb = (w.len() - 4) / 32;
+    debug_assert!(a.len() >= (N - 1) * st + nb * AB);
+    let (wp, ap) = (w.as_ptr().add(4), a.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let q = load(wp.add(32 * b));
+        let u = _mm256_sign_epi8(q, q);
+        for t in 0..N {
+            let ab = ap.add(t * st + b * AB);
+            let av = _mm256_sign_epi8(load(ab.add(2)), q);
+            let p = D::dot(_mm256_setzero_si256(), u, av);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(ab)), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    let s = f32_at(w.as_ptr());
+    for t in 0..N {
+        out[t] = hsum(acc[t]) * s;
+    }
+}
+
+/// NF4 / NF4_DQ · Q8_0: 32 codes at a time through the int8 codebook (`vpshufb`), then as
+/// INT8 with `absmax / 127` per block of 64.
+#[inline(always)]
+unsafe fn nf4_body<D: IntDot, const DQ: bool, const N: usize>(
+    w: &[u8],
+    a: &[u8],
+    st: usize,
+    out: &mut [f32; NT],
+) {
+    use crate::quant::nf4;
+    const AB: usize = BlockQ8_0::BYTES;
+    let nb = if DQ {
+        nf4::dq_blocks(w.len()).unwrap_or(0)
+    } else {
+        w.len() / nf4::BLOCK_BYTES
+    };
+    debug_assert!(a.len() >= (N - 1) * st + 2 * nb * AB);
+    let (c_off, k_off, q_off) = nf4::dq_offsets(nb);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let cb = _mm256_broadcastsi128_si256(_mm_loadu_si128(nf4::NF4_I8.as_ptr() as *const __m128i));
+    let mean = if DQ { f32_at(wp) } else { 0.0 };
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let (codes, amax) = if DQ {
+            let c = f32_at(wp.add(c_off + 4 * (b / crate::NF4_DQ_GROUP)));
+            let k = *wp.add(k_off + b) as i8;
+            (wp.add(q_off + 32 * b), k as f32 * c + mean)
+        } else {
+            let wb = wp.add(b * nf4::BLOCK_BYTES);
+            (wb.add(4), f32_at(wb))
+        };
+        let w0 = _mm256_shuffle_epi8(cb, nibbles32(codes));
+        let w1 = _mm256_shuffle_epi8(cb, nibbles32(codes.add(16)));
+        let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+        let dw = _mm256_set1_ps(amax * (1.0 / 127.0));
+        for t in 0..N {
+            let ab = ap.add(t * st + 2 * b * AB);
+            let z = _mm256_setzero_si256();
+            let p0 = D::dot(z, u0, _mm256_sign_epi8(load(ab.add(2)), w0));
+            let p1 = D::dot(z, u1, _mm256_sign_epi8(load(ab.add(AB + 2)), w1));
+            let f = _mm256_mul_ps(_mm256_set1_ps(f16_at(ab)), _mm256_cvtepi32_ps(p0));
+            let f = _mm256_fmadd_ps(
+                _mm256_set1_ps(f16_at(ab.add(AB))),
+                _mm256_cvtepi32_ps(p1),
+                f,
+            );
+            acc[t] = _mm256_fmadd_ps(dw, f, acc[t]);
+        }
+    }
+    for t in 0..N {
+        out[t] = hsum(acc[t]);
+    }
+}
+
+#[inline(always)]
+unsafe fn nf4<D: IntDot, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    nf4_body::<D, false, N>(w, a, st, out)
+}
+
+#[inline(always)]
+unsafe fn nf4_dq<D: IntDot, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    nf4_body::<D, true, N>(w, a, st, out)
+}
+
+/// INT4 with groups of `G` (64, 128) · Q8_0 (symmetric: `q - 8` signed, as INT8) or Q8_1
+/// (asymmetric: unsigned codes, the minimum times the stored activation sums).
+#[inline(always)]
+unsafe fn int4_body<D: IntDot, const G: usize, const SYM: bool, const N: usize>(
+    w: &[u8],
+    a: &[u8],
+    st: usize,
+    out: &mut [f32; NT],
+) {
+    let ab_len = if SYM {
+        BlockQ8_0::BYTES
+    } else {
+        BlockQ8_1::BYTES
+    };
+    let (head, a_codes) = if SYM { (2, 2) } else { (4, 4) };
+    let gb = crate::quant::int4::group_bytes(G, SYM);
+    let ng = w.len() / gb;
+    debug_assert!(a.len() >= (N - 1) * st + ng * G / 32 * ab_len);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut accm = [0.0f32; N];
+    for g in 0..ng {
+        let wb = wp.add(g * gb);
+        let dw = f16_at(wb);
+        let mw = if SYM { 0.0 } else { f16_at(wb.add(2)) };
+        for k in 0..G / 32 {
+            let mut q = nibbles32(wb.add(head + 16 * k));
+            if SYM {
+                q = _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+            }
+            let u = if SYM { _mm256_sign_epi8(q, q) } else { q };
+            for t in 0..N {
+                let ab = ap.add(t * st + (g * G / 32 + k) * ab_len);
+                let mut av = load(ab.add(a_codes));
+                if SYM {
+                    av = _mm256_sign_epi8(av, q);
+                }
+                let p = D::dot(_mm256_setzero_si256(), u, av);
+                let d = _mm256_set1_ps(dw * f16_at(ab));
+                acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t]);
+                if !SYM {
+                    accm[t] += mw * f16_at(ab.add(2));
+                }
+            }
+        }
+    }
+    finish(acc, accm, out);
+}
+
+macro_rules! int4_bodies {
+    ($($name:ident => $g:literal, $sym:literal),* $(,)?) => {
+        $(
+            #[inline(always)]
+            unsafe fn $name<D: IntDot, const N: usize>(
+                w: &[u8],
+                a: &[u8],
+                st: usize,
+                out: &mut [f32; NT],
+            ) {
+                int4_body::<D, $g, $sym, N>(w, a, st, out)
+            }
+        )*
+    };
+}
+int4_bodies!(
+    int4_g64 => 64, false,
+    int4_g64_sym => 64, true,
+    int4_g128 => 128, false,
+    int4_g128_sym => 128, true,
+);
+
 /// Expands to `#[target_feature]` entry points that pick the `N`-token body at run time.
 macro_rules! entry_points {
     ($features:literal, $dot:ty; $($name:ident => $body:ident),* $(,)?) => {
@@ -650,6 +816,9 @@ pub(crate) use entry_points;
 entry_points!("avx2,fma,f16c", Maddubs;
     dot_q4_0 => q4_0, dot_q4_1 => q4_1, dot_q5_0 => q5_0, dot_q5_1 => q5_1, dot_q8_0 => q8_0,
     dot_q4_k => q4_k, dot_q5_k => q5_k, dot_q6_k => q6_k,
+    dot_int8 => int8, dot_nf4 => nf4, dot_nf4_dq => nf4_dq,
+    dot_int4_g64 => int4_g64, dot_int4_g64_sym => int4_g64_sym,
+    dot_int4_g128 => int4_g128, dot_int4_g128_sym => int4_g128_sym,
 );
 
 macro_rules! float_entry {
@@ -717,6 +886,13 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         GgmlType::Q5_0 => q80(dot_q5_0),
         GgmlType::Q5_1 => q81(dot_q5_1),
         GgmlType::Q8_0 => q80(dot_q8_0),
+        GgmlType::Int8 => q80(dot_int8),
+        GgmlType::Int4G64 => q81(dot_int4_g64),
+        GgmlType::Int4G64Sym => q80(dot_int4_g64_sym),
+        GgmlType::Int4G128 => q81(dot_int4_g128),
+        GgmlType::Int4G128Sym => q80(dot_int4_g128_sym),
+        GgmlType::Nf4 => q80(dot_nf4),
+        GgmlType::Nf4Dq => q80(dot_nf4_dq),
         GgmlType::Q4_K => q8k(dot_q4_k),
         GgmlType::Q5_K => q8k(dot_q5_k),
         GgmlType::Q6_K => q8k(dot_q6_k),
