@@ -27,7 +27,7 @@ use pagoda_model::{Architecture, ModelConfig};
 
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
-use super::gptq::{gptq_with_factor, GptqFactor, GptqOptions};
+use super::gptq::{dump_for_reference, gptq_with_factor, GptqFactor, GptqOptions};
 use super::grid::{rtn, GroupQuantized, GroupSpec};
 use crate::CompressError;
 
@@ -301,7 +301,11 @@ pub fn quantize_model(
                 let q = match opts.method {
                     Method::Gptq => {
                         let f = factor.as_ref().ok_or_else(|| missing_stats(n))?;
-                        gptq_with_factor(w, rows, cols, f, &gptq_opts)?
+                        let q = gptq_with_factor(w, rows, cols, f, &gptq_opts)?;
+                        if let Some(st) = stats {
+                            dump_for_reference(n, w, rows, cols, &st.hessian, &q, &gptq_opts);
+                        }
+                        q
                     }
                     Method::Rtn | Method::Awq => rtn(w, rows, cols, opts.spec)?,
                 };
