@@ -10,8 +10,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
-use pagoda_compress::quantize::grid::GroupSpec;
-use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions};
+use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
+use pagoda_compress::quantize::offline::{gguf_grid, quantize_model, Method, OfflineOptions};
 use pagoda_compress::quantize::write::write_gguf;
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
@@ -41,6 +41,10 @@ pub struct QuantizeArgs {
     /// Symmetric grid (zero point in the middle); the default is asymmetric for 4 bits.
     #[arg(long)]
     pub sym: bool,
+    /// 4-bit asymmetric: GPTQ/AWQ's integer zero point instead of the default float minimum
+    /// per group, which Q4_1 blocks hold exactly.
+    #[arg(long)]
+    pub int_zero: bool,
     /// GPTQ: quantize columns by decreasing Hessian diagonal (not representable in GGUF:
     /// refused for now).
     #[arg(long)]
@@ -110,6 +114,11 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             bits: args.bits,
             group_size: (args.group_size > 0).then_some(args.group_size),
             symmetric: args.sym,
+            grid: if args.int_zero {
+                GridKind::IntegerZero
+            } else {
+                gguf_grid(args.bits, args.sym)
+            },
         },
         act_order: args.act_order,
         damp: args.damp,
@@ -169,7 +178,11 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         method.as_str(),
         args.bits,
         args.group_size,
-        if args.sym { "sym" } else { "asym" }
+        match (args.sym, opts.spec.grid) {
+            (true, _) => "sym",
+            (false, GridKind::FloatMin) => "asym float-min",
+            (false, GridKind::IntegerZero) => "asym int-zero",
+        }
     );
     let written = write_gguf(&gguf, &weights, ty, &note, &args.output)?;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);

@@ -21,7 +21,7 @@
 
 use rayon::prelude::*;
 
-use super::grid::{check_shape, Grid, GroupQuantized, GroupSpec};
+use super::grid::{check_shape, Grid, GridKind, GroupQuantized, GroupSpec};
 use super::linalg::{gemm_f32, inverse_upper_cholesky, MatRef};
 use crate::CompressError;
 
@@ -122,6 +122,7 @@ impl Default for GptqOptions {
                 bits: 4,
                 group_size: Some(128),
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             },
             act_order: false,
             damp: 0.01,
@@ -251,7 +252,8 @@ pub fn gptq_with_factor(
         Grid {
             scale: 0.0,
             zero: 0.0,
-            maxq: spec.maxq()
+            maxq: spec.maxq(),
+            kind: spec.grid,
         };
         rows * groups
     ];
@@ -268,7 +270,7 @@ pub fn gptq_with_factor(
                 for i in b0..b1 {
                     if i % gs == 0 {
                         let end = (i + gs).min(cols);
-                        grid_row[i / gs] = Grid::fit(&row[i..end], spec.bits, spec.symmetric);
+                        grid_row[i / gs] = Grid::fit(&row[i..end], &spec);
                     }
                     let grid = grid_row[i / gs];
                     let q = grid.code(row[i]);
@@ -435,6 +437,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             };
             let opts = GptqOptions {
                 spec,
@@ -464,6 +467,7 @@ mod tests {
                 bits: 4,
                 group_size: Some(16),
                 symmetric: true,
+                grid: GridKind::IntegerZero,
             },
             act_order: true,
             damp: 0.01,
@@ -543,6 +547,7 @@ mod tests {
                     bits: case["bits"].as_u64().unwrap() as u8,
                     group_size: (gs > 0).then_some(gs as usize),
                     symmetric: case["sym"].as_bool().unwrap(),
+                    grid: GridKind::IntegerZero,
                 },
                 act_order: case["act_order"].as_bool().unwrap(),
                 damp: num(&case["damp"]),

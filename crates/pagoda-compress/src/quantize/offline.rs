@@ -28,7 +28,7 @@ use pagoda_model::{Architecture, ModelConfig};
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
 use super::gptq::{dump_for_reference, gptq_with_factor, GptqFactor, GptqOptions};
-use super::grid::{rtn, GroupQuantized, GroupSpec};
+use super::grid::{rtn, GridKind, GroupQuantized, GroupSpec};
 use crate::CompressError;
 
 /// The quantization algorithm.
@@ -81,6 +81,19 @@ pub struct OfflineOptions {
     pub awq_grid: usize,
 }
 
+/// The grid that suits a GGUF output of `bits` bits: Q4_1 (4-bit asymmetric) holds a float
+/// minimum per block, which [`GridKind::FloatMin`] uses in full (an integer zero point wastes
+/// up to half a step at the bottom of every group, and cannot reproduce a Q4_1 source);
+/// Q4_0 and Q8_0 are symmetric ([`GridKind::IntegerZero`] with a fixed zero). GPTQ/AWQ
+/// checkpoint layouts store integer zeros (`qzeros`) and need [`GridKind::IntegerZero`].
+pub fn gguf_grid(bits: u8, symmetric: bool) -> GridKind {
+    if bits == 4 && !symmetric {
+        GridKind::FloatMin
+    } else {
+        GridKind::IntegerZero
+    }
+}
+
 impl OfflineOptions {
     /// The GGUF block type the options produce, or why none can hold them.
     pub fn gguf_type(&self) -> Result<GgmlType, CompressError> {
@@ -97,6 +110,17 @@ impl OfflineOptions {
                     "group size {g} does not fit GGUF blocks of 32 columns; use 32, 64 or 128"
                 )));
             }
+        }
+        if self.spec.grid == GridKind::FloatMin && (self.spec.bits != 4 || self.spec.symmetric) {
+            return Err(CompressError::InvalidInput(format!(
+                "a float-minimum grid maps onto Q4_1 only (4-bit asymmetric), not {}-bit {}",
+                self.spec.bits,
+                if self.spec.symmetric {
+                    "symmetric"
+                } else {
+                    "asymmetric"
+                }
+            )));
         }
         match (self.spec.bits, self.spec.symmetric) {
             (4, true) => Ok(GgmlType::Q4_0),
@@ -444,7 +468,7 @@ pub fn to_gguf_blocks(q: &GroupQuantized, ty: GgmlType) -> Result<Vec<u8>, Compr
                 }
                 (GgmlType::Q4_1, 4, false) => {
                     out.extend_from_slice(&d);
-                    out.extend_from_slice(&f16::from_f32(-grid.scale * grid.zero).to_le_bytes());
+                    out.extend_from_slice(&f16::from_f32(grid.min()).to_le_bytes());
                     for j in 0..16 {
                         out.push((codes[j] & 0x0F) | (codes[j + 16] << 4));
                     }
@@ -495,6 +519,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: sym,
+                grid: GridKind::IntegerZero,
             };
             let q = rtn(&w, rows, cols, spec).unwrap();
             let want = q.dequantize();
@@ -518,6 +543,54 @@ mod tests {
         }
     }
 
+    /// A Q4_1 source (the shipped SmolLM2) re-quantized by RTN on the float-minimum grid at
+    /// its own group size comes back bit for bit; on the integer zero-point grid it does not.
+    #[test]
+    fn float_min_rtn_reproduces_q4_1_blocks_exactly() {
+        use pagoda_kernels::quantize_row;
+        let (rows, cols) = (4, 128);
+        let src = matrix(rows, cols);
+        let rb = GgmlType::Q4_1.row_bytes(cols).unwrap();
+        let mut q41 = vec![0u8; rows * rb];
+        let mut w = vec![0.0f32; rows * cols];
+        for r in 0..rows {
+            quantize_row(
+                GgmlType::Q4_1,
+                &src[r * cols..(r + 1) * cols],
+                &mut q41[r * rb..(r + 1) * rb],
+            )
+            .unwrap();
+            dequantize_row(
+                GgmlType::Q4_1,
+                &q41[r * rb..(r + 1) * rb],
+                &mut w[r * cols..(r + 1) * cols],
+            )
+            .unwrap();
+        }
+        let spec = |grid| GroupSpec {
+            bits: 4,
+            group_size: Some(32),
+            symmetric: false,
+            grid,
+        };
+        let q = rtn(&w, rows, cols, spec(gguf_grid(4, false))).unwrap();
+        let mut back = vec![0.0f32; rows * cols];
+        let bytes = to_gguf_blocks(&q, GgmlType::Q4_1).unwrap();
+        for r in 0..rows {
+            dequantize_row(
+                GgmlType::Q4_1,
+                &bytes[r * rb..(r + 1) * rb],
+                &mut back[r * cols..(r + 1) * cols],
+            )
+            .unwrap();
+        }
+        assert_eq!(back, w);
+        let int = rtn(&w, rows, cols, spec(GridKind::IntegerZero))
+            .unwrap()
+            .dequantize();
+        assert!(int.iter().zip(&w).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
     #[test]
     fn unsupported_outputs_say_what_to_use() {
         let opts = |bits, sym, group, act_order| OfflineOptions {
@@ -526,6 +599,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: sym,
+                grid: GridKind::IntegerZero,
             },
             act_order,
             damp: 0.01,
@@ -540,6 +614,16 @@ mod tests {
             (opts(4, false, Some(48), false), "group size 48"),
             (opts(3, false, None, false), "3-bit"),
             (opts(8, false, None, false), "--sym"),
+            (
+                OfflineOptions {
+                    spec: GroupSpec {
+                        grid: GridKind::FloatMin,
+                        ..opts(8, true, None, false).spec
+                    },
+                    ..opts(8, true, None, false)
+                },
+                "Q4_1 only",
+            ),
         ] {
             let e = o.gguf_type().unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");

@@ -3,7 +3,7 @@
 //! calibration data GPTQ and AWQ move the layers' outputs less than RTN at the same grid.
 
 use pagoda_compress::quantize::calibrate::calibrate;
-use pagoda_compress::quantize::grid::GroupSpec;
+use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions};
 use pagoda_kernels::GgmlType;
 use pagoda_model::arch::{Logits, Model};
@@ -80,6 +80,7 @@ fn gptq_and_awq_beat_rtn_on_calibration_and_the_model_still_runs() {
                 bits: 4,
                 group_size: Some(32),
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             },
             act_order: false,
             damp: 0.01,
@@ -140,6 +141,7 @@ fn gptq_without_calibration_is_refused() {
             bits: 4,
             group_size: Some(32),
             symmetric: true,
+            grid: GridKind::IntegerZero,
         },
         act_order: false,
         damp: 0.01,
@@ -169,6 +171,7 @@ fn a_linear_weight_with_the_wrong_rank_is_an_error_not_a_panic() {
             bits: 4,
             group_size: Some(32),
             symmetric: true,
+            grid: GridKind::IntegerZero,
         },
         act_order: false,
         damp: 0.01,
