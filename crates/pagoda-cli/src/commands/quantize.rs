@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
 use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::offline::{gguf_grid, quantize_model, Method, OfflineOptions};
+use pagoda_compress::quantize::sequential::quantize_model_sequential;
 use pagoda_compress::quantize::write::write_gguf;
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
@@ -62,6 +63,11 @@ pub struct QuantizeArgs {
     /// Most calibration windows to run.
     #[arg(long, default_value_t = 16)]
     pub max_windows: usize,
+    /// GPTQ/AWQ: record every layer's statistics in one pass over the unquantized model
+    /// (all Hessians in memory at once) instead of layer by layer on the outputs of the
+    /// layers already quantized (the default, as GPTQ's and AWQ's references do).
+    #[arg(long)]
+    pub one_pass: bool,
 }
 
 /// Reads a calibration file: JSONL lines with "text" (or "prompt"/"content"), else plain text.
@@ -139,40 +145,58 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     }
     let gguf = GgufFile::open(&resolved.path)?;
     let started = Instant::now();
-    let calib = if method.needs_calibration() {
-        let text = match &args.calibration {
-            Some(p) => calibration_text(p)?,
-            None => DEFAULT_CALIBRATION.to_string(),
-        };
-        let tokens = source.tokenizer.encode(&text, true)?;
-        let model = Model::from_source(&source)?;
-        let windows = tokens
-            .len()
-            .div_ceil(args.window.max(1))
-            .min(args.max_windows);
-        let pb = bar(windows, "calibration");
-        let stats = calibrate(&model, &tokens, args.window, args.max_windows, |d, _| {
-            pb.set_position(d as u64)
-        })?;
-        pb.finish_and_clear();
-        eprintln!(
-            "calibration: {} tokens, {} input sites",
-            stats.tokens,
-            stats.sites.len()
-        );
-        Some(stats)
-    } else {
-        None
+    let text = match &args.calibration {
+        Some(p) => calibration_text(p)?,
+        None => DEFAULT_CALIBRATION.to_string(),
     };
-    let pb = bar(source.config.n_layers, "layers");
-    let (weights, report) = quantize_model(
-        &source.weights,
-        &source.config,
-        calib.as_ref(),
-        &opts,
-        |d, _| pb.set_position(d as u64),
-    )?;
-    pb.finish_and_clear();
+    let (weights, report) = if method.needs_calibration() && !args.one_pass {
+        let tokens = source.tokenizer.encode(&text, true)?;
+        let pb = bar(source.config.n_layers, "layers");
+        let (weights, report, used) = quantize_model_sequential(
+            &source.weights,
+            &source.config,
+            &tokens,
+            args.window,
+            args.max_windows,
+            &opts,
+            |d, _| pb.set_position(d as u64),
+        )?;
+        pb.finish_and_clear();
+        eprintln!("calibration: {used} tokens, layer by layer");
+        (weights, report)
+    } else {
+        let calib = if method.needs_calibration() {
+            let tokens = source.tokenizer.encode(&text, true)?;
+            let model = Model::from_source(&source)?;
+            let windows = tokens
+                .len()
+                .div_ceil(args.window.max(1))
+                .min(args.max_windows);
+            let pb = bar(windows, "calibration");
+            let stats = calibrate(&model, &tokens, args.window, args.max_windows, |d, _| {
+                pb.set_position(d as u64)
+            })?;
+            pb.finish_and_clear();
+            eprintln!(
+                "calibration: {} tokens, {} input sites, one pass",
+                stats.tokens,
+                stats.sites.len()
+            );
+            Some(stats)
+        } else {
+            None
+        };
+        let pb = bar(source.config.n_layers, "layers");
+        let out = quantize_model(
+            &source.weights,
+            &source.config,
+            calib.as_ref(),
+            &opts,
+            |d, _| pb.set_position(d as u64),
+        )?;
+        pb.finish_and_clear();
+        out
+    };
     let note = format!(
         "{} {}-bit group {} {}",
         method.as_str(),

@@ -193,8 +193,30 @@ pub fn quantize_model(
     opts: &OfflineOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<(Weights, OfflineReport), CompressError> {
+    check_options(cfg, calib.is_some(), opts)?;
+    let mut report = OfflineReport {
+        bytes_before: weights.n_bytes(),
+        ..OfflineReport::default()
+    };
+    let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
+    for layer in 0..cfg.n_layers {
+        quantize_layer(weights, layer, calib, opts, &mut report, &mut replaced)?;
+        progress(layer + 1, cfg.n_layers);
+    }
+    let out = merge_weights(weights, replaced)?;
+    report.bytes_after = out.n_bytes();
+    Ok((out, report))
+}
+
+/// Checks `opts` against the model before any work: the GGUF type exists, calibration is
+/// there when the method needs it, AWQ is not asked of Gemma 3.
+pub(crate) fn check_options(
+    cfg: &ModelConfig,
+    has_calibration: bool,
+    opts: &OfflineOptions,
+) -> Result<GgmlType, CompressError> {
     let ty = opts.gguf_type()?;
-    if opts.method.needs_calibration() && calib.is_none() {
+    if opts.method.needs_calibration() && !has_calibration {
         return Err(CompressError::InvalidInput(format!(
             "{} needs calibration data; give --calibration FILE or use --method rtn",
             opts.method.as_str()
@@ -206,12 +228,35 @@ pub fn quantize_model(
                 .into(),
         ));
     }
-    let mut report = OfflineReport {
-        bytes_before: weights.n_bytes(),
-        ..OfflineReport::default()
-    };
-    let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
-    for layer in 0..cfg.n_layers {
+    Ok(ty)
+}
+
+/// `weights` with the tensors of `replaced` in place of their originals (same order).
+pub(crate) fn merge_weights(
+    weights: &Weights,
+    mut replaced: BTreeMap<String, TensorView>,
+) -> Result<Weights, CompressError> {
+    let mut out = Weights::new();
+    for v in weights.iter() {
+        let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
+        out.insert(view).map_err(CompressError::InvalidInput)?;
+    }
+    Ok(out)
+}
+
+/// Quantizes layer `layer`'s linear weights of `weights` with `opts` (and folds AWQ scales),
+/// adding the new tensors to `replaced` and the outcomes to `report`. `calib` must hold the
+/// statistics of this layer's sites when the method needs calibration.
+pub(crate) fn quantize_layer(
+    weights: &Weights,
+    layer: usize,
+    calib: Option<&CalibrationStats>,
+    opts: &OfflineOptions,
+    report: &mut OfflineReport,
+    replaced: &mut BTreeMap<String, TensorView>,
+) -> Result<(), CompressError> {
+    let ty = opts.gguf_type()?;
+    {
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         // The layer's tensors in f32, modified in place by AWQ folding, then quantized.
         let mut work: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
@@ -385,15 +430,8 @@ pub fn quantize_model(
             }
         }
         report.matrices.extend(outcomes.into_values());
-        progress(layer + 1, cfg.n_layers);
     }
-    let mut out = Weights::new();
-    for v in weights.iter() {
-        let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
-        out.insert(view).map_err(CompressError::InvalidInput)?;
-    }
-    report.bytes_after = out.n_bytes();
-    Ok((out, report))
+    Ok(())
 }
 
 fn missing_stats(name: &str) -> CompressError {
