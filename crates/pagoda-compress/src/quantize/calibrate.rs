@@ -2,8 +2,11 @@
 //! share an input (Q/K/V, gate/up, O, down: a *site*), the statistics GPTQ and AWQ need —
 //! the inputs' [`Hessian`] (`2/n · XᵀX`) and their per-channel mean absolute value.
 //!
-//! Statistics come from the unquantized model in one pass over windows of the calibration
-//! tokens (each window a fresh sequence, as GPTQ's reference samples random windows).
+//! [`calibrate`] takes them from the unquantized model in one pass over windows of the
+//! calibration tokens (each window a fresh sequence, as GPTQ's reference samples random
+//! windows), every site's Hessian in memory at once (`pagoda quantize --one-pass`); the
+//! default is [`sequential`](super::sequential), which records one layer at a time with the
+//! same [`Recorder`] on the outputs of the layers already quantized.
 //!
 //! Invariants: every site's Hessian has seen the same rows (`rows`), its mean absolute values
 //! are over those rows; a site is keyed by its first weight's name, and lists every weight it

@@ -11,6 +11,8 @@
 //! `[total_rows, hidden]` batch, every linear layer runs once over all rows, and only RoPE, the
 //! K/V writes and attention go per sequence, through its block table into a [`PagedKvCache`].
 //! [`Model::forward`] is the one-segment case over a single-sequence [`KvCache`].
+//! [`Model::embed`] and [`Model::forward_layer`] run the same stack one decoder layer at a
+//! time over one fresh sequence (layer-wise calibration of offline quantization).
 //!
 //! Invariants: input is validated before anything is written (empty batch or segment, token
 //! outside the vocabulary, block table too short or naming a block the cache lacks, positions
