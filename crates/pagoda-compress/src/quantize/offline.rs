@@ -5,7 +5,8 @@
 //! size is a multiple of 32 and groups are contiguous (no act-order): 4-bit symmetric →
 //! Q4_0 (`d · (q − 8)`), 4-bit asymmetric → Q4_1 (`d · q + m`, `m = −d · zero`), 8-bit
 //! symmetric → Q8_0 (`d · (q − 128)`); the only change is the scale (and Q4_1's minimum)
-//! rounded to f16, as the formats store them (relative error ≤ 2⁻¹¹).
+//! rounded to f16, as the formats store them (relative error ≤ 2⁻¹¹). Q4_1 takes either grid
+//! kind; [`gguf_grid`] picks [`GridKind::FloatMin`] for it (already f16: exact).
 //!
 //! Which tensors: the attention (Q, K, V, O) and MLP (gate, up, down) weights of every layer;
 //! embeddings, the output head and norms stay as they are (as GPTQ and AWQ checkpoints do).
