@@ -15,11 +15,14 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
-use pagoda_compress::quantize::grid::GroupSpec;
+use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::hf_write::{
     partial_path, quantize_for_hf, write_hf_folder, ExportSource, HfExport,
 };
-use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions, OutputFormat};
+use pagoda_compress::quantize::offline::{
+    gguf_grid, quantize_model_with, Calibration, Method, OfflineOptions, OutputFormat,
+};
+use pagoda_compress::quantize::sequential::SequentialCalibration;
 use pagoda_compress::quantize::write::write_gguf;
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
@@ -60,6 +63,11 @@ pub struct QuantizeArgs {
     /// Symmetric grid (zero point in the middle); the default is asymmetric for 4 bits.
     #[arg(long)]
     pub sym: bool,
+    /// GGUF 4-bit asymmetric: GPTQ/AWQ's integer zero point instead of the default float
+    /// minimum per group, which Q4_1 blocks hold exactly (GPTQ/AWQ folders always use the
+    /// integer zero point).
+    #[arg(long)]
+    pub int_zero: bool,
     /// GPTQ: quantize columns by decreasing Hessian diagonal (kept exactly in --format gptq
     /// through g_idx; GGUF blocks cannot hold it).
     #[arg(long)]
@@ -77,6 +85,11 @@ pub struct QuantizeArgs {
     /// Most calibration windows to run.
     #[arg(long, default_value_t = 16)]
     pub max_windows: usize,
+    /// GPTQ/AWQ: record every layer's statistics in one pass over the unquantized model
+    /// (all Hessians in memory at once) instead of layer by layer on the outputs of the
+    /// layers already quantized (the default, as GPTQ's and AWQ's references do).
+    #[arg(long)]
+    pub one_pass: bool,
 }
 
 /// Reads a calibration file: JSONL lines with "text" (or "prompt"/"content"), else plain text.
@@ -153,18 +166,24 @@ fn output_format(args: &QuantizeArgs, method: Method) -> anyhow::Result<OutputFo
 /// Runs `pagoda quantize`.
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let method: Method = args.method.parse()?;
+    let format = output_format(&args, method)?;
+    let grid = if format != OutputFormat::Gguf || args.int_zero {
+        GridKind::IntegerZero
+    } else {
+        gguf_grid(args.bits, args.sym)
+    };
     let opts = OfflineOptions {
         method,
         spec: GroupSpec {
             bits: args.bits,
             group_size: (args.group_size > 0).then_some(args.group_size),
             symmetric: args.sym,
+            grid,
         },
         act_order: args.act_order,
         damp: args.damp,
         awq_grid: 20,
     };
-    let format = output_format(&args, method)?;
     let ty = opts.output_type(format)?;
     let partial = partial_path(&args.output);
     if args.output.exists() && !args.force {
@@ -187,12 +206,16 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         );
     }
     let started = Instant::now();
-    let calib = if method.needs_calibration() {
+    let tokens = if method.needs_calibration() {
         let text = match &args.calibration {
             Some(p) => calibration_text(p)?,
             None => DEFAULT_CALIBRATION.to_string(),
         };
-        let tokens = source.tokenizer.encode(&text, true)?;
+        source.tokenizer.encode(&text, true)?
+    } else {
+        Vec::new()
+    };
+    let one_pass_stats = if method.needs_calibration() && args.one_pass {
         let model = Model::from_source(&source)?;
         let windows = tokens
             .len()
@@ -204,7 +227,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         })?;
         pb.finish_and_clear();
         eprintln!(
-            "calibration: {} tokens, {} input sites",
+            "calibration: {} tokens, {} input sites, one pass",
             stats.tokens,
             stats.sites.len()
         );
@@ -212,24 +235,34 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let calib = match (&one_pass_stats, method.needs_calibration()) {
+        (Some(stats), _) => Calibration::OnePass(stats),
+        (None, true) => Calibration::Sequential(SequentialCalibration {
+            tokens: &tokens,
+            window: args.window,
+            max_windows: args.max_windows,
+        }),
+        (None, false) => Calibration::None,
+    };
     let pb = bar(source.config.n_layers, "layers");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let (report, written, what) = if format == OutputFormat::Gguf {
         let gguf = GgufFile::open(&resolved.path)?;
-        let (weights, report) = quantize_model(
-            &source.weights,
-            &source.config,
-            calib.as_ref(),
-            &opts,
-            |d, _| pb.set_position(d as u64),
-        )?;
+        let (weights, report) =
+            quantize_model_with(&source.weights, &source.config, &calib, &opts, |d, _| {
+                pb.set_position(d as u64)
+            })?;
         pb.finish_and_clear();
         let note = format!(
             "{} {}-bit group {} {}",
             method.as_str(),
             args.bits,
             args.group_size,
-            if args.sym { "sym" } else { "asym" }
+            match (args.sym, opts.spec.grid) {
+                (true, _) => "sym",
+                (false, GridKind::FloatMin) => "asym float-min",
+                (false, GridKind::IntegerZero) => "asym int-zero",
+            }
         );
         let written = write_gguf(&gguf, &weights, ty, &note, &args.output)?;
         (report, written, format!("{ty}"))
@@ -237,7 +270,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         let quantized = quantize_for_hf(
             &source.weights,
             &source.config,
-            calib.as_ref(),
+            &calib,
             &opts,
             format,
             from_gguf,
@@ -284,6 +317,9 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         )
     };
     debug_assert!(!partial.exists());
+    if let Some(used) = report.calibration_tokens {
+        eprintln!("calibration: {used} tokens, layer by layer");
+    }
     eprintln!(
         "quantized {} matrices to {what} with {} in {:.1} s: weights {:.1} MiB -> {:.1} MiB; \
          wrote {} ({:.1} MiB)",

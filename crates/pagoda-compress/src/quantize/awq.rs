@@ -13,6 +13,8 @@
 //! `W · diag(scales)`, not `W`.
 
 use super::gptq::Hessian;
+#[cfg(test)]
+use super::grid::GridKind;
 use super::grid::{check_shape, rtn, GroupQuantized, GroupSpec};
 use crate::CompressError;
 
@@ -165,6 +167,7 @@ mod tests {
             bits: 4,
             group_size: Some(32),
             symmetric: false,
+            grid: GridKind::IntegerZero,
         };
         let r = awq_search(&w, rows, cols, &m, &h, spec, 20).unwrap();
         let plain = rtn(&w, rows, cols, spec).unwrap();
@@ -191,6 +194,7 @@ mod tests {
             bits: 4,
             group_size: None,
             symmetric: false,
+            grid: GridKind::IntegerZero,
         };
         assert!(awq_search(&w, 2, 32, &m[..31], &h, spec, 4).is_err());
         let empty = Hessian::new(32);

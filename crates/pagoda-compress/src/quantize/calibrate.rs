@@ -2,8 +2,11 @@
 //! share an input (Q/K/V, gate/up, O, down: a *site*), the statistics GPTQ and AWQ need —
 //! the inputs' [`Hessian`] (`2/n · XᵀX`) and their per-channel mean absolute value.
 //!
-//! Statistics come from the unquantized model in one pass over windows of the calibration
-//! tokens (each window a fresh sequence, as GPTQ's reference samples random windows).
+//! [`calibrate`] takes them from the unquantized model in one pass over windows of the
+//! calibration tokens (each window a fresh sequence, as GPTQ's reference samples random
+//! windows), every site's Hessian in memory at once (`pagoda quantize --one-pass`); the
+//! default is [`sequential`](super::sequential), which records one layer at a time with the
+//! same [`Recorder`] on the outputs of the layers already quantized.
 //!
 //! Invariants: every site's Hessian has seen the same rows (`rows`), its mean absolute values
 //! are over those rows; a site is keyed by its first weight's name, and lists every weight it
@@ -54,8 +57,28 @@ impl CalibrationStats {
 
 /// The observer that accumulates [`SiteStats`].
 #[derive(Default)]
-struct Recorder {
+pub(crate) struct Recorder {
     sites: Mutex<BTreeMap<String, SiteStats>>,
+}
+
+impl Recorder {
+    /// The statistics recorded, means taken (the recorder must no longer be shared).
+    pub(crate) fn finish(
+        recorder: Arc<Recorder>,
+    ) -> Result<BTreeMap<String, SiteStats>, CompressError> {
+        let recorder = Arc::try_unwrap(recorder).map_err(|_| {
+            CompressError::InvalidInput("the calibration observer is still in use".into())
+        })?;
+        let mut sites = recorder
+            .sites
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        for site in sites.values_mut() {
+            let rows = site.hessian.samples.max(1) as f64;
+            site.absmean = site.abssum.iter().map(|s| (s / rows) as f32).collect();
+        }
+        Ok(sites)
+    }
 }
 
 impl LinearObserver for Recorder {
@@ -90,15 +113,14 @@ impl LinearObserver for Recorder {
     }
 }
 
-/// Runs up to `max_windows` windows of `window` tokens of `tokens` through `model` and
-/// returns every site's statistics. `progress(done, total)` is called after each window.
-pub fn calibrate(
+/// `tokens` cut into up to `max_windows` windows of `window` tokens (at most the context), or
+/// why the text is too short.
+pub(crate) fn calibration_windows<'a>(
     model: &Model,
-    tokens: &[u32],
+    tokens: &'a [u32],
     window: usize,
     max_windows: usize,
-    mut progress: impl FnMut(usize, usize),
-) -> Result<CalibrationStats, CompressError> {
+) -> Result<Vec<&'a [u32]>, CompressError> {
     let window = window.min(model.config().context_length).max(1);
     if tokens.len() < window.min(64) || tokens.is_empty() {
         return Err(CompressError::InvalidInput(format!(
@@ -108,7 +130,20 @@ pub fn calibrate(
             window.min(64)
         )));
     }
-    let windows: Vec<&[u32]> = tokens.chunks(window).take(max_windows.max(1)).collect();
+    Ok(tokens.chunks(window).take(max_windows.max(1)).collect())
+}
+
+/// Runs up to `max_windows` windows of `window` tokens of `tokens` through `model` and
+/// returns every site's statistics. `progress(done, total)` is called after each window.
+pub fn calibrate(
+    model: &Model,
+    tokens: &[u32],
+    window: usize,
+    max_windows: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<CalibrationStats, CompressError> {
+    let windows = calibration_windows(model, tokens, window, max_windows)?;
+    let window = windows.iter().map(|w| w.len()).max().unwrap_or(1);
     let recorder = Arc::new(Recorder::default());
     let mut cache = model.new_cache(window);
     cache.set_observer(Some(recorder.clone()));
@@ -121,17 +156,7 @@ pub fn calibrate(
     }
     cache.set_observer(None);
     drop(cache);
-    let recorder = Arc::try_unwrap(recorder).map_err(|_| {
-        CompressError::InvalidInput("the calibration observer is still in use".into())
-    })?;
-    let mut sites = recorder
-        .sites
-        .into_inner()
-        .unwrap_or_else(PoisonError::into_inner);
-    for site in sites.values_mut() {
-        let rows = site.hessian.samples.max(1) as f64;
-        site.absmean = site.abssum.iter().map(|s| (s / rows) as f32).collect();
-    }
+    let sites = Recorder::finish(recorder)?;
     Ok(CalibrationStats {
         sites,
         tokens: used,

@@ -21,7 +21,7 @@
 
 use rayon::prelude::*;
 
-use super::grid::{check_shape, Grid, GroupQuantized, GroupSpec};
+use super::grid::{check_shape, Grid, GridKind, GroupQuantized, GroupSpec};
 use super::linalg::{gemm_f32, inverse_upper_cholesky, MatRef};
 use crate::CompressError;
 
@@ -122,6 +122,7 @@ impl Default for GptqOptions {
                 bits: 4,
                 group_size: Some(128),
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             },
             act_order: false,
             damp: 0.01,
@@ -251,7 +252,8 @@ pub fn gptq_with_factor(
         Grid {
             scale: 0.0,
             zero: 0.0,
-            maxq: spec.maxq()
+            maxq: spec.maxq(),
+            kind: spec.grid,
         };
         rows * groups
     ];
@@ -268,7 +270,7 @@ pub fn gptq_with_factor(
                 for i in b0..b1 {
                     if i % gs == 0 {
                         let end = (i + gs).min(cols);
-                        grid_row[i / gs] = Grid::fit(&row[i..end], spec.bits, spec.symmetric);
+                        grid_row[i / gs] = Grid::fit(&row[i..end], &spec);
                     }
                     let grid = grid_row[i / gs];
                     let q = grid.code(row[i]);
@@ -322,6 +324,53 @@ pub fn gptq_with_factor(
         }
     }
     Ok(out)
+}
+
+/// Debugging aid for comparing against a reference GPTQ (scripts/reference/gptq_layer_check.py):
+/// when `PAGODA_GPTQ_DUMP_DIR` is set and `name` is listed in `PAGODA_GPTQ_DUMP` (comma-separated
+/// tensor names), writes `name.{W.f32,H.f64,Q.f32,json}` there — the weights, the site's Hessian
+/// and the quantized weights, little-endian, row-major. Failing to write is logged, never fatal.
+pub fn dump_for_reference(
+    name: &str,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    hessian: &Hessian,
+    q: &GroupQuantized,
+    opts: &GptqOptions,
+) {
+    let Some(dir) = std::env::var_os("PAGODA_GPTQ_DUMP_DIR") else {
+        return;
+    };
+    let wanted = std::env::var("PAGODA_GPTQ_DUMP").unwrap_or_default();
+    if !wanted.split(',').any(|n| n.trim() == name) {
+        return;
+    }
+    let dir = std::path::PathBuf::from(dir);
+    let le32 = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let h: Vec<u8> = hessian.h.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let meta = format!(
+        "{{\"name\":\"{name}\",\"rows\":{rows},\"cols\":{cols},\"samples\":{},\"bits\":{},\
+         \"group_size\":{},\"sym\":{},\"act_order\":{},\"damp\":{}}}\n",
+        hessian.samples,
+        opts.spec.bits,
+        opts.spec.group_size.map_or(-1, |g| g as i64),
+        opts.spec.symmetric,
+        opts.act_order,
+        opts.damp
+    );
+    let files = [
+        ("W.f32", le32(w)),
+        ("H.f64", h),
+        ("Q.f32", le32(&q.dequantize())),
+        ("json", meta.into_bytes()),
+    ];
+    for (ext, bytes) in files {
+        let path = dir.join(format!("{name}.{ext}"));
+        if let Err(e) = std::fs::write(&path, bytes) {
+            tracing::warn!(path = %path.display(), error = %e, "GPTQ dump failed");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -388,6 +437,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             };
             let opts = GptqOptions {
                 spec,
@@ -417,6 +467,7 @@ mod tests {
                 bits: 4,
                 group_size: Some(16),
                 symmetric: true,
+                grid: GridKind::IntegerZero,
             },
             act_order: true,
             damp: 0.01,
@@ -462,6 +513,76 @@ mod tests {
         let mut h = Hessian::new(16);
         h.add(&[1.0; 16]).unwrap();
         assert!(gptq(&w, 2, 32, &h, &GptqOptions::default()).is_err());
+    }
+
+    /// AutoGPTQ 0.7.1's `GPTQ.fasterquant` on a random W and H (tests/golden/gptq_fasterquant.json,
+    /// made by `scripts/reference/gptq_layer_check.py golden`): same quantized weights (up to
+    /// a rare code flipped by float rounding), same g_idx, same output error.
+    #[test]
+    fn matches_autogptq_fasterquant_golden() {
+        let golden: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../../tests/golden/gptq_fasterquant.json"
+        ))
+        .unwrap();
+        let num = |v: &serde_json::Value| v.as_f64().unwrap();
+        let (rows, cols) = (
+            golden["rows"].as_u64().unwrap() as usize,
+            golden["cols"].as_u64().unwrap() as usize,
+        );
+        let w: Vec<f32> = golden["w"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| num(v) as f32)
+            .collect();
+        let hessian = Hessian {
+            cols,
+            h: golden["h"].as_array().unwrap().iter().map(num).collect(),
+            samples: golden["samples"].as_u64().unwrap() as usize,
+        };
+        for case in golden["cases"].as_array().unwrap() {
+            let gs = case["group_size"].as_i64().unwrap();
+            let opts = GptqOptions {
+                spec: GroupSpec {
+                    bits: case["bits"].as_u64().unwrap() as u8,
+                    group_size: (gs > 0).then_some(gs as usize),
+                    symmetric: case["sym"].as_bool().unwrap(),
+                    grid: GridKind::IntegerZero,
+                },
+                act_order: case["act_order"].as_bool().unwrap(),
+                damp: num(&case["damp"]),
+            };
+            let q = gptq(&w, rows, cols, &hessian, &opts).unwrap();
+            let mine = q.dequantize();
+            let want: Vec<f32> = case["q"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| num(v) as f32)
+                .collect();
+            let differ = mine
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| (*a - *b).abs() > 1e-4 * (1.0 + b.abs()))
+                .count();
+            assert!(
+                differ * 100 <= mine.len(),
+                "{opts:?}: {differ} of {} weights differ from AutoGPTQ's",
+                mine.len()
+            );
+            let g_idx: Vec<u32> = case["g_idx"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            assert_eq!(q.g_idx, g_idx, "{opts:?}");
+            let (e, e_ref) = (hessian.output_error(&w, &mine), num(&case["error"]));
+            assert!(
+                (e - e_ref).abs() <= 0.02 * e_ref,
+                "{opts:?}: output error {e} vs AutoGPTQ's {e_ref}"
+            );
+        }
     }
 
     impl GptqOptions {

@@ -1,19 +1,39 @@
-//! Integer grids for group-wise weight quantization, and the quantized matrix they produce.
+//! Grids for group-wise weight quantization, and the quantized matrix they produce.
 //!
-//! A grid maps a real value `w` to an integer code `q = clamp(round(w / scale) + zero, 0,
-//! maxq)` with `maxq = 2^bits - 1`, and back to `scale * (q - zero)`. Asymmetric grids span
-//! `[min, max]` of the values they cover (always including 0, as GPTQ's reference does);
-//! symmetric grids span `[-absmax, absmax]` with the zero point fixed in the middle
-//! (`(maxq + 1) / 2`).
+//! A grid maps a real value `w` to a code `q ∈ [0, maxq]` (`maxq = 2^bits - 1`) and back to
+//! `scale * (q - zero)`. Two kinds ([`GridKind`]), chosen by the format the codes go to:
+//! - [`GridKind::IntegerZero`] (GPTQ's and AWQ's checkpoints, Q4_0, Q8_0): `zero` is an integer
+//!   code, `q = clamp(round(w / scale) + zero, 0, maxq)`. Asymmetric grids span `[min, max]`
+//!   of the values they cover, always including 0 (as GPTQ's reference does); symmetric grids
+//!   span `[-absmax, absmax]` with the zero point fixed in the middle (`(maxq + 1) / 2`).
+//! - [`GridKind::FloatMin`] (Q4_1's `d · q + m`): asymmetric, the grid starts at the group's
+//!   minimum (0 need not be on it), `m` = the minimum rounded to f16 and `d = (max − m) / maxq`
+//!   rounded to f16, exactly what a Q4_1 block can hold; `q = clamp(round((w − m) / d), 0,
+//!   maxq)`. `zero` is then `−m / d`, a real number in code units (a constant group gets the
+//!   smallest positive f16 step, so `zero` stays finite and code 0 is still `m`).
 //!
 //! [`GroupQuantized`] holds one matrix: codes row-major `[rows, cols]`, one (scale, zero) per
 //! (row, group), and the group of every input column (`g_idx`, GPTQ's name): consecutive
 //! columns share a group unless act-order permuted them.
 //!
-//! Invariants: `1 <= bits <= 8`; every code is `<= maxq`; `scales.len() == zeros.len() ==
-//! rows * groups`; `g_idx.len() == cols` and every entry `< groups`.
+//! Invariants: `2 <= bits <= 8`; every code is `<= maxq`; `scales.len() == zeros.len() ==
+//! rows * groups`; `g_idx.len() == cols` and every entry `< groups`; an `IntegerZero` grid's
+//! zeros are integers in `[0, maxq]`; a `FloatMin` spec is asymmetric, its scales and
+//! `−scale · zero` are f16 values.
+
+use half::f16;
 
 use crate::CompressError;
+
+/// Where a grid's zero sits (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GridKind {
+    /// An integer zero-point code: GPTQ/AWQ checkpoints (`qzeros`), Q4_0, Q8_0.
+    #[default]
+    IntegerZero,
+    /// A float minimum (f16) and an f16 step: Q4_1 blocks. Asymmetric only.
+    FloatMin,
+}
 
 /// How a matrix is quantized: bits per weight, columns per group, grid shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +42,8 @@ pub struct GroupSpec {
     /// Columns per group; `None` = one group per row (per-channel).
     pub group_size: Option<usize>,
     pub symmetric: bool,
+    /// Integer zero point or float minimum; pick it from the output format.
+    pub grid: GridKind,
 }
 
 impl GroupSpec {
@@ -32,6 +54,13 @@ impl GroupSpec {
                 "{} bits is not supported: use 2 to 8 (4 or 8 for GGUF/GPTQ/AWQ output)",
                 self.bits
             )));
+        }
+        if self.grid == GridKind::FloatMin && self.symmetric {
+            return Err(CompressError::InvalidInput(
+                "a float-minimum grid (Q4_1) is asymmetric; drop --sym, or use the integer \
+                 zero-point grid"
+                    .into(),
+            ));
         }
         if let Some(g) = self.group_size {
             if g == 0 || !cols.is_multiple_of(g) {
@@ -58,20 +87,45 @@ impl GroupSpec {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Grid {
     pub scale: f32,
+    /// In code units; an integer for [`GridKind::IntegerZero`].
     pub zero: f32,
     pub maxq: u32,
+    pub kind: GridKind,
 }
 
 impl Grid {
-    /// The min/max grid of `values` (GPTQ's `find_params` rule).
-    pub fn fit(values: &[f32], bits: u8, symmetric: bool) -> Grid {
-        let maxq = (1u32 << bits) - 1;
+    /// The grid of `values` under `spec`: GPTQ's `find_params` min/max rule for integer zero
+    /// points, Q4_1's f16 minimum and step for float minima.
+    pub fn fit(values: &[f32], spec: &GroupSpec) -> Grid {
+        let maxq = spec.maxq();
+        if spec.grid == GridKind::FloatMin {
+            let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
+            for &v in values {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+            if !(lo.is_finite() && hi.is_finite()) {
+                (lo, hi) = (0.0, 0.0);
+            }
+            let m = f16::from_f32(lo).to_f32();
+            // A constant group gets the smallest f16 step rather than 0, so `zero` stays finite
+            // and code 0 is still `m`.
+            let scale = f16::from_f32((hi - m) / maxq as f32)
+                .to_f32()
+                .max(f16::from_bits(1).to_f32());
+            return Grid {
+                scale,
+                zero: -m / scale,
+                maxq,
+                kind: GridKind::FloatMin,
+            };
+        }
         let (mut lo, mut hi) = (0.0f32, 0.0f32);
         for &v in values {
             lo = lo.min(v);
             hi = hi.max(v);
         }
-        if symmetric {
+        if spec.symmetric {
             let m = hi.max(-lo);
             lo = -m;
             hi = m;
@@ -81,17 +135,32 @@ impl Grid {
             hi = 1.0;
         }
         let scale = (hi - lo) / maxq as f32;
-        let zero = if symmetric {
+        let zero = if spec.symmetric {
             (maxq as f32 + 1.0) / 2.0
         } else {
             (-lo / scale).round()
         };
-        Grid { scale, zero, maxq }
+        Grid {
+            scale,
+            zero,
+            maxq,
+            kind: GridKind::IntegerZero,
+        }
+    }
+
+    /// The value of code 0 (`m` of a Q4_1 block).
+    #[inline]
+    pub fn min(&self) -> f32 {
+        -self.scale * self.zero
     }
 
     #[inline]
     pub fn code(&self, w: f32) -> u8 {
-        ((w / self.scale).round() + self.zero).clamp(0.0, self.maxq as f32) as u8
+        let q = match self.kind {
+            GridKind::IntegerZero => (w / self.scale).round() + self.zero,
+            GridKind::FloatMin => (w / self.scale + self.zero).round(),
+        };
+        q.clamp(0.0, self.maxq as f32) as u8
     }
 
     #[inline]
@@ -134,6 +203,7 @@ impl GroupQuantized {
             scale: self.scales[i],
             zero: self.zeros[i],
             maxq: self.spec.maxq(),
+            kind: self.spec.grid,
         }
     }
 
@@ -174,7 +244,7 @@ pub fn rtn(
         for g in 0..groups {
             let (c0, c1) = (g * gs, ((g + 1) * gs).min(cols));
             let row = &w[r * cols + c0..r * cols + c1];
-            let grid = Grid::fit(row, spec.bits, spec.symmetric);
+            let grid = Grid::fit(row, &spec);
             q.scales[r * groups + g] = grid.scale;
             q.zeros[r * groups + g] = grid.zero;
             for (c, &v) in (c0..c1).zip(row) {
@@ -200,10 +270,19 @@ pub(crate) fn check_shape(w: &[f32], rows: usize, cols: usize) -> Result<(), Com
 mod tests {
     use super::*;
 
+    fn spec_of(bits: u8, symmetric: bool) -> GroupSpec {
+        GroupSpec {
+            bits,
+            group_size: None,
+            symmetric,
+            grid: GridKind::IntegerZero,
+        }
+    }
+
     #[test]
     fn asymmetric_grid_covers_min_and_max_within_half_a_step() {
         let v = [-0.7f32, -0.1, 0.0, 0.3, 1.3];
-        let g = Grid::fit(&v, 4, false);
+        let g = Grid::fit(&v, &spec_of(4, false));
         for &x in &v {
             assert!((g.snap(x) - x).abs() <= g.scale / 2.0 + 1e-6, "{x}");
         }
@@ -211,14 +290,14 @@ mod tests {
 
     #[test]
     fn symmetric_grid_is_centred() {
-        let g = Grid::fit(&[-2.0, 1.0], 4, true);
+        let g = Grid::fit(&[-2.0, 1.0], &spec_of(4, true));
         assert_eq!(g.zero, 8.0);
         assert!((g.snap(0.0)).abs() < 1e-7);
     }
 
     #[test]
     fn all_zero_groups_do_not_divide_by_zero() {
-        let g = Grid::fit(&[0.0; 8], 4, false);
+        let g = Grid::fit(&[0.0; 8], &spec_of(4, false));
         assert!(g.scale.is_finite() && g.scale > 0.0);
         assert_eq!(g.snap(0.0), 0.0);
     }
@@ -233,6 +312,7 @@ mod tests {
             bits: 4,
             group_size: Some(32),
             symmetric: false,
+            grid: GridKind::IntegerZero,
         };
         let q = rtn(&w, rows, cols, spec).unwrap();
         let d = q.dequantize();
@@ -245,11 +325,49 @@ mod tests {
     }
 
     #[test]
+    fn float_min_grid_spans_min_to_max_with_f16_step_and_minimum() {
+        let spec = GroupSpec {
+            bits: 4,
+            group_size: Some(32),
+            symmetric: false,
+            grid: GridKind::FloatMin,
+        };
+        // All positive: an integer zero point would have to put 0 on the grid.
+        let v: Vec<f32> = (0..32).map(|i| 0.3 + i as f32 * 0.0137).collect();
+        let g = Grid::fit(&v, &spec);
+        assert_eq!(f16::from_f32(g.scale).to_f32(), g.scale);
+        assert_eq!(f16::from_f32(g.min()).to_f32(), g.min());
+        assert!((g.value(0) - 0.3).abs() < 1e-3 && (g.value(15) - v[31]).abs() < 1e-3);
+        let int = Grid::fit(
+            &v,
+            &GroupSpec {
+                grid: GridKind::IntegerZero,
+                ..spec
+            },
+        );
+        let worst = |g: &Grid| v.iter().map(|&x| (g.snap(x) - x).abs()).fold(0.0, f32::max);
+        assert!(worst(&g) <= g.scale / 2.0 + 1e-6);
+        assert!(worst(&g) < worst(&int), "{} vs {}", worst(&g), worst(&int));
+        // A constant group is exact and finite.
+        let c = Grid::fit(&[0.25; 32], &spec);
+        assert!(c.zero.is_finite());
+        assert_eq!(c.snap(0.25), 0.25);
+        // Symmetric float-minimum grids do not exist.
+        assert!(GroupSpec {
+            symmetric: true,
+            ..spec
+        }
+        .validate(32)
+        .is_err());
+    }
+
+    #[test]
     fn bad_specs_are_refused_with_a_way_out() {
         let spec = |bits, g| GroupSpec {
             bits,
             group_size: g,
             symmetric: true,
+            grid: GridKind::IntegerZero,
         };
         assert!(spec(4, Some(48)).validate(64).is_err());
         assert!(spec(1, None).validate(64).is_err());

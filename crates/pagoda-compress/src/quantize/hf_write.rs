@@ -47,9 +47,10 @@ use pagoda_model::weights::Weights;
 use pagoda_model::{Architecture, ModelConfig, RopeScaling};
 use serde_json::{json, Map, Value};
 
-use super::calibrate::CalibrationStats;
 use super::grid::{GroupQuantized, GroupSpec};
-use super::offline::{quantize_layers, OfflineOptions, OfflineReport, OutputFormat, Quantized};
+use super::offline::{
+    quantize_layers, Calibration, OfflineOptions, OfflineReport, OutputFormat, Quantized,
+};
 use crate::CompressError;
 
 /// AutoAWQ's GEMM nibble order: nibble `p` of a word holds output column `8k + AWQ_ORDER[p]`.
@@ -282,7 +283,7 @@ pub struct HfQuantized {
 pub fn quantize_for_hf(
     weights: &Weights,
     cfg: &ModelConfig,
-    calib: Option<&CalibrationStats>,
+    calib: &Calibration<'_>,
     opts: &OfflineOptions,
     format: OutputFormat,
     from_gguf: bool,
@@ -787,7 +788,7 @@ fn write_tokenizer_files(e: &HfExport<'_>, dir: &Path) -> Result<(), CompressErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantize::grid::rtn;
+    use crate::quantize::grid::{rtn, GridKind};
 
     fn matrix(rows: usize, cols: usize) -> Vec<f32> {
         (0..rows * cols)
@@ -849,6 +850,7 @@ mod tests {
                 bits,
                 group_size: Some(32),
                 symmetric: sym,
+                grid: GridKind::IntegerZero,
             };
             let q = rtn(&matrix(rows, cols), rows, cols, spec).unwrap();
             let p = pack(&q, format, "t").unwrap();
@@ -865,6 +867,7 @@ mod tests {
             bits: 4,
             group_size: Some(32),
             symmetric: false,
+            grid: GridKind::IntegerZero,
         };
         let p = pack(&rtn(&w, 8, 32, spec).unwrap(), OutputFormat::Gptq, "t").unwrap();
         assert!(!p.v1_storable());
@@ -897,6 +900,7 @@ mod tests {
             bits: 4,
             group_size: None,
             symmetric: true,
+            grid: GridKind::IntegerZero,
         };
         let q = rtn(&matrix(4, 64), 4, 64, spec).unwrap();
         let e = pack(&q, OutputFormat::Awq, "blk.0.attn_q.weight").unwrap_err();

@@ -14,6 +14,8 @@
 //! - [`calibrate`] — runs calibration text through a model and records each linear input's
 //!   Hessian and channel magnitudes; [`offline`] — RTN/GPTQ/AWQ over a whole model into GGUF
 //!   blocks (Q4_0, Q4_1, Q8_0), with AWQ's scales folded into the preceding norm/projection;
+//!   [`sequential`] — the same, calibrated layer by layer on the outputs of the layers
+//!   already quantized (bounded memory: one layer's statistics at a time);
 //!   [`write`] — the result as a GGUF file (source metadata, atomic write).
 //!
 //! Invariants: a matrix is converted row by row (dequantize one row to f32, quantize it
@@ -36,6 +38,7 @@ mod linalg;
 pub mod offline;
 pub mod report;
 pub mod rules;
+pub mod sequential;
 pub mod target;
 pub mod write;
 

@@ -30,8 +30,9 @@ use pagoda_model::{Architecture, ModelConfig};
 
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
-use super::gptq::{gptq_with_factor, GptqFactor, GptqOptions};
-use super::grid::{rtn, GroupQuantized, GroupSpec};
+use super::gptq::{dump_for_reference, gptq_with_factor, GptqFactor, GptqOptions};
+use super::grid::{rtn, GridKind, GroupQuantized, GroupSpec};
+use super::sequential::{quantize_layers_sequential, SequentialCalibration};
 use crate::CompressError;
 
 /// The quantization algorithm.
@@ -119,6 +120,19 @@ pub struct OfflineOptions {
     pub awq_grid: usize,
 }
 
+/// The grid that suits a GGUF output of `bits` bits: Q4_1 (4-bit asymmetric) holds a float
+/// minimum per block, which [`GridKind::FloatMin`] uses in full (an integer zero point wastes
+/// up to half a step at the bottom of every group, and cannot reproduce a Q4_1 source);
+/// Q4_0 and Q8_0 are symmetric ([`GridKind::IntegerZero`] with a fixed zero). GPTQ/AWQ
+/// checkpoint layouts store integer zeros (`qzeros`) and need [`GridKind::IntegerZero`].
+pub fn gguf_grid(bits: u8, symmetric: bool) -> GridKind {
+    if bits == 4 && !symmetric {
+        GridKind::FloatMin
+    } else {
+        GridKind::IntegerZero
+    }
+}
+
 impl OfflineOptions {
     /// The block type the matrices have once written in `format` and loaded by Pagoda (for
     /// GGUF: the file's type; for GPTQ/AWQ: what `hf_quant` converts them to), or why the
@@ -129,6 +143,12 @@ impl OfflineOptions {
             OutputFormat::Gptq => "GPTQ",
             OutputFormat::Awq => "AWQ",
         };
+        if self.spec.grid == GridKind::FloatMin {
+            return Err(CompressError::InvalidInput(format!(
+                "{layout} output stores integer zero points (qzeros): quantize on the \
+                 integer-zero grid, not the float-minimum one"
+            )));
+        }
         if let Some(g) = self.spec.group_size {
             if g == 0 || g % 32 != 0 {
                 return Err(CompressError::InvalidInput(format!(
@@ -182,6 +202,17 @@ impl OfflineOptions {
                 )));
             }
         }
+        if self.spec.grid == GridKind::FloatMin && (self.spec.bits != 4 || self.spec.symmetric) {
+            return Err(CompressError::InvalidInput(format!(
+                "a float-minimum grid maps onto Q4_1 only (4-bit asymmetric), not {}-bit {}",
+                self.spec.bits,
+                if self.spec.symmetric {
+                    "symmetric"
+                } else {
+                    "asymmetric"
+                }
+            )));
+        }
         match (self.spec.bits, self.spec.symmetric) {
             (4, true) => Ok(GgmlType::Q4_0),
             (4, false) => Ok(GgmlType::Q4_1),
@@ -217,6 +248,8 @@ pub struct OfflineReport {
     pub folded: Vec<String>,
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// Calibration tokens a layer-wise run used (the one-pass statistics carry their own).
+    pub calibration_tokens: Option<usize>,
 }
 
 impl OfflineReport {
@@ -257,6 +290,32 @@ pub enum Quantized {
     },
 }
 
+/// Where the statistics GPTQ and AWQ need come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Calibration<'a> {
+    /// No statistics: RTN only.
+    None,
+    /// Every layer's statistics gathered beforehand from the unquantized model in one pass
+    /// ([`calibrate`](super::calibrate::calibrate)).
+    OnePass(&'a CalibrationStats),
+    /// Layer by layer, each layer's statistics from the outputs of the layers before it,
+    /// already quantized ([`sequential`](super::sequential)); one layer's statistics alive
+    /// at a time.
+    Sequential(SequentialCalibration<'a>),
+}
+
+impl<'a> From<Option<&'a CalibrationStats>> for Calibration<'a> {
+    fn from(stats: Option<&'a CalibrationStats>) -> Self {
+        stats.map_or(Calibration::None, Calibration::OnePass)
+    }
+}
+
+impl Calibration<'_> {
+    fn is_some(&self) -> bool {
+        !matches!(self, Calibration::None)
+    }
+}
+
 /// Quantizes every layer's linear weights of `weights` (a model shaped by `cfg`) with
 /// `opts` into GGUF blocks; `calib` is required for GPTQ and AWQ. `progress(done, total)`
 /// after each layer. Returns the new weights (quantized and folded tensors owned, the rest
@@ -268,36 +327,61 @@ pub fn quantize_model(
     opts: &OfflineOptions,
     progress: impl FnMut(usize, usize),
 ) -> Result<(Weights, OfflineReport), CompressError> {
+    quantize_model_with(weights, cfg, &Calibration::from(calib), opts, progress)
+}
+
+/// [`quantize_model`] with any [`Calibration`].
+pub fn quantize_model_with(
+    weights: &Weights,
+    cfg: &ModelConfig,
+    calib: &Calibration<'_>,
+    opts: &OfflineOptions,
+    progress: impl FnMut(usize, usize),
+) -> Result<(Weights, OfflineReport), CompressError> {
     let ty = opts.gguf_type()?;
     let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
     let mut report = quantize_layers(weights, cfg, calib, opts, ty, progress, |item| {
-        let view = match item {
-            Quantized::Matrix { name, q } => {
-                let shape = vec![q.rows, q.cols];
-                let data = to_gguf_blocks(&q, ty)?;
-                TensorView::owned(name.clone(), ty, shape.clone(), data)
-                    .map_err(|m| tensor_error(&name, &shape, ty, m))?
-            }
-            Quantized::Folded {
-                name,
-                shape,
-                values,
-            } => {
-                let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-                TensorView::owned(name.clone(), GgmlType::F32, shape.clone(), bytes)
-                    .map_err(|m| tensor_error(&name, &shape, GgmlType::F32, m))?
-            }
-        };
+        let view = quantized_view(&item, ty)?;
         replaced.insert(view.name.clone(), view);
         Ok(())
     })?;
+    let out = merge_weights(weights, replaced)?;
+    report.bytes_after = out.n_bytes();
+    Ok((out, report))
+}
+
+/// `item` as a tensor: a matrix in `ty` blocks, a folded tensor in F32.
+pub(crate) fn quantized_view(item: &Quantized, ty: GgmlType) -> Result<TensorView, CompressError> {
+    match item {
+        Quantized::Matrix { name, q } => {
+            let shape = vec![q.rows, q.cols];
+            let data = to_gguf_blocks(q, ty)?;
+            TensorView::owned(name.clone(), ty, shape.clone(), data)
+                .map_err(|m| tensor_error(&name, &shape, ty, m))
+        }
+        Quantized::Folded {
+            name,
+            shape,
+            values,
+        } => {
+            let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+            TensorView::owned(name.clone(), GgmlType::F32, shape.clone(), bytes)
+                .map_err(|m| tensor_error(&name, &shape, GgmlType::F32, m))
+        }
+    }
+}
+
+/// `weights` with the tensors of `replaced` in place of their originals (same order).
+pub(crate) fn merge_weights(
+    weights: &Weights,
+    mut replaced: BTreeMap<String, TensorView>,
+) -> Result<Weights, CompressError> {
     let mut out = Weights::new();
     for v in weights.iter() {
         let view = replaced.remove(&v.name).unwrap_or_else(|| v.clone());
         out.insert(view).map_err(CompressError::InvalidInput)?;
     }
-    report.bytes_after = out.n_bytes();
-    Ok((out, report))
+    Ok(out)
 }
 
 /// The work of [`quantize_model`] for any output: each layer's sites quantized (AWQ scales
@@ -309,13 +393,39 @@ pub fn quantize_model(
 pub fn quantize_layers(
     weights: &Weights,
     cfg: &ModelConfig,
-    calib: Option<&CalibrationStats>,
+    calib: &Calibration<'_>,
     opts: &OfflineOptions,
     ty: GgmlType,
     mut progress: impl FnMut(usize, usize),
     mut sink: impl FnMut(Quantized) -> Result<(), CompressError>,
 ) -> Result<OfflineReport, CompressError> {
-    if opts.method.needs_calibration() && calib.is_none() {
+    check_options(cfg, calib.is_some(), opts)?;
+    let stats = match calib {
+        Calibration::Sequential(seq) => {
+            return quantize_layers_sequential(weights, cfg, seq, opts, ty, progress, sink)
+        }
+        Calibration::OnePass(stats) => Some(*stats),
+        Calibration::None => None,
+    };
+    let mut report = OfflineReport {
+        bytes_before: weights.n_bytes(),
+        ..OfflineReport::default()
+    };
+    for layer in 0..cfg.n_layers {
+        quantize_layer(weights, layer, stats, opts, ty, &mut report, &mut sink)?;
+        progress(layer + 1, cfg.n_layers);
+    }
+    Ok(report)
+}
+
+/// Checks `opts` against the model before any work: calibration is there when the method
+/// needs it, AWQ is not asked of Gemma 3.
+pub(crate) fn check_options(
+    cfg: &ModelConfig,
+    has_calibration: bool,
+    opts: &OfflineOptions,
+) -> Result<(), CompressError> {
+    if opts.method.needs_calibration() && !has_calibration {
         return Err(CompressError::InvalidInput(format!(
             "{} needs calibration data; give --calibration FILE or use --method rtn",
             opts.method.as_str()
@@ -327,11 +437,22 @@ pub fn quantize_layers(
                 .into(),
         ));
     }
-    let mut report = OfflineReport {
-        bytes_before: weights.n_bytes(),
-        ..OfflineReport::default()
-    };
-    for layer in 0..cfg.n_layers {
+    Ok(())
+}
+
+/// Quantizes layer `layer`'s linear weights of `weights` with `opts` (AWQ scales folded
+/// first), handing every matrix and folded tensor to `sink` and the outcomes to `report`.
+/// `calib` must hold this layer's statistics when the method needs calibration.
+pub(crate) fn quantize_layer(
+    weights: &Weights,
+    layer: usize,
+    calib: Option<&CalibrationStats>,
+    opts: &OfflineOptions,
+    ty: GgmlType,
+    report: &mut OfflineReport,
+    sink: &mut impl FnMut(Quantized) -> Result<(), CompressError>,
+) -> Result<(), CompressError> {
+    {
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         // The layer's tensors in f32, modified in place by AWQ folding, then quantized.
         let mut work: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
@@ -445,7 +566,11 @@ pub fn quantize_layers(
                 let q = match opts.method {
                     Method::Gptq => {
                         let f = factor.as_ref().ok_or_else(|| missing_stats(n))?;
-                        gptq_with_factor(w, rows, cols, f, &gptq_opts)?
+                        let q = gptq_with_factor(w, rows, cols, f, &gptq_opts)?;
+                        if let Some(st) = stats {
+                            dump_for_reference(n, w, rows, cols, &st.hessian, &q, &gptq_opts);
+                        }
+                        q
                     }
                     Method::Rtn | Method::Awq => rtn(w, rows, cols, opts.spec)?,
                 };
@@ -500,9 +625,8 @@ pub fn quantize_layers(
             }
         }
         report.matrices.extend(outcomes.into_values());
-        progress(layer + 1, cfg.n_layers);
     }
-    Ok(report)
+    Ok(())
 }
 
 fn missing_stats(name: &str) -> CompressError {
@@ -577,9 +701,13 @@ pub fn to_gguf_blocks(q: &GroupQuantized, ty: GgmlType) -> Result<Vec<u8>, Compr
                 }
                 (GgmlType::Q4_1, 4, false) => {
                     out.extend_from_slice(&d);
-                    // `m` from the f16 scale, as a GPTQ/AWQ loader computes it from the stored
-                    // scale: both routes give the same blocks.
-                    let m = -f16::from_f32(grid.scale).to_f32() * grid.zero;
+                    // Integer zero: `m` from the f16 scale, as a GPTQ/AWQ loader computes it
+                    // from the stored scale, so both routes give the same blocks. Float
+                    // minimum: the grid's own minimum (already an f16 value).
+                    let m = match grid.kind {
+                        GridKind::IntegerZero => -f16::from_f32(grid.scale).to_f32() * grid.zero,
+                        GridKind::FloatMin => grid.min(),
+                    };
                     out.extend_from_slice(&f16::from_f32(m).to_le_bytes());
                     for j in 0..16 {
                         out.push((codes[j] & 0x0F) | (codes[j + 16] << 4));
@@ -631,6 +759,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: sym,
+                grid: GridKind::IntegerZero,
             };
             let q = rtn(&w, rows, cols, spec).unwrap();
             let want = q.dequantize();
@@ -654,6 +783,54 @@ mod tests {
         }
     }
 
+    /// A Q4_1 source (the shipped SmolLM2) re-quantized by RTN on the float-minimum grid at
+    /// its own group size comes back bit for bit; on the integer zero-point grid it does not.
+    #[test]
+    fn float_min_rtn_reproduces_q4_1_blocks_exactly() {
+        use pagoda_kernels::quantize_row;
+        let (rows, cols) = (4, 128);
+        let src = matrix(rows, cols);
+        let rb = GgmlType::Q4_1.row_bytes(cols).unwrap();
+        let mut q41 = vec![0u8; rows * rb];
+        let mut w = vec![0.0f32; rows * cols];
+        for r in 0..rows {
+            quantize_row(
+                GgmlType::Q4_1,
+                &src[r * cols..(r + 1) * cols],
+                &mut q41[r * rb..(r + 1) * rb],
+            )
+            .unwrap();
+            dequantize_row(
+                GgmlType::Q4_1,
+                &q41[r * rb..(r + 1) * rb],
+                &mut w[r * cols..(r + 1) * cols],
+            )
+            .unwrap();
+        }
+        let spec = |grid| GroupSpec {
+            bits: 4,
+            group_size: Some(32),
+            symmetric: false,
+            grid,
+        };
+        let q = rtn(&w, rows, cols, spec(gguf_grid(4, false))).unwrap();
+        let mut back = vec![0.0f32; rows * cols];
+        let bytes = to_gguf_blocks(&q, GgmlType::Q4_1).unwrap();
+        for r in 0..rows {
+            dequantize_row(
+                GgmlType::Q4_1,
+                &bytes[r * rb..(r + 1) * rb],
+                &mut back[r * cols..(r + 1) * cols],
+            )
+            .unwrap();
+        }
+        assert_eq!(back, w);
+        let int = rtn(&w, rows, cols, spec(GridKind::IntegerZero))
+            .unwrap()
+            .dequantize();
+        assert!(int.iter().zip(&w).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
     #[test]
     fn unsupported_outputs_say_what_to_use() {
         let opts = |bits, sym, group, act_order| OfflineOptions {
@@ -662,6 +839,7 @@ mod tests {
                 bits,
                 group_size: group,
                 symmetric: sym,
+                grid: GridKind::IntegerZero,
             },
             act_order,
             damp: 0.01,
@@ -676,6 +854,16 @@ mod tests {
             (opts(4, false, Some(48), false), "group size 48"),
             (opts(3, false, None, false), "3-bit"),
             (opts(8, false, None, false), "--sym"),
+            (
+                OfflineOptions {
+                    spec: GroupSpec {
+                        grid: GridKind::FloatMin,
+                        ..opts(8, true, None, false).spec
+                    },
+                    ..opts(8, true, None, false)
+                },
+                "Q4_1 only",
+            ),
         ] {
             let e = o.gguf_type().unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");

@@ -6,11 +6,13 @@
 //! match AutoGPTQ's / AutoAWQ's own dequantization (scripts/golden_hf_export.py).
 
 use pagoda_compress::quantize::calibrate::calibrate;
-use pagoda_compress::quantize::grid::GroupSpec;
+use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::hf_write::{
     partial_path, quantize_for_hf, write_hf_folder, ExportSource, HfExport,
 };
-use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions, OutputFormat};
+use pagoda_compress::quantize::offline::{
+    quantize_model, Calibration, Method, OfflineOptions, OutputFormat,
+};
 use pagoda_kernels::GgmlType;
 use pagoda_model::arch::Model;
 use pagoda_model::{open_model, ModelSource};
@@ -49,7 +51,7 @@ fn export(src: &ModelSource, opts: &OfflineOptions, format: OutputFormat, out: &
     let q = quantize_for_hf(
         &src.weights,
         &src.config,
-        stats.as_ref(),
+        &Calibration::from(stats.as_ref()),
         opts,
         format,
         false,
@@ -81,6 +83,7 @@ fn opts(method: Method, bits: u8, group: Option<usize>, sym: bool) -> OfflineOpt
             bits,
             group_size: group,
             symmetric: sym,
+            grid: GridKind::IntegerZero,
         },
         act_order: false,
         damp: 0.01,
@@ -211,7 +214,7 @@ fn an_existing_output_is_kept_without_force() {
     let q = quantize_for_hf(
         &src.weights,
         &src.config,
-        None,
+        &Calibration::None,
         &o,
         OutputFormat::Gptq,
         false,

@@ -3,7 +3,7 @@
 //! calibration data GPTQ and AWQ move the layers' outputs less than RTN at the same grid.
 
 use pagoda_compress::quantize::calibrate::calibrate;
-use pagoda_compress::quantize::grid::GroupSpec;
+use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::offline::{quantize_model, Method, OfflineOptions};
 use pagoda_kernels::GgmlType;
 use pagoda_model::arch::{Logits, Model};
@@ -80,6 +80,7 @@ fn gptq_and_awq_beat_rtn_on_calibration_and_the_model_still_runs() {
                 bits: 4,
                 group_size: Some(32),
                 symmetric: false,
+                grid: GridKind::IntegerZero,
             },
             act_order: false,
             damp: 0.01,
@@ -140,6 +141,7 @@ fn gptq_without_calibration_is_refused() {
             bits: 4,
             group_size: Some(32),
             symmetric: true,
+            grid: GridKind::IntegerZero,
         },
         act_order: false,
         damp: 0.01,
@@ -169,6 +171,7 @@ fn a_linear_weight_with_the_wrong_rank_is_an_error_not_a_panic() {
             bits: 4,
             group_size: Some(32),
             symmetric: true,
+            grid: GridKind::IntegerZero,
         },
         act_order: false,
         damp: 0.01,
@@ -176,4 +179,60 @@ fn a_linear_weight_with_the_wrong_rank_is_an_error_not_a_panic() {
     };
     let e = quantize_model(&weights, &src.config, None, &opts, |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("blk.0.attn_q.weight"), "{e}");
+}
+
+/// Layer-wise calibration (`quantize_model_sequential`): layer 0 sees the same inputs as in
+/// the one-pass calibration, so it is quantized identically; later layers are calibrated on
+/// the outputs of the quantized layers before them, so they differ; GPTQ and AWQ still move
+/// the calibration outputs less than RTN and the quantized model runs.
+#[test]
+fn sequential_calibration_feeds_each_layer_the_quantized_layers_outputs() {
+    use pagoda_compress::quantize::offline::gguf_grid;
+    use pagoda_compress::quantize::sequential::quantize_model_sequential;
+    let src = tiny_llama();
+    let model = Model::from_source(&src).unwrap();
+    let toks = tokens(512, 9);
+    let held_out = tokens(48, 77);
+    let reference = logits(&model, &held_out);
+    for method in [Method::Gptq, Method::Awq] {
+        let opts = OfflineOptions {
+            method,
+            spec: GroupSpec {
+                bits: 4,
+                group_size: Some(32),
+                symmetric: false,
+                grid: gguf_grid(4, false),
+            },
+            act_order: false,
+            damp: 0.01,
+            awq_grid: 20,
+        };
+        let mut layers_done = 0;
+        let (seq, report, used) =
+            quantize_model_sequential(&src.weights, &src.config, &toks, 64, 8, &opts, |d, _| {
+                layers_done = d
+            })
+            .unwrap();
+        assert_eq!((layers_done, used), (2, 512));
+        assert_eq!(report.matrices.len(), 14);
+        let stats = calibrate(&model, &toks, 64, 8, |_, _| {}).unwrap();
+        let (one, _) =
+            quantize_model(&src.weights, &src.config, Some(&stats), &opts, |_, _| {}).unwrap();
+        let bytes = |w: &pagoda_model::weights::Weights, n: &str| w.get(n).unwrap().data().to_vec();
+        for n in ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"] {
+            assert_eq!(bytes(&seq, n), bytes(&one, n), "{method:?} {n}");
+        }
+        assert_ne!(
+            bytes(&seq, "blk.1.ffn_down.weight"),
+            bytes(&one, "blk.1.ffn_down.weight"),
+            "{method:?}: layer 1 was not calibrated on quantized inputs"
+        );
+        let (mine, rtn) = report.total_errors().unwrap();
+        assert!(mine < rtn, "{method:?}: {mine} vs RTN {rtn}");
+        let mut q_src = tiny_llama();
+        q_src.weights = seq;
+        let q_model = Model::from_source(&q_src).unwrap();
+        let diff = rel_rms(&reference, &logits(&q_model, &held_out));
+        assert!(diff < 0.25, "{method:?}: logits moved {diff}");
+    }
 }

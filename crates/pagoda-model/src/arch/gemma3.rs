@@ -57,11 +57,13 @@ impl Gemma3Layers {
         })
     }
 
-    /// Runs every layer over the batch `x` (`[total, hidden]`, rows of the sequences `seqs`),
-    /// in place, writing each layer's K/V into `cache`.
+    /// Runs the layers `layers` (all of them for a full forward pass) over the batch `x`
+    /// (`[total, hidden]`, rows of the sequences `seqs`), in place, writing each layer's K/V
+    /// into `cache`. `layers` is within `0..n_layers` (the caller checks).
     pub fn forward(
         &self,
         cfg: &ModelConfig,
+        layers: std::ops::Range<usize>,
         x: &mut [f32],
         seqs: &[SeqAttention<'_>],
         cache: &mut PagedKvCache,
@@ -71,7 +73,13 @@ impl Gemma3Layers {
         let mut normed = std::mem::take(&mut s.normed);
         let mut branch = std::mem::take(&mut s.branch);
         let mut post = std::mem::take(&mut s.post);
-        for (i, layer) in self.layers.iter().enumerate() {
+        for (i, layer) in self
+            .layers
+            .iter()
+            .enumerate()
+            .take(layers.end)
+            .skip(layers.start)
+        {
             let (rope, window) = if layer.sliding {
                 (&self.rope_local, cfg.sliding_window)
             } else {

@@ -49,11 +49,13 @@ impl LlamaLayers {
         })
     }
 
-    /// Runs every layer over the batch `x` (`[total, hidden]`, rows of the sequences `seqs`),
-    /// in place, writing each layer's K/V into `cache`.
+    /// Runs the layers `layers` (all of them for a full forward pass) over the batch `x`
+    /// (`[total, hidden]`, rows of the sequences `seqs`), in place, writing each layer's K/V
+    /// into `cache`. `layers` is within `0..n_layers` (the caller checks).
     pub fn forward(
         &self,
         cfg: &ModelConfig,
+        layers: std::ops::Range<usize>,
         x: &mut [f32],
         seqs: &[SeqAttention<'_>],
         cache: &mut PagedKvCache,
@@ -62,7 +64,13 @@ impl LlamaLayers {
         let total = x.len() / cfg.hidden_size;
         let mut normed = std::mem::take(&mut s.normed);
         let mut branch = std::mem::take(&mut s.branch);
-        for (i, layer) in self.layers.iter().enumerate() {
+        for (i, layer) in self
+            .layers
+            .iter()
+            .enumerate()
+            .take(layers.end)
+            .skip(layers.start)
+        {
             layer.attn_norm.forward(x, &mut normed);
             layer.attn.forward(
                 cfg,

@@ -11,6 +11,8 @@
 //! `[total_rows, hidden]` batch, every linear layer runs once over all rows, and only RoPE, the
 //! K/V writes and attention go per sequence, through its block table into a [`PagedKvCache`].
 //! [`Model::forward`] is the one-segment case over a single-sequence [`KvCache`].
+//! [`Model::embed`] and [`Model::forward_layer`] run the same stack one decoder layer at a
+//! time over one fresh sequence (layer-wise calibration of offline quantization).
 //!
 //! Invariants: input is validated before anything is written (empty batch or segment, token
 //! outside the vocabulary, block table too short or naming a block the cache lacks, positions
@@ -84,6 +86,15 @@ impl Model {
             },
             other => other,
         })
+    }
+
+    /// Builds the forward pass for `cfg` over `weights` (no file path in errors): for tools
+    /// that rewrite a model's weights, such as layer-wise quantization.
+    pub fn from_weights(
+        cfg: &ModelConfig,
+        weights: &crate::weights::Weights,
+    ) -> Result<Self, ModelError> {
+        Self::build(cfg, weights)
     }
 
     fn build(cfg: &ModelConfig, weights: &crate::weights::Weights) -> Result<Self, ModelError> {
@@ -258,12 +269,83 @@ impl Model {
             pagoda_kernels::ops::scale_inplace(&mut x, scale);
         }
         let result = match &self.stack {
-            Stack::Llama(st) => st.forward(cfg, &mut x, seqs, cache, s),
-            Stack::Gemma3(st) => st.forward(cfg, &mut x, seqs, cache, s),
+            Stack::Llama(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
+            Stack::Gemma3(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
         };
         let out = result.and_then(|()| self.logits(segments, seqs, &x, s));
         s.x = x;
         out
+    }
+
+    /// The hidden states entering the first layer for `tokens` (`[n, hidden]`: embedding
+    /// rows, scaled as the forward pass scales them). With [`Model::forward_layer`], runs the
+    /// stack one layer at a time (layer-wise calibration for GPTQ/AWQ).
+    pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let cfg = &self.config;
+        let d = cfg.hidden_size;
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(ModelError::InvalidToken {
+                token,
+                vocab_size: cfg.vocab_size,
+            });
+        }
+        let mut x = vec![0.0f32; tokens.len() * d]; // [n, hidden]
+        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
+            self.embedding.row(tok as usize, row)?;
+        }
+        if let Some(scale) = cfg.embedding_scale {
+            pagoda_kernels::ops::scale_inplace(&mut x, scale);
+        }
+        Ok(x)
+    }
+
+    /// Runs decoder layer `layer` alone over `x` (`[n, hidden]`, in place): one fresh sequence
+    /// at positions `0..n`, its K/V written into `cache`'s layer `layer` (the cache's other
+    /// layers and its length are left as they are, so a cache can serve every layer in
+    /// turn). The cache's observer, if any, sees this layer's linear inputs. Running layers
+    /// `0..n_layers` in order over [`Model::embed`]'s output gives [`Model::forward`]'s hidden
+    /// states before the final norm.
+    pub fn forward_layer(
+        &self,
+        layer: usize,
+        x: &mut [f32],
+        cache: &mut KvCache,
+    ) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        let d = cfg.hidden_size;
+        if layer >= cfg.n_layers {
+            return Err(ModelError::InvalidBatch(format!(
+                "layer {layer} of a model with {} layers",
+                cfg.n_layers
+            )));
+        }
+        let n = x.len() / d;
+        if n == 0 || x.len() % d != 0 {
+            return Err(ModelError::InvalidBatch(format!(
+                "{} hidden values are not rows of {d}",
+                x.len()
+            )));
+        }
+        if n > cache.capacity() || n > cfg.context_length {
+            return Err(ModelError::ContextFull {
+                needed: n,
+                capacity: cache.capacity().min(cfg.context_length),
+            });
+        }
+        let (block_table, paged) = cache.parts();
+        paged.check_table(block_table, n)?;
+        let seqs = [SeqAttention {
+            rows: 0..n,
+            start: 0,
+            block_table,
+        }];
+        let mut s = std::mem::take(&mut paged.scratch);
+        let r = match &self.stack {
+            Stack::Llama(st) => st.forward(cfg, layer..layer + 1, x, &seqs, paged, &mut s),
+            Stack::Gemma3(st) => st.forward(cfg, layer..layer + 1, x, &seqs, paged, &mut s),
+        };
+        paged.scratch = s;
+        r
     }
 
     /// Final norm and output head over the rows of `x` (`[total, hidden]`) that need logits.
