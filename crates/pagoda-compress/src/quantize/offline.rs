@@ -357,7 +357,7 @@ pub(crate) fn quantized_view(item: &Quantized, ty: GgmlType) -> Result<TensorVie
             let shape = vec![q.rows, q.cols];
             let data = to_gguf_blocks(q, ty)?;
             TensorView::owned(name.clone(), ty, shape.clone(), data)
-                .map_err(|m| tensor_error(&name, &shape, ty, m))
+                .map_err(|m| tensor_error(name, &shape, ty, m))
         }
         Quantized::Folded {
             name,
@@ -366,7 +366,7 @@ pub(crate) fn quantized_view(item: &Quantized, ty: GgmlType) -> Result<TensorVie
         } => {
             let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
             TensorView::owned(name.clone(), GgmlType::F32, shape.clone(), bytes)
-                .map_err(|m| tensor_error(&name, &shape, GgmlType::F32, m))
+                .map_err(|m| tensor_error(name, shape, GgmlType::F32, m))
         }
     }
 }
