@@ -1,0 +1,44 @@
+//! Config validation: what a bad edit gets.
+
+use pagoda_gateway::config::GatewayConfig;
+
+const GOOD: &str = r#"
+[[target]]
+name = "small"
+replicas = ["http://127.0.0.1:9001"]
+
+[[target]]
+name = "big"
+replicas = ["http://127.0.0.1:9002", "http://127.0.0.1:9003"]
+
+[[route]]
+model = "chat"
+target = "small"
+fallback = ["small"]
+[route.split]
+by = "user"
+weights = { small = 80, big = 20 }
+"#;
+
+#[test]
+fn a_good_config_parses() {
+    let c = GatewayConfig::parse(GOOD, "test").unwrap();
+    assert_eq!(c.targets.len(), 2);
+    assert_eq!(
+        c.route("chat").unwrap().split.as_ref().unwrap().weights["big"],
+        20.0
+    );
+}
+
+#[test]
+fn unknown_targets_and_fields_are_named_in_the_error() {
+    let bad = GOOD.replace("fallback = [\"small\"]", "fallback = [\"tiny\"]");
+    let e = GatewayConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(e.contains("'tiny' is not a [[target]]"), "{e}");
+    let bad = GOOD.replace("name = \"small\"", "name = \"small\"\nreplica = []");
+    let e = GatewayConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(e.contains("unknown field"), "{e}");
+    let bad = GOOD.replace("http://127.0.0.1:9001", "127.0.0.1:9001");
+    let e = GatewayConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(e.contains("must be an http"), "{e}");
+}
