@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, quantize::QuantizeArgs, run::RunArgs,
+    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs, quantize::QuantizeArgs, run::RunArgs,
     serve::ServeArgs,
 };
 
@@ -109,6 +109,10 @@ pub enum Command {
     /// Hugging Face GPTQ/AWQ folder.
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
+
+    /// Run the model gateway in front of many model servers (routes, canary rollouts, API
+    /// keys, rate limits, fallback, cache, usage), or manage a running one.
+    Gateway(GatewayArgs),
 }
 
 const QUANTIZE_HELP: &str = "\

@@ -19,6 +19,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Command::Serve(args) => logging::init_server(cli.verbosity(), args.log_format == "json"),
+        Command::Gateway(args) if args.command.is_none() => {
+            logging::init_server(cli.verbosity(), args.log_format == "json")
+        }
         _ => logging::init(cli.verbosity()),
     }
     if let Some(dir) = &cli.store {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Eval(args) => commands::eval::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
+        Command::Gateway(args) => commands::gateway::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,3 +14,36 @@ pub mod metrics;
 pub mod rollout;
 pub mod upstream;
 pub mod usage;
+
+pub mod admin;
+pub mod app;
+pub mod error;
+pub mod proxy;
+pub mod reload;
+pub mod route;
+pub mod state;
+
+use std::future::Future;
+use std::sync::Arc;
+
+/// Serves the gateway on `listener` until `shutdown` resolves, with its background tasks:
+/// active health checks, rollout analysis and config-file watching.
+pub async fn serve(
+    gateway: Arc<state::Gateway>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let config = gateway.config();
+    let tasks = [
+        upstream::spawn_health_checks(gateway.upstreams.clone(), config.health.clone(), gateway.client.clone()),
+        gateway.rollouts.clone().spawn_analysis(),
+        reload::spawn_watcher(gateway.clone()),
+    ];
+    let app = app::router(gateway.clone());
+    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    for t in tasks {
+        t.abort();
+    }
+    gateway.usage.flush().await;
+    result
+}

@@ -13,6 +13,7 @@ pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;
 pub mod eval_report;
+pub mod gateway;
 pub mod list;
 pub mod llama_server;
 pub mod model_loader;

@@ -1,1 +1,6 @@
+mod access_test;
 mod config_test;
+mod harness;
+mod rollout_test;
+mod routing_test;
+mod stub;

@@ -1,0 +1,694 @@
+//! The client-facing HTTP API: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`,
+//! `/v1/models`, `/v1/feedback`, plus `/metrics`, `/health`, `/ready` and the admin routes.
+//!
+//! One request, in order: body (size-limited) -> key -> JSON and model -> key's model list ->
+//! limits (an estimate is reserved) -> cache -> route -> proxy -> relay -> accounting (the
+//! reservation settled on the real usage, ledger row, metrics, rollout statistics).
+//!
+//! Invariants: every admitted request ends in exactly one accounting call (`finish`), whether
+//! it was served, cached, failed or abandoned by its client mid-stream; a reservation is
+//! settled or released exactly once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body as AxumBody;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::cache::{cache_key, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
+use crate::error::ApiError;
+use crate::keys::{parse_bearer, AuthError, KeyRecord};
+use crate::limits::{LimitError, LimitKind, Reservation};
+use crate::proxy::stream::{relay, RelayOptions, StreamTally};
+use crate::proxy::{forward, Body, Endpoint, Exhausted, Forward, ForwardContext, Served};
+use crate::rollout::Outcome;
+use crate::route::{choose, RouteRequest};
+use crate::state::{now_ms, Gateway};
+use crate::upstream::prefix_hash;
+use crate::usage::UsageRecord;
+
+/// Prompts shorter than this gain nothing from prefix affinity.
+const AFFINITY_MIN_CHARS: usize = 256;
+/// Completion tokens assumed for a request that sets no `max_tokens`.
+const DEFAULT_COMPLETION_ESTIMATE: u64 = 512;
+
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/v1/feedback", post(feedback))
+        .route("/metrics", get(metrics))
+        .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(ready))
+        .merge(crate::admin::router())
+        .with_state(gateway)
+}
+
+async fn chat(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    handle(gw, Endpoint::Chat, req).await
+}
+
+async fn completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    handle(gw, Endpoint::Completions, req).await
+}
+
+async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    handle(gw, Endpoint::Embeddings, req).await
+}
+
+async fn ready(State(gw): State<Arc<Gateway>>) -> Response {
+    let config = gw.config();
+    let any_up = config.targets.iter().any(|t| {
+        t.canned_reply.is_some()
+            || gw
+                .upstreams
+                .pool(&t.name)
+                .is_some_and(|p| p.replicas().iter().any(|r| r.is_available()))
+    });
+    if any_up {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no replica is available").into_response()
+    }
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    gw.refresh_gauges();
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        gw.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The caller's key, from `Authorization: Bearer ...`.
+pub(crate) fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<KeyRecord, ApiError> {
+    let header = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let presented = parse_bearer(header).map_err(auth_error)?;
+    gw.keys.authenticate(presented).map_err(auth_error)
+}
+
+fn auth_error(e: AuthError) -> ApiError {
+    match e {
+        AuthError::Missing => ApiError::unauthorized(
+            "no API key: send `Authorization: Bearer <key>` (an admin creates keys with `pagoda gateway keys create`)",
+        ),
+        AuthError::Malformed => {
+            ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`")
+        }
+        AuthError::Unknown => ApiError::unauthorized("invalid API key"),
+        AuthError::Revoked => ApiError::unauthorized("this API key has been revoked"),
+    }
+}
+
+async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let key = match authenticate(&gw, &headers) {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    let config = gw.config();
+    let data: Vec<Value> = config
+        .routes
+        .iter()
+        .filter(|r| key.allows_model(&r.model))
+        .map(|r| serde_json::json!({"id": r.model, "object": "model", "created": 0, "owned_by": "pagoda-gateway"}))
+        .collect();
+    Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+#[derive(Deserialize)]
+struct FeedbackBody {
+    response_id: String,
+    /// `up` / `down` (also `thumbs_up`, `positive`, ...), or a boolean `positive`.
+    #[serde(default)]
+    rating: Option<String>,
+    #[serde(default)]
+    positive: Option<bool>,
+}
+
+async fn feedback(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    if let Err(e) = authenticate(&gw, &headers) {
+        return e.into_response();
+    }
+    let fb: FeedbackBody = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => {
+            return ApiError::bad_request(format!(
+                "feedback must be {{\"response_id\": \"...\", \"rating\": \"up\"|\"down\"}}: {e}"
+            ))
+            .into_response()
+        }
+    };
+    let positive = match (fb.positive, fb.rating.as_deref()) {
+        (Some(p), _) => p,
+        (None, Some("up" | "thumbs_up" | "positive" | "good" | "+1")) => true,
+        (None, Some("down" | "thumbs_down" | "negative" | "bad" | "-1")) => false,
+        _ => return ApiError::bad_request("`rating` must be \"up\" or \"down\"").into_response(),
+    };
+    match gw.rollouts.feedback(&fb.response_id, positive) {
+        Ok(()) => Json(serde_json::json!({"status": "recorded"})).into_response(),
+        Err(e) => ApiError::not_found(format!("{e}")).into_response(),
+    }
+}
+
+/// Tokens charged per chat message for the template's role markers in the estimate.
+const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
+
+/// The tokens a request may cost, reserved before it runs. It is meant as an upper bound so
+/// that a budget holds exactly: no tokenizer makes more tokens than bytes, each message's
+/// template adds a few, and the completion is bounded by `max_tokens` (when the request sets
+/// none, [`DEFAULT_COMPLETION_ESTIMATE`] is a guess and the settlement corrects it).
+fn estimate_tokens(body: &Value, endpoint: Endpoint) -> u64 {
+    let messages = body.get("messages").and_then(Value::as_array).map_or(0, Vec::len) as u64;
+    let prompt = prompt_text(body).len() as u64 + messages * MESSAGE_OVERHEAD_TOKENS + 1;
+    if endpoint == Endpoint::Embeddings {
+        return prompt;
+    }
+    let completion = body
+        .get("max_completion_tokens")
+        .or_else(|| body.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
+    let n = body.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
+    prompt + completion * n
+}
+
+/// The prompt as one string: chat messages' contents, a completion prompt, embedding input.
+fn prompt_text(body: &Value) -> String {
+    let mut out = String::new();
+    let mut push = |v: &Value| match v {
+        Value::String(s) => out.push_str(s),
+        other => out.push_str(&other.to_string()),
+    };
+    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+        for m in messages {
+            if let Some(c) = m.get("content") {
+                push(c);
+            }
+            out.push('\n');
+        }
+    } else if let Some(p) = body.get("prompt").or_else(|| body.get("input")) {
+        push(p);
+    }
+    out
+}
+
+/// Everything the accounting needs about one request.
+struct Ticket {
+    gw: Arc<Gateway>,
+    started: Instant,
+    request_id: String,
+    key: KeyRecord,
+    route: String,
+    first_choice: Option<String>,
+    reservation: Option<Reservation>,
+    cache_key: Option<String>,
+}
+
+/// How a request ended.
+struct Ending {
+    status: u16,
+    version: String,
+    replica: String,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    ttft: Option<Duration>,
+    cached: bool,
+    fallback: bool,
+    error: Option<String>,
+    /// For the rollout: did the first-choice target serve it well?
+    first_choice_ok: bool,
+    response_id: Option<String>,
+}
+
+impl Ticket {
+    /// Settles limits, writes the ledger row, metrics and rollout statistics.
+    fn finish(self, end: Ending) {
+        let latency = self.started.elapsed();
+        let gw = self.gw.clone();
+        if let Some(first) = &self.first_choice {
+            let served_by_first = end.version == *first;
+            gw.rollouts.record(
+                &self.route,
+                first,
+                Outcome {
+                    ok: end.first_choice_ok,
+                    latency,
+                    ttft: if served_by_first { end.ttft } else { None },
+                },
+            );
+            if let (Some(id), true) = (&end.response_id, served_by_first) {
+                gw.rollouts.remember_response(id, &self.route, first);
+            }
+        }
+        gw.metrics.observe_request(&crate::metrics::RequestObservation {
+            route: &self.route,
+            version: &end.version,
+            key: &self.key.name,
+            status: end.status,
+            latency,
+            ttft: end.ttft,
+            prompt_tokens: end.prompt_tokens,
+            completion_tokens: end.completion_tokens,
+        });
+        gw.usage.record(UsageRecord {
+            ts_ms: now_ms(),
+            request_id: self.request_id,
+            key_id: self.key.id.clone(),
+            key_name: self.key.name.clone(),
+            route: self.route,
+            version: end.version,
+            replica: end.replica,
+            status: end.status,
+            prompt_tokens: end.prompt_tokens,
+            completion_tokens: end.completion_tokens,
+            ttft_ms: end.ttft.map(|d| d.as_secs_f64() * 1000.0),
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            cached: end.cached,
+            fallback: end.fallback,
+            error: end.error,
+        });
+        if let Some(reservation) = self.reservation {
+            let spent = end.prompt_tokens + end.completion_tokens;
+            let charge = end.status < 400 && !end.cached;
+            tokio::spawn(async move {
+                if charge {
+                    gw.limiter.settle(reservation, spent).await;
+                } else {
+                    gw.limiter.release(reservation).await;
+                }
+            });
+        }
+    }
+}
+
+fn usage_of(body: &[u8]) -> (u64, u64, Option<String>) {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return (0, 0, None);
+    };
+    let u = &v["usage"];
+    (
+        u["prompt_tokens"].as_u64().unwrap_or(0),
+        u["completion_tokens"].as_u64().unwrap_or(0),
+        v["id"].as_str().map(str::to_string),
+    )
+}
+
+async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
+    match handle_inner(gw, endpoint, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let config = gw.config();
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
+    let limit = config.server.max_body_bytes;
+    let key = authenticate(&gw, &headers).inspect_err(|_| gw.metrics.observe_refusal("", "auth"))?;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::too_large(limit))?;
+    let mut body: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    if !body.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("`model` is required"))?
+        .to_string();
+    let route = config.route(&model).ok_or_else(|| ApiError::model_not_found(&model))?;
+    if !key.allows_model(&model) {
+        gw.metrics.observe_refusal(&key.name, "forbidden");
+        return Err(ApiError::forbidden(format!("this API key may not use the model '{model}'")));
+    }
+    let stream = endpoint != Endpoint::Embeddings && body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    gw.retry_budget.record_request(started);
+
+    // Limits: reserve an estimate now, settle on the real usage at the end.
+    let limits = key.effective_limits(&config.default_limits);
+    let estimate = estimate_tokens(&body, endpoint);
+    let reservation = match gw.limiter.admit(&key.id, &limits, estimate).await {
+        Ok(r) => Some(r),
+        Err(LimitError::RateLimited { retry_after, limit }) => {
+            let what = match limit {
+                LimitKind::Requests => "requests per minute",
+                LimitKind::Tokens => "tokens per minute",
+            };
+            gw.metrics.observe_refusal(&key.name, "rate_limited");
+            return Err(ApiError::rate_limited(
+                format!("rate limit reached for this key ({what}); retry after {:.1} s", retry_after.as_secs_f64()),
+                retry_after,
+            ));
+        }
+        Err(LimitError::BudgetExhausted { budget, spent }) => {
+            gw.metrics.observe_refusal(&key.name, "budget");
+            return Err(ApiError::quota_exhausted(format!(
+                "this key's token budget is spent ({spent} of {budget} tokens, including requests in flight); ask an admin to raise it"
+            )));
+        }
+        Err(e) => {
+            // The limiter's store is down: serve (availability first) and say so.
+            tracing::error!(error = %e, "rate limiter unavailable; admitting without limits");
+            None
+        }
+    };
+    let request_id = gw.next_request_id();
+    let mut ticket = Ticket {
+        gw: gw.clone(),
+        started,
+        request_id: request_id.clone(),
+        key: key.clone(),
+        route: model.clone(),
+        first_choice: None,
+        reservation,
+        cache_key: None,
+    };
+
+    // Cache.
+    let bypass = headers
+        .get(NO_CACHE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v, "no-cache" | "bypass" | "no-store"));
+    let cache_status;
+    if config.cache.enabled && !bypass {
+        ticket.cache_key = cache_key(&model, key.tier.as_deref().unwrap_or(""), &body);
+        if let Some(k) = &ticket.cache_key {
+            if let Some(hit) = gw.cache.get(k).await {
+                gw.metrics.observe_cache("hit");
+                let response = cached_response(&hit, &request_id);
+                ticket.finish(Ending {
+                    status: hit.status,
+                    version: String::new(),
+                    replica: String::new(),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    ttft: None,
+                    cached: true,
+                    fallback: false,
+                    error: None,
+                    first_choice_ok: true,
+                    response_id: None,
+                });
+                return Ok(response);
+            }
+            gw.metrics.observe_cache("miss");
+            cache_status = "miss";
+        } else {
+            cache_status = "bypass";
+        }
+    } else {
+        if bypass {
+            gw.metrics.observe_cache("bypass");
+        }
+        cache_status = "bypass";
+    }
+
+    // Route.
+    let user = body
+        .get("user")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| headers.get("x-pagoda-user").and_then(|v| v.to_str().ok()).map(str::to_string))
+        .unwrap_or_else(|| key.id.clone());
+    let decision = choose(
+        route,
+        &RouteRequest {
+            tier: key.tier.as_deref(),
+            group: key.group.as_deref(),
+            headers: &headers,
+            user: &user,
+            draw: gw.split_draws.next(&model),
+        },
+        gw.rollouts.canary_percent(&model),
+    );
+    ticket.first_choice = Some(decision.target().to_string());
+    let affinity = if route.prefix_affinity {
+        prefix_hash(&prompt_text(&body), AFFINITY_MIN_CHARS)
+    } else {
+        None
+    };
+
+    // Streams: ask the backend for usage so tokens can be charged; hide it if the client did not ask.
+    let client_wants_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if stream {
+        if let Some(obj) = body.as_object_mut() {
+            obj.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        }
+    }
+
+    let ctx = ForwardContext {
+        config: &config,
+        upstreams: &gw.upstreams,
+        client: &gw.client,
+        retry_budget: &gw.retry_budget,
+    };
+    let result = forward(
+        &ctx,
+        Forward {
+            endpoint,
+            body,
+            stream,
+            affinity,
+            chain: &decision.chain,
+            request_id: &request_id,
+        },
+    )
+    .await;
+    match result {
+        Err(exhausted) => Ok(failed(ticket, &exhausted)),
+        Ok(served) => Ok(respond(ticket, served, stream, client_wants_usage, cache_status)),
+    }
+}
+
+fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
+    let gw = ticket.gw.clone();
+    for f in &exhausted.failures {
+        gw.metrics.observe_upstream_failure(&ticket.route, &f.target, f.kind.label());
+    }
+    let error = if exhausted.all_timeouts() {
+        ApiError::upstream_timeout(exhausted.summary())
+    } else {
+        ApiError::upstream_unavailable(exhausted.summary())
+    };
+    tracing::warn!(route = %ticket.route, request_id = %ticket.request_id, "{}", exhausted.summary());
+    ticket.finish(Ending {
+        status: error.status.as_u16(),
+        version: String::new(),
+        replica: String::new(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        ttft: None,
+        cached: false,
+        fallback: false,
+        error: Some(exhausted.summary()),
+        first_choice_ok: false,
+        response_id: None,
+    });
+    error.into_response()
+}
+
+fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
+    let mut response = Response::new(AxumBody::from(hit.body.clone()));
+    *response.status_mut() = StatusCode::from_u16(hit.status).unwrap_or(StatusCode::OK);
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&hit.content_type) {
+        h.insert("content-type", v);
+    }
+    h.insert(CACHE_STATUS_HEADER, HeaderValue::from_static("hit"));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("x-request-id", v);
+    }
+    response
+}
+
+fn respond(ticket: Ticket, served: Served, stream: bool, client_wants_usage: bool, cache_status: &'static str) -> Response {
+    let gw = ticket.gw.clone();
+    for f in &served.failures {
+        gw.metrics.observe_upstream_failure(&ticket.route, &f.target, f.kind.label());
+    }
+    if served.retries > 0 {
+        gw.metrics.observe_retries(&served.target, served.retries);
+    }
+    let fallback = served.chain_index > 0;
+    if fallback {
+        if let Some(first) = &ticket.first_choice {
+            gw.metrics.observe_fallback(&ticket.route, first, &served.target);
+        }
+    }
+    let replica = served.replica.as_ref().map(|r| r.url.clone()).unwrap_or_default();
+    let first_choice_ok = !fallback && served.status < 500;
+    let mut response_headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&served.content_type) {
+        response_headers.insert("content-type", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&served.target) {
+        response_headers.insert("x-pagoda-target", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&ticket.request_id) {
+        response_headers.insert("x-request-id", v);
+    }
+    response_headers.insert(CACHE_STATUS_HEADER, HeaderValue::from_static(cache_status));
+    if fallback {
+        response_headers.insert("x-pagoda-fallback", HeaderValue::from_static("true"));
+    }
+    let status = served.status;
+    let body = match served.body {
+        Body::Full(bytes) | Body::Canned(bytes) if !stream || status != 200 => {
+            let (prompt_tokens, completion_tokens, response_id) = usage_of(&bytes);
+            if status == 200 {
+                if let Some(k) = &ticket.cache_key {
+                    let entry = CachedResponse {
+                        status,
+                        content_type: served.content_type.clone(),
+                        body: bytes.clone(),
+                    };
+                    let gw2 = gw.clone();
+                    let k = k.clone();
+                    tokio::spawn(async move { gw2.cache.put(&k, &entry).await });
+                }
+            }
+            ticket.finish(Ending {
+                status,
+                version: served.target.clone(),
+                replica,
+                prompt_tokens,
+                completion_tokens,
+                ttft: None,
+                cached: false,
+                fallback,
+                error: None,
+                first_choice_ok,
+                response_id,
+            });
+            AxumBody::from(bytes)
+        }
+        Body::Canned(bytes) => {
+            let ttft = Some(ticket.started.elapsed());
+            ticket.finish(Ending {
+                status,
+                version: served.target.clone(),
+                replica,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                ttft,
+                cached: false,
+                fallback,
+                error: None,
+                first_choice_ok,
+                response_id: None,
+            });
+            AxumBody::from(bytes)
+        }
+        Body::Full(bytes) => {
+            // A backend that answered a stream request with plain JSON: pass it on.
+            ticket.finish(Ending {
+                status,
+                version: served.target.clone(),
+                replica,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                ttft: None,
+                cached: false,
+                fallback,
+                error: None,
+                first_choice_ok,
+                response_id: None,
+            });
+            AxumBody::from(bytes)
+        }
+        Body::Stream {
+            first,
+            rest,
+            permit,
+            idle_timeout,
+        } => {
+            let options = RelayOptions {
+                started: ticket.started,
+                idle_timeout,
+                strip_usage_chunk: !client_wants_usage,
+                copy_limit: if ticket.cache_key.is_some() {
+                    gw.config().cache.max_entry_bytes
+                } else {
+                    0
+                },
+            };
+            let version = served.target.clone();
+            let content_type = served.content_type.clone();
+            let on_end = Box::new(move |tally: StreamTally| {
+                finish_stream(ticket, tally, version, replica, fallback, content_type)
+            });
+            AxumBody::from_stream(relay(first, rest, permit, options, on_end))
+        }
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    *response.headers_mut() = response_headers;
+    response
+}
+
+fn finish_stream(ticket: Ticket, tally: StreamTally, version: String, replica: String, fallback: bool, content_type: String) {
+    let gw = ticket.gw.clone();
+    let ok = tally.completed && tally.broken.is_none();
+    if let (true, Some(copy), Some(k)) = (ok, tally.copy.clone(), ticket.cache_key.clone()) {
+        let entry = CachedResponse {
+            status: 200,
+            content_type,
+            body: bytes::Bytes::from(copy),
+        };
+        tokio::spawn(async move { gw.cache.put(&k, &entry).await });
+    }
+    let error = match (&tally.broken, tally.client_gone) {
+        (Some(reason), _) => Some(reason.clone()),
+        (None, true) => Some("the client went away".to_string()),
+        _ => None,
+    };
+    if tally.broken.is_some() {
+        ticket.gw.metrics.observe_upstream_failure(&ticket.route, &version, "stream_broken");
+    }
+    let completion_tokens = tally.completion_tokens.unwrap_or(tally.content_chunks);
+    ticket.finish(Ending {
+        status: if tally.broken.is_some() { 502 } else { 200 },
+        version,
+        replica,
+        prompt_tokens: tally.prompt_tokens.unwrap_or(0),
+        completion_tokens,
+        ttft: tally.ttft,
+        cached: false,
+        fallback,
+        error,
+        first_choice_ok: !fallback && tally.broken.is_none(),
+        response_id: tally.response_id,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_cover_prompt_and_requested_completion() {
+        let body = serde_json::json!({"messages": [{"role": "user", "content": "x".repeat(400)}], "max_tokens": 50});
+        // 400 content bytes + the message separator + 8 template tokens + 1, then max_tokens.
+        assert_eq!(estimate_tokens(&body, Endpoint::Chat), 401 + 8 + 1 + 50);
+        let body = serde_json::json!({"prompt": "hi", "n": 2});
+        assert_eq!(estimate_tokens(&body, Endpoint::Completions), 3 + 2 * DEFAULT_COMPLETION_ESTIMATE);
+        let body = serde_json::json!({"input": "abcdefgh"});
+        assert_eq!(estimate_tokens(&body, Endpoint::Embeddings), 9);
+    }
+}

@@ -1,0 +1,166 @@
+//! What a client gets when the gateway refuses or fails a request: an HTTP status, an
+//! OpenAI-style error body (`{"error": {"message", "type", "param", "code"}}`) and, for rate
+//! limits, a `Retry-After` header.
+//!
+//! Invariant: every refusal made by the gateway itself goes through [`ApiError`], so clients
+//! (the official SDKs among them) can parse every error the same way.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use pagoda_protocol::openai::ErrorResponse;
+
+/// A refusal with its status, OpenAI error type and code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub code: Option<&'static str>,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, code: Option<&'static str>, message: String) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message,
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", None, message.into())
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            Some("invalid_api_key"),
+            message.into(),
+        )
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            Some("model_not_allowed"),
+            message.into(),
+        )
+    }
+
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Some("model_not_found"),
+            format!("the model '{model}' does not exist on this gateway (GET /v1/models lists them)"),
+        )
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", None, message.into())
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            Some("request_too_large"),
+            format!("the request body is larger than this gateway's limit of {limit} bytes"),
+        )
+    }
+
+    pub fn rate_limited(message: impl Into<String>, retry_after: Duration) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                Some("rate_limit_exceeded"),
+                message.into(),
+            )
+        }
+    }
+
+    pub fn quota_exhausted(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "insufficient_quota",
+            Some("insufficient_quota"),
+            message.into(),
+        )
+    }
+
+    pub fn upstream_unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            Some("upstream_unavailable"),
+            message.into(),
+        )
+    }
+
+    pub fn upstream_timeout(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "server_error",
+            Some("upstream_timeout"),
+            message.into(),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, message.into())
+    }
+
+    /// The JSON body alone (also the payload of an SSE error event).
+    pub fn body(&self) -> ErrorResponse {
+        let body = ErrorResponse::new(self.kind, self.message.clone());
+        match self.code {
+            Some(code) => body.with_code(code),
+            None => body,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(after) = self.retry_after {
+            // Whole seconds, rounded up: "Retry-After: 0" would invite an immediate retry.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            if let Ok(value) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                response.headers_mut().insert("retry-after", value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limits_carry_retry_after_in_whole_seconds() {
+        let r = ApiError::rate_limited("slow down", Duration::from_millis(1200)).into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "2");
+        let r = ApiError::rate_limited("slow down", Duration::ZERO).into_response();
+        assert_eq!(r.headers()["retry-after"], "1");
+    }
+
+    #[test]
+    fn bodies_are_openai_shaped() {
+        let v = serde_json::to_value(ApiError::unauthorized("no key").body()).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["message"], "no key");
+    }
+}

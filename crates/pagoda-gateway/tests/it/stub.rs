@@ -1,0 +1,153 @@
+//! A small OpenAI-compatible backend for the gateway's tests: it answers chat completions
+//! (JSON or SSE) with its own name, reports usage, and can be told to fail, slow down, cut its
+//! streams or report itself unhealthy. It listens on a real loopback socket.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// Prompt and completion tokens every answer reports.
+pub const PROMPT_TOKENS: u64 = 10;
+pub const COMPLETION_TOKENS: u64 = 5;
+
+#[derive(Default)]
+pub struct Behaviour {
+    /// Non-zero: answer every request with this status.
+    pub fail_status: AtomicU16,
+    pub delay_ms: AtomicU64,
+    /// Send one chunk of a stream, then drop the connection.
+    pub cut_streams: AtomicBool,
+    pub unhealthy: AtomicBool,
+    pub served: AtomicU64,
+}
+
+pub struct Stub {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub behaviour: Arc<Behaviour>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Stub {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn served(&self) -> u64 {
+        self.behaviour.served.load(Ordering::SeqCst)
+    }
+
+    pub fn fail_with(&self, status: u16) {
+        self.behaviour.fail_status.store(status, Ordering::SeqCst);
+    }
+
+    /// Stops accepting connections (a killed replica).
+    pub fn kill(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct StubState {
+    name: String,
+    behaviour: Arc<Behaviour>,
+}
+
+pub async fn start(name: &str) -> Stub {
+    let behaviour = Arc::new(Behaviour::default());
+    let state = Arc::new(StubState {
+        name: name.to_string(),
+        behaviour: behaviour.clone(),
+    });
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(chat))
+        .route("/health", get(health))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    Stub {
+        name: name.to_string(),
+        addr,
+        behaviour,
+        shutdown: Some(tx),
+    }
+}
+
+async fn health(State(s): State<Arc<StubState>>) -> StatusCode {
+    if s.behaviour.unhealthy.load(Ordering::SeqCst) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+fn chunk(id: &str, content: &str) -> String {
+    let v = json!({"id": id, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+    format!("data: {v}\n\n")
+}
+
+async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Response {
+    let b = &s.behaviour;
+    let delay = b.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    let fail = b.fail_status.load(Ordering::SeqCst);
+    if fail != 0 {
+        return (StatusCode::from_u16(fail).unwrap(), Json(json!({"error": {"message": "stub failure", "type": "server_error"}}))).into_response();
+    }
+    b.served.fetch_add(1, Ordering::SeqCst);
+    let n = b.served.load(Ordering::SeqCst);
+    let id = format!("chatcmpl-{}-{n}", s.name);
+    let model = body["model"].as_str().unwrap_or("").to_string();
+    let content = format!("from {} as {}", s.name, model);
+    let usage = json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS, "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS});
+    if !body["stream"].as_bool().unwrap_or(false) {
+        return Json(json!({"id": id, "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": usage}))
+        .into_response();
+    }
+    let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    let cut = b.cut_streams.load(Ordering::SeqCst);
+    let mut parts: Vec<Result<String, std::io::Error>> = vec![Ok(chunk(&id, "from ")), Ok(chunk(&id, &s.name))];
+    if cut {
+        parts.truncate(1);
+        parts.push(Err(std::io::Error::other("cut")));
+    } else {
+        if include_usage {
+            parts.push(Ok(format!("data: {}\n\n", json!({"id": id, "choices": [], "usage": usage}))));
+        }
+        parts.push(Ok("data: [DONE]\n\n".to_string()));
+    }
+    let stream = futures_util::stream::iter(parts);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
