@@ -126,7 +126,7 @@ impl Controller {
 
     /// How often this rollout wants to be analysed.
     pub fn interval(&self) -> Duration {
-        Duration::from_secs_f64(self.lock().config.interval_s.max(0.0))
+        Duration::try_from_secs_f64(self.lock().config.interval_s.max(0.0)).unwrap_or(Duration::MAX)
     }
 
     /// Adds a finished request of `version`; other versions are ignored.

@@ -50,8 +50,10 @@ pub use stats::StatsSummary;
 
 /// The analysis loop never runs more often than this.
 const MIN_ANALYSIS_PERIOD: Duration = Duration::from_millis(100);
-/// The analysis loop's period when no rollout is configured (a reload may add one).
-const IDLE_ANALYSIS_PERIOD: Duration = Duration::from_secs(1);
+/// The analysis loop runs at least this often, so each rollout is analysed close to its own
+/// `interval_s` (a rollout is skipped until its interval has passed) and a reload that adds a
+/// rollout or shortens an interval is picked up quickly.
+const MAX_ANALYSIS_PERIOD: Duration = Duration::from_secs(1);
 
 /// How one proxied request ended, as rollout statistics see it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,7 +162,7 @@ pub enum RolloutError {
 /// Why feedback was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FeedbackError {
-    #[error("unknown response id '{0}': it was never served by this gateway, or it is too old (the gateway remembers the last {DEFAULT_CAPACITY} responses)")]
+    #[error("unknown response id '{0}': it was never served by this gateway, or it is too old (the gateway remembers only its most recent responses, 100 000 by default)")]
     UnknownResponse(String),
 }
 
@@ -288,14 +290,17 @@ impl Rollouts {
         controllers.values().filter_map(|c| c.tick(now)).collect()
     }
 
-    /// The period of the analysis loop: the smallest configured `interval_s`, at least 100 ms.
+    /// The period of the analysis loop: the smallest configured `interval_s`, clamped to
+    /// 100 ms ..= 1 s (each rollout is still analysed only once per its own interval).
     pub fn analysis_period(&self) -> Duration {
         self.controllers
             .load()
             .values()
             .map(|c| c.interval())
             .min()
-            .map_or(IDLE_ANALYSIS_PERIOD, |d| d.max(MIN_ANALYSIS_PERIOD))
+            .map_or(MAX_ANALYSIS_PERIOD, |d| {
+                d.clamp(MIN_ANALYSIS_PERIOD, MAX_ANALYSIS_PERIOD)
+            })
     }
 
     /// Runs [`Rollouts::tick`] forever at [`Rollouts::analysis_period`], logging each event

@@ -465,11 +465,15 @@ fn config_with_interval(secs: f64) -> GatewayConfig {
 }
 
 #[test]
-fn analysis_period_is_the_smallest_interval_but_at_least_100ms() {
+fn analysis_period_is_the_smallest_interval_within_100ms_and_1s() {
     let r = Rollouts::new();
     assert_eq!(r.analysis_period(), Duration::from_secs(1));
     r.sync(&config_with("v2", ""));
-    assert_eq!(r.analysis_period(), Duration::from_secs(10));
+    assert_eq!(r.analysis_period(), Duration::from_secs(1));
+    r.sync(&config_with_interval(0.5));
+    assert_eq!(r.analysis_period(), Duration::from_millis(500));
+    r.sync(&config_with_interval(f64::INFINITY));
+    assert_eq!(r.analysis_period(), Duration::from_secs(1));
     r.sync(&config_with_interval(0.01));
     assert_eq!(r.analysis_period(), Duration::from_millis(100));
 }
@@ -494,4 +498,73 @@ fn events_serialise_with_their_kind() {
     };
     assert_eq!(serde_json::to_value(&e).unwrap()["event"], "completed");
     assert!(describe(&e).contains("100 %"));
+}
+
+/// An admin or analysis action in the property test.
+#[derive(Debug, Clone)]
+enum Action {
+    Good(u64),
+    Bad(u64),
+    Tick(u64),
+    Promote,
+    Pause,
+    Resume,
+    Abort,
+    Restart,
+}
+
+fn action() -> impl proptest::strategy::Strategy<Value = Action> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (1u64..80).prop_map(Action::Good),
+        (1u64..30).prop_map(Action::Bad),
+        (1u64..100).prop_map(Action::Tick),
+        Just(Action::Promote),
+        Just(Action::Pause),
+        Just(Action::Resume),
+        Just(Action::Abort),
+        Just(Action::Restart),
+    ]
+}
+
+/// The percent the state says the canary gets.
+fn expected_percent(s: &RolloutStatus) -> f64 {
+    match s.state {
+        RolloutState::Progressing | RolloutState::Paused => s.steps[s.step],
+        RolloutState::Completed => 100.0,
+        RolloutState::RolledBack { .. } | RolloutState::Aborted => 0.0,
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn percent_always_matches_the_state(actions in proptest::collection::vec(action(), 0..40)) {
+        let r = rollouts();
+        let mut now = Instant::now();
+        for a in actions {
+            match a {
+                Action::Good(n) => {
+                    traffic(&r, "v1", n * 4, 100, 0);
+                    traffic(&r, "v2", n, 100, 0);
+                }
+                Action::Bad(n) => traffic(&r, "v2", n, 100, 1),
+                Action::Tick(s) => {
+                    now += Duration::from_secs(s);
+                    r.tick(now);
+                }
+                Action::Promote => { let _ = r.promote(ROUTE); }
+                Action::Pause => { let _ = r.pause(ROUTE); }
+                Action::Resume => { let _ = r.resume(ROUTE); }
+                Action::Abort => { let _ = r.abort(ROUTE); }
+                Action::Restart => { let _ = r.restart(ROUTE); }
+            }
+            let s = r.status_of(ROUTE).unwrap();
+            proptest::prop_assert_eq!(s.canary_percent, expected_percent(&s));
+            proptest::prop_assert_eq!(r.canary_percent(ROUTE), Some(s.canary_percent));
+            proptest::prop_assert!(s.step < s.steps.len());
+            proptest::prop_assert_eq!(s.reason.is_some(),
+                matches!(s.state, RolloutState::RolledBack { .. } | RolloutState::Aborted));
+        }
+    }
 }
