@@ -1,1 +1,515 @@
-//! (being written)
+//! Upstream replicas: which replica of a target serves a request, and how many at once.
+//!
+//! Owns, per target, the pool of [`Replica`]s with their load counters, concurrency slots and
+//! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, and
+//! bounded prefix affinity), active health checks ([`health`]), and hot reload of the replica
+//! set ([`Upstreams::reconcile`]).
+//!
+//! Invariants:
+//! - A replica's state (breaker, health, outstanding count, slots) lives in one `Arc<Replica>`
+//!   that a reload keeps as long as the target still lists the replica's URL; a request holds
+//!   its replica's `Arc` (through its [`ReplicaPermit`]), so a replica removed by a reload
+//!   finishes its in-flight requests normally.
+//! - Reads on the request path ([`Upstreams::pool`]) are one lock-free `ArcSwap` load and a map
+//!   lookup; reloads build a new map and swap it in.
+//! - [`TargetPool::pick`] only returns replicas that are healthy and whose breaker let the
+//!   request through (claiming a half-open probe slot); `None` means none is, and the proxy moves
+//!   to the next target of the fallback chain.
+//!
+//! Connection pooling: the proxy uses one shared `reqwest::Client`; reqwest keeps a separate
+//! idle-connection pool per scheme+host+port, i.e. per replica, and the per-replica concurrency
+//! cap bounds how many connections each replica's pool opens. Build that client with
+//! `pool_max_idle_per_host` at least the largest `max_concurrency` so a busy replica's
+//! connections are reused rather than reopened.
+
+pub mod balance;
+pub mod breaker;
+pub mod health;
+pub mod replica;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+pub use breaker::{Breaker, BreakerState};
+pub use health::spawn_health_checks;
+pub use replica::{QueueTimeout, Replica, ReplicaPermit};
+
+use crate::config::{BreakerConfig, GatewayConfig, TargetConfig};
+
+/// Prompt characters [`prefix_hash`] looks at by default: about 64 tokens, several KV-cache
+/// blocks, and long enough that two prompts sharing it almost surely share a system prompt or a
+/// conversation's beginning.
+pub const DEFAULT_PREFIX_CHARS: usize = 256;
+
+/// Hash of the first `prefix_chars` characters of `text`, the key of prefix affinity.
+///
+/// `None` when `text` is shorter than `prefix_chars` (or `prefix_chars` is 0): a short prompt
+/// fills few KV-cache blocks, so a prefix-cache hit saves little prefill while pinning it to one
+/// replica would still skew load; and a prompt shorter than the window cannot share the window
+/// with another prompt anyway. The hash (FNV-1a, then a 64-bit mix) is stable across processes
+/// and versions, so every gateway instance sends a prefix to the same replica.
+pub fn prefix_hash(text: &str, prefix_chars: usize) -> Option<u64> {
+    if prefix_chars == 0 {
+        return None;
+    }
+    let (end, _) = text.char_indices().nth(prefix_chars - 1)?;
+    let end = end + text[end..].chars().next().map_or(0, char::len_utf8);
+    Some(stable_hash(&text.as_bytes()[..end]))
+}
+
+/// FNV-1a over `bytes`, finished with [`balance::mix64`]: stable, fast, well spread.
+pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
+    let fnv = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    balance::mix64(fnv)
+}
+
+/// The replicas of one target, and how a request gets one of them.
+#[derive(Debug)]
+pub struct TargetPool {
+    /// The target's name.
+    pub name: String,
+    replicas: Vec<Arc<Replica>>,
+    queue_timeout: Duration,
+}
+
+impl TargetPool {
+    /// A pool of fresh replicas for `target`.
+    pub fn new(target: &TargetConfig, breaker: &BreakerConfig) -> Self {
+        Self::with_replicas(target, breaker, &HashMap::new())
+    }
+
+    /// A pool for `target` that reuses the replicas of `keep` (by URL), updating their cap and
+    /// breaker thresholds, and creates the rest.
+    fn with_replicas(
+        target: &TargetConfig,
+        breaker: &BreakerConfig,
+        keep: &HashMap<&str, &Arc<Replica>>,
+    ) -> Self {
+        let mut replicas: Vec<Arc<Replica>> = Vec::with_capacity(target.replicas.len());
+        for url in &target.replicas {
+            if replicas.iter().any(|r| &r.url == url) {
+                continue; // a URL listed twice is one replica
+            }
+            let replica = match keep.get(url.as_str()) {
+                Some(old) => {
+                    old.set_max_concurrency(target.max_concurrency);
+                    old.set_breaker_config(breaker.clone());
+                    Arc::clone(old)
+                }
+                None => Arc::new(Replica::new(
+                    &target.name,
+                    url,
+                    target.max_concurrency,
+                    breaker.clone(),
+                )),
+            };
+            replicas.push(replica);
+        }
+        Self {
+            name: target.name.clone(),
+            replicas,
+            queue_timeout: Duration::from_millis(target.queue_timeout_ms),
+        }
+    }
+
+    /// All replicas, in config order.
+    pub fn replicas(&self) -> &[Arc<Replica>] {
+        &self.replicas
+    }
+
+    /// How long a request may wait for a slot (`queue_timeout_ms`).
+    pub fn queue_timeout(&self) -> Duration {
+        self.queue_timeout
+    }
+
+    /// A replica for a new request: prefix affinity when `affinity` is given (bounded by load),
+    /// otherwise power of two choices on outstanding requests. `None` when no replica is
+    /// healthy with a breaker that lets the request through.
+    pub fn pick(&self, affinity: Option<u64>) -> Option<Arc<Replica>> {
+        self.pick_excluding(affinity, &[])
+    }
+
+    /// Like [`TargetPool::pick`], for a retry: replicas in `tried` are used only when no other
+    /// replica is available (a one-replica target retries on its one replica).
+    pub fn pick_excluding(
+        &self,
+        affinity: Option<u64>,
+        tried: &[Arc<Replica>],
+    ) -> Option<Arc<Replica>> {
+        let was_tried = |r: &Arc<Replica>| tried.iter().any(|t| Arc::ptr_eq(t, r));
+        let available: Vec<&Arc<Replica>> =
+            self.replicas.iter().filter(|r| r.is_available()).collect();
+        let (fresh, used): (Vec<_>, Vec<_>) = available.into_iter().partition(|r| !was_tried(r));
+        choose_and_claim(fresh, affinity).or_else(|| choose_and_claim(used, affinity))
+    }
+
+    /// Waits up to `timeout` for one of `replica`'s concurrency slots (FIFO); see
+    /// [`Replica::acquire`]. The permit counts as outstanding while it waits and while it lives.
+    pub async fn acquire(
+        &self,
+        replica: &Arc<Replica>,
+        timeout: Duration,
+    ) -> Result<ReplicaPermit, QueueTimeout> {
+        replica.acquire(timeout).await
+    }
+}
+
+/// Chooses among `candidates` and claims passage through the chosen one's breaker; a replica
+/// whose breaker refuses (a concurrent picker took the last half-open probe) is dropped and the
+/// choice repeated.
+fn choose_and_claim(
+    mut candidates: Vec<&Arc<Replica>>,
+    affinity: Option<u64>,
+) -> Option<Arc<Replica>> {
+    while !candidates.is_empty() {
+        let chosen = match affinity {
+            Some(hash) => balance::by_affinity(&candidates, hash),
+            None => balance::power_of_two(&candidates, &mut rand::thread_rng()),
+        }?;
+        if chosen.try_pass() {
+            return Some(Arc::clone(chosen));
+        }
+        candidates.retain(|r| !Arc::ptr_eq(r, chosen));
+    }
+    None
+}
+
+/// Every target's pool, by target name; swapped atomically on reload.
+#[derive(Debug)]
+pub struct Upstreams {
+    pools: ArcSwap<HashMap<String, Arc<TargetPool>>>,
+    /// Serialises reconciles so two reloads never both build from the same old map.
+    reconcile_lock: Mutex<()>,
+}
+
+impl Upstreams {
+    /// Pools for every target of `config` with replicas (canned-reply targets have none).
+    pub fn new(config: &GatewayConfig) -> Self {
+        let pools = build_pools(config, &HashMap::new());
+        Self {
+            pools: ArcSwap::from_pointee(pools),
+            reconcile_lock: Mutex::new(()),
+        }
+    }
+
+    /// The pool of `target`, if it has replicas.
+    pub fn pool(&self, target: &str) -> Option<Arc<TargetPool>> {
+        self.pools.load().get(target).cloned()
+    }
+
+    /// All pools now (health checks, metrics, admin).
+    pub fn pools(&self) -> Vec<Arc<TargetPool>> {
+        self.pools.load().values().cloned().collect()
+    }
+
+    /// Applies a reloaded config: replicas whose (target, URL) stays keep their state (breaker,
+    /// health, outstanding count, permits in flight); new ones start fresh; removed ones are
+    /// dropped from the pools, and requests in flight on them finish normally.
+    ///
+    /// A changed `max_concurrency` is applied to the kept replica in place (no new semaphore):
+    /// a larger cap frees slots at once, a smaller one takes effect as in-flight requests end,
+    /// and queued requests keep their place. Changed breaker thresholds apply to the current
+    /// state; `queue_timeout_ms` applies to requests picked after the reload.
+    pub fn reconcile(&self, new: &GatewayConfig) {
+        let _guard = self
+            .reconcile_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let old = self.pools.load_full();
+        let pools = build_pools(new, &old);
+        log_changes(&old, &pools);
+        self.pools.store(Arc::new(pools));
+    }
+}
+
+fn build_pools(
+    config: &GatewayConfig,
+    old: &HashMap<String, Arc<TargetPool>>,
+) -> HashMap<String, Arc<TargetPool>> {
+    config
+        .targets
+        .iter()
+        .filter(|t| !t.replicas.is_empty())
+        .map(|t| {
+            let keep: HashMap<&str, &Arc<Replica>> = old
+                .get(&t.name)
+                .map(|p| p.replicas.iter().map(|r| (r.url.as_str(), r)).collect())
+                .unwrap_or_default();
+            let pool = TargetPool::with_replicas(t, &config.breaker, &keep);
+            (t.name.clone(), Arc::new(pool))
+        })
+        .collect()
+}
+
+fn log_changes(old: &HashMap<String, Arc<TargetPool>>, new: &HashMap<String, Arc<TargetPool>>) {
+    let urls = |m: &HashMap<String, Arc<TargetPool>>| -> Vec<(String, String)> {
+        m.values()
+            .flat_map(|p| p.replicas.iter().map(|r| (p.name.clone(), r.url.clone())))
+            .collect()
+    };
+    let (before, after) = (urls(old), urls(new));
+    for (target, url) in after.iter().filter(|x| !before.contains(x)) {
+        tracing::info!(%target, %url, "replica added");
+    }
+    for (target, url) in before.iter().filter(|x| !after.contains(x)) {
+        tracing::info!(%target, %url, "replica removed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn target(name: &str, urls: &[&str], cap: usize) -> TargetConfig {
+        TargetConfig {
+            name: name.into(),
+            model: None,
+            replicas: urls.iter().map(|u| u.to_string()).collect(),
+            canned_reply: None,
+            max_concurrency: cap,
+            queue_timeout_ms: 50,
+            timeout_ms: 0,
+            api_key: None,
+        }
+    }
+
+    fn config(targets: Vec<TargetConfig>) -> GatewayConfig {
+        GatewayConfig {
+            targets,
+            breaker: BreakerConfig {
+                failure_threshold: 2,
+                open_ms: 60_000,
+                half_open_probes: 1,
+            },
+            ..GatewayConfig::default()
+        }
+    }
+
+    const A: &str = "http://a:1";
+    const B: &str = "http://b:1";
+    const C: &str = "http://c:1";
+
+    #[test]
+    fn prefix_hash_needs_the_full_window() {
+        assert_eq!(prefix_hash("short", 256), None);
+        assert_eq!(prefix_hash("", 1), None);
+        assert_eq!(prefix_hash("anything", 0), None);
+        let long = "s".repeat(300);
+        assert!(prefix_hash(&long, 256).is_some());
+        assert_eq!(
+            prefix_hash(&"x".repeat(256), 256),
+            prefix_hash(&"x".repeat(400), 256)
+        );
+    }
+
+    #[test]
+    fn prefix_hash_only_sees_the_window_and_is_stable() {
+        let system = "You are a helpful assistant. ".repeat(10);
+        let a = format!("{system}What is Rust?");
+        let b = format!("{system}Tell me a joke.");
+        assert_eq!(prefix_hash(&a, 256), prefix_hash(&b, 256));
+        assert_ne!(prefix_hash(&a, 256), prefix_hash(&format!("X{a}"), 256));
+        // Fixed value: the hash must not change between builds or gateway instances.
+        assert_eq!(prefix_hash("abc", 3), Some(stable_hash(b"abc")));
+        assert_eq!(stable_hash(b""), balance::mix64(0xcbf2_9ce4_8422_2325));
+    }
+
+    #[test]
+    fn prefix_hash_counts_characters_not_bytes() {
+        let text = "é".repeat(10);
+        assert!(prefix_hash(&text, 10).is_some());
+        assert_eq!(prefix_hash(&text, 11), None);
+        assert_eq!(prefix_hash(&text, 5), prefix_hash(&"é".repeat(5), 5));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn prefix_hash_depends_only_on_the_prefix(s in "\\PC{0,80}", tail in "\\PC{0,20}", n in 0usize..100) {
+            let h = prefix_hash(&s, n);
+            proptest::prop_assert_eq!(h.is_some(), n > 0 && s.chars().count() >= n);
+            if h.is_some() {
+                let longer = format!("{s}{tail}");
+                proptest::prop_assert_eq!(prefix_hash(&longer, n), h);
+            }
+        }
+    }
+
+    #[test]
+    fn pools_cover_targets_with_replicas_only() {
+        let mut canned = target("canned", &[], 1);
+        canned.canned_reply = Some("sorry".into());
+        let ups = Upstreams::new(&config(vec![target("t", &[A, B, A], 4), canned]));
+        let pool = ups.pool("t").unwrap();
+        assert_eq!(pool.replicas().len(), 2, "a duplicate URL is one replica");
+        assert_eq!(pool.queue_timeout(), Duration::from_millis(50));
+        assert!(ups.pool("canned").is_none());
+        assert!(ups.pool("missing").is_none());
+    }
+
+    #[tokio::test]
+    async fn pick_prefers_the_less_loaded_replica() {
+        let ups = Upstreams::new(&config(vec![target("t", &[A, B], 100)]));
+        let pool = ups.pool("t").unwrap();
+        let a = pool.replicas()[0].clone();
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(pool.acquire(&a, Duration::from_millis(10)).await.unwrap());
+        }
+        for _ in 0..200 {
+            assert_eq!(pool.pick(None).unwrap().url, B);
+        }
+        drop(held);
+        let urls: HashSet<_> = (0..200)
+            .map(|_| pool.pick(None).unwrap().url.clone())
+            .collect();
+        assert_eq!(urls.len(), 2, "an idle pair shares the traffic");
+    }
+
+    #[test]
+    fn pick_skips_open_and_down_replicas_and_returns_none_when_all_are() {
+        let ups = Upstreams::new(&config(vec![target("t", &[A, B], 10)]));
+        let pool = ups.pool("t").unwrap();
+        let (a, b) = (pool.replicas()[0].clone(), pool.replicas()[1].clone());
+        a.record_failure();
+        a.record_failure();
+        assert_eq!(a.breaker_state(), BreakerState::Open);
+        for _ in 0..50 {
+            assert_eq!(pool.pick(None).unwrap().url, B);
+            assert_eq!(pool.pick(Some(1)).unwrap().url, B);
+        }
+        let down = crate::config::HealthConfig {
+            unhealthy_after: 1,
+            ..Default::default()
+        };
+        b.observe_health(false, &down);
+        assert!(pool.pick(None).is_none());
+        assert!(pool.pick(Some(1)).is_none());
+    }
+
+    #[test]
+    fn half_open_probe_is_claimed_once() {
+        let mut cfg = config(vec![target("t", &[A], 10)]);
+        cfg.breaker.open_ms = 0;
+        let ups = Upstreams::new(&cfg);
+        let pool = ups.pool("t").unwrap();
+        let a = pool.replicas()[0].clone();
+        a.record_failure();
+        a.record_failure();
+        assert!(pool.pick(None).is_some(), "the probe");
+        a.breaker().set_config(BreakerConfig {
+            open_ms: 60_000,
+            ..cfg.breaker.clone()
+        });
+        assert!(pool.pick(None).is_none(), "one probe at a time");
+        a.record_success();
+        assert!(pool.pick(None).is_some());
+    }
+
+    #[test]
+    fn retry_goes_to_another_replica_when_there_is_one() {
+        let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 10)]));
+        let pool = ups.pool("t").unwrap();
+        for _ in 0..50 {
+            let first = pool.pick(Some(7)).unwrap();
+            let second = pool
+                .pick_excluding(Some(7), std::slice::from_ref(&first))
+                .unwrap();
+            assert!(!Arc::ptr_eq(&first, &second));
+            let third = pool
+                .pick_excluding(None, &[first.clone(), second.clone()])
+                .unwrap();
+            assert!(!Arc::ptr_eq(&third, &first) && !Arc::ptr_eq(&third, &second));
+        }
+        let all = pool.replicas().to_vec();
+        assert!(
+            pool.pick_excluding(None, &all).is_some(),
+            "all tried: reuse one"
+        );
+
+        let single = Upstreams::new(&config(vec![target("s", &[A], 10)]));
+        let pool = single.pool("s").unwrap();
+        let only = pool.pick(None).unwrap();
+        assert!(Arc::ptr_eq(
+            &pool
+                .pick_excluding(None, std::slice::from_ref(&only))
+                .unwrap(),
+            &only
+        ));
+    }
+
+    #[tokio::test]
+    async fn pool_affinity_is_sticky_and_bounded() {
+        let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 100)]));
+        let pool = ups.pool("t").unwrap();
+        let hash = prefix_hash(&"system prompt ".repeat(30), DEFAULT_PREFIX_CHARS);
+        let preferred = pool.pick(hash).unwrap();
+        for _ in 0..20 {
+            assert!(Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+        }
+        let mut held = Vec::new();
+        for _ in 0..=balance::AFFINITY_LOAD_SLACK_MIN {
+            held.push(
+                pool.acquire(&preferred, Duration::from_millis(10))
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert!(!Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+        held.clear();
+        assert!(Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+    }
+
+    #[tokio::test]
+    async fn reconcile_keeps_state_of_kept_replicas_and_drops_removed_ones() {
+        let ups = Upstreams::new(&config(vec![
+            target("t", &[A, B], 2),
+            target("gone", &[C], 1),
+        ]));
+        let old_pool = ups.pool("t").unwrap();
+        let a = old_pool.replicas()[0].clone();
+        let b = old_pool.replicas()[1].clone();
+        a.record_failure();
+        a.record_failure();
+        let in_flight = old_pool
+            .acquire(&b, Duration::from_millis(10))
+            .await
+            .unwrap();
+
+        ups.reconcile(&config(vec![target("t", &[A, C], 3)]));
+        let pool = ups.pool("t").unwrap();
+        let urls: Vec<_> = pool.replicas().iter().map(|r| r.url.as_str()).collect();
+        assert_eq!(urls, [A, C]);
+        assert!(
+            Arc::ptr_eq(&pool.replicas()[0], &a),
+            "the same replica object"
+        );
+        assert_eq!(pool.replicas()[0].breaker_state(), BreakerState::Open);
+        assert_eq!(pool.replicas()[0].max_concurrency(), 3);
+        assert_eq!(pool.replicas()[1].breaker_state(), BreakerState::Closed);
+        assert!(ups.pool("gone").is_none());
+
+        // The removed replica's request finishes normally.
+        assert_eq!(b.outstanding(), 1);
+        drop(in_flight);
+        assert_eq!(b.outstanding(), 0);
+    }
+
+    #[test]
+    fn reconcile_applies_new_breaker_thresholds_and_new_targets() {
+        let ups = Upstreams::new(&config(vec![target("t", &[A], 2)]));
+        let mut next = config(vec![target("t", &[A], 2), target("new", &[B], 1)]);
+        next.breaker.failure_threshold = 1;
+        ups.reconcile(&next);
+        let a = ups.pool("t").unwrap().replicas()[0].clone();
+        a.record_failure();
+        assert_eq!(a.breaker_state(), BreakerState::Open);
+        assert_eq!(ups.pool("new").unwrap().replicas()[0].url, B);
+        assert_eq!(ups.pools().len(), 2);
+    }
+}
