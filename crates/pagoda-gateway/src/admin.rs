@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, KeyError, NewKey};
+use crate::rollout::RolloutError;
 use crate::state::Gateway;
 use crate::usage::UsageQuery;
 
@@ -52,7 +53,7 @@ fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
 fn key_error(e: KeyError) -> ApiError {
     match e {
         KeyError::NotFound(_) => ApiError::not_found(e.to_string()),
-        KeyError::Duplicate(_) | KeyError::Invalid(_) => ApiError::bad_request(e.to_string()),
+        KeyError::Duplicate(_) | KeyError::Invalid(_) | KeyError::FromConfig(_) => ApiError::bad_request(e.to_string()),
         other => ApiError::internal(other.to_string()),
     }
 }
@@ -116,7 +117,8 @@ async fn rollout_action(
             tracing::info!(%route, %action, "rollout changed by an operator");
             Ok(Json(status).into_response())
         }
-        Err(e) => Err(ApiError::bad_request(e.to_string())),
+        Err(e @ RolloutError::UnknownRoute(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e) => Err(ApiError::conflict(e.to_string())),
     }
 }
 

@@ -21,7 +21,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::cache::{cache_key, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
+use crate::cache::{cache_key, CacheStatus, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
+use crate::metrics::ErrorKind;
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, AuthError, KeyRecord};
 use crate::limits::{LimitError, LimitKind, Reservation};
@@ -106,6 +107,10 @@ fn auth_error(e: AuthError) -> ApiError {
         }
         AuthError::Unknown => ApiError::unauthorized("invalid API key"),
         AuthError::Revoked => ApiError::unauthorized("this API key has been revoked"),
+        AuthError::Store(e) => {
+            tracing::error!(error = %e, "key store unavailable");
+            ApiError::upstream_unavailable("the gateway cannot check API keys right now; retry shortly")
+        }
     }
 }
 
@@ -183,20 +188,22 @@ fn estimate_tokens(body: &Value, endpoint: Endpoint) -> u64 {
 
 /// The prompt as one string: chat messages' contents, a completion prompt, embedding input.
 fn prompt_text(body: &Value) -> String {
+    fn push(out: &mut String, v: &Value) {
+        match v {
+            Value::String(s) => out.push_str(s),
+            other => out.push_str(&other.to_string()),
+        }
+    }
     let mut out = String::new();
-    let mut push = |v: &Value| match v {
-        Value::String(s) => out.push_str(s),
-        other => out.push_str(&other.to_string()),
-    };
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         for m in messages {
             if let Some(c) = m.get("content") {
-                push(c);
+                push(&mut out, c);
             }
             out.push('\n');
         }
     } else if let Some(p) = body.get("prompt").or_else(|| body.get("input")) {
-        push(p);
+        push(&mut out, p);
     }
     out
 }
@@ -249,16 +256,20 @@ impl Ticket {
                 gw.rollouts.remember_response(id, &self.route, first);
             }
         }
-        gw.metrics.observe_request(&crate::metrics::RequestObservation {
-            route: &self.route,
-            version: &end.version,
-            key: &self.key.name,
-            status: end.status,
-            latency,
-            ttft: end.ttft,
-            prompt_tokens: end.prompt_tokens,
-            completion_tokens: end.completion_tokens,
-        });
+        gw.metrics.observe_request(
+            &self.route,
+            &end.version,
+            end.status,
+            latency.as_secs_f64(),
+            end.ttft.map(|t| t.as_secs_f64()),
+        );
+        gw.metrics.record_tokens(
+            &self.key.name,
+            &self.route,
+            &end.version,
+            end.prompt_tokens,
+            end.completion_tokens,
+        );
         gw.usage.record(UsageRecord {
             ts_ms: now_ms(),
             request_id: self.request_id,
@@ -303,6 +314,7 @@ fn usage_of(body: &[u8]) -> (u64, u64, Option<String>) {
 }
 
 async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
+    let _in_flight = gw.metrics.in_flight();
     match handle_inner(gw, endpoint, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -315,7 +327,8 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     let limit = config.server.max_body_bytes;
-    let key = authenticate(&gw, &headers).inspect_err(|_| gw.metrics.observe_refusal("", "auth"))?;
+    let key = authenticate(&gw, &headers)
+        .inspect_err(|_| gw.metrics.record_error("", "", ErrorKind::Auth))?;
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| ApiError::too_large(limit))?;
@@ -331,7 +344,7 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         .to_string();
     let route = config.route(&model).ok_or_else(|| ApiError::model_not_found(&model))?;
     if !key.allows_model(&model) {
-        gw.metrics.observe_refusal(&key.name, "forbidden");
+        gw.metrics.record_error(&model, "", ErrorKind::Auth);
         return Err(ApiError::forbidden(format!("this API key may not use the model '{model}'")));
     }
     let stream = endpoint != Endpoint::Embeddings && body.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -347,14 +360,16 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
                 LimitKind::Requests => "requests per minute",
                 LimitKind::Tokens => "tokens per minute",
             };
-            gw.metrics.observe_refusal(&key.name, "rate_limited");
+            gw.metrics.record_error(&model, "", ErrorKind::RateLimited);
+            gw.metrics.record_rate_limited(&key.name, match limit { LimitKind::Requests => "requests", LimitKind::Tokens => "tokens" });
             return Err(ApiError::rate_limited(
                 format!("rate limit reached for this key ({what}); retry after {:.1} s", retry_after.as_secs_f64()),
                 retry_after,
             ));
         }
         Err(LimitError::BudgetExhausted { budget, spent }) => {
-            gw.metrics.observe_refusal(&key.name, "budget");
+            gw.metrics.record_error(&model, "", ErrorKind::BudgetExceeded);
+            gw.metrics.record_rate_limited(&key.name, "budget");
             return Err(ApiError::quota_exhausted(format!(
                 "this key's token budget is spent ({spent} of {budget} tokens, including requests in flight); ask an admin to raise it"
             )));
@@ -387,7 +402,7 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         ticket.cache_key = cache_key(&model, key.tier.as_deref().unwrap_or(""), &body);
         if let Some(k) = &ticket.cache_key {
             if let Some(hit) = gw.cache.get(k).await {
-                gw.metrics.observe_cache("hit");
+                gw.metrics.record_cache(CacheStatus::Hit);
                 let response = cached_response(&hit, &request_id);
                 ticket.finish(Ending {
                     status: hit.status,
@@ -404,14 +419,14 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
                 });
                 return Ok(response);
             }
-            gw.metrics.observe_cache("miss");
+            gw.metrics.record_cache(CacheStatus::Miss);
             cache_status = "miss";
         } else {
             cache_status = "bypass";
         }
     } else {
         if bypass {
-            gw.metrics.observe_cache("bypass");
+            gw.metrics.record_cache(CacheStatus::Bypass);
         }
         cache_status = "bypass";
     }
@@ -479,7 +494,7 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
 fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
     let gw = ticket.gw.clone();
     for f in &exhausted.failures {
-        gw.metrics.observe_upstream_failure(&ticket.route, &f.target, f.kind.label());
+        gw.metrics.record_error(&ticket.route, &f.target, f.kind.metric());
     }
     let error = if exhausted.all_timeouts() {
         ApiError::upstream_timeout(exhausted.summary())
@@ -520,15 +535,17 @@ fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
 fn respond(ticket: Ticket, served: Served, stream: bool, client_wants_usage: bool, cache_status: &'static str) -> Response {
     let gw = ticket.gw.clone();
     for f in &served.failures {
-        gw.metrics.observe_upstream_failure(&ticket.route, &f.target, f.kind.label());
+        gw.metrics.record_error(&ticket.route, &f.target, f.kind.metric());
     }
     if served.retries > 0 {
-        gw.metrics.observe_retries(&served.target, served.retries);
+        for _ in 0..served.retries {
+            gw.metrics.record_retry(&served.target);
+        }
     }
     let fallback = served.chain_index > 0;
     if fallback {
         if let Some(first) = &ticket.first_choice {
-            gw.metrics.observe_fallback(&ticket.route, first, &served.target);
+            gw.metrics.record_fallback(&ticket.route, first, &served.target);
         }
     }
     let replica = served.replica.as_ref().map(|r| r.url.clone()).unwrap_or_default();
@@ -659,7 +676,7 @@ fn finish_stream(ticket: Ticket, tally: StreamTally, version: String, replica: S
         _ => None,
     };
     if tally.broken.is_some() {
-        ticket.gw.metrics.observe_upstream_failure(&ticket.route, &version, "stream_broken");
+        ticket.gw.metrics.record_error(&ticket.route, &version, ErrorKind::StreamBroken);
     }
     let completion_tokens = tally.completion_tokens.unwrap_or(tally.content_chunks);
     ticket.finish(Ending {

@@ -67,6 +67,10 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", None, message.into())
     }
 
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", None, message.into())
+    }
+
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,

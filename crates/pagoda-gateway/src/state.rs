@@ -220,6 +220,27 @@ impl Gateway {
         self.reload.lock().unwrap_or_else(|p| p.into_inner()).last_error = Some(reason);
     }
 
+    /// Sets the gauges that mirror state kept elsewhere (circuits, queues, canary weights);
+    /// called on each `/metrics` scrape.
+    pub fn refresh_gauges(&self) {
+        use crate::metrics::CircuitLevel;
+        use crate::upstream::BreakerState;
+        for pool in self.upstreams.pools() {
+            for r in pool.replicas() {
+                let level = match r.breaker_state() {
+                    BreakerState::Closed => CircuitLevel::Closed,
+                    BreakerState::HalfOpen => CircuitLevel::HalfOpen,
+                    BreakerState::Open => CircuitLevel::Open,
+                };
+                self.metrics.set_circuit_state(&pool.name, &r.url, level);
+                self.metrics.set_replica_outstanding(&pool.name, &r.url, r.outstanding() as f64);
+            }
+        }
+        for status in self.rollouts.status() {
+            self.metrics.set_canary_weight(&status.route, status.canary_percent);
+        }
+    }
+
     pub fn reload_status(&self) -> ReloadStatus {
         self.reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

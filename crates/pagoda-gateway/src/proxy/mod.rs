@@ -85,6 +85,19 @@ impl FailureKind {
         }
     }
 
+    /// The metrics error kind.
+    pub fn metric(self) -> crate::metrics::ErrorKind {
+        use crate::metrics::ErrorKind as K;
+        match self {
+            FailureKind::Connect => K::Connect,
+            FailureKind::Timeout => K::Timeout,
+            FailureKind::Upstream5xx | FailureKind::BadBody => K::Upstream5xx,
+            FailureKind::Upstream429 => K::Upstream4xx,
+            FailureKind::QueueTimeout => K::QueueTimeout,
+            FailureKind::NoReplica => K::NoTarget,
+        }
+    }
+
     /// Whether the replica itself is at fault (counts against its circuit breaker).
     fn blames_replica(self) -> bool {
         matches!(self, FailureKind::Connect | FailureKind::Timeout | FailureKind::Upstream5xx | FailureKind::BadBody)
