@@ -3,7 +3,7 @@
 //! Owns: [`UsageRecord`] (what is recorded), the writer thread that stores records, and the
 //! per-key/route/version aggregation ([`UsageLedger::aggregate`], [`UsageLedger::spent_by_key`]).
 //! Storage is an embedded SQLite database by default (table `gateway_usage`, WAL mode, busy
-//! timeout), or Postgres when configured.
+//! timeout), or Postgres when configured (the same table, see `postgres.rs`).
 //!
 //! Invariants:
 //! - [`UsageLedger::record`] never blocks and never fails the request: it pushes into a bounded
@@ -23,6 +23,7 @@
 //! thread (blocking I/O): from async code use [`UsageLedger::aggregate_async`] or
 //! `spawn_blocking`.
 
+mod postgres;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -181,6 +182,13 @@ impl UsageLedger {
             Box::new(sqlite::SqliteStore::in_memory()?),
             CHANNEL_CAPACITY,
         )
+    }
+
+    /// A ledger in Postgres (`postgres://user:pass@host:port/db`, no TLS); the table is
+    /// created if missing. Blocking: call before serving, or from `spawn_blocking`.
+    pub fn postgres(url: &str) -> Result<Self, UsageError> {
+        let store = postgres::PostgresStore::connect(url)?;
+        Self::start(Box::new(store), CHANNEL_CAPACITY)
     }
 
     fn start(store: Box<dyn Store>, capacity: usize) -> Result<Self, UsageError> {
@@ -489,6 +497,65 @@ mod tests {
         let rows = l.aggregate(&UsageQuery::default()).unwrap();
         assert_eq!(rows[0].prompt_tokens, i64::MAX as u64);
         l.with_store(|s| assert_eq!(s.spent_by_key().unwrap()["id-a"], i64::MAX as u64));
+    }
+
+    /// The test Postgres URL, or `None` (with a notice) when `PAGODA_TEST_POSTGRES` is unset.
+    fn test_postgres() -> Option<String> {
+        match std::env::var("PAGODA_TEST_POSTGRES") {
+            Ok(u) if !u.is_empty() => Some(u),
+            _ => {
+                eprintln!("PAGODA_TEST_POSTGRES unset: skipping the Postgres ledger test");
+                None
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn postgres_ledger_records_and_aggregates() {
+        let Some(url) = test_postgres() else { return };
+        let l = UsageLedger::postgres(&url).unwrap();
+        // Rows of earlier runs stay in the table: use keys of this run only.
+        let run = format!("{}-{}", std::process::id(), now_ms());
+        let (a, b) = (format!("a{run}"), format!("b{run}"));
+        l.record(rec(&a, "chat", "v1", 200, 10, 5));
+        l.record(rec(&a, "chat", "v1", 503, 1, 0));
+        let mut c = rec(&a, "chat", "v2", 200, 2, 2);
+        c.cached = true;
+        c.ttft_ms = None;
+        l.record(c);
+        l.record(rec(&b, "code", "v1", 200, 7, 7));
+        l.flush().await;
+        assert_eq!(l.failed(), 0);
+        let q = UsageQuery {
+            key: Some(a.clone()),
+            ..UsageQuery::default()
+        };
+        let rows = l.aggregate(&q).unwrap();
+        assert_eq!(rows.len(), 2);
+        let v1 = row(&rows, &a, "chat", "v1");
+        assert_eq!(
+            (v1.requests, v1.errors, v1.total_tokens, v1.cached),
+            (2, 1, 16, 0)
+        );
+        let v2 = row(&rows, &a, "chat", "v2");
+        assert_eq!((v2.requests, v2.cached, v2.total_tokens), (1, 1, 4));
+        let windowed = UsageQuery {
+            since_ms: Some(2_000),
+            ..q.clone()
+        };
+        assert!(l.aggregate(&windowed).unwrap().is_empty());
+        let spent = l.spent_by_key().unwrap();
+        assert_eq!(spent[&format!("id-{a}")], 20);
+        assert_eq!(spent[&format!("id-{b}")], 14);
+        let via_async = l.aggregate_async(q).await.unwrap();
+        assert_eq!(via_async, rows);
+    }
+
+    #[test]
+    fn postgres_unreachable_is_an_error() {
+        let err =
+            UsageLedger::postgres("postgres://nobody@127.0.0.1:1/x?connect_timeout=1").unwrap_err();
+        assert!(matches!(err, UsageError::Postgres(_)), "{err}");
     }
 
     proptest! {
