@@ -277,7 +277,7 @@ mod tests {
                     Err(LimitError::ExceedsLimit { .. }) => prop_assert!(cost > tpm),
                     Err(LimitError::RateLimited { retry_after, .. }) => {
                         let retry = u64::try_from(retry_after.as_micros()).unwrap();
-                        prop_assert!(retry >= 1 && retry <= WINDOW_US);
+                        prop_assert!((1..=WINDOW_US).contains(&retry));
                         // Just before the retry time it still does not fit; at it, it does.
                         let mut probe = s.tpm.clone();
                         probe.trim(now + retry - 1);

@@ -98,7 +98,7 @@ impl Reservation {
 #[derive(Debug)]
 pub enum Limiter {
     Local(LocalLimiter),
-    Redis(RedisLimiter),
+    Redis(Box<RedisLimiter>),
 }
 
 impl Limiter {
@@ -109,7 +109,9 @@ impl Limiter {
 
     /// Limits shared through the Redis at `url`, every key under `prefix`.
     pub async fn redis(url: &str, prefix: &str) -> Result<Limiter, LimitError> {
-        Ok(Limiter::Redis(RedisLimiter::connect(url, prefix).await?))
+        Ok(Limiter::Redis(Box::new(
+            RedisLimiter::connect(url, prefix).await?,
+        )))
     }
 
     /// Admits a request estimated at `estimated_tokens` (prompt + max completion) for `key_id`

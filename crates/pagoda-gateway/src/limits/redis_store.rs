@@ -150,7 +150,9 @@ fn backend(e: redis::RedisError) -> LimitError {
 }
 
 fn lua_int(v: Option<u64>) -> i64 {
-    v.map_or(-1, |v| i64::try_from(v.min(MAX_LUA_INT)).unwrap_or(i64::MAX))
+    v.map_or(-1, |v| {
+        i64::try_from(v.min(MAX_LUA_INT)).unwrap_or(i64::MAX)
+    })
 }
 
 fn retry_after(us: i64) -> Duration {
@@ -182,7 +184,8 @@ impl RedisLimiter {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(RESPONSE_TIMEOUT)
             .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_number_of_retries(1);
+            .set_number_of_retries(0)
+            .set_max_delay(100);
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(backend)?;
@@ -203,7 +206,12 @@ impl RedisLimiter {
         ["rpm", "tpm", "tpm_sum", "spent", "reserved", "seq"].map(|k| format!("{base}:{k}"))
     }
 
-    async fn run(&self, script: &Script, key_id: &str, args: &[i64]) -> Result<Vec<i64>, LimitError> {
+    async fn run(
+        &self,
+        script: &Script,
+        key_id: &str,
+        args: &[i64],
+    ) -> Result<Vec<i64>, LimitError> {
         let mut inv = script.prepare_invoke();
         for k in self.keys(key_id) {
             inv.key(k);
@@ -235,10 +243,18 @@ impl RedisLimiter {
             _ => return Err(LimitError::Backend(format!("bad admit reply {reply:?}"))),
         };
         match status {
-            0 => Ok(Reservation::new(key_id, est, (value > 0).then(|| value.unsigned_abs()))),
+            0 => Ok(Reservation::new(
+                key_id,
+                est,
+                (value > 0).then(|| value.unsigned_abs()),
+            )),
             1 | 2 => Err(LimitError::RateLimited {
                 retry_after: retry_after(value),
-                limit: if status == 1 { LimitKind::Requests } else { LimitKind::Tokens },
+                limit: if status == 1 {
+                    LimitKind::Requests
+                } else {
+                    LimitKind::Tokens
+                },
             }),
             3 => Err(LimitError::BudgetExhausted {
                 budget: limits.budget_tokens.unwrap_or(0),
@@ -276,7 +292,12 @@ impl RedisLimiter {
         self.run_unit(&self.release, &r.key_id, &args).await
     }
 
-    async fn run_unit(&self, script: &Script, key_id: &str, args: &[i64]) -> Result<(), LimitError> {
+    async fn run_unit(
+        &self,
+        script: &Script,
+        key_id: &str,
+        args: &[i64],
+    ) -> Result<(), LimitError> {
         let mut inv = script.prepare_invoke();
         for k in self.keys(key_id) {
             inv.key(k);
@@ -310,5 +331,207 @@ impl RedisLimiter {
             .await
             .map_err(backend)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::concurrent_budget_holds;
+    use super::super::Limiter;
+    use super::*;
+    use std::sync::Arc;
+
+    /// The test Redis from `PAGODA_TEST_REDIS`; without it the test is skipped, except in CI
+    /// (`CI=true`) where it fails.
+    fn redis_url() -> Option<String> {
+        match std::env::var("PAGODA_TEST_REDIS") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("PAGODA_TEST_REDIS is unset in CI: the Redis limiter tests need a Redis")
+            }
+            _ => {
+                eprintln!("PAGODA_TEST_REDIS unset: skipping a Redis limiter test");
+                None
+            }
+        }
+    }
+
+    fn unique_prefix() -> String {
+        let bytes: [u8; 8] = rand::random();
+        format!("pagoda-test-{}", hex::encode(bytes))
+    }
+
+    async fn two_limiters(url: &str) -> (Arc<Limiter>, Arc<Limiter>) {
+        let prefix = unique_prefix();
+        let a = Limiter::redis(url, &prefix).await.unwrap();
+        let b = Limiter::redis(url, &prefix).await.unwrap();
+        (Arc::new(a), Arc::new(b))
+    }
+
+    fn limits(rpm: Option<u64>, tpm: Option<u64>, budget: Option<u64>) -> KeyLimits {
+        KeyLimits {
+            rpm,
+            tpm,
+            budget_tokens: budget,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_admits_never_overspend_the_budget() {
+        let Some(url) = redis_url() else { return };
+        let (a, _) = two_limiters(&url).await;
+        concurrent_budget_holds(a, "k").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rpm_and_budget_hold_across_two_instances() {
+        let Some(url) = redis_url() else { return };
+        let (a, b) = two_limiters(&url).await;
+        for (lim, expected) in [
+            (limits(Some(10), None, None), 10),
+            (limits(None, None, Some(7 * 50)), 7),
+        ] {
+            let key = format!("key-{expected}");
+            let tasks: Vec<_> = (0..40)
+                .map(|i| {
+                    let l = if i % 2 == 0 { a.clone() } else { b.clone() };
+                    let (lim, key) = (lim.clone(), key.clone());
+                    tokio::spawn(async move {
+                        match l.admit(&key, &lim, 50).await {
+                            Ok(r) => {
+                                l.settle(r, 50).await.unwrap();
+                                1
+                            }
+                            Err(
+                                LimitError::RateLimited { .. } | LimitError::BudgetExhausted { .. },
+                            ) => 0,
+                            Err(e) => panic!("unexpected {e:?}"),
+                        }
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for t in tasks {
+                admitted += t.await.unwrap();
+            }
+            assert_eq!(admitted, expected, "{lim:?}");
+            assert_eq!(b.spent(&key).await.unwrap(), expected * 50);
+        }
+    }
+
+    #[tokio::test]
+    async fn refusals_consume_nothing_and_report_why() {
+        let Some(url) = redis_url() else { return };
+        let (l, _) = two_limiters(&url).await;
+        let lim = limits(Some(2), Some(100), Some(150));
+        let r1 = l.admit("k", &lim, 60).await.unwrap();
+        match l.admit("k", &lim, 60).await {
+            Err(LimitError::RateLimited {
+                limit: LimitKind::Tokens,
+                retry_after,
+            }) => assert!(
+                retry_after > Duration::from_secs(59) && retry_after <= Duration::from_secs(60)
+            ),
+            other => panic!("expected a token refusal, got {other:?}"),
+        }
+        // The refused request took no request slot: a second one still fits.
+        let r2 = l.admit("k", &lim, 40).await.unwrap();
+        assert!(matches!(
+            l.admit("k", &lim, 0).await,
+            Err(LimitError::RateLimited {
+                limit: LimitKind::Requests,
+                ..
+            })
+        ));
+        assert!(matches!(
+            l.admit("k", &limits(None, None, Some(150)), 60).await,
+            Err(LimitError::BudgetExhausted {
+                budget: 150,
+                spent: 0
+            })
+        ));
+        assert!(matches!(
+            l.admit("k", &limits(None, Some(10), None), 11).await,
+            Err(LimitError::ExceedsLimit {
+                limit: LimitKind::Tokens,
+                requested: 11,
+                max: 10
+            })
+        ));
+        assert!(matches!(
+            l.admit("k", &limits(Some(0), None, None), 1).await,
+            Err(LimitError::ExceedsLimit {
+                limit: LimitKind::Requests,
+                ..
+            })
+        ));
+        l.release(r1).await.unwrap();
+        l.settle(r2, 40).await.unwrap();
+        assert_eq!(l.spent("k").await.unwrap(), 40);
+    }
+
+    #[tokio::test]
+    async fn settle_corrects_the_token_window_by_actual_minus_estimate() {
+        let Some(url) = redis_url() else { return };
+        let (l, _) = two_limiters(&url).await;
+        let lim = limits(None, Some(1000), None);
+        let r = l.admit("k", &lim, 900).await.unwrap();
+        l.settle(r, 100).await.unwrap();
+        // 100 used: 900 more fit, 901 do not.
+        let r = l.admit("k", &lim, 900).await.unwrap();
+        l.release(r).await.unwrap();
+        let r = l.admit("k", &lim, 200).await.unwrap();
+        l.settle(r, 800).await.unwrap();
+        // 900 used now.
+        assert!(l.admit("k", &lim, 101).await.is_err());
+        let r = l.admit("k", &lim, 100).await.unwrap();
+        l.settle(r, 100).await.unwrap();
+        assert_eq!(l.spent("k").await.unwrap(), 1000);
+    }
+
+    #[tokio::test]
+    async fn seed_spent_only_raises_and_windows_expire_but_budgets_do_not() {
+        let Some(url) = redis_url() else { return };
+        let prefix = unique_prefix();
+        let Limiter::Redis(l) = Limiter::redis(&url, &prefix).await.unwrap() else {
+            unreachable!()
+        };
+        l.seed_spent("k", 500).await.unwrap();
+        l.seed_spent("k", 200).await.unwrap();
+        assert_eq!(l.spent("k").await.unwrap(), 500);
+        let r = l
+            .admit("k", &limits(Some(5), Some(100), None), 10)
+            .await
+            .unwrap();
+        l.settle(r, 10).await.unwrap();
+        let [rpm, tpm, sum, spent, reserved, _] = l.keys("k");
+        assert!(rpm.starts_with(&format!("{prefix}:lim:{{k}}:")));
+        let mut conn = l.conn.clone();
+        for (key, expires) in [
+            (rpm, true),
+            (tpm, true),
+            (sum, true),
+            (spent, false),
+            (reserved, false),
+        ] {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(ttl > 0, expires, "{key}: {ttl}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_is_a_backend_error() {
+        let err = Limiter::redis("redis://127.0.0.1:1", "p")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LimitError::Backend(_)), "{err:?}");
+        assert!(matches!(
+            Limiter::redis("not a url", "p").await,
+            Err(LimitError::Backend(_))
+        ));
     }
 }
