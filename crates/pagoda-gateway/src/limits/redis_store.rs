@@ -103,7 +103,8 @@ redis.call('INCRBY', KEYS[5], ARGV[4])
 return {0, entry}
 "#;
 
-/// KEYS: as admit. ARGV: estimate, actual, tpm entry id (0 = none), window µs.
+/// KEYS: as admit. ARGV: estimate, actual, tpm entry id (0 = none), window µs,
+/// max(actual - estimate, 0).
 const LUA_SETTLE: &str = r#"
 local est, actual, win = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
 if redis.call('DECRBY', KEYS[5], ARGV[1]) < 0 then redis.call('SET', KEYS[5], 0) end
@@ -118,9 +119,8 @@ if actual < est then
     if redis.call('DECRBY', KEYS[3], est - actual) < 0 then redis.call('SET', KEYS[3], 0) end
   end
 elseif actual > est then
-  local extra = actual - est
-  redis.call('ZADD', KEYS[2], now_us(), redis.call('INCR', KEYS[6]) .. ':' .. extra)
-  redis.call('INCRBY', KEYS[3], extra)
+  redis.call('ZADD', KEYS[2], now_us(), redis.call('INCR', KEYS[6]) .. ':' .. ARGV[5])
+  redis.call('INCRBY', KEYS[3], ARGV[5])
   touch(KEYS[2], win)
   touch(KEYS[3], win)
 end
@@ -163,6 +163,8 @@ fn retry_after(us: i64) -> Duration {
 pub struct RedisLimiter {
     conn: ConnectionManager,
     prefix: String,
+    /// Window length in µs ([`WINDOW_US`]; shorter in tests).
+    window_us: u64,
     admit: Script,
     settle: Script,
     release: Script,
@@ -193,6 +195,7 @@ impl RedisLimiter {
         Ok(Self {
             conn,
             prefix: prefix.to_string(),
+            window_us: WINDOW_US,
             admit: script(LUA_ADMIT),
             settle: script(LUA_SETTLE),
             release: script(LUA_RELEASE),
@@ -206,12 +209,12 @@ impl RedisLimiter {
         ["rpm", "tpm", "tpm_sum", "spent", "reserved", "seq"].map(|k| format!("{base}:{k}"))
     }
 
-    async fn run(
+    async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         key_id: &str,
         args: &[i64],
-    ) -> Result<Vec<i64>, LimitError> {
+    ) -> Result<T, LimitError> {
         let mut inv = script.prepare_invoke();
         for k in self.keys(key_id) {
             inv.key(k);
@@ -235,9 +238,9 @@ impl RedisLimiter {
             lua_int(limits.tpm),
             lua_int(limits.budget_tokens),
             lua_int(Some(est)),
-            lua_int(Some(WINDOW_US)),
+            lua_int(Some(self.window_us)),
         ];
-        let reply = self.run(&self.admit, key_id, &args).await?;
+        let reply: Vec<i64> = self.run(&self.admit, key_id, &args).await?;
         let (status, value) = match reply.as_slice() {
             [s, v, ..] => (*s, *v),
             _ => return Err(LimitError::Backend(format!("bad admit reply {reply:?}"))),
@@ -279,9 +282,11 @@ impl RedisLimiter {
             lua_int(Some(r.estimated)),
             lua_int(Some(actual)),
             lua_int(Some(r.tpm_entry.unwrap_or(0))),
-            lua_int(Some(WINDOW_US)),
+            lua_int(Some(self.window_us)),
+            lua_int(Some(actual.saturating_sub(r.estimated))),
         ];
-        self.run_unit(&self.settle, &r.key_id, &args).await
+        self.run::<i64>(&self.settle, &r.key_id, &args).await?;
+        Ok(())
     }
 
     pub(crate) async fn release(&self, r: Reservation) -> Result<(), LimitError> {
@@ -289,24 +294,7 @@ impl RedisLimiter {
             lua_int(Some(r.estimated)),
             lua_int(Some(r.tpm_entry.unwrap_or(0))),
         ];
-        self.run_unit(&self.release, &r.key_id, &args).await
-    }
-
-    async fn run_unit(
-        &self,
-        script: &Script,
-        key_id: &str,
-        args: &[i64],
-    ) -> Result<(), LimitError> {
-        let mut inv = script.prepare_invoke();
-        for k in self.keys(key_id) {
-            inv.key(k);
-        }
-        for a in args {
-            inv.arg(*a);
-        }
-        let mut conn = self.conn.clone();
-        inv.invoke_async::<i64>(&mut conn).await.map_err(backend)?;
+        self.run::<i64>(&self.release, &r.key_id, &args).await?;
         Ok(())
     }
 
@@ -521,6 +509,67 @@ mod tests {
                 .unwrap();
             assert_eq!(ttl > 0, expires, "{key}: {ttl}");
         }
+    }
+
+    /// A limiter whose window is `window_ms` long instead of a minute, to watch it slide.
+    async fn short_window(url: &str, window_ms: u64) -> RedisLimiter {
+        let mut l = RedisLimiter::connect(url, &unique_prefix()).await.unwrap();
+        l.window_us = window_ms * 1000;
+        l
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_fits_after_retry_after() {
+        let Some(url) = redis_url() else { return };
+        let l = short_window(&url, 300).await;
+        for lim in [limits(Some(4), None, None), limits(None, Some(100), None)] {
+            let key = format!("{lim:?}");
+            for _ in 0..4 {
+                let r = l.admit(&key, &lim, 25).await.unwrap();
+                l.settle(r, 25).await.unwrap();
+            }
+            let retry = match l.admit(&key, &lim, 25).await {
+                Err(LimitError::RateLimited { retry_after, .. }) => retry_after,
+                other => panic!("expected a refusal, got {other:?}"),
+            };
+            assert!(retry > Duration::from_millis(150) && retry <= Duration::from_millis(300));
+            tokio::time::sleep(retry + Duration::from_millis(5)).await;
+            let r = l.admit(&key, &lim, 25).await.unwrap();
+            l.release(r).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn steady_arrivals_just_under_the_rate_are_never_refused() {
+        let Some(url) = redis_url() else { return };
+        // 5 per 250 ms = one per 50 ms; arrivals every 60 ms leave room for scheduling jitter.
+        let l = short_window(&url, 250).await;
+        let lim = limits(Some(5), None, None);
+        let start = tokio::time::Instant::now();
+        for k in 0..10u32 {
+            tokio::time::sleep_until(start + Duration::from_millis(60) * k).await;
+            let r = l.admit("k", &lim, 0).await.unwrap();
+            l.settle(r, 0).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_over_the_estimate_are_charged_when_settled() {
+        let Some(url) = redis_url() else { return };
+        let l = short_window(&url, 300).await;
+        let lim = limits(None, Some(100), None);
+        let r = l.admit("k", &lim, 10).await.unwrap();
+        l.settle(r, 95).await.unwrap();
+        assert!(matches!(
+            l.admit("k", &lim, 10).await,
+            Err(LimitError::RateLimited {
+                limit: LimitKind::Tokens,
+                ..
+            })
+        ));
+        tokio::time::sleep(Duration::from_millis(310)).await;
+        let r = l.admit("k", &lim, 100).await.unwrap();
+        l.release(r).await.unwrap();
     }
 
     #[tokio::test]
