@@ -156,7 +156,7 @@ impl LocalLimiter {
         let mut keys = self.keys();
         let state = keys.entry(key_id.to_string()).or_default();
         let entry = state.admit(limits, est, now)?;
-        Ok(Reservation::new(key_id, est, entry))
+        Ok(Reservation::new(key_id, est, entry, 0))
     }
 
     pub(crate) fn settle(&self, r: Reservation, actual: u64) {
