@@ -127,7 +127,10 @@ pub struct NewKey {
 
 /// `sha256:<64 hex>` of a key's plaintext: the only form in which keys are stored.
 pub fn hash_key(plaintext: &str) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(plaintext.as_bytes())))
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(plaintext.as_bytes()))
+    )
 }
 
 /// A new random key: `pk-` and 40 alphanumeric characters (about 238 bits).
@@ -440,7 +443,11 @@ mod tests {
         assert_eq!(parse_bearer(Some("bearer  pk-abc ")), Ok("pk-abc"));
         assert_eq!(parse_bearer(None), Err(AuthError::Missing));
         for bad in ["", "Bearer", "Bearer ", "Basic abc", "pk-abc", "Bearer a b"] {
-            assert_eq!(parse_bearer(Some(bad)), Err(AuthError::Malformed), "{bad:?}");
+            assert_eq!(
+                parse_bearer(Some(bad)),
+                Err(AuthError::Malformed),
+                "{bad:?}"
+            );
         }
     }
 
@@ -541,7 +548,10 @@ mod tests {
             budget_tokens: None,
         };
         let eff = r.effective_limits(&defaults);
-        assert_eq!((eff.rpm, eff.tpm, eff.budget_tokens), (Some(10), Some(1000), None));
+        assert_eq!(
+            (eff.rpm, eff.tpm, eff.budget_tokens),
+            (Some(10), Some(1000), None)
+        );
     }
 
     #[test]

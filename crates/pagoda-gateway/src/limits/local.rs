@@ -156,7 +156,7 @@ impl LocalLimiter {
         let mut keys = self.keys();
         let state = keys.entry(key_id.to_string()).or_default();
         let entry = state.admit(limits, est, now)?;
-        Ok(Reservation::new(key_id, est, entry))
+        Ok(Reservation::new(key_id, est, entry, 0))
     }
 
     pub(crate) fn settle(&self, r: Reservation, actual: u64) {
@@ -277,7 +277,7 @@ mod tests {
                     Err(LimitError::ExceedsLimit { .. }) => prop_assert!(cost > tpm),
                     Err(LimitError::RateLimited { retry_after, .. }) => {
                         let retry = u64::try_from(retry_after.as_micros()).unwrap();
-                        prop_assert!(retry >= 1 && retry <= WINDOW_US);
+                        prop_assert!((1..=WINDOW_US).contains(&retry));
                         // Just before the retry time it still does not fit; at it, it does.
                         let mut probe = s.tpm.clone();
                         probe.trim(now + retry - 1);

@@ -17,7 +17,7 @@
 //! - Redis mode uses the Redis server's clock, so instances' clocks do not matter.
 //!
 //! Every reservation must be settled or released, or its tokens stay reserved (until restart in
-//! local mode, for good in Redis mode).
+//! local mode, for `RESERVATION_LEASE` (30 min) in Redis mode, then given back).
 
 mod local;
 mod redis_store;
@@ -72,14 +72,17 @@ pub struct Reservation {
     estimated: u64,
     /// Id of the request's token-window entry; `None` when the key had no TPM limit.
     tpm_entry: Option<u64>,
+    /// Id of the Redis lease holding the reserved tokens (0 in local mode).
+    lease: u64,
 }
 
 impl Reservation {
-    fn new(key_id: &str, estimated: u64, tpm_entry: Option<u64>) -> Self {
+    fn new(key_id: &str, estimated: u64, tpm_entry: Option<u64>, lease: u64) -> Self {
         Self {
             key_id: key_id.to_string(),
             estimated,
             tpm_entry,
+            lease,
         }
     }
 
@@ -98,7 +101,7 @@ impl Reservation {
 #[derive(Debug)]
 pub enum Limiter {
     Local(LocalLimiter),
-    Redis(RedisLimiter),
+    Redis(Box<RedisLimiter>),
 }
 
 impl Limiter {
@@ -109,7 +112,9 @@ impl Limiter {
 
     /// Limits shared through the Redis at `url`, every key under `prefix`.
     pub async fn redis(url: &str, prefix: &str) -> Result<Limiter, LimitError> {
-        Ok(Limiter::Redis(RedisLimiter::connect(url, prefix).await?))
+        Ok(Limiter::Redis(Box::new(
+            RedisLimiter::connect(url, prefix).await?,
+        )))
     }
 
     /// Admits a request estimated at `estimated_tokens` (prompt + max completion) for `key_id`

@@ -47,7 +47,11 @@ impl Window {
         for e in &self.entries {
             remaining = remaining.saturating_sub(e.cost);
             if remaining.saturating_add(cost) <= limit {
-                return Err(e.at_us.saturating_add(WINDOW_US).saturating_sub(now_us).max(1));
+                return Err(e
+                    .at_us
+                    .saturating_add(WINDOW_US)
+                    .saturating_sub(now_us)
+                    .max(1));
             }
         }
         Err(WINDOW_US)
@@ -73,6 +77,7 @@ impl Window {
     }
 
     /// The sum of the costs in the window (as of the last trim).
+    #[cfg(test)]
     pub(crate) fn total(&self) -> u64 {
         self.total
     }

@@ -126,6 +126,11 @@ mod tests {
         format!("http://{addr}")
     }
 
+    /// A client that never goes through a proxy from the environment.
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().no_proxy().build().unwrap()
+    }
+
     fn cfg(interval_ms: u64) -> HealthConfig {
         HealthConfig {
             interval_ms,
@@ -149,7 +154,7 @@ mod tests {
         let url = toggled_server(up.clone()).await;
         let ups = upstreams(vec![url]);
         let replica = ups.pool("t").unwrap().replicas()[0].clone();
-        let (config, client) = (cfg(10), reqwest::Client::new());
+        let (config, client) = (cfg(10), client());
 
         check_round(&ups, &config, &client).await;
         assert!(replica.is_healthy());
@@ -172,7 +177,7 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         drop(listener);
         let ups = upstreams(vec![url]);
-        let (config, client) = (cfg(10), reqwest::Client::new());
+        let (config, client) = (cfg(10), client());
         check_round(&ups, &config, &client).await;
         check_round(&ups, &config, &client).await;
         assert!(!ups.pool("t").unwrap().replicas()[0].is_healthy());
@@ -183,7 +188,7 @@ mod tests {
         let up = Arc::new(AtomicBool::new(false));
         let url = toggled_server(up.clone()).await;
         let ups = upstreams(vec!["http://127.0.0.1:9/".into()]);
-        let task = spawn_health_checks(ups.clone(), cfg(10), reqwest::Client::new());
+        let task = spawn_health_checks(ups.clone(), cfg(10), client());
 
         // A replica added by a reload is checked on the next rounds.
         ups.reconcile(&config_with(vec![url]));
@@ -197,7 +202,7 @@ mod tests {
     #[tokio::test]
     async fn interval_zero_turns_checks_off() {
         let ups = upstreams(vec!["http://127.0.0.1:9".into()]);
-        let task = spawn_health_checks(ups.clone(), cfg(0), reqwest::Client::new());
+        let task = spawn_health_checks(ups.clone(), cfg(0), client());
         tokio::time::timeout(Duration::from_secs(1), task)
             .await
             .unwrap()

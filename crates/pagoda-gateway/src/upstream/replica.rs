@@ -139,18 +139,26 @@ impl Replica {
 
     /// Feeds one active health check result; returns the new health when it changed.
     pub(crate) fn observe_health(&self, ok: bool, config: &HealthConfig) -> Option<bool> {
-        if ok {
-            self.health_fails.store(0, Ordering::Relaxed);
-            let passes = self.health_passes.fetch_add(1, Ordering::Relaxed) + 1;
-            let flip = !self.is_healthy() && passes >= config.healthy_after.max(1);
-            flip.then(|| self.healthy.store(true, Ordering::Relaxed))
-                .map(|()| true)
+        let (streak, reset, needed) = if ok {
+            (
+                &self.health_passes,
+                &self.health_fails,
+                config.healthy_after,
+            )
         } else {
-            self.health_passes.store(0, Ordering::Relaxed);
-            let fails = self.health_fails.fetch_add(1, Ordering::Relaxed) + 1;
-            let flip = self.is_healthy() && fails >= config.unhealthy_after.max(1);
-            flip.then(|| self.healthy.store(false, Ordering::Relaxed))
-                .map(|()| false)
+            (
+                &self.health_fails,
+                &self.health_passes,
+                config.unhealthy_after,
+            )
+        };
+        reset.store(0, Ordering::Relaxed);
+        let count = streak.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if self.is_healthy() != ok && count >= needed.max(1) {
+            self.healthy.store(ok, Ordering::Relaxed);
+            Some(ok)
+        } else {
+            None
         }
     }
 
