@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs, quantize::QuantizeArgs, run::RunArgs,
-    serve::ServeArgs,
+    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
+    quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -313,7 +313,8 @@ impl Cli {
             | Command::Batch(_)
             | Command::Serve(_)
             | Command::Eval(_)
-            | Command::Quantize(_) => 0,
+            | Command::Quantize(_)
+            | Command::Gateway(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

@@ -42,7 +42,9 @@ fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
         ));
     }
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let presented = parse_bearer(header).map_err(|_| ApiError::unauthorized("the admin API needs `Authorization: Bearer <admin key>`"))?;
+    let presented = parse_bearer(header).map_err(|_| {
+        ApiError::unauthorized("the admin API needs `Authorization: Bearer <admin key>`")
+    })?;
     if gw.is_admin(presented) {
         Ok(())
     } else {
@@ -53,7 +55,9 @@ fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
 fn key_error(e: KeyError) -> ApiError {
     match e {
         KeyError::NotFound(_) => ApiError::not_found(e.to_string()),
-        KeyError::Duplicate(_) | KeyError::Invalid(_) | KeyError::FromConfig(_) => ApiError::bad_request(e.to_string()),
+        KeyError::Duplicate(_) | KeyError::Invalid(_) | KeyError::FromConfig(_) => {
+            ApiError::bad_request(e.to_string())
+        }
         other => ApiError::internal(other.to_string()),
     }
 }
@@ -66,24 +70,43 @@ async fn list_keys(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> AdminR
     Ok(Json(json!({"data": keys})).into_response())
 }
 
-async fn get_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> AdminResult {
+async fn get_key(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> AdminResult {
     admin(&gw, &headers)?;
     Ok(Json(gw.keys.get(&id).map_err(key_error)?).into_response())
 }
 
-async fn create_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> AdminResult {
+async fn create_key(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> AdminResult {
     admin(&gw, &headers)?;
-    let new: NewKey = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("bad key request: {e}")))?;
+    let new: NewKey = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("bad key request: {e}")))?;
     let config = gw.config();
     if let Some(m) = new.models.iter().find(|m| config.route(m).is_none()) {
-        return Err(ApiError::bad_request(format!("model '{m}' is not a route of this gateway")));
+        return Err(ApiError::bad_request(format!(
+            "model '{m}' is not a route of this gateway"
+        )));
     }
     let (record, plaintext) = gw.keys.create(new).map_err(key_error)?;
     tracing::info!(key = %record.name, id = %record.id, "API key created");
-    Ok((axum::http::StatusCode::CREATED, Json(json!({"key": plaintext, "record": record}))).into_response())
+    Ok((
+        axum::http::StatusCode::CREATED,
+        Json(json!({"key": plaintext, "record": record})),
+    )
+        .into_response())
 }
 
-async fn revoke_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> AdminResult {
+async fn revoke_key(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> AdminResult {
     admin(&gw, &headers)?;
     let record = gw.keys.revoke(&id).map_err(key_error)?;
     tracing::info!(key = %record.name, id = %record.id, "API key revoked");
@@ -122,11 +145,19 @@ async fn rollout_action(
     }
 }
 
-async fn usage(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> AdminResult {
+async fn usage(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> AdminResult {
     admin(&gw, &headers)?;
     let number = |name: &str| -> Result<Option<u64>, ApiError> {
         q.get(name)
-            .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("`{name}` must be milliseconds since the epoch"))))
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("`{name}` must be milliseconds since the epoch"))
+                })
+            })
             .transpose()
     };
     let query = UsageQuery {
@@ -135,7 +166,10 @@ async fn usage(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Que
         key: q.get("key").cloned(),
     };
     gw.usage.flush().await;
-    let rows = gw.usage.aggregate(&query).map_err(|e| ApiError::internal(e.to_string()))?;
+    let rows = gw
+        .usage
+        .aggregate(&query)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(json!({"data": rows, "dropped_records": gw.usage.dropped()})).into_response())
 }
 
@@ -152,8 +186,12 @@ async fn config(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> AdminResu
 async fn reload(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> AdminResult {
     admin(&gw, &headers)?;
     match crate::reload::reload_now(&gw) {
-        Ok(()) => Ok(Json(json!({"status": "applied", "reload": gw.reload_status()})).into_response()),
-        Err(reason) => Err(ApiError::bad_request(format!("config rejected, the previous one stays: {reason}"))),
+        Ok(()) => {
+            Ok(Json(json!({"status": "applied", "reload": gw.reload_status()})).into_response())
+        }
+        Err(reason) => Err(ApiError::bad_request(format!(
+            "config rejected, the previous one stays: {reason}"
+        ))),
     }
 }
 

@@ -22,10 +22,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cache::{cache_key, CacheStatus, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
-use crate::metrics::ErrorKind;
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, AuthError, KeyRecord};
 use crate::limits::{LimitError, LimitKind, Reservation};
+use crate::metrics::ErrorKind;
 use crate::proxy::stream::{relay, RelayOptions, StreamTally};
 use crate::proxy::{forward, Body, Endpoint, Exhausted, Forward, ForwardContext, Served};
 use crate::rollout::Outcome;
@@ -139,7 +139,11 @@ struct FeedbackBody {
     positive: Option<bool>,
 }
 
-async fn feedback(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn feedback(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     if let Err(e) = authenticate(&gw, &headers) {
         return e.into_response();
     }
@@ -172,7 +176,10 @@ const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
 /// template adds a few, and the completion is bounded by `max_tokens` (when the request sets
 /// none, [`DEFAULT_COMPLETION_ESTIMATE`] is a guess and the settlement corrects it).
 fn estimate_tokens(body: &Value, endpoint: Endpoint) -> u64 {
-    let messages = body.get("messages").and_then(Value::as_array).map_or(0, Vec::len) as u64;
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len) as u64;
     let prompt = prompt_text(body).len() as u64 + messages * MESSAGE_OVERHEAD_TOKENS + 1;
     if endpoint == Endpoint::Embeddings {
         return prompt;
@@ -291,10 +298,13 @@ impl Ticket {
             let spent = end.prompt_tokens + end.completion_tokens;
             let charge = end.status < 400 && !end.cached;
             tokio::spawn(async move {
-                if charge {
-                    gw.limiter.settle(reservation, spent).await;
+                let result = if charge {
+                    gw.limiter.settle(reservation, spent).await
                 } else {
-                    gw.limiter.release(reservation).await;
+                    gw.limiter.release(reservation).await
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "cannot settle a token reservation");
                 }
             });
         }
@@ -321,7 +331,11 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response 
     }
 }
 
-async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Result<Response, ApiError> {
+async fn handle_inner(
+    gw: Arc<Gateway>,
+    endpoint: Endpoint,
+    req: Request,
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let config = gw.config();
     let (parts, body) = req.into_parts();
@@ -329,9 +343,12 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
     let limit = config.server.max_body_bytes;
     let key = authenticate(&gw, &headers)
         .inspect_err(|_| gw.metrics.record_error("", "", ErrorKind::Auth))?;
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::too_large(limit))?;
+    let body_timeout = Duration::from_millis(config.server.body_timeout_ms);
+    let bytes = match tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => return Err(ApiError::body_timeout(body_timeout)),
+        Ok(Err(_)) => return Err(ApiError::too_large(limit)),
+        Ok(Ok(b)) => b,
+    };
     let mut body: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
     if !body.is_object() {
@@ -342,12 +359,17 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::bad_request("`model` is required"))?
         .to_string();
-    let route = config.route(&model).ok_or_else(|| ApiError::model_not_found(&model))?;
+    let route = config
+        .route(&model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
     if !key.allows_model(&model) {
         gw.metrics.record_error(&model, "", ErrorKind::Auth);
-        return Err(ApiError::forbidden(format!("this API key may not use the model '{model}'")));
+        return Err(ApiError::forbidden(format!(
+            "this API key may not use the model '{model}'"
+        )));
     }
-    let stream = endpoint != Endpoint::Embeddings && body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = endpoint != Endpoint::Embeddings
+        && body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     gw.retry_budget.record_request(started);
 
     // Limits: reserve an estimate now, settle on the real usage at the end.
@@ -361,17 +383,41 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
                 LimitKind::Tokens => "tokens per minute",
             };
             gw.metrics.record_error(&model, "", ErrorKind::RateLimited);
-            gw.metrics.record_rate_limited(&key.name, match limit { LimitKind::Requests => "requests", LimitKind::Tokens => "tokens" });
+            gw.metrics.record_rate_limited(
+                &key.name,
+                match limit {
+                    LimitKind::Requests => "requests",
+                    LimitKind::Tokens => "tokens",
+                },
+            );
             return Err(ApiError::rate_limited(
-                format!("rate limit reached for this key ({what}); retry after {:.1} s", retry_after.as_secs_f64()),
+                format!(
+                    "rate limit reached for this key ({what}); retry after {:.1} s",
+                    retry_after.as_secs_f64()
+                ),
                 retry_after,
             ));
         }
         Err(LimitError::BudgetExhausted { budget, spent }) => {
-            gw.metrics.record_error(&model, "", ErrorKind::BudgetExceeded);
+            gw.metrics
+                .record_error(&model, "", ErrorKind::BudgetExceeded);
             gw.metrics.record_rate_limited(&key.name, "budget");
             return Err(ApiError::quota_exhausted(format!(
                 "this key's token budget is spent ({spent} of {budget} tokens, including requests in flight); ask an admin to raise it"
+            )));
+        }
+        Err(LimitError::ExceedsLimit {
+            limit,
+            requested,
+            max,
+        }) => {
+            gw.metrics.record_error(&model, "", ErrorKind::RateLimited);
+            let what = match limit {
+                LimitKind::Requests => "requests",
+                LimitKind::Tokens => "tokens",
+            };
+            return Err(ApiError::request_over_limit(format!(
+                "this request needs {requested} {what} but the key's per-minute limit is {max}: lower max_tokens or shorten the prompt"
             )));
         }
         Err(e) => {
@@ -399,7 +445,9 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         .is_some_and(|v| matches!(v, "no-cache" | "bypass" | "no-store"));
     let cache_status;
     if config.cache.enabled && !bypass {
-        ticket.cache_key = cache_key(&model, key.tier.as_deref().unwrap_or(""), &body);
+        // The endpoint is part of the scope: a chat and a text completion never share an entry.
+        let scope = format!("{}:{}", endpoint.path(), key.tier.as_deref().unwrap_or(""));
+        ticket.cache_key = cache_key(&model, &scope, &body);
         if let Some(k) = &ticket.cache_key {
             if let Some(hit) = gw.cache.get(k).await {
                 gw.metrics.record_cache(CacheStatus::Hit);
@@ -436,7 +484,12 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         .get("user")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .or_else(|| headers.get("x-pagoda-user").and_then(|v| v.to_str().ok()).map(str::to_string))
+        .or_else(|| {
+            headers
+                .get("x-pagoda-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| key.id.clone());
     let decision = choose(
         route,
@@ -463,7 +516,10 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
         .unwrap_or(false);
     if stream {
         if let Some(obj) = body.as_object_mut() {
-            obj.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+            obj.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
         }
     }
 
@@ -487,14 +543,21 @@ async fn handle_inner(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Res
     .await;
     match result {
         Err(exhausted) => Ok(failed(ticket, &exhausted)),
-        Ok(served) => Ok(respond(ticket, served, stream, client_wants_usage, cache_status)),
+        Ok(served) => Ok(respond(
+            ticket,
+            served,
+            stream,
+            client_wants_usage,
+            cache_status,
+        )),
     }
 }
 
 fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
     let gw = ticket.gw.clone();
     for f in &exhausted.failures {
-        gw.metrics.record_error(&ticket.route, &f.target, f.kind.metric());
+        gw.metrics
+            .record_error(&ticket.route, &f.target, f.kind.metric());
     }
     let error = if exhausted.all_timeouts() {
         ApiError::upstream_timeout(exhausted.summary())
@@ -532,10 +595,17 @@ fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
     response
 }
 
-fn respond(ticket: Ticket, served: Served, stream: bool, client_wants_usage: bool, cache_status: &'static str) -> Response {
+fn respond(
+    ticket: Ticket,
+    served: Served,
+    stream: bool,
+    client_wants_usage: bool,
+    cache_status: &'static str,
+) -> Response {
     let gw = ticket.gw.clone();
     for f in &served.failures {
-        gw.metrics.record_error(&ticket.route, &f.target, f.kind.metric());
+        gw.metrics
+            .record_error(&ticket.route, &f.target, f.kind.metric());
     }
     if served.retries > 0 {
         for _ in 0..served.retries {
@@ -545,10 +615,15 @@ fn respond(ticket: Ticket, served: Served, stream: bool, client_wants_usage: boo
     let fallback = served.chain_index > 0;
     if fallback {
         if let Some(first) = &ticket.first_choice {
-            gw.metrics.record_fallback(&ticket.route, first, &served.target);
+            gw.metrics
+                .record_fallback(&ticket.route, first, &served.target);
         }
     }
-    let replica = served.replica.as_ref().map(|r| r.url.clone()).unwrap_or_default();
+    let replica = served
+        .replica
+        .as_ref()
+        .map(|r| r.url.clone())
+        .unwrap_or_default();
     let first_choice_ok = !fallback && served.status < 500;
     let mut response_headers = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&served.content_type) {
@@ -659,7 +734,14 @@ fn respond(ticket: Ticket, served: Served, stream: bool, client_wants_usage: boo
     response
 }
 
-fn finish_stream(ticket: Ticket, tally: StreamTally, version: String, replica: String, fallback: bool, content_type: String) {
+fn finish_stream(
+    ticket: Ticket,
+    tally: StreamTally,
+    version: String,
+    replica: String,
+    fallback: bool,
+    content_type: String,
+) {
     let gw = ticket.gw.clone();
     let ok = tally.completed && tally.broken.is_none();
     if let (true, Some(copy), Some(k)) = (ok, tally.copy.clone(), ticket.cache_key.clone()) {
@@ -676,7 +758,10 @@ fn finish_stream(ticket: Ticket, tally: StreamTally, version: String, replica: S
         _ => None,
     };
     if tally.broken.is_some() {
-        ticket.gw.metrics.record_error(&ticket.route, &version, ErrorKind::StreamBroken);
+        ticket
+            .gw
+            .metrics
+            .record_error(&ticket.route, &version, ErrorKind::StreamBroken);
     }
     let completion_tokens = tally.completion_tokens.unwrap_or(tally.content_chunks);
     ticket.finish(Ending {
@@ -704,7 +789,10 @@ mod tests {
         // 400 content bytes + the message separator + 8 template tokens + 1, then max_tokens.
         assert_eq!(estimate_tokens(&body, Endpoint::Chat), 401 + 8 + 1 + 50);
         let body = serde_json::json!({"prompt": "hi", "n": 2});
-        assert_eq!(estimate_tokens(&body, Endpoint::Completions), 3 + 2 * DEFAULT_COMPLETION_ESTIMATE);
+        assert_eq!(
+            estimate_tokens(&body, Endpoint::Completions),
+            3 + 2 * DEFAULT_COMPLETION_ESTIMATE
+        );
         let body = serde_json::json!({"input": "abcdefgh"});
         assert_eq!(estimate_tokens(&body, Endpoint::Embeddings), 9);
     }

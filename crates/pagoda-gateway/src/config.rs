@@ -73,6 +73,8 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// How often the config file is checked for changes.
     pub reload_interval_ms: u64,
+    /// A client must send its whole body within this time (slow clients get 408).
+    pub body_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +86,7 @@ impl Default for ServerConfig {
             admin_key_env: Some("PAGODA_GATEWAY_ADMIN_KEY".into()),
             request_timeout_ms: 120_000,
             reload_interval_ms: 1000,
+            body_timeout_ms: 30_000,
         }
     }
 }
@@ -91,9 +94,11 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// SQLite file for API keys and the usage ledger (relative to the config file's folder).
+    /// SQLite file for API keys and the usage ledger (relative to the config file's folder;
+    /// `:memory:` keeps both in memory, for tests).
     pub sqlite: String,
-    /// Postgres URL for the usage ledger instead of SQLite.
+    /// Postgres URL (`postgres://user:pass@host/db`, no TLS) for the usage ledger instead of
+    /// SQLite; API keys stay in the SQLite file.
     pub postgres: Option<String>,
 }
 

@@ -22,7 +22,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: Option<&'static str>, message: String) -> Self {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: Option<&'static str>,
+        message: String,
+    ) -> Self {
         Self {
             status,
             kind,
@@ -33,7 +38,12 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", None, message.into())
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            message.into(),
+        )
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
@@ -59,16 +69,40 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             Some("model_not_found"),
-            format!("the model '{model}' does not exist on this gateway (GET /v1/models lists them)"),
+            format!(
+                "the model '{model}' does not exist on this gateway (GET /v1/models lists them)"
+            ),
         )
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found_error", None, message.into())
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            None,
+            message.into(),
+        )
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "invalid_request_error", None, message.into())
+        Self::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            None,
+            message.into(),
+        )
+    }
+
+    pub fn body_timeout(after: Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            Some("request_timeout"),
+            format!(
+                "the request body did not arrive within {} ms",
+                after.as_millis()
+            ),
+        )
     }
 
     pub fn too_large(limit: usize) -> Self {
@@ -90,6 +124,16 @@ impl ApiError {
                 message.into(),
             )
         }
+    }
+
+    /// A request that can never fit the key's per-minute limit (waiting will not help).
+    pub fn request_over_limit(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            Some("request_too_large"),
+            message.into(),
+        )
     }
 
     pub fn quota_exhausted(message: impl Into<String>) -> Self {
@@ -120,7 +164,12 @@ impl ApiError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, message.into())
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            None,
+            message.into(),
+        )
     }
 
     /// The JSON body alone (also the payload of an SSE error event).

@@ -35,12 +35,18 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let config = gateway.config();
     let tasks = [
-        upstream::spawn_health_checks(gateway.upstreams.clone(), config.health.clone(), gateway.client.clone()),
+        upstream::spawn_health_checks(
+            gateway.upstreams.clone(),
+            config.health.clone(),
+            gateway.client.clone(),
+        ),
         gateway.rollouts.clone().spawn_analysis(),
         reload::spawn_watcher(gateway.clone()),
     ];
     let app = app::router(gateway.clone());
-    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
     for t in tasks {
         t.abort();
     }

@@ -53,7 +53,11 @@ impl Decision {
 
 /// Picks the target for one request. `canary_percent` is the rollout's current canary share
 /// (0..=100) when the route has a rollout.
-pub fn choose(route: &RouteConfig, req: &RouteRequest<'_>, canary_percent: Option<f64>) -> Decision {
+pub fn choose(
+    route: &RouteConfig,
+    req: &RouteRequest<'_>,
+    canary_percent: Option<f64>,
+) -> Decision {
     let (first, reason) = pick_first(route, req, canary_percent);
     let mut chain = vec![first];
     for f in &route.fallback {
@@ -64,7 +68,11 @@ pub fn choose(route: &RouteConfig, req: &RouteRequest<'_>, canary_percent: Optio
     Decision { chain, reason }
 }
 
-fn pick_first(route: &RouteConfig, req: &RouteRequest<'_>, canary_percent: Option<f64>) -> (String, Reason) {
+fn pick_first(
+    route: &RouteConfig,
+    req: &RouteRequest<'_>,
+    canary_percent: Option<f64>,
+) -> (String, Reason) {
     if let Some(i) = route.rules.iter().position(|r| rule_matches(r, req)) {
         return (route.rules[i].target.clone(), Reason::Rule(i));
     }
@@ -86,7 +94,12 @@ fn pick_first(route: &RouteConfig, req: &RouteRequest<'_>, canary_percent: Optio
     let fallback = route
         .target
         .clone()
-        .or_else(|| route.split.as_ref().and_then(|s| s.weights.keys().next().cloned()))
+        .or_else(|| {
+            route
+                .split
+                .as_ref()
+                .and_then(|s| s.weights.keys().next().cloned())
+        })
         .unwrap_or_default();
     (fallback, Reason::Default)
 }
@@ -234,7 +247,12 @@ by = "user"
         .unwrap()
     }
 
-    fn req<'a>(headers: &'a HeaderMap, tier: Option<&'a str>, user: &'a str, draw: f64) -> RouteRequest<'a> {
+    fn req<'a>(
+        headers: &'a HeaderMap,
+        tier: Option<&'a str>,
+        user: &'a str,
+        draw: f64,
+    ) -> RouteRequest<'a> {
         RouteRequest {
             tier,
             group: None,
@@ -271,7 +289,15 @@ by = "user"
         let h = HeaderMap::new();
         let n = 10_000;
         let full = (0..n)
-            .filter(|i| choose(route, &req(&h, None, "u", (*i as f64 + 0.5) / n as f64), None).target() == "full")
+            .filter(|i| {
+                choose(
+                    route,
+                    &req(&h, None, "u", (*i as f64 + 0.5) / n as f64),
+                    None,
+                )
+                .target()
+                    == "full"
+            })
             .count();
         assert_eq!(full, 2500);
     }
@@ -286,7 +312,11 @@ by = "user"
             let user = format!("user-{i}");
             let a = choose(route, &req(&h, None, &user, 0.0), None);
             let b = choose(route, &req(&h, None, &user, 0.99), None);
-            assert_eq!(a.target(), b.target(), "the draw must not matter for a user split");
+            assert_eq!(
+                a.target(),
+                b.target(),
+                "the draw must not matter for a user split"
+            );
             full += usize::from(a.target() == "full");
         }
         assert!((4800..=5200).contains(&full), "{full}");
@@ -303,7 +333,10 @@ by = "user"
             for percent in [0.0, 5.0, 20.0, 50.0, 100.0] {
                 let d = choose(route, &req(&h, None, &user, 0.5), Some(percent));
                 let is_canary = d.target() == "v2";
-                assert!(!was_canary || is_canary, "user {user} left the canary at {percent}%");
+                assert!(
+                    !was_canary || is_canary,
+                    "user {user} left the canary at {percent}%"
+                );
                 if percent == 0.0 {
                     assert!(!is_canary);
                 }

@@ -87,7 +87,10 @@ fn storage_path(config_path: Option<&Path>, file: &str) -> PathBuf {
 impl Gateway {
     /// Builds every part from a validated config. `config_path` anchors relative storage paths
     /// and is the file `reload` watches.
-    pub async fn new(config: GatewayConfig, config_path: Option<PathBuf>) -> Result<Arc<Self>, StartError> {
+    pub async fn new(
+        config: GatewayConfig,
+        config_path: Option<PathBuf>,
+    ) -> Result<Arc<Self>, StartError> {
         let sqlite = storage_path(config_path.as_deref(), &config.storage.sqlite);
         let keys = if config.storage.sqlite == ":memory:" {
             KeyStore::open_in_memory()
@@ -99,23 +102,27 @@ impl Gateway {
             message: e.to_string(),
         })?;
         keys.set_static_keys(&config.keys);
-        let usage = if config.storage.sqlite == ":memory:" {
-            UsageLedger::in_memory()
-        } else {
-            UsageLedger::sqlite(&sqlite)
+        let usage = match (&config.storage.postgres, config.storage.sqlite.as_str()) {
+            (Some(url), _) => UsageLedger::postgres(url),
+            (None, ":memory:") => UsageLedger::in_memory(),
+            (None, _) => UsageLedger::sqlite(&sqlite),
         }
         .map_err(|e| StartError::Usage(e.to_string()))?;
         let limiter = match &config.redis {
-            Some(r) => Limiter::redis(&r.url, &r.prefix).await.map_err(|e| StartError::Redis {
-                url: r.url.clone(),
-                message: e.to_string(),
-            })?,
+            Some(r) => Limiter::redis(&r.url, &r.prefix)
+                .await
+                .map_err(|e| StartError::Redis {
+                    url: r.url.clone(),
+                    message: e.to_string(),
+                })?,
             None => {
                 let limiter = Limiter::local();
                 // In-process budgets survive a restart through the ledger.
                 if let Ok(spent) = usage.spent_by_key() {
                     for (key, tokens) in spent {
-                        limiter.seed_spent(&key, tokens).await;
+                        if let Err(e) = limiter.seed_spent(&key, tokens).await {
+                            tracing::warn!(error = %e, %key, "cannot seed a key's spent tokens");
+                        }
                     }
                 }
                 limiter
@@ -140,7 +147,9 @@ impl Gateway {
                 .filter(|k| !k.is_empty())
         });
         if admin_key.is_none() {
-            tracing::warn!("no admin key configured: the admin API is disabled (set PAGODA_GATEWAY_ADMIN_KEY)");
+            tracing::warn!(
+                "no admin key configured: the admin API is disabled (set PAGODA_GATEWAY_ADMIN_KEY)"
+            );
         }
         let rollouts = Arc::new(Rollouts::new());
         rollouts.sync(&config);
@@ -174,7 +183,11 @@ impl Gateway {
 
     /// A request id unique across instances: instance prefix and a counter.
     pub fn next_request_id(&self) -> String {
-        format!("{}-{}", self.instance, self.next_id.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{}-{}",
+            self.instance,
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// Whether `presented` is the admin key.
@@ -203,6 +216,7 @@ impl Gateway {
             new.redis = old.redis.clone();
             new.cache.backend = old.cache.backend;
         }
+        self.forget_removed_series(&old, &new);
         self.upstreams.reconcile(&new);
         self.rollouts.sync(&new);
         self.keys.set_static_keys(&new.keys);
@@ -214,10 +228,37 @@ impl Gateway {
         tracing::info!(generation = status.generation, "gateway config applied");
     }
 
+    /// Drops the gauge series of replicas and canaries the new config no longer has.
+    fn forget_removed_series(&self, old: &GatewayConfig, new: &GatewayConfig) {
+        for t in &old.targets {
+            for url in &t.replicas {
+                let kept = new
+                    .target(&t.name)
+                    .is_some_and(|n| n.replicas.contains(url));
+                if !kept {
+                    self.metrics.forget_replica(&t.name, url);
+                }
+            }
+        }
+        for r in &old.routes {
+            if r.rollout.is_some()
+                && new
+                    .route(&r.model)
+                    .and_then(|n| n.rollout.as_ref())
+                    .is_none()
+            {
+                self.metrics.forget_canary(&r.model);
+            }
+        }
+    }
+
     /// Notes a rejected reload (the old config stays).
     pub fn reject(&self, reason: String) {
         tracing::error!(%reason, "config change rejected; the previous config stays in force");
-        self.reload.lock().unwrap_or_else(|p| p.into_inner()).last_error = Some(reason);
+        self.reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_error = Some(reason);
     }
 
     /// Sets the gauges that mirror state kept elsewhere (circuits, queues, canary weights);
@@ -233,15 +274,20 @@ impl Gateway {
                     BreakerState::Open => CircuitLevel::Open,
                 };
                 self.metrics.set_circuit_state(&pool.name, &r.url, level);
-                self.metrics.set_replica_outstanding(&pool.name, &r.url, r.outstanding() as f64);
+                self.metrics
+                    .set_replica_outstanding(&pool.name, &r.url, r.outstanding() as f64);
             }
         }
         for status in self.rollouts.status() {
-            self.metrics.set_canary_weight(&status.route, status.canary_percent);
+            self.metrics
+                .set_canary_weight(&status.route, status.canary_percent);
         }
     }
 
     pub fn reload_status(&self) -> ReloadStatus {
-        self.reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

@@ -126,7 +126,11 @@ pub enum KeysCommand {
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     /// The gateway's base URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080", env = "PAGODA_GATEWAY_URL")]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:8080",
+        env = "PAGODA_GATEWAY_URL"
+    )]
     pub url: String,
     /// The admin key.
     #[arg(long, env = "PAGODA_GATEWAY_ADMIN_KEY", hide_env_values = true)]
@@ -138,8 +142,16 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         None => serve(args.config, args.listen),
         Some(GatewayCommand::Check { config }) => check(&config),
         Some(GatewayCommand::Keys(cmd)) => keys(cmd),
-        Some(GatewayCommand::Rollout { admin, action, route }) => rollout(&admin, &action, route.as_deref()),
-        Some(GatewayCommand::Usage { admin, key, since_ms }) => {
+        Some(GatewayCommand::Rollout {
+            admin,
+            action,
+            route,
+        }) => rollout(&admin, &action, route.as_deref()),
+        Some(GatewayCommand::Usage {
+            admin,
+            key,
+            since_ms,
+        }) => {
             let mut path = "/admin/usage?".to_string();
             if let Some(k) = key {
                 path.push_str(&format!("key={k}&"));
@@ -149,7 +161,9 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
             }
             print_json(&call(&admin, "GET", &path, None)?)
         }
-        Some(GatewayCommand::Reload { admin }) => print_json(&call(&admin, "POST", "/admin/reload", None)?),
+        Some(GatewayCommand::Reload { admin }) => {
+            print_json(&call(&admin, "POST", "/admin/reload", None)?)
+        }
     }
 }
 
@@ -169,7 +183,9 @@ fn serve(config: Option<PathBuf>, listen: Option<String>) -> anyhow::Result<()> 
         let addr = cfg.server.listen.clone();
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .with_context(|| format!("cannot listen on {addr} (in use? pick another with --listen)"))?;
+            .with_context(|| {
+                format!("cannot listen on {addr} (in use? pick another with --listen)")
+            })?;
         let gateway = pagoda_gateway::state::Gateway::new(cfg, Some(path)).await?;
         tracing::info!(%addr, "pagoda gateway listening");
         eprintln!("pagoda gateway listening on http://{addr}");
@@ -181,11 +197,25 @@ fn serve(config: Option<PathBuf>, listen: Option<String>) -> anyhow::Result<()> 
     })
 }
 
-fn check(path: &PathBuf) -> anyhow::Result<()> {
+fn check(path: &std::path::Path) -> anyhow::Result<()> {
     let cfg = GatewayConfig::load(path)?;
     println!("{}: valid", path.display());
-    println!("  targets: {}", cfg.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "));
-    println!("  routes:  {}", cfg.routes.iter().map(|r| r.model.as_str()).collect::<Vec<_>>().join(", "));
+    println!(
+        "  targets: {}",
+        cfg.targets
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  routes:  {}",
+        cfg.routes
+            .iter()
+            .map(|r| r.model.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!("  keys in the file: {}", cfg.keys.len());
     Ok(())
 }
@@ -206,20 +236,35 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
                 "limits": {"rpm": rpm, "tpm": tpm, "budget_tokens": budget_tokens}});
             let v = call(&admin, "POST", "/admin/keys", Some(body))?;
             println!("{}", v["key"].as_str().unwrap_or_default());
-            eprintln!("created key '{}' (id {}); the secret above is shown only once", v["record"]["name"].as_str().unwrap_or_default(), v["record"]["id"].as_str().unwrap_or_default());
+            eprintln!(
+                "created key '{}' (id {}); the secret above is shown only once",
+                v["record"]["name"].as_str().unwrap_or_default(),
+                v["record"]["id"].as_str().unwrap_or_default()
+            );
             Ok(())
         }
         KeysCommand::List { admin } => {
             let v = call(&admin, "GET", "/admin/keys", None)?;
-            println!("{:<18} {:<24} {:<10} {:<8} {:>8} {:>10} {:>12}", "ID", "NAME", "TIER", "STATE", "RPM", "TPM", "BUDGET");
-            let dash = |v: &Value| v.as_u64().map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+            println!(
+                "{:<18} {:<24} {:<10} {:<8} {:>8} {:>10} {:>12}",
+                "ID", "NAME", "TIER", "STATE", "RPM", "TPM", "BUDGET"
+            );
+            let dash = |v: &Value| {
+                v.as_u64()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "-".into())
+            };
             for k in v["data"].as_array().into_iter().flatten() {
                 println!(
                     "{:<18} {:<24} {:<10} {:<8} {:>8} {:>10} {:>12}",
                     k["id"].as_str().unwrap_or_default(),
                     k["name"].as_str().unwrap_or_default(),
                     k["tier"].as_str().unwrap_or("-"),
-                    if k["revoked"].as_bool().unwrap_or(false) { "revoked" } else { "active" },
+                    if k["revoked"].as_bool().unwrap_or(false) {
+                        "revoked"
+                    } else {
+                        "active"
+                    },
                     dash(&k["limits"]["rpm"]),
                     dash(&k["limits"]["tpm"]),
                     dash(&k["limits"]["budget_tokens"]),
@@ -249,7 +294,12 @@ fn rollout(admin: &AdminArgs, action: &str, route: Option<&str>) -> anyhow::Resu
     if !matches!(action, "promote" | "pause" | "resume" | "abort") {
         bail!("unknown rollout action '{action}': use status, promote, pause, resume or abort");
     }
-    print_json(&call(admin, "POST", &format!("/admin/rollouts/{route}/{action}"), None)?)
+    print_json(&call(
+        admin,
+        "POST",
+        &format!("/admin/rollouts/{route}/{action}"),
+        None,
+    )?)
 }
 
 fn print_json(v: &Value) -> anyhow::Result<()> {
@@ -262,9 +312,13 @@ fn call(admin: &AdminArgs, method: &str, path: &str, body: Option<Value>) -> any
     let Some(key) = &admin.admin_key else {
         bail!("the admin commands need the admin key: --admin-key or PAGODA_GATEWAY_ADMIN_KEY");
     };
-    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build();
     let url = format!("{}{}", admin.url.trim_end_matches('/'), path);
-    let request = agent.request(method, &url).set("authorization", &format!("Bearer {key}"));
+    let request = agent
+        .request(method, &url)
+        .set("authorization", &format!("Bearer {key}"));
     let result = match body {
         Some(b) => request.send_json(b),
         None => request.call(),
@@ -276,6 +330,9 @@ fn call(admin: &AdminArgs, method: &str, path: &str, body: Option<Value>) -> any
             let msg = v["error"]["message"].as_str().unwrap_or("no message");
             bail!("the gateway refused ({code}): {msg}")
         }
-        Err(e) => bail!("cannot reach the gateway at {}: {e} (is it running? set --url)", admin.url),
+        Err(e) => bail!(
+            "cannot reach the gateway at {}: {e} (is it running? set --url)",
+            admin.url
+        ),
     }
 }

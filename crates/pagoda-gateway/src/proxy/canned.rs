@@ -19,7 +19,13 @@ fn now_s() -> u64 {
 }
 
 /// The reply in the endpoint's shape, or `None` when the endpoint has no canned form.
-pub fn reply(endpoint: Endpoint, stream: bool, model: &str, text: &str, request_id: &str) -> Option<Bytes> {
+pub fn reply(
+    endpoint: Endpoint,
+    stream: bool,
+    model: &str,
+    text: &str,
+    request_id: &str,
+) -> Option<Bytes> {
     let created = now_s();
     let usage = json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0});
     let body = match (endpoint, stream) {

@@ -100,7 +100,13 @@ impl FailureKind {
 
     /// Whether the replica itself is at fault (counts against its circuit breaker).
     fn blames_replica(self) -> bool {
-        matches!(self, FailureKind::Connect | FailureKind::Timeout | FailureKind::Upstream5xx | FailureKind::BadBody)
+        matches!(
+            self,
+            FailureKind::Connect
+                | FailureKind::Timeout
+                | FailureKind::Upstream5xx
+                | FailureKind::BadBody
+        )
     }
 }
 
@@ -187,10 +193,21 @@ pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Serve
         };
         if target.replicas.is_empty() {
             if let Some(text) = &target.canned_reply {
-                if let Some(bytes) = canned::reply(req.endpoint, req.stream, target.upstream_model(), text, req.request_id) {
+                if let Some(bytes) = canned::reply(
+                    req.endpoint,
+                    req.stream,
+                    target.upstream_model(),
+                    text,
+                    req.request_id,
+                ) {
                     return Ok(Served {
                         status: 200,
-                        content_type: if req.stream { "text/event-stream" } else { "application/json" }.into(),
+                        content_type: if req.stream {
+                            "text/event-stream"
+                        } else {
+                            "application/json"
+                        }
+                        .into(),
                         body: Body::Canned(bytes),
                         target: target.name.clone(),
                         replica: None,
@@ -226,7 +243,10 @@ async fn try_target(
     let pool = ctx.upstreams.pool(&target.name)?;
     let mut body = req.body.clone();
     if let Some(obj) = body.as_object_mut() {
-        obj.insert("model".into(), Value::String(target.upstream_model().to_string()));
+        obj.insert(
+            "model".into(),
+            Value::String(target.upstream_model().to_string()),
+        );
     }
     let payload = Bytes::from(serde_json::to_vec(&body).ok()?);
     let timeout = Duration::from_millis(if target.timeout_ms > 0 {
@@ -237,7 +257,10 @@ async fn try_target(
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     for attempt in 0..ctx.config.retry.max_attempts {
         if attempt > 0 {
-            if !ctx.retry_budget.try_retry(&ctx.config.retry, Instant::now()) {
+            if !ctx
+                .retry_budget
+                .try_retry(&ctx.config.retry, Instant::now())
+            {
                 tracing::warn!(target = %target.name, "retry budget spent: failing over");
                 return None;
             }
@@ -303,7 +326,11 @@ async fn attempt_once(
     timeout: Duration,
     permit: ReplicaPermit,
 ) -> Result<Served, (FailureKind, String)> {
-    let url = format!("{}{}", replica.url.trim_end_matches('/'), req.endpoint.path());
+    let url = format!(
+        "{}{}",
+        replica.url.trim_end_matches('/'),
+        req.endpoint.path()
+    );
     let mut builder = ctx
         .client
         .post(&url)
@@ -315,7 +342,12 @@ async fn attempt_once(
     }
     let started = Instant::now();
     let response = match tokio::time::timeout(timeout, builder.send()).await {
-        Err(_) => return Err((FailureKind::Timeout, format!("no response within {} ms", timeout.as_millis()))),
+        Err(_) => {
+            return Err((
+                FailureKind::Timeout,
+                format!("no response within {} ms", timeout.as_millis()),
+            ))
+        }
         Ok(Err(e)) if e.is_timeout() => return Err((FailureKind::Timeout, e.to_string())),
         Ok(Err(e)) => return Err((FailureKind::Connect, e.to_string())),
         Ok(Ok(r)) => r,
@@ -325,7 +357,10 @@ async fn attempt_once(
         return Err((FailureKind::Upstream5xx, format!("HTTP {status}")));
     }
     if status == 429 {
-        return Err((FailureKind::Upstream429, "HTTP 429 (backend overloaded)".into()));
+        return Err((
+            FailureKind::Upstream429,
+            "HTTP 429 (backend overloaded)".into(),
+        ));
     }
     let content_type = response
         .headers()
@@ -348,9 +383,24 @@ async fn attempt_once(
         let mut rest = response.bytes_stream().boxed();
         loop {
             match tokio::time::timeout(remaining, rest.next()).await {
-                Err(_) => return Err((FailureKind::Timeout, "no first chunk before the deadline".into())),
-                Ok(None) => return Err((FailureKind::BadBody, "the stream ended before its first chunk".into())),
-                Ok(Some(Err(e))) => return Err((FailureKind::Connect, format!("stream failed before its first chunk: {e}"))),
+                Err(_) => {
+                    return Err((
+                        FailureKind::Timeout,
+                        "no first chunk before the deadline".into(),
+                    ))
+                }
+                Ok(None) => {
+                    return Err((
+                        FailureKind::BadBody,
+                        "the stream ended before its first chunk".into(),
+                    ))
+                }
+                Ok(Some(Err(e))) => {
+                    return Err((
+                        FailureKind::Connect,
+                        format!("stream failed before its first chunk: {e}"),
+                    ))
+                }
                 Ok(Some(Ok(chunk))) if chunk.is_empty() => continue,
                 Ok(Some(Ok(first))) => {
                     return Ok(served(Body::Stream {
@@ -364,8 +414,14 @@ async fn attempt_once(
         }
     }
     match tokio::time::timeout(remaining, response.bytes()).await {
-        Err(_) => Err((FailureKind::Timeout, "body not complete before the deadline".into())),
-        Ok(Err(e)) => Err((FailureKind::Connect, format!("reading the body failed: {e}"))),
+        Err(_) => Err((
+            FailureKind::Timeout,
+            "body not complete before the deadline".into(),
+        )),
+        Ok(Err(e)) => Err((
+            FailureKind::Connect,
+            format!("reading the body failed: {e}"),
+        )),
         Ok(Ok(bytes)) => {
             drop(permit);
             Ok(served(Body::Full(bytes)))

@@ -61,7 +61,11 @@ impl RetryBudget {
         }
     }
 
-    fn with_bucket<R>(&self, now: Instant, f: impl FnOnce(&mut [Bucket; WINDOW_SECS], usize, u64) -> R) -> R {
+    fn with_bucket<R>(
+        &self,
+        now: Instant,
+        f: impl FnOnce(&mut [Bucket; WINDOW_SECS], usize, u64) -> R,
+    ) -> R {
         let second = now.saturating_duration_since(self.start).as_secs();
         let slot = (second % WINDOW_SECS as u64) as usize;
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
@@ -83,9 +87,13 @@ impl RetryBudget {
     /// Takes one retry from the budget; false when it is spent.
     pub fn try_retry(&self, config: &RetryConfig, now: Instant) -> bool {
         let allowed = self.with_bucket(now, |b, slot, second| {
-            let live = b.iter().filter(|x| second.saturating_sub(x.second) < WINDOW_SECS as u64);
-            let (requests, retries) = live.fold((0u64, 0u64), |(q, r), x| (q + x.requests, r + x.retries));
-            let limit = config.budget_ratio * requests as f64 + config.budget_min_per_s * WINDOW_SECS as f64;
+            let live = b
+                .iter()
+                .filter(|x| second.saturating_sub(x.second) < WINDOW_SECS as u64);
+            let (requests, retries) =
+                live.fold((0u64, 0u64), |(q, r), x| (q + x.requests, r + x.retries));
+            let limit = config.budget_ratio * requests as f64
+                + config.budget_min_per_s * WINDOW_SECS as f64;
             if (retries as f64) < limit {
                 b[slot].retries += 1;
                 true
@@ -153,7 +161,10 @@ mod tests {
         }
         let c = cfg(0.5, 0.0);
         let later = t0 + Duration::from_secs(WINDOW_SECS as u64 + 1);
-        assert!(!b.try_retry(&c, later), "no recent requests, no floor: no retry");
+        assert!(
+            !b.try_retry(&c, later),
+            "no recent requests, no floor: no retry"
+        );
         assert!(b.try_retry(&c, t0));
     }
 

@@ -134,7 +134,7 @@ pub fn relay(
                         st.ended = true;
                         continue;
                     }
-                    Ok(None) => Err("the backend closed the stream before [DONE]".into()),
+                    Ok(None) => Err("the backend closed the stream before its end marker".into()),
                     Ok(Some(Err(e))) => Err(format!("the backend stream failed: {e}")),
                     Ok(Some(Ok(bytes))) => Ok(bytes),
                 },
@@ -189,7 +189,9 @@ impl State {
         if v.get("error").is_some() {
             tally.broken = Some(format!("the backend sent an error event: {}", v["error"]));
         }
-        self.options.strip_usage_chunk && !has_choices && v.get("usage").is_some_and(|u| u.is_object())
+        self.options.strip_usage_chunk
+            && !has_choices
+            && v.get("usage").is_some_and(|u| u.is_object())
     }
 
     fn emit(&mut self, text: String) {
@@ -222,7 +224,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     fn chunk(id: &str, text: &str) -> String {
-        data_event(&serde_json::json!({"id": id, "choices": [{"index": 0, "delta": {"content": text}}]}).to_string())
+        data_event(
+            &serde_json::json!({"id": id, "choices": [{"index": 0, "delta": {"content": text}}]})
+                .to_string(),
+        )
     }
 
     async fn run(parts: Vec<reqwest::Result<Bytes>>, strip: bool) -> (String, StreamTally) {
@@ -240,17 +245,28 @@ mod tests {
             strip_usage_chunk: strip,
             copy_limit: 1 << 20,
         };
-        let out: Vec<_> = relay(first, rest, None, options, Box::new(move |t| *s2.lock().unwrap() = Some(t)))
-            .collect()
-            .await;
-        let text: String = out.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
+        let out: Vec<_> = relay(
+            first,
+            rest,
+            None,
+            options,
+            Box::new(move |t| *s2.lock().unwrap() = Some(t)),
+        )
+        .collect()
+        .await;
+        let text: String = out
+            .into_iter()
+            .map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap())
+            .collect();
         let tally = seen.lock().unwrap().take().expect("on_end ran");
         (text, tally)
     }
 
     #[tokio::test]
     async fn a_complete_stream_is_relayed_and_tallied() {
-        let usage = data_event(r#"{"id":"r","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#);
+        let usage = data_event(
+            r#"{"id":"r","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#,
+        );
         let parts = vec![
             Ok(Bytes::from(chunk("r", "Hel"))),
             Ok(Bytes::from(format!("{}{}", chunk("r", "lo"), usage))),
@@ -258,7 +274,10 @@ mod tests {
         ];
         let (text, tally) = run(parts, true).await;
         assert!(text.ends_with("data: [DONE]\n\n"));
-        assert!(!text.contains("usage"), "the usage chunk the client did not ask for is dropped");
+        assert!(
+            !text.contains("usage"),
+            "the usage chunk the client did not ask for is dropped"
+        );
         assert_eq!(tally.prompt_tokens, Some(7));
         assert_eq!(tally.completion_tokens, Some(2));
         assert_eq!(tally.response_id.as_deref(), Some("r"));
@@ -282,7 +301,10 @@ mod tests {
     async fn events_split_across_chunks_are_joined() {
         let whole = format!("{}{}", chunk("r", "a"), data_event(DONE));
         let (a, b) = whole.split_at(10);
-        let parts = vec![Ok(Bytes::from(a.to_string())), Ok(Bytes::from(b.to_string()))];
+        let parts = vec![
+            Ok(Bytes::from(a.to_string())),
+            Ok(Bytes::from(b.to_string())),
+        ];
         let (text, tally) = run(parts, false).await;
         assert_eq!(text, whole);
         assert_eq!(tally.content_chunks, 1);

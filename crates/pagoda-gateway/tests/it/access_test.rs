@@ -25,48 +25,123 @@ async fn error_of(r: reqwest::Response) -> (u16, Value) {
 #[tokio::test]
 async fn missing_malformed_unknown_and_revoked_keys_get_401() {
     let a = stub::start("a").await;
-    let gw = start(&format!("{}{}", one_target(&a, ""), key_block("k", KEY, ""))).await;
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, ""),
+        key_block("k", KEY, "")
+    ))
+    .await;
     let url = format!("{}/v1/chat/completions", gw.url);
     let body = json!({"model": "chat", "messages": []});
     let (s, v) = error_of(gw.client.post(&url).json(&body).send().await.unwrap()).await;
-    assert_eq!((s, v["error"]["code"].as_str()), (401, Some("invalid_api_key")));
-    let (s, _) = error_of(gw.client.post(&url).header("authorization", "Basic abc").json(&body).send().await.unwrap()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (401, Some("invalid_api_key"))
+    );
+    let (s, _) = error_of(
+        gw.client
+            .post(&url)
+            .header("authorization", "Basic abc")
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 401);
     let (s, _) = error_of(gw.chat("pk-nope", "chat", json!({})).await).await;
     assert_eq!(s, 401);
 
     // A key made through the admin API works until it is revoked.
-    let r = gw.admin_post("/admin/keys", json!({"name": "temp", "models": ["chat"]})).await;
+    let r = gw
+        .admin_post("/admin/keys", json!({"name": "temp", "models": ["chat"]}))
+        .await;
     assert_eq!(r.status(), 201);
     let created: Value = r.json().await.unwrap();
     let secret = created["key"].as_str().unwrap().to_string();
-    assert!(!created["record"].to_string().contains("sha256"), "no hash in admin answers");
-    assert_eq!(content(gw.chat(&secret, "chat", json!({})).await).await, "from a as a");
+    assert!(
+        !created["record"].to_string().contains("sha256"),
+        "no hash in admin answers"
+    );
+    assert_eq!(
+        content(gw.chat(&secret, "chat", json!({})).await).await,
+        "from a as a"
+    );
     let (s, v) = error_of(gw.chat(&secret, "other", json!({})).await).await;
     assert_eq!(s, 403, "{v}");
-    let r = gw.client.delete(format!("{}/admin/keys/temp", gw.url)).bearer_auth(ADMIN_KEY).send().await.unwrap();
+    let r = gw
+        .client
+        .delete(format!("{}/admin/keys/temp", gw.url))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let (s, v) = error_of(gw.chat(&secret, "chat", json!({})).await).await;
     assert_eq!(s, 401);
     assert!(v["error"]["message"].as_str().unwrap().contains("revoked"));
     // The admin API refuses ordinary keys.
-    let r = gw.client.get(format!("{}/admin/keys", gw.url)).bearer_auth(KEY).send().await.unwrap();
+    let r = gw
+        .client
+        .get(format!("{}/admin/keys", gw.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }
 
 #[tokio::test]
 async fn bad_bodies_get_clear_errors() {
     let a = stub::start("a").await;
-    let gw = start(&format!("{}{}", one_target(&a, "[server]\nmax_body_bytes = 2000"), key_block("k", KEY, ""))).await;
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, "[server]\nmax_body_bytes = 2000"),
+        key_block("k", KEY, "")
+    ))
+    .await;
     let url = format!("{}/v1/chat/completions", gw.url);
     let big = json!({"model": "chat", "messages": [{"role": "user", "content": "x".repeat(5000)}]});
-    let (s, v) = error_of(gw.client.post(&url).bearer_auth(KEY).json(&big).send().await.unwrap()).await;
-    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("request_too_large")));
-    let (s, _) = error_of(gw.client.post(&url).bearer_auth(KEY).body("{not json").send().await.unwrap()).await;
+    let (s, v) = error_of(
+        gw.client
+            .post(&url)
+            .bearer_auth(KEY)
+            .json(&big)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (413, Some("request_too_large"))
+    );
+    let (s, _) = error_of(
+        gw.client
+            .post(&url)
+            .bearer_auth(KEY)
+            .body("{not json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 400);
     let (s, v) = error_of(gw.chat(KEY, "no-such-model", json!({})).await).await;
-    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("model_not_found")));
-    let (s, _) = error_of(gw.client.post(&url).bearer_auth(KEY).json(&json!({"messages": []})).send().await.unwrap()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+    let (s, _) = error_of(
+        gw.client
+            .post(&url)
+            .bearer_auth(KEY)
+            .json(&json!({"messages": []}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 400);
 }
 
@@ -87,7 +162,11 @@ async fn rpm_limits_answer_429_with_retry_after_and_spare_other_keys() {
     let ok = statuses.iter().filter(|r| r.status() == 200).count();
     assert_eq!(ok, 5, "rpm = 5");
     let refused = statuses.iter().find(|r| r.status() == 429).unwrap();
-    let after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=60).contains(&after));
     // The flood does not touch another key.
     for _ in 0..10 {
@@ -100,12 +179,21 @@ async fn a_budget_holds_under_concurrency() {
     let a = stub::start("a").await;
     // Each request is estimated at 25 tokens ("hello\n" 6 bytes + 8 template + 1, max_tokens
     // 10), an upper bound of what it costs (15).
-    let config = format!("{}{}", one_target(&a, ""), key_block("b", KEY, "budget_tokens = 100"));
+    let config = format!(
+        "{}{}",
+        one_target(&a, ""),
+        key_block("b", KEY, "budget_tokens = 100")
+    );
     let gw = Arc::new(start(&config).await);
     let mut tasks = Vec::new();
     for _ in 0..40 {
         let gw = gw.clone();
-        tasks.push(tokio::spawn(async move { gw.chat(KEY, "chat", json!({"max_tokens": 10})).await.status().as_u16() }));
+        tasks.push(tokio::spawn(async move {
+            gw.chat(KEY, "chat", json!({"max_tokens": 10}))
+                .await
+                .status()
+                .as_u16()
+        }));
     }
     let mut served = 0u64;
     for t in tasks {
@@ -115,15 +203,28 @@ async fn a_budget_holds_under_concurrency() {
     assert!((4..=6).contains(&served), "served {served}");
     gw.gateway.usage.flush().await;
     let usage = gw.admin_get("/admin/usage").await;
-    let spent: u64 = usage["data"].as_array().unwrap().iter().map(|r| r["total_tokens"].as_u64().unwrap()).sum();
+    let spent: u64 = usage["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["total_tokens"].as_u64().unwrap())
+        .sum();
     assert!(spent <= 100, "spent {spent} tokens of a 100 budget");
-    assert_eq!(spent, served * (stub::PROMPT_TOKENS + stub::COMPLETION_TOKENS));
+    assert_eq!(
+        spent,
+        served * (stub::PROMPT_TOKENS + stub::COMPLETION_TOKENS)
+    );
 }
 
 #[tokio::test]
 async fn deterministic_requests_are_cached_and_the_header_opts_out() {
     let a = stub::start("a").await;
-    let gw = start(&format!("{}{}", one_target(&a, ""), key_block("k", KEY, ""))).await;
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, ""),
+        key_block("k", KEY, "")
+    ))
+    .await;
     let first = gw.chat(KEY, "chat", json!({"temperature": 0})).await;
     assert_eq!(first.headers()["x-pagoda-cache-status"], "miss");
     let first = content(first).await;
@@ -152,21 +253,53 @@ async fn deterministic_requests_are_cached_and_the_header_opts_out() {
 #[tokio::test]
 async fn usage_is_recorded_per_key_and_metrics_are_exported() {
     let a = stub::start("a").await;
-    let gw = start(&format!("{}{}{}", one_target(&a, ""), key_block("k1", KEY, ""), key_block("k2", "pk-two", ""))).await;
+    let gw = start(&format!(
+        "{}{}{}",
+        one_target(&a, ""),
+        key_block("k1", KEY, ""),
+        key_block("k2", "pk-two", "")
+    ))
+    .await;
     for _ in 0..3 {
         content(gw.chat(KEY, "chat", json!({})).await).await;
     }
-    let text = gw.chat("pk-two", "chat", json!({"stream": true})).await.text().await.unwrap();
+    let text = gw
+        .chat("pk-two", "chat", json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(text.ends_with("[DONE]\n\n"));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let usage = gw.admin_get("/admin/usage").await;
     let rows = usage["data"].as_array().unwrap();
-    let row = |name: &str| rows.iter().find(|r| r["key_name"] == name).cloned().unwrap_or(Value::Null);
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["key_name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
     assert_eq!(row("k1")["requests"], 3);
     assert_eq!(row("k1")["prompt_tokens"], 3 * stub::PROMPT_TOKENS);
-    assert_eq!(row("k2")["completion_tokens"], stub::COMPLETION_TOKENS, "stream usage comes from the backend's usage chunk");
-    let metrics = gw.client.get(format!("{}/metrics", gw.url)).send().await.unwrap().text().await.unwrap();
-    for name in ["pagoda_gateway_requests_total", "pagoda_gateway_request_duration_seconds", "pagoda_gateway_tokens_total"] {
+    assert_eq!(
+        row("k2")["completion_tokens"],
+        stub::COMPLETION_TOKENS,
+        "stream usage comes from the backend's usage chunk"
+    );
+    let metrics = gw
+        .client
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "pagoda_gateway_requests_total",
+        "pagoda_gateway_request_duration_seconds",
+        "pagoda_gateway_tokens_total",
+    ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 }
@@ -195,12 +328,50 @@ async fn limits_and_budgets_hold_across_two_gateways_sharing_redis() {
     let mut tasks = Vec::new();
     for i in 0..30 {
         let gw = if i % 2 == 0 { g1.clone() } else { g2.clone() };
-        tasks.push(tokio::spawn(async move { gw.chat("pk-budget", "chat", json!({"max_tokens": 10})).await.status().as_u16() }));
+        tasks.push(tokio::spawn(async move {
+            gw.chat("pk-budget", "chat", json!({"max_tokens": 10}))
+                .await
+                .status()
+                .as_u16()
+        }));
     }
     let mut served = 0u64;
     for t in tasks {
         served += u64::from(t.await.unwrap() == 200);
     }
     let spent = served * (stub::PROMPT_TOKENS + stub::COMPLETION_TOKENS);
-    assert!(served >= 2 && spent <= 60, "served {served}, spent {spent} of 60");
+    assert!(
+        served >= 2 && spent <= 60,
+        "served {served}, spent {spent} of 60"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_client_gets_408_and_does_not_block_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a = stub::start("a").await;
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, "[server]\nbody_timeout_ms = 300"),
+        key_block("k", KEY, "")
+    ))
+    .await;
+    let addr = gw.url.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"model\""
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    // Meanwhile another client is served normally.
+    assert_eq!(
+        content(gw.chat(KEY, "chat", json!({})).await).await,
+        "from a as a"
+    );
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), slow.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }

@@ -12,14 +12,27 @@ pub const ADMIN_KEY: &str = "admin-secret-for-tests";
 
 /// A `[[key]]` block for the config: name, plaintext key and extra lines (tier, limits).
 pub fn key_block(name: &str, key: &str, extra: &str) -> String {
-    format!("[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{extra}\n", hash_key(key))
+    format!(
+        "[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{extra}\n",
+        hash_key(key)
+    )
+}
+
+/// The config with the test admin key and a fast reload interval in its `[server]` table.
+fn with_admin(config: &str) -> String {
+    let server = format!("[server]\nadmin_key = \"{ADMIN_KEY}\"\nreload_interval_ms = 100\n");
+    if config.contains("[server]\n") {
+        config.replacen("[server]\n", &server, 1)
+    } else {
+        format!("{server}\n{config}")
+    }
 }
 
 pub struct TestGateway {
     pub url: String,
     pub gateway: Arc<Gateway>,
     pub config_path: PathBuf,
-    pub dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     pub client: reqwest::Client,
 }
@@ -39,7 +52,7 @@ pub async fn start(config: &str) -> TestGateway {
 }
 
 pub async fn start_in(dir: tempfile::TempDir, config: &str) -> TestGateway {
-    let text = format!("[server]\nadmin_key = \"{ADMIN_KEY}\"\nreload_interval_ms = 100\n\n{config}");
+    let text = with_admin(config);
     let config_path = dir.path().join("gateway.toml");
     std::fs::write(&config_path, &text).unwrap();
     let cfg = GatewayConfig::load(&config_path).unwrap();
@@ -58,7 +71,7 @@ pub async fn start_in(dir: tempfile::TempDir, config: &str) -> TestGateway {
         url,
         gateway,
         config_path,
-        dir,
+        _dir: dir,
         shutdown: Some(tx),
         client: reqwest::Client::new(),
     }
@@ -67,7 +80,7 @@ pub async fn start_in(dir: tempfile::TempDir, config: &str) -> TestGateway {
 impl TestGateway {
     /// Rewrites the config file (the admin key is kept).
     pub fn rewrite(&self, config: &str) {
-        let text = format!("[server]\nadmin_key = \"{ADMIN_KEY}\"\nreload_interval_ms = 100\n\n{config}");
+        let text = with_admin(config);
         let tmp = self.config_path.with_extension("tmp");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &self.config_path).unwrap();
@@ -90,13 +103,25 @@ impl TestGateway {
     }
 
     pub async fn admin_get(&self, path: &str) -> Value {
-        let r = self.client.get(format!("{}{path}", self.url)).bearer_auth(ADMIN_KEY).send().await.unwrap();
+        let r = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_KEY)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "{path}: {}", r.status());
         r.json().await.unwrap()
     }
 
     pub async fn admin_post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client.post(format!("{}{path}", self.url)).bearer_auth(ADMIN_KEY).json(&body).send().await.unwrap()
+        self.client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 }
 
@@ -105,7 +130,10 @@ pub async fn content(r: reqwest::Response) -> String {
     let status = r.status();
     let v: Value = r.json().await.unwrap();
     assert_eq!(status, 200, "{v}");
-    v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string()
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `PAGODA_TEST_REDIS`, or None (a notice) outside CI; in CI its absence fails the test.

@@ -27,7 +27,11 @@ async fn rollout_state(gw: &crate::harness::TestGateway) -> Value {
 }
 
 /// Sends requests from distinct users until `done` says stop or the deadline passes.
-async fn drive(gw: &Arc<crate::harness::TestGateway>, deadline: Duration, done: impl Fn(&Value) -> bool) -> (Value, usize) {
+async fn drive(
+    gw: &Arc<crate::harness::TestGateway>,
+    deadline: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> (Value, usize) {
     let start = Instant::now();
     let mut failures = 0;
     let mut i = 0u64;
@@ -49,13 +53,17 @@ async fn drive(gw: &Arc<crate::harness::TestGateway>, deadline: Duration, done: 
 async fn a_healthy_canary_reaches_100_percent() {
     let (v1, v2) = (stub::start("v1").await, stub::start("v2").await);
     let gw = Arc::new(start(&config(&v1, &v2)).await);
-    let (state, failures) = drive(&gw, Duration::from_secs(20), |s| s["canary_percent"].as_f64() == Some(100.0)).await;
+    let (state, failures) = drive(&gw, Duration::from_secs(20), |s| {
+        s["canary_percent"].as_f64() == Some(100.0)
+    })
+    .await;
     assert_eq!(failures, 0);
     assert_eq!(state["canary_percent"].as_f64(), Some(100.0), "{state}");
     // At 100 % every new request goes to the canary.
     let before = v2.served();
     for i in 0..10 {
-        gw.chat(KEY, "chat", json!({"user": format!("late{i}")})).await;
+        gw.chat(KEY, "chat", json!({"user": format!("late{i}")}))
+            .await;
     }
     assert_eq!(v2.served() - before, 10);
 }
@@ -66,16 +74,27 @@ async fn a_failing_canary_is_rolled_back_within_an_interval_and_stable_keeps_ser
     let gw = Arc::new(start(&config(&v1, &v2)).await);
     v2.fail_with(500);
     let started = Instant::now();
-    let (state, failures) = drive(&gw, Duration::from_secs(10), |s| s["canary_percent"].as_f64() == Some(0.0)).await;
+    let (state, failures) = drive(&gw, Duration::from_secs(10), |s| {
+        s["canary_percent"].as_f64() == Some(0.0)
+    })
+    .await;
     assert_eq!(state["canary_percent"].as_f64(), Some(0.0), "{state}");
     let reason = state.to_string();
-    assert!(reason.contains("error"), "the reason names the error rate: {reason}");
+    assert!(
+        reason.contains("error"),
+        "the reason names the error rate: {reason}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(failures, 0, "the fallback to stable served every request");
     // After the rollback, no request reaches the canary.
     let before = v2.served();
     for i in 0..20 {
-        assert_eq!(gw.chat(KEY, "chat", json!({"user": format!("after{i}")})).await.status(), 200);
+        assert_eq!(
+            gw.chat(KEY, "chat", json!({"user": format!("after{i}")}))
+                .await
+                .status(),
+            200
+        );
     }
     assert_eq!(v2.served(), before);
 }
@@ -116,7 +135,10 @@ async fn a_config_reload_under_load_drops_nothing_and_a_bad_one_is_rejected() {
     gw.rewrite(&base(0, 100).replace("name = \"b\"", "name = \"b\"\nbogus = 1"));
     tokio::time::sleep(Duration::from_millis(400)).await;
     let status = gw.admin_get("/admin/config").await;
-    let err = status["reload"]["last_error"].as_str().unwrap_or_default().to_string();
+    let err = status["reload"]["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(err.contains("bogus"), "{status}");
     assert_eq!(gw.chat(KEY, "chat", json!({})).await.status(), 200);
 }

@@ -47,7 +47,10 @@ async fn a_percent_split_over_10000_requests_lands_within_a_point() {
     }
     assert_eq!(ok, n);
     let share_b = b.served() as f64 / n as f64 * 100.0;
-    assert!((share_b - 20.0).abs() <= 1.0, "b got {share_b:.2} % of traffic, weight 20 %");
+    assert!(
+        (share_b - 20.0).abs() <= 1.0,
+        "b got {share_b:.2} % of traffic, weight 20 %"
+    );
     assert_eq!(a.served() + b.served(), n as u64);
 }
 
@@ -72,7 +75,11 @@ async fn user_hash_routing_is_sticky() {
         }
     }
     let on_a = seen.values().filter(|t| t.starts_with("from a")).count();
-    assert!((8..=32).contains(&on_a), "40 users split {on_a}/{}", 40 - on_a);
+    assert!(
+        (8..=32).contains(&on_a),
+        "40 users split {on_a}/{}",
+        40 - on_a
+    );
 }
 
 #[tokio::test]
@@ -85,8 +92,14 @@ async fn tier_rules_and_version_headers_pick_their_target() {
         key_block("gold", "pk-gold", "tier = \"premium\"")
     );
     let gw = start(&config).await;
-    assert_eq!(content(gw.chat(KEY, "chat", json!({})).await).await, "from a as a");
-    assert_eq!(content(gw.chat("pk-gold", "chat", json!({})).await).await, "from b as b");
+    assert_eq!(
+        content(gw.chat(KEY, "chat", json!({})).await).await,
+        "from a as a"
+    );
+    assert_eq!(
+        content(gw.chat("pk-gold", "chat", json!({})).await).await,
+        "from b as b"
+    );
     let r = gw
         .client
         .post(format!("{}/v1/chat/completions", gw.url))
@@ -101,7 +114,11 @@ async fn tier_rules_and_version_headers_pick_their_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_replica_mid_load_loses_no_request() {
-    let (r1, mut r2, small) = (stub::start("r1").await, stub::start("r2").await, stub::start("small").await);
+    let (r1, mut r2, small) = (
+        stub::start("r1").await,
+        stub::start("r2").await,
+        stub::start("small").await,
+    );
     let config = format!(
         "[health]\ninterval_ms = 200\n[[target]]\nname = \"big\"\nreplicas = [\"{}\", \"{}\"]\n[[target]]\nname = \"small\"\nreplicas = [\"{}\"]\n[[route]]\nmodel = \"chat\"\ntarget = \"big\"\nfallback = [\"small\"]\n{}",
         r1.url(),
@@ -129,7 +146,11 @@ async fn killing_a_replica_mid_load_loses_no_request() {
         all.extend(t.await.unwrap());
     }
     assert_eq!(all.len(), 480);
-    assert!(all.iter().all(|s| *s == 200), "lost requests: {:?}", all.iter().filter(|s| **s != 200).count());
+    assert!(
+        all.iter().all(|s| *s == 200),
+        "lost requests: {:?}",
+        all.iter().filter(|s| **s != 200).count()
+    );
     assert!(r1.served() > 0);
 }
 
@@ -147,7 +168,10 @@ async fn errors_fall_back_along_the_chain_to_the_canned_reply() {
     assert_eq!(r.headers()["x-pagoda-fallback"], "true");
     assert_eq!(content(r).await, "from b as b");
     b.fail_with(429);
-    assert_eq!(content(gw.chat(KEY, "chat", json!({})).await).await, "We are busy; please try again.");
+    assert_eq!(
+        content(gw.chat(KEY, "chat", json!({})).await).await,
+        "We are busy; please try again."
+    );
     // A client error is the client's: passed through, no fallback.
     a.fail_with(400);
     let r = gw.chat(KEY, "chat", json!({})).await;
@@ -168,7 +192,13 @@ async fn with_no_fallback_an_outage_is_a_clear_503() {
     assert_eq!(r.status(), 503);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "upstream_unavailable");
-    assert!(v["error"]["message"].as_str().unwrap().contains("upstream_5xx"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream_5xx"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -180,19 +210,44 @@ async fn streams_relay_and_a_cut_stream_ends_with_an_error_event() {
         key_block("k", KEY, "")
     );
     let gw = start(&config).await;
-    let text = gw.chat(KEY, "chat", json!({"stream": true})).await.text().await.unwrap();
-    assert!(text.contains("from ") && text.ends_with("data: [DONE]\n\n"), "{text}");
-    assert!(!text.contains("\"usage\""), "usage chunk shown to a client that did not ask: {text}");
     let text = gw
-        .chat(KEY, "chat", json!({"stream": true, "stream_options": {"include_usage": true}}))
+        .chat(KEY, "chat", json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("from ") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("\"usage\""),
+        "usage chunk shown to a client that did not ask: {text}"
+    );
+    let text = gw
+        .chat(
+            KEY,
+            "chat",
+            json!({"stream": true, "stream_options": {"include_usage": true}}),
+        )
         .await
         .text()
         .await
         .unwrap();
     assert!(text.contains("\"usage\""), "{text}");
 
-    a.behaviour.cut_streams.store(true, std::sync::atomic::Ordering::SeqCst);
-    let text = gw.chat(KEY, "chat", json!({"stream": true})).await.text().await.unwrap_or_default();
-    assert!(!text.contains("[DONE]"), "a cut stream must not end cleanly: {text}");
+    a.behaviour
+        .cut_streams
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let text = gw
+        .chat(KEY, "chat", json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        !text.contains("[DONE]"),
+        "a cut stream must not end cleanly: {text}"
+    );
     assert!(text.contains("stream_broken"), "{text}");
 }

@@ -31,7 +31,6 @@ pub struct Behaviour {
 }
 
 pub struct Stub {
-    pub name: String,
     pub addr: SocketAddr,
     pub behaviour: Arc<Behaviour>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -91,7 +90,6 @@ pub async fn start(name: &str) -> Stub {
             .await;
     });
     Stub {
-        name: name.to_string(),
         addr,
         behaviour,
         shutdown: Some(tx),
@@ -119,7 +117,11 @@ async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Respo
     }
     let fail = b.fail_status.load(Ordering::SeqCst);
     if fail != 0 {
-        return (StatusCode::from_u16(fail).unwrap(), Json(json!({"error": {"message": "stub failure", "type": "server_error"}}))).into_response();
+        return (
+            StatusCode::from_u16(fail).unwrap(),
+            Json(json!({"error": {"message": "stub failure", "type": "server_error"}})),
+        )
+            .into_response();
     }
     b.served.fetch_add(1, Ordering::SeqCst);
     let n = b.served.load(Ordering::SeqCst);
@@ -133,19 +135,32 @@ async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Respo
             "usage": usage}))
         .into_response();
     }
-    let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let cut = b.cut_streams.load(Ordering::SeqCst);
-    let mut parts: Vec<Result<String, std::io::Error>> = vec![Ok(chunk(&id, "from ")), Ok(chunk(&id, &s.name))];
+    let mut parts: Vec<Result<String, std::io::Error>> =
+        vec![Ok(chunk(&id, "from ")), Ok(chunk(&id, &s.name))];
     if cut {
         parts.truncate(1);
         parts.push(Err(std::io::Error::other("cut")));
     } else {
         if include_usage {
-            parts.push(Ok(format!("data: {}\n\n", json!({"id": id, "choices": [], "usage": usage}))));
+            parts.push(Ok(format!(
+                "data: {}\n\n",
+                json!({"id": id, "choices": [], "usage": usage})
+            )));
         }
         parts.push(Ok("data: [DONE]\n\n".to_string()));
     }
-    let stream = futures_util::stream::iter(parts);
+    // The cut comes a moment after the first chunk, so that the chunk reaches the gateway first.
+    let stream = futures_util::StreamExt::then(futures_util::stream::iter(parts), |p| async move {
+        if p.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        p
+    });
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
