@@ -24,7 +24,9 @@
 //!   operation is O(log n).
 //!
 //! The cache sits in front of routing: a hit may have been answered by any version of the
-//! route, so during a canary rollout hits count for neither side.
+//! route, so a hit should count for neither side of a canary rollout. A caller serving several
+//! endpoints with different answer shapes (chat and text completions) folds the endpoint into
+//! `route_model` (e.g. `chat:<model>`), so a body valid for both cannot cross over.
 //!
 //! Headers: a client sends [`NO_CACHE_HEADER`] (`x-pagoda-cache: no-cache` or `bypass`) to skip
 //! both lookup and store. Every response of an enabled cache carries [`CACHE_STATUS_HEADER`]
