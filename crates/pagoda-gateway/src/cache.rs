@@ -19,11 +19,14 @@
 //!   (`include_usage` adds a chunk).
 //! - The cache never fails a request: a Redis error or timeout is logged and is a miss (get) or
 //!   a skipped store (put). Entries larger than `max_entry_bytes` are not stored.
-//! - Memory backend: at most `max_entries` entries; a store into a full cache first drops
-//!   expired entries, then the least recently used one. Every operation is O(log n).
+//! - Memory backend: at most `max_entries` entries and [`MEMORY_MAX_TOTAL_BYTES`] bytes; a
+//!   store into a full cache first drops expired entries, then least recently used ones. Every
+//!   operation is O(log n).
 //!
 //! The cache sits in front of routing: a hit may have been answered by any version of the
-//! route, so during a canary rollout hits count for neither side.
+//! route, so a hit should count for neither side of a canary rollout. A caller serving several
+//! endpoints with different answer shapes (chat and text completions) folds the endpoint into
+//! `route_model` (e.g. `chat:<model>`), so a body valid for both cannot cross over.
 //!
 //! Headers: a client sends [`NO_CACHE_HEADER`] (`x-pagoda-cache: no-cache` or `bypass`) to skip
 //! both lookup and store. Every response of an enabled cache carries [`CACHE_STATUS_HEADER`]
@@ -51,6 +54,9 @@ pub const CACHE_STATUS_HEADER: &str = "x-pagoda-cache-status";
 const REDIS_OP_TIMEOUT: Duration = Duration::from_millis(250);
 /// Connecting to Redis at startup gives up after this long.
 const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Memory backend: bytes all entries may hold together (besides `max_entries`), so a full
+/// cache of large answers stays bounded (10 000 x 256 KiB would be 2.5 GiB).
+pub const MEMORY_MAX_TOTAL_BYTES: usize = 256 * 1024 * 1024;
 /// Version byte of the stored encoding; bump when [`CachedResponse::encode`] changes.
 const ENCODING_VERSION: u8 = 1;
 
@@ -312,6 +318,8 @@ struct MemInner {
     /// (expiry, insertion tick) -> key: the first entry expires first.
     by_expiry: BTreeMap<(Instant, u64), String>,
     next_tick: u64,
+    /// Sum of the entries' sizes.
+    bytes: usize,
 }
 
 impl MemInner {
@@ -322,6 +330,7 @@ impl MemInner {
 
     fn remove(&mut self, key: &str) -> Option<MemEntry> {
         let e = self.entries.remove(key)?;
+        self.bytes -= e.resp.size();
         self.by_use.remove(&e.tick);
         self.by_expiry.remove(&(e.expires, e.tick));
         Some(e)
@@ -352,6 +361,7 @@ pub struct MemoryCache {
     max_entries: usize,
     ttl: Duration,
     max_entry_bytes: usize,
+    max_total_bytes: usize,
 }
 
 impl MemoryCache {
@@ -362,7 +372,19 @@ impl MemoryCache {
             max_entries,
             ttl,
             max_entry_bytes,
+            max_total_bytes: MEMORY_MAX_TOTAL_BYTES,
         }
+    }
+
+    /// Sets the bound on all entries' bytes together (default [`MEMORY_MAX_TOTAL_BYTES`]).
+    pub fn with_max_total_bytes(mut self, max_total_bytes: usize) -> Self {
+        self.max_total_bytes = max_total_bytes;
+        self
+    }
+
+    /// Bytes all entries hold together.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemInner> {
@@ -415,17 +437,22 @@ impl MemoryCache {
     }
 
     fn put_at(&self, key: &str, resp: &CachedResponse, now: Instant) {
-        if resp.size() > self.max_entry_bytes || self.max_entries == 0 {
+        let size = resp.size();
+        if size > self.max_entry_bytes || size > self.max_total_bytes || self.max_entries == 0 {
             return;
         }
         let mut g = self.lock();
         g.remove(key);
-        if g.entries.len() >= self.max_entries {
+        let full = |g: &MemInner| {
+            g.entries.len() >= self.max_entries || g.bytes + size > self.max_total_bytes
+        };
+        if full(&g) {
             g.purge_expired(now);
         }
-        while g.entries.len() >= self.max_entries {
+        while full(&g) && !g.entries.is_empty() {
             g.evict_lru();
         }
+        g.bytes += size;
         let tick = g.tick();
         let expires = now + self.ttl;
         g.by_use.insert(tick, key.to_string());
@@ -717,6 +744,21 @@ mod tests {
     }
 
     #[test]
+    fn memory_total_bytes_are_bounded() {
+        // Entries are 16 bytes of content type + body.
+        let c = MemoryCache::new(100, Duration::from_secs(60), 1024).with_max_total_bytes(100);
+        for k in ["a", "b", "c", "d", "e"] {
+            c.put(k, &resp(&"x".repeat(14))); // 30 bytes each
+        }
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.bytes(), 90);
+        assert!(c.get("a").is_none() && c.get("b").is_none());
+        assert!(c.get("e").is_some());
+        c.put("e", &resp("1"));
+        assert_eq!(c.bytes(), 60 + 17);
+    }
+
+    #[test]
     fn memory_skips_large_entries_and_replaces_same_key() {
         let c = MemoryCache::new(5, Duration::from_secs(60), 20);
         c.put("big", &resp(&"x".repeat(64)));
@@ -853,6 +895,29 @@ mod tests {
             let ka = cache_key("m", "", &Value::Object(a));
             let kb = cache_key("m", "", &Value::Object(b));
             prop_assert_eq!(ka, kb);
+        }
+
+        #[test]
+        fn memory_indexes_stay_consistent(
+            ops in proptest::collection::vec((0..8u8, 0..40usize, 0..3u64, any::<bool>()), 0..60),
+        ) {
+            let c = MemoryCache::new(4, Duration::from_secs(2), 60).with_max_total_bytes(150);
+            let t0 = Instant::now();
+            for (i, (k, len, secs, is_get)) in ops.into_iter().enumerate() {
+                let now = t0 + Duration::from_secs(secs) + Duration::from_millis(i as u64);
+                let key = format!("k{k}");
+                if is_get {
+                    let _ = c.get_at(&key, now);
+                } else {
+                    c.put_at(&key, &resp(&"x".repeat(len)), now);
+                }
+                let g = c.lock();
+                prop_assert!(g.entries.len() <= 4);
+                prop_assert!(g.bytes <= 150);
+                prop_assert_eq!(g.by_use.len(), g.entries.len());
+                prop_assert_eq!(g.by_expiry.len(), g.entries.len());
+                prop_assert_eq!(g.bytes, g.entries.values().map(|e| e.resp.size()).sum::<usize>());
+            }
         }
 
         #[test]

@@ -29,6 +29,8 @@ pub const RESERVATION_LEASE: Duration = Duration::from_secs(30 * 60);
 
 /// Window helpers shared by the scripts (Lua 5.1 in Redis).
 const LUA_PRELUDE: &str = r#"
+-- Replicate effects, not the script (needed before Redis 5 to write after TIME; a no-op since).
+if redis.replicate_commands then redis.replicate_commands() end
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])

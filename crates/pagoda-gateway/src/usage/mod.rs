@@ -142,6 +142,10 @@ trait Store: Send {
 
 type SharedStore = Arc<Mutex<Box<dyn Store>>>;
 
+fn shared(store: impl Store + 'static) -> SharedStore {
+    Arc::new(Mutex::new(Box::new(store)))
+}
+
 fn lock(store: &SharedStore) -> MutexGuard<'_, Box<dyn Store>> {
     // A panic inside a store call leaves at most an uncommitted transaction, which the
     // connection rolls back, so a poisoned lock is still usable.
@@ -151,6 +155,8 @@ fn lock(store: &SharedStore) -> MutexGuard<'_, Box<dyn Store>> {
 /// The ledger: a bounded channel into a writer thread, plus queries.
 pub struct UsageLedger {
     tx: SyncSender<UsageRecord>,
+    /// The connection queries use: a second one next to the writer's for a database file or
+    /// Postgres (a long query does not stall the writer), the writer's own for in-memory.
     store: SharedStore,
     /// Records accepted into the channel.
     accepted: AtomicU64,
@@ -172,34 +178,33 @@ impl std::fmt::Debug for UsageLedger {
 impl UsageLedger {
     /// A ledger in the SQLite file at `path` (created if missing).
     pub fn sqlite(path: &Path) -> Result<Self, UsageError> {
-        let store = sqlite::SqliteStore::open(path)?;
-        Self::start(Box::new(store), CHANNEL_CAPACITY)
+        let writer = sqlite::SqliteStore::open(path)?;
+        let reader = sqlite::SqliteStore::open(path)?;
+        Self::start(shared(writer), shared(reader), CHANNEL_CAPACITY)
     }
 
     /// A ledger in a private in-memory SQLite database (tests, or a gateway without storage).
     pub fn in_memory() -> Result<Self, UsageError> {
-        Self::start(
-            Box::new(sqlite::SqliteStore::in_memory()?),
-            CHANNEL_CAPACITY,
-        )
+        let store = shared(sqlite::SqliteStore::in_memory()?);
+        Self::start(store.clone(), store, CHANNEL_CAPACITY)
     }
 
     /// A ledger in Postgres (`postgres://user:pass@host:port/db`, no TLS); the table is
     /// created if missing. Blocking: call before serving, or from `spawn_blocking`.
     pub fn postgres(url: &str) -> Result<Self, UsageError> {
-        let store = postgres::PostgresStore::connect(url)?;
-        Self::start(Box::new(store), CHANNEL_CAPACITY)
+        let writer = postgres::PostgresStore::connect(url)?;
+        let reader = postgres::PostgresStore::connect(url)?;
+        Self::start(shared(writer), shared(reader), CHANNEL_CAPACITY)
     }
 
-    fn start(store: Box<dyn Store>, capacity: usize) -> Result<Self, UsageError> {
+    fn start(writer: SharedStore, store: SharedStore, capacity: usize) -> Result<Self, UsageError> {
         let (tx, rx) = mpsc::sync_channel(capacity);
-        let store: SharedStore = Arc::new(Mutex::new(store));
         let failed = Arc::new(AtomicU64::new(0));
         let (done_tx, done_rx) = watch::channel(0u64);
-        let (s, f) = (store.clone(), failed.clone());
+        let f = failed.clone();
         std::thread::Builder::new()
             .name("pagoda-usage-writer".into())
-            .spawn(move || writer_loop(rx, s, done_tx, f))
+            .spawn(move || writer_loop(rx, writer, done_tx, f))
             .map_err(UsageError::Thread)?;
         Ok(Self {
             tx,
@@ -417,7 +422,8 @@ mod tests {
 
     #[tokio::test]
     async fn record_never_blocks_when_the_writer_is_slow() {
-        let l = UsageLedger::start(Box::new(sqlite::SqliteStore::in_memory().unwrap()), 4).unwrap();
+        let store = shared(sqlite::SqliteStore::in_memory().unwrap());
+        let l = UsageLedger::start(store.clone(), store, 4).unwrap();
         // Hold the store: the writer blocks on its first batch, the channel fills up.
         let guard = lock(&l.store);
         let t = Instant::now();
@@ -480,6 +486,31 @@ mod tests {
         );
         let store = sqlite::SqliteStore::open(&path).unwrap();
         assert_eq!(store.journal_mode(), "wal");
+    }
+
+    #[tokio::test]
+    async fn file_ledger_reads_while_another_connection_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.db");
+        let l = UsageLedger::sqlite(&path).unwrap();
+        l.record(rec("a", "chat", "v1", 200, 1, 1));
+        l.flush().await;
+        // An open write transaction elsewhere (the key store, say) does not block queries (WAL).
+        let mut other = rusqlite::Connection::open(&path).unwrap();
+        let tx = other
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        tx.execute("DELETE FROM gateway_usage", []).unwrap();
+        let t = Instant::now();
+        assert_eq!(l.aggregate(&UsageQuery::default()).unwrap()[0].requests, 1);
+        assert!(t.elapsed() < Duration::from_secs(1));
+        tx.rollback().unwrap();
+    }
+
+    #[test]
+    fn ledger_is_shareable_between_tasks() {
+        fn is<T: Send + Sync>() {}
+        is::<UsageLedger>();
     }
 
     #[test]

@@ -70,7 +70,8 @@ fn off_runtime<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// A ledger table in Postgres.
 pub(super) struct PostgresStore {
     url: String,
-    client: Client,
+    /// Always `Some` until dropped (see the `Drop` impl).
+    client: Option<Client>,
 }
 
 impl PostgresStore {
@@ -79,7 +80,7 @@ impl PostgresStore {
         let client = off_runtime(|| Self::open(url))?;
         Ok(Self {
             url: url.to_string(),
-            client,
+            client: Some(client),
         })
     }
 
@@ -91,11 +92,14 @@ impl PostgresStore {
 
     /// The client, reconnected first if the connection was lost.
     fn client(&mut self) -> Result<&mut Client, UsageError> {
-        if self.client.is_closed() {
+        let lost = self.client.as_ref().is_none_or(Client::is_closed);
+        if lost {
             tracing::warn!("usage ledger: Postgres connection lost; reconnecting");
-            self.client = Self::open(&self.url)?;
+            self.client = Some(Self::open(&self.url)?);
         }
-        Ok(&mut self.client)
+        self.client
+            .as_mut()
+            .ok_or_else(|| UsageError::Postgres("no connection".into()))
     }
 
     fn insert_inner(&mut self, recs: &[UsageRecord]) -> Result<(), UsageError> {
@@ -159,6 +163,15 @@ impl PostgresStore {
         rows.iter()
             .map(|r| Ok((r.try_get(0).map_err(pg)?, to_u64(r.try_get(1).map_err(pg)?))))
             .collect()
+    }
+}
+
+impl Drop for PostgresStore {
+    /// Closing the client blocks on its runtime, which must happen off any Tokio runtime.
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            off_runtime(move || drop(client));
+        }
     }
 }
 
