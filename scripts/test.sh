@@ -35,6 +35,8 @@ if ! python3 -c "import openai, ollama, websocket" 2>/dev/null; then
       openai ollama websocket-client
 fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
+echo "== gateway: pagoda serve behind two pagoda gateway processes, the openai client, the keys CLI"
+python3 scripts/conformance/gateway.py --pagoda "$PAGODA" --model smollm2:135m
 echo "== chat page and blind comparison page in headless Chromium"
 if command -v chromium >/dev/null 2>&1; then
   python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m

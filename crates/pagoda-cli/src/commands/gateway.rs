@@ -42,6 +42,10 @@ pub struct GatewayArgs {
     #[arg(long, default_value = "text")]
     pub log_format: String,
 
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
     #[command(subcommand)]
     pub command: Option<GatewayCommand>,
 }
@@ -139,7 +143,7 @@ pub struct AdminArgs {
 
 pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     match args.command {
-        None => serve(args.config, args.listen),
+        None => serve(args.config, args.listen, args.threads),
         Some(GatewayCommand::Check { config }) => check(&config),
         Some(GatewayCommand::Keys(cmd)) => keys(cmd),
         Some(GatewayCommand::Rollout {
@@ -167,7 +171,11 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     }
 }
 
-fn serve(config: Option<PathBuf>, listen: Option<String>) -> anyhow::Result<()> {
+fn serve(
+    config: Option<PathBuf>,
+    listen: Option<String>,
+    threads: Option<usize>,
+) -> anyhow::Result<()> {
     let Some(path) = config else {
         bail!("give the gateway a config: `pagoda gateway --config gateway.toml` (see docs/gateway.md for an example)");
     };
@@ -175,7 +183,11 @@ fn serve(config: Option<PathBuf>, listen: Option<String>) -> anyhow::Result<()> 
     if let Some(l) = listen {
         cfg.server.listen = l;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
@@ -187,8 +199,9 @@ fn serve(config: Option<PathBuf>, listen: Option<String>) -> anyhow::Result<()> 
                 format!("cannot listen on {addr} (in use? pick another with --listen)")
             })?;
         let gateway = pagoda_gateway::state::Gateway::new(cfg, Some(path)).await?;
-        tracing::info!(%addr, "pagoda gateway listening");
-        eprintln!("pagoda gateway listening on http://{addr}");
+        let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
+        tracing::info!(addr = %bound, "pagoda gateway listening");
+        eprintln!("pagoda gateway listening on http://{bound}");
         pagoda_gateway::serve(gateway, listener, async {
             let _ = tokio::signal::ctrl_c().await;
         })
