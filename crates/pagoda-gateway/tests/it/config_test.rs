@@ -42,3 +42,11 @@ fn unknown_targets_and_fields_are_named_in_the_error() {
     let e = GatewayConfig::parse(&bad, "test").unwrap_err().to_string();
     assert!(e.contains("must be an http"), "{e}");
 }
+
+#[test]
+fn the_documented_example_config_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/gateway.example.toml");
+    let c = GatewayConfig::load(std::path::Path::new(path)).unwrap();
+    assert_eq!(c.route("coder-next").unwrap().rollout.as_ref().unwrap().steps, [5.0, 20.0, 50.0, 100.0]);
+    assert_eq!(c.keys[0].limits.rpm, Some(60));
+}
