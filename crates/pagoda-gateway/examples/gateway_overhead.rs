@@ -72,7 +72,12 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Open loop: requests start at fixed intervals whatever the answers do; latencies in ms.
-async fn open_loop(client: &reqwest::Client, url: &str, rate: f64, seconds: f64) -> (Vec<f64>, usize) {
+async fn open_loop(
+    client: &reqwest::Client,
+    url: &str,
+    rate: f64,
+    seconds: f64,
+) -> (Vec<f64>, usize) {
     let n = (rate * seconds) as usize;
     let interval = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
@@ -115,7 +120,12 @@ async fn send(client: &reqwest::Client, url: &str) -> bool {
 }
 
 /// Closed loop: `connections` clients send back to back; requests per second.
-async fn closed_loop(client: &reqwest::Client, url: &str, connections: usize, seconds: f64) -> (f64, usize) {
+async fn closed_loop(
+    client: &reqwest::Client,
+    url: &str,
+    connections: usize,
+    seconds: f64,
+) -> (f64, usize) {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut tasks = Vec::new();
     for _ in 0..connections {
@@ -178,13 +188,19 @@ fn start_gateway(args: &Args, backend: &str, dir: &std::path::Path) -> (Child, S
         .arg(&path)
         .stdout(Stdio::null())
         .stderr(log_file);
-    let mut child = cmd.spawn().expect("start pagoda gateway (build it: cargo build --release -p pagoda-cli)");
+    let mut child = cmd
+        .spawn()
+        .expect("start pagoda gateway (build it: cargo build --release -p pagoda-cli)");
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if let Some(pos) = text.find("listening on http://") {
             let rest = &text[pos + "listening on ".len()..];
-            let url = rest.split_whitespace().next().unwrap_or_default().to_string();
+            let url = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
             return (child, url);
         }
         std::thread::sleep(Duration::from_millis(50));

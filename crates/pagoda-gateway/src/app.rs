@@ -543,13 +543,7 @@ async fn handle_inner(
     .await;
     match result {
         Err(exhausted) => Ok(failed(ticket, &exhausted)),
-        Ok(served) => Ok(respond(
-            ticket,
-            served,
-            stream,
-            client_wants_usage,
-            cache_status,
-        )),
+        Ok(served) => Ok(respond(ticket, served, stream, client_wants_usage, cache_status).await),
     }
 }
 
@@ -595,7 +589,7 @@ fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
     response
 }
 
-fn respond(
+async fn respond(
     ticket: Ticket,
     served: Served,
     stream: bool,
@@ -643,16 +637,17 @@ fn respond(
     let body = match served.body {
         Body::Full(bytes) | Body::Canned(bytes) if !stream || status != 200 => {
             let (prompt_tokens, completion_tokens, response_id) = usage_of(&bytes);
-            if status == 200 {
+            // Only the first choice's real answers are cached: a fallback's or a canned reply
+            // would outlive the outage that caused it.
+            if status == 200 && !fallback && served.replica.is_some() {
                 if let Some(k) = &ticket.cache_key {
                     let entry = CachedResponse {
                         status,
                         content_type: served.content_type.clone(),
                         body: bytes.clone(),
                     };
-                    let gw2 = gw.clone();
-                    let k = k.clone();
-                    tokio::spawn(async move { gw2.cache.put(&k, &entry).await });
+                    // Stored before answering, so the next identical request hits.
+                    gw.cache.put(k, &entry).await;
                 }
             }
             ticket.finish(Ending {
@@ -743,7 +738,7 @@ fn finish_stream(
     content_type: String,
 ) {
     let gw = ticket.gw.clone();
-    let ok = tally.completed && tally.broken.is_none();
+    let ok = tally.completed && tally.broken.is_none() && !fallback;
     if let (true, Some(copy), Some(k)) = (ok, tally.copy.clone(), ticket.cache_key.clone()) {
         let entry = CachedResponse {
             status: 200,

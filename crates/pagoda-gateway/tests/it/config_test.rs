@@ -45,8 +45,19 @@ fn unknown_targets_and_fields_are_named_in_the_error() {
 
 #[test]
 fn the_documented_example_config_is_valid() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/gateway.example.toml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/gateway.example.toml"
+    );
     let c = GatewayConfig::load(std::path::Path::new(path)).unwrap();
-    assert_eq!(c.route("coder-next").unwrap().rollout.as_ref().unwrap().steps, [5.0, 20.0, 50.0, 100.0]);
+    assert_eq!(
+        c.route("coder-next")
+            .unwrap()
+            .rollout
+            .as_ref()
+            .unwrap()
+            .steps,
+        [5.0, 20.0, 50.0, 100.0]
+    );
     assert_eq!(c.keys[0].limits.rpm, Some(60));
 }
