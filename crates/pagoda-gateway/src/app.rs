@@ -325,9 +325,20 @@ fn usage_of(body: &[u8]) -> (u64, u64, Option<String>) {
 
 async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
     let _in_flight = gw.metrics.in_flight();
-    match handle_inner(gw, endpoint, req).await {
+    let started = Instant::now();
+    match handle_inner(gw.clone(), endpoint, req).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            // Refused before routing (auth, body, limits): counted under an empty route.
+            gw.metrics.observe_request(
+                "",
+                "",
+                e.status.as_u16(),
+                started.elapsed().as_secs_f64(),
+                None,
+            );
+            e.into_response()
+        }
     }
 }
 

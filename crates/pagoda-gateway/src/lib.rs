@@ -44,6 +44,12 @@ pub async fn serve(
         reload::spawn_watcher(gateway.clone()),
     ];
     let app = app::router(gateway.clone());
+    // Small answers must not wait for the client's delayed ACK (Nagle's algorithm).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;

@@ -40,6 +40,8 @@ use tokio::sync::watch;
 pub const CHANNEL_CAPACITY: usize = 65_536;
 /// Records written per transaction at most.
 pub const BATCH_MAX: usize = 512;
+/// How long the writer gathers records after the first of a batch before writing it.
+pub const GATHER_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
 /// Pause before the one retry of a failed batch.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
@@ -285,8 +287,12 @@ fn writer_loop(
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::with_capacity(64);
         batch.push(first);
+        // Gather for a moment: one transaction per GATHER_WINDOW instead of one per request
+        // keeps the writer's CPU time (it shares cores with the request path) small.
+        let deadline = std::time::Instant::now() + GATHER_WINDOW;
         while batch.len() < BATCH_MAX {
-            match rx.try_recv() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
                 Ok(r) => batch.push(r),
                 Err(_) => break,
             }
