@@ -4,8 +4,9 @@
 1. Prometheus: `promtool check rules`, `promtool test rules` (unit tests of every alert) and
    `promtool check config` on deploy/prometheus/.
 2. Kubernetes: every manifest of deploy/k8s/ against the Kubernetes schemas
-   (`kubernetes-validate --strict`, from PyPI); the kustomization lists every manifest; the
-   gateway config inside the ConfigMap passes `pagoda gateway check`.
+   (`kubernetes-validate --strict`, from PyPI); the kustomization lists every manifest and,
+   where kubectl is installed, renders (`kubectl kustomize`) to objects that pass the schemas
+   too; the gateway config inside the ConfigMap passes `pagoda gateway check`.
 3. Grafana: the dashboards are valid JSON with a Prometheus data source variable, and every
    query has an expression.
 4. Metric names: every metric named in a dashboard query or a rule expression is really
@@ -344,6 +345,17 @@ def check_prometheus() -> None:
         fail("adapter-config.yaml has no externalRules")
 
 
+def kubernetes_validate() -> list[str] | None:
+    """The validator's command: its script, else the module (a pip install off PATH)."""
+    if shutil.which("kubernetes-validate"):
+        return [shutil.which("kubernetes-validate")]
+    try:
+        import kubernetes_validate  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-m", "kubernetes_validate"]
+
+
 def check_kubernetes(pagoda: str, work: Path) -> None:
     step("Kubernetes manifests (kubernetes-validate --strict)")
     k8s = DEPLOY / "k8s"
@@ -351,12 +363,31 @@ def check_kubernetes(pagoda: str, work: Path) -> None:
     listed = yaml.safe_load((k8s / "kustomization.yaml").read_text())["resources"]
     if sorted(listed) != manifests:
         fail(f"kustomization.yaml lists {sorted(listed)}, the folder has {manifests}")
-    validator = shutil.which("kubernetes-validate")
+    validator = kubernetes_validate()
     if not validator:
         fail("kubernetes-validate not found: pip install kubernetes-validate")
     else:
-        run([validator, "--strict", "--quiet", *[f"deploy/k8s/{m}" for m in manifests]],
+        run([*validator, "--strict", "--quiet", *[f"deploy/k8s/{m}" for m in manifests]],
             "manifests match the Kubernetes schemas")
+    # The whole kustomization as `kubectl apply -k` would send it (with the generated Secret),
+    # where kubectl is installed; kustomize only reads files inside its folder, so a copy.
+    kubectl = shutil.which("kubectl")
+    if kubectl and validator:
+        copy = work / "k8s"
+        shutil.copytree(k8s, copy)
+        (copy / "admin-key.txt").write_text("check-deploy-admin-key")
+        p = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
+        if p.returncode != 0:
+            fail(f"`kubectl kustomize deploy/k8s` failed:\n{p.stderr}")
+        else:
+            (work / "rendered.yaml").write_text(p.stdout)
+            kinds = sorted({d["kind"] for d in yaml.safe_load_all(p.stdout) if d})
+            if "Secret" not in kinds:
+                fail(f"the kustomization renders no Secret (kinds: {kinds})")
+            run([*validator, "--strict", "--quiet", str(work / "rendered.yaml")],
+                f"`kubectl kustomize` output matches the schemas ({', '.join(kinds)})")
+    else:
+        print("skipped: kubectl not installed, the kustomization itself is not rendered")
     for m in manifests:
         for doc in yaml.safe_load_all((k8s / m).read_text()):
             if doc and doc.get("kind") == "ConfigMap" and "gateway.toml" in doc.get("data", {}):
