@@ -356,6 +356,34 @@ def kubernetes_validate() -> list[str] | None:
     return [sys.executable, "-m", "kubernetes_validate"]
 
 
+def quantity_bytes(q: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9}
+    for u, f in units.items():
+        if q.endswith(u):
+            return int(float(q[: -len(u)]) * f)
+    return int(q)
+
+
+def check_server_deployment(docs) -> None:
+    """What docs/deploy.md promises of the server pods, and the memory alert's threshold."""
+    dep = next(d for d in docs if d and d["kind"] == "Deployment")
+    c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "pagoda")
+    if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/ready":
+        fail("server.yaml: the readiness probe is not GET /ready")
+    if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/health":
+        fail("server.yaml: the liveness probe is not GET /health")
+    limit = quantity_bytes(c["resources"]["limits"]["memory"])
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    const = next(r["expr"] for g in rules["groups"] for r in g["rules"]
+                 if r.get("record") == "pagoda:server_memory_limit_bytes")
+    m = re.fullmatch(r"\s*vector\(([0-9.e+]+)\)\s*", str(const))
+    if not m or int(float(m.group(1))) != limit:
+        fail(f"rules.yml pagoda:server_memory_limit_bytes ({const}) is not the server "
+             f"container's memory limit ({limit} bytes)")
+    else:
+        print("ok: server probes are /ready and /health; the memory alert's limit is the container's")
+
+
 def check_kubernetes(pagoda: str, work: Path) -> None:
     step("Kubernetes manifests (kubernetes-validate --strict)")
     k8s = DEPLOY / "k8s"
@@ -388,6 +416,7 @@ def check_kubernetes(pagoda: str, work: Path) -> None:
                 f"`kubectl kustomize` output matches the schemas ({', '.join(kinds)})")
     else:
         print("skipped: kubectl not installed, the kustomization itself is not rendered")
+    check_server_deployment(yaml.safe_load_all((k8s / "server.yaml").read_text()))
     for m in manifests:
         for doc in yaml.safe_load_all((k8s / m).read_text()):
             if doc and doc.get("kind") == "ConfigMap" and "gateway.toml" in doc.get("data", {}):
