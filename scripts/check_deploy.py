@@ -24,10 +24,12 @@ Exit status 0 when everything passes, 1 with the failures listed otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -233,6 +235,9 @@ def exported_metrics(pagoda: str, work: Path) -> set[str]:
                              r"on (http://127\.0\.0\.1:\d+)", work / "serve.log")
         procs.append(server)
         wait_ready(surl)
+        with socket.socket() as sock:  # a port nothing listens on: the "dead" replica
+            sock.bind(("127.0.0.1", 0))
+            dead_port = sock.getsockname()[1]
         key = "pk-check-deploy-0123456789"
         digest = subprocess.run([pagoda, "gateway", "keys", "hash", key], capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -261,7 +266,7 @@ replicas = ["{surl}"]
 [[target]]
 name = "dead"
 model = "{MODEL}"
-replicas = ["http://127.0.0.1:9"]
+replicas = ["http://127.0.0.1:{dead_port}"]
 [[route]]
 model = "chat"
 target = "stable"
@@ -349,9 +354,7 @@ def kubernetes_validate() -> list[str] | None:
     """The validator's command: its script, else the module (a pip install off PATH)."""
     if shutil.which("kubernetes-validate"):
         return [shutil.which("kubernetes-validate")]
-    try:
-        import kubernetes_validate  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("kubernetes_validate") is None:
         return None
     return [sys.executable, "-m", "kubernetes_validate"]
 
