@@ -37,6 +37,15 @@ fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
 echo "== gateway: pagoda serve behind two pagoda gateway processes, the openai client, the keys CLI"
 python3 scripts/conformance/gateway.py --pagoda "$PAGODA" --model smollm2:135m
+echo "== deployment artefacts: promtool rules and alert tests, Kubernetes schemas, dashboard metrics"
+if command -v promtool >/dev/null 2>&1 && python3 -c "import kubernetes_validate" 2>/dev/null; then
+  python3 scripts/check_deploy.py --pagoda "$PAGODA"
+elif [ "${CI:-}" = "true" ]; then
+  echo "promtool or kubernetes-validate is missing (.ci/run installs them)" >&2
+  exit 1
+else
+  echo "skipped: apt-get install prometheus; pip install kubernetes-validate"
+fi
 echo "== chat page and blind comparison page in headless Chromium"
 if command -v chromium >/dev/null 2>&1; then
   python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Checks the production deployment artefacts in deploy/ (docs/deploy.md).
+
+1. Prometheus: `promtool check rules`, `promtool test rules` (unit tests of every alert) and
+   `promtool check config` on deploy/prometheus/.
+2. Kubernetes: every manifest of deploy/k8s/ against the Kubernetes schemas
+   (`kubernetes-validate --strict`, from PyPI); the kustomization lists every manifest and,
+   where kubectl is installed, renders (`kubectl kustomize`) to objects that pass the schemas
+   too; the gateway config inside the ConfigMap passes `pagoda gateway check`.
+3. Grafana: the dashboards are valid JSON with a Prometheus data source variable, and every
+   query has an expression.
+4. Metric names: every metric named in a dashboard query or a rule expression is really
+   exported. It starts `pagoda serve` (smollm2:135m from the store in PAGODA_HOME) and a
+   `pagoda gateway` in front of it, sends requests that make every metric appear (a cached
+   answer, a stream, a fallback, a rate-limited key, a server error), scrapes both /metrics
+   and fails with the list of names that neither exports. Recording rules of rules.yml and
+   the names in EXTERNAL_METRICS are allowed without being exported.
+
+Usage: python3 scripts/check_deploy.py --pagoda target/debug/pagoda
+Needs: promtool (Debian's `prometheus` package), kubernetes-validate and PyYAML (pip).
+Exit status 0 when everything passes, 1 with the failures listed otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+MODEL = "smollm2:135m"
+
+# Metrics that Prometheus itself produces for every target, not Pagoda: allowed in queries.
+EXTERNAL_METRICS = {"up"}
+
+# PromQL words that look like metric names but are not: aggregations, operators, keywords.
+PROMQL_WORDS = {
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "and", "or", "unless", "bool", "offset", "inf", "nan",
+}
+
+FAILURES: list[str] = []
+
+
+def fail(msg: str) -> None:
+    FAILURES.append(msg)
+    print(f"FAIL: {msg}", file=sys.stderr)
+
+
+def step(title: str) -> None:
+    print(f"== {title}", flush=True)
+
+
+def run(cmd: list[str], what: str) -> bool:
+    """Runs a command; records a failure with its output when it exits non-zero."""
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        fail(f"{what}: `{' '.join(cmd)}` exited {p.returncode}\n{p.stdout}{p.stderr}")
+        return False
+    print(f"ok: {what}")
+    return True
+
+
+# ---------------------------------------------------------------- metric names in PromQL
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression reads (a small PromQL scan, enough for our queries)."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    e = re.sub(r"\{[^}]*\}", " ", e)  # label matchers
+    e = re.sub(r"\[[^\]]*\]", " ", e)  # range and subquery durations
+    e = re.sub(r"\$\{?\w+\}?", " ", e)  # Grafana variables ($__rate_interval, ${x})
+    # Label lists of by/without/on/ignoring/group_left/group_right.
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
+    names = set()
+    for m in re.finditer(r"(?<![\w:.])([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?", e):
+        word, call = m.group(1), m.group(2)
+        if call or word.lower() in PROMQL_WORDS:
+            continue  # a function or a keyword
+        names.add(word)
+    return names
+
+
+def self_test_metric_names() -> None:
+    """The PromQL scan on shapes the dashboards and rules use."""
+    cases = {
+        'histogram_quantile(0.99, sum by (le, model_name) (rate(a:b_bucket{x="}[y]"}[$__rate_interval])))': {"a:b_bucket"},
+        "x_total / on () group_left () y and z offset 5m or vector(1)": {"x_total", "y", "z"},
+        'sum without (instance) (max_over_time(g[30m])) > bool 0.9': {"g"},
+    }
+    for expr, want in cases.items():
+        got = metric_names(expr)
+        if got != want:
+            fail(f"self-test: metric_names({expr!r}) = {sorted(got)}, want {sorted(want)}")
+
+
+def rule_exprs_and_records() -> tuple[list[tuple[str, str]], set[str]]:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    exprs, records = [], set()
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            name = r.get("record") or r.get("alert")
+            exprs.append((f"rules.yml {name}", str(r["expr"])))
+            if "record" in r:
+                records.add(r["record"])
+    return exprs, records
+
+
+def dashboard_exprs() -> list[tuple[str, str]]:
+    """Every query of every dashboard (panels, rows' nested panels, template variables)."""
+    out = []
+    for path in sorted((DEPLOY / "grafana").glob("*.json")):
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            fail(f"{path.name}: not valid JSON: {e}")
+            continue
+        for key in ("uid", "title", "panels", "templating"):
+            if key not in d:
+                fail(f"{path.name}: no `{key}`")
+        variables = d.get("templating", {}).get("list", [])
+        if not any(v.get("type") == "datasource" and v.get("query") == "prometheus" for v in variables):
+            fail(f"{path.name}: no Prometheus data source variable")
+        for v in variables:
+            q = v.get("query")
+            if v.get("type") == "query":
+                q = q.get("query") if isinstance(q, dict) else q
+                m = re.match(r"label_values\((.*),\s*\w+\)\s*$", q or "")
+                if m:
+                    out.append((f"{path.name} variable {v['name']}", m.group(1)))
+        panels = list(d.get("panels", []))
+        while panels:
+            p = panels.pop(0)
+            panels.extend(p.get("panels", []))
+            if p.get("type") == "row":
+                continue
+            targets = p.get("targets") or []
+            if not targets:
+                fail(f"{path.name}: panel {p.get('title')!r} has no queries")
+            for t in targets:
+                expr = t.get("expr", "")
+                if not expr.strip():
+                    fail(f"{path.name}: panel {p.get('title')!r} query {t.get('refId')} has no expr")
+                out.append((f"{path.name} panel {p.get('title')!r}", expr))
+        print(f"ok: {path.name} is a dashboard ({len(out)} queries so far)")
+    return out
+
+
+# ---------------------------------------------------------------- running pagoda
+
+
+def http(method: str, url: str, body: dict | None = None, headers: dict | None = None,
+         timeout: float = 120) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        req.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def start(cmd: list[str], env: dict, pattern: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """Starts a process and waits for its URL on stderr (lines are also copied to `log`)."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    found: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        with log.open("w") as f:
+            for line in p.stderr:
+                f.write(line)
+                f.flush()
+                m = re.search(pattern, line)
+                if m and not found:
+                    found.append(m.group(1))
+                    ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    ready.wait(180)
+    if not found:
+        p.kill()
+        raise RuntimeError(f"`{' '.join(cmd)}` printed no URL; its log:\n{log.read_text()}")
+    return p, found[0]
+
+
+def wait_ready(url: str) -> None:
+    for _ in range(300):
+        try:
+            if http("GET", url + "/ready", timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url}/ready never answered 200")
+
+
+def scrape(url: str) -> set[str]:
+    status, body = http("GET", url + "/metrics")
+    if status != 200:
+        raise RuntimeError(f"{url}/metrics answered {status}")
+    names = set()
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            names.add(re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line).group(0))
+    return names
+
+
+def exported_metrics(pagoda: str, work: Path) -> set[str]:
+    env = dict(os.environ)
+    env.setdefault("PAGODA_HOME", str(ROOT / "target" / "test-store"))
+    procs: list[subprocess.Popen] = []
+    try:
+        server, surl = start([pagoda, "serve", "--model", MODEL, "--port", "0"], env,
+                             r"on (http://127\.0\.0\.1:\d+)", work / "serve.log")
+        procs.append(server)
+        wait_ready(surl)
+        with socket.socket() as sock:  # a port nothing listens on: the "dead" replica
+            sock.bind(("127.0.0.1", 0))
+            dead_port = sock.getsockname()[1]
+        key = "pk-check-deploy-0123456789"
+        digest = subprocess.run([pagoda, "gateway", "keys", "hash", key], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        # Two targets on the same server (a canary rollout needs two), a dead one that falls
+        # back, and a key with a small rpm so that some requests are rate-limited.
+        (work / "gateway.toml").write_text(f"""
+[server]
+admin_key_env = "PAGODA_GATEWAY_ADMIN_KEY"
+[storage]
+sqlite = "gateway.db"
+[cache]
+enabled = true
+backend = "memory"
+[retry]
+max_attempts = 2
+[health]
+interval_ms = 60000
+[[target]]
+name = "stable"
+model = "{MODEL}"
+replicas = ["{surl}"]
+[[target]]
+name = "next"
+model = "{MODEL}"
+replicas = ["{surl}"]
+[[target]]
+name = "dead"
+model = "{MODEL}"
+replicas = ["http://127.0.0.1:{dead_port}"]
+[[route]]
+model = "chat"
+target = "stable"
+[route.rollout]
+stable = "stable"
+canary = "next"
+steps = [50, 100]
+[[route]]
+model = "fallback"
+target = "dead"
+fallback = ["stable"]
+[[key]]
+name = "check"
+key_sha256 = "{digest}"
+rpm = 5
+""")
+        genv = dict(env, PAGODA_GATEWAY_ADMIN_KEY="admin-check-deploy")
+        gateway, gurl = start([pagoda, "gateway", "--config", str(work / "gateway.toml"),
+                               "--listen", "127.0.0.1:0"], genv,
+                              r"listening on (http://127\.0\.0\.1:\d+)", work / "gateway.log")
+        procs.append(gateway)
+        wait_ready(gurl)
+
+        auth = {"authorization": f"Bearer {key}"}
+        msg = [{"role": "user", "content": "Say hello."}]
+        fixed = {"model": "chat", "messages": msg, "max_tokens": 4, "temperature": 0}
+        sent = [
+            http("POST", gurl + "/v1/chat/completions", fixed, auth),  # cache miss
+            http("POST", gurl + "/v1/chat/completions", fixed, auth),  # cache hit
+            http("POST", gurl + "/v1/chat/completions",  # a stream (TTFT), not cacheable
+                 {**fixed, "temperature": 1.0, "stream": True}, auth),
+            http("POST", gurl + "/v1/chat/completions", {**fixed, "model": "fallback"}, auth),
+        ]
+        for i, (status, body) in enumerate(sent):
+            if status != 200:
+                raise RuntimeError(f"gateway request {i} answered {status}: {body[:300]!r}")
+        for _ in range(3):  # over the key's 5 requests per minute: 429
+            http("POST", gurl + "/v1/chat/completions", fixed, auth)
+        # A server-side error response: an unknown model.
+        http("POST", surl + "/v1/chat/completions", {**fixed, "model": "no-such-model"})
+        return scrape(surl) | scrape(gurl)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_prometheus() -> None:
+    step("Prometheus rules and config (promtool)")
+    if not shutil.which("promtool"):
+        fail("promtool not found: apt-get install prometheus")
+        return
+    prom = "deploy/prometheus"
+    run(["promtool", "check", "rules", f"{prom}/rules.yml"], "rules are valid")
+    tests = sorted(str(p.relative_to(ROOT)) for p in (DEPLOY / "prometheus" / "tests").glob("*.yml"))
+    run(["promtool", "test", "rules", *tests], "alert unit tests pass")
+    run(["promtool", "check", "config", f"{prom}/prometheus.yml"], "scrape config is valid")
+    # Every alert has a test that expects it to fire and one that expects it not to.
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    fired, quiet = set(), set()
+    for t in tests:
+        for case in yaml.safe_load((ROOT / t).read_text())["tests"]:
+            for a in case.get("alert_rule_test", []):
+                (fired if a.get("exp_alerts") else quiet).add(a["alertname"])
+    for a in sorted(alerts - fired):
+        fail(f"alert {a} has no test where it fires")
+    for a in sorted(alerts - quiet):
+        fail(f"alert {a} has no test where it does not fire")
+    if alerts <= fired and alerts <= quiet:
+        print(f"ok: all {len(alerts)} alerts are tested firing and not firing")
+    cfg = yaml.safe_load((DEPLOY / "prometheus" / "adapter-config.yaml").read_text())
+    if not cfg.get("externalRules"):
+        fail("adapter-config.yaml has no externalRules")
+
+
+def kubernetes_validate() -> list[str] | None:
+    """The validator's command: its script, else the module (a pip install off PATH)."""
+    if shutil.which("kubernetes-validate"):
+        return [shutil.which("kubernetes-validate")]
+    if importlib.util.find_spec("kubernetes_validate") is None:
+        return None
+    return [sys.executable, "-m", "kubernetes_validate"]
+
+
+def quantity_bytes(q: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9}
+    for u, f in units.items():
+        if q.endswith(u):
+            return int(float(q[: -len(u)]) * f)
+    return int(q)
+
+
+def check_server_deployment(docs) -> None:
+    """What docs/deploy.md promises of the server pods, and the memory alert's threshold."""
+    dep = next(d for d in docs if d and d["kind"] == "Deployment")
+    c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "pagoda")
+    if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/ready":
+        fail("server.yaml: the readiness probe is not GET /ready")
+    if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/health":
+        fail("server.yaml: the liveness probe is not GET /health")
+    limit = quantity_bytes(c["resources"]["limits"]["memory"])
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    const = next(r["expr"] for g in rules["groups"] for r in g["rules"]
+                 if r.get("record") == "pagoda:server_memory_limit_bytes")
+    m = re.fullmatch(r"\s*vector\(([0-9.e+]+)\)\s*", str(const))
+    if not m or int(float(m.group(1))) != limit:
+        fail(f"rules.yml pagoda:server_memory_limit_bytes ({const}) is not the server "
+             f"container's memory limit ({limit} bytes)")
+    else:
+        print("ok: server probes are /ready and /health; the memory alert's limit is the container's")
+
+
+def check_kubernetes(pagoda: str, work: Path) -> None:
+    step("Kubernetes manifests (kubernetes-validate --strict)")
+    k8s = DEPLOY / "k8s"
+    manifests = sorted(p.name for p in k8s.glob("*.yaml") if p.name != "kustomization.yaml")
+    listed = yaml.safe_load((k8s / "kustomization.yaml").read_text())["resources"]
+    if sorted(listed) != manifests:
+        fail(f"kustomization.yaml lists {sorted(listed)}, the folder has {manifests}")
+    validator = kubernetes_validate()
+    if not validator:
+        fail("kubernetes-validate not found: pip install kubernetes-validate")
+    else:
+        run([*validator, "--strict", "--quiet", *[f"deploy/k8s/{m}" for m in manifests]],
+            "manifests match the Kubernetes schemas")
+    # The whole kustomization as `kubectl apply -k` would send it (with the generated Secret),
+    # where kubectl is installed; kustomize only reads files inside its folder, so a copy.
+    kubectl = shutil.which("kubectl")
+    if kubectl and validator:
+        copy = work / "k8s"
+        shutil.copytree(k8s, copy)
+        (copy / "admin-key.txt").write_text("check-deploy-admin-key")
+        p = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
+        if p.returncode != 0:
+            fail(f"`kubectl kustomize deploy/k8s` failed:\n{p.stderr}")
+        else:
+            (work / "rendered.yaml").write_text(p.stdout)
+            kinds = sorted({d["kind"] for d in yaml.safe_load_all(p.stdout) if d})
+            if "Secret" not in kinds:
+                fail(f"the kustomization renders no Secret (kinds: {kinds})")
+            run([*validator, "--strict", "--quiet", str(work / "rendered.yaml")],
+                f"`kubectl kustomize` output matches the schemas ({', '.join(kinds)})")
+    else:
+        print("skipped: kubectl not installed, the kustomization itself is not rendered")
+    check_server_deployment(yaml.safe_load_all((k8s / "server.yaml").read_text()))
+    for m in manifests:
+        for doc in yaml.safe_load_all((k8s / m).read_text()):
+            if doc and doc.get("kind") == "ConfigMap" and "gateway.toml" in doc.get("data", {}):
+                path = work / "k8s-gateway.toml"
+                path.write_text(doc["data"]["gateway.toml"])
+                run([pagoda, "gateway", "check", "--config", str(path)],
+                    f"the gateway config in {m} is valid")
+
+
+def check_metric_names(pagoda: str, work: Path) -> None:
+    step("Grafana dashboards")
+    self_test_metric_names()
+    queries = dashboard_exprs()
+    rule_queries, records = rule_exprs_and_records()
+    referenced: dict[str, list[str]] = {}
+    for where, expr in queries + rule_queries:
+        for name in metric_names(expr):
+            referenced.setdefault(name, []).append(where)
+    step("metric names against a running pagoda serve and pagoda gateway")
+    exported = exported_metrics(pagoda, work)
+
+    def unexported(refs: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {n: w for n, w in refs.items()
+                if n not in exported and n not in records and n not in EXTERNAL_METRICS}
+
+    # Self-test: a made-up name in a query must be caught, a recording rule must not.
+    probe = {n: ["self-test"] for n in metric_names(
+        'sum(rate(pagoda:made_up_metric_total[5m])) / on () group_left () pagoda:sla_ttft_p99_seconds')}
+    if set(unexported(probe)) != {"pagoda:made_up_metric_total"}:
+        fail(f"self-test: the name check flags {sorted(unexported(probe))} in a probe query")
+    missing = unexported(referenced)
+    for name in sorted(missing):
+        places = sorted(set(missing[name]))
+        fail(f"metric {name} is not exported by pagoda serve or pagoda gateway; used in: "
+             + "; ".join(places))
+    if not missing:
+        print(f"ok: all {len(referenced)} metric names used are exported "
+              f"(or are recording rules / {sorted(EXTERNAL_METRICS)})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pagoda", required=True, help="the pagoda binary")
+    args = ap.parse_args()
+    pagoda = str(Path(args.pagoda).resolve())
+    with tempfile.TemporaryDirectory(prefix="pagoda-check-deploy-") as tmp:
+        work = Path(tmp)
+        check_prometheus()
+        check_kubernetes(pagoda, work)
+        try:
+            check_metric_names(pagoda, work)
+        except RuntimeError as e:
+            fail(str(e))
+    if FAILURES:
+        print(f"\ncheck_deploy: {len(FAILURES)} failure(s):", file=sys.stderr)
+        for f in FAILURES:
+            print(f"  - {f.splitlines()[0]}", file=sys.stderr)
+        return 1
+    print("check_deploy: all deployment checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
