@@ -29,6 +29,10 @@ struct Args {
     connections: usize,
     gateway_cpu: Option<String>,
     load_cpu: Option<String>,
+    /// Where the fast backend listens (fixed, so a peer proxy can be configured for it).
+    backend_addr: String,
+    /// Another proxy in front of the same backend, measured the same way (e.g. nginx).
+    peer: Option<(String, String)>,
 }
 
 fn parse_args() -> Args {
@@ -40,6 +44,8 @@ fn parse_args() -> Args {
         connections: 64,
         gateway_cpu: Some("1".into()),
         load_cpu: Some("0".into()),
+        backend_addr: "127.0.0.1:0".into(),
+        peer: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -53,6 +59,12 @@ fn parse_args() -> Args {
             "--connections" => a.connections = v.parse().unwrap_or(a.connections),
             "--gateway-cpu" => a.gateway_cpu = (v != "none").then_some(v),
             "--load-cpu" => a.load_cpu = (v != "none").then_some(v),
+            "--backend-addr" => a.backend_addr = v,
+            "--peer" => {
+                a.peer = v
+                    .split_once('=')
+                    .map(|(n, u)| (n.to_string(), u.to_string()))
+            }
             other => {
                 eprintln!("unknown argument {other}; see the module doc");
                 std::process::exit(2);
@@ -228,7 +240,7 @@ fn main() {
         let app = Router::new()
             .route("/v1/chat/completions", post(|| async { ([("content-type", "application/json")], BODY) }))
             .route("/health", get(|| async { "ok" }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind(&args.backend_addr).await.expect("bind the backend address");
         let backend = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(async move { axum::serve(listener, app).await });
         let dir = tempfile::tempdir().expect("tempdir");
@@ -245,9 +257,18 @@ fn main() {
         // Warm up both paths (connections, caches).
         open_loop(&client, &direct_url, args.rate, 1.0).await;
         open_loop(&client, &gateway_url, args.rate, 1.0).await;
-        let (mut direct, mut via) = (Vec::new(), Vec::new());
-        let (mut direct_err, mut via_err) = (0, 0);
+        let peer_url = args.peer.as_ref().map(|(_, u)| format!("{}/v1/chat/completions", u.trim_end_matches('/')));
+        if let Some(u) = &peer_url {
+            open_loop(&client, u, args.rate, 1.0).await;
+        }
+        let (mut direct, mut via, mut peer) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut direct_err, mut via_err, mut peer_err) = (0, 0, 0);
         for _ in 0..args.rounds {
+            if let Some(u) = &peer_url {
+                let (l, e) = open_loop(&client, u, args.rate, args.seconds).await;
+                peer.extend(l);
+                peer_err += e;
+            }
             let (l, e) = open_loop(&client, &direct_url, args.rate, args.seconds).await;
             direct.extend(l);
             direct_err += e;
@@ -257,6 +278,7 @@ fn main() {
         }
         direct.sort_by(f64::total_cmp);
         via.sort_by(f64::total_cmp);
+        peer.sort_by(f64::total_cmp);
         let cpu_before = cpu_seconds(child.id());
         let (max_rps, max_err) = closed_loop(&client, &gateway_url, args.connections, args.seconds).await;
         let cpu_used = cpu_seconds(child.id()) - cpu_before;
@@ -282,6 +304,20 @@ fn main() {
             percentile(&via, 0.9) - percentile(&direct, 0.9),
             percentile(&via, 0.99) - percentile(&direct, 0.99)
         );
+        if let Some((name, _)) = &args.peer {
+            println!(
+                "| through {name} | {:.3} | {:.3} | {:.3} | {peer_err} |",
+                percentile(&peer, 0.5),
+                percentile(&peer, 0.9),
+                percentile(&peer, 0.99)
+            );
+            println!(
+                "| added by {name} | {:.3} | {:.3} | {:.3} | |",
+                percentile(&peer, 0.5) - percentile(&direct, 0.5),
+                percentile(&peer, 0.9) - percentile(&direct, 0.9),
+                percentile(&peer, 0.99) - percentile(&direct, 0.99)
+            );
+        }
         println!(
             "closed loop, {} connections: {:.0} requests/s through the gateway ({} errors; the gateway used {:.2} CPU-s in {:.1} s: {:.0} requests per gateway CPU-second); {:.0} requests/s to the backend directly",
             args.connections, max_rps, max_err, cpu_used, args.seconds, per_core, max_direct
