@@ -5,7 +5,8 @@
 //! starts whenever fewer than `n` are in flight (closed loop); under [`Arrival::Poisson`]
 //! requests start at exponentially distributed intervals of mean `1/rate`, drawn from the
 //! seed, whatever is in flight (open loop). The warm-up requests run first, closed loop, and
-//! are not measured. Under [`Limit::Duration`] no request starts after the duration; those
+//! are not measured; the first of them is retried while the server answers 503 (a server
+//! still loading its models), up to the timeout. Under [`Limit::Duration`] no request starts after the duration; those
 //! in flight finish (each within `timeout`) and count.
 //!
 //! Per request: the start, the first chunk with content (TTFT), the gap before every later
@@ -236,24 +237,43 @@ pub async fn run(
         api_key: config.api_key.clone(),
     };
     if config.warmup_requests > 0 {
+        // The first warm-up request goes alone and is retried while the server answers 503
+        // (still loading its models), up to the timeout.
+        let deadline = Instant::now() + config.timeout;
+        let spec = workload.next_request();
+        let first = loop {
+            let r = one_request(ctx.clone(), spec.clone(), Instant::now()).await;
+            match &r.error {
+                Some(e) if e.starts_with("HTTP 503") && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                _ => break r,
+            }
+        };
         let n = match config.arrival {
             Arrival::Concurrency(n) => n,
             Arrival::Poisson { .. } => 1,
         };
-        let warm = phase(
-            &ctx,
-            workload,
-            Arrival::Concurrency(n),
-            Limit::Requests(config.warmup_requests),
-            config.seed,
-            true,
-            &mut progress,
-        )
-        .await;
-        if let Some(first) = warm.records.iter().find_map(|r| r.error.clone()) {
-            if warm.records.iter().all(|r| r.error.is_some()) {
+        let mut warm = vec![first];
+        if config.warmup_requests > 1 {
+            warm.extend(
+                phase(
+                    &ctx,
+                    workload,
+                    Arrival::Concurrency(n),
+                    Limit::Requests(config.warmup_requests - 1),
+                    config.seed,
+                    true,
+                    &mut progress,
+                )
+                .await
+                .records,
+            );
+        }
+        if let Some(first) = warm.iter().find_map(|r| r.error.clone()) {
+            if warm.iter().all(|r| r.error.is_some()) {
                 return Err(BenchError::WarmupFailed {
-                    count: warm.records.len(),
+                    count: warm.len(),
                     first,
                 });
             }

@@ -115,8 +115,14 @@ enum Item {
 
 #[derive(Debug, Clone)]
 enum Source {
-    Items { items: Vec<Item>, next: usize },
-    Random { lengths: RandomLengths, rng: StdRng },
+    Items {
+        items: Vec<Item>,
+        next: usize,
+    },
+    Random {
+        lengths: RandomLengths,
+        rng: Box<StdRng>,
+    },
 }
 
 /// A source of requests; see the module docs.
@@ -194,7 +200,7 @@ impl Workload {
         Ok(Workload {
             source: Source::Random {
                 lengths,
-                rng: StdRng::seed_from_u64(seed),
+                rng: Box::new(StdRng::seed_from_u64(seed)),
             },
             options,
             label,

@@ -16,15 +16,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every `fail_every`-th request (counted over all, from 1) gets a 500; 0 = never.
+/// The first `loading` requests get a 503 (models loading); after them, every
+/// `fail_every`-th request (counted over all, from 1) gets a 500; 0 = never.
 struct Stub {
     fail_every: u64,
+    loading: u64,
     served: AtomicU64,
 }
 
 async fn start(fail_every: u64) -> String {
+    start_loading(fail_every, 0).await
+}
+
+async fn start_loading(fail_every: u64, loading: u64) -> String {
     let stub = Arc::new(Stub {
         fail_every,
+        loading,
         served: AtomicU64::new(0),
     });
     let app = Router::new()
@@ -51,6 +58,13 @@ async fn start(fail_every: u64) -> String {
 /// instead of the third, "cut" ends without `[DONE]`), then usage and `[DONE]`.
 async fn complete(State(stub): State<Arc<Stub>>, Json(body): Json<Value>) -> Response {
     let n = stub.served.fetch_add(1, Ordering::SeqCst) + 1;
+    if n <= stub.loading {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": {"message": "still loading", "type": "server_error"}})),
+        )
+            .into_response();
+    }
     if stub.fail_every > 0 && n % stub.fail_every == 0 {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -245,4 +259,24 @@ async fn failing_warmup_and_unreachable_servers_are_clear_errors() {
         .as_deref()
         .unwrap()
         .starts_with("connection failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_warmup_request_waits_out_a_loading_server() {
+    // Three 503s, then service: the warm-up absorbs them and nothing measured fails.
+    let url = start_loading(0, 3).await;
+    let cfg = config(&url, Arrival::Concurrency(2), Limit::Requests(4), 1);
+    let report = run(&cfg, &mut prompts("{\"prompt\": \"ok\"}"), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.summary(None).completed, 4);
+    // Without a warm-up the 503s are measured as errors.
+    let url = start_loading(0, 3).await;
+    let cfg = config(&url, Arrival::Concurrency(1), Limit::Requests(4), 0);
+    let report = run(&cfg, &mut prompts("{\"prompt\": \"ok\"}"), |_| {})
+        .await
+        .unwrap();
+    let s = report.summary(None);
+    assert_eq!((s.completed, s.errors), (1, 3));
+    assert_eq!(s.error_counts.get("HTTP 503: still loading"), Some(&3));
 }
