@@ -1388,3 +1388,154 @@ fn quantize_refuses_what_the_output_cannot_hold_and_leaves_nothing() {
         );
     }
 }
+
+// ---- `pagoda bench serve`: the load generator against a real server on loopback ----
+
+/// A `pagoda serve` child on an ephemeral port; killed when dropped.
+struct ServeChild {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ServeChild {
+    /// Starts `pagoda serve --model MODEL --port 0` on the store in `PAGODA_HOME` and waits
+    /// for the address it prints; its stderr is drained by a thread so it never stalls.
+    fn start(model: &str) -> ServeChild {
+        use std::io::BufRead;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+        if let Ok(store) = std::env::var("PAGODA_HOME") {
+            cmd.arg("--store").arg(store);
+        }
+        let mut child = cmd
+            .args(["serve", "--model", model, "--port", "0"])
+            .env_remove("PAGODA_HOST")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start pagoda serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split(" on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(format!("http://{addr}"));
+                }
+            }
+        });
+        let url = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("pagoda serve printed no address within 120 s");
+            }
+        };
+        ServeChild { child, url }
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn bench_serve_measures_a_real_pagoda_server_on_loopback() {
+    if std::env::var_os("PAGODA_TEST_SMOLLM2").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PAGODA_TEST_SMOLLM2 must be set under CI"
+        );
+        eprintln!("skipping: set PAGODA_TEST_SMOLLM2 (and PAGODA_HOME) to run this test");
+        return;
+    }
+    let server = ServeChild::start("smollm2:135m");
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("bench.json");
+    let svg_path = dir.path().join("bench.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args([
+            "bench",
+            "serve",
+            "--url",
+            &server.url,
+            "--model",
+            "smollm2:135m",
+        ])
+        .args([
+            "--dataset",
+            "random",
+            "--input-len",
+            "16",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--num-requests", "8", "--concurrency", "2", "--warmup", "1"])
+        .args(["--sla-ttft-ms", "60000"])
+        .arg("--json")
+        .arg(&json_path)
+        .arg("--plot")
+        .arg(&svg_path)
+        .output()
+        .expect("run pagoda bench serve");
+    ok(&o);
+    let table = stdout(&o);
+    for needle in ["| successful | 8 |", "| TTFT | 8 |", "| TPOT |", "goodput"] {
+        assert!(table.contains(needle), "{needle} in\n{table}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&json_path).unwrap()).unwrap();
+    let s = &report["summary"];
+    assert_eq!(s["requests"], 8, "{report}");
+    assert_eq!(s["errors"], 0, "{report}");
+    assert!(s["ttft_ms"]["p50"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(s["output_tokens"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        s["e2e_ms"]["p50"].as_f64().unwrap() >= s["ttft_ms"]["p50"].as_f64().unwrap(),
+        "{report}"
+    );
+    assert_eq!(report["config"]["arrival"]["concurrency"], 2);
+    assert!(fs::read_to_string(&svg_path).unwrap().starts_with("<svg"));
+}
+
+#[test]
+fn bench_serve_without_a_server_says_how_to_start_one() {
+    let env = Env::new();
+    let o = env.run(&[
+        "bench",
+        "serve",
+        "--url",
+        "http://127.0.0.1:9",
+        "--num-requests",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("no OpenAI-compatible server answers at http://127.0.0.1:9"),
+        "{err}"
+    );
+    assert!(err.contains("pagoda serve"), "{err}");
+    let o = env.run(&["bench", "serve", "--help"]);
+    ok(&o);
+    let out = stdout(&o);
+    for word in [
+        "--request-rate",
+        "--concurrency",
+        "--duration",
+        "--sla-ttft-ms",
+        "gsm8k",
+        "Examples:",
+    ] {
+        assert!(
+            out.contains(word),
+            "bench serve --help lacks {word}:\n{out}"
+        );
+    }
+    let o = env.run(&["bench", "serve", "--plot", "x.png"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("SVG"), "{}", stderr(&o));
+}

@@ -1,5 +1,6 @@
 //! `pagoda bench model`: prefill and decode speed, load time and peak memory, side by side with
-//! llama.cpp on the same file and thread count.
+//! llama.cpp on the same file and thread count. (`pagoda bench batching` and `pagoda bench
+//! serve`, the load generator against a running server, live in their own modules.)
 //!
 //! Both engines get the same prompt token ids (written to a file the peer script reads), so
 //! the figures compare the same work. The peer is `scripts/reference/bench_llamacpp.py`, run
@@ -28,6 +29,9 @@ pub enum BenchCommand {
     /// Measure batching: output tokens/s, TTFT and TPOT at several concurrencies, continuous
     /// vs static, and llama-server (`--parallel`, continuous batching) on the same GGUF.
     Batching(crate::commands::bench_batching::BenchBatchingArgs),
+    /// Load-test a running OpenAI-compatible server (Pagoda, llama-server, vLLM, a gateway):
+    /// throughput, TTFT/TPOT/ITL/E2E percentiles, errors and goodput under an SLA.
+    Serve(crate::commands::bench_serve::BenchServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +94,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let args = match args.what {
         BenchCommand::Model(a) => a,
         BenchCommand::Batching(a) => return crate::commands::bench_batching::run(a),
+        BenchCommand::Serve(a) => return crate::commands::bench_serve::run(a),
     };
     if args.repeat == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {
         anyhow::bail!("--repeat, --prompt-tokens and --gen-tokens must be at least 1");

