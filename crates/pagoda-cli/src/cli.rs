@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
     batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
-    quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
+    quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs, tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -109,6 +109,10 @@ pub enum Command {
     /// Hugging Face GPTQ/AWQ folder.
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
+
+    /// Find the largest batch setting (max-num-seqs, token budget) that meets a latency SLA,
+    /// with the memory each setting needs.
+    Tune(TuneArgs),
 
     /// Run the model gateway in front of many model servers (routes, canary rollouts, API
     /// keys, rate limits, fallback, cache, usage), or manage a running one.
@@ -314,7 +318,8 @@ impl Cli {
             | Command::Serve(_)
             | Command::Eval(_)
             | Command::Quantize(_)
-            | Command::Gateway(_) => 0,
+            | Command::Gateway(_)
+            | Command::Tune(_) => 0,
         };
         self.verbose.saturating_add(sub)
     }

@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => commands::eval::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Gateway(args) => commands::gateway::run(args),
+        Command::Tune(args) => commands::tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

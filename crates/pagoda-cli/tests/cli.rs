@@ -1539,3 +1539,79 @@ fn bench_serve_without_a_server_says_how_to_start_one() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("SVG"), "{}", stderr(&o));
 }
+
+#[test]
+fn tune_sweeps_settings_against_a_real_server_and_recommends_one() {
+    if std::env::var_os("PAGODA_TEST_SMOLLM2").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PAGODA_TEST_SMOLLM2 must be set under CI"
+        );
+        eprintln!("skipping: set PAGODA_TEST_SMOLLM2 (and PAGODA_HOME) to run this test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("tune.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(["tune", "smollm2:135m", "--max-num-seqs", "2,1"])
+        .args([
+            "--max-tokens",
+            "4",
+            "--input-len",
+            "8",
+            "--requests-per-setting",
+            "3",
+        ])
+        .args([
+            "--sla-ttft-ms",
+            "60000",
+            "--sla-tpot-ms",
+            "60000",
+            "--max-model-len",
+            "256",
+        ])
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .expect("run pagoda tune");
+    ok(&o);
+    let out = stdout(&o);
+    // The memory table comes first: 256 tokens x 23,040 bytes (SmolLM2, f16) per sequence.
+    assert!(
+        out.contains("| max-num-seqs | weights | KV cache | total |"),
+        "{out}"
+    );
+    assert!(out.contains("largest setting within the SLA"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let settings = v["settings"].as_array().unwrap();
+    let seqs: Vec<u64> = settings
+        .iter()
+        .map(|s| s["max_num_seqs"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2], "tried smallest first");
+    for s in settings {
+        assert_eq!(s["summary"]["completed"], 3);
+        assert_eq!(s["meets_sla"], true);
+        assert_eq!(
+            s["memory"]["kv_bytes"].as_u64().unwrap(),
+            23_040 * 256 * s["max_num_seqs"].as_u64().unwrap()
+        );
+    }
+}
+
+#[test]
+fn tune_bad_settings_are_clear_errors() {
+    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args([
+            "tune",
+            "smollm2:135m",
+            "--max-num-seqs",
+            "0,2",
+            "--estimate-only",
+        ])
+        .output()
+        .expect("run pagoda tune");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--max-num-seqs needs positive values"));
+}

