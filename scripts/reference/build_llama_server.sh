@@ -24,7 +24,7 @@ mkdir -p "$peer_dir/src" "$peer_dir/bin"
 sdist=$(ls "$peer_dir"/src/llama_cpp_python-"$version".tar.gz 2>/dev/null || true)
 if [[ -z "$sdist" ]]; then
     echo "downloading the llama-cpp-python $version sdist"
-    python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$peer_dir/src"
+    python3 -m pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$peer_dir/src"
     sdist="$peer_dir/src/llama_cpp_python-$version.tar.gz"
 fi
 src="$peer_dir/src/llama_cpp_python-$version"
