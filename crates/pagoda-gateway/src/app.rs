@@ -225,6 +225,7 @@ struct Ticket {
     first_choice: Option<String>,
     reservation: Option<Reservation>,
     cache_key: Option<String>,
+    finished: bool,
 }
 
 /// How a request ended.
@@ -245,7 +246,16 @@ struct Ending {
 
 impl Ticket {
     /// Settles limits, writes the ledger row, metrics and rollout statistics.
-    fn finish(self, end: Ending) {
+    fn finish(mut self, end: Ending) {
+        self.complete(end);
+    }
+
+    /// The accounting itself; runs once (`finished` guards the `Drop` path).
+    fn complete(&mut self, end: Ending) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
         let latency = self.started.elapsed();
         let gw = self.gw.clone();
         if let Some(first) = &self.first_choice {
@@ -279,10 +289,10 @@ impl Ticket {
         );
         gw.usage.record(UsageRecord {
             ts_ms: now_ms(),
-            request_id: self.request_id,
+            request_id: std::mem::take(&mut self.request_id),
             key_id: self.key.id.clone(),
             key_name: self.key.name.clone(),
-            route: self.route,
+            route: self.route.clone(),
             version: end.version,
             replica: end.replica,
             status: end.status,
@@ -294,7 +304,7 @@ impl Ticket {
             fallback: end.fallback,
             error: end.error,
         });
-        if let Some(reservation) = self.reservation {
+        if let Some(reservation) = self.reservation.take() {
             let spent = end.prompt_tokens + end.completion_tokens;
             let charge = end.status < 400 && !end.cached;
             tokio::spawn(async move {
@@ -308,6 +318,31 @@ impl Ticket {
                 }
             });
         }
+    }
+}
+
+impl Drop for Ticket {
+    /// A request whose handler was dropped before it answered (the client went away while
+    /// the gateway waited upstream): its reservation is released and a 499 row recorded; the
+    /// rollout does not count it against either version.
+    fn drop(&mut self) {
+        if self.finished || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        self.first_choice = None;
+        self.complete(Ending {
+            status: 499,
+            version: String::new(),
+            replica: String::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            ttft: None,
+            cached: false,
+            fallback: false,
+            error: Some("the client went away before the answer".into()),
+            first_choice_ok: true,
+            response_id: None,
+        });
     }
 }
 
@@ -447,6 +482,7 @@ async fn handle_inner(
         first_choice: None,
         reservation,
         cache_key: None,
+        finished: false,
     };
 
     // Cache.

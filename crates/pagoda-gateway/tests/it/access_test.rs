@@ -391,3 +391,45 @@ async fn a_slow_client_gets_408_and_does_not_block_others() {
     let answer = String::from_utf8_lossy(&answer[..n]);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_gives_its_reservation_back() {
+    let a = stub::start("a").await;
+    a.behaviour
+        .delay_ms
+        .store(600, std::sync::atomic::Ordering::SeqCst);
+    // The budget holds one request's estimate (25 tokens for this body) and no more.
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, ""),
+        key_block("k", KEY, "budget_tokens = 30")
+    ))
+    .await;
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let r = impatient
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 10}))
+        .send()
+        .await;
+    assert!(r.is_err(), "the client gave up");
+    a.behaviour
+        .delay_ms
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    // Once the gateway notices, the reservation is released and the next request fits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r = gw.chat(KEY, "chat", json!({"max_tokens": 10})).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned request's reservation was never released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
