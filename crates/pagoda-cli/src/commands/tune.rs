@@ -250,12 +250,12 @@ fn print_results(args: &TuneArgs, results: &[SettingResult]) {
             if r.meets_sla { "met" } else { "missed" }
         );
     }
-    let best = results.iter().filter(|r| r.meets_sla).max_by(|a, b| {
-        a.summary
-            .output_tokens_per_s
-            .total_cmp(&b.summary.output_tokens_per_s)
-            .then(a.max_num_seqs.cmp(&b.max_num_seqs))
-    });
+    // The largest setting that met the SLA (the sweep is ordered, so a larger one that met it
+    // after a miss only appears with --keep-going).
+    let best = results
+        .iter()
+        .filter(|r| r.meets_sla)
+        .max_by_key(|r| (r.max_num_seqs, r.max_num_batched_tokens));
     match best {
         Some(r) => println!(
             "\nlargest setting within the SLA (p99 TTFT <= {} ms, p99 TPOT <= {} ms): max-num-seqs {}, max-num-batched-tokens {} — {:.2} req/s, {:.1} output tok/s, {} of memory\n  pagoda serve --model {} --max-num-seqs {} --max-num-batched-tokens {} --max-model-len {}",
