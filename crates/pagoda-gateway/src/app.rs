@@ -5,9 +5,9 @@
 //! limits (an estimate is reserved) -> cache -> route -> proxy -> relay -> accounting (the
 //! reservation settled on the real usage, ledger row, metrics, rollout statistics).
 //!
-//! Invariants: every admitted request ends in exactly one accounting call (`finish`), whether
-//! it was served, cached, failed or abandoned by its client mid-stream; a reservation is
-//! settled or released exactly once.
+//! Invariants: every admitted request ends in exactly one accounting call (`Ticket::finish`,
+//! or `Ticket`'s `Drop` when the client hung up before the answer), whether it was served,
+//! cached, failed or abandoned mid-stream; a reservation is settled or released exactly once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
