@@ -244,6 +244,25 @@ struct Ending {
     response_id: Option<String>,
 }
 
+impl Ending {
+    /// An ending where no backend's answer was relayed: failed, abandoned or served from cache.
+    fn unserved(status: u16, error: Option<String>, first_choice_ok: bool) -> Self {
+        Ending {
+            status,
+            version: String::new(),
+            replica: String::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            ttft: None,
+            cached: false,
+            fallback: false,
+            error,
+            first_choice_ok,
+            response_id: None,
+        }
+    }
+}
+
 impl Ticket {
     /// Settles limits, writes the ledger row, metrics and rollout statistics.
     fn finish(mut self, end: Ending) {
@@ -330,19 +349,11 @@ impl Drop for Ticket {
             return;
         }
         self.first_choice = None;
-        self.complete(Ending {
-            status: 499,
-            version: String::new(),
-            replica: String::new(),
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            ttft: None,
-            cached: false,
-            fallback: false,
-            error: Some("the client went away before the answer".into()),
-            first_choice_ok: true,
-            response_id: None,
-        });
+        self.complete(Ending::unserved(
+            499,
+            Some("the client went away before the answer".into()),
+            true,
+        ));
     }
 }
 
@@ -500,17 +511,8 @@ async fn handle_inner(
                 gw.metrics.record_cache(CacheStatus::Hit);
                 let response = cached_response(&hit, &request_id);
                 ticket.finish(Ending {
-                    status: hit.status,
-                    version: String::new(),
-                    replica: String::new(),
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    ttft: None,
                     cached: true,
-                    fallback: false,
-                    error: None,
-                    first_choice_ok: true,
-                    response_id: None,
+                    ..Ending::unserved(hit.status, None, true)
                 });
                 return Ok(response);
             }
@@ -606,19 +608,11 @@ fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
         ApiError::upstream_unavailable(exhausted.summary())
     };
     tracing::warn!(route = %ticket.route, request_id = %ticket.request_id, "{}", exhausted.summary());
-    ticket.finish(Ending {
-        status: error.status.as_u16(),
-        version: String::new(),
-        replica: String::new(),
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        ttft: None,
-        cached: false,
-        fallback: false,
-        error: Some(exhausted.summary()),
-        first_choice_ok: false,
-        response_id: None,
-    });
+    ticket.finish(Ending::unserved(
+        error.status.as_u16(),
+        Some(exhausted.summary()),
+        false,
+    ));
     error.into_response()
 }
 
