@@ -15,17 +15,15 @@ Exit status 0 when every check passed; each failure is printed.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server import Server  # noqa: E402
+from server import Child, Server  # noqa: E402
 
 ADMIN_KEY = "conformance-admin-key"
 failures = []
@@ -40,36 +38,13 @@ def check(name, fn):
         print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
-class Gateway:
+class Gateway(Child):
     """A `pagoda gateway` child process on an ephemeral port."""
 
     def __init__(self, pagoda, config_path):
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="pagoda-gateway-", suffix=".log", delete=False)
         env = dict(os.environ, PAGODA_GATEWAY_ADMIN_KEY=ADMIN_KEY)
-        self.proc = subprocess.Popen(
-            [pagoda, "gateway", "--config", config_path, "--listen", "127.0.0.1:0"],
-            stderr=self.log, env=env)
-        self.url = None
-        deadline = time.time() + 60
-        while self.url is None and time.time() < deadline and self.proc.poll() is None:
-            with open(self.log.name) as f:
-                m = re.search(r"listening on (http://[0-9.:]+)", f.read())
-            if m:
-                self.url = m.group(1)
-            else:
-                time.sleep(0.1)
-        if self.url is None:
-            with open(self.log.name) as f:
-                sys.stderr.write(f.read())
-            raise RuntimeError("the gateway did not start; its log is above")
-        print(f"gateway on {self.url} (log: {self.log.name})")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        super().__init__([pagoda, "gateway", "--config", config_path, "--listen", "127.0.0.1:0"],
+                         r"listening on (http://[0-9.:]+)", "pagoda-gateway-", env=env, timeout=60)
 
 
 def cli(pagoda, gateway, *args):

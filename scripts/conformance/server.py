@@ -1,4 +1,4 @@
-"""A `pagoda serve` child process on an ephemeral port, for the conformance scripts."""
+"""Child processes of `pagoda` on ephemeral ports, for the conformance scripts."""
 
 import re
 import subprocess
@@ -8,23 +8,18 @@ import time
 import urllib.request
 
 
-class Server:
-    """A `pagoda serve` child process on an ephemeral port."""
+class Child:
+    """A `pagoda` child process whose log (a file: a pipe nobody reads would fill and stall
+    it) announces its address; `url` is that address."""
 
-    def __init__(self, pagoda, model, *extra):
-        # The server's log goes to a file (a pipe nobody reads would fill and stall it).
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="pagoda-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [pagoda, "serve", "--model", model, "--port", "0", *extra],
-            stderr=self.log,
-        )
+    def __init__(self, argv, pattern, prefix, env=None, timeout=300):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=prefix, suffix=".log", delete=False)
+        self.proc = subprocess.Popen(argv, stderr=self.log, env=env)
         self.url = None
-        deadline = time.time() + 300
-        while self.url is None and time.time() < deadline:
-            if self.proc.poll() is not None:
-                break
+        deadline = time.time() + timeout
+        while self.url is None and time.time() < deadline and self.proc.poll() is None:
             with open(self.log.name) as f:
-                m = re.search(r"on (http://[0-9.:]+)", f.read())
+                m = re.search(pattern, f.read())
             if m:
                 self.url = m.group(1)
             else:
@@ -32,8 +27,24 @@ class Server:
         if self.url is None:
             with open(self.log.name) as f:
                 sys.stderr.write(f.read())
-            raise RuntimeError("the server did not start; its log is above")
-        print(f"server on {self.url} (log: {self.log.name})")
+            raise RuntimeError(f"{argv[1]} did not start; its log is above")
+        print(f"{argv[1]} on {self.url} (log: {self.log.name})")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Server(Child):
+    """A `pagoda serve` child process on an ephemeral port, ready (`/ready` answered 200)."""
+
+    def __init__(self, pagoda, model, *extra):
+        super().__init__([pagoda, "serve", "--model", model, "--port", "0", *extra],
+                         r"on (http://[0-9.:]+)", "pagoda-serve-")
+        deadline = time.time() + 300
         while time.time() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/ready") as r:
@@ -42,10 +53,3 @@ class Server:
             except Exception:
                 time.sleep(0.2)
         raise RuntimeError("the server did not become ready")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
