@@ -269,6 +269,9 @@ pub struct LoraAdapter {
     pairs: BTreeMap<String, LoraPair>,
 }
 
+/// One of a pair as read: tensor name, shape, values.
+type Half = (String, Vec<usize>, Vec<f32>);
+
 /// `(module path, "A" | "B")` for a PEFT tensor name, or `None` for a non-LoRA tensor.
 fn split_name(name: &str) -> Option<(String, &'static str)> {
     let name = name.strip_prefix("base_model.model.").unwrap_or(name);
@@ -329,8 +332,7 @@ impl LoraAdapter {
             tensor: tensor.to_string(),
             message,
         };
-        let mut halves: BTreeMap<String, [Option<(String, Vec<usize>, Vec<f32>)>; 2]> =
-            BTreeMap::new();
+        let mut halves: BTreeMap<String, [Option<Half>; 2]> = BTreeMap::new();
         for t in file.tensors() {
             let Some((module, which)) = split_name(&t.name) else {
                 return Err(terr(
