@@ -206,17 +206,30 @@ impl LoraPair {
         }
     }
 
-    /// `scaling · B·A` in the base weight's layout ([`weight_shape`](Self::weight_shape)).
+    /// `scaling · B·A` in the base weight's layout ([`weight_shape`](Self::weight_shape));
+    /// zeros for a pair that is not [`is_consistent`](Self::is_consistent).
     pub fn delta(&self) -> Vec<f32> {
-        let mut d = vec![0f32; self.out_features * self.in_features];
+        let mut d = vec![0f32; self.out_features.saturating_mul(self.in_features)];
         add_scaled_product(&mut d, self, self.scaling);
         d
     }
 }
 
-/// `weight += scaling · B·A` in the pair's layout; the caller has checked the length.
+impl LoraPair {
+    /// `A` is `[r, in]` and `B` is `[out, r]` (always so for pairs made by [`LoraAdapter`]).
+    pub fn is_consistent(&self) -> bool {
+        self.r.checked_mul(self.in_features) == Some(self.a.len())
+            && self.out_features.checked_mul(self.r) == Some(self.b.len())
+    }
+}
+
+/// `weight += scaling · B·A` in the pair's layout. Callers check the shapes; an inconsistent
+/// pair or weight (or an empty one) leaves `weight` as it is instead of panicking.
 fn add_scaled_product(weight: &mut [f32], pair: &LoraPair, scaling: f32) {
     let (r, n_in, n_out) = (pair.r, pair.in_features, pair.out_features);
+    if !pair.is_consistent() || weight.is_empty() || n_in.checked_mul(n_out) != Some(weight.len()) {
+        return;
+    }
     if pair.fan_in_fan_out {
         // weight[i, o] += s · Σ_k A[k, i] B[o, k]
         for (i, row) in weight.chunks_exact_mut(n_out).enumerate() {
@@ -249,7 +262,18 @@ pub fn merge_into(
     pair: &LoraPair,
     scaling: f32,
 ) -> Result<(), ModelError> {
-    if out != pair.out_features || in_ != pair.in_features || weight.len() != out * in_ {
+    if !pair.is_consistent() {
+        return Err(ModelError::InvalidConfig(format!(
+            "LoRA merge: A has {} values and B {}, not [r {r}, in {in_}] and [out {out}, r {r}]",
+            pair.a.len(),
+            pair.b.len(),
+            r = pair.r,
+        )));
+    }
+    if out != pair.out_features
+        || in_ != pair.in_features
+        || out.checked_mul(in_) != Some(weight.len())
+    {
         return Err(ModelError::InvalidConfig(format!(
             "LoRA merge: base weight of {} elements as [out {out}, in {in_}] does not fit the adapter's [out {}, in {}]",
             weight.len(),
@@ -513,7 +537,7 @@ mod tests {
                 "regex",
             ),
             (r#"{"r": 4, "lora_alpha": 8, "peft_type": "IA3"}"#, "IA3"),
-            (r#"{"lora_alpha": 8}"#, "r"),
+            (r#"{"lora_alpha": 8}"#, "missing field `r`"),
         ] {
             let e = LoraConfig::from_json(Path::new("c.json"), json)
                 .unwrap_err()

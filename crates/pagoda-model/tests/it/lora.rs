@@ -127,6 +127,38 @@ fn good_synthetic_adapter_with_adapter_name() {
 }
 
 #[test]
+fn half_precision_tensors_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("adapter_config.json"), CONFIG).unwrap();
+    // 0.5 is 0x3800 in f16 and 0x3f00 in bf16.
+    let f16 = [0x00u8, 0x38].repeat(6);
+    let bf16 = [0x00u8, 0x3f].repeat(10);
+    std::fs::write(
+        dir.path().join("adapter_model.safetensors"),
+        write_safetensors(&[(A, "F16", vec![2, 3], f16), (B, "BF16", vec![5, 2], bf16)]),
+    )
+    .unwrap();
+    let a = LoraAdapter::open(dir.path()).unwrap();
+    assert!(a
+        .delta("model.layers.0.self_attn.q_proj")
+        .unwrap()
+        .iter()
+        .all(|&d| d == 1.0));
+}
+
+#[test]
+fn inconsistent_pair_is_an_error_not_a_panic() {
+    let p = pair(2, 3, 5, vec![1.0; 5], vec![1.0; 10], false);
+    let mut w = vec![0f32; 15];
+    let e = merge_into(&mut w, 5, 3, &p, 1.0).unwrap_err().to_string();
+    assert!(e.contains("A has 5 values"), "{e}");
+    assert!(p.delta().iter().all(|&d| d == 0.0));
+    let empty = pair(2, 0, 5, vec![], vec![1.0; 10], false);
+    let mut w: Vec<f32> = vec![];
+    merge_into(&mut w, 5, 0, &empty, 1.0).unwrap();
+}
+
+#[test]
 fn missing_lora_b_is_an_error() {
     let dir = folder(Some(CONFIG), &[(A, vec![2, 3])]);
     let e = open_err(dir.path());
