@@ -213,9 +213,7 @@ impl LoraPair {
         add_scaled_product(&mut d, self, self.scaling);
         d
     }
-}
 
-impl LoraPair {
     /// `A` is `[r, in]` and `B` is `[out, r]` (always so for pairs made by [`LoraAdapter`]).
     pub fn is_consistent(&self) -> bool {
         self.r.checked_mul(self.in_features) == Some(self.a.len())
@@ -264,10 +262,12 @@ pub fn merge_into(
 ) -> Result<(), ModelError> {
     if !pair.is_consistent() {
         return Err(ModelError::InvalidConfig(format!(
-            "LoRA merge: A has {} values and B {}, not [r {r}, in {in_}] and [out {out}, r {r}]",
+            "LoRA merge: A has {} values and B {}, not [r {r}, in {i}] and [out {o}, r {r}]",
             pair.a.len(),
             pair.b.len(),
             r = pair.r,
+            i = pair.in_features,
+            o = pair.out_features,
         )));
     }
     if out != pair.out_features
