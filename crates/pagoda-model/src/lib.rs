@@ -19,6 +19,7 @@ pub mod gguf;
 pub mod hf;
 pub mod hf_quant;
 pub mod kv_cache;
+pub mod lora;
 pub mod safetensors;
 pub mod source;
 pub mod tokenizer;

@@ -7,5 +7,6 @@ mod forward_batch;
 mod forward_golden;
 mod golden;
 mod hf_quant;
+mod lora;
 mod mutations;
 mod real_models;
