@@ -50,6 +50,27 @@ impl Choice {
         self.sampler.sample(logits, prompt, &self.generated)
     }
 
+    /// Samples the token after `pending` (sampled this step, not yet accepted): penalties see
+    /// them as generated. Speculative verification samples several rows in one step.
+    pub fn sample_after(
+        &mut self,
+        logits: &mut [f32],
+        prompt: &[u32],
+        pending: &[u32],
+    ) -> SampledToken {
+        if pending.is_empty() {
+            return self.sample(logits, prompt);
+        }
+        let mut history = self.generated.clone();
+        history.extend_from_slice(pending);
+        self.sampler.sample(logits, prompt, &history)
+    }
+
+    /// The token ends the choice without being output (EOS or a stop token).
+    pub fn is_end_token(&self, token: u32) -> bool {
+        self.end_tokens.contains(&token)
+    }
+
     pub fn wants_logprobs(&self) -> bool {
         self.sampler.params().logprobs.is_some()
     }

@@ -13,9 +13,11 @@ use crate::choice::Choice;
 use crate::generate::Usage;
 use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 use crate::runner::ModelRunner;
+use crate::scheduler::SeqState as SchedState;
 use crate::scheduler::{
     BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
 };
+use crate::speculative::{SpecStats, SpeculativeConfig, Speculator};
 use crate::stop::FinishReason;
 use crate::EngineError;
 use flume::Sender;
@@ -46,6 +48,8 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Longest sequence (prompt + output); `None` = the model's context length.
     pub max_model_len: Option<usize>,
+    /// Speculative decoding (off when `None`).
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 /// Share of available RAM the KV pool takes when no budget is given.
@@ -64,6 +68,7 @@ impl Default for EngineConfig {
             kv_cache_memory: None,
             prefix_caching: true,
             max_model_len: None,
+            speculative: None,
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct EngineStats {
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
     pub requests_finished: u64,
+    /// Speculative decoding counters (all zero without it).
+    pub spec: SpecStats,
 }
 
 /// The KV geometry the engine runs with (reported by the handle).
@@ -189,6 +196,7 @@ pub struct EngineCore {
     seqs: HashMap<SeqId, SeqState>,
     next_seq: SeqId,
     stats: EngineStats,
+    speculator: Option<Speculator>,
 }
 
 impl EngineCore {
@@ -224,7 +232,12 @@ impl EngineCore {
             max_model_len = layout.max_model_len,
             "KV cache"
         );
+        let speculator = match &config.speculative {
+            Some(spec) => Some(Speculator::new(spec, &tokenizer, layout.capacity_tokens())?),
+            None => None,
+        };
         Ok(EngineCore {
+            speculator,
             scheduler,
             runner: ModelRunner::new(model, cache),
             tokenizer,
@@ -359,6 +372,7 @@ impl EngineCore {
         };
         let now = Instant::now();
         for seq in req.seqs {
+            self.forget_speculation(seq);
             if let Some(state) = self.seqs.remove(&seq) {
                 self.scheduler.finish(seq, SeqEnd::Aborted);
                 let _ = req.events.send(TokenEvent::Finished {
@@ -386,6 +400,9 @@ impl EngineCore {
         for (_, req) in self.requests.drain() {
             for seq in &req.seqs {
                 self.scheduler.finish(*seq, SeqEnd::Aborted);
+                if let Some(spec) = self.speculator.as_mut() {
+                    spec.release(*seq);
+                }
             }
             let _ = req.events.send(TokenEvent::Error {
                 message: message.to_string(),
@@ -411,8 +428,65 @@ impl EngineCore {
         Choice::new(params, request.stop.clone(), end_tokens)
     }
 
+    /// Asks the speculator for proposals for every decoding sequence whose request allows
+    /// speculation, and hands them to the scheduler.
+    fn propose(&mut self) {
+        let Some(spec) = self.speculator.as_mut() else {
+            return;
+        };
+        let mut wanted: Vec<(SeqId, &[u32])> = Vec::new();
+        for info in self.scheduler.seqs() {
+            let decoding =
+                info.state == SchedState::Running && info.num_computed + 1 == info.tokens.len();
+            let allowed = self
+                .seqs
+                .get(&info.id)
+                .and_then(|s| self.requests.get(&s.request))
+                .is_some_and(|r| r.request.speculative && r.request.n == 1);
+            if decoding && allowed {
+                wanted.push((info.id, info.tokens));
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let proposals = spec.propose(&wanted);
+        for (seq, draft) in proposals {
+            self.scheduler.propose(seq, draft);
+        }
+    }
+
+    /// Samples one chunk's rows: one token, or with proposals the accepted ones followed by
+    /// the first sampled token that differs (see [`crate::speculative`]). Returns the picks
+    /// and how many proposals were accepted.
+    fn sample_chunk(
+        &mut self,
+        seq: SeqId,
+        draft: &[u32],
+        rows: &mut [f32],
+        vocab: usize,
+    ) -> Option<(Vec<crate::SampledToken>, usize)> {
+        let state = self.seqs.get_mut(&seq)?;
+        let req = self.requests.get(&state.request)?;
+        let mut picks: Vec<crate::SampledToken> = Vec::with_capacity(draft.len() + 1);
+        let mut pending: Vec<u32> = Vec::with_capacity(draft.len() + 1);
+        for (i, row) in rows.chunks_exact_mut(vocab).enumerate() {
+            let pick = state.choice.sample_after(row, &req.prompt, &pending);
+            let token = pick.token;
+            picks.push(pick);
+            pending.push(token);
+            let matched = draft.get(i) == Some(&token);
+            if !matched || state.choice.is_end_token(token) {
+                break;
+            }
+        }
+        let accepted = picks.len() - 1;
+        Some((picks, accepted))
+    }
+
     /// Runs one step. Returns `false` when there was nothing to run.
     pub fn step(&mut self) -> bool {
+        self.propose();
         let now = Instant::now();
         let out = self.scheduler.schedule(now);
         for &(seq, end) in &out.ended {
@@ -432,6 +506,7 @@ impl EngineCore {
                 }
             }
         }
+        let executed = Instant::now();
         let mut logits = match self.runner.execute(&out) {
             Ok(l) => l,
             Err(e) => {
@@ -441,30 +516,46 @@ impl EngineCore {
                 return true;
             }
         };
+        let draft_rows: usize = out.chunks.iter().map(|c| c.num_draft).sum();
+        if let Some(spec) = self.speculator.as_mut() {
+            spec.observe_step(executed.elapsed(), out.chunks.len(), draft_rows);
+        }
         let vocab = self.runner.model().config().vocab_size;
         let sampled_at = Instant::now();
-        let mut sampled: Vec<(SeqId, u32)> = Vec::new();
+        let mut sampled: Vec<(SeqId, Vec<u32>)> = Vec::new();
         let mut picks = Vec::new();
         let mut forks = Vec::new();
-        let sampling_chunks = out.chunks.iter().filter(|c| c.sample);
-        for (row, chunk) in sampling_chunks.enumerate() {
-            let row_logits = &mut logits[row * vocab..(row + 1) * vocab];
-            let Some(state) = self.seqs.get_mut(&chunk.seq) else {
+        let mut row = 0;
+        for chunk in out.chunks.iter().filter(|c| c.sample) {
+            let rows = chunk.sample_rows();
+            let chunk_logits = &mut logits[row * vocab..(row + rows) * vocab];
+            row += rows;
+            let Some(state) = self.seqs.get(&chunk.seq) else {
                 continue;
             };
             let Some(req) = self.requests.get(&state.request) else {
                 continue;
             };
             let needs_fork = req.request.n > req.seqs.len();
-            let pristine = needs_fork.then(|| row_logits.to_vec());
-            let pick = state.choice.sample(row_logits, &req.prompt);
-            sampled.push((chunk.seq, pick.token));
-            picks.push((chunk.seq, pick));
+            let request = state.request;
+            let pristine = needs_fork.then(|| chunk_logits[..vocab].to_vec());
+            let Some((chunk_picks, accepted)) =
+                self.sample_chunk(chunk.seq, chunk.draft(), chunk_logits, vocab)
+            else {
+                continue;
+            };
+            if chunk.num_draft > 0 {
+                if let Some(spec) = self.speculator.as_mut() {
+                    spec.observe(chunk.seq, chunk.num_draft, accepted);
+                }
+            }
+            sampled.push((chunk.seq, chunk_picks.iter().map(|p| p.token).collect()));
+            picks.extend(chunk_picks.into_iter().map(|p| (chunk.seq, p)));
             if let Some(base) = pristine {
-                forks.push((chunk.seq, state.request, base));
+                forks.push((chunk.seq, request, base));
             }
         }
-        let ended = self.scheduler.update(&out, &sampled);
+        let ended = self.scheduler.update_speculative(&out, &sampled);
         for (parent, request, base) in forks {
             self.fork_choices(parent, request, &base);
         }
@@ -566,6 +657,7 @@ impl EngineCore {
     /// Ends one choice: tells the scheduler (unless it ended the sequence itself), flushes held
     /// text and sends `Finished`; forgets the request after its last choice.
     fn end_choice(&mut self, seq: SeqId, reason: FinishReason, tell_scheduler: bool) {
+        self.forget_speculation(seq);
         let Some(mut state) = self.seqs.remove(&seq) else {
             return;
         };
@@ -602,7 +694,17 @@ impl EngineCore {
         }
     }
 
+    /// Drops the speculation state (acceptance, draft KV) of a sequence that ended.
+    fn forget_speculation(&mut self, seq: SeqId) {
+        if let Some(spec) = self.speculator.as_mut() {
+            spec.release(seq);
+        }
+    }
+
     fn refresh_stats(&mut self, tokens: usize) {
+        if let Some(spec) = &self.speculator {
+            self.stats.spec = spec.stats();
+        }
         let s = self.scheduler.stats();
         self.stats.running = s.running;
         self.stats.waiting = s.waiting;

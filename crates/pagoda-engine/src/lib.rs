@@ -3,8 +3,9 @@
 //! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
 //! tokens ([`stop`]), the single-sequence generation loop ([`generate`]), and the serving
 //! engine: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
-//! scheduler ([`scheduler`]), the step runner ([`runner`]), the step loop ([`engine`]) and its
-//! thread-safe handle ([`handle`]) that streams [`request::TokenEvent`]s.
+//! scheduler ([`scheduler`]), the step runner ([`runner`]), speculative decoding
+//! ([`speculative`]), the step loop ([`engine`]) and its thread-safe handle ([`handle`]) that
+//! streams [`request::TokenEvent`]s.
 //!
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
@@ -19,6 +20,7 @@ pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
+pub mod speculative;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
@@ -29,4 +31,5 @@ pub use handle::{EngineHandle, RequestStream};
 pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 pub use sampling::{SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};
+pub use speculative::{ProposerConfig, SpecStats, SpeculativeConfig};
 pub use stop::{FinishReason, StopMatcher};

@@ -30,6 +30,8 @@ pub struct EngineRequest {
     pub priority: i32,
     /// Choices sampled from the one prompt (`n` in the OpenAI API); they share its KV blocks.
     pub n: usize,
+    /// Use speculative decoding when the engine has it (ignored when `n > 1`).
+    pub speculative: bool,
 }
 
 impl EngineRequest {
@@ -44,6 +46,7 @@ impl EngineRequest {
             ignore_eos: false,
             priority: 0,
             n: 1,
+            speculative: true,
         }
     }
 }

@@ -28,7 +28,10 @@ impl ModelRunner {
         &self.cache
     }
 
-    /// Runs the step; returns `[chunks with sample, vocab]` logits, in chunk order.
+    /// Runs the step; returns logits in chunk order, [`ScheduledChunk::sample_rows`] rows per
+    /// chunk (one for a sampling chunk, `num_draft + 1` when it carries proposals).
+    ///
+    /// [`ScheduledChunk::sample_rows`]: crate::scheduler::ScheduledChunk::sample_rows
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<Vec<f32>, EngineError> {
         for &(src, dst) in &step.copies {
             self.cache.copy_block(src, dst);
@@ -43,7 +46,12 @@ impl ModelRunner {
                 tokens: &c.tokens,
                 start: c.start,
                 block_table: &c.block_table,
-                logits: c.sample.then_some(Logits::Last),
+                logits: match (c.sample, c.num_draft) {
+                    (false, _) => None,
+                    (true, 0) => Some(Logits::Last),
+                    // Proposals: the last known token's row and every proposal's.
+                    (true, _) => Some(Logits::All),
+                },
             })
             .collect();
         Ok(self.model.forward_batch(&segments, &mut self.cache)?)

@@ -114,8 +114,29 @@ pub struct ScheduledChunk {
     pub tokens: Vec<u32>,
     /// The sequence's whole block table; covers positions `0..start + tokens.len()`.
     pub block_table: Vec<BlockId>,
-    /// The chunk ends at the sequence's last known token: sample one token from its last row.
+    /// The chunk ends at the sequence's last known token: sample one token from its last row
+    /// (from each of its last `num_draft + 1` rows when it carries proposals).
     pub sample: bool,
+    /// Speculative decoding: the last `num_draft` of `tokens` are proposals that follow the
+    /// sequence's last known token, to be verified against the rows before them. Their KV is
+    /// written but counts only once `update` accepts them. Always 0 unless `sample`.
+    pub num_draft: usize,
+}
+
+impl ScheduledChunk {
+    /// Rows of logits this chunk needs: `num_draft + 1` when it samples, else none.
+    pub fn sample_rows(&self) -> usize {
+        if self.sample {
+            self.num_draft + 1
+        } else {
+            0
+        }
+    }
+
+    /// The proposals this chunk verifies (empty without speculation).
+    pub fn draft(&self) -> &[u32] {
+        &self.tokens[self.tokens.len() - self.num_draft..]
+    }
 }
 
 /// What one step runs. Plain data for the runner.
@@ -281,6 +302,7 @@ impl Scheduler {
         for id in &self.running {
             if let Some(s) = self.seqs.get_mut(id) {
                 s.in_flight = 0;
+                s.draft_in_flight = 0;
             }
         }
         policy::sort_running(
@@ -307,8 +329,9 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
+            let k = self.draft_room(seq, n, budget);
             let mut preempted_self = false;
-            while self.pool.num_free() < self.blocks_needed(id, n) {
+            while self.pool.num_free() < self.blocks_needed(id, n + k) {
                 let Some(victim) = self.running.pop() else {
                     break;
                 };
@@ -321,10 +344,10 @@ impl Scheduler {
             if preempted_self {
                 break;
             }
-            if self.grow(id, n, &mut out.copies) {
-                if let Some(chunk) = self.make_chunk(id, n) {
+            if self.grow(id, n + k, &mut out.copies) {
+                if let Some(chunk) = self.make_chunk(id, n, k) {
                     out.chunks.push(chunk);
-                    budget -= n;
+                    budget -= n + k;
                 }
             }
             i += 1;
@@ -354,37 +377,74 @@ impl Scheduler {
         out: &SchedulerOutput,
         sampled: &[(SeqId, u32)],
     ) -> Vec<(SeqId, SeqEnd)> {
+        let sampled: Vec<(SeqId, Vec<u32>)> = sampled.iter().map(|&(s, t)| (s, vec![t])).collect();
+        self.update_speculative(out, &sampled)
+    }
+
+    /// [`Scheduler::update`] for steps whose chunks may carry proposals: each sampling chunk
+    /// gets its new tokens from `sampled` — the accepted proposals (a prefix of
+    /// [`ScheduledChunk::draft`]) followed by one token sampled after them. The KV of the
+    /// accepted proposals is kept; that of the rejected ones is rolled back (their positions
+    /// are no longer computed and the blocks only they used go back to the pool). Tokens past
+    /// the first one that does not match the proposals are ignored.
+    pub fn update_speculative(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: &[(SeqId, Vec<u32>)],
+    ) -> Vec<(SeqId, SeqEnd)> {
         let mut ended = Vec::new();
         let bs = self.pool.block_size();
         let caching = self.pool.prefix_caching();
-        let tokens: HashMap<SeqId, u32> = sampled.iter().copied().collect();
+        let tokens: HashMap<SeqId, &[u32]> =
+            sampled.iter().map(|(s, t)| (*s, t.as_slice())).collect();
         for chunk in &out.chunks {
             let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
                 continue;
             };
-            let n = chunk.tokens.len();
+            let n = chunk.tokens.len() - chunk.num_draft;
             if seq.state != SeqState::Running
                 || seq.num_computed != chunk.start
                 || seq.in_flight != n
+                || seq.draft_in_flight != chunk.num_draft
                 || seq.num_computed + n > seq.tokens.len()
             {
                 continue;
             }
             seq.num_computed += n;
             seq.in_flight = 0;
-            seq.register_full_blocks(&mut self.pool);
+            seq.draft_in_flight = 0;
             if !chunk.sample || seq.num_computed != seq.tokens.len() {
+                seq.register_full_blocks(&mut self.pool);
                 continue;
             }
-            let Some(&token) = tokens.get(&chunk.seq) else {
-                // Nobody sampled it: it would wait forever with nothing to compute.
-                ended.push((chunk.seq, SeqEnd::Aborted));
-                continue;
+            let new = match tokens.get(&chunk.seq) {
+                Some(t) if !t.is_empty() => *t,
+                _ => {
+                    // Nobody sampled it: it would wait forever with nothing to compute.
+                    ended.push((chunk.seq, SeqEnd::Aborted));
+                    continue;
+                }
             };
-            seq.tokens.push(token);
+            // Proposals count only up to the first mismatch; one token follows them.
+            let accepted = new
+                .iter()
+                .zip(chunk.draft())
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(new.len() - 1);
+            seq.num_computed += accepted;
+            seq.tokens.extend_from_slice(&new[..=accepted]);
+            if chunk.num_draft > accepted {
+                // Roll back: blocks past the computed positions held only rejected proposals.
+                let keep = self.pool.blocks_for(seq.num_computed);
+                for b in seq.blocks.drain(keep..).rev() {
+                    self.pool.release(b);
+                }
+            }
             if caching {
                 seq.extend_hashes(bs);
             }
+            seq.register_full_blocks(&mut self.pool);
             if let Some(end) = end_reason(&self.config, &self.pool, seq) {
                 ended.push((chunk.seq, end));
             }
@@ -399,6 +459,20 @@ impl Scheduler {
         }
         self.debug_check();
         ended
+    }
+
+    /// Gives running sequence `id` proposals for the tokens after its last one (speculative
+    /// decoding). The next `schedule` appends as many as fit to its decode chunk and
+    /// consumes them; they are dropped if the sequence is not decoding then. `false` if `id`
+    /// is not running.
+    pub fn propose(&mut self, id: SeqId, draft: Vec<u32>) -> bool {
+        match self.seqs.get_mut(&id) {
+            Some(s) if s.state == SeqState::Running => {
+                s.draft = draft;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Removes sequence `id` from any state now, freeing its blocks (EOS or a stop string:
@@ -560,7 +634,7 @@ impl Scheduler {
         let mut filled: HashMap<BlockId, usize> = HashMap::new();
         for id in &self.running {
             let Some(s) = self.seqs.get(id) else { continue };
-            let written = s.num_computed + s.in_flight;
+            let written = s.num_computed + s.in_flight + s.draft_in_flight;
             for (k, &b) in s.blocks.iter().enumerate() {
                 let slots = written.saturating_sub(k * bs).min(bs);
                 let e = filled.entry(b).or_insert(0);
@@ -614,7 +688,8 @@ impl Scheduler {
                     if s.num_computed + s.in_flight > s.tokens.len() {
                         return Err(format!("sequence {id} computed past its tokens"));
                     }
-                    if s.blocks.len() < (s.num_computed + s.in_flight).div_ceil(bs) {
+                    let written = s.num_computed + s.in_flight + s.draft_in_flight;
+                    if s.blocks.len() < written.div_ceil(bs) {
                         return Err(format!("sequence {id}'s block table is too short"));
                     }
                 }
@@ -722,18 +797,43 @@ impl Scheduler {
         true
     }
 
-    /// The chunk of `n` tokens from `num_computed`, marked in flight.
-    fn make_chunk(&mut self, id: SeqId, n: usize) -> Option<ScheduledChunk> {
+    /// How many of `seq`'s proposals a chunk of `n` tokens can carry: only a decode (its one
+    /// remaining token) carries any, and never more than the step's budget, `max_tokens`,
+    /// `max_model_len` or the pool could hold if all were accepted.
+    fn draft_room(&self, seq: &Sequence, n: usize, budget: usize) -> usize {
+        if seq.draft.is_empty() || n != 1 || seq.to_compute() != 1 {
+            return 0;
+        }
+        let capacity = self.pool.num_blocks() * self.pool.block_size();
+        // Accepting k proposals and sampling one more adds k + 1 tokens.
+        let by_tokens = seq.max_tokens.saturating_sub(seq.generated() + 1);
+        let by_len = self
+            .config
+            .max_model_len
+            .min(capacity)
+            .saturating_sub(seq.tokens.len() + 1);
+        seq.draft.len().min(budget - n).min(by_tokens).min(by_len)
+    }
+
+    /// The chunk of `n` tokens from `num_computed` followed by `k` of the sequence's
+    /// proposals, marked in flight; the proposals are consumed.
+    fn make_chunk(&mut self, id: SeqId, n: usize, k: usize) -> Option<ScheduledChunk> {
         let s = self.seqs.get_mut(&id)?;
         let start = s.num_computed;
-        let tokens = s.tokens.get(start..start + n)?.to_vec();
+        let mut tokens = s.tokens.get(start..start + n)?.to_vec();
+        let sample = start + n == s.tokens.len();
+        let k = if sample { k.min(s.draft.len()) } else { 0 };
+        tokens.extend_from_slice(&s.draft[..k]);
+        s.draft.clear();
         s.in_flight = n;
+        s.draft_in_flight = k;
         Some(ScheduledChunk {
             seq: id,
             start,
             tokens,
             block_table: s.blocks.clone(),
-            sample: start + n == s.tokens.len(),
+            sample,
+            num_draft: k,
         })
     }
 
@@ -827,7 +927,7 @@ impl Scheduler {
             self.running.push(id);
             admitted.insert(id);
             if n > 0 && self.grow(id, n, &mut out.copies) {
-                if let Some(chunk) = self.make_chunk(id, n) {
+                if let Some(chunk) = self.make_chunk(id, n, 0) {
                     out.chunks.push(chunk);
                     *budget -= n;
                 }

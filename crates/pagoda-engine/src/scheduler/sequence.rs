@@ -4,7 +4,9 @@
 //! Invariants (between steps):
 //! - waiting: `num_computed == 0`, no blocks, nothing in flight;
 //! - running: `num_computed < tokens.len()` (there is always a token to feed) and
-//!   `blocks.len() >= ceil((num_computed + in_flight) / block_size)`;
+//!   `blocks.len() >= ceil((num_computed + in_flight + draft_in_flight) / block_size)`;
+//! - `draft` holds proposals for the tokens after `tokens` (speculative decoding); they are
+//!   never part of `tokens` until `update` accepts them, and never hashed or registered;
 //! - `hashes` holds the chained hashes of the full blocks of `tokens` (when prefix caching is
 //!   on), and the first `num_registered` blocks were offered to the pool under them.
 
@@ -64,6 +66,10 @@ pub(super) struct Sequence {
     pub num_computed: usize,
     /// Tokens scheduled by the latest `schedule` and not yet applied by `update`.
     pub in_flight: usize,
+    /// Proposed (draft) tokens scheduled after the `in_flight` ones, to be verified.
+    pub draft_in_flight: usize,
+    /// Proposals for the next step (speculative decoding); cleared when scheduled.
+    pub draft: Vec<u32>,
     pub blocks: Vec<BlockId>,
     pub hashes: Vec<BlockHash>,
     pub num_registered: usize,
@@ -83,6 +89,8 @@ impl Sequence {
             order,
             num_computed: 0,
             in_flight: 0,
+            draft_in_flight: 0,
+            draft: Vec::new(),
             blocks: Vec::new(),
             hashes: Vec::new(),
             num_registered: 0,
@@ -130,6 +138,8 @@ impl Sequence {
         self.blocks.clear();
         self.num_computed = 0;
         self.in_flight = 0;
+        self.draft_in_flight = 0;
+        self.draft.clear();
         self.num_registered = 0;
     }
 

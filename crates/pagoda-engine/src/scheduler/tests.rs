@@ -648,3 +648,83 @@ fn a_fork_child_copies_a_cached_block_even_when_it_holds_it_alone() {
     assert_eq!(s.pool().ref_count(b0), 0);
     assert!(s.pool().is_cached(b0), "the parent's prefix stays findable");
 }
+
+// ------------------------------------------------------------------ speculative decoding
+
+/// Runs the prompt of a 3-token sequence so that it is decoding (tokens 3 + 1 sampled).
+fn decoding(s: &mut Scheduler, id: SeqId, max_tokens: usize) {
+    s.add(req(id, 3, max_tokens), Instant::now()).unwrap();
+    step(s, Instant::now());
+}
+
+#[test]
+fn proposals_ride_on_the_decode_chunk_and_accepted_ones_count() {
+    let mut s = sched(config(16, 4), 8, true);
+    decoding(&mut s, 1, 20);
+    assert!(s.propose(1, vec![50, 51, 52]));
+    let out = s.schedule(Instant::now());
+    let c = &out.chunks[0];
+    assert_eq!(
+        (c.start, c.tokens.clone(), c.num_draft),
+        (3, vec![7, 50, 51, 52], 3)
+    );
+    assert_eq!(c.draft(), &[50, 51, 52]);
+    assert_eq!(c.sample_rows(), 4);
+    // Two accepted, then 99 sampled instead of 52.
+    assert!(s
+        .update_speculative(&out, &[(1, vec![50, 51, 99])])
+        .is_empty());
+    let info = s.seq(1).unwrap();
+    assert_eq!(info.tokens[3..], [7, 50, 51, 99]);
+    assert_eq!(info.num_computed, 6, "last token, two accepted proposals");
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn rejected_proposals_give_their_blocks_back() {
+    let mut s = sched(config(16, 4), 8, false);
+    decoding(&mut s, 1, 20);
+    let free_before = s.pool().num_free();
+    s.propose(1, (100..108).collect());
+    let out = s.schedule(Instant::now());
+    assert_eq!(out.chunks[0].num_draft, 8);
+    // 3 + 1 + 8 positions = 3 blocks of 4; before, 1 block held.
+    assert_eq!(s.pool().num_free(), free_before - 2);
+    s.update_speculative(&out, &[(1, vec![5])]);
+    assert_eq!(s.seq(1).unwrap().num_computed, 4);
+    assert_eq!(s.seq(1).unwrap().block_table.len(), 1);
+    assert_eq!(s.pool().num_free(), free_before);
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn proposals_are_capped_by_max_tokens_budget_and_length() {
+    let t = Instant::now();
+    // max_tokens 4: one generated, so at most 2 proposals (+1 sampled = 4).
+    let mut s = sched(config(16, 4), 8, false);
+    decoding(&mut s, 1, 4);
+    s.propose(1, vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.schedule(t).chunks[0].num_draft, 2);
+    // A token budget of 3 leaves room for 2 proposals.
+    let mut s = sched(config(3, 4), 8, false);
+    decoding(&mut s, 1, 20);
+    s.propose(1, vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.schedule(t).chunks[0].num_draft, 2);
+    // Prefill chunks never carry proposals; proposals for a waiting sequence are refused.
+    let mut s = sched(config(16, 4), 8, false);
+    s.add(req(1, 3, 20), t).unwrap();
+    assert!(!s.propose(1, vec![1, 2]));
+    assert_eq!(s.schedule(t).chunks[0].num_draft, 0);
+}
+
+#[test]
+fn accepting_everything_reaches_max_tokens_exactly() {
+    let mut s = sched(config(16, 4), 8, false);
+    decoding(&mut s, 1, 4);
+    s.propose(1, vec![1, 2, 3]);
+    let out = s.schedule(Instant::now());
+    assert_eq!(out.chunks[0].num_draft, 2);
+    let ends = s.update_speculative(&out, &[(1, vec![1, 2, 9])]);
+    assert_eq!(ends, vec![(1, SeqEnd::Length)]);
+    s.check_invariants().unwrap();
+}

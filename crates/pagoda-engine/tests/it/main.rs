@@ -4,3 +4,4 @@ mod batching;
 mod real_models;
 mod sampling;
 mod scheduler_props;
+mod speculative;

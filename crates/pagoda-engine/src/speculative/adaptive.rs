@@ -1,0 +1,165 @@
+//! How many tokens to propose: per sequence, from how often its proposals were accepted and
+//! what a proposal and its verification cost, the `k` that maximises expected tokens per unit
+//! of time — 0 (no speculation) when no `k` beats plain decoding.
+//!
+//! With per-token acceptance probability `a`, a step that proposes `k` tokens yields
+//! `E(k) = (1 - a^(k+1)) / (1 - a)` tokens (the accepted prefix plus the one sampled after
+//! it) and costs `1 + k * (draft + verify)` plain decode steps, where `draft` is one draft
+//! forward pass and `verify` one more verified row, both relative to a plain step. Plain
+//! decoding is `E(0) / cost(0) = 1`.
+//!
+//! Invariants: `k <= max_k`; acceptance is an exponential average in `[0, 1]`; a sequence
+//! turned off is probed again with `k = 1` every [`PROBE_EVERY`] decode steps, so a
+//! sequence whose text starts to repeat gets speculation back.
+
+/// Weight of the newest observation in the acceptance average.
+const ALPHA: f64 = 0.3;
+/// Decode steps between probes of a sequence whose speculation is off.
+pub const PROBE_EVERY: u32 = 8;
+/// A `k` must beat plain decoding by this factor to be used (measurement noise).
+const MARGIN: f64 = 1.05;
+
+/// Relative costs of speculation, against one plain decode step of the target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpecCosts {
+    /// One draft forward pass (0 for n-gram lookup).
+    pub draft: f64,
+    /// One more row in the target's verification pass.
+    pub verify: f64,
+}
+
+/// Per-sequence acceptance tracking and the choice of `k`.
+#[derive(Debug, Clone)]
+pub struct AdaptiveK {
+    max_k: usize,
+    adaptive: bool,
+    acceptance: f64,
+    since_probe: u32,
+}
+
+impl AdaptiveK {
+    /// Starts optimistic (acceptance 0.7) so that a sequence tries speculation first.
+    pub fn new(max_k: usize, adaptive: bool) -> Self {
+        AdaptiveK {
+            max_k,
+            adaptive,
+            acceptance: 0.7,
+            since_probe: 0,
+        }
+    }
+
+    /// Current acceptance estimate.
+    pub fn acceptance(&self) -> f64 {
+        self.acceptance
+    }
+
+    /// Records a verification: `accepted` of `proposed` tokens taken.
+    pub fn observe(&mut self, proposed: usize, accepted: usize) {
+        if proposed == 0 {
+            return;
+        }
+        // Per-token acceptance consistent with a prefix of `accepted` out of `proposed`:
+        // all accepted -> evidence for a high rate; the estimate is accepted / (accepted + 1)
+        // when a rejection ended the run.
+        let rate = if accepted >= proposed {
+            1.0
+        } else {
+            accepted as f64 / (accepted as f64 + 1.0)
+        };
+        self.acceptance = (1.0 - ALPHA) * self.acceptance + ALPHA * rate;
+    }
+
+    /// Tokens to propose this step.
+    pub fn next_k(&mut self, costs: SpecCosts) -> usize {
+        if !self.adaptive {
+            return self.max_k;
+        }
+        let k = best_k(self.acceptance, costs, self.max_k);
+        if k > 0 {
+            self.since_probe = 0;
+            return k;
+        }
+        self.since_probe += 1;
+        if self.since_probe >= PROBE_EVERY {
+            self.since_probe = 0;
+            return 1.min(self.max_k);
+        }
+        0
+    }
+}
+
+/// Expected tokens per step for acceptance `a` and `k` proposals.
+pub fn expected_tokens(a: f64, k: usize) -> f64 {
+    if a >= 1.0 {
+        return (k + 1) as f64;
+    }
+    (1.0 - a.powi(k as i32 + 1)) / (1.0 - a)
+}
+
+/// The `k` in `0..=max_k` with the best expected tokens per cost (0 unless one beats plain
+/// decoding by [`MARGIN`]).
+pub fn best_k(a: f64, costs: SpecCosts, max_k: usize) -> usize {
+    let per_k = costs.draft.max(0.0) + costs.verify.max(0.0);
+    let (mut best, mut best_rate) = (0, MARGIN);
+    for k in 1..=max_k {
+        let rate = expected_tokens(a, k) / (1.0 + k as f64 * per_k);
+        if rate > best_rate {
+            (best, best_rate) = (k, rate);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NGRAM: SpecCosts = SpecCosts {
+        draft: 0.0,
+        verify: 0.1,
+    };
+
+    #[test]
+    fn expected_tokens_matches_the_geometric_sum() {
+        assert!((expected_tokens(0.5, 3) - (1.0 + 0.5 + 0.25 + 0.125)).abs() < 1e-12);
+        assert_eq!(expected_tokens(1.0, 4), 5.0);
+        assert_eq!(expected_tokens(0.0, 4), 1.0);
+    }
+
+    #[test]
+    fn high_acceptance_takes_long_proposals_low_turns_off() {
+        assert_eq!(best_k(0.95, NGRAM, 8), 8);
+        assert_eq!(best_k(0.02, NGRAM, 8), 0);
+        let costly = SpecCosts {
+            draft: 0.3,
+            verify: 0.1,
+        };
+        let k = best_k(0.6, costly, 8);
+        assert!((1..8).contains(&k), "k = {k}");
+    }
+
+    #[test]
+    fn rejections_lower_k_until_off_then_probes() {
+        let mut a = AdaptiveK::new(6, true);
+        assert!(a.next_k(NGRAM) > 0);
+        for _ in 0..20 {
+            a.observe(4, 0);
+        }
+        assert!(a.acceptance() < 0.05);
+        let ks: Vec<usize> = (0..PROBE_EVERY).map(|_| a.next_k(NGRAM)).collect();
+        assert_eq!(ks.iter().filter(|&&k| k > 0).count(), 1, "{ks:?}");
+        assert_eq!(*ks.last().unwrap(), 1);
+        for _ in 0..10 {
+            a.observe(4, 4);
+        }
+        assert_eq!(a.next_k(NGRAM), 6);
+    }
+
+    #[test]
+    fn fixed_k_ignores_acceptance() {
+        let mut a = AdaptiveK::new(3, false);
+        a.observe(3, 0);
+        a.observe(3, 0);
+        assert_eq!(a.next_k(NGRAM), 3);
+    }
+}

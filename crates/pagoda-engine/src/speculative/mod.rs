@@ -1,0 +1,294 @@
+//! Speculative decoding: proposals for the next tokens of decoding sequences, verified by the
+//! target in the same step as everything else (continuous batching, paged KV).
+//!
+//! Each step, before scheduling, [`Speculator::propose`] asks the proposer — n-gram prompt
+//! lookup ([`ngram`]) or a draft model ([`draft`]) — for up to `k` tokens per decoding
+//! sequence (`k` from [`adaptive`]) and hands them to the scheduler, which appends them to the
+//! sequence's decode chunk. The target computes logits for the last token and every proposal
+//! in one forward pass; the engine then samples row by row with the request's own sampler and
+//! keeps proposals while the sampled token equals the proposal, ending with the first sampled
+//! token that differs (or the one after the last proposal). The scheduler rolls back the KV
+//! of rejected proposals.
+//!
+//! **Exactness.** Proposals are deterministic (prompt lookup, or the draft's argmax), i.e. a
+//! point-mass draft distribution `q = δ(d)`. Rejection sampling (Leviathan et al. 2023, Chen
+//! et al. 2023) then accepts `d` with probability `min(1, p(d)/q(d)) = p(d)` and on rejection
+//! samples from `norm(max(0, p - q))` = `p` without `d`. Sampling `x ~ p` and accepting iff
+//! `x == d` (else emitting `x`) has exactly that law: `P(d) = p(d)`, `P(y) = p(y)` for `y ≠ d`.
+//! So every emitted token follows the target's distribution after the request's penalties,
+//! temperature and truncation; greedy output equals greedy decoding without speculation up to
+//! floating-point differences between a one-row and a many-row forward pass.
+//!
+//! Invariants: proposals are only made for sequences whose request allows speculation and
+//! has one choice; a proposer error turns speculation off for that step (decoding goes on);
+//! the counters only grow.
+
+pub mod adaptive;
+pub mod draft;
+pub mod ngram;
+
+use crate::scheduler::SeqId;
+use crate::EngineError;
+use adaptive::{AdaptiveK, SpecCosts};
+use draft::{DraftProposer, DraftQuery};
+use ngram::NgramProposer;
+use pagoda_model::arch::Model;
+use pagoda_model::tokenizer::Tokenizer;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most tokens one proposal may hold.
+pub const MAX_SPECULATIVE_TOKENS: usize = 16;
+
+/// Which proposer speculation uses.
+#[derive(Clone)]
+pub enum ProposerConfig {
+    /// Prompt lookup over the sequence's own tokens.
+    Ngram(NgramProposer),
+    /// A smaller model sharing the target's tokenizer.
+    Draft {
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+    },
+}
+
+impl std::fmt::Debug for ProposerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProposerConfig::Ngram(n) => write!(f, "Ngram({}..={})", n.min_n, n.max_n),
+            ProposerConfig::Draft { model, .. } => write!(
+                f,
+                "Draft({} layers, dim {})",
+                model.config().n_layers,
+                model.config().hidden_size
+            ),
+        }
+    }
+}
+
+/// Speculative decoding settings of an engine.
+#[derive(Debug, Clone)]
+pub struct SpeculativeConfig {
+    pub proposer: ProposerConfig,
+    /// Most tokens proposed per step (`k`), `1..=MAX_SPECULATIVE_TOKENS`.
+    pub num_tokens: usize,
+    /// Adapt `k` per sequence to its acceptance and the measured costs (0 turns it off while
+    /// acceptance is too low to pay); `false` always proposes `num_tokens`.
+    pub adaptive: bool,
+}
+
+impl SpeculativeConfig {
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.num_tokens == 0 || self.num_tokens > MAX_SPECULATIVE_TOKENS {
+            return Err(EngineError::InvalidConfig(format!(
+                "speculative tokens must be between 1 and {MAX_SPECULATIVE_TOKENS}, got {}",
+                self.num_tokens
+            )));
+        }
+        if let ProposerConfig::Ngram(n) = &self.proposer {
+            if n.min_n == 0 || n.min_n > n.max_n {
+                return Err(EngineError::InvalidConfig(format!(
+                    "n-gram lengths must satisfy 1 <= min <= max, got {}..={}",
+                    n.min_n, n.max_n
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counters of speculation since the engine started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecStats {
+    /// Verification chunks (decode steps that carried proposals).
+    pub drafts: u64,
+    /// Tokens proposed and verified.
+    pub proposed_tokens: u64,
+    /// Of those, accepted.
+    pub accepted_tokens: u64,
+}
+
+impl SpecStats {
+    /// Share of proposed tokens accepted (0 before any).
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.proposed_tokens == 0 {
+            0.0
+        } else {
+            self.accepted_tokens as f64 / self.proposed_tokens as f64
+        }
+    }
+
+    /// Mean tokens emitted per verification step: accepted proposals plus the sampled one.
+    pub fn mean_acceptance_length(&self) -> f64 {
+        if self.drafts == 0 {
+            0.0
+        } else {
+            1.0 + self.accepted_tokens as f64 / self.drafts as f64
+        }
+    }
+}
+
+enum Proposer {
+    Ngram(NgramProposer),
+    Draft(Box<DraftProposer>),
+}
+
+/// Exponential average.
+fn ema(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| 0.8 * o + 0.2 * new)
+}
+
+/// The speculation state of one engine. See the module docs.
+pub struct Speculator {
+    proposer: Proposer,
+    max_k: usize,
+    adaptive: bool,
+    per_seq: HashMap<SeqId, AdaptiveK>,
+    stats: SpecStats,
+    /// Seconds of a target step without proposals.
+    plain_step: Option<f64>,
+    /// Extra seconds per verified proposal row.
+    verify_row: Option<f64>,
+    /// Seconds per draft forward pass.
+    draft_pass: Option<f64>,
+}
+
+impl std::fmt::Debug for Speculator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speculator")
+            .field("max_k", &self.max_k)
+            .field("adaptive", &self.adaptive)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Speculator {
+    /// Builds the proposer (a draft's KV cache holds `capacity_tokens` positions).
+    pub fn new(
+        config: &SpeculativeConfig,
+        target_tokenizer: &Tokenizer,
+        capacity_tokens: usize,
+    ) -> Result<Self, EngineError> {
+        config.validate()?;
+        let proposer = match &config.proposer {
+            ProposerConfig::Ngram(n) => Proposer::Ngram(*n),
+            ProposerConfig::Draft { model, tokenizer } => Proposer::Draft(Box::new(
+                DraftProposer::new(model.clone(), tokenizer, target_tokenizer, capacity_tokens)?,
+            )),
+        };
+        Ok(Speculator {
+            proposer,
+            max_k: config.num_tokens,
+            adaptive: config.adaptive,
+            per_seq: HashMap::new(),
+            stats: SpecStats::default(),
+            plain_step: None,
+            verify_row: None,
+            draft_pass: None,
+        })
+    }
+
+    pub fn stats(&self) -> SpecStats {
+        self.stats
+    }
+
+    /// Costs relative to a plain decode step, measured (defaults until measured).
+    pub fn costs(&self) -> SpecCosts {
+        let draft_default = match self.proposer {
+            Proposer::Ngram(_) => 0.0,
+            Proposer::Draft(_) => 0.3,
+        };
+        match self.plain_step {
+            Some(plain) if plain > 0.0 => SpecCosts {
+                draft: self.draft_pass.map_or(draft_default, |d| d / plain),
+                verify: self.verify_row.map_or(0.15, |v| v / plain),
+            },
+            _ => SpecCosts {
+                draft: draft_default,
+                verify: 0.15,
+            },
+        }
+    }
+
+    /// Proposals for `seqs` (sequence id and its tokens so far), each as long as its
+    /// adaptive `k` allows; sequences with `k = 0` get none.
+    pub fn propose(&mut self, seqs: &[(SeqId, &[u32])]) -> Vec<(SeqId, Vec<u32>)> {
+        let costs = self.costs();
+        let (max_k, adaptive) = (self.max_k, self.adaptive);
+        let wanted: Vec<(SeqId, &[u32], usize)> = seqs
+            .iter()
+            .map(|&(id, tokens)| {
+                let k = self
+                    .per_seq
+                    .entry(id)
+                    .or_insert_with(|| AdaptiveK::new(max_k, adaptive))
+                    .next_k(costs);
+                (id, tokens, k)
+            })
+            .filter(|&(_, _, k)| k > 0)
+            .collect();
+        match &mut self.proposer {
+            Proposer::Ngram(p) => wanted
+                .into_iter()
+                .map(|(id, tokens, k)| (id, p.propose(tokens, k)))
+                .filter(|(_, d)| !d.is_empty())
+                .collect(),
+            Proposer::Draft(d) => {
+                let queries: Vec<DraftQuery<'_>> = wanted
+                    .iter()
+                    .map(|&(seq, tokens, k)| DraftQuery { seq, tokens, k })
+                    .collect();
+                let passes = queries.iter().map(|q| q.k).max().unwrap_or(0);
+                let t0 = std::time::Instant::now();
+                match d.propose(&queries) {
+                    Ok(map) => {
+                        if passes > 0 {
+                            let per = t0.elapsed().as_secs_f64() / passes as f64;
+                            self.draft_pass = Some(ema(self.draft_pass, per));
+                        }
+                        map.into_iter().filter(|(_, d)| !d.is_empty()).collect()
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "draft model failed; decoding without speculation this step");
+                        Vec::new()
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records one verification of `seq`: `accepted` of `proposed` tokens taken.
+    pub fn observe(&mut self, seq: SeqId, proposed: usize, accepted: usize) {
+        self.stats.drafts += 1;
+        self.stats.proposed_tokens += proposed as u64;
+        self.stats.accepted_tokens += accepted as u64;
+        if let Some(a) = self.per_seq.get_mut(&seq) {
+            a.observe(proposed, accepted);
+        }
+    }
+
+    /// Records the target's time for a step of `chunks` chunks carrying `draft_rows`
+    /// proposals in all (the cost model behind adaptive `k`).
+    pub fn observe_step(&mut self, elapsed: Duration, chunks: usize, draft_rows: usize) {
+        if chunks == 0 {
+            return;
+        }
+        let t = elapsed.as_secs_f64();
+        if draft_rows == 0 {
+            self.plain_step = Some(ema(self.plain_step, t));
+        } else if let Some(plain) = self.plain_step {
+            let extra = ((t - plain) / draft_rows as f64).max(0.0);
+            self.verify_row = Some(ema(self.verify_row, extra));
+        }
+    }
+
+    /// Forgets sequence `seq` (ended or aborted).
+    pub fn release(&mut self, seq: SeqId) {
+        self.per_seq.remove(&seq);
+        if let Proposer::Draft(d) = &mut self.proposer {
+            d.release(seq);
+        }
+    }
+}
