@@ -68,6 +68,8 @@ pub struct WorkloadOptions {
     /// Where `prompt` lines and random prompts go: completions (default) or chat, as one user
     /// message. `messages` lines always go to chat.
     pub prompt_endpoint: Endpoint,
+    /// `temperature` of every request (`None`: the server's default); 0 is greedy.
+    pub temperature: Option<f32>,
 }
 
 impl Default for WorkloadOptions {
@@ -76,6 +78,7 @@ impl Default for WorkloadOptions {
             model: None,
             max_tokens: 128,
             prompt_endpoint: Endpoint::Completion,
+            temperature: None,
         }
     }
 }
@@ -273,6 +276,9 @@ impl Workload {
             body["model"] = json!(model);
         }
         body["max_tokens"] = json!(max_tokens);
+        if let Some(t) = self.options.temperature {
+            body["temperature"] = json!(t);
+        }
         body["stream"] = json!(true);
         body["stream_options"] = json!({ "include_usage": true });
         RequestSpec {
@@ -545,6 +551,7 @@ mod tests {
             model: Some("m".into()),
             max_tokens: 16,
             prompt_endpoint: Endpoint::Completion,
+            temperature: None,
         }
     }
 
@@ -562,6 +569,7 @@ mod tests {
         assert_eq!(a.body["stream"], true);
         assert_eq!(a.body["stream_options"]["include_usage"], true);
         assert!(a.body.get("ignore_eos").is_none());
+        assert!(a.body.get("temperature").is_none());
         let b = w.next_request();
         assert_eq!(b.endpoint, Endpoint::Chat);
         assert_eq!(
@@ -578,6 +586,7 @@ mod tests {
             WorkloadOptions {
                 prompt_endpoint: Endpoint::Chat,
                 model: None,
+                temperature: Some(0.0),
                 ..opts()
             },
         )
@@ -586,6 +595,7 @@ mod tests {
         assert_eq!(c.endpoint, Endpoint::Chat);
         assert_eq!(c.body["messages"][0]["role"], "user");
         assert!(c.body.get("model").is_none());
+        assert_eq!(c.body["temperature"], 0.0);
     }
 
     #[test]

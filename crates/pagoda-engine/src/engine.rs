@@ -516,9 +516,8 @@ impl EngineCore {
                 return true;
             }
         };
-        let draft_rows: usize = out.chunks.iter().map(|c| c.num_draft).sum();
         if let Some(spec) = self.speculator.as_mut() {
-            spec.observe_step(executed.elapsed(), out.chunks.len(), draft_rows);
+            spec.observe_step(executed.elapsed(), out.num_batched_tokens);
         }
         let vocab = self.runner.model().config().vocab_size;
         let sampled_at = Instant::now();

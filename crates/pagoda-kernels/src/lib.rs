@@ -50,4 +50,12 @@ pub use cpu::{available_isas, best_isa, Isa};
 pub use dtype::{GgmlType, NF4_DQ_GROUP, QK_K};
 pub use error::KernelError;
 pub use matmul::{matmul, matmul_with_isa, WeightMatrix};
+
+/// Up to this many rows (tokens) per call, [`matmul`] and
+/// [`paged_attention`](paged_attention::paged_attention) compute every row with the per-row
+/// kernels, so each row's result is bit-identical to computing it alone: a decode step that
+/// verifies up to `BATCH_INVARIANT_ROWS - 1` speculative proposals gives the logits one-row
+/// decode steps would, and greedy speculative decoding reproduces plain greedy decoding. Larger
+/// calls (prefill chunks, big batches) take the faster blocked paths, whose rounding differs.
+pub const BATCH_INVARIANT_ROWS: usize = 18;
 pub use quant::{dequantize_row, quantize_row};

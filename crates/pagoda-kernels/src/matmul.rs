@@ -125,8 +125,9 @@ impl OutPtr {
     }
 }
 
-/// Tokens from which Q4_K / Q6_K on AVX-512 VNNI takes the repacked strip GEMM.
-const Q4K_GEMM_MIN_TOKENS: usize = 2;
+/// Tokens from which Q4_K / Q6_K on AVX-512 VNNI takes the repacked strip GEMM (below it,
+/// each token's result equals its one-token result: see [`crate::BATCH_INVARIANT_ROWS`]).
+const Q4K_GEMM_MIN_TOKENS: usize = crate::BATCH_INVARIANT_ROWS;
 /// Bytes of weights one chunk should cover when several tokens reuse it from cache.
 const PREFILL_CHUNK_BYTES: usize = 96 * 1024;
 /// Columns per segment when prefill splits long rows (keeps an 8-token activation tile of
@@ -220,7 +221,11 @@ pub fn matmul_with_isa(
             // are powers of two, so the larger one divides the segment); row types (with a
             // header) are never split.
             let (segs, seg_cols, abb, pbs) = match partner {
-                ActLayout::Blocks(pt) if n > 1 && cols > SEGMENT_COLS && w.ty.is_blockwise() => {
+                ActLayout::Blocks(pt)
+                    if n >= crate::BATCH_INVARIANT_ROWS
+                        && cols > SEGMENT_COLS
+                        && w.ty.is_blockwise() =>
+                {
                     let bs = pt.block_size().max(w.ty.block_size());
                     let sc = (SEGMENT_COLS / bs).max(1) * bs;
                     (cols.div_ceil(sc), sc, pt.type_size(), pt.block_size())

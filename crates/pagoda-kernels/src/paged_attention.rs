@@ -7,7 +7,8 @@
 //! Work is split into one rayon task per (sequence, kv head), all sequences of a call
 //! together, and each task covers every query head of its GQA group, so each K/V row is read
 //! from the cache once per call:
-//! - decode (a sequence with fewer than `GEMM_MIN_ROWS` new rows): walks the visible
+//! - decode (a sequence with fewer than `PREFILL_MIN_ROWS` new rows: one-row decodes and
+//!   speculative verification chunks, each row computed exactly as alone): walks the visible
 //!   positions in tiles of up to `TILE` positions (across block boundaries; blocks wholly
 //!   before the sliding window are never touched) and keeps a streaming (online) softmax per
 //!   (row, head): running max, running sum and an unnormalised accumulator rescaled when the
@@ -20,7 +21,7 @@
 //!   two sequences of a model with 2-3 kv heads), long decode tasks are cut into parts along
 //!   their positions (split-K, as flash-decoding); each part leaves its unnormalised state
 //!   (accumulator, max, sum) and the parts are merged with `exp(max_part - max)` weights.
-//! - prefill (a chunk of at least `GEMM_MIN_ROWS` rows): gathers the visible K/V of its kv
+//! - prefill (a chunk of at least `PREFILL_MIN_ROWS` rows): gathers the visible K/V of its kv
 //!   head into contiguous f32 once and runs attention's per-head GEMM step (`head_gemm`) for
 //!   each query head of the group.
 //!
@@ -147,6 +148,14 @@ enum Task {
 }
 
 /// Fewest visible positions one part of a split decode task covers.
+/// Chunks of fewer rows take the decode path, row by row exactly as a one-row decode (see
+/// [`crate::BATCH_INVARIANT_ROWS`]); larger ones the gathered GEMM.
+const PREFILL_MIN_ROWS: usize = if crate::BATCH_INVARIANT_ROWS > GEMM_MIN_ROWS {
+    crate::BATCH_INVARIANT_ROWS
+} else {
+    GEMM_MIN_ROWS
+};
+
 const MIN_SPLIT_POSITIONS: usize = 256;
 /// Tasks per thread below which long decode tasks are split along their positions.
 const TASKS_PER_THREAD: usize = 2;
@@ -159,7 +168,7 @@ const TASKS_PER_THREAD: usize = 2;
 /// threads)` parts make the task count a multiple of the thread count (3 kv heads on 2
 /// threads: 2 parts each; 2 kv heads on 2 threads: no split).
 fn plan(shape: &AttentionShape, seqs: &[SeqAttention<'_>], threads: usize) -> Vec<Task> {
-    let prefill = |s: &SeqAttention<'_>| s.rows.len() >= GEMM_MIN_ROWS;
+    let prefill = |s: &SeqAttention<'_>| s.rows.len() >= PREFILL_MIN_ROWS;
     let live = seqs.iter().filter(|s| !s.rows.is_empty()).count();
     let threads = threads.max(1);
     let want = TASKS_PER_THREAD * threads;

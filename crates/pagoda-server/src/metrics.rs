@@ -41,6 +41,11 @@ pub struct Metrics {
     preemptions: IntCounterVec,
     prefix_queries: IntCounterVec,
     prefix_hits: IntCounterVec,
+    spec_drafts: IntCounterVec,
+    spec_draft_tokens: IntCounterVec,
+    spec_accepted_tokens: IntCounterVec,
+    spec_acceptance_rate: GaugeVec,
+    spec_mean_length: GaugeVec,
     success: IntCounterVec,
     errors: IntCounterVec,
     /// Last cumulative engine figures seen, per (model, version).
@@ -75,14 +80,15 @@ impl Metrics {
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        let kv_usage = GaugeVec::new(
-            Opts::new(
-                "pagoda:kv_cache_usage_perc",
-                "KV cache usage: share of KV blocks in use (1 = 100%)",
-            ),
-            &["model_name"],
+        let fgauge = |name: &str, help: &str| -> Result<GaugeVec, MetricsError> {
+            let g = GaugeVec::new(Opts::new(name, help), &["model_name"])?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let kv_usage = fgauge(
+            "pagoda:kv_cache_usage_perc",
+            "KV cache usage: share of KV blocks in use (1 = 100%)",
         )?;
-        registry.register(Box::new(kv_usage.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -141,6 +147,29 @@ impl Metrics {
                 "pagoda:prefix_cache_hits_total",
                 "Prompt tokens found in the prefix cache",
                 &["model_name"],
+            )?,
+            spec_drafts: counter(
+                "pagoda:spec_decode_num_drafts_total",
+                "Speculative decoding: decode steps that verified proposals",
+                &["model_name"],
+            )?,
+            spec_draft_tokens: counter(
+                "pagoda:spec_decode_num_draft_tokens_total",
+                "Speculative decoding: tokens proposed",
+                &["model_name"],
+            )?,
+            spec_accepted_tokens: counter(
+                "pagoda:spec_decode_num_accepted_tokens_total",
+                "Speculative decoding: proposed tokens accepted",
+                &["model_name"],
+            )?,
+            spec_acceptance_rate: fgauge(
+                "pagoda:spec_decode_acceptance_rate",
+                "Speculative decoding: accepted / proposed tokens since start",
+            )?,
+            spec_mean_length: fgauge(
+                "pagoda:spec_decode_mean_acceptance_length",
+                "Speculative decoding: tokens emitted per verification step since start (accepted + 1)",
             )?,
             success: counter(
                 "pagoda:request_success_total",
@@ -221,6 +250,25 @@ impl Metrics {
                 s.prefix_cache_hit_tokens,
                 before.prefix_cache_hit_tokens,
             );
+            inc(&self.spec_drafts, s.spec.drafts, before.spec.drafts);
+            inc(
+                &self.spec_draft_tokens,
+                s.spec.proposed_tokens,
+                before.spec.proposed_tokens,
+            );
+            inc(
+                &self.spec_accepted_tokens,
+                s.spec.accepted_tokens,
+                before.spec.accepted_tokens,
+            );
+            if s.spec.drafts > 0 {
+                self.spec_acceptance_rate
+                    .with_label_values(&label)
+                    .set(s.spec.acceptance_rate());
+                self.spec_mean_length
+                    .with_label_values(&label)
+                    .set(s.spec.mean_acceptance_length());
+            }
             seen.insert(key, s);
         }
         seen.retain(|(name, version), _| {

@@ -33,6 +33,8 @@ pub struct Knobs {
     pub max_tokens: Option<usize>,
     pub n: usize,
     pub ignore_eos: bool,
+    /// Turn speculative decoding off for this request (it is on when the engine has it).
+    pub no_speculation: bool,
 }
 
 /// What happens when `prompt + max_tokens` exceeds the context.
@@ -89,6 +91,7 @@ pub fn engine_request(
     req.stop = stop;
     req.n = knobs.n;
     req.ignore_eos = knobs.ignore_eos;
+    req.speculative = !knobs.no_speculation;
     Ok(req)
 }
 

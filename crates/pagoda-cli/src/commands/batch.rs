@@ -88,7 +88,7 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
     let engine = EngineHandle::start(
         loaded.model.clone(),
         loaded.tokenizer.clone(),
-        args.engine.config(args.mode),
+        args.engine.config_with_speculation(args.mode)?,
     )?;
     let model_name = args.model.clone();
     let started = Instant::now();

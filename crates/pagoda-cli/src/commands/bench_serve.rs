@@ -117,6 +117,9 @@ pub struct WorkloadArgs {
     /// Seed of the random prompts and the Poisson arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Sampling temperature of every request (default: the server's); 0 is greedy.
+    #[arg(long)]
+    pub temperature: Option<f32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -266,6 +269,7 @@ pub fn workload(args: &WorkloadArgs, model: Option<String>) -> anyhow::Result<Wo
     let options = WorkloadOptions {
         model,
         max_tokens: args.max_tokens,
+        temperature: args.temperature,
         prompt_endpoint: match args.endpoint {
             EndpointArg::Completions => Endpoint::Completion,
             EndpointArg::Chat => Endpoint::Chat,

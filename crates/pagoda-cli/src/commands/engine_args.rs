@@ -1,11 +1,79 @@
 //! The serving-engine flags shared by every command that runs the batching engine (`batch`,
 //! `bench batching`, `serve`), and their translation into an [`EngineConfig`]; the load
-//! flags ([`LoadArgs`]: `--quantize`) come with them.
+//! flags ([`LoadArgs`]: `--quantize`) and the speculative decoding flags ([`SpecArgs`]) come
+//! with them.
 
-use crate::commands::model_loader::LoadArgs;
+use crate::commands::model_loader::{load_for_generation, LoadArgs};
+use anyhow::bail;
 use clap::Args;
-use pagoda_engine::{BatchingMode, EngineConfig, Policy};
+use pagoda_engine::speculative::ngram::NgramProposer;
+use pagoda_engine::{BatchingMode, EngineConfig, Policy, ProposerConfig, SpeculativeConfig};
 use pagoda_model::KvDtype;
+
+/// Speculative decoding flags (vLLM's and llama.cpp's ideas, Pagoda's names).
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` (prompt lookup: proposals copied from earlier in the
+    /// prompt and output; no extra model) or `draft` (a smaller model with the same
+    /// tokenizer proposes; needs --draft-model). Output is unchanged: greedy decoding gives
+    /// the same tokens, sampling the same distribution. Requests may turn it off with
+    /// `"speculative": false`.
+    #[arg(long, value_name = "METHOD")]
+    pub speculative: Option<String>,
+    /// The draft model for --speculative draft (a store name or path), e.g.
+    /// qwen2.5-coder:0.5b for qwen2.5-coder:1.5b. Implies --speculative draft.
+    #[arg(long, value_name = "MODEL")]
+    pub draft_model: Option<String>,
+    /// Most tokens proposed per step.
+    #[arg(long, default_value_t = 5)]
+    pub num_speculative_tokens: usize,
+    /// Always propose --num-speculative-tokens (default: adapt per request to its acceptance
+    /// and the measured costs, turning speculation off while it does not pay).
+    #[arg(long)]
+    pub no_adaptive_speculation: bool,
+    /// Prompt lookup: shortest and longest n-gram matched.
+    #[arg(long, default_value_t = 2)]
+    pub ngram_min: usize,
+    #[arg(long, default_value_t = 4)]
+    pub ngram_max: usize,
+}
+
+impl SpecArgs {
+    /// The speculation these flags ask for (loads the draft model), or `None`.
+    pub fn config(&self) -> anyhow::Result<Option<SpeculativeConfig>> {
+        let method = match (&self.speculative, &self.draft_model) {
+            (None, None) => return Ok(None),
+            (Some(m), _) => m.to_ascii_lowercase(),
+            (None, Some(_)) => "draft".to_string(),
+        };
+        let proposer = match method.as_str() {
+            "ngram" => ProposerConfig::Ngram(NgramProposer {
+                min_n: self.ngram_min,
+                max_n: self.ngram_max,
+            }),
+            "draft" => {
+                let Some(name) = &self.draft_model else {
+                    bail!(
+                        "--speculative draft needs --draft-model MODEL (e.g. qwen2.5-coder:0.5b)"
+                    );
+                };
+                let draft = load_for_generation(name, &LoadArgs { quantize: None })?;
+                ProposerConfig::Draft {
+                    model: draft.model,
+                    tokenizer: draft.tokenizer,
+                }
+            }
+            other => bail!("unknown --speculative method `{other}`: use ngram or draft"),
+        };
+        let config = SpeculativeConfig {
+            proposer,
+            num_tokens: self.num_speculative_tokens,
+            adaptive: !self.no_adaptive_speculation,
+        };
+        config.validate()?;
+        Ok(Some(config))
+    }
+}
 
 /// Engine flags (vLLM's names where it has one).
 #[derive(Debug, Clone, Args)]
@@ -39,6 +107,8 @@ pub struct EngineArgs {
     pub max_model_len: Option<usize>,
     #[command(flatten)]
     pub load: LoadArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 impl EngineArgs {
@@ -56,6 +126,15 @@ impl EngineArgs {
             max_model_len: self.max_model_len,
             ..EngineConfig::default()
         }
+    }
+
+    /// [`EngineArgs::config`] with the speculative decoding the flags ask for (which loads a
+    /// draft model, if any).
+    pub fn config_with_speculation(&self, mode: BatchingMode) -> anyhow::Result<EngineConfig> {
+        Ok(EngineConfig {
+            speculative: self.spec.config()?,
+            ..self.config(mode)
+        })
     }
 }
 

@@ -63,7 +63,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         host: args.host.clone(),
         port: args.port,
         models: args.models.clone(),
-        engine: args.engine.config(BatchingMode::Continuous),
+        engine: args
+            .engine
+            .config_with_speculation(BatchingMode::Continuous)?,
         max_queue: args.max_queue,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         keep_alive,

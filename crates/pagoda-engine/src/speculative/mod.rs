@@ -24,12 +24,14 @@
 //! the counters only grow.
 
 pub mod adaptive;
+pub mod cost;
 pub mod draft;
 pub mod ngram;
 
 use crate::scheduler::SeqId;
 use crate::EngineError;
 use adaptive::{AdaptiveK, SpecCosts};
+use cost::CostModel;
 use draft::{DraftProposer, DraftQuery};
 use ngram::NgramProposer;
 use pagoda_model::arch::Model;
@@ -134,11 +136,6 @@ enum Proposer {
     Draft(Box<DraftProposer>),
 }
 
-/// Exponential average.
-fn ema(old: Option<f64>, new: f64) -> f64 {
-    old.map_or(new, |o| 0.8 * o + 0.2 * new)
-}
-
 /// The speculation state of one engine. See the module docs.
 pub struct Speculator {
     proposer: Proposer,
@@ -146,12 +143,7 @@ pub struct Speculator {
     adaptive: bool,
     per_seq: HashMap<SeqId, AdaptiveK>,
     stats: SpecStats,
-    /// Seconds of a target step without proposals.
-    plain_step: Option<f64>,
-    /// Extra seconds per verified proposal row.
-    verify_row: Option<f64>,
-    /// Seconds per draft forward pass.
-    draft_pass: Option<f64>,
+    costs: CostModel,
 }
 
 impl std::fmt::Debug for Speculator {
@@ -172,6 +164,10 @@ impl Speculator {
         capacity_tokens: usize,
     ) -> Result<Self, EngineError> {
         config.validate()?;
+        let draft_default = match &config.proposer {
+            ProposerConfig::Ngram(_) => 0.0,
+            ProposerConfig::Draft { .. } => 0.3,
+        };
         let proposer = match &config.proposer {
             ProposerConfig::Ngram(n) => Proposer::Ngram(*n),
             ProposerConfig::Draft { model, tokenizer } => Proposer::Draft(Box::new(
@@ -184,9 +180,7 @@ impl Speculator {
             adaptive: config.adaptive,
             per_seq: HashMap::new(),
             stats: SpecStats::default(),
-            plain_step: None,
-            verify_row: None,
-            draft_pass: None,
+            costs: CostModel::new(draft_default),
         })
     }
 
@@ -194,28 +188,16 @@ impl Speculator {
         self.stats
     }
 
-    /// Costs relative to a plain decode step, measured (defaults until measured).
-    pub fn costs(&self) -> SpecCosts {
-        let draft_default = match self.proposer {
-            Proposer::Ngram(_) => 0.0,
-            Proposer::Draft(_) => 0.3,
-        };
-        match self.plain_step {
-            Some(plain) if plain > 0.0 => SpecCosts {
-                draft: self.draft_pass.map_or(draft_default, |d| d / plain),
-                verify: self.verify_row.map_or(0.15, |v| v / plain),
-            },
-            _ => SpecCosts {
-                draft: draft_default,
-                verify: 0.15,
-            },
-        }
+    /// Costs relative to a plain decode step for a step with `batch` decoding sequences,
+    /// measured (defaults until measured).
+    pub fn costs(&self, batch: usize) -> SpecCosts {
+        self.costs.costs(batch)
     }
 
     /// Proposals for `seqs` (sequence id and its tokens so far), each as long as its
     /// adaptive `k` allows; sequences with `k = 0` get none.
     pub fn propose(&mut self, seqs: &[(SeqId, &[u32])]) -> Vec<(SeqId, Vec<u32>)> {
-        let costs = self.costs();
+        let costs = self.costs(seqs.len());
         let (max_k, adaptive) = (self.max_k, self.adaptive);
         let wanted: Vec<(SeqId, &[u32], usize)> = seqs
             .iter()
@@ -246,7 +228,7 @@ impl Speculator {
                     Ok(map) => {
                         if passes > 0 {
                             let per = t0.elapsed().as_secs_f64() / passes as f64;
-                            self.draft_pass = Some(ema(self.draft_pass, per));
+                            self.costs.observe_draft_pass(per);
                         }
                         map.into_iter().filter(|(_, d)| !d.is_empty()).collect()
                     }
@@ -269,19 +251,10 @@ impl Speculator {
         }
     }
 
-    /// Records the target's time for a step of `chunks` chunks carrying `draft_rows`
-    /// proposals in all (the cost model behind adaptive `k`).
-    pub fn observe_step(&mut self, elapsed: Duration, chunks: usize, draft_rows: usize) {
-        if chunks == 0 {
-            return;
-        }
-        let t = elapsed.as_secs_f64();
-        if draft_rows == 0 {
-            self.plain_step = Some(ema(self.plain_step, t));
-        } else if let Some(plain) = self.plain_step {
-            let extra = ((t - plain) / draft_rows as f64).max(0.0);
-            self.verify_row = Some(ema(self.verify_row, extra));
-        }
+    /// Records the target's time for a step of `tokens` tokens (the cost model behind
+    /// adaptive `k`).
+    pub fn observe_step(&mut self, elapsed: Duration, tokens: usize) {
+        self.costs.observe_step(tokens, elapsed.as_secs_f64());
     }
 
     /// Forgets sequence `seq` (ended or aborted).

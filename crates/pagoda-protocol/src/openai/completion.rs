@@ -35,6 +35,10 @@ pub struct CompletionRequest {
     pub user: Option<String>,
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Pagoda extension: `false` turns speculative decoding off for this request (it is on
+    /// when the server was started with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<bool>,
 }
 
 /// The default `max_tokens` of the completions API.

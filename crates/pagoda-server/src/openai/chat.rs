@@ -80,6 +80,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         max_tokens: req.max_completion_tokens.or(req.max_tokens),
         n,
         ignore_eos: req.ignore_eos,
+        no_speculation: req.speculative == Some(false),
     };
     let engine_req = engine_request(
         prompt,

@@ -149,6 +149,7 @@ fn knobs(req: &CompletionRequest, n: usize, lease: &Lease) -> Knobs {
         max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
         n,
         ignore_eos: req.ignore_eos,
+        no_speculation: req.speculative == Some(false),
     }
 }
 

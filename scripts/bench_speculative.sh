@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Speculative decoding, single stream: Pagoda and llama.cpp's llama-server on the same target
+# and draft GGUFs, the same threads and prompts, in one run. For each server: plain decoding,
+# n-gram prompt lookup, and the draft model; for each, a code-editing and a chat prompt set
+# (scripts/data/spec_{code_edit,chat}.jsonl), greedy, one request at a time. Prints one line
+# per run (output tokens/s, TTFT, TPOT) and the speedups over plain decoding
+# (docs/benchmarks.md records the output).
+#
+#   scripts/bench_speculative.sh [TARGET] [DRAFT]
+#
+# TARGET default qwen2.5-coder:1.5b, DRAFT default qwen2.5-coder:0.5b (store names).
+# Environment: PAGODA (default target/release/pagoda), LLAMA_SERVER (default
+# ~/.cache/pagoda/peer/bin/llama-server, built by scripts/reference/build_llama_server.sh),
+# THREADS (2), MAX_TOKENS (128), REQUESTS (per set, default 8 = the whole set), K (5: most
+# tokens proposed per step, both servers), SKIP_LLAMA=1 (Pagoda only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${1:-qwen2.5-coder:1.5b}"
+draft="${2:-qwen2.5-coder:0.5b}"
+pagoda="${PAGODA:-target/release/pagoda}"
+llama="${LLAMA_SERVER:-$HOME/.cache/pagoda/peer/bin/llama-server}"
+threads="${THREADS:-2}"
+max_tokens="${MAX_TOKENS:-128}"
+requests="${REQUESTS:-8}"
+k="${K:-5}"
+out="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
+[[ -x "$pagoda" ]] || { echo "build pagoda first: cargo build --release -p pagoda-cli" >&2; exit 1; }
+target_gguf="$("$pagoda" show --path "$target")"
+draft_gguf="$("$pagoda" show --path "$draft")"
+
+wait_ready() { # url
+  for _ in $(seq 900); do
+    curl -sf "$1/health" >/dev/null 2>&1 && curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "server at $1 did not become ready" >&2
+  return 1
+}
+
+bench_sets() { # name url
+  for set in code_edit chat; do
+    "$pagoda" bench serve --url "$2" --dataset "scripts/data/spec_$set.jsonl" \
+      --max-tokens "$max_tokens" --temperature 0 --concurrency 1 --num-requests "$requests" \
+      --warmup 1 --json "$out/$1-$set.json" >"$out/$1-$set.txt" 2>&1 \
+      || { cat "$out/$1-$set.txt" >&2; return 1; }
+    python3 - "$out/$1-$set.json" "$1" "$set" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+def pick(*names):
+    for n in names:
+        v = s
+        for part in n.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        if v is not None:
+            return v
+    return float("nan")
+tps = pick("output_tokens_per_s", "output_throughput")
+ttft = pick("ttft_ms.mean", "ttft.mean_ms")
+tpot = pick("tpot_ms.mean", "tpot.mean_ms")
+print(f"{sys.argv[2]:<16} {sys.argv[3]:<10} {tps:8.2f} tok/s  TTFT {ttft:8.1f} ms  TPOT {tpot:7.1f} ms")
+PY
+  done
+}
+
+run_pagoda() { # name extra-args...
+  local name="$1"; shift
+  RAYON_NUM_THREADS="$threads" "$pagoda" serve --model "$target_gguf" --port 18445 \
+    --threads "$threads" --max-num-seqs 4 --max-model-len 2048 "$@" 2>"$out/$name.log" &
+  local pid=$!
+  wait_ready http://127.0.0.1:18445
+  bench_sets "$name" http://127.0.0.1:18445
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+run_llama() { # name extra-args...
+  local name="$1"; shift
+  "$llama" -m "$target_gguf" -t "$threads" -tb "$threads" -c 2048 --parallel 1 \
+    --host 127.0.0.1 --port 18446 "$@" >"$out/$name.log" 2>&1 &
+  local pid=$!
+  wait_ready http://127.0.0.1:18446
+  bench_sets "$name" http://127.0.0.1:18446
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+echo "target $target ($target_gguf), draft $draft; $threads threads, $max_tokens tokens, $requests requests per set, k <= $k"
+run_pagoda pagoda-plain
+run_pagoda pagoda-ngram --speculative ngram --num-speculative-tokens "$k"
+run_pagoda pagoda-draft --draft-model "$draft_gguf" --num-speculative-tokens "$k"
+if [[ -z "${SKIP_LLAMA:-}" ]]; then
+  [[ -x "$llama" ]] || { echo "build llama-server first: scripts/reference/build_llama_server.sh" >&2; exit 1; }
+  run_llama llama-plain
+  run_llama llama-ngram --spec-type ngram-simple --spec-draft-n-max "$k"
+  run_llama llama-draft -md "$draft_gguf" -td "$threads" --spec-draft-n-max "$k"
+fi
+
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def tps(name, s):
+    p = os.path.join(out, f"{name}-{s}.json")
+    if not os.path.exists(p):
+        return None
+    d = json.load(open(p))["summary"]
+    return d.get("output_tokens_per_s") or d.get("output_throughput")
+print("\nspeedup over the same server's plain decoding (output tokens/s):")
+for server in ("pagoda", "llama"):
+    for s in ("code_edit", "chat"):
+        base = tps(f"{server}-plain", s)
+        if not base:
+            continue
+        row = [f"{server:<7} {s:<10}"]
+        for m in ("ngram", "draft"):
+            v = tps(f"{server}-{m}", s)
+            row.append(f"{m} {v / base:5.2f}x" if v else f"{m}   -  ")
+        print("  ".join(row))
+print("\nPagoda / llama.cpp (output tokens/s):")
+for m in ("plain", "ngram", "draft"):
+    for s in ("code_edit", "chat"):
+        a, b = tps(f"pagoda-{m}", s), tps(f"llama-{m}", s)
+        if a and b:
+            print(f"{m:<6} {s:<10} {a / b:5.2f}x")
+PY
