@@ -152,7 +152,9 @@ pub fn run(args: MergeLoraArgs) -> anyhow::Result<()> {
     );
     let permuted = report.modules.iter().filter(|m| m.permuted).count();
     if permuted > 0 {
-        eprintln!("  {permuted} Q/K deltas put in the GGUF's RoPE row order (llama.cpp's permutation)");
+        eprintln!(
+            "  {permuted} Q/K deltas put in the GGUF's RoPE row order (llama.cpp's permutation)"
+        );
     }
     let mut quantized: BTreeMap<String, usize> = BTreeMap::new();
     for m in &report.modules {
@@ -193,7 +195,10 @@ mod tests {
     #[test]
     fn next_steps_name_a_quantized_output() {
         let s = next_steps(Path::new("out/merged.gguf"), OutputKind::Gguf);
-        assert!(s.contains("pagoda quantize out/merged.gguf -o out/merged-q4.gguf"), "{s}");
+        assert!(
+            s.contains("pagoda quantize out/merged.gguf -o out/merged-q4.gguf"),
+            "{s}"
+        );
         let s = next_steps(Path::new("merged"), OutputKind::HfFolder);
         assert!(s.contains("--quantize nf4"), "{s}");
     }
