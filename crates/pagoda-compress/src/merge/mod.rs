@@ -90,13 +90,15 @@ impl std::str::FromStr for MergeDtype {
 
 /// A base model as read for merging: its config and weights (canonical names), and what the
 /// output needs from its source.
+// One value per run: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum MergeBase {
     Gguf {
         file: GgufFile,
         config: ModelConfig,
         weights: Weights,
     },
-    HfFolder(Box<HfFolder>),
+    HfFolder(HfFolder),
 }
 
 impl MergeBase {
@@ -112,7 +114,7 @@ impl MergeBase {
             if let Some(e) = refuse_bitsandbytes_base(path) {
                 return Err(e);
             }
-            return Ok(MergeBase::HfFolder(Box::new(HfFolder::open(path)?)));
+            return Ok(MergeBase::HfFolder(HfFolder::open(path)?));
         }
         let file = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&file)?;
