@@ -135,10 +135,15 @@ pub fn run(args: MergeLoraArgs) -> anyhow::Result<()> {
     let report = result?;
 
     let c = adapter.config();
+    let base_name = if Path::new(&args.base).exists() {
+        args.base.clone()
+    } else {
+        format!("{} ({})", args.base, resolved.path.display())
+    };
     eprintln!(
         "merged {} into {}: {} modules ({}), rank {}, alpha {}, scaling {}{}",
         args.adapter.display(),
-        resolved.path.display(),
+        base_name,
         report.modules.len(),
         module_kinds(&report),
         values(&report, |m| m.r),
