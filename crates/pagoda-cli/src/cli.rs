@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
     batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
-    quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs, tune::TuneArgs,
+    merge_lora::MergeLoraArgs, quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
+    tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -110,6 +111,11 @@ pub enum Command {
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
 
+    /// Merge a PEFT LoRA (or QLoRA) adapter into its base model (W += scaling · B·A) and write
+    /// a plain model: GGUF for a GGUF base, a Hugging Face folder for a folder base.
+    #[command(after_help = MERGE_LORA_HELP)]
+    MergeLora(MergeLoraArgs),
+
     /// Find the largest batch setting (max-num-seqs, token budget) that meets a latency SLA,
     /// with the memory each setting needs.
     Tune(TuneArgs),
@@ -131,6 +137,26 @@ Output format: --format gguf|gptq|awq; without it, OUT ending in .gguf means ggu
 the layout of --method (gptq, awq; rtn needs --format). AWQ output is 4-bit; GPTQ 4 or 8-bit;
 group sizes are multiples of 32 (0 = one group per row). An existing OUT is kept unless --force.
 Then: pagoda run ./smol-gptq4.gguf (or ./smol-gptq4/), pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
+
+const MERGE_LORA_HELP: &str = "\
+Examples:
+  pagoda merge-lora smollm2:135m ./my-adapter -o smol-tuned.gguf      GGUF base (any block type)
+  pagoda merge-lora ./Llama-3.2-1B ./my-adapter -o llama-tuned        HF folder base -> HF folder
+  pagoda merge-lora base.gguf ./my-adapter -o tuned.gguf --dtype bf16 --force
+The adapter is what peft's save_pretrained writes (adapter_config.json +
+adapter_model.safetensors); its module names are Hugging Face's and are mapped to the GGUF's
+(Llama Q/K rows permuted as llama.cpp permutes them). A quantized base is dequantized to f32
+before the merge, as peft's merge_and_unload does for an NF4 base; merged tensors are written
+in --dtype (default f16), the others as they are. Refused, before anything is written: an
+adapter whose shapes do not fit the base, modules the base lacks, DoRA, modules_to_save and
+embedding adapters, an existing OUT without --force. Nothing is left behind by a failed run.
+
+QLoRA: the 4-bit (bitsandbytes NF4) model a QLoRA adapter was trained on is not read; give
+the original unquantized base model (the adapter's base_model_name_or_path), then serve the
+merged model quantized:
+  pagoda merge-lora BASE ADAPTER -o merged.gguf
+  pagoda quantize merged.gguf -o merged-q4.gguf         (or at load: pagoda run merged.gguf --quantize q4_k)
+  pagoda run ./merged-folder --quantize nf4              a merged Hugging Face folder, NF4 at load";
 
 const PULL_HELP: &str = "\
 Sources, tried as given (catalog names try each of their sources in order):
@@ -318,6 +344,7 @@ impl Cli {
             | Command::Serve(_)
             | Command::Eval(_)
             | Command::Quantize(_)
+            | Command::MergeLora(_)
             | Command::Gateway(_)
             | Command::Tune(_) => 0,
         };

@@ -1615,3 +1615,124 @@ fn tune_bad_settings_are_clear_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-num-seqs needs positive values"));
 }
+
+// ---- `pagoda merge-lora` and the QLoRA refusal at load ----
+
+fn lora_golden_adapter() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../pagoda-compress/tests/golden/lora-tiny-llama/adapter")
+}
+
+#[test]
+fn merge_lora_writes_a_folder_that_runs_and_says_how_to_serve_it_quantized() {
+    let env = Env::new();
+    let base = tiny_llama_copy(&env, "base", |_| {});
+    let out = env.dir.path().join("merged");
+    let adapter = lora_golden_adapter();
+    let args = [
+        "merge-lora",
+        base.to_str().unwrap(),
+        adapter.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let o = env.run(&args);
+    ok(&o);
+    let err = stderr(&o);
+    for needle in [
+        "14 modules",
+        "q_proj ×2",
+        "down_proj ×2",
+        "rank 4",
+        "alpha 8",
+        "scaling 2",
+        "Hugging Face folder",
+        "merged tensors F16",
+        "next:",
+        "--quantize nf4",
+    ] {
+        assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
+    }
+    assert!(stdout(&o).is_empty());
+    let o = env.run(&[
+        "run",
+        out.to_str().unwrap(),
+        "--raw",
+        "hello",
+        "--max-tokens",
+        "3",
+    ]);
+    ok(&o);
+    // Again without --force: refused, the output kept.
+    let o = env.run(&args);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert!(out.join("model.safetensors").is_file());
+    // An adapter that does not fit (made for a model of hidden size 32): named, nothing written.
+    let small =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../pagoda-model/tests/golden/lora/adapter");
+    let bad_out = env.dir.path().join("bad");
+    let o = env.run(&[
+        "merge-lora",
+        base.to_str().unwrap(),
+        small.to_str().unwrap(),
+        "-o",
+        bad_out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"));
+    assert!(
+        err.contains("model.layers.0.self_attn.q_proj") && err.contains("[32, 32]"),
+        "{err}"
+    );
+    assert!(!bad_out.exists() && !env.dir.path().join("bad.partial").exists());
+    // A bitsandbytes base: merge into the original model instead.
+    let bnb = tiny_llama_copy(&env, "bnb", |c| {
+        c["quantization_config"] =
+            serde_json::json!({"quant_method": "bitsandbytes", "load_in_4bit": true});
+    });
+    let o = env.run(&[
+        "merge-lora",
+        bnb.to_str().unwrap(),
+        adapter.to_str().unwrap(),
+        "-o",
+        bad_out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("original unquantized base"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad_out.exists());
+    let o = env.run(&["merge-lora", "--help"]);
+    ok(&o);
+    for needle in [
+        "QLoRA",
+        "pagoda quantize merged.gguf -o merged-q4.gguf",
+        "--dtype",
+    ] {
+        assert!(stdout(&o).contains(needle), "--help lacks {needle:?}");
+    }
+}
+
+#[test]
+fn run_of_a_qlora_checkpoint_or_an_adapter_says_merge_then_quantize() {
+    let env = Env::new();
+    let bnb = tiny_llama_copy(&env, "qlora", |c| {
+        c["quantization_config"] = serde_json::json!({"quant_method": "bitsandbytes",
+            "load_in_4bit": true, "bnb_4bit_quant_type": "nf4"});
+    });
+    let deploy = [
+        "pagoda merge-lora BASE ADAPTER -o merged",
+        "pagoda quantize merged -o merged-q4.gguf",
+        "--quantize nf4",
+    ];
+    let mut needles = vec!["bitsandbytes"];
+    needles.extend(deploy);
+    run_fails_naming(&env, &bnb, &needles);
+    let mut needles = vec!["PEFT LoRA adapter"];
+    needles.extend(deploy);
+    run_fails_naming(&env, &lora_golden_adapter(), &needles);
+}

@@ -7,7 +7,9 @@
 //! Invariants: every tensor of every shard is validated by [`SafetensorsFile`]; two source
 //! names that map to one canonical name are an error, never a silent overwrite; a folder
 //! without `tokenizer.json` is an error naming the folder. A GPTQ/AWQ checkpoint's packed
-//! linear layers are converted by `hf_quant.rs` and then mapped like any other tensor.
+//! linear layers are converted by `hf_quant.rs` and then mapped like any other tensor. A PEFT
+//! adapter folder or a bitsandbytes (QLoRA) checkpoint is refused with the way to serve it
+//! (merge, then quantize: [`crate::lora::MERGE_THEN_QUANTIZE`]).
 
 use crate::chat_template::ChatTemplate;
 use crate::config::Architecture;
@@ -259,12 +261,36 @@ impl HfFolder {
     pub fn open(dir: &Path) -> Result<HfFolder, ModelError> {
         let config_path = dir.join("config.json");
         if !config_path.is_file() {
+            if dir.join("adapter_config.json").is_file() {
+                return Err(ModelError::Format {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "this is a PEFT LoRA adapter (adapter_config.json, no config.json), not a \
+                         model: it only holds the changes to a base model. To serve the \
+                         fine-tune, {}",
+                        crate::lora::MERGE_THEN_QUANTIZE
+                    ),
+                });
+            }
             return Err(ModelError::Format {
                 path: dir.to_path_buf(),
                 message: "not a model folder: no config.json".into(),
             });
         }
         let config_json = read_json(&config_path)?;
+        if let Some(q) = config_json.get("quantization_config") {
+            if crate::lora::is_bitsandbytes(q) {
+                return Err(ModelError::Format {
+                    path: config_path,
+                    message: format!(
+                        "quantization_config is bitsandbytes (load_in_4bit / NF4: a QLoRA \
+                         training checkpoint), whose packed weights Pagoda does not read. To \
+                         serve the fine-tune, {}",
+                        crate::lora::MERGE_THEN_QUANTIZE
+                    ),
+                });
+            }
+        }
         let config = ModelConfig::from_hf_config(&config_json).map_err(|e| match e {
             ModelError::InvalidConfig(m) => ModelError::Format {
                 path: config_path.clone(),

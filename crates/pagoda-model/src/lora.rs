@@ -7,6 +7,10 @@
 //! `modules_to_save`, a non-LORA `peft_type`, regex keys in `rank_pattern`/`alpha_pattern` —
 //! are errors naming them), [`LoraAdapter`] (the pairs of the file, as f32) and the merge.
 //!
+//! Also owns what a user is told when they try to load a fine-tuning artefact as a model
+//! ([`MERGE_THEN_QUANTIZE`], [`is_bitsandbytes`]): an adapter folder or a bitsandbytes
+//! (QLoRA) checkpoint is served by merging, then quantizing.
+//!
 //! Invariants:
 //! - Module names are normalised to the Hugging Face module path of the base model
 //!   (`model.layers.0.self_attn.q_proj`): PEFT's `base_model.model.` prefix and an adapter
@@ -24,6 +28,31 @@ use crate::ModelError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// How to serve a LoRA or QLoRA fine-tune, for error messages: merge the adapter into the
+/// unquantized base, then quantize the merged model.
+pub const MERGE_THEN_QUANTIZE: &str = "merge the adapter into the unquantized base model, then \
+quantize the merged model: `pagoda merge-lora BASE ADAPTER -o merged` (BASE: the original \
+model as a GGUF file, a store name or a Hugging Face folder), then `pagoda quantize merged -o \
+merged-q4.gguf` (a GGUF base), or quantize at load: `pagoda run merged --quantize nf4`";
+
+/// Whether a config.json `quantization_config` is bitsandbytes' (`quant_method:
+/// "bitsandbytes"`, or the older `load_in_4bit` / `load_in_8bit` flags): the 4-bit NF4 (or
+/// 8-bit) weights QLoRA trains on, which Pagoda does not read.
+pub fn is_bitsandbytes(quantization_config: &serde_json::Value) -> bool {
+    let method = quantization_config
+        .get("quant_method")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_ascii_lowercase);
+    let flag = |k: &str| {
+        quantization_config
+            .get(k)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    };
+    method.as_deref() == Some("bitsandbytes")
+        || (method.is_none() && (flag("load_in_4bit") || flag("load_in_8bit")))
+}
 
 /// `target_modules` as PEFT allows it: a list of module names, or one regex string.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -9,7 +9,8 @@
 //! other dtypes (integer buffers such as BERT's `position_ids`), after the same bounds and
 //! overlap checks, and lists their names in [`SafetensorsFile::skipped`]; those checked
 //! integer tensors stay readable as [`RawTensor`]s (GPTQ/AWQ packed `I32` weights, see
-//! `hf_quant.rs`).
+//! `hf_quant.rs`). Writers: [`write_safetensors`] (a whole file in memory, for tests) and
+//! [`write_safetensors_streamed`] (header from the shapes, then one tensor at a time).
 
 use crate::gguf::{map_file, Bytes};
 use crate::weights::TensorView;
@@ -299,12 +300,123 @@ pub fn write_safetensors(tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> Vec<u
     out
 }
 
+/// Bytes per element of a safetensors dtype name, `None` for a name this writer does not know.
+fn dtype_size(dtype: &str) -> Option<usize> {
+    Some(match dtype {
+        "F64" | "I64" | "U64" => 8,
+        "F32" | "I32" | "U32" => 4,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "I8" | "U8" | "BOOL" => 1,
+        _ => return None,
+    })
+}
+
+/// Streams a safetensors file to `out`: the header from `infos` (name, dtype name such as
+/// `"F16"`, shape) and `metadata` (`__metadata__`, string values), then tensor `i`'s bytes
+/// from `data(i)`, in order, so that a caller makes each tensor just in time (peak memory: one
+/// tensor). `path` names the file in errors; bytes of another length than dtype and shape
+/// need are an error. Returns the bytes written.
+pub fn write_safetensors_streamed<'a, E: From<ModelError>>(
+    path: &Path,
+    infos: &[(&str, &str, &[usize])],
+    metadata: &serde_json::Map<String, serde_json::Value>,
+    out: &mut impl std::io::Write,
+    mut data: impl FnMut(usize) -> Result<std::borrow::Cow<'a, [u8]>, E>,
+) -> Result<u64, E> {
+    let terr = |tensor: &str, message: String| ModelError::Tensor {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        message,
+    };
+    let mut header = serde_json::Map::new();
+    let mut sizes = Vec::with_capacity(infos.len());
+    let mut offset = 0usize;
+    for &(name, dtype, shape) in infos {
+        let elem = dtype_size(dtype).ok_or_else(|| terr(name, format!("unknown dtype {dtype}")))?;
+        let size = shape
+            .iter()
+            .try_fold(elem, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| terr(name, format!("shape {shape:?} overflows")))?;
+        if header.contains_key(name) || name == "__metadata__" {
+            return Err(terr(name, "written twice".into()).into());
+        }
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}),
+        );
+        offset += size;
+        sizes.push(size);
+    }
+    if !metadata.is_empty() {
+        header.insert(
+            "__metadata__".into(),
+            serde_json::Value::Object(metadata.clone()),
+        );
+    }
+    let mut h =
+        serde_json::to_vec(&serde_json::Value::Object(header)).map_err(|e| ModelError::Format {
+            path: path.to_path_buf(),
+            message: format!("safetensors header: {e}"),
+        })?;
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    out.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
+    out.write_all(&h).map_err(io)?;
+    for (i, (&(name, dtype, shape), &size)) in infos.iter().zip(&sizes).enumerate() {
+        let bytes = data(i)?;
+        if bytes.len() != size {
+            return Err(terr(
+                name,
+                format!(
+                    "shape {shape:?} of {dtype} needs {size} bytes, got {}",
+                    bytes.len()
+                ),
+            )
+            .into());
+        }
+        out.write_all(&bytes).map_err(io)?;
+    }
+    Ok(8 + h.len() as u64 + offset as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn streamed_writer_reads_back_and_checks_lengths() {
+        let shape: &[usize] = &[2, 2];
+        let infos = [("a", "F32", shape), ("b", "BF16", &[2][..])];
+        let datas = [f32s(&[1., 2., 3., 4.]), vec![0x80, 0x3f, 0x00, 0x40]];
+        let mut out = Vec::new();
+        let meta = serde_json::Map::from_iter([("format".to_string(), "pt".into())]);
+        let n =
+            write_safetensors_streamed(Path::new("m.safetensors"), &infos, &meta, &mut out, |i| {
+                Ok::<_, ModelError>(std::borrow::Cow::Borrowed(&datas[i][..]))
+            })
+            .unwrap();
+        assert_eq!(n as usize, out.len());
+        let f = SafetensorsFile::from_bytes("m.safetensors", out).unwrap();
+        assert_eq!(f.tensors()[0].to_f32().unwrap(), vec![1., 2., 3., 4.]);
+        assert_eq!(f.metadata()["format"], "pt");
+        let e = write_safetensors_streamed(
+            Path::new("m.safetensors"),
+            &infos,
+            &meta,
+            &mut Vec::new(),
+            |_| Ok::<_, ModelError>(std::borrow::Cow::Owned(vec![0u8; 3])),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs 16 bytes, got 3"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod eval_report;
 pub mod gateway;
 pub mod list;
 pub mod llama_server;
+pub mod merge_lora;
 pub mod model_loader;
 pub mod ps;
 pub mod pull;

@@ -57,7 +57,7 @@ use crate::CompressError;
 pub const AWQ_ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
 
 /// Tokenizer and generation files copied from a Hugging Face input folder when present.
-const TOKENIZER_FILES: [&str; 10] = [
+pub const TOKENIZER_FILES: [&str; 10] = [
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -384,6 +384,18 @@ pub fn write_hf_folder(
     out: &Path,
     force: bool,
 ) -> Result<HfWritten, CompressError> {
+    write_folder_atomically(out, force, |partial| write_into(e, partial))
+}
+
+/// Runs `body` on the folder `OUT.partial` (created empty first; a leftover of an interrupted
+/// run is removed) and renames it to `out` when `body` succeeds; on any error the partial
+/// folder is removed and `out` is left as it was. An existing `out` is an error unless
+/// `force`, and is replaced only after `body` succeeded.
+pub fn write_folder_atomically<T>(
+    out: &Path,
+    force: bool,
+    body: impl FnOnce(&Path) -> Result<T, CompressError>,
+) -> Result<T, CompressError> {
     if out.exists() && !force {
         return Err(invalid(format!(
             "{} already exists; choose another output or pass --force to replace it",
@@ -397,25 +409,28 @@ pub fn write_hf_folder(
             .or_else(|_| std::fs::remove_file(&partial))
             .map_err(|err| io_error(&partial, err))?;
     }
-    let result = write_into(e, &partial).and_then(|written| {
-        if out.exists() {
-            let removed = if out.is_dir() {
-                std::fs::remove_dir_all(out)
-            } else {
-                std::fs::remove_file(out)
-            };
-            removed.map_err(|err| io_error(out, err))?;
-        }
-        std::fs::rename(&partial, out).map_err(|err| io_error(out, err))?;
-        Ok(written)
-    });
+    let result = std::fs::create_dir_all(&partial)
+        .map_err(|err| io_error(&partial, err))
+        .and_then(|_| body(&partial))
+        .and_then(|written| {
+            if out.exists() {
+                let removed = if out.is_dir() {
+                    std::fs::remove_dir_all(out)
+                } else {
+                    std::fs::remove_file(out)
+                };
+                removed.map_err(|err| io_error(out, err))?;
+            }
+            std::fs::rename(&partial, out).map_err(|err| io_error(out, err))?;
+            Ok(written)
+        });
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&partial);
     }
     result
 }
 
-fn io_error(path: &Path, err: std::io::Error) -> CompressError {
+pub(crate) fn io_error(path: &Path, err: std::io::Error) -> CompressError {
     CompressError::Write {
         path: path.to_path_buf(),
         message: err.to_string(),
@@ -610,7 +625,7 @@ fn write_f16s(w: &mut impl Write, v: impl Iterator<Item = f16>) -> std::io::Resu
     Ok(())
 }
 
-fn write_json(path: &Path, v: &Value) -> Result<(), CompressError> {
+pub(crate) fn write_json(path: &Path, v: &Value) -> Result<(), CompressError> {
     let text = serde_json::to_string_pretty(v).map_err(|err| invalid(err.to_string()))?;
     std::fs::write(path, text + "\n").map_err(|err| io_error(path, err))
 }

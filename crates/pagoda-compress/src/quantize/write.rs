@@ -6,10 +6,11 @@
 //! blocks) into the file; no copy of the whole model is built.
 //!
 //! Invariant: the output appears only when complete — it is written to `OUT.partial` and
-//! renamed; on any error the partial file is removed and no file named `OUT` is created.
+//! renamed; on any error the partial file is removed and no file named `OUT` is created
+//! ([`write_file_atomically`], shared with `pagoda merge-lora`).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pagoda_kernels::GgmlType;
 use pagoda_model::gguf::{GgufFile, GgufValue, GgufWriter};
@@ -63,37 +64,50 @@ pub fn write_gguf(
             view.data(),
         ));
     }
-    let partial = out.with_extension(match out.extension() {
-        Some(e) => format!("{}.partial", e.to_string_lossy()),
-        None => "partial".into(),
-    });
     // Streamed: the tensors go from the weights (mapped or quantized) to the file, with no
     // copy of the whole model in memory.
+    write_file_atomically(out, |buf| {
+        w.write_borrowed(&tensors, buf)
+            .map_err(|e| CompressError::Write {
+                path: out.to_path_buf(),
+                message: e.to_string(),
+            })
+    })
+}
+
+/// `OUT.partial` for a file `out` (`model.gguf` → `model.gguf.partial`).
+pub fn partial_file_path(out: &Path) -> PathBuf {
+    out.with_extension(match out.extension() {
+        Some(e) => format!("{}.partial", e.to_string_lossy()),
+        None => "partial".into(),
+    })
+}
+
+/// Runs `body` on a buffered `OUT.partial` and renames it to `out` when `body` succeeds
+/// (replacing a file `out`); on any error the partial file is removed and no file named `out`
+/// is created. Errors of the file itself are [`CompressError::Write`] naming `out`.
+pub fn write_file_atomically(
+    out: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<u64, CompressError>,
+) -> Result<u64, CompressError> {
+    let partial = partial_file_path(out);
+    let write_err = |e: std::io::Error| CompressError::Write {
+        path: out.to_path_buf(),
+        message: e.to_string(),
+    };
     let result = std::fs::File::create(&partial)
-        .map_err(|e| e.to_string())
+        .map_err(write_err)
         .and_then(|f| {
             let mut buf = std::io::BufWriter::new(f);
-            let n = w
-                .write_borrowed(&tensors, &mut buf)
-                .map_err(|e| e.to_string())?;
-            buf.flush().map_err(|e| e.to_string())?;
+            let n = body(&mut buf)?;
+            buf.flush().map_err(write_err)?;
             Ok(n)
         })
-        .and_then(|n| {
-            std::fs::rename(&partial, out)
-                .map(|_| n)
-                .map_err(|e| e.to_string())
-        });
-    match result {
-        Ok(n) => Ok(n),
-        Err(message) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(CompressError::Write {
-                path: out.to_path_buf(),
-                message,
-            })
-        }
+        .and_then(|n| std::fs::rename(&partial, out).map(|_| n).map_err(write_err));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
     }
+    result
 }
 
 #[cfg(test)]

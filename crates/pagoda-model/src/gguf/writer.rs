@@ -161,18 +161,51 @@ impl GgufWriter {
     /// Streams this writer's metadata and `tensors` (borrowed: name, type, shape outermost
     /// first, bytes) to `out`, one tensor at a time, without building the file in memory
     /// (tensors added with [`GgufWriter::add_tensor`] are not written: use one or the other).
-    /// Each tensor is checked as `add_tensor` checks it. Returns the bytes written.
+    /// Each tensor is checked as `add_tensor` checks it, before anything is written. Returns
+    /// the bytes written.
     pub fn write_borrowed(
         &self,
         tensors: &[(&str, GgmlType, &[usize], &[u8])],
         out: &mut impl Write,
     ) -> Result<u64, ModelError> {
+        for &(name, ty, shape, data) in tensors {
+            let want = tensor_bytes(name, ty, shape)?;
+            if want != data.len() {
+                return Err(tensor_error(
+                    name,
+                    format!(
+                        "shape {shape:?} of {ty} needs {want} bytes, got {}",
+                        data.len()
+                    ),
+                ));
+            }
+        }
+        let infos: Vec<(&str, GgmlType, &[usize])> = tensors
+            .iter()
+            .map(|&(name, ty, shape, _)| (name, ty, shape))
+            .collect();
+        self.write_streamed(&infos, out, |i| {
+            Ok::<_, ModelError>(std::borrow::Cow::Borrowed(tensors[i].3))
+        })
+    }
+
+    /// Streams this writer's metadata and the tensors described by `infos` (name, type, shape
+    /// outermost first) to `out`; tensor `i`'s bytes are asked of `data(i)` only when it is
+    /// written, in order, so a caller can make each tensor just in time (peak memory: one
+    /// tensor). The header is computed from the shapes; bytes of another length than the
+    /// shape needs are an error. Returns the bytes written.
+    pub fn write_streamed<'a, E: From<ModelError>>(
+        &self,
+        infos: &[(&str, GgmlType, &[usize])],
+        out: &mut impl Write,
+        mut data: impl FnMut(usize) -> Result<std::borrow::Cow<'a, [u8]>, E>,
+    ) -> Result<u64, E> {
         let align = self.alignment();
         let mut seen = std::collections::HashSet::new();
         let mut head = Vec::new();
         head.extend_from_slice(&GGUF_MAGIC);
         head.extend_from_slice(&3u32.to_le_bytes());
-        head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(infos.len() as u64).to_le_bytes());
         head.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
         for (k, v) in &self.metadata {
             write_string(&mut head, k);
@@ -180,34 +213,22 @@ impl GgufWriter {
             write_value(&mut head, v);
         }
         let mut offset = 0u64;
-        for &(name, ty, shape, data) in tensors {
-            let err = |message: String| ModelError::Tensor {
-                path: PathBuf::from("<gguf writer>"),
-                tensor: name.to_string(),
-                message,
-            };
+        let mut sizes = Vec::with_capacity(infos.len());
+        for &(name, ty, shape) in infos {
             if !seen.insert(name) {
-                return Err(err("added twice".into()));
+                return Err(tensor_error(name, "added twice".into()).into());
             }
-            if shape.is_empty() || shape.len() > super::MAX_DIMS {
-                return Err(err(format!("shape {shape:?} must have 1 to 4 dimensions")));
-            }
-            let rows: usize = shape[..shape.len() - 1].iter().product();
-            let want = ty.row_bytes(shape[shape.len() - 1])? * rows;
-            if want != data.len() {
-                return Err(err(format!(
-                    "shape {shape:?} of {ty} needs {want} bytes, got {}",
-                    data.len()
-                )));
-            }
+            let size = tensor_bytes(name, ty, shape)?;
             write_string(&mut head, name);
             head.extend_from_slice(&(shape.len() as u32).to_le_bytes());
             for &d in shape.iter().rev() {
                 head.extend_from_slice(&(d as u64).to_le_bytes());
             }
-            head.extend_from_slice(&gguf_type_id(ty).map_err(err)?.to_le_bytes());
+            let id = gguf_type_id(ty).map_err(|m| tensor_error(name, m))?;
+            head.extend_from_slice(&id.to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
-            offset += (data.len() as u64).div_ceil(align as u64) * align as u64;
+            offset += (size as u64).div_ceil(align as u64) * align as u64;
+            sizes.push(size);
         }
         pad(&mut head, align);
         let io = |source| ModelError::Io {
@@ -216,10 +237,21 @@ impl GgufWriter {
         };
         out.write_all(&head).map_err(io)?;
         let zeros = vec![0u8; align];
-        for &(_, _, _, data) in tensors {
-            out.write_all(data).map_err(io)?;
-            let padded = data.len().div_ceil(align) * align;
-            out.write_all(&zeros[..padded - data.len()]).map_err(io)?;
+        for (i, (&(name, ty, shape), &size)) in infos.iter().zip(&sizes).enumerate() {
+            let bytes = data(i)?;
+            if bytes.len() != size {
+                return Err(tensor_error(
+                    name,
+                    format!(
+                        "shape {shape:?} of {ty} needs {size} bytes, got {}",
+                        bytes.len()
+                    ),
+                )
+                .into());
+            }
+            out.write_all(&bytes).map_err(io)?;
+            let padded = size.div_ceil(align) * align;
+            out.write_all(&zeros[..padded - size]).map_err(io)?;
         }
         Ok(head.len() as u64 + offset)
     }
@@ -235,6 +267,31 @@ impl GgufWriter {
         f.write_all(&self.to_bytes()).map_err(io)?;
         f.flush().map_err(io)
     }
+}
+
+fn tensor_error(name: &str, message: String) -> ModelError {
+    ModelError::Tensor {
+        path: PathBuf::from("<gguf writer>"),
+        tensor: name.to_string(),
+        message,
+    }
+}
+
+/// The byte size of a tensor of `ty` and `shape` (outermost first), checked as `add_tensor`
+/// checks it.
+fn tensor_bytes(name: &str, ty: GgmlType, shape: &[usize]) -> Result<usize, ModelError> {
+    if shape.is_empty() || shape.len() > super::MAX_DIMS {
+        return Err(tensor_error(
+            name,
+            format!("shape {shape:?} must have 1 to 4 dimensions"),
+        ));
+    }
+    let rows = shape[..shape.len() - 1]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    let row = ty.row_bytes(shape[shape.len() - 1])?;
+    rows.and_then(|r| r.checked_mul(row))
+        .ok_or_else(|| tensor_error(name, format!("shape {shape:?} overflows")))
 }
 
 fn pad(out: &mut Vec<u8>, align: usize) {

@@ -277,3 +277,64 @@ proptest! {
         }
     }
 }
+
+/// A copy of the tiny Llama folder with `edit` applied to its config.json.
+fn tiny_llama_with(edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let path = dir.path().join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, v.to_string()).unwrap();
+    dir
+}
+
+/// The deploy path every refusal of a fine-tuning artefact names.
+fn says_merge_then_quantize(e: &str) {
+    for needle in [
+        "pagoda merge-lora BASE ADAPTER -o merged",
+        "pagoda quantize merged -o merged-q4.gguf",
+        "--quantize nf4",
+    ] {
+        assert!(e.contains(needle), "{needle:?} missing from: {e}");
+    }
+}
+
+#[test]
+fn a_qlora_bitsandbytes_checkpoint_is_refused_with_the_deploy_path() {
+    for q in [
+        serde_json::json!({"quant_method": "bitsandbytes", "load_in_4bit": true,
+            "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16"}),
+        serde_json::json!({"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}),
+        serde_json::json!({"quant_method": "bitsandbytes", "load_in_8bit": true}),
+    ] {
+        let dir = tiny_llama_with(|v| v["quantization_config"] = q.clone());
+        let e = pagoda_model::open_model(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("bitsandbytes") && e.contains("config.json"),
+            "{e}"
+        );
+        says_merge_then_quantize(&e);
+    }
+    // The unquantized folder itself still loads.
+    let plain = tiny_llama_with(|_| {});
+    pagoda_model::open_model(plain.path()).unwrap();
+}
+
+#[test]
+fn an_adapter_folder_is_refused_as_a_model_with_the_deploy_path() {
+    let e = pagoda_model::open_model(&golden().join("adapter"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("PEFT LoRA adapter") && e.contains("adapter_config.json"),
+        "{e}"
+    );
+    says_merge_then_quantize(&e);
+}

@@ -21,6 +21,20 @@ pub fn detect_format(path: &Path) -> Result<Format> {
         if path.join("config.json").is_file() {
             return Ok(Format::HfFolder);
         }
+        if path.join("adapter_config.json").is_file() {
+            // The same deploy path as pagoda_model::lora::MERGE_THEN_QUANTIZE (this crate
+            // depends on no other Pagoda crate).
+            return Err(StoreError::NotAModel {
+                path: path.to_path_buf(),
+                reason: "this is a PEFT LoRA adapter (adapter_config.json, no config.json), \
+                         not a model: it only holds the changes to a base model. To serve the \
+                         fine-tune, merge the adapter into the unquantized base model, then \
+                         quantize the merged model: `pagoda merge-lora BASE ADAPTER -o merged`, \
+                         then `pagoda quantize merged -o merged-q4.gguf` (a GGUF base), or \
+                         quantize at load: `pagoda run merged --quantize nf4`"
+                    .into(),
+            });
+        }
         return Err(StoreError::NotAModel {
             path: path.to_path_buf(),
             reason: "the folder has no config.json, so it is not a Hugging Face model folder; to use a GGUF file, pass the file itself".into(),
