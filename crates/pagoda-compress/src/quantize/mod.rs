@@ -33,6 +33,7 @@ pub mod awq;
 pub mod calibrate;
 pub mod gptq;
 pub mod grid;
+pub mod gguf_meta;
 pub mod hf_write;
 mod linalg;
 pub mod offline;
