@@ -15,7 +15,10 @@ Pagoda did not write, and makes the committed golden tests/golden/hf_gguf.json.
      first 8 logits.
    The Rust test crates/pagoda-compress/tests/it/hf_gguf.rs converts the folders the same way
    and checks Pagoda's logits on the written file against these (CI needs no Python).
-2. With PAGODA_TEST_SMOLLM2_HF (an F16 Hugging Face folder of SmolLM2, e.g. made by
+2. Unquantized: the Rust test writes each folder as an F32 GGUF (PAGODA_HF_GGUF_KEEP=DIR keeps
+   it); llama.cpp's logits on it are compared with transformers' on the folder
+   (tests/golden/tiny-*/logits.json, float32 eager) and the largest difference is recorded.
+3. With PAGODA_TEST_SMOLLM2_HF (an F16 Hugging Face folder of SmolLM2, e.g. made by
    scripts/make_hf_f16.py from the SmolLM2 GGUF), the same for that folder, RTN 4-bit: the
    tokenizer.ggml.pre chosen, AutoTokenizer vs llama.cpp token ids on the sample, and
    llama.cpp's top-1 next tokens printed beside Pagoda's (by hand: `pagoda run`).
@@ -104,6 +107,26 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["tiny-llama", "tiny-qwen2"]:
             golden["models"][name] = one(pagoda, name, ROOT / "tests/golden" / name, tmp)
+        keep = Path(tmp) / "keep"
+        keep.mkdir()
+        subprocess.run(["cargo", "test", "-q", "-p", "pagoda-compress", "--test", "it",
+                        "hf_gguf::unquantized"], check=True, cwd=ROOT,
+                       env={**os.environ, "PAGODA_HF_GGUF_KEEP": str(keep)})
+        for name in ["tiny-llama", "tiny-qwen2"]:
+            ref = json.loads((ROOT / "tests/golden" / name / "logits.json").read_text())
+            ids = ref["token_ids"]
+            want = np.array(ref["logits"], dtype=np.float64).reshape(len(ids), -1)
+            llm = Llama(model_path=str(keep / f"{name}-f32.gguf"), n_ctx=256, n_threads=2,
+                        logits_all=True, verbose=False)
+            llm.reset()
+            llm.eval(ids)
+            got = np.array(llm.scores[: len(ids)], dtype=np.float64).reshape(len(ids), -1)
+            d = float(np.abs(got - want).max())
+            same = bool((got.argmax(1) == want.argmax(1)).all())
+            assert d < 0.01 * want.std() and same, (name, d)
+            print(f"{name}: F32 GGUF in llama.cpp vs transformers on the folder: max |diff| "
+                  f"{d:.2e} (logits sd {want.std():.2f}), argmax equal: {same}")
+            golden["models"][name]["f32_llama_cpp_vs_transformers_max_abs"] = round(d, 6)
         smol = os.environ.get("PAGODA_TEST_SMOLLM2_HF")
         if smol:
             out = Path(tmp) / "smol.gguf"

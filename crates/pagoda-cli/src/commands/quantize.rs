@@ -1,7 +1,8 @@
 //! `pagoda quantize`: offline quantization of a GGUF model or a Hugging Face folder (F32 / F16
 //! / BF16, or any block type, dequantized layer by layer) with RTN, GPTQ or AWQ, into a GGUF
-//! file (Q4_0 / Q4_1 / Q8_0 blocks) or a Hugging Face folder in the GPTQ or AWQ layout, with a
-//! calibration pass for GPTQ and AWQ and a progress bar per layer. The work is
+//! file (Q4_0 / Q4_1 / Q8_0 blocks; from a folder, its metadata is made from config.json and
+//! the tokenizer files by `gguf_meta`) or a Hugging Face folder in the GPTQ or AWQ layout, with
+//! a calibration pass for GPTQ and AWQ and a progress bar per layer. The work is
 //! pagoda-compress's; this module parses, picks the output format, reports and writes.
 //!
 //! Invariant: every option combination the output cannot hold, and an existing OUT without
@@ -36,7 +37,10 @@ const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/ca
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
     /// The model to quantize: a store name, a GGUF file (its metadata is copied) or a Hugging
-    /// Face folder (config.json + safetensors in F32/F16/BF16).
+    /// Face folder (config.json + safetensors in F32/F16/BF16, tokenizer.json,
+    /// tokenizer_config.json). GGUF output from a folder makes llama.cpp's metadata from those
+    /// files: Llama and Qwen2 with a byte-level BPE vocabulary (SentencePiece vocabularies and
+    /// Gemma 3 are refused before any work).
     pub model: String,
     /// Output: a GGUF file, or a folder for --format gptq/awq (written only when complete).
     #[arg(short, long)]

@@ -187,8 +187,14 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
         "rope.dimension_count",
         GgufValue::U32(u32_of("rotary dimension", cfg.rope_dim)?),
     );
-    put("vocab_size", GgufValue::U32(u32_of("vocab_size", cfg.vocab_size)?));
-    if src.config_json.get("head_dim").is_some_and(|v| !v.is_null())
+    put(
+        "vocab_size",
+        GgufValue::U32(u32_of("vocab_size", cfg.vocab_size)?),
+    );
+    if src
+        .config_json
+        .get("head_dim")
+        .is_some_and(|v| !v.is_null())
         || cfg.head_dim * cfg.n_heads != cfg.hidden_size
     {
         let hd = u32_of("head_dim", cfg.head_dim)?;
@@ -211,7 +217,10 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
             put("rope.scaling.factor", GgufValue::F32(factor));
             put(
                 "rope.scaling.original_context_length",
-                GgufValue::U32(u32_of("original_max_position_embeddings", original_max_position)?),
+                GgufValue::U32(u32_of(
+                    "original_max_position_embeddings",
+                    original_max_position,
+                )?),
             );
             put("rope.scaling.yarn_beta_fast", GgufValue::F32(beta_fast));
             put("rope.scaling.yarn_beta_slow", GgufValue::F32(beta_slow));
@@ -274,8 +283,8 @@ fn read_json(path: &Path) -> Result<Option<Value>, CompressError> {
     if !path.is_file() {
         return Ok(None);
     }
-    let bytes = std::fs::read(path)
-        .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| invalid(format!("{}: not valid JSON: {e}", path.display())))
@@ -306,7 +315,10 @@ fn tokenizer_metadata(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>
     let gen = read_json(&src.dir.join("generation_config.json"))?;
     let n = vocab.tokens.len();
     let mut kv: Vec<(String, GgufValue)> = vec![
-        ("tokenizer.ggml.model".into(), GgufValue::String("gpt2".into())),
+        (
+            "tokenizer.ggml.model".into(),
+            GgufValue::String("gpt2".into()),
+        ),
         (
             "tokenizer.ggml.pre".into(),
             GgufValue::String(vocab.pre.into()),
@@ -381,12 +393,23 @@ fn tokenizer_metadata(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>
         .bos_id()
         .is_some_and(|b| with.first() == Some(&b) && without.first() != Some(&b));
     let add_eos = with.len() > without.len()
-        && with.last().is_some_and(|e| src.tokenizer.eos_ids().contains(e))
+        && with
+            .last()
+            .is_some_and(|e| src.tokenizer.eos_ids().contains(e))
         && with.last() != without.last();
-    kv.push(("tokenizer.ggml.add_bos_token".into(), GgufValue::Bool(add_bos)));
-    kv.push(("tokenizer.ggml.add_eos_token".into(), GgufValue::Bool(add_eos)));
+    kv.push((
+        "tokenizer.ggml.add_bos_token".into(),
+        GgufValue::Bool(add_bos),
+    ));
+    kv.push((
+        "tokenizer.ggml.add_eos_token".into(),
+        GgufValue::Bool(add_eos),
+    ));
     if let Some(t) = src.chat_template {
-        kv.push(("tokenizer.chat_template".into(), GgufValue::String(t.into())));
+        kv.push((
+            "tokenizer.chat_template".into(),
+            GgufValue::String(t.into()),
+        ));
     }
     Ok(kv)
 }
@@ -597,7 +620,9 @@ mod tests {
     #[test]
     fn pre_tokenizer_shapes() {
         assert_eq!(
-            pre_by_shape(&json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})),
+            pre_by_shape(
+                &json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})
+            ),
             Some("gpt-2")
         );
         assert_eq!(

@@ -31,9 +31,9 @@
 
 pub mod awq;
 pub mod calibrate;
+pub mod gguf_meta;
 pub mod gptq;
 pub mod grid;
-pub mod gguf_meta;
 pub mod hf_write;
 mod linalg;
 pub mod offline;

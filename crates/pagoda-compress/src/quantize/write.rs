@@ -135,6 +135,10 @@ pub fn gguf_rope_row_order(rows: usize, n_head: usize) -> Option<Vec<usize>> {
     Some(order)
 }
 
+/// A tensor of the output: name, type, shape (outermost first), bytes (borrowed from the
+/// weights, or made here: permuted, widened to F32, RoPE factors).
+type OutTensor<'a> = (String, GgmlType, Vec<usize>, Cow<'a, [u8]>);
+
 /// Where a tensor goes in llama.cpp's usual order: embeddings, RoPE factors, the layers in
 /// number order, the final norm, the output head.
 fn tensor_rank(name: &str) -> (usize, usize, String) {
@@ -188,7 +192,7 @@ pub fn write_gguf_from_hf(
         .filter(|v| !(tied && v.name == "output.weight"))
         .collect();
     views.sort_by_key(|v| tensor_rank(&v.name));
-    let mut owned: Vec<(String, GgmlType, Vec<usize>, Cow<'_, [u8]>)> = Vec::new();
+    let mut owned: Vec<OutTensor<'_>> = Vec::new();
     if let Some(factors) = llama3_rope_factors(cfg) {
         let bytes = factors.iter().flat_map(|x| x.to_le_bytes()).collect();
         owned.push((
