@@ -438,7 +438,10 @@ pub fn byte_level_vocab(
     let ty = model.get("type").and_then(Value::as_str).unwrap_or("");
     let spm = dir.join("tokenizer.model").is_file()
         || model.get("byte_fallback").and_then(Value::as_bool) == Some(true)
-        || tj.to_string().contains("\"Metaspace\"");
+        || ["pre_tokenizer", "decoder", "normalizer"].iter().any(|k| {
+            tj.get(k)
+                .is_some_and(|v| v.to_string().contains("\"Metaspace\""))
+        });
     if spm {
         return Err(invalid(format!(
             "{}: a SentencePiece vocabulary (byte fallback / Metaspace{}); GGUF output writes \

@@ -343,6 +343,14 @@ fn bad_folders_are_refused_before_any_file() {
     std::fs::write(spm.join("tokenizer.model"), b"x").unwrap();
     let e = try_write(&spm, &config_json(&spm));
     assert!(e.contains("SentencePiece"), "{e}");
+    // SentencePiece by its pre-tokenizer (no tokenizer.model).
+    let meta = copy("metaspace");
+    let mut tj: Value =
+        serde_json::from_slice(&std::fs::read(meta.join("tokenizer.json")).unwrap()).unwrap();
+    tj["pre_tokenizer"] = serde_json::json!({"type": "Metaspace", "replacement": "\u{2581}"});
+    std::fs::write(meta.join("tokenizer.json"), tj.to_string()).unwrap();
+    let e = try_write(&meta, &config_json(&meta));
+    assert!(e.contains("SentencePiece"), "{e}");
     // An unknown pre-tokenizer.
     let odd = copy("odd-pre");
     let mut tj: Value =
