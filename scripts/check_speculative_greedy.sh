@@ -6,7 +6,8 @@
 #
 #   scripts/check_speculative_greedy.sh [TARGET] [DRAFT]     (defaults: qwen2.5-coder:1.5b/0.5b)
 #
-# Environment: PAGODA (default target/release/pagoda), MAX_TOKENS (128), THREADS (2).
+# Environment: PAGODA (default target/release/pagoda), MAX_TOKENS (128), THREADS (2), SEQS (16:
+# sequences per step; 1 = one request at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${1:-qwen2.5-coder:1.5b}"
@@ -30,7 +31,7 @@ run() { # name extra-args...
   local name="$1"; shift
   local t0=$SECONDS
   "$pagoda" batch "$out/in.jsonl" -o "$out/$name.jsonl" --model "$target" --threads "$threads" \
-    --max-num-seqs 16 "$@" 2>"$out/$name.log"
+    --max-num-seqs "${SEQS:-16}" "$@" 2>"$out/$name.log"
   echo "$name: $((SECONDS - t0)) s"
 }
 run plain

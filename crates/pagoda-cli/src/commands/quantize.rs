@@ -1,7 +1,8 @@
 //! `pagoda quantize`: offline quantization of a GGUF model or a Hugging Face folder (F32 / F16
 //! / BF16, or any block type, dequantized layer by layer) with RTN, GPTQ or AWQ, into a GGUF
-//! file (Q4_0 / Q4_1 / Q8_0 blocks) or a Hugging Face folder in the GPTQ or AWQ layout, with a
-//! calibration pass for GPTQ and AWQ and a progress bar per layer. The work is
+//! file (Q4_0 / Q4_1 / Q8_0 blocks; from a folder, its metadata is made from config.json and
+//! the tokenizer files by `gguf_meta`) or a Hugging Face folder in the GPTQ or AWQ layout, with
+//! a calibration pass for GPTQ and AWQ and a progress bar per layer. The work is
 //! pagoda-compress's; this module parses, picks the output format, reports and writes.
 //!
 //! Invariant: every option combination the output cannot hold, and an existing OUT without
@@ -15,6 +16,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
+use pagoda_compress::quantize::gguf_meta::{hf_gguf_metadata, HfGgufSource};
 use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
 use pagoda_compress::quantize::hf_write::{
     partial_path, quantize_for_hf, write_hf_folder, ExportSource, HfExport,
@@ -23,7 +25,7 @@ use pagoda_compress::quantize::offline::{
     gguf_grid, quantize_model_with, Calibration, Method, OfflineOptions, OutputFormat,
 };
 use pagoda_compress::quantize::sequential::SequentialCalibration;
-use pagoda_compress::quantize::write::write_gguf;
+use pagoda_compress::quantize::write::{write_gguf, write_gguf_from_hf};
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
 use pagoda_server::loader::{self, Pull};
@@ -35,7 +37,10 @@ const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/ca
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
     /// The model to quantize: a store name, a GGUF file (its metadata is copied) or a Hugging
-    /// Face folder (config.json + safetensors in F32/F16/BF16).
+    /// Face folder (config.json + safetensors in F32/F16/BF16, tokenizer.json,
+    /// tokenizer_config.json). GGUF output from a folder makes llama.cpp's metadata from those
+    /// files: Llama and Qwen2 with a byte-level BPE vocabulary (SentencePiece vocabularies and
+    /// Gemma 3 are refused before any work).
     pub model: String,
     /// Output: a GGUF file, or a folder for --format gptq/awq (written only when complete).
     #[arg(short, long)]
@@ -197,14 +202,33 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let source = open_model(&resolved.path)
         .with_context(|| format!("opening {}", resolved.path.display()))?;
     let from_gguf = source.format == ModelFormat::Gguf;
-    if !from_gguf && format == OutputFormat::Gguf {
-        bail!(
-            "{} is a Hugging Face folder; GGUF output takes its metadata from a GGUF input for \
-             now: write a folder (--format gptq or --format awq), or quantize the folder at \
-             load time (`pagoda run/serve --quantize q4_k`)",
-            resolved.path.display()
-        );
-    }
+    // A Hugging Face folder's config.json: the folder outputs copy it, GGUF output makes its
+    // metadata from it.
+    let config_json: Option<serde_json::Value> = if from_gguf {
+        None
+    } else {
+        let path = resolved.path.join("config.json");
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        Some(
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not valid JSON", path.display()))?,
+        )
+    };
+    let hf_gguf = match (&config_json, format) {
+        (Some(config_json), OutputFormat::Gguf) => {
+            let src = HfGgufSource {
+                dir: &resolved.path,
+                config_json,
+                cfg: &source.config,
+                tokenizer: &source.tokenizer,
+                chat_template: source.chat_template.as_ref().map(|t| t.source()),
+            };
+            // Refuse what GGUF cannot hold (architecture, tokenizer) before any work.
+            hf_gguf_metadata(&src)?;
+            Some(src)
+        }
+        _ => None,
+    };
     let started = Instant::now();
     let tokens = if method.needs_calibration() {
         let text = match &args.calibration {
@@ -247,7 +271,6 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let pb = bar(source.config.n_layers, "layers");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let (report, written, what) = if format == OutputFormat::Gguf {
-        let gguf = GgufFile::open(&resolved.path)?;
         let (weights, report) =
             quantize_model_with(&source.weights, &source.config, &calib, &opts, |d, _| {
                 pb.set_position(d as u64)
@@ -264,7 +287,13 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
                 (false, GridKind::IntegerZero) => "asym int-zero",
             }
         );
-        let written = write_gguf(&gguf, &weights, ty, &note, &args.output)?;
+        let written = match &hf_gguf {
+            Some(src) => write_gguf_from_hf(src, &weights, ty, &note, &args.output)?,
+            None => {
+                let gguf = GgufFile::open(&resolved.path)?;
+                write_gguf(&gguf, &weights, ty, &note, &args.output)?
+            }
+        };
         (report, written, format!("{ty}"))
     } else {
         let quantized = quantize_for_hf(
@@ -277,22 +306,15 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             |d, _| pb.set_position(d as u64),
         )?;
         pb.finish_and_clear();
-        let config_json: serde_json::Value;
-        let export_source = if from_gguf {
-            ExportSource::Gguf {
+        let export_source = match &config_json {
+            None => ExportSource::Gguf {
                 tokenizer: &source.tokenizer,
                 chat_template: source.chat_template.as_ref().map(|t| t.source()),
-            }
-        } else {
-            let path = resolved.path.join("config.json");
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            config_json = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{}: not valid JSON", path.display()))?;
-            ExportSource::HfFolder {
+            },
+            Some(config_json) => ExportSource::HfFolder {
                 dir: &resolved.path,
-                config_json: &config_json,
-            }
+                config_json,
+            },
         };
         let export = HfExport {
             format,

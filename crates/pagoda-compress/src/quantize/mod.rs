@@ -31,6 +31,7 @@
 
 pub mod awq;
 pub mod calibrate;
+pub mod gguf_meta;
 pub mod gptq;
 pub mod grid;
 pub mod hf_write;

@@ -1,6 +1,11 @@
 //! Writing a quantized model as a GGUF file: the source GGUF's metadata (with
 //! `general.file_type` set to the new main type and a note of how it was made), then every
-//! tensor in the source's order, from the new weights.
+//! tensor in the source's order, from the new weights ([`write_gguf`]); or, for a Hugging Face
+//! folder, metadata made by [`gguf_meta`](super::gguf_meta) and the tensors in llama.cpp's
+//! layout ([`write_gguf_from_hf`]): a Llama model's Q and K rows (weights and biases) moved
+//! into llama.cpp's interleaved RoPE order (whole rows move, so quantized blocks are
+//! unchanged), norms and biases in F32, no `output.weight` when `config.json` ties the
+//! embeddings, and Llama 3 RoPE scaling as a `rope_freqs.weight` tensor.
 //!
 //! Peak memory: the tensors are streamed from the weights (the source's mapping, the quantized
 //! blocks) into the file; no copy of the whole model is built.
@@ -9,13 +14,17 @@
 //! renamed; on any error the partial file is removed and no file named `OUT` is created
 //! ([`write_file_atomically`], shared with `pagoda merge-lora`).
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use pagoda_kernels::GgmlType;
 use pagoda_model::gguf::{GgufFile, GgufValue, GgufWriter};
+use pagoda_model::hf::hf_name;
 use pagoda_model::weights::Weights;
+use pagoda_model::Architecture;
 
+use super::gguf_meta::{hf_gguf_metadata, llama3_rope_factors, HfGgufSource};
 use crate::CompressError;
 
 /// llama.cpp's `general.file_type` for a model whose weights are mostly `ty`.
@@ -64,10 +73,20 @@ pub fn write_gguf(
             view.data(),
         ));
     }
+    write_atomically(&w, &tensors, out)
+}
+
+/// Streams `w`'s metadata and `tensors` to `OUT.partial`, then renames it to `out`; on any
+/// error the partial file is removed.
+fn write_atomically(
+    w: &GgufWriter,
+    tensors: &[(&str, GgmlType, &[usize], &[u8])],
+    out: &Path,
+) -> Result<u64, CompressError> {
     // Streamed: the tensors go from the weights (mapped or quantized) to the file, with no
     // copy of the whole model in memory.
     write_file_atomically(out, |buf| {
-        w.write_borrowed(&tensors, buf)
+        w.write_borrowed(tensors, buf)
             .map_err(|e| CompressError::Write {
                 path: out.to_path_buf(),
                 message: e.to_string(),
@@ -110,9 +129,159 @@ pub fn write_file_atomically(
     result
 }
 
+/// Row `r` of llama.cpp's order takes row `order[r]` of a Hugging Face Q or K matrix of
+/// `n_head` heads (llama.cpp's `permute`: each head's two RoPE halves interleaved); the
+/// inverse of [`hf_rope_row_order`](super::hf_write::hf_rope_row_order).
+pub fn gguf_rope_row_order(rows: usize, n_head: usize) -> Option<Vec<usize>> {
+    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 {
+        return None;
+    }
+    let hd = rows / n_head;
+    let half = hd / 2;
+    let mut order = Vec::with_capacity(rows);
+    for h in 0..n_head {
+        for i in 0..half {
+            for j in 0..2 {
+                order.push(h * hd + j * half + i);
+            }
+        }
+    }
+    Some(order)
+}
+
+/// A tensor of the output: name, type, shape (outermost first), bytes (borrowed from the
+/// weights, or made here: permuted, widened to F32, RoPE factors).
+type OutTensor<'a> = (String, GgmlType, Vec<usize>, Cow<'a, [u8]>);
+
+/// Where a tensor goes in llama.cpp's usual order: embeddings, RoPE factors, the layers in
+/// number order, the final norm, the output head.
+fn tensor_rank(name: &str) -> (usize, usize, String) {
+    match name {
+        "token_embd.weight" => (0, 0, String::new()),
+        "rope_freqs.weight" => (1, 0, String::new()),
+        "output_norm.weight" => (3, 0, String::new()),
+        "output.weight" => (4, 0, String::new()),
+        _ => {
+            let layer = name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split_once('.'))
+                .and_then(|(l, _)| l.parse::<usize>().ok())
+                .unwrap_or(usize::MAX);
+            (2, layer, name.to_string())
+        }
+    }
+}
+
+/// Writes `weights` — a Hugging Face folder's tensors under their canonical names, in the
+/// folder's row order, some quantized — as a GGUF file with metadata made from the folder
+/// (see the module docs). Every refusal (architecture, tokenizer, a tensor GGUF has no name
+/// for) happens before `out` or `OUT.partial` is created.
+pub fn write_gguf_from_hf(
+    src: &HfGgufSource<'_>,
+    weights: &Weights,
+    main_type: GgmlType,
+    note: &str,
+    out: &Path,
+) -> Result<u64, CompressError> {
+    let cfg = src.cfg;
+    let mut w = GgufWriter::new();
+    for (key, value) in hf_gguf_metadata(src)? {
+        w.add_metadata(key, value);
+    }
+    if let Some(id) = file_type_id(main_type) {
+        w.add_metadata("general.file_type", GgufValue::U32(id));
+    }
+    if !matches!(main_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        w.add_metadata("general.quantization_version", GgufValue::U32(2));
+    }
+    w.add_str("general.quantized_by", format!("pagoda {note}"));
+
+    let tied = src
+        .config_json
+        .get("tie_word_embeddings")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let mut views: Vec<_> = weights
+        .iter()
+        .filter(|v| !(tied && v.name == "output.weight"))
+        .collect();
+    views.sort_by_key(|v| tensor_rank(&v.name));
+    let mut owned: Vec<OutTensor<'_>> = Vec::new();
+    if let Some(factors) = llama3_rope_factors(cfg) {
+        let bytes = factors.iter().flat_map(|x| x.to_le_bytes()).collect();
+        owned.push((
+            "rope_freqs.weight".into(),
+            GgmlType::F32,
+            vec![factors.len()],
+            Cow::Owned(bytes),
+        ));
+    }
+    for view in views {
+        let name = view.name.as_str();
+        if hf_name(name, cfg.arch).is_none() {
+            return Err(CompressError::InvalidInput(format!(
+                "tensor {name} has no llama.cpp counterpart; this folder cannot be written as                  GGUF"
+            )));
+        }
+        let (ty, data): (GgmlType, Cow<'_, [u8]>) =
+            if view.shape.len() == 1 && view.ty != GgmlType::F32 {
+                let values = view.to_f32()?;
+                let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+                (GgmlType::F32, Cow::Owned(bytes))
+            } else {
+                (view.ty, Cow::Borrowed(view.data()))
+            };
+        let heads = match name.rsplit_once('.').map(|(stem, _)| stem) {
+            Some(stem) if cfg.arch == Architecture::Llama && stem.ends_with(".attn_q") => {
+                Some(cfg.n_heads)
+            }
+            Some(stem) if cfg.arch == Architecture::Llama && stem.ends_with(".attn_k") => {
+                Some(cfg.n_kv_heads)
+            }
+            _ => None,
+        };
+        let data = match heads {
+            None => data,
+            Some(n_head) => {
+                let rows = view.shape[0];
+                let order = gguf_rope_row_order(rows, n_head).ok_or_else(|| {
+                    CompressError::InvalidInput(format!(
+                        "{name}: {rows} rows do not split into {n_head} heads of an even size"
+                    ))
+                })?;
+                let row_bytes = data.len() / rows;
+                let mut p = Vec::with_capacity(data.len());
+                for &r in &order {
+                    p.extend_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
+                }
+                Cow::Owned(p)
+            }
+        };
+        owned.push((name.to_string(), ty, view.shape.clone(), data));
+    }
+    let tensors: Vec<(&str, GgmlType, &[usize], &[u8])> = owned
+        .iter()
+        .map(|(n, ty, s, d)| (n.as_str(), *ty, s.as_slice(), d.as_ref()))
+        .collect();
+    write_atomically(&w, &tensors, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quantize::hf_write::hf_rope_row_order;
+
+    #[test]
+    fn gguf_row_order_inverts_the_hf_one() {
+        for (rows, heads) in [(16, 2), (64, 4), (8, 1)] {
+            let to_gguf = gguf_rope_row_order(rows, heads).unwrap();
+            let to_hf = hf_rope_row_order(rows, heads).unwrap();
+            // HF -> GGUF -> HF is the identity.
+            let back: Vec<usize> = to_hf.iter().map(|&r| to_gguf[r]).collect();
+            assert_eq!(back, (0..rows).collect::<Vec<_>>());
+        }
+        assert!(gguf_rope_row_order(6, 4).is_none());
+    }
     use pagoda_model::weights::TensorView;
 
     #[test]

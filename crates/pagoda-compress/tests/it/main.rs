@@ -6,6 +6,7 @@
 mod common;
 mod eval_golden;
 mod hf_export_tiny_llama;
+mod hf_gguf;
 mod merge_lora;
 mod offline_tiny_llama;
 mod quantize_bad_input;
