@@ -1,12 +1,13 @@
 //! Executes one scheduled step on the model: copy-on-write block copies, then one batched
-//! forward pass over every scheduled chunk, returning logits for the chunks that sample.
+//! forward pass over every scheduled chunk (each under its request's LoRA adapter, if any),
+//! returning logits for the chunks that sample.
 //!
 //! Invariant: the runner never decides who runs; it does exactly what the
 //! [`SchedulerOutput`] says, and owns the paged KV memory the block pool's ids index.
 
 use crate::scheduler::SchedulerOutput;
 use crate::EngineError;
-use pagoda_model::arch::{BatchSegment, Logits, Model};
+use pagoda_model::arch::{BatchSegment, Logits, LoraWeights, Model};
 use pagoda_model::PagedKvCache;
 use std::sync::Arc;
 
@@ -30,6 +31,16 @@ impl ModelRunner {
 
     /// Runs the step; returns `[chunks with sample, vocab]` logits, in chunk order.
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<Vec<f32>, EngineError> {
+        self.execute_with_adapters(step, &[])
+    }
+
+    /// [`execute`](Self::execute) with chunk `i`'s rows under LoRA adapter `adapters[i]`
+    /// (missing entries: the base model).
+    pub fn execute_with_adapters(
+        &mut self,
+        step: &SchedulerOutput,
+        adapters: &[Option<LoraWeights>],
+    ) -> Result<Vec<f32>, EngineError> {
         for &(src, dst) in &step.copies {
             self.cache.copy_block(src, dst);
         }
@@ -39,11 +50,13 @@ impl ModelRunner {
         let segments: Vec<BatchSegment<'_>> = step
             .chunks
             .iter()
-            .map(|c| BatchSegment {
+            .enumerate()
+            .map(|(i, c)| BatchSegment {
                 tokens: &c.tokens,
                 start: c.start,
                 block_table: &c.block_table,
                 logits: c.sample.then_some(Logits::Last),
+                adapter: adapters.get(i).and_then(Option::as_ref),
             })
             .collect();
         Ok(self.model.forward_batch(&segments, &mut self.cache)?)
