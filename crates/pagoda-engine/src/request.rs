@@ -7,6 +7,7 @@
 use crate::generate::Usage;
 use crate::sampling::{SampledToken, SamplingParams};
 use crate::stop::FinishReason;
+use pagoda_model::arch::LoraWeights;
 use std::time::{Duration, Instant};
 
 /// Identifies a request for [`EngineHandle::abort`](crate::EngineHandle::abort).
@@ -30,6 +31,9 @@ pub struct EngineRequest {
     pub priority: i32,
     /// Choices sampled from the one prompt (`n` in the OpenAI API); they share its KV blocks.
     pub n: usize,
+    /// A LoRA adapter applied (unmerged) to this request's rows; `None`: the base model. The
+    /// handle keeps the adapter alive until the request ends, even if it is unloaded.
+    pub adapter: Option<LoraWeights>,
 }
 
 impl EngineRequest {
@@ -44,6 +48,7 @@ impl EngineRequest {
             ignore_eos: false,
             priority: 0,
             n: 1,
+            adapter: None,
         }
     }
 }
