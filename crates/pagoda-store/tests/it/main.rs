@@ -1165,12 +1165,8 @@ fn create_refuses_adapters_go_templates_and_unknown_bases_and_writes_nothing() {
             &opts,
         )
         .unwrap_err();
-    assert!(matches!(e, StoreError::AdapterUnsupported { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .contains("LoRA adapters are not supported yet"),
-        "{e}"
-    );
+    assert!(matches!(e, StoreError::Adapter { .. }), "{e}");
+    assert!(e.to_string().contains("no PEFT adapter folder"), "{e}");
 
     let e = store
         .create(
