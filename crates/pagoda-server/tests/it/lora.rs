@@ -169,3 +169,37 @@ async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time()
     assert!(s.wait_kv_empty().await);
     s.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_modelfile_adapter_applies_to_every_request() {
+    let mut c = config();
+    c.loras = vec![("alpha".into(), golden("tiny-llama-lora/alpha"))];
+    let s = start(c).await;
+    let store = s.store.clone();
+    let dir = golden("tiny-llama-lora");
+    let base = tiny_llama();
+    tokio::task::spawn_blocking(move || {
+        let mf =
+            pagoda_store::modelfile::Modelfile::parse(&format!("FROM {base}\nADAPTER ./alpha\n"))
+                .unwrap();
+        store
+            .create(
+                "tuned:1",
+                &mf,
+                &pagoda_store::CreateOptions {
+                    base_dir: Some(dir),
+                    progress: false,
+                },
+            )
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    let (tuned, model) = complete(&s, "tuned:1").await;
+    assert_eq!(model, "tuned:1");
+    let (alpha, _) = complete(&s, "alpha").await;
+    let (plain, _) = complete(&s, &tiny_llama()).await;
+    assert_eq!(tuned, alpha, "the Modelfile's adapter is applied");
+    assert_ne!(tuned, plain);
+    s.stop().await.unwrap();
+}
