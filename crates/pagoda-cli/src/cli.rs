@@ -202,7 +202,7 @@ comment line):
                                Go templates ({{ .Prompt }}) are not supported
   MESSAGE user Ahoy?           turns put before every chat (system, user or assistant)
   LICENSE \"\"\"...\"\"\"            the license text
-  ADAPTER ./lora.gguf          not supported yet (LoRA): refused
+  ADAPTER ./my-lora            a PEFT LoRA folder, applied to every request (kept by path)
 Values are the rest of the line, or quoted: \"\"\"multi-line\"\"\", \"...\" or '...'.
 What the Modelfile leaves unset keeps the base model's value. The new model names the base's
 blobs: no weights are copied, and removing the base keeps them.

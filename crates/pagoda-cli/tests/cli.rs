@@ -839,7 +839,7 @@ fn a_bad_modelfile_is_a_clear_error_with_exit_1_and_no_manifest() {
         ("PARAMETER temperature 0\n", &["no FROM line"][..]),
         (
             "FROM ./tiny\nADAPTER ./lora.gguf\n",
-            &["LoRA adapters are not supported yet"][..],
+            &["ADAPTER ./lora.gguf", "no PEFT adapter folder"][..],
         ),
         (
             "FROM ./tiny\nTEMPLATE \"\"\"{{ .System }} {{ .Prompt }}\"\"\"\n",

@@ -41,6 +41,16 @@ pub fn chain_hash(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
     h.finish()
 }
 
+/// The parent hash of a salted sequence's first block: `None` (the plain root) for salt 0.
+/// Sequences with different salts (a LoRA adapter's identity) never share cached blocks.
+pub fn salt_root(salt: u64) -> Option<BlockHash> {
+    (salt != 0).then(|| {
+        let mut h = DefaultHasher::new();
+        (ROOT_HASH, "salt", salt).hash(&mut h);
+        h.finish()
+    })
+}
+
 /// Chained hashes of the *full* blocks of `tokens`:
 /// `h[i] = hash(h[i-1], tokens[i*bs..(i+1)*bs])`. A trailing partial block has no hash.
 pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {

@@ -21,7 +21,7 @@ use crate::speculative::{SpecStats, SpeculativeConfig, Speculator};
 use crate::stop::FinishReason;
 use crate::EngineError;
 use flume::Sender;
-use pagoda_model::arch::Model;
+use pagoda_model::arch::{LoraWeights, Model};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_model::{KvDtype, PagedKvCache};
 use std::collections::HashMap;
@@ -307,6 +307,14 @@ impl EngineCore {
                 "max_tokens must be at least 1".into(),
             ));
         }
+        if let Some(a) = &req.adapter {
+            if !a.fits(model) {
+                return Err(EngineError::InvalidRequest(format!(
+                    "LoRA adapter {:?} was loaded for a model of another shape",
+                    a.name()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -325,13 +333,15 @@ impl EngineCore {
             return;
         }
         let seq = self.new_seq_id();
-        if let Err(e) = self.scheduler.add(
+        let salt = request.adapter.as_ref().map_or(0, |a| a.cache_salt());
+        if let Err(e) = self.scheduler.add_with_salt(
             SeqRequest {
                 id: seq,
                 prompt: request.prompt.clone(),
                 max_tokens: request.max_tokens,
                 priority: request.priority,
             },
+            salt,
             arrived,
         ) {
             let _ = events.send(TokenEvent::Error {
@@ -507,7 +517,8 @@ impl EngineCore {
             }
         }
         let executed = Instant::now();
-        let mut logits = match self.runner.execute(&out) {
+        let adapters = self.chunk_adapters(&out);
+        let mut logits = match self.runner.execute_with_adapters(&out, &adapters) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "forward pass failed; failing every request in flight");
@@ -698,6 +709,17 @@ impl EngineCore {
         if let Some(spec) = self.speculator.as_mut() {
             spec.release(seq);
         }
+    }
+
+    /// The LoRA adapter of each chunk's request (`None`: the base model).
+    fn chunk_adapters(&self, out: &crate::scheduler::SchedulerOutput) -> Vec<Option<LoraWeights>> {
+        out.chunks
+            .iter()
+            .map(|c| {
+                let state = self.seqs.get(&c.seq)?;
+                self.requests.get(&state.request)?.request.adapter.clone()
+            })
+            .collect()
     }
 
     fn refresh_stats(&mut self, tokens: usize) {

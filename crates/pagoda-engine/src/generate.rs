@@ -8,7 +8,7 @@
 use crate::sampling::{SampledToken, Sampler, SamplingParams};
 use crate::stop::{FinishReason, StopMatcher};
 use crate::EngineError;
-use pagoda_model::arch::{Logits, Model};
+use pagoda_model::arch::{Logits, LoraWeights, Model};
 use pagoda_model::tokenizer::{IncrementalDecoder, Tokenizer};
 use pagoda_model::KvCache;
 use std::sync::Arc;
@@ -95,6 +95,9 @@ pub struct Generator {
     cache: KvCache,
     /// Tokens whose keys and values are in `cache` (plus possibly one not yet fed).
     cached: Vec<u32>,
+    /// A LoRA adapter applied to every token (a Modelfile ADAPTER); fixed for the generator's
+    /// life, so the cached KV always belongs to it.
+    adapter: Option<LoraWeights>,
 }
 
 impl Generator {
@@ -106,7 +109,15 @@ impl Generator {
             tokenizer,
             cache,
             cached: Vec::new(),
+            adapter: None,
         }
+    }
+
+    /// Runs every generation under `adapter` (unmerged LoRA; `None`: the base model).
+    pub fn with_adapter(mut self, adapter: Option<LoraWeights>) -> Self {
+        self.reset();
+        self.adapter = adapter;
+        self
     }
 
     pub fn model(&self) -> &Model {
@@ -258,7 +269,13 @@ impl Generator {
 
     fn feed(&mut self, tokens: &[u32], which: Logits) -> Result<Vec<f32>, EngineError> {
         let start = self.cache.len();
-        let logits = self.model.forward(tokens, start, &mut self.cache, which)?;
+        let logits = self.model.forward_adapted(
+            tokens,
+            start,
+            &mut self.cache,
+            which,
+            self.adapter.as_ref(),
+        )?;
         self.cached.truncate(start);
         self.cached.extend_from_slice(tokens);
         Ok(logits)

@@ -7,6 +7,7 @@
 use crate::generate::Usage;
 use crate::sampling::{SampledToken, SamplingParams};
 use crate::stop::FinishReason;
+use pagoda_model::arch::LoraWeights;
 use std::time::{Duration, Instant};
 
 /// Identifies a request for [`EngineHandle::abort`](crate::EngineHandle::abort).
@@ -32,6 +33,9 @@ pub struct EngineRequest {
     pub n: usize,
     /// Use speculative decoding when the engine has it (ignored when `n > 1`).
     pub speculative: bool,
+    /// A LoRA adapter applied (unmerged) to this request's rows; `None`: the base model. The
+    /// handle keeps the adapter alive until the request ends, even if it is unloaded.
+    pub adapter: Option<LoraWeights>,
 }
 
 impl EngineRequest {
@@ -47,6 +51,7 @@ impl EngineRequest {
             priority: 0,
             n: 1,
             speculative: true,
+            adapter: None,
         }
     }
 }

@@ -1,12 +1,13 @@
 //! Executes one scheduled step on the model: copy-on-write block copies, then one batched
-//! forward pass over every scheduled chunk, returning logits for the chunks that sample.
+//! forward pass over every scheduled chunk (each under its request's LoRA adapter, if any),
+//! returning logits for the chunks that sample.
 //!
 //! Invariant: the runner never decides who runs; it does exactly what the
 //! [`SchedulerOutput`] says, and owns the paged KV memory the block pool's ids index.
 
 use crate::scheduler::SchedulerOutput;
 use crate::EngineError;
-use pagoda_model::arch::{BatchSegment, Logits, Model};
+use pagoda_model::arch::{BatchSegment, Logits, LoraWeights, Model};
 use pagoda_model::PagedKvCache;
 use std::sync::Arc;
 
@@ -33,6 +34,16 @@ impl ModelRunner {
     ///
     /// [`ScheduledChunk::sample_rows`]: crate::scheduler::ScheduledChunk::sample_rows
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<Vec<f32>, EngineError> {
+        self.execute_with_adapters(step, &[])
+    }
+
+    /// [`execute`](Self::execute) with chunk `i`'s rows under LoRA adapter `adapters[i]`
+    /// (missing entries: the base model).
+    pub fn execute_with_adapters(
+        &mut self,
+        step: &SchedulerOutput,
+        adapters: &[Option<LoraWeights>],
+    ) -> Result<Vec<f32>, EngineError> {
         for &(src, dst) in &step.copies {
             self.cache.copy_block(src, dst);
         }
@@ -42,7 +53,8 @@ impl ModelRunner {
         let segments: Vec<BatchSegment<'_>> = step
             .chunks
             .iter()
-            .map(|c| BatchSegment {
+            .enumerate()
+            .map(|(i, c)| BatchSegment {
                 tokens: &c.tokens,
                 start: c.start,
                 block_table: &c.block_table,
@@ -52,6 +64,7 @@ impl ModelRunner {
                     // Proposals: the last known token's row and every proposal's.
                     (true, _) => Some(Logits::All),
                 },
+                adapter: adapters.get(i).and_then(Option::as_ref),
             })
             .collect();
         Ok(self.model.forward_batch(&segments, &mut self.cache)?)

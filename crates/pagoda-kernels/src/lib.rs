@@ -19,6 +19,7 @@
 //!   AVX-512 bodies of the paged-attention decode primitives.
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
+//! - `f32_gemm`: [`f32_gemm::matmul_nt`], dense f32 products of small factors (LoRA).
 //! - `ops`, `attention`: row operations and attention of a transformer layer.
 //! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16 or
 //!   F32) and attention of a batch of sequences through their block tables.
@@ -39,6 +40,7 @@ pub mod attention;
 pub mod cpu;
 pub mod dtype;
 pub mod error;
+pub mod f32_gemm;
 pub mod kv_blocks;
 pub mod matmul;
 pub mod ops;

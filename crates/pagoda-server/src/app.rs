@@ -197,7 +197,7 @@ impl BoundServer {
     }
 }
 
-/// Loads the models named at start, then marks the server ready.
+/// Loads the models and LoRA adapters named at start, then marks the server ready.
 async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError>) {
     for name in app.config.models.clone() {
         let loaded = match app.registry.kind(&name).await {
@@ -209,6 +209,23 @@ async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError
             tracing::error!(model = %name, error = %e.message, "cannot load a model named at start");
             let _ = failed.send(ServerError::Preload {
                 model: name,
+                message: e.message,
+            });
+            return;
+        }
+    }
+    for (name, path) in app.config.loras.clone() {
+        let Some(base) = app.config.models.first().cloned() else {
+            let _ = failed.send(ServerError::Preload {
+                model: name,
+                message: "--lora needs a model to apply to (--model)".into(),
+            });
+            return;
+        };
+        if let Err(e) = crate::openai::lora::load_adapter(&app, &name, path, &base).await {
+            tracing::error!(adapter = %name, error = %e.message, "cannot load a LoRA adapter named at start");
+            let _ = failed.send(ServerError::Preload {
+                model: format!("{base}:{name}"),
                 message: e.message,
             });
             return;

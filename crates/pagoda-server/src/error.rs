@@ -59,6 +59,13 @@ impl ApiError {
         .with_code("model_not_found")
     }
 
+    /// 404 model_not_found with its own message (an unknown LoRA adapter).
+    pub fn model_not_found_message(message: String) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
+            .with_param("model")
+            .with_code("model_not_found")
+    }
+
     /// 404: no such route.
     pub fn route_not_found(path: &str) -> Self {
         Self::new(

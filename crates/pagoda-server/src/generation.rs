@@ -33,9 +33,12 @@ impl Generation {
     pub fn start(
         app: &AppState,
         lease: Lease,
-        request: EngineRequest,
+        mut request: EngineRequest,
         id: String,
     ) -> Result<Self, ApiError> {
+        if request.adapter.is_none() {
+            request.adapter = lease.adapter.clone();
+        }
         let limit = app.config.max_num_seqs_per_model() + app.config.max_queue;
         if lease.in_flight() > limit {
             return Err(ApiError::queue_full(app.config.max_queue));

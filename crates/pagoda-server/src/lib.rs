@@ -4,13 +4,14 @@
 //! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
 //! [`generation`] (one request through the engine, shared by both), [`prepare`] (API
 //! parameters → engine request, with the length rules), [`registry`] (loaded models,
-//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models),
+//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state).
 //!
 //! Architecture Invariant: the server reaches models only through the engine's
 //! `EngineHandle` and the loader; wire types come from pagoda-protocol.
 
+pub mod adapters;
 pub mod app;
 pub mod body;
 pub mod chat_page;

@@ -1,7 +1,8 @@
 //! Finding and loading a model for generation: store name or path → weights, tokenizer,
 //! chat template and the defaults the model (generation_config / GGUF), the catalog (an
 //! Ollama-style SYSTEM and PARAMETER layer) and a derived model's Modelfile layer
-//! (`pagoda create`: PARAMETER, TEMPLATE, SYSTEM, MESSAGE) ask for, applied in that order.
+//! (`pagoda create`: PARAMETER, TEMPLATE, SYSTEM, MESSAGE, ADAPTER) ask for, applied in that
+//! order.
 //! [`LoadOptions::quantize`] quantizes the weights in memory (pagoda-compress) between
 //! reading them and building the forward pass, so every command and the server get it.
 //! Shared by the server and the CLI.
@@ -13,7 +14,7 @@
 use pagoda_compress::quantize::{quantize_weights, QuantOptions, QuantReport, QuantTarget};
 use pagoda_compress::CompressError;
 use pagoda_engine::SamplingParams;
-use pagoda_model::arch::Model;
+use pagoda_model::arch::{LoraWeights, Model};
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
 use pagoda_model::tokenizer::Tokenizer;
@@ -41,6 +42,12 @@ pub enum LoadError {
     },
     #[error("model `{name}`: its Modelfile TEMPLATE cannot be used: {message}")]
     Template { name: String, message: String },
+    #[error("model `{name}`: its Modelfile ADAPTER cannot be used: {source}")]
+    Adapter {
+        name: String,
+        #[source]
+        source: ModelError,
+    },
     #[error("quantizing model {path}: {source}")]
     Quantize {
         path: PathBuf,
@@ -103,6 +110,9 @@ pub struct LoadedModel {
     pub quantization: Option<QuantReport>,
     /// What loading a GPTQ/AWQ checkpoint folder did (its linears converted at load).
     pub checkpoint_quant: Option<pagoda_model::hf_quant::CheckpointQuantReport>,
+    /// The Modelfile's ADAPTER (a PEFT LoRA folder), applied unmerged to every request that
+    /// names no other adapter.
+    pub adapter: Option<LoraWeights>,
 }
 
 impl LoadedModel {
@@ -284,6 +294,16 @@ pub fn load_with(
             name: name.to_string(),
             message,
         })?;
+        if let Some(dir) = layer.adapters.first() {
+            let adapter = LoraWeights::open(name, dir, &loaded.model).map_err(|source| {
+                LoadError::Adapter {
+                    name: name.to_string(),
+                    source,
+                }
+            })?;
+            tracing::info!(adapter = %dir, rank = adapter.rank(), "Modelfile ADAPTER applied to every request");
+            loaded.adapter = Some(adapter);
+        }
     }
     tracing::info!(path = %path.display(), secs = loaded.load_time.as_secs_f64(), "model loaded");
     Ok(loaded)
@@ -328,6 +348,7 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
             .unwrap_or_default(),
         quantization,
         checkpoint_quant: source.checkpoint_quant.clone(),
+        adapter: None,
     })
 }
 

@@ -7,11 +7,16 @@
 //! - a [`Lease`] keeps its [`ServedModel`] (and its engine) alive, so requests in flight
 //!   finish on the version they started on, even after a reload or an unload; the engine
 //!   stops when the last lease and the registry have let go of it;
-//! - a model with requests in flight is never evicted or reaped.
+//! - a model with requests in flight is never evicted or reaped;
+//! - a model name that names a LoRA adapter (`adapter` or `base:adapter`, see
+//!   [`Adapters`]) leases the base and carries the adapter's weights in the [`Lease`]; a model
+//!   created with a Modelfile ADAPTER carries its own adapter for every request.
 
+use crate::adapters::Adapters;
 use crate::error::ApiError;
 use crate::loader::{self, LoadError, LoadOptions, LoadedModel, Pull};
 use pagoda_engine::{EngineConfig, EngineHandle};
+use pagoda_model::arch::LoraWeights;
 use pagoda_store::Store;
 use std::collections::HashMap;
 use std::path::Path;
@@ -101,10 +106,15 @@ impl Drop for ServedModel {
 /// A request's hold on a model; see the module invariants.
 pub struct Lease {
     model: Arc<ServedModel>,
+    /// The LoRA adapter requests on this lease run under (`None`: the base model).
+    pub adapter: Option<LoraWeights>,
+    /// The model name as the request gave it, when it named an adapter.
+    requested: Option<String>,
 }
 
 impl Lease {
     fn new(model: Arc<ServedModel>, keep_alive: Option<KeepAlive>) -> Self {
+        let adapter = model.loaded.adapter.clone();
         model.in_flight.fetch_add(1, Ordering::AcqRel);
         {
             let mut a = model.activity();
@@ -113,11 +123,20 @@ impl Lease {
                 a.keep_alive = k;
             }
         }
-        Lease { model }
+        Lease {
+            model,
+            adapter,
+            requested: None,
+        }
     }
 
     pub fn model(&self) -> &Arc<ServedModel> {
         &self.model
+    }
+
+    /// The name responses report: the requested adapter name, else the model's.
+    pub fn served_name(&self) -> &str {
+        self.requested.as_deref().unwrap_or(&self.model.name)
     }
 }
 
@@ -156,6 +175,8 @@ pub struct Registry {
     store: Arc<Store>,
     config: RegistryConfig,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// LoRA adapters served on the loaded models.
+    pub adapters: Adapters,
 }
 
 /// A name resolved to what to load.
@@ -171,6 +192,7 @@ impl Registry {
             store,
             config,
             slots: Mutex::new(HashMap::new()),
+            adapters: Adapters::default(),
         }
     }
 
@@ -204,8 +226,48 @@ impl Registry {
     }
 
     /// A lease on `name`, loading it first if needed. `keep_alive`: `None` keeps the model's
-    /// setting, `Some(k)` sets it (Ollama's per-request `keep_alive`).
+    /// setting, `Some(k)` sets it (Ollama's per-request `keep_alive`). A name that is a LoRA
+    /// adapter's (`adapter` or `base:adapter`) leases the base with the adapter; `base:x` where
+    /// the base exists but `x` is no adapter is 404 listing the loaded adapters.
     pub async fn acquire(
+        self: &Arc<Self>,
+        name: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Lease, ApiError> {
+        if let Some((base, entry)) = self.adapters.resolve(name) {
+            let mut lease = self.acquire_base(&base, keep_alive).await?;
+            lease.adapter = Some(Adapters::weights_for(&entry, &base, &lease.loaded.model)?);
+            lease.requested = Some(name.to_string());
+            return Ok(lease);
+        }
+        match self.acquire_base(name, keep_alive).await {
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {
+                if let Some((base, adapter)) = name.rsplit_once(':') {
+                    let this = self.clone();
+                    let base_owned = base.to_string();
+                    let base_exists =
+                        tokio::task::spawn_blocking(move || this.target(&base_owned).is_ok())
+                            .await
+                            .unwrap_or(false);
+                    if base_exists {
+                        return Err(self.adapters.not_found(adapter));
+                    }
+                }
+                let mut e = e;
+                if !self.adapters.list().is_empty() {
+                    e.message.push_str(&format!(
+                        " (loaded LoRA adapters: {})",
+                        self.adapters.names_for_message()
+                    ));
+                }
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// A lease on the model `name` itself (no adapter resolution).
+    pub async fn acquire_base(
         self: &Arc<Self>,
         name: &str,
         keep_alive: Option<KeepAlive>,

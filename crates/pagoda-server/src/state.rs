@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub reload_interval: Duration,
     /// How models' weights are prepared at load (`--quantize`).
     pub load: LoadOptions,
+    /// LoRA adapters (name, PEFT folder) loaded at start for the first model (`--lora`).
+    pub loras: Vec<(String, std::path::PathBuf)>,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +59,7 @@ impl Default for ServerConfig {
             drain_grace: Duration::from_secs(30),
             reload_interval: Duration::from_secs(2),
             load: LoadOptions::default(),
+            loras: Vec::new(),
         }
     }
 }

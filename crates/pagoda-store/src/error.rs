@@ -99,10 +99,8 @@ pub enum StoreError {
     #[error("invalid Modelfile: {0}")]
     Modelfile(#[from] crate::modelfile::ModelfileError),
 
-    #[error(
-        "ADAPTER {adapter}: LoRA adapters are not supported yet; remove the ADAPTER line (or merge the adapter into the weights first)"
-    )]
-    AdapterUnsupported { adapter: String },
+    #[error("ADAPTER {adapter}: {reason}")]
+    Adapter { adapter: String, reason: String },
 
     #[error(
         "TEMPLATE looks like an Ollama Go template ({{{{ .Prompt }}}}, {{{{ if .System }}}}); pagoda's chat templates are Jinja, as in Hugging Face's tokenizer_config.json: write it with {{% for message in messages %}} ... {{{{ message['content'] }}}}, or leave TEMPLATE out to keep the model's own"

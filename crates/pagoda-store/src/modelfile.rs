@@ -466,6 +466,9 @@ impl Modelfile {
         if self.license.is_empty() {
             self.license.clone_from(&parent.license);
         }
+        if self.adapters.is_empty() {
+            self.adapters.clone_from(&parent.adapters);
+        }
     }
 }
 

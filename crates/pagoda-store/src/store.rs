@@ -532,8 +532,10 @@ impl Store {
     /// inherited: what the Modelfile leaves unset keeps the base's value); a catalog name
     /// (pulled first); a path (relative to `opts.base_dir`) or any other source: its blobs
     /// are fetched into the store (no model is stored under the source's own name). ADAPTER
-    /// and Go templates are refused before anything is written; a failed create leaves no
-    /// manifest.
+    /// (one PEFT LoRA folder, relative to `opts.base_dir`) is recorded by absolute path (the
+    /// folder is not copied: it must stay where it is); the server applies it to every
+    /// request. A missing adapter folder and Go templates are refused before anything is
+    /// written; a failed create leaves no manifest.
     pub fn create(
         &self,
         name: &str,
@@ -542,11 +544,7 @@ impl Store {
     ) -> Result<ResolvedModel> {
         let name = ModelName::parse(name)?;
         modelfile.validate()?;
-        if let Some(adapter) = modelfile.adapters.first() {
-            return Err(StoreError::AdapterUnsupported {
-                adapter: adapter.clone(),
-            });
-        }
+        let adapters = self.resolve_adapters(modelfile, opts)?;
         if modelfile
             .template
             .as_deref()
@@ -557,12 +555,47 @@ impl Store {
         let base = self.create_base(&name, &modelfile.from, opts)?;
         let mut layer = modelfile.clone();
         layer.from = base.from;
+        layer.adapters = adapters;
         if let Some(parent) = &base.layer {
             layer.inherit(parent);
         }
         let mut manifest = Manifest::new(&name, base.source, base.format, base.files);
         manifest.modelfile = Some(layer);
         self.install(&name, manifest)
+    }
+
+    /// A Modelfile's ADAPTER lines as absolute paths of PEFT folders (at most one).
+    fn resolve_adapters(&self, modelfile: &Modelfile, opts: &CreateOptions) -> Result<Vec<String>> {
+        let base_dir = opts.base_dir.clone().unwrap_or_else(|| PathBuf::from("."));
+        let err = |adapter: &str, reason: String| StoreError::Adapter {
+            adapter: adapter.to_string(),
+            reason,
+        };
+        if modelfile.adapters.len() > 1 {
+            return Err(err(
+                &modelfile.adapters[1],
+                "only one ADAPTER per model is supported; merge the others first (`pagoda merge-lora`)".into(),
+            ));
+        }
+        let mut out = Vec::new();
+        for a in &modelfile.adapters {
+            let path = base_dir.join(a);
+            if !path.join("adapter_config.json").is_file() {
+                let reason = if path.is_file() {
+                    "a file, but an adapter is a PEFT folder (adapter_config.json + adapter_model.safetensors); GGUF LoRA files are not supported".to_string()
+                } else {
+                    format!(
+                        "no PEFT adapter folder (with adapter_config.json) at {}",
+                        path.display()
+                    )
+                };
+                return Err(err(a, reason));
+            }
+            let abs =
+                fs::canonicalize(&path).map_err(|e| err(a, format!("{}: {e}", path.display())))?;
+            out.push(abs.to_string_lossy().into_owned());
+        }
+        Ok(out)
     }
 
     /// The blobs and inherited layer of a Modelfile's FROM.

@@ -2,7 +2,7 @@
 //!
 //! Owns reading the file and the command's output; the grammar is
 //! `pagoda_store::modelfile`, the manifest work `Store::create`. Invariants: a Modelfile that
-//! does not parse, a TEMPLATE that is not Jinja, an ADAPTER line or a FROM that names nothing
+//! does not parse, a TEMPLATE that is not Jinja, an ADAPTER that is not a PEFT folder or a FROM that names nothing
 //! fail with exit code 1 before any manifest is written; the base's weights are never copied
 //! when FROM is a stored model.
 

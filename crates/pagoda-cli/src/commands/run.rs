@@ -124,7 +124,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .unwrap_or(DEFAULT_CTX)
         .min(loaded.model.config().context_length);
     let sampling = args.sampling(&loaded.default_sampling);
-    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
+    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx)
+        .with_adapter(loaded.adapter.clone());
     let system = args
         .system
         .clone()

@@ -17,6 +17,12 @@ pub struct ServeArgs {
     /// that name no model. Missing catalog models are pulled first.
     #[arg(long = "model", short = 'm', default_value = pagoda_store::DEFAULT_MODEL)]
     pub models: Vec<String>,
+    /// A PEFT LoRA adapter folder to serve as NAME on the first model (repeat for several):
+    /// requests select it with `"model": "NAME"` or `"model": "BASE:NAME"`, and others run the
+    /// base model in the same batches. More can be loaded at run time with
+    /// POST /v1/load_lora_adapter.
+    #[arg(long = "lora", value_name = "NAME=PATH", value_parser = parse_lora)]
+    pub loras: Vec<(String, std::path::PathBuf)>,
     /// Address to listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -72,6 +78,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         memory_budget: args.memory_budget,
         drain_grace: Duration::from_secs_f64(args.drain_grace.max(0.0)),
         load: args.engine.load.options(),
+        loras: args.loras.clone(),
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -92,6 +99,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })?;
     eprintln!("pagoda: stopped");
     Ok(())
+}
+
+/// `NAME=PATH` of `--lora`.
+fn parse_lora(text: &str) -> Result<(String, std::path::PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.trim().is_empty() && !path.trim().is_empty() => Ok((
+            name.trim().to_string(),
+            std::path::PathBuf::from(path.trim()),
+        )),
+        _ => Err(format!(
+            "expected NAME=PATH (an adapter name and a PEFT LoRA folder), got {text:?}"
+        )),
+    }
 }
 
 /// `5m`, `1h30m`, `0`, `-1` (forever).

@@ -255,6 +255,18 @@ impl Scheduler {
 
     /// Queues a new sequence (at the back of the waiting queue).
     pub fn add(&mut self, req: SeqRequest, now: Instant) -> Result<(), SchedulerError> {
+        self.add_with_salt(req, 0, now)
+    }
+
+    /// [`add`](Self::add) with the sequence's prefix-cache hashes salted by `salt` (0: none):
+    /// sequences share cached blocks only with sequences of the same salt (a LoRA adapter's
+    /// identity: KV computed under one adapter is wrong under another). Forks inherit it.
+    pub fn add_with_salt(
+        &mut self,
+        req: SeqRequest,
+        salt: u64,
+        now: Instant,
+    ) -> Result<(), SchedulerError> {
         if req.prompt.is_empty() {
             return Err(SchedulerError::EmptyPrompt);
         }
@@ -278,6 +290,7 @@ impl Scheduler {
         }
         let id = req.id;
         let mut seq = Sequence::new(req, now, self.next_order);
+        seq.set_salt(salt);
         self.next_order += 1;
         if self.pool.prefix_caching() {
             seq.extend_hashes(self.pool.block_size());
@@ -546,6 +559,7 @@ impl Scheduler {
             self.next_order,
         );
         self.next_order += 1;
+        c.set_salt(source.salt);
         c.prompt_len = source.prompt_len;
         if let Some(end) = end_reason(&self.config, &self.pool, &c) {
             self.pending_ends.push((child, end));
@@ -971,6 +985,7 @@ struct ForkSource {
     max_tokens: usize,
     priority: i32,
     arrival: Instant,
+    salt: u64,
 }
 
 impl ForkSource {
@@ -981,6 +996,7 @@ impl ForkSource {
             max_tokens: s.max_tokens,
             priority: s.priority,
             arrival: s.arrival,
+            salt: s.salt,
         }
     }
 }

@@ -8,10 +8,11 @@
 //! - `draft` holds proposals for the tokens after `tokens` (speculative decoding); they are
 //!   never part of `tokens` until `update` accepts them, and never hashed or registered;
 //! - `hashes` holds the chained hashes of the full blocks of `tokens` (when prefix caching is
-//!   on), and the first `num_registered` blocks were offered to the pool under them.
+//!   on), starting from `root` (the salt of its LoRA adapter, if any), and the first
+//!   `num_registered` blocks were offered to the pool under them.
 
 use super::SeqId;
-use crate::block_pool::{chain_hash, BlockHash, BlockId, BlockPool};
+use crate::block_pool::{chain_hash, salt_root, BlockHash, BlockId, BlockPool};
 use std::time::Instant;
 
 /// A sequence to schedule.
@@ -75,6 +76,10 @@ pub(super) struct Sequence {
     pub num_registered: usize,
     pub state: SeqState,
     pub preemptions: u32,
+    /// Parent hash of the first block (`None`: unsalted); see [`salt_root`].
+    pub root: Option<BlockHash>,
+    /// The salt `root` came from (0: none), passed on to forks.
+    pub salt: u64,
 }
 
 impl Sequence {
@@ -96,7 +101,16 @@ impl Sequence {
             num_registered: 0,
             state: SeqState::Waiting,
             preemptions: 0,
+            root: None,
+            salt: 0,
         }
+    }
+
+    /// Salts the block hash chain (before any hash is computed).
+    pub fn set_salt(&mut self, salt: u64) {
+        debug_assert!(self.hashes.is_empty());
+        self.salt = salt;
+        self.root = salt_root(salt);
     }
 
     pub fn generated(&self) -> usize {
@@ -113,8 +127,8 @@ impl Sequence {
         while (self.hashes.len() + 1) * block_size <= self.tokens.len() {
             let k = self.hashes.len();
             let block = &self.tokens[k * block_size..(k + 1) * block_size];
-            self.hashes
-                .push(chain_hash(self.hashes.last().copied(), block));
+            let parent = self.hashes.last().copied().or(self.root);
+            self.hashes.push(chain_hash(parent, block));
         }
     }
 

@@ -114,6 +114,9 @@ impl DraftProposer {
                         start: s.fed.len(),
                         block_table: &s.blocks,
                         logits: Some(Logits::Last),
+                        // The draft proposes with its own weights only; the target verifies
+                        // under the request's adapter.
+                        adapter: None,
                     }
                 })
                 .collect();

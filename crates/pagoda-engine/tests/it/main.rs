@@ -1,6 +1,7 @@
 //! The one integration-test binary of pagoda-engine.
 
 mod batching;
+mod lora;
 mod real_models;
 mod sampling;
 mod scheduler_props;

@@ -7,6 +7,9 @@
 //! over all rows, so each weight is read once per step; only RoPE, the K/V writes and attention
 //! look at which sequence (a [`SeqAttention`]: rows, first position, block table) a row is of.
 //!
+//! A linear layer's output gets each segment's LoRA adapter added on that segment's rows
+//! ([`Scratch::lora`], a [`LoraBatch`](super::adapter::LoraBatch)) right after the layer runs.
+//!
 //! Invariants: a [`Linear`] was shape-checked against the config when the model was built, so
 //! the kernel calls here cannot fail on shape; they return errors only for kernel faults. The
 //! `SeqAttention`s given to [`AttentionWeights::forward`] were validated by
@@ -364,13 +367,22 @@ impl GatedMlp {
     ) -> Result<(), ModelError> {
         scratch.observer.see(&[&self.gate, &self.up], x, n);
         self.gate.forward(x, n, &mut scratch.gate)?;
+        scratch.lora.apply(&self.gate, x, &mut scratch.gate);
         self.up.forward(x, n, &mut scratch.up)?;
+        scratch.lora.apply(&self.up, x, &mut scratch.up);
         match self.activation {
             Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
             Activation::GeluTanh => ops::gelu_tanh_mul(&mut scratch.gate, &scratch.up),
         }
         scratch.observer.see(&[&self.down], &scratch.gate, n);
-        self.down.forward(&scratch.gate, n, out)
+        self.down.forward(&scratch.gate, n, out)?;
+        scratch.lora.apply(&self.down, &scratch.gate, out);
+        Ok(())
+    }
+
+    /// The three linears.
+    pub fn linears(&self) -> [&Linear; 3] {
+        [&self.gate, &self.up, &self.down]
     }
 }
 
@@ -451,6 +463,9 @@ impl AttentionWeights {
         self.q.forward(x, total, &mut scratch.q)?; // [total, q_dim]
         self.k.forward(x, total, &mut scratch.k)?; // [total, kv_dim]
         self.v.forward(x, total, &mut scratch.v)?; // [total, kv_dim]
+        scratch.lora.apply(&self.q, x, &mut scratch.q);
+        scratch.lora.apply(&self.k, x, &mut scratch.k);
+        scratch.lora.apply(&self.v, x, &mut scratch.v);
         if let Some(norm) = &self.q_norm {
             norm.forward_inplace(&mut scratch.q);
         }
@@ -479,7 +494,14 @@ impl AttentionWeights {
             &mut scratch.attn,
         );
         scratch.observer.see(&[&self.o], &scratch.attn, total);
-        self.o.forward(&scratch.attn, total, out)
+        self.o.forward(&scratch.attn, total, out)?;
+        scratch.lora.apply(&self.o, &scratch.attn, out);
+        Ok(())
+    }
+
+    /// The four projections.
+    pub fn linears(&self) -> [&Linear; 4] {
+        [&self.q, &self.k, &self.v, &self.o]
     }
 }
 
@@ -511,6 +533,8 @@ pub struct Scratch {
     pub logit_rows: Vec<f32>,
     /// Calibration hook: sees every linear layer's input (none when serving).
     pub observer: ObserverSlot,
+    /// The LoRA adapters of the current forward pass, by rows (empty outside one).
+    pub lora: super::adapter::LoraBatch,
 }
 
 #[cfg(test)]

@@ -52,6 +52,13 @@ impl LlamaLayers {
     /// Runs the layers `layers` (all of them for a full forward pass) over the batch `x`
     /// (`[total, hidden]`, rows of the sequences `seqs`), in place, writing each layer's K/V
     /// into `cache`. `layers` is within `0..n_layers` (the caller checks).
+    /// Every linear layer of the stack.
+    pub fn linears(&self) -> impl Iterator<Item = &super::layers::Linear> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.attn.linears().into_iter().chain(l.mlp.linears()))
+    }
+
     pub fn forward(
         &self,
         cfg: &ModelConfig,

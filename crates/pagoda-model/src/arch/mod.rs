@@ -21,9 +21,12 @@
 //! `start == cache.len()`, and on success the cache holds `start + tokens.len()` positions, on
 //! error it is unchanged in length.
 
+pub mod adapter;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
+
+pub use adapter::LoraWeights;
 
 use crate::source::ModelSource;
 use crate::{Architecture, KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
@@ -50,6 +53,9 @@ pub struct BatchSegment<'a> {
     pub block_table: &'a [u32],
     /// `None`: no logits; [`Logits::Last`]: the last row's; [`Logits::All`]: every row's.
     pub logits: Option<Logits>,
+    /// A LoRA adapter applied, unmerged, to this segment's rows only (checked against the
+    /// model when it was prepared; one that does not [`fit`](LoraWeights::fits) is an error).
+    pub adapter: Option<&'a LoraWeights>,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +166,19 @@ impl Model {
         cache: &mut KvCache,
         logits: Logits,
     ) -> Result<Vec<f32>, ModelError> {
+        self.forward_adapted(tokens, start, cache, logits, None)
+    }
+
+    /// [`Model::forward`] with a LoRA adapter applied unmerged (`None`: the base model). A
+    /// cache must hold the K/V of one adapter only: the caller keeps them apart.
+    pub fn forward_adapted(
+        &self,
+        tokens: &[u32],
+        start: usize,
+        cache: &mut KvCache,
+        logits: Logits,
+        adapter: Option<&LoraWeights>,
+    ) -> Result<Vec<f32>, ModelError> {
         cache.check_room(start, tokens.len())?;
         let (block_table, paged) = cache.parts();
         let segment = BatchSegment {
@@ -167,6 +186,7 @@ impl Model {
             start,
             block_table,
             logits: Some(logits),
+            adapter,
         };
         let out = self.forward_batch(&[segment], paged)?;
         cache.set_len(start + tokens.len());
@@ -237,6 +257,14 @@ impl Model {
                 });
             }
             cache.check_table(seg.block_table, end)?;
+            if let Some(a) = seg.adapter {
+                if !a.fits(self) {
+                    return Err(ModelError::InvalidBatch(format!(
+                        "segment {i}: LoRA adapter {:?} was prepared for a model of another shape",
+                        a.name()
+                    )));
+                }
+            }
             seqs.push(SeqAttention {
                 rows: row..row + n,
                 start: seg.start,
@@ -268,10 +296,18 @@ impl Model {
         if let Some(scale) = cfg.embedding_scale {
             pagoda_kernels::ops::scale_inplace(&mut x, scale);
         }
+        s.lora.clear();
+        for (seg, seq) in segments.iter().zip(seqs) {
+            if let Some(a) = seg.adapter {
+                s.lora.push(seq.rows.clone(), a.clone());
+            }
+        }
         let result = match &self.stack {
             Stack::Llama(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
             Stack::Gemma3(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
         };
+        // The output head is never adapted (LoraWeights refuses lm_head targets).
+        s.lora.clear();
         let out = result.and_then(|()| self.logits(segments, seqs, &x, s));
         s.x = x;
         out
@@ -346,6 +382,14 @@ impl Model {
         };
         paged.scratch = s;
         r
+    }
+
+    /// The linear layer whose weight has canonical name `name` (`blk.0.attn_q.weight`).
+    pub fn find_linear(&self, name: &str) -> Option<&Linear> {
+        match &self.stack {
+            Stack::Llama(st) => st.linears().find(|l| l.name() == name),
+            Stack::Gemma3(st) => st.linears().find(|l| l.name() == name),
+        }
     }
 
     /// Final norm and output head over the rows of `x` (`[total, hidden]`) that need logits.

@@ -142,6 +142,7 @@ fn check_batched_matches_alone(name: &str) {
                 start,
                 block_table: &tables[i],
                 logits,
+                adapter: None,
             })
             .collect();
         let out = model
@@ -211,6 +212,7 @@ fn forked_sequence_after_copy_on_write_matches_alone() {
                 start: 0,
                 block_table: &parent_table,
                 logits: None,
+                adapter: None,
             }],
             &mut cache,
         )
@@ -227,12 +229,14 @@ fn forked_sequence_after_copy_on_write_matches_alone() {
                     start: 6,
                     block_table: &child_table,
                     logits: Some(Logits::All),
+                    adapter: None,
                 },
                 BatchSegment {
                     tokens: &parent_next,
                     start: 6,
                     block_table: &parent_table,
                     logits: Some(Logits::All),
+                    adapter: None,
                 },
             ],
             &mut cache,
@@ -283,6 +287,7 @@ fn seg<'a>(tokens: &'a [u32], start: usize, block_table: &'a [u32]) -> BatchSegm
         start,
         block_table,
         logits: Some(Logits::Last),
+        adapter: None,
     }
 }
 

@@ -8,5 +8,6 @@ mod forward_golden;
 mod golden;
 mod hf_quant;
 mod lora;
+mod lora_serve;
 mod mutations;
 mod real_models;

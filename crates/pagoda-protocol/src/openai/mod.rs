@@ -141,6 +141,12 @@ pub struct ModelCard {
     /// Unix seconds.
     pub created: u64,
     pub owned_by: String,
+    /// For a LoRA adapter: where it was loaded from (vLLM's `root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// For a LoRA adapter: its base model (vLLM's `parent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl ModelCard {
@@ -150,8 +156,26 @@ impl ModelCard {
             object: "model".into(),
             created,
             owned_by: "pagoda".into(),
+            root: None,
+            parent: None,
         }
     }
+}
+
+/// `POST /v1/load_lora_adapter` (vLLM's API); `base_model` is Pagoda's: which loaded model
+/// the adapter is for (default: the server's first model).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadLoraAdapterRequest {
+    pub lora_name: String,
+    pub lora_path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_model: Option<String>,
+}
+
+/// `POST /v1/unload_lora_adapter` (vLLM's API).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnloadLoraAdapterRequest {
+    pub lora_name: String,
 }
 
 /// One alternative of a `top_logprobs` list (chat format).

@@ -242,7 +242,7 @@ async fn run(
         lease.loaded.tokenizer.vocab_size(),
         LengthRule::Clamp,
     )?;
-    let model = lease.name.clone();
+    let model = lease.served_name().to_string();
     let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))?;
     let writer = Writer {
         model,

@@ -91,7 +91,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         LengthRule::Strict,
     )?;
     let tokenizer = lease.loaded.tokenizer.clone();
-    let model = lease.name.clone();
+    let model = lease.served_name().to_string();
     let id = app.request_id("chatcmpl");
     let mut generation = Generation::start(app, lease, engine_req, id.clone())?;
     let head = Head {

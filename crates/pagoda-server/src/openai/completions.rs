@@ -84,7 +84,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
             LengthRule::Strict,
         )?;
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());
-        served_name = lease.name.clone();
+        served_name = lease.served_name().to_string();
         echoes.push(if req.echo { echo } else { String::new() });
         generations.push(Generation::start(app, lease, engine_req, id.clone())?);
     }

@@ -8,6 +8,7 @@
 mod chat;
 mod completions;
 mod embeddings;
+pub(crate) mod lora;
 mod models;
 
 use crate::error::ApiError;
@@ -36,6 +37,8 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
+        .route("/v1/load_lora_adapter", post(lora::load))
+        .route("/v1/unload_lora_adapter", post(lora::unload))
 }
 
 /// Turns a handler's result into a response, counting errors.

@@ -1,4 +1,5 @@
-//! `GET /v1/models` (every model in the store, plus loaded models given by path) and
+//! `GET /v1/models` (every model in the store, loaded models given by path, and the loaded
+//! LoRA adapters with `parent` = their base model) and
 //! `GET /v1/models/{id}`.
 
 use super::respond;
@@ -53,6 +54,16 @@ pub(crate) async fn cards(app: &AppState) -> Result<Vec<ModelCard>, ApiError> {
                 .map_or(0, |d| d.as_secs());
             cards.push(ModelCard::new(m.name.clone(), created));
         }
+    }
+    for a in app.registry.adapters.list() {
+        let created = a
+            .loaded_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut card = ModelCard::new(a.name.clone(), created);
+        card.root = Some(a.path.display().to_string());
+        card.parent = Some(a.base.clone());
+        cards.push(card);
     }
     Ok(cards)
 }

@@ -4,6 +4,7 @@ mod embeddings;
 mod fuzz_requests;
 mod harness;
 mod lifecycle;
+mod lora;
 mod ollama_api;
 mod openai_api;
 mod robustness;

@@ -1151,6 +1151,47 @@ fn recreate_with_other_parameters_changes_the_manifest_and_version() {
 }
 
 #[test]
+fn create_records_an_adapter_folder_by_absolute_path() {
+    let env = Env::new();
+    let p = env.file("base.gguf", &gguf_bytes(37, 2000));
+    let store = env.store();
+    store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
+    let lora = env.files.join("my-lora");
+    fs::create_dir_all(&lora).unwrap();
+    fs::write(lora.join("adapter_config.json"), "{}").unwrap();
+    let made = store
+        .create(
+            "tuned:1",
+            &modelfile("FROM base:1\nADAPTER ./my-lora\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    let layer = made.manifest.unwrap().modelfile.unwrap();
+    let want = fs::canonicalize(&lora).unwrap();
+    assert_eq!(layer.adapters, vec![want.to_string_lossy().into_owned()]);
+    // A model made from it inherits the adapter; two ADAPTER lines are refused.
+    let child = store
+        .create(
+            "child:1",
+            &modelfile("FROM tuned:1\n"),
+            &create_in(&env.files),
+        )
+        .unwrap();
+    assert_eq!(
+        child.manifest.unwrap().modelfile.unwrap().adapters,
+        layer.adapters
+    );
+    let e = store
+        .create(
+            "two:1",
+            &modelfile("FROM base:1\nADAPTER ./my-lora\nADAPTER ./my-lora\n"),
+            &create_in(&env.files),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("only one ADAPTER"), "{e}");
+}
+
+#[test]
 fn create_refuses_adapters_go_templates_and_unknown_bases_and_writes_nothing() {
     let env = Env::new();
     let p = env.file("base.gguf", &gguf_bytes(36, 2000));
@@ -1165,12 +1206,8 @@ fn create_refuses_adapters_go_templates_and_unknown_bases_and_writes_nothing() {
             &opts,
         )
         .unwrap_err();
-    assert!(matches!(e, StoreError::AdapterUnsupported { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .contains("LoRA adapters are not supported yet"),
-        "{e}"
-    );
+    assert!(matches!(e, StoreError::Adapter { .. }), "{e}");
+    assert!(e.to_string().contains("no PEFT adapter folder"), "{e}");
 
     let e = store
         .create(

@@ -1,0 +1,286 @@
+//! LoRA adapters served unmerged: `y = W x + scaling · B (A x)` on the rows of the batch whose
+//! sequence asked for the adapter, so one forward pass serves segments with different adapters
+//! and segments with none.
+//!
+//! Owns [`LoraWeights`], a PEFT adapter ([`LoraAdapter`]) prepared for one [`Model`]: its pairs
+//! keyed by the model's canonical linear names (`blk.0.attn_q.weight`, through
+//! [`hf::canonical_name`]), `B` pre-multiplied by the scaling, and for a Llama GGUF base
+//! (interleaved RoPE) `B`'s Q/K rows permuted the way llama.cpp's converter permuted the base
+//! weights; and [`LoraBatch`], the per-forward-pass map from rows to adapters that the linear
+//! layers consult.
+//!
+//! Invariants:
+//! - A `LoraWeights` was shape-checked against its model when built: every pair's `A` is
+//!   `[r, cols]` and `B` is `[rows, r]` of the linear it names, so applying it cannot fail;
+//!   [`LoraWeights::fits`] tells whether another model has the same shape.
+//! - `LoraWeights` is cheap to clone (an `Arc`): requests in flight keep an adapter alive after
+//!   it is unloaded.
+//! - [`LoraBatch`] holds adapters only during a forward pass (set and cleared by
+//!   [`Model::forward_batch`]).
+
+use super::layers::Linear;
+use super::Model;
+use crate::config::Architecture;
+use crate::lora::LoraAdapter;
+use crate::{hf, ModelConfig, ModelError};
+use pagoda_kernels::f32_gemm::matmul_nt;
+use pagoda_kernels::ops::RopeStyle;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One adapted linear, ready to apply: `A: [r, cols]`, `B: [rows, r]` times the scaling.
+#[derive(Debug)]
+struct Pair {
+    r: usize,
+    a: Vec<f32>,
+    b_scaled: Vec<f32>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    dir: PathBuf,
+    /// Canonical linear name → pair.
+    pairs: HashMap<String, Pair>,
+    /// The shape of the model the pairs were checked against.
+    config: ModelConfig,
+    /// Non-zero; different for every load (the prefix cache's salt).
+    salt: u64,
+    rank: usize,
+    n_values: usize,
+}
+
+/// A LoRA adapter prepared for one model (see the module docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LoraWeights(Arc<Inner>);
+
+/// Loads are numbered so that two loads never share a prefix-cache salt.
+static LOADS: AtomicU64 = AtomicU64::new(1);
+
+impl LoraWeights {
+    /// Opens the PEFT folder `dir` and prepares it for `model` under `name`.
+    pub fn open(name: &str, dir: impl AsRef<Path>, model: &Model) -> Result<Self, ModelError> {
+        let adapter = LoraAdapter::open(dir)?;
+        Self::new(name, &adapter, model)
+    }
+
+    /// Prepares `adapter` for `model`. Errors name the adapter folder and the module: a module
+    /// that is not a linear layer of the model (the embedding or the output head included),
+    /// shapes that differ from the model's (an adapter made for another base model).
+    pub fn new(name: &str, adapter: &LoraAdapter, model: &Model) -> Result<Self, ModelError> {
+        let cfg = model.config();
+        let err = |message: String| ModelError::Format {
+            path: adapter.dir().to_path_buf(),
+            message,
+        };
+        let mut pairs = HashMap::new();
+        let (mut rank, mut n_values) = (0, 0);
+        for (module, pair) in adapter.modules() {
+            let last = module.rsplit('.').next().unwrap_or(module);
+            if matches!(last, "embed_tokens" | "lm_head" | "wte" | "embed_in") {
+                return Err(err(format!(
+                    "module {module}: LoRA on the token embedding or the output head is not supported \
+                     (adapt the attention and MLP linears, or merge the adapter with `pagoda merge-lora`)"
+                )));
+            }
+            let canonical = hf::canonical_name(&format!("{module}.weight"), cfg.arch);
+            let Some((canonical, linear)) =
+                canonical.and_then(|c| model.find_linear(&c).map(|l| (c, l)))
+            else {
+                return Err(err(format!(
+                    "module {module} is not a linear layer of this {} model (an adapter for another \
+                     architecture?)",
+                    cfg.arch.gguf_name()
+                )));
+            };
+            if !pair.is_consistent()
+                || pair.out_features != linear.rows
+                || pair.in_features != linear.cols
+            {
+                return Err(err(format!(
+                    "module {module}: the adapter is [out {}, in {}] (rank {}) but the model's \
+                     {canonical} is [out {}, in {}]: an adapter made for another base model",
+                    pair.out_features, pair.in_features, pair.r, linear.rows, linear.cols
+                )));
+            }
+            let mut b_scaled: Vec<f32> = pair.b.iter().map(|v| v * pair.scaling).collect();
+            if needs_rope_permute(cfg) {
+                let heads = if canonical.ends_with(".attn_q.weight") {
+                    Some(cfg.n_heads)
+                } else if canonical.ends_with(".attn_k.weight") {
+                    Some(cfg.n_kv_heads)
+                } else {
+                    None
+                };
+                if let Some(heads) = heads {
+                    b_scaled = permute_rope_rows(&b_scaled, heads, pair.out_features, pair.r);
+                }
+            }
+            rank = rank.max(pair.r);
+            n_values += pair.a.len() + b_scaled.len();
+            pairs.insert(
+                canonical,
+                Pair {
+                    r: pair.r,
+                    a: pair.a.clone(),
+                    b_scaled,
+                },
+            );
+        }
+        let load = LOADS.fetch_add(1, Ordering::Relaxed);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (name, adapter.dir(), load).hash(&mut h);
+        let salt = h.finish().max(1);
+        Ok(LoraWeights(Arc::new(Inner {
+            name: name.to_string(),
+            dir: adapter.dir().to_path_buf(),
+            pairs,
+            config: cfg.clone(),
+            salt,
+            rank,
+            n_values,
+        })))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.0.dir
+    }
+
+    /// The largest rank of its pairs.
+    pub fn rank(&self) -> usize {
+        self.0.rank
+    }
+
+    /// The adapted linears, by canonical name, sorted.
+    pub fn modules(&self) -> Vec<&str> {
+        let mut m: Vec<&str> = self.0.pairs.keys().map(String::as_str).collect();
+        m.sort_unstable();
+        m
+    }
+
+    /// Bytes the adapter's f32 factors take.
+    pub fn bytes(&self) -> usize {
+        self.0.n_values * std::mem::size_of::<f32>()
+    }
+
+    /// A non-zero number that differs between adapters (and between two loads of one
+    /// adapter): the prefix cache salts its block hashes with it so that KV computed under one
+    /// adapter is never reused under another, or without one.
+    pub fn cache_salt(&self) -> u64 {
+        self.0.salt
+    }
+
+    /// Whether `model` has the shape this adapter was checked against.
+    pub fn fits(&self, model: &Model) -> bool {
+        model.config() == &self.0.config
+    }
+
+    /// Whether two handles are the same load.
+    pub fn same(&self, other: &LoraWeights) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A Llama GGUF base has its Q/K rows permuted into interleaved-pair order (llama.cpp's
+/// `convert_hf_to_gguf.py`, `LlamaModel.permute`); HF folders and other architectures do not.
+fn needs_rope_permute(cfg: &ModelConfig) -> bool {
+    cfg.arch == Architecture::Llama && cfg.rope_style == RopeStyle::Interleaved
+}
+
+/// llama.cpp's `permute(w, n_head)` on the rows of `[rows, cols]` row-major `w`:
+/// `w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)`, so
+/// row `(h, i, s)` of the result is row `(h, s, i)` of the input.
+pub fn permute_rope_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let per_head = rows / n_head.max(1);
+    let half = per_head / 2;
+    if n_head == 0 || half == 0 || rows % n_head != 0 || per_head % 2 != 0 {
+        return w.to_vec();
+    }
+    let mut out = vec![0.0; w.len()];
+    for h in 0..n_head {
+        for i in 0..half {
+            for s in 0..2 {
+                let dst = h * per_head + i * 2 + s;
+                let src = h * per_head + s * half + i;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// Which rows of the current batch use which adapter (set for one forward pass).
+#[derive(Debug, Default, Clone)]
+pub struct LoraBatch {
+    spans: Vec<(Range<usize>, LoraWeights)>,
+    /// `[rows of a span, r]`: `x · Aᵀ`.
+    tmp: Vec<f32>,
+}
+
+impl LoraBatch {
+    /// Rows `rows` of the batch use `adapter`.
+    pub(crate) fn push(&mut self, rows: Range<usize>, adapter: LoraWeights) {
+        self.spans.push((rows, adapter));
+    }
+
+    /// Forgets every span (drops the batch's hold on its adapters).
+    pub(crate) fn clear(&mut self) {
+        self.spans.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Adds `scaling · B (A x)` to the output rows of `linear` whose span has an adapter that
+    /// adapts it. `x`: `[total, linear.cols]`, `out`: `[total, linear.rows]`.
+    pub fn apply(&mut self, linear: &Linear, x: &[f32], out: &mut [f32]) {
+        if self.spans.is_empty() {
+            return;
+        }
+        let (cols, rows) = (linear.cols, linear.rows);
+        for (span, adapter) in &self.spans {
+            let Some(pair) = adapter.0.pairs.get(linear.name()) else {
+                continue;
+            };
+            let n = span.len();
+            if span.end * cols > x.len() || span.end * rows > out.len() {
+                debug_assert!(false, "LoRA span {span:?} outside the batch");
+                continue;
+            }
+            self.tmp.resize(n * pair.r, 0.0);
+            let xs = &x[span.start * cols..span.end * cols]; // [n, cols]
+            matmul_nt(xs, &pair.a, &mut self.tmp, n, pair.r, cols, 1.0, false); // [n, r]
+            let ys = &mut out[span.start * rows..span.end * rows]; // [n, rows]
+            matmul_nt(&self.tmp, &pair.b_scaled, ys, n, rows, pair.r, 1.0, true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permute_matches_llama_cpp() {
+        // Two heads of 4 rows, one column: [h0: 0 1 2 3, h1: 4 5 6 7] →
+        // reshape(2, 2, 2).swapaxes(1, 2) → [0 2 1 3, 4 6 5 7].
+        let w: Vec<f32> = (0..8).map(|v| v as f32).collect();
+        assert_eq!(
+            permute_rope_rows(&w, 2, 8, 1),
+            vec![0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]
+        );
+        // Columns move with their row.
+        let w2: Vec<f32> = (0..8).flat_map(|v| [v as f32, -(v as f32)]).collect();
+        let p = permute_rope_rows(&w2, 1, 8, 2);
+        assert_eq!(&p[..6], &[0.0, -0.0, 4.0, -4.0, 1.0, -1.0]);
+    }
+}
