@@ -48,14 +48,15 @@ pub struct QuantizeArgs {
     /// gguf (one file of Q4_0/Q4_1/Q8_0 blocks), gptq (Hugging Face folder, AutoGPTQ v1
     /// packing: vLLM, transformers, AutoGPTQ load it) or awq (folder, AutoAWQ GEMM packing,
     /// 4-bit). Default: gguf when OUT ends in .gguf, else the layout named by --method
-    /// (gptq or awq); --method rtn to a folder needs --format.
+    /// (gptq, or awq for awq and awq-gptq); --method rtn to a folder needs --format.
     #[arg(long)]
     pub format: Option<String>,
     /// Replace OUT if it exists.
     #[arg(long)]
     pub force: bool,
-    /// rtn (round to nearest), gptq (Hessian-based error compensation) or awq
-    /// (activation-aware channel scaling, then RTN).
+    /// rtn (round to nearest), gptq (Hessian-based error compensation), awq
+    /// (activation-aware channel scaling, then RTN) or awq-gptq (AWQ's channel scaling, then
+    /// GPTQ on the scaled weights instead of RTN).
     #[arg(long, default_value = "gptq")]
     pub method: String,
     /// Bits per weight: 4 (GGUF Q4_0 symmetric / Q4_1 asymmetric) or 8 (GGUF Q8_0,
@@ -149,7 +150,7 @@ fn output_format(args: &QuantizeArgs, method: Method) -> anyhow::Result<OutputFo
         None if is_gguf_name => OutputFormat::Gguf,
         None => match method {
             Method::Gptq => OutputFormat::Gptq,
-            Method::Awq => OutputFormat::Awq,
+            Method::Awq | Method::AwqGptq => OutputFormat::Awq,
             Method::Rtn => bail!(
                 "{} does not end in .gguf: say which output you want with --format gguf, \
                  --format gptq or --format awq (Hugging Face folders)",

@@ -30,7 +30,7 @@ use pagoda_model::{Architecture, ModelConfig};
 
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
-use super::gptq::{dump_for_reference, gptq_with_factor, GptqFactor, GptqOptions};
+use super::gptq::{dump_for_reference, gptq_with_factor, GptqFactor, GptqOptions, Hessian};
 use super::grid::{rtn, GridKind, GroupQuantized, GroupSpec};
 use super::sequential::{quantize_layers_sequential, SequentialCalibration};
 use crate::CompressError;
@@ -42,6 +42,9 @@ pub enum Method {
     Rtn,
     Gptq,
     Awq,
+    /// AWQ's channel scales folded first, then GPTQ on the scaled weights against the
+    /// scaled inputs' Hessian (`diag(1/s) H diag(1/s)`) instead of RTN.
+    AwqGptq,
 }
 
 impl Method {
@@ -54,7 +57,18 @@ impl Method {
             Method::Rtn => "rtn",
             Method::Gptq => "gptq",
             Method::Awq => "awq",
+            Method::AwqGptq => "awq-gptq",
         }
+    }
+
+    /// Whether AWQ's channel scales are searched and folded.
+    pub fn scales_channels(self) -> bool {
+        matches!(self, Method::Awq | Method::AwqGptq)
+    }
+
+    /// Whether the weights are rounded by GPTQ (else by RTN).
+    pub fn compensates(self) -> bool {
+        matches!(self, Method::Gptq | Method::AwqGptq)
     }
 }
 
@@ -65,8 +79,9 @@ impl FromStr for Method {
             "rtn" => Ok(Method::Rtn),
             "gptq" => Ok(Method::Gptq),
             "awq" => Ok(Method::Awq),
+            "awq-gptq" | "awq_gptq" => Ok(Method::AwqGptq),
             other => Err(CompressError::InvalidInput(format!(
-                "unknown quantization method `{other}`; choose rtn, gptq or awq"
+                "unknown quantization method `{other}`; choose rtn, gptq, awq or awq-gptq"
             ))),
         }
     }
@@ -268,6 +283,19 @@ impl OfflineReport {
     }
 }
 
+/// The Hessian of inputs `x / s` given that of `x`: `H_ij / (s_i s_j)`.
+fn scaled_hessian(h: &Hessian, scales: &[f32]) -> Hessian {
+    let n = h.cols;
+    let mut out = h.clone();
+    for (i, row) in out.h.chunks_exact_mut(n.max(1)).enumerate() {
+        let si = f64::from(scales[i]);
+        for (v, &sj) in row.iter_mut().zip(scales) {
+            *v /= si * f64::from(sj);
+        }
+    }
+    out
+}
+
 /// The weights of one layer's sites, in the order AWQ folds them (a site's scales change
 /// the weights of an earlier-listed site, never of one already quantized).
 const SITES: [(&[&str], &str); 4] = [
@@ -431,7 +459,7 @@ pub(crate) fn check_options(
             opts.method.as_str()
         )));
     }
-    if opts.method == Method::Awq && cfg.arch == Architecture::Gemma3 {
+    if opts.method.scales_channels() && cfg.arch == Architecture::Gemma3 {
         return Err(CompressError::InvalidInput(
             "AWQ scale folding into Gemma 3's (1 + w) norms is not supported yet; use gptq or rtn"
                 .into(),
@@ -495,7 +523,7 @@ pub(crate) fn quantize_layer(
             }
             // AWQ: one scale vector for the whole site, folded into `prev`.
             let mut site_scales: Option<(Vec<f32>, f32)> = None;
-            if opts.method == Method::Awq {
+            if opts.method.scales_channels() {
                 let prev_name = name(prev);
                 let v_bias = weights.contains(&format!("blk.{layer}.attn_v.bias"));
                 let foldable = match work.get(&prev_name) {
@@ -555,19 +583,23 @@ pub(crate) fn quantize_layer(
                 act_order: opts.act_order,
                 damp: opts.damp,
             };
-            // One factor of the site's Hessian for all of its matrices.
-            let factor = match (opts.method, stats) {
-                (Method::Gptq, Some(st)) => Some(GptqFactor::new(&st.hessian, &gptq_opts)?),
+            // One factor of the site's Hessian for all of its matrices; after AWQ's folding
+            // the site's inputs are x / s, so their Hessian is diag(1/s) H diag(1/s).
+            let factor = match (opts.method.compensates(), stats) {
+                (true, Some(st)) => Some(match &site_scales {
+                    Some((s, _)) => GptqFactor::new(&scaled_hessian(&st.hessian, s), &gptq_opts)?,
+                    None => GptqFactor::new(&st.hessian, &gptq_opts)?,
+                }),
                 _ => None,
             };
             for n in &names {
                 let (shape, w) = &work[n];
                 let (rows, cols) = (shape[0], shape[1]);
                 let q = match opts.method {
-                    Method::Gptq => {
+                    Method::Gptq | Method::AwqGptq => {
                         let f = factor.as_ref().ok_or_else(|| missing_stats(n))?;
                         let q = gptq_with_factor(w, rows, cols, f, &gptq_opts)?;
-                        if let Some(st) = stats {
+                        if let (Some(st), None) = (stats, &site_scales) {
                             dump_for_reference(n, w, rows, cols, &st.hessian, &q, &gptq_opts);
                         }
                         q

@@ -1,4 +1,4 @@
-//! Offline RTN / GPTQ / AWQ on the tiny random Llama (tests/golden/tiny-llama): calibration
+//! Offline RTN / GPTQ / AWQ / AWQ+GPTQ on the tiny random Llama (tests/golden/tiny-llama): calibration
 //! sees every linear input, the quantized model runs and stays near the F32 one, and on the
 //! calibration data GPTQ and AWQ move the layers' outputs less than RTN at the same grid.
 
@@ -194,7 +194,8 @@ fn sequential_calibration_feeds_each_layer_the_quantized_layers_outputs() {
     let toks = tokens(512, 9);
     let held_out = tokens(48, 77);
     let reference = logits(&model, &held_out);
-    for method in [Method::Gptq, Method::Awq] {
+    let mut layer0_errors = Vec::new();
+    for method in [Method::Gptq, Method::Awq, Method::AwqGptq] {
         let opts = OfflineOptions {
             method,
             spec: GroupSpec {
@@ -229,10 +230,23 @@ fn sequential_calibration_feeds_each_layer_the_quantized_layers_outputs() {
         );
         let (mine, rtn) = report.total_errors().unwrap();
         assert!(mine < rtn, "{method:?}: {mine} vs RTN {rtn}");
+        layer0_errors.push(
+            report
+                .matrices
+                .iter()
+                .filter(|m| m.name.starts_with("blk.0."))
+                .map(|m| m.error.unwrap())
+                .sum::<f64>(),
+        );
         let mut q_src = tiny_llama();
         q_src.weights = seq;
         let q_model = Model::from_source(&q_src).unwrap();
         let diff = rel_rms(&reference, &logits(&q_model, &held_out));
         assert!(diff < 0.25, "{method:?}: logits moved {diff}");
     }
+    // Layer 0 sees the same inputs under every method, so AWQ's scales are the same with
+    // and without GPTQ after them: GPTQ's rounding of the scaled weights (against the
+    // scaled inputs' Hessian) moves the outputs less than AWQ's RTN.
+    let (awq, awq_gptq) = (layer0_errors[1], layer0_errors[2]);
+    assert!(awq_gptq < awq, "awq-gptq {awq_gptq} vs awq {awq}");
 }
