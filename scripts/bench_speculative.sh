@@ -42,7 +42,7 @@ wait_ready() { # url
 
 bench_sets() { # name url
   for set in code_edit chat; do
-    "$pagoda" bench serve --url "$2" --dataset "scripts/data/spec_$set.jsonl" \
+    "$pagoda" bench serve --url "$2" --model "$target" --dataset "scripts/data/spec_$set.jsonl" \
       --max-tokens "$max_tokens" --temperature 0 --concurrency 1 --num-requests "$requests" \
       --warmup 1 --json "$out/$1-$set.json" >"$out/$1-$set.txt" 2>&1 \
       || { cat "$out/$1-$set.txt" >&2; return 1; }
@@ -67,7 +67,7 @@ PY
 
 run_pagoda() { # name extra-args...
   local name="$1"; shift
-  RAYON_NUM_THREADS="$threads" "$pagoda" serve --model "$target_gguf" --port 18445 \
+  RAYON_NUM_THREADS="$threads" "$pagoda" serve --model "$target" --port 18445 \
     --threads "$threads" --max-num-seqs 4 --max-model-len 2048 "$@" 2>"$out/$name.log" &
   local pid=$!
   wait_ready http://127.0.0.1:18445
