@@ -496,6 +496,7 @@ impl EngineCore {
 
     /// Runs one step. Returns `false` when there was nothing to run.
     pub fn step(&mut self) -> bool {
+        let started = Instant::now();
         self.propose();
         let now = Instant::now();
         let out = self.scheduler.schedule(now);
@@ -565,6 +566,7 @@ impl EngineCore {
                 forks.push((chunk.seq, request, base));
             }
         }
+        let emitted = picks.len();
         let ended = self.scheduler.update_speculative(&out, &sampled);
         for (parent, request, base) in forks {
             self.fork_choices(parent, request, &base);
@@ -574,6 +576,16 @@ impl EngineCore {
         }
         for (seq, end) in ended {
             self.end_choice(seq, finish_reason(end), false);
+        }
+        if let Some(spec) = self.speculator.as_mut() {
+            let pure_decode = out
+                .chunks
+                .iter()
+                .all(|c| c.sample && c.tokens.len() == 1 + c.num_draft);
+            if pure_decode {
+                let speculated = out.chunks.iter().any(|c| c.num_draft > 0);
+                spec.observe_decode_step(started.elapsed(), emitted, speculated);
+            }
         }
         self.refresh_stats(out.num_batched_tokens);
         true

@@ -19,6 +19,9 @@
 //! temperature and truncation; greedy output equals greedy decoding without speculation up to
 //! floating-point differences between a one-row and a many-row forward pass.
 //!
+//! A measured guard ([`guard`]) stops proposals altogether (with periodic probes) while
+//! decode steps with proposals emit fewer tokens per second than steps without.
+//!
 //! Invariants: proposals are only made for sequences whose request allows speculation and
 //! has one choice; a proposer error turns speculation off for that step (decoding goes on);
 //! the counters only grow.
@@ -26,6 +29,7 @@
 pub mod adaptive;
 pub mod cost;
 pub mod draft;
+pub mod guard;
 pub mod ngram;
 
 use crate::scheduler::SeqId;
@@ -33,6 +37,7 @@ use crate::EngineError;
 use adaptive::{AdaptiveK, SpecCosts};
 use cost::CostModel;
 use draft::{DraftProposer, DraftQuery};
+use guard::ThroughputGuard;
 use ngram::NgramProposer;
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
@@ -76,7 +81,8 @@ pub struct SpeculativeConfig {
     /// Most tokens proposed per step (`k`), `1..=MAX_SPECULATIVE_TOKENS`.
     pub num_tokens: usize,
     /// Adapt `k` per sequence to its acceptance and the measured costs (0 turns it off while
-    /// acceptance is too low to pay); `false` always proposes `num_tokens`.
+    /// acceptance is too low to pay), and stop proposing while speculative steps measure
+    /// slower than plain ones; `false` always proposes `num_tokens`.
     pub adaptive: bool,
 }
 
@@ -144,6 +150,7 @@ pub struct Speculator {
     per_seq: HashMap<SeqId, AdaptiveK>,
     stats: SpecStats,
     costs: CostModel,
+    guard: ThroughputGuard,
 }
 
 impl std::fmt::Debug for Speculator {
@@ -181,6 +188,7 @@ impl Speculator {
             per_seq: HashMap::new(),
             stats: SpecStats::default(),
             costs: CostModel::new(draft_default),
+            guard: ThroughputGuard::default(),
         })
     }
 
@@ -197,6 +205,9 @@ impl Speculator {
     /// Proposals for `seqs` (sequence id and its tokens so far), each as long as its
     /// adaptive `k` allows; sequences with `k = 0` get none.
     pub fn propose(&mut self, seqs: &[(SeqId, &[u32])]) -> Vec<(SeqId, Vec<u32>)> {
+        if self.adaptive && !self.guard.allow() {
+            return Vec::new();
+        }
         let costs = self.costs(seqs.len());
         let (max_k, adaptive) = (self.max_k, self.adaptive);
         let wanted: Vec<(SeqId, &[u32], usize)> = seqs
@@ -255,6 +266,14 @@ impl Speculator {
     /// adaptive `k`).
     pub fn observe_step(&mut self, elapsed: Duration, tokens: usize) {
         self.costs.observe_step(tokens, elapsed.as_secs_f64());
+    }
+
+    /// Records a pure decode step (every chunk one token, maybe with proposals): `emitted`
+    /// tokens in `elapsed`, proposals included or not (the guard against speculation that
+    /// measures slower than plain decoding).
+    pub fn observe_decode_step(&mut self, elapsed: Duration, emitted: usize, speculative: bool) {
+        self.guard
+            .observe(emitted, elapsed.as_secs_f64(), speculative);
     }
 
     /// Forgets sequence `seq` (ended or aborted).
