@@ -175,6 +175,40 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// The VM's guest halt polling (Linux `haltpoll` cpuidle driver), which decides how long an
+/// idle vCPU takes to wake for the next request: the tail of every cross-core hop depends on
+/// it, so each run states it.
+fn guest_halt_polling() -> String {
+    match std::fs::read_to_string("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Ok(ns) => format!(
+            "guest halt polling: up to {} ns before an idle vCPU halts",
+            ns.trim()
+        ),
+        Err(_) => "guest halt polling: not available (no haltpoll driver)".into(),
+    }
+}
+
+/// What the gateway's usage ledger holds after the run: every request through it (warm-up,
+/// open and closed loops) should be one row, with none dropped, although the writer runs at
+/// idle priority on the saturated gateway core during the closed loop.
+async fn usage_ledger(client: &reqwest::Client, gateway: &str) -> String {
+    let answer = client
+        .get(format!("{gateway}/admin/usage"))
+        .bearer_auth("bench-admin")
+        .send()
+        .await;
+    let body: serde_json::Value = match answer {
+        Ok(r) => r.json().await.unwrap_or_default(),
+        Err(e) => return format!("usage ledger: not read ({e})"),
+    };
+    let rows = body["data"].as_array().cloned().unwrap_or_default();
+    let recorded: u64 = rows.iter().filter_map(|r| r["requests"].as_u64()).sum();
+    format!(
+        "usage ledger: {recorded} requests recorded, {} dropped",
+        body["dropped_records"]
+    )
+}
+
 fn start_gateway(args: &Args, backend: &str, dir: &std::path::Path) -> (Child, String) {
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_key = \"bench-admin\"\n[storage]\nsqlite = \"gateway.db\"\n\
@@ -256,7 +290,7 @@ fn main() {
         let gateway_url = format!("{gateway}/v1/chat/completions");
         // Warm up both paths (connections, caches).
         open_loop(&client, &direct_url, args.rate, 1.0).await;
-        open_loop(&client, &gateway_url, args.rate, 1.0).await;
+        let (warm, warm_err) = open_loop(&client, &gateway_url, args.rate, 1.0).await;
         let peer_url = args.peer.as_ref().map(|(_, u)| format!("{}/v1/chat/completions", u.trim_end_matches('/')));
         if let Some(u) = &peer_url {
             open_loop(&client, u, args.rate, 1.0).await;
@@ -284,10 +318,13 @@ fn main() {
         let cpu_used = cpu_seconds(child.id()) - cpu_before;
         let per_core = max_rps * args.seconds / cpu_used.max(1e-9);
         let (max_direct, _) = closed_loop(&client, &direct_url, args.connections, args.seconds).await;
+        let sent = warm.len() + warm_err + via.len() + via_err + (max_rps * args.seconds).round() as usize + max_err;
+        let ledger = usage_ledger(&client, &gateway).await;
         let _ = child.kill();
         let _ = child.wait();
 
         println!("gateway overhead at {:.0} requests/s (open loop, {} requests per path), gateway on 1 core", args.rate, direct.len());
+        println!("{}", guest_halt_polling());
         println!("| path | p50 ms | p90 ms | p99 ms | errors |");
         println!("|---|---:|---:|---:|---:|");
         for (name, l, e) in [("backend directly", &direct, direct_err), ("through the gateway", &via, via_err)] {
@@ -322,5 +359,6 @@ fn main() {
             "closed loop, {} connections: {:.0} requests/s through the gateway ({} errors; the gateway used {:.2} CPU-s in {:.1} s: {:.0} requests per gateway CPU-second); {:.0} requests/s to the backend directly",
             args.connections, max_rps, max_err, cpu_used, args.seconds, per_core, max_direct
         );
+        println!("{ledger}; {sent} requests sent through the gateway");
     });
 }

@@ -11,7 +11,9 @@
 //!   dropped and counted in [`UsageLedger::dropped`].
 //! - One dedicated thread drains the channel and inserts in batches of up to [`BATCH_MAX`]
 //!   records, each batch in one transaction. A batch that fails twice is logged and counted in
-//!   [`UsageLedger::failed`]; the thread keeps going.
+//!   [`UsageLedger::failed`]; the thread keeps going. It runs at idle CPU priority while it
+//!   keeps up, so a batch never delays request handling, and at normal priority while it has a
+//!   backlog (`priority.rs`).
 //! - [`UsageLedger::flush`] returns once every record accepted before the call is written (or
 //!   failed); the admin API calls it before aggregating.
 //! - The ledger stores what it is given: whether a cache hit costs tokens is the caller's
@@ -24,6 +26,7 @@
 //! `spawn_blocking`.
 
 mod postgres;
+mod priority;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -160,8 +163,11 @@ pub struct UsageLedger {
     /// The connection queries use: a second one next to the writer's for a database file or
     /// Postgres (a long query does not stall the writer), the writer's own for in-memory.
     store: SharedStore,
-    /// Records accepted into the channel.
-    accepted: AtomicU64,
+    /// The writer thread's CPU priority (raised while `flush` waits).
+    writer_priority: Arc<priority::WriterPriority>,
+    /// Records accepted into the channel (shared with the writer, which compares it with what
+    /// it has written to know its backlog).
+    accepted: Arc<AtomicU64>,
     dropped: AtomicU64,
     failed: Arc<AtomicU64>,
     /// Records the writer has processed (written or failed), in channel order.
@@ -203,15 +209,22 @@ impl UsageLedger {
         let (tx, rx) = mpsc::sync_channel(capacity);
         let failed = Arc::new(AtomicU64::new(0));
         let (done_tx, done_rx) = watch::channel(0u64);
-        let f = failed.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let writer_priority = Arc::new(priority::WriterPriority::default());
+        let counters = WriterCounters {
+            accepted: accepted.clone(),
+            failed: failed.clone(),
+            priority: writer_priority.clone(),
+        };
         std::thread::Builder::new()
             .name("pagoda-usage-writer".into())
-            .spawn(move || writer_loop(rx, writer, done_tx, f))
+            .spawn(move || writer_loop(rx, writer, done_tx, counters))
             .map_err(UsageError::Thread)?;
         Ok(Self {
             tx,
             store,
-            accepted: AtomicU64::new(0),
+            writer_priority,
+            accepted,
             dropped: AtomicU64::new(0),
             failed,
             processed: done_rx,
@@ -248,6 +261,10 @@ impl UsageLedger {
     pub async fn flush(&self) {
         let target = self.accepted.load(Ordering::SeqCst);
         let mut rx = self.processed.clone();
+        if *rx.borrow() >= target {
+            return;
+        }
+        let _urgent = self.writer_priority.urgent();
         let _ = rx.wait_for(|&done| done >= target).await;
     }
 
@@ -276,14 +293,24 @@ impl UsageLedger {
     }
 }
 
-/// Drains the channel in batches until every sender is gone.
+/// The ledger's state the writer thread shares: counters it reads (accepted) or bumps
+/// (failed), and its CPU priority.
+struct WriterCounters {
+    accepted: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    priority: Arc<priority::WriterPriority>,
+}
+
+/// Drains the channel in batches until every sender is gone, at idle CPU priority unless it
+/// has fallen behind (see `priority.rs`).
 fn writer_loop(
     rx: Receiver<UsageRecord>,
     store: SharedStore,
     processed: watch::Sender<u64>,
-    failed: Arc<AtomicU64>,
+    counters: WriterCounters,
 ) {
     let mut done = 0u64;
+    counters.priority.register_writer();
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::with_capacity(64);
         batch.push(first);
@@ -297,9 +324,14 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        write_batch(&store, &batch, &failed);
+        write_batch(&store, &batch, &counters.failed);
         done += batch.len() as u64;
         processed.send_replace(done);
+        let backlog = counters
+            .accepted
+            .load(Ordering::SeqCst)
+            .saturating_sub(done);
+        counters.priority.after_batch(backlog);
     }
 }
 
