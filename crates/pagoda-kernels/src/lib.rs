@@ -43,6 +43,7 @@ pub mod error;
 pub mod f32_gemm;
 pub mod kv_blocks;
 pub mod matmul;
+pub mod matmul_group;
 pub mod ops;
 pub mod paged_attention;
 pub mod quant;
@@ -52,6 +53,7 @@ pub use cpu::{available_isas, best_isa, Isa};
 pub use dtype::{GgmlType, NF4_DQ_GROUP, QK_K};
 pub use error::KernelError;
 pub use matmul::{matmul, matmul_with_isa, WeightMatrix};
+pub use matmul_group::{matmul_group, matmul_group_with_isa};
 
 /// Up to this many rows (tokens) per call, [`matmul`] and
 /// [`paged_attention`](paged_attention::paged_attention) compute every row with the per-row

@@ -62,7 +62,7 @@ impl<'a> WeightMatrix<'a> {
 
     /// Bytes of row `r` (`r < rows`).
     #[inline]
-    fn row(&self, r: usize, row_bytes: usize) -> &'a [u8] {
+    pub(crate) fn row(&self, r: usize, row_bytes: usize) -> &'a [u8] {
         &self.data[r * row_bytes..(r + 1) * row_bytes]
     }
 
@@ -99,7 +99,7 @@ pub fn matmul(
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: tasks write disjoint elements only (row chunks are disjoint), see the module
 // invariant; the pointer outlives the parallel section.
 unsafe impl Send for OutPtr {}
@@ -179,21 +179,8 @@ pub fn matmul_with_isa(
             dot,
         } => {
             let arow = partner.row_bytes(cols)?;
-            // [n, arow] activation blocks.
-            let mut a = vec![0u8; n * arow];
-            if n < 8 {
-                // Decode: a fork would cost more than quantizing a few rows.
-                for (dst, src) in a.chunks_exact_mut(arow).zip(x.chunks_exact(cols)) {
-                    // SAFETY: `isa` is available (checked above) and the lengths match.
-                    unsafe { quantize(src, dst) };
-                }
-            } else {
-                a.par_chunks_mut(arow)
-                    .zip(x.par_chunks(cols))
-                    .with_min_len(4)
-                    // SAFETY: as above.
-                    .for_each(|(dst, src)| unsafe { quantize(src, dst) });
-            }
+            // SAFETY: `isa` is available (checked above), so its `quantize` may run.
+            let a = unsafe { quantize_activations(quantize, x, n, cols, arow) };
             // Q4_K / Q6_K prefill on VNNI: 8-row strips, one `vpdpbusd` per 8 codes x 8 rows.
             #[cfg(target_arch = "x86_64")]
             if isa == Isa::Avx512
@@ -264,6 +251,35 @@ pub fn matmul_with_isa(
     Ok(())
 }
 
+/// `[n, arow]` activation bytes: each of the `n` rows of `x` (`cols` values) quantized by
+/// `quantize` into `arow` bytes.
+///
+/// # Safety
+/// `quantize` belongs to an ISA this CPU has, and writes `arow` bytes for `cols` values.
+pub(crate) unsafe fn quantize_activations(
+    quantize: crate::simd::QuantizeRow,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+    arow: usize,
+) -> Vec<u8> {
+    let mut a = vec![0u8; n * arow];
+    if n < 8 {
+        // Decode: a fork would cost more than quantizing a few rows.
+        for (dst, src) in a.chunks_exact_mut(arow).zip(x.chunks_exact(cols)) {
+            // SAFETY: the caller's contract; the lengths match.
+            unsafe { quantize(src, dst) };
+        }
+    } else {
+        a.par_chunks_mut(arow)
+            .zip(x.par_chunks(cols))
+            .with_min_len(4)
+            // SAFETY: as above.
+            .for_each(|(dst, src)| unsafe { quantize(src, dst) });
+    }
+    a
+}
+
 /// Splits the rows into chunks and, per chunk, computes every token against its rows,
 /// [`NT`] tokens per kernel call. `f(row, seg, t0, nt, out)` fills `out[..nt]` with the dots
 /// of column segment `seg` (of `segs`) of `row` and tokens `t0..t0 + nt`; segments are
@@ -284,31 +300,54 @@ fn run_chunks<F>(
     let ptr = OutPtr(out.as_mut_ptr());
     let body = |c: usize| {
         let r0 = c * chunk;
-        let r1 = (r0 + chunk).min(rows);
-        let mut o = [0.0f32; NT];
-        for seg in 0..segs {
-            for t0 in (0..n).step_by(NT) {
-                let nt = NT.min(n - t0);
-                for r in r0..r1 {
-                    f(w.row(r, row_bytes), seg, t0, nt, &mut o);
-                    for (i, v) in o[..nt].iter().enumerate() {
-                        let at = (t0 + i) * rows + r;
-                        // SAFETY: `t0 + i < n`, `r < rows`, so in bounds of `out`
-                        // ([n, rows]); only this chunk touches rows r0..r1, and segment 0
-                        // wrote the element before later segments add to it.
-                        unsafe {
-                            let prev = if seg == 0 { 0.0 } else { ptr.read(at) };
-                            ptr.write(at, prev + *v)
-                        };
-                    }
-                }
-            }
-        }
+        // SAFETY: `out` is `[n, rows]` (validated by the caller) and only this chunk
+        // touches rows r0..r1.
+        unsafe { compute_rows(w, row_bytes, r0..(r0 + chunk).min(rows), n, segs, ptr, &f) };
     };
     if n_chunks == 1 {
         body(0);
     } else {
         (0..n_chunks).into_par_iter().for_each(body);
+    }
+}
+
+/// Computes rows `rs` of `w` for all `n` tokens into `out` (`[n, w.rows]`), as
+/// [`run_chunks`] describes: per column segment, per tile of [`NT`] tokens, per row. Each
+/// output element's value depends only on its row, its token and `segs`, never on which
+/// rows or tokens share the call.
+///
+/// # Safety
+/// `out` points to `n * w.rows` elements, and no other task touches rows `rs` meanwhile.
+pub(crate) unsafe fn compute_rows<F>(
+    w: &WeightMatrix<'_>,
+    row_bytes: usize,
+    rs: std::ops::Range<usize>,
+    n: usize,
+    segs: usize,
+    out: OutPtr,
+    f: &F,
+) where
+    F: Fn(&[u8], usize, usize, usize, &mut [f32; NT]) + Sync,
+{
+    let rows = w.rows;
+    let mut o = [0.0f32; NT];
+    for seg in 0..segs {
+        for t0 in (0..n).step_by(NT) {
+            let nt = NT.min(n - t0);
+            for r in rs.clone() {
+                f(w.row(r, row_bytes), seg, t0, nt, &mut o);
+                for (i, v) in o[..nt].iter().enumerate() {
+                    let at = (t0 + i) * rows + r;
+                    // SAFETY: `t0 + i < n`, `r < rows`, so in bounds of `out` ([n, rows]);
+                    // only this task touches rows `rs` (caller's contract), and segment 0
+                    // wrote the element before later segments add to it.
+                    unsafe {
+                        let prev = if seg == 0 { 0.0 } else { out.read(at) };
+                        out.write(at, prev + *v)
+                    };
+                }
+            }
+        }
     }
 }
 
@@ -340,7 +379,7 @@ fn run_dequant_chunks(
 
 /// Rows per chunk: enough chunks for every thread, and for several tokens few enough rows
 /// that the chunk's weights stay in cache while all tokens pass over them.
-fn chunk_rows(rows: usize, row_bytes: usize, n: usize) -> usize {
+pub(crate) fn chunk_rows(rows: usize, row_bytes: usize, n: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let bytes = rows * row_bytes;
     // Small matrices (most of a small model): one chunk per thread, as few tasks as possible.

@@ -90,6 +90,32 @@ impl Linear {
         Ok(())
     }
 
+    /// [`Linear::forward`] of several layers that share the input `x` (Q, K and V; gate and
+    /// up) in one kernel call: the activations are quantized once and all rows run in one
+    /// parallel region; each output is bit-identical to its own `forward`.
+    pub fn forward_group<const N: usize>(
+        layers: [&Linear; N],
+        x: &[f32],
+        n: usize,
+        outs: [&mut Vec<f32>; N],
+    ) -> Result<(), ModelError> {
+        let mut views: Vec<&mut [f32]> = Vec::with_capacity(N);
+        for (layer, out) in layers.iter().zip(outs) {
+            out.resize(n * layer.rows, 0.0);
+            views.push(out.as_mut_slice());
+        }
+        let matrices = layers.map(|l| l.matrix());
+        pagoda_kernels::matmul_group(&matrices, x, n, &mut views)?;
+        for (layer, out) in layers.iter().zip(views) {
+            if let Some(b) = &layer.bias {
+                for row in out.chunks_exact_mut(layer.rows) {
+                    ops::add_inplace(row, b);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Row `r` of the weight as f32 (an embedding lookup).
     pub fn row(&self, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
         Ok(self.matrix().dequantize_row(r, out)?)
@@ -366,9 +392,13 @@ impl GatedMlp {
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         scratch.observer.see(&[&self.gate, &self.up], x, n);
-        self.gate.forward(x, n, &mut scratch.gate)?;
+        Linear::forward_group(
+            [&self.gate, &self.up],
+            x,
+            n,
+            [&mut scratch.gate, &mut scratch.up],
+        )?;
         scratch.lora.apply(&self.gate, x, &mut scratch.gate);
-        self.up.forward(x, n, &mut scratch.up)?;
         scratch.lora.apply(&self.up, x, &mut scratch.up);
         match self.activation {
             Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
@@ -460,9 +490,13 @@ impl AttentionWeights {
         let q_dim = cfg.n_heads * cfg.head_dim;
         let kv_dim = cfg.n_kv_heads * cfg.head_dim;
         scratch.observer.see(&[&self.q, &self.k, &self.v], x, total);
-        self.q.forward(x, total, &mut scratch.q)?; // [total, q_dim]
-        self.k.forward(x, total, &mut scratch.k)?; // [total, kv_dim]
-        self.v.forward(x, total, &mut scratch.v)?; // [total, kv_dim]
+        // [total, q_dim], [total, kv_dim], [total, kv_dim]
+        Linear::forward_group(
+            [&self.q, &self.k, &self.v],
+            x,
+            total,
+            [&mut scratch.q, &mut scratch.k, &mut scratch.v],
+        )?;
         scratch.lora.apply(&self.q, x, &mut scratch.q);
         scratch.lora.apply(&self.k, x, &mut scratch.k);
         scratch.lora.apply(&self.v, x, &mut scratch.v);
