@@ -40,8 +40,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use half::f16;
-use pagoda_kernels::ops::RopeStyle;
 use pagoda_model::hf::hf_name;
+use pagoda_model::rope_order::hf_row_order;
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_model::weights::Weights;
 use pagoda_model::{Architecture, ModelConfig, RopeScaling};
@@ -216,25 +216,6 @@ impl PackedLinear {
     }
 }
 
-/// Row `r` of the Hugging Face order takes row `order[r]` of a Llama GGUF's Q or K matrix
-/// (`n_head` heads): llama.cpp's conversion interleaved each head's two RoPE halves.
-pub fn hf_rope_row_order(rows: usize, n_head: usize) -> Option<Vec<usize>> {
-    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 {
-        return None;
-    }
-    let hd = rows / n_head;
-    let half = hd / 2;
-    let mut order = Vec::with_capacity(rows);
-    for h in 0..n_head {
-        for j in 0..2 {
-            for i in 0..half {
-                order.push(h * hd + i * 2 + j);
-            }
-        }
-    }
-    Some(order)
-}
-
 /// `q` with its rows in `order` (row `r` of the result = row `order[r]` of `q`).
 pub fn permute_rows(q: &GroupQuantized, order: &[usize]) -> GroupQuantized {
     let (cols, groups) = (q.cols, q.groups());
@@ -256,13 +237,13 @@ pub fn row_order_for(
     cfg: &ModelConfig,
     from_gguf: bool,
 ) -> Option<Vec<usize>> {
-    if !from_gguf || cfg.arch != Architecture::Llama || cfg.rope_style != RopeStyle::Interleaved {
+    if !from_gguf || !pagoda_model::rope_order::gguf_permutes_qk(cfg) {
         return None;
     }
     let sub = name.split('.').nth(2)?;
     match sub {
-        "attn_q" => hf_rope_row_order(rows, cfg.n_heads),
-        "attn_k" => hf_rope_row_order(rows, cfg.n_kv_heads),
+        "attn_q" => hf_row_order(rows, cfg.n_heads),
+        "attn_k" => hf_row_order(rows, cfg.n_kv_heads),
         _ => None,
     }
 }
@@ -904,7 +885,7 @@ mod tests {
                 }
             }
         }
-        let order = hf_rope_row_order(n_head * hd, n_head).unwrap();
+        let order = hf_row_order(n_head * hd, n_head).unwrap();
         let back: Vec<usize> = order.iter().map(|&r| gguf[r]).collect();
         assert_eq!(back, hf);
     }

@@ -129,26 +129,6 @@ pub fn write_file_atomically(
     result
 }
 
-/// Row `r` of llama.cpp's order takes row `order[r]` of a Hugging Face Q or K matrix of
-/// `n_head` heads (llama.cpp's `permute`: each head's two RoPE halves interleaved); the
-/// inverse of [`hf_rope_row_order`](super::hf_write::hf_rope_row_order).
-pub fn gguf_rope_row_order(rows: usize, n_head: usize) -> Option<Vec<usize>> {
-    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 {
-        return None;
-    }
-    let hd = rows / n_head;
-    let half = hd / 2;
-    let mut order = Vec::with_capacity(rows);
-    for h in 0..n_head {
-        for i in 0..half {
-            for j in 0..2 {
-                order.push(h * hd + j * half + i);
-            }
-        }
-    }
-    Some(order)
-}
-
 /// A tensor of the output: name, type, shape (outermost first), bytes (borrowed from the
 /// weights, or made here: permuted, widened to F32, RoPE factors).
 type OutTensor<'a> = (String, GgmlType, Vec<usize>, Cow<'a, [u8]>);
@@ -244,11 +224,12 @@ pub fn write_gguf_from_hf(
             None => data,
             Some(n_head) => {
                 let rows = view.shape[0];
-                let order = gguf_rope_row_order(rows, n_head).ok_or_else(|| {
-                    CompressError::InvalidInput(format!(
-                        "{name}: {rows} rows do not split into {n_head} heads of an even size"
-                    ))
-                })?;
+                let order =
+                    pagoda_model::rope_order::gguf_row_order(rows, n_head).ok_or_else(|| {
+                        CompressError::InvalidInput(format!(
+                            "{name}: {rows} rows do not split into {n_head} heads of an even size"
+                        ))
+                    })?;
                 let row_bytes = data.len() / rows;
                 let mut p = Vec::with_capacity(data.len());
                 for &r in &order {
@@ -269,19 +250,7 @@ pub fn write_gguf_from_hf(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantize::hf_write::hf_rope_row_order;
 
-    #[test]
-    fn gguf_row_order_inverts_the_hf_one() {
-        for (rows, heads) in [(16, 2), (64, 4), (8, 1)] {
-            let to_gguf = gguf_rope_row_order(rows, heads).unwrap();
-            let to_hf = hf_rope_row_order(rows, heads).unwrap();
-            // HF -> GGUF -> HF is the identity.
-            let back: Vec<usize> = to_hf.iter().map(|&r| to_gguf[r]).collect();
-            assert_eq!(back, (0..rows).collect::<Vec<_>>());
-        }
-        assert!(gguf_rope_row_order(6, 4).is_none());
-    }
     use pagoda_model::weights::TensorView;
 
     #[test]

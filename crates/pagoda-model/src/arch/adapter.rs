@@ -20,11 +20,9 @@
 
 use super::layers::Linear;
 use super::Model;
-use crate::config::Architecture;
 use crate::lora::LoraAdapter;
 use crate::{hf, ModelConfig, ModelError};
 use pagoda_kernels::f32_gemm::matmul_nt;
-use pagoda_kernels::ops::RopeStyle;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
@@ -108,7 +106,7 @@ impl LoraWeights {
                 )));
             }
             let mut b_scaled: Vec<f32> = pair.b.iter().map(|v| v * pair.scaling).collect();
-            if needs_rope_permute(cfg) {
+            if crate::rope_order::gguf_permutes_qk(cfg) {
                 let heads = if canonical.ends_with(".attn_q.weight") {
                     Some(cfg.n_heads)
                 } else if canonical.ends_with(".attn_k.weight") {
@@ -116,8 +114,10 @@ impl LoraWeights {
                 } else {
                     None
                 };
-                if let Some(heads) = heads {
-                    b_scaled = permute_rope_rows(&b_scaled, heads, pair.out_features, pair.r);
+                if let Some(order) =
+                    heads.and_then(|h| crate::rope_order::gguf_row_order(pair.out_features, h))
+                {
+                    b_scaled = crate::rope_order::reorder_rows(&b_scaled, pair.r, &order);
                 }
             }
             rank = rank.max(pair.r);
@@ -189,34 +189,6 @@ impl LoraWeights {
     }
 }
 
-/// A Llama GGUF base has its Q/K rows permuted into interleaved-pair order (llama.cpp's
-/// `convert_hf_to_gguf.py`, `LlamaModel.permute`); HF folders and other architectures do not.
-fn needs_rope_permute(cfg: &ModelConfig) -> bool {
-    cfg.arch == Architecture::Llama && cfg.rope_style == RopeStyle::Interleaved
-}
-
-/// llama.cpp's `permute(w, n_head)` on the rows of `[rows, cols]` row-major `w`:
-/// `w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)`, so
-/// row `(h, i, s)` of the result is row `(h, s, i)` of the input.
-pub fn permute_rope_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> {
-    let per_head = rows / n_head.max(1);
-    let half = per_head / 2;
-    if n_head == 0 || half == 0 || rows % n_head != 0 || per_head % 2 != 0 {
-        return w.to_vec();
-    }
-    let mut out = vec![0.0; w.len()];
-    for h in 0..n_head {
-        for i in 0..half {
-            for s in 0..2 {
-                let dst = h * per_head + i * 2 + s;
-                let src = h * per_head + s * half + i;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
-}
-
 /// Which rows of the current batch use which adapter (set for one forward pass).
 #[derive(Debug, Default, Clone)]
 pub struct LoraBatch {
@@ -262,25 +234,5 @@ impl LoraBatch {
             let ys = &mut out[span.start * rows..span.end * rows]; // [n, rows]
             matmul_nt(&self.tmp, &pair.b_scaled, ys, n, rows, pair.r, 1.0, true);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permute_matches_llama_cpp() {
-        // Two heads of 4 rows, one column: [h0: 0 1 2 3, h1: 4 5 6 7] →
-        // reshape(2, 2, 2).swapaxes(1, 2) → [0 2 1 3, 4 6 5 7].
-        let w: Vec<f32> = (0..8).map(|v| v as f32).collect();
-        assert_eq!(
-            permute_rope_rows(&w, 2, 8, 1),
-            vec![0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]
-        );
-        // Columns move with their row.
-        let w2: Vec<f32> = (0..8).flat_map(|v| [v as f32, -(v as f32)]).collect();
-        let p = permute_rope_rows(&w2, 1, 8, 2);
-        assert_eq!(&p[..6], &[0.0, -0.0, 4.0, -4.0, 1.0, -1.0]);
     }
 }
