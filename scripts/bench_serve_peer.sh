@@ -25,18 +25,11 @@ ctx="${CTX:-1024}"
 out="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
-[[ -x "$pagoda" ]] || { echo "build pagoda first: cargo build --release -p pagoda-cli" >&2; exit 1; }
-[[ -x "$llama" ]] || { echo "build llama-server first: scripts/reference/build_llama_server.sh" >&2; exit 1; }
+source scripts/lib/servers.sh
+require_pagoda "$pagoda"
+require_llama_server "$llama"
 gguf="$("$pagoda" show --path "$model")"
 
-wait_ready() { # url
-  for _ in $(seq 600); do
-    curl -sf "$1/health" >/dev/null 2>&1 && curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server at $1 did not become ready" >&2
-  return 1
-}
 
 bench() { # name url
   echo "== $1"

@@ -27,18 +27,11 @@ k="${K:-5}"
 out="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
-[[ -x "$pagoda" ]] || { echo "build pagoda first: cargo build --release -p pagoda-cli" >&2; exit 1; }
+source scripts/lib/servers.sh
+require_pagoda "$pagoda"
 target_gguf="$("$pagoda" show --path "$target")"
 draft_gguf="$("$pagoda" show --path "$draft")"
 
-wait_ready() { # url
-  for _ in $(seq 900); do
-    curl -sf "$1/health" >/dev/null 2>&1 && curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server at $1 did not become ready" >&2
-  return 1
-}
 
 bench_sets() { # name url
   for set in code_edit chat; do
@@ -90,7 +83,7 @@ run_pagoda pagoda-plain
 run_pagoda pagoda-ngram --speculative ngram --num-speculative-tokens "$k"
 run_pagoda pagoda-draft --draft-model "$draft_gguf" --num-speculative-tokens "$k"
 if [[ -z "${SKIP_LLAMA:-}" ]]; then
-  [[ -x "$llama" ]] || { echo "build llama-server first: scripts/reference/build_llama_server.sh" >&2; exit 1; }
+  require_llama_server "$llama"
   run_llama llama-plain
   run_llama llama-ngram --spec-type ngram-simple --spec-draft-n-max "$k"
   run_llama llama-draft -md "$draft_gguf" -td "$threads" --spec-draft-n-max "$k"
