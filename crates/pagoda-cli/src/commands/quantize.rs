@@ -81,6 +81,11 @@ pub struct QuantizeArgs {
     /// GPTQ dampening, as a fraction of the mean Hessian diagonal.
     #[arg(long, default_value_t = 0.01)]
     pub damp: f64,
+    /// Fit each group's grid on the clipping range (100 % down to 80 % of its min/max) with
+    /// the least squared rounding error instead of the full range (GPTQ's `mse` option; all
+    /// methods).
+    #[arg(long)]
+    pub clip_search: bool,
     /// Calibration data: a text file, or JSONL with a "text" field per line (default: the
     /// built-in mixed text, about 1,700 tokens).
     #[arg(long)]
@@ -185,6 +190,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             group_size: (args.group_size > 0).then_some(args.group_size),
             symmetric: args.sym,
             grid,
+            clip_search: args.clip_search,
         },
         act_order: args.act_order,
         damp: args.damp,

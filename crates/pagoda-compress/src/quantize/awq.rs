@@ -168,6 +168,7 @@ mod tests {
             group_size: Some(32),
             symmetric: false,
             grid: GridKind::IntegerZero,
+            clip_search: false,
         };
         let r = awq_search(&w, rows, cols, &m, &h, spec, 20).unwrap();
         let plain = rtn(&w, rows, cols, spec).unwrap();
@@ -195,6 +196,7 @@ mod tests {
             group_size: None,
             symmetric: false,
             grid: GridKind::IntegerZero,
+            clip_search: false,
         };
         assert!(awq_search(&w, 2, 32, &m[..31], &h, spec, 4).is_err());
         let empty = Hessian::new(32);

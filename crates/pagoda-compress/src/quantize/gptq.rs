@@ -123,6 +123,7 @@ impl Default for GptqOptions {
                 group_size: Some(128),
                 symmetric: false,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             },
             act_order: false,
             damp: 0.01,
@@ -438,6 +439,7 @@ mod tests {
                 group_size: group,
                 symmetric: false,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             };
             let opts = GptqOptions {
                 spec,
@@ -468,6 +470,7 @@ mod tests {
                 group_size: Some(16),
                 symmetric: true,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             },
             act_order: true,
             damp: 0.01,
@@ -548,6 +551,7 @@ mod tests {
                     group_size: (gs > 0).then_some(gs as usize),
                     symmetric: case["sym"].as_bool().unwrap(),
                     grid: GridKind::IntegerZero,
+                    clip_search: false,
                 },
                 act_order: case["act_order"].as_bool().unwrap(),
                 damp: num(&case["damp"]),

@@ -847,6 +847,7 @@ mod tests {
                 group_size: Some(32),
                 symmetric: sym,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             };
             let q = rtn(&matrix(rows, cols), rows, cols, spec).unwrap();
             let p = pack(&q, format, "t").unwrap();
@@ -864,6 +865,7 @@ mod tests {
             group_size: Some(32),
             symmetric: false,
             grid: GridKind::IntegerZero,
+            clip_search: false,
         };
         let p = pack(&rtn(&w, 8, 32, spec).unwrap(), OutputFormat::Gptq, "t").unwrap();
         assert!(!p.v1_storable());
@@ -897,6 +899,7 @@ mod tests {
             group_size: None,
             symmetric: true,
             grid: GridKind::IntegerZero,
+            clip_search: false,
         };
         let q = rtn(&matrix(4, 64), 4, 64, spec).unwrap();
         let e = pack(&q, OutputFormat::Awq, "blk.0.attn_q.weight").unwrap_err();

@@ -792,6 +792,7 @@ mod tests {
                 group_size: group,
                 symmetric: sym,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             };
             let q = rtn(&w, rows, cols, spec).unwrap();
             let want = q.dequantize();
@@ -844,6 +845,7 @@ mod tests {
             group_size: Some(32),
             symmetric: false,
             grid,
+            clip_search: false,
         };
         let q = rtn(&w, rows, cols, spec(gguf_grid(4, false))).unwrap();
         let mut back = vec![0.0f32; rows * cols];
@@ -872,6 +874,7 @@ mod tests {
                 group_size: group,
                 symmetric: sym,
                 grid: GridKind::IntegerZero,
+                clip_search: false,
             },
             act_order,
             damp: 0.01,

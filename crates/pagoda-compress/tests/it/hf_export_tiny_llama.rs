@@ -84,6 +84,7 @@ fn opts(method: Method, bits: u8, group: Option<usize>, sym: bool) -> OfflineOpt
             group_size: group,
             symmetric: sym,
             grid: GridKind::IntegerZero,
+            clip_search: false,
         },
         act_order: false,
         damp: 0.01,

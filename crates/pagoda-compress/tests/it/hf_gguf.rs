@@ -247,6 +247,7 @@ fn rtn_q8_0_output_matches_llama_cpp_golden() {
                 group_size: Some(32),
                 symmetric: true,
                 grid: gguf_grid(8, true),
+                clip_search: false,
             },
             act_order: false,
             damp: 0.01,
