@@ -174,6 +174,26 @@ fn output_format(args: &QuantizeArgs, method: Method) -> anyhow::Result<OutputFo
     Ok(format)
 }
 
+/// The summary of the calibration output errors: the method's against round-to-nearest's.
+/// A ratio is only meaningful while RTN leaves a real error; when RTN does better the line
+/// says so instead of printing a huge percentage (typical when the source is itself a 4-bit
+/// model on this grid, where RTN reproduces it exactly).
+fn calibration_error_line(method: Method, mine: f64, rtn: f64) -> String {
+    if mine <= rtn {
+        format!(
+            "calibration output error: {mine:.4e} ({:.1}% of RTN's {rtn:.4e})",
+            100.0 * mine / rtn.max(f64::MIN_POSITIVE)
+        )
+    } else {
+        format!(
+            "calibration output error: {mine:.4e}, above RTN's {rtn:.4e}: {} did not improve on \
+             round-to-nearest for these weights (they may already lie on this grid, e.g. a \
+             model that was quantized to it before); compare with `--method rtn`",
+            method.as_str()
+        )
+    }
+}
+
 /// Runs `pagoda quantize`.
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let method: Method = args.method.parse()?;
@@ -361,10 +381,24 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         mib(written)
     );
     if let Some((mine, rtn)) = report.total_errors() {
-        eprintln!(
-            "calibration output error: {mine:.4e} ({:.1}% of RTN's {rtn:.4e})",
-            100.0 * mine / rtn.max(f64::MIN_POSITIVE)
-        );
+        eprintln!("{}", calibration_error_line(method, mine, rtn));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_error_is_a_ratio_only_while_the_method_beats_rtn() {
+        let better = calibration_error_line(Method::Gptq, 1.0, 4.0);
+        assert!(better.contains("25.0% of RTN's"), "{better}");
+        let worse = calibration_error_line(Method::Gptq, 34.0, 1.0);
+        assert!(!worse.contains('%'), "{worse}");
+        assert!(
+            worse.contains("above RTN's") && worse.contains("gptq"),
+            "{worse}"
+        );
+    }
 }
