@@ -208,7 +208,12 @@ impl Model {
     ) -> Result<Vec<f32>, ModelError> {
         let seqs = self.plan_batch(segments, cache)?;
         let mut scratch = std::mem::take(&mut cache.scratch);
-        let result = self.run_batch(segments, &seqs, cache, &mut scratch);
+        // The whole pass runs on a worker of the kernels' rayon pool: every kernel's parallel
+        // loop then forks from inside the pool (the other workers steal its halves) instead of
+        // handing the loop to the pool and sleeping on a latch until it is done, which cost
+        // two thread wake-ups per kernel call, hundreds per decode step. A caller already on
+        // a worker runs it in place.
+        let result = rayon::scope(|_| self.run_batch(segments, &seqs, cache, &mut scratch));
         cache.scratch = scratch;
         result
     }
