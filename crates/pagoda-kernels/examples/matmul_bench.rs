@@ -5,7 +5,9 @@
 //!
 //! The `models` mode runs every matrix product of one forward pass of SmolLM2-135M (Q4_1,
 //! Q8_0 output) and of Qwen2.5-1.5B Q4_K_M (Q4_K/Q6_K) in sequence, for 1 token (decode)
-//! and 64 tokens (a prefill chunk), and prints the matmul-only time per step and tokens/s.
+//! and 64 tokens (a prefill chunk), and prints the matmul-only time per step and tokens/s,
+//! with the 4-bit matrices in the row layout and packed into 16-row strips (as models load
+//! them on AVX-512 VNNI).
 //!
 //! Weights are cycled through enough copies (>= 256 MiB in all) that every call streams its
 //! matrix from DRAM, as decode does with a real model; GB/s counts weight bytes read per
@@ -65,7 +67,7 @@ struct ModelShape {
     head: (usize, usize, GgmlType),
 }
 
-const MODELS: [ModelShape; 2] = [
+const MODELS: [ModelShape; 3] = [
     ModelShape {
         name: "SmolLM2-135M Q4_1",
         layer: &[
@@ -79,6 +81,20 @@ const MODELS: [ModelShape; 2] = [
         ],
         layers: 30,
         head: (49152, 576, GgmlType::Q8_0),
+    },
+    ModelShape {
+        name: "Qwen2.5-0.5B int4",
+        layer: &[
+            (896, 896, GgmlType::Q4_1),  // q
+            (128, 896, GgmlType::Q4_1),  // k
+            (128, 896, GgmlType::Q4_1),  // v
+            (896, 896, GgmlType::Q4_1),  // o
+            (4864, 896, GgmlType::Q4_1), // gate
+            (4864, 896, GgmlType::Q4_1), // up
+            (896, 4864, GgmlType::Q4_1), // down
+        ],
+        layers: 24,
+        head: (151936, 896, GgmlType::Q8_0),
     },
     ModelShape {
         name: "Qwen2.5-1.5B Q4_K_M",
@@ -118,6 +134,20 @@ fn models(isas: &[Isa]) {
         }
         let (r, c, t) = m.head;
         mats.push((r, c, t, quantized(t, r, c, 99)));
+        // The same matrices with every packable one in 16-row strips, as models load them.
+        let packed: Vec<Option<Vec<u8>>> = mats
+            .iter()
+            .map(|(r, c, t, d)| {
+                let w = WeightMatrix::new(*t, *r, *c, d).unwrap();
+                pagoda_kernels::packed::packable(*t, *r, *c)
+                    .then(|| pagoda_kernels::packed::pack(&w).unwrap())
+            })
+            .collect();
+        let layouts: &[bool] = if packed.iter().any(Option::is_some) {
+            &[false, true]
+        } else {
+            &[false]
+        };
         let bytes: usize = mats.iter().map(|m| m.3.len()).sum();
         let maxc = mats.iter().map(|m| m.1).max().unwrap();
         let maxr = mats.iter().map(|m| m.0).max().unwrap();
@@ -126,10 +156,16 @@ fn models(isas: &[Isa]) {
                 .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
                 .collect();
             let mut out = vec![0.0f32; n * maxr];
-            for &isa in isas {
+            for (&isa, &strips) in isas
+                .iter()
+                .flat_map(|i| layouts.iter().map(move |l| (i, l)))
+            {
                 let mut step = || {
-                    for (r, c, t, d) in &mats {
-                        let w = WeightMatrix::new(*t, *r, *c, d).unwrap();
+                    for ((r, c, t, d), p) in mats.iter().zip(&packed) {
+                        let w = match p {
+                            Some(p) if strips => WeightMatrix::packed(*t, *r, *c, p).unwrap(),
+                            _ => WeightMatrix::new(*t, *r, *c, d).unwrap(),
+                        };
                         matmul_with_isa(isa, &w, &x[..n * c], n, &mut out[..n * r]).unwrap();
                     }
                 };
@@ -146,10 +182,11 @@ fn models(isas: &[Isa]) {
                     / steps as f64
                     / rayon::current_num_threads() as f64;
                 println!(
-                    "{:<20} n={:<3} {:<7} {:>8.2} ms/step {:>8.1} tok/s {:>6.1} GB/s | cpu-time: {:>8.1} tok/s {:>6.1} GB/s",
+                    "{:<20} n={:<3} {:<7} {:<6} {:>8.2} ms/step {:>8.1} tok/s {:>6.1} GB/s | cpu-time: {:>8.1} tok/s {:>6.1} GB/s",
                     m.name,
                     n,
                     isa.name(),
+                    if strips { "strips" } else { "rows" },
                     per * 1e3,
                     n as f64 / per,
                     bytes as f64 / per / 1e9,
@@ -220,14 +257,26 @@ fn main() {
             }
             let copies = (256usize << 20).div_ceil(bytes).max(2);
             let all: Vec<u8> = one.iter().copied().cycle().take(bytes * copies).collect();
+            // Packable types run twice: row layout, then 16-row strips (`+strips`).
+            let strips = pagoda_kernels::packed::packable(ty, rows, cols).then(|| {
+                let w = WeightMatrix::new(ty, rows, cols, &one).unwrap();
+                let p = pagoda_kernels::packed::pack(&w).unwrap();
+                p.iter().copied().cycle().take(bytes * copies).collect::<Vec<u8>>()
+            });
             for n in [1usize, 64] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rand()).collect();
                 let mut out = vec![0.0f32; n * rows];
-                for &isa in &isas {
+                let runs = isas.iter().flat_map(|&isa| {
+                    std::iter::once((isa, None)).chain(strips.as_ref().map(|p| (isa, Some(p))))
+                });
+                for (isa, packed) in runs {
                     let mut i = 0usize;
                     let mut call = || {
-                        let w = &all[(i % copies) * bytes..(i % copies + 1) * bytes];
-                        let w = WeightMatrix::new(ty, rows, cols, w).unwrap();
+                        let at = (i % copies) * bytes..(i % copies + 1) * bytes;
+                        let w = match packed {
+                            Some(p) => WeightMatrix::packed(ty, rows, cols, &p[at]).unwrap(),
+                            None => WeightMatrix::new(ty, rows, cols, &all[at]).unwrap(),
+                        };
                         matmul_with_isa(isa, &w, &x, n, &mut out).unwrap();
                         i += 1;
                     };
@@ -244,7 +293,7 @@ fn main() {
                     let cpu_per = (cpu_ns() - cpu0) as f64 * 1e-9 / calls as f64 / threads;
                     println!(
                         "{:<13} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1} {:>9.2}",
-                        ty.name(),
+                        format!("{}{}", ty.name(), if packed.is_some() { "+strips" } else { "" }),
                         rows,
                         cols,
                         n,

@@ -19,6 +19,9 @@
 //!   AVX-512 bodies of the paged-attention decode primitives.
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
+//! - `packed`: 16-row strips of 4-bit (Q4_0 / Q4_1 / INT4 g32) weights, made at load
+//!   ([`packed::pack`], [`WeightLayout::Strips16`]), and their driver; the AVX-512 VNNI strip
+//!   kernel is `simd/avx512_packed.rs`.
 //! - `f32_gemm`: [`f32_gemm::matmul_nt`], dense f32 products of small factors (LoRA).
 //! - `ops`, `attention`: row operations and attention of a transformer layer.
 //! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16 or
@@ -45,6 +48,7 @@ pub mod kv_blocks;
 pub mod matmul;
 pub mod matmul_group;
 pub mod ops;
+pub mod packed;
 pub mod paged_attention;
 pub mod quant;
 mod simd;
@@ -53,6 +57,7 @@ pub use cpu::{available_isas, best_isa, Isa};
 pub use dtype::{GgmlType, NF4_DQ_GROUP, QK_K};
 pub use error::KernelError;
 pub use matmul::{matmul, matmul_with_isa, WeightMatrix};
+pub use packed::WeightLayout;
 pub use matmul_group::{matmul_group, matmul_group_with_isa};
 
 /// Up to this many rows (tokens) per call, [`matmul`] and

@@ -13,18 +13,22 @@
 
 use rayon::prelude::*;
 
+use crate::packed::WeightLayout;
 use crate::quant::dequantize_row;
 use crate::simd::{kernel, ActLayout, RowKernel, NT};
 use crate::{GgmlType, Isa, KernelError};
 
-/// A borrowed row-major weight matrix: row `r` is output feature `r`, `cols` input features,
-/// each row `ty.row_bytes(cols)` bytes, rows contiguous. `data` may be unaligned.
+/// A borrowed weight matrix: row `r` is output feature `r`, `cols` input features, each row
+/// `ty.row_bytes(cols)` bytes. In the [`WeightLayout::Rows`] layout rows are contiguous, one
+/// after the other; in [`WeightLayout::Strips16`] 16 rows are interleaved per strip
+/// ([`crate::packed`]). `data` may be unaligned.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightMatrix<'a> {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
+    pub layout: WeightLayout,
 }
 
 impl<'a> WeightMatrix<'a> {
@@ -52,7 +56,40 @@ impl<'a> WeightMatrix<'a> {
             rows,
             cols,
             data,
+            layout: WeightLayout::Rows,
         })
+    }
+
+    /// A matrix whose `data` is [`crate::packed::pack`]'s strips: checks that the type and
+    /// shape are packable and that `data` holds exactly `rows` rows.
+    pub fn packed(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        if !crate::packed::packable(ty, rows, cols) {
+            return Err(KernelError::Shape(format!(
+                "a {rows}x{cols} {} matrix cannot be in {}-row strips",
+                ty.name(),
+                crate::packed::STRIP_ROWS
+            )));
+        }
+        let w = WeightMatrix::new(ty, rows, cols, data)?;
+        Ok(WeightMatrix {
+            layout: WeightLayout::Strips16,
+            ..w
+        })
+    }
+
+    /// Re-checks a matrix whose public fields may have been set by hand.
+    pub(crate) fn validated(&self) -> Result<Self, KernelError> {
+        match self.layout {
+            WeightLayout::Rows => WeightMatrix::new(self.ty, self.rows, self.cols, self.data),
+            WeightLayout::Strips16 => {
+                WeightMatrix::packed(self.ty, self.rows, self.cols, self.data)
+            }
+        }
     }
 
     /// Bytes per row.
@@ -82,7 +119,14 @@ impl<'a> WeightMatrix<'a> {
             )));
         }
         let rb = self.ty.row_bytes(self.cols)?;
-        dequantize_row(self.ty, self.row(r, rb), out)
+        match self.layout {
+            WeightLayout::Rows => dequantize_row(self.ty, self.row(r, rb), out),
+            WeightLayout::Strips16 => {
+                let mut row = vec![0u8; rb];
+                crate::packed::unpack_row(self.ty, self.cols, self.data, r, &mut row);
+                dequantize_row(self.ty, &row, out)
+            }
+        }
     }
 }
 
@@ -150,7 +194,7 @@ pub fn matmul_with_isa(
         return Err(KernelError::IsaUnavailable(isa.name()));
     }
     // Re-validate: the fields are public, so a matrix may not have come through `new`.
-    let w = WeightMatrix::new(w.ty, w.rows, w.cols, w.data)?;
+    let w = w.validated()?;
     let (rows, cols) = (w.rows, w.cols);
     if n.checked_mul(cols) != Some(x.len()) {
         return Err(KernelError::Shape(format!(
@@ -170,6 +214,9 @@ pub fn matmul_with_isa(
     if cols == 0 {
         out.fill(0.0);
         return Ok(());
+    }
+    if w.layout == WeightLayout::Strips16 {
+        return crate::packed::matmul_strips(isa, &w, x, n, out);
     }
     let row_bytes = w.ty.row_bytes(cols)?;
     match kernel(isa, w.ty) {

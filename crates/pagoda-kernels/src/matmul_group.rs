@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use crate::matmul::{chunk_rows, compute_rows, quantize_activations, OutPtr, WeightMatrix};
+use crate::packed::{WeightLayout, STRIP_ROWS};
 use crate::simd::{kernel, ActLayout, RowKernel};
 use crate::{Isa, KernelError};
 
@@ -38,6 +39,8 @@ enum Plan {
     },
     /// Float weights against the f32 activations.
     Float { dot: crate::simd::FDot },
+    /// Packed 4-bit strips against the `Split32` activations (task ranges are strips).
+    Strips,
 }
 
 /// As [`matmul_group`], on path `isa` (an error when this CPU lacks it).
@@ -75,8 +78,9 @@ pub fn matmul_group_with_isa(
     let mut mats = Vec::with_capacity(ws.len());
     let mut plans = Vec::with_capacity(ws.len());
     let mut layouts: Vec<(ActLayout, crate::simd::QuantizeRow)> = Vec::new();
+    let mut need_isums = false;
     for (w, out) in ws.iter().zip(outs.iter()) {
-        let w = WeightMatrix::new(w.ty, w.rows, w.cols, w.data)?;
+        let w = w.validated()?;
         if w.cols != cols || n.checked_mul(cols) != Some(x.len()) {
             return Err(KernelError::Shape(format!(
                 "activations hold {} values, expected {n} tokens x {} columns",
@@ -91,7 +95,29 @@ pub fn matmul_group_with_isa(
                 w.rows
             )));
         }
-        plans.push(match kernel(isa, w.ty) {
+        let row_kernel = if w.layout == WeightLayout::Strips16 {
+            if !crate::packed::strip_kernel_on(isa) {
+                return fallback(outs);
+            }
+            need_isums |= crate::packed::needs_isums(w.ty);
+            // The strips take the activations Q4_1's row kernel takes (`Split32`).
+            match kernel(isa, crate::GgmlType::Q4_1) {
+                RowKernel::Quant {
+                    partner, quantize, ..
+                } => {
+                    if !layouts.iter().any(|(l, _)| *l == partner) {
+                        layouts.push((partner, quantize));
+                    }
+                }
+                _ => return fallback(outs),
+            }
+            plans.push(Plan::Strips);
+            mats.push(w);
+            continue;
+        } else {
+            kernel(isa, w.ty)
+        };
+        plans.push(match row_kernel {
             RowKernel::Quant {
                 partner,
                 quantize,
@@ -119,9 +145,18 @@ pub fn matmul_group_with_isa(
             quantize_activations(*quantize, x, n, cols, arow)
         }));
     }
+    let isums = match acts.iter().find(|(l, _, _)| *l == ActLayout::Split32) {
+        Some((_, arow, a)) if need_isums => crate::packed::block_sums(a, *arow, n, cols),
+        _ => Vec::new(),
+    };
     // Every matrix's row chunks, as `matmul` would cut them, as one list of tasks.
     let mut tasks = Vec::new();
     for (i, w) in mats.iter().enumerate() {
+        if matches!(plans[i], Plan::Strips) {
+            let (strips, per) = (w.rows / STRIP_ROWS, crate::packed::strips_per_task(w, n));
+            tasks.extend((0..strips).step_by(per).map(|s0| (i, s0..(s0 + per).min(strips))));
+            continue;
+        }
         let row_bytes = w.ty.row_bytes(cols)?;
         let chunk = chunk_rows(w.rows, row_bytes, n);
         tasks.extend(
@@ -156,6 +191,24 @@ pub fn matmul_group_with_isa(
                 };
                 // SAFETY: as above.
                 unsafe { compute_rows(w, row_bytes, rs.clone(), n, 1, ptrs[*i], &f) };
+            }
+            Plan::Strips => {
+                #[cfg(target_arch = "x86_64")]
+                if let Some((_, arow, a)) = acts.iter().find(|(l, _, _)| *l == ActLayout::Split32)
+                {
+                    // SAFETY: the strip kernel runs on `isa` (checked when planning); `w` is
+                    // validated and packed; `a` holds `n` Split32 rows with their block sums
+                    // when the group needs them; matrix `i`'s tasks own disjoint strips.
+                    unsafe {
+                        crate::packed::compute_strips(
+                            w,
+                            rs.clone(),
+                            n,
+                            (a, *arow, &isums),
+                            ptrs[*i],
+                        )
+                    };
+                }
             }
         }
     };

@@ -486,6 +486,7 @@ fn matmul_rejects_bad_shapes_with_errors() {
         rows: 5,
         cols: 64,
         data: &data,
+        layout: pagoda_kernels::WeightLayout::Rows,
     };
     assert!(matches!(
         matmul(&bad, &[0.0; 64], 1, &mut [0.0; 5]),

@@ -101,6 +101,24 @@ impl TensorView {
         TensorView::new(name, ty, shape, Arc::new(Bytes::Owned(data)), 0, len)
     }
 
+    /// A view that owns `len` bytes starting at a 64-byte boundary (whole cache lines for
+    /// SIMD loads), filled by `fill`; the same size rules as [`TensorView::owned`].
+    pub fn owned_aligned<E>(
+        name: impl Into<String>,
+        ty: GgmlType,
+        shape: Vec<usize>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<TensorView, String>
+    where
+        E: std::fmt::Display,
+    {
+        let mut buf = vec![0u8; len + 63];
+        let start = buf.as_ptr().align_offset(64).min(63);
+        fill(&mut buf[start..start + len]).map_err(|e| e.to_string())?;
+        TensorView::new(name.into(), ty, shape, Arc::new(Bytes::Owned(buf)), start, len)
+    }
+
     /// True when the view's bytes are an owned buffer (a tensor made in memory, or a file
     /// parsed from memory) rather than a file's mmap.
     pub fn is_owned(&self) -> bool {

@@ -23,13 +23,16 @@ use crate::{ModelConfig, ModelError};
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::ops::{self, RopeStyle};
 use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
-use pagoda_kernels::WeightMatrix;
+use pagoda_kernels::{WeightLayout, WeightMatrix};
 
 /// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
-/// the one it was quantized to at load).
+/// the one it was quantized to at load). 4-bit g32 weights (Q4_0, Q4_1, INT4 g32) are
+/// repacked at load into 16-row strips when this CPU runs the strip kernel (AVX-512 VNNI;
+/// `PAGODA_WEIGHT_LAYOUT=rows` keeps the file's row layout): the same bytes, reordered.
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: TensorView,
+    layout: WeightLayout,
     bias: Option<Vec<f32>>,
     /// Output features.
     pub rows: usize,
@@ -60,8 +63,14 @@ impl Linear {
             Some(b) if weights.contains(b) => Some(load_vector(weights, b, rows)?),
             _ => None,
         };
+        let (weight, layout) = if repack_for_this_cpu(weight.ty, rows, cols) {
+            (pack_strips(&weight, rows, cols)?, WeightLayout::Strips16)
+        } else {
+            (weight, WeightLayout::Rows)
+        };
         Ok(Linear {
             weight,
+            layout,
             bias,
             rows,
             cols,
@@ -75,6 +84,7 @@ impl Linear {
             rows: self.rows,
             cols: self.cols,
             data: self.weight.data(),
+            layout: self.layout,
         }
     }
 
@@ -130,6 +140,36 @@ impl Linear {
     pub fn name(&self) -> &str {
         &self.weight.name
     }
+}
+
+/// Whether a `rows x cols` weight of `ty` is repacked into strips at load: the type and shape
+/// allow it, the strip kernel runs on this CPU, and `PAGODA_WEIGHT_LAYOUT` is not `rows`.
+fn repack_for_this_cpu(ty: pagoda_kernels::GgmlType, rows: usize, cols: usize) -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled = *ENABLED.get_or_init(|| {
+        pagoda_kernels::packed::strips_are_fast()
+            && std::env::var("PAGODA_WEIGHT_LAYOUT").as_deref() != Ok("rows")
+    });
+    enabled && pagoda_kernels::packed::packable(ty, rows, cols)
+}
+
+/// `weight` (row layout, shape-checked) repacked into a new, 64-byte aligned buffer.
+fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorView, ModelError> {
+    let fault = |message: String| ModelError::Tensor {
+        path: Default::default(),
+        tensor: weight.name.clone(),
+        message,
+    };
+    let matrix = WeightMatrix::new(weight.ty, rows, cols, weight.data())
+        .map_err(|e| fault(e.to_string()))?;
+    TensorView::owned_aligned(
+        weight.name.clone(),
+        weight.ty,
+        weight.shape.clone(),
+        weight.n_bytes(),
+        |out| pagoda_kernels::packed::pack_into(&matrix, out),
+    )
+    .map_err(fault)
 }
 
 /// Sees the input of every linear layer of a forward pass: what calibration-aware

@@ -1,0 +1,511 @@
+//! Load-time repacked weights: 16 rows of Q4_0 / Q4_1 blocks (and the INT4 g32 types, which
+//! are stored as those) or Q8_0 blocks interleaved into one *strip*, so that a single
+//! AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows by a 4-byte broadcast of one
+//! token's activation codes, and each block's scales of 16 rows are one vector. The row
+//! layout instead unpacks a scale (and a minimum) per 32 weights and row, and sums lanes per
+//! row at the end; on a decode step that arithmetic, not memory, bounded these products.
+//!
+//! Strip `s` (rows `16s .. 16s + 16`) of a matrix with `nb = cols / 32` blocks per row:
+//!
+//! ```text
+//! per block b, in order (one sequential stream):
+//! codes   256 bytes   4-bit: vector k (0..4) = 64 bytes; bytes 4l .. 4l + 4 are
+//!                     qs[4k .. 4k + 4] of row l's block b: the low nibble of byte j is
+//!                     column 4k + j, the high nibble column 16 + 4k + j
+//!         512 bytes   Q8_0: vector k (0..8): bytes 4l .. 4l + 4 are qs[4k .. 4k + 4] of
+//!                     row l's block b, XOR 0x80 (code + 128, unsigned)
+//! d       32 bytes    the 16 rows' f16 scales, row order
+//! m       32 bytes    (Q4_1 only) the 16 rows' f16 minimums
+//! ```
+//!
+//! A strip is exactly the bytes of its 16 rows in the row layout, reordered, so packing never
+//! grows a model. [`pack`] and [`unpack_row`] convert; the products are in `matmul`.
+//!
+//! Invariants: only types for which [`packable`] holds are packed (`rows` a multiple of
+//! [`STRIP_ROWS`], `cols` of 32); a packed matrix's bytes are `rows * row_bytes(cols)`.
+
+use rayon::prelude::*;
+
+use crate::matmul::{chunk_rows, quantize_activations, OutPtr};
+use crate::simd::{kernel, ActLayout, RowKernel};
+use crate::{GgmlType, Isa, KernelError, WeightMatrix};
+
+/// Rows per strip.
+pub const STRIP_ROWS: usize = 16;
+
+/// How a weight matrix's bytes are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightLayout {
+    /// Row after row, each row its blocks in order: the file's own layout.
+    #[default]
+    Rows,
+    /// Strips of [`STRIP_ROWS`] rows ([`pack`]).
+    Strips16,
+}
+
+/// What the strips of one weight type hold, and where its row-layout blocks keep it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StripFormat {
+    /// Codes are nibbles (two per byte), else bytes.
+    pub(crate) nibbles: bool,
+    /// Blocks carry a minimum (paired with the activation sums).
+    pub(crate) min: bool,
+    /// Subtracted from every stored code (8 for Q4_0, 128 for Q8_0's flipped codes): taken
+    /// off with the block's integer activation sum.
+    pub(crate) offset: i32,
+    /// Row-layout block: offsets of the f16 scale, the f16 minimum and the codes; its bytes.
+    d_at: usize,
+    m_at: usize,
+    q_at: usize,
+    block_bytes: usize,
+    /// XORed into every code byte when packing (0x80: Q8_0's signed codes stored as
+    /// unsigned `code + 128`, as `vpdpbusd` wants them).
+    flip: u8,
+}
+
+impl StripFormat {
+    /// Code bytes of one row's block.
+    fn row_codes(self) -> usize {
+        if self.nibbles {
+            16
+        } else {
+            32
+        }
+    }
+
+    /// Code bytes of one block of a strip.
+    pub(crate) fn strip_codes(self) -> usize {
+        STRIP_ROWS * self.row_codes()
+    }
+}
+
+/// The strip format of `ty`, `None` for types that are not packed.
+pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
+    let q4 = |min: bool| StripFormat {
+        nibbles: true,
+        min,
+        offset: if min { 0 } else { 8 },
+        d_at: 0,
+        m_at: 2,
+        q_at: if min { 4 } else { 2 },
+        block_bytes: if min { 20 } else { 18 },
+        flip: 0,
+    };
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Int4G32Sym => Some(q4(false)),
+        GgmlType::Q4_1 | GgmlType::Int4G32 => Some(q4(true)),
+        GgmlType::Q8_0 => Some(StripFormat {
+            nibbles: false,
+            min: false,
+            offset: 128,
+            d_at: 0,
+            m_at: 0,
+            q_at: 2,
+            block_bytes: 34,
+            flip: 0x80,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether `ty` with this shape can be packed into strips.
+pub fn packable(ty: GgmlType, rows: usize, cols: usize) -> bool {
+    format(ty).is_some() && rows > 0 && rows % STRIP_ROWS == 0 && cols > 0 && cols % 32 == 0
+}
+
+/// Whether packing pays on this CPU: the strip kernel needs AVX-512 with VNNI (elsewhere a
+/// packed matrix is computed by unpacking it, which is correct but slow).
+pub fn strips_are_fast() -> bool {
+    crate::cpu::features().avx512_vnni && crate::Isa::Avx512.is_available()
+}
+
+/// Where one block of a strip keeps its parts: (block stride, scales' offset in the block,
+/// minimums' offset in the block). Block `b` of a strip starts at `b * stride`: its codes,
+/// then the 16 rows' f16 scales, then (with minimums) their f16 minimums, so a strip is one
+/// sequential stream.
+pub(crate) fn block_geometry(f: StripFormat) -> (usize, usize, usize) {
+    let d_in = f.strip_codes();
+    let m_in = d_in + 32;
+    (if f.min { m_in + 32 } else { m_in }, d_in, m_in)
+}
+
+/// `w` (row layout) reordered into strips.
+pub fn pack(w: &WeightMatrix<'_>) -> Result<Vec<u8>, KernelError> {
+    let mut out = vec![0u8; w.data.len()];
+    pack_into(w, &mut out)?;
+    Ok(out)
+}
+
+/// [`pack`] into `out` (exactly `w.data.len()` bytes; align it to 64 for the fastest loads).
+pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError> {
+    if out.len() != w.data.len() {
+        return Err(KernelError::Shape(format!(
+            "{} bytes of room for a packed matrix of {} bytes",
+            out.len(),
+            w.data.len()
+        )));
+    }
+    if w.layout != WeightLayout::Rows || !packable(w.ty, w.rows, w.cols) {
+        return Err(KernelError::Shape(format!(
+            "a {}x{} {} matrix cannot be packed into {STRIP_ROWS}-row strips",
+            w.rows,
+            w.cols,
+            w.ty.name()
+        )));
+    }
+    let Some(f) = format(w.ty) else {
+        return Ok(()); // unreachable: `packable` holds
+    };
+    let nb = w.cols / 32;
+    let row_bytes = nb * f.block_bytes;
+    let (stride, d_in, m_in) = block_geometry(f);
+    for (s, strip) in out.chunks_exact_mut(nb * stride).enumerate() {
+        for l in 0..STRIP_ROWS {
+            let row = &w.data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
+            for (blk, dst) in row
+                .chunks_exact(f.block_bytes)
+                .zip(strip.chunks_exact_mut(stride))
+            {
+                for k in 0..f.row_codes() / 4 {
+                    for j in 0..4 {
+                        dst[64 * k + 4 * l + j] = blk[f.q_at + 4 * k + j] ^ f.flip;
+                    }
+                }
+                dst[d_in + 2 * l..][..2].copy_from_slice(&blk[f.d_at..f.d_at + 2]);
+                if f.min {
+                    dst[m_in + 2 * l..][..2].copy_from_slice(&blk[f.m_at..f.m_at + 2]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Row `r` of a packed matrix (`ty`, `cols`, strips in `data`) back in the row layout, into
+/// `out` (`ty.row_bytes(cols)` bytes). The caller checked `r` and the lengths.
+pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: &mut [u8]) {
+    let Some(f) = format(ty) else {
+        return; // the caller validated a packed matrix
+    };
+    let nb = cols / 32;
+    let (stride, d_in, m_in) = block_geometry(f);
+    let (s, l) = (r / STRIP_ROWS, r % STRIP_ROWS);
+    let strip = &data[s * nb * stride..][..nb * stride];
+    for (blk, src) in out
+        .chunks_exact_mut(f.block_bytes)
+        .zip(strip.chunks_exact(stride))
+    {
+        for k in 0..f.row_codes() / 4 {
+            for j in 0..4 {
+                blk[f.q_at + 4 * k + j] = src[64 * k + 4 * l + j] ^ f.flip;
+            }
+        }
+        blk[f.d_at..f.d_at + 2].copy_from_slice(&src[d_in + 2 * l..][..2]);
+        if f.min {
+            blk[f.m_at..f.m_at + 2].copy_from_slice(&src[m_in + 2 * l..][..2]);
+        }
+    }
+}
+
+/// The whole packed matrix back in the row layout (the portable fallback of `matmul`).
+pub(crate) fn unpack(w: &WeightMatrix<'_>) -> Vec<u8> {
+    let row_bytes = w.data.len() / w.rows.max(1);
+    let mut out = vec![0u8; w.data.len()];
+    for (r, row) in out.chunks_exact_mut(row_bytes).enumerate() {
+        unpack_row(w.ty, w.cols, w.data, r, row);
+    }
+    out
+}
+
+/// Each block's integer code sum of `n` `Split32` activation rows (`arow` bytes each, `cols`
+/// values): `[n, cols / 32]`, what Q4_0-layout strips take their code offset off with.
+pub(crate) fn block_sums(a: &[u8], arow: usize, n: usize, cols: usize) -> Vec<i32> {
+    let mut sums = Vec::with_capacity(n * (cols / 32));
+    for row in a.chunks_exact(arow).take(n) {
+        sums.extend(
+            row[..cols]
+                .chunks_exact(32)
+                .map(|b| b.iter().map(|&c| c as i8 as i32).sum::<i32>()),
+        );
+    }
+    sums
+}
+
+/// Whether the strip kernel runs on `isa` (else packed matrices are unpacked per call).
+pub(crate) fn strip_kernel_on(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa == Isa::Avx512 && crate::cpu::features().avx512_vnni
+}
+
+/// Whether a packed matrix of `ty` needs the activations' [`block_sums`].
+pub(crate) fn needs_isums(ty: GgmlType) -> bool {
+    format(ty).is_some_and(|f| f.offset != 0)
+}
+
+/// Computes strips `ss` of the packed `w` for all `n` tokens into `out` (`[n, w.rows]`),
+/// [`TOKENS`](crate::simd::avx512_packed::TOKENS) tokens per pass over a strip.
+///
+/// # Safety
+/// The strip kernel runs on this CPU ([`strip_kernel_on`]); `w` was validated as packed;
+/// `a` holds `n` `Split32` rows of `w.cols` values, `arow` bytes each, and `isums` their
+/// [`block_sums`] if [`needs_isums`]; `out` points to `n * w.rows` elements of which no other
+/// task touches the rows of `ss` meanwhile.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn compute_strips(
+    w: &WeightMatrix<'_>,
+    ss: std::ops::Range<usize>,
+    n: usize,
+    (a, arow, isums): (&[u8], usize, &[i32]),
+    out: OutPtr,
+) {
+    use crate::simd::avx512_packed::{strip_kernel, TokenRow, TOKENS};
+    let Some(f) = format(w.ty) else {
+        return; // the caller validated a packed matrix
+    };
+    let nb = w.cols / 32;
+    let (stride, d_in, m_in) = block_geometry(f);
+    let empty = TokenRow {
+        act: std::ptr::null(),
+        isums: std::ptr::null(),
+        out: std::ptr::null_mut(),
+    };
+    for t0 in (0..n).step_by(TOKENS) {
+        let nt = TOKENS.min(n - t0);
+        for s in ss.clone() {
+            let mut tok = [empty; TOKENS];
+            for (i, tr) in tok[..nt].iter_mut().enumerate() {
+                let t = t0 + i;
+                *tr = TokenRow {
+                    act: a.as_ptr().add(t * arow),
+                    isums: if f.offset == 0 {
+                        std::ptr::null()
+                    } else {
+                        isums.as_ptr().add(t * nb)
+                    },
+                    out: out.0.add(t * w.rows + s * STRIP_ROWS),
+                };
+            }
+            // SAFETY: the caller's contract: strip `s` is whole, the tokens' rows and sums
+            // are in bounds, and outputs `16s..16s + 16` of each token are this task's.
+            strip_kernel(
+                f,
+                w.data.as_ptr().add(s * nb * stride),
+                nb,
+                (stride, d_in, m_in),
+                &tok[..nt],
+            );
+        }
+    }
+}
+
+/// Strips per task when `w` (packed, `n` tokens) is cut as `matmul` cuts row chunks.
+pub(crate) fn strips_per_task(w: &WeightMatrix<'_>, n: usize) -> usize {
+    let row_bytes = w.data.len() / w.rows.max(1);
+    chunk_rows(w.rows, row_bytes, n).div_ceil(STRIP_ROWS).max(1)
+}
+
+/// `matmul` of a validated packed matrix (shapes checked by the caller).
+pub(crate) fn matmul_strips(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    if strip_kernel_on(isa) {
+        let RowKernel::Quant {
+            partner: ActLayout::Split32,
+            quantize,
+            ..
+        } = kernel(isa, GgmlType::Q4_1)
+        else {
+            return Err(KernelError::Shape("no Split32 activation quantizer".into()));
+        };
+        let arow = ActLayout::Split32.row_bytes(w.cols)?;
+        // SAFETY: `isa` is available (checked by the caller), so its quantizer may run.
+        let a = unsafe { quantize_activations(quantize, x, n, w.cols, arow) };
+        let isums = if needs_isums(w.ty) {
+            block_sums(&a, arow, n, w.cols)
+        } else {
+            Vec::new()
+        };
+        let strips = w.rows / STRIP_ROWS;
+        let per_task = strips_per_task(w, n);
+        let ptr = OutPtr(out.as_mut_ptr());
+        let body = |s0: usize| {
+            let ss = s0..(s0 + per_task).min(strips);
+            // SAFETY: the strip kernel runs here (checked); `w` is validated and packed,
+            // `a` is `n` rows; tasks own disjoint strips of `out` (`[n, rows]`).
+            unsafe { compute_strips(w, ss, n, (&a, arow, &isums), ptr) };
+        };
+        if per_task >= strips {
+            body(0);
+        } else {
+            (0..strips)
+                .step_by(per_task)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .for_each(body);
+        }
+        return Ok(());
+    }
+    // Portable path: unpack to rows and take the row kernels.
+    let rows = unpack(w);
+    let rw = WeightMatrix::new(w.ty, w.rows, w.cols, &rows)?;
+    crate::matmul::matmul_with_isa(isa, &rw, x, n, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantize_row;
+
+    fn matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut data = vec![0u8; rows * rb];
+        for (r, dst) in data.chunks_exact_mut(rb).enumerate() {
+            let src: Vec<f32> = (0..cols)
+                .map(|c| (((r * 31 + c * 17) % 97) as f32 - 48.0) / 23.0)
+                .collect();
+            quantize_row(ty, &src, dst).unwrap();
+        }
+        data
+    }
+
+    #[test]
+    fn packing_keeps_the_size_and_every_row_unpacks_to_its_bytes() {
+        for ty in TYPES {
+            let (rows, cols) = (48, 96);
+            let data = matrix(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
+            let packed = pack(&w).unwrap();
+            assert_eq!(packed.len(), data.len(), "{ty:?}");
+            assert_ne!(packed, data, "{ty:?}: packing reorders bytes");
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut row = vec![0u8; rb];
+            for r in 0..rows {
+                unpack_row(ty, cols, &packed, r, &mut row);
+                assert_eq!(row, data[r * rb..(r + 1) * rb], "{ty:?} row {r}");
+            }
+            let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
+            assert_eq!(unpack(&pw), data);
+        }
+    }
+
+    fn activations(n: usize, cols: usize) -> Vec<f32> {
+        (0..n * cols)
+            .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 700.0)
+            .collect()
+    }
+
+    const TYPES: [GgmlType; 5] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Int4G32,
+        GgmlType::Int4G32Sym,
+        GgmlType::Q8_0,
+    ];
+
+    /// On every ISA, the packed matrix gives what the row layout gives (within the rounding
+    /// of a different summation order), for decode, speculative and prefill batch sizes.
+    #[test]
+    fn packed_products_match_the_row_layout() {
+        let (rows, cols) = (64, 320);
+        for ty in TYPES {
+            let data = matrix(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
+            let packed = pack(&w).unwrap();
+            let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
+            for isa in crate::available_isas() {
+                for n in [1, 2, 3, 4, 5, 9, 17, 18, 40] {
+                    let x = activations(n, cols);
+                    let mut want = vec![0.0; n * rows];
+                    let mut got = vec![f32::NAN; n * rows];
+                    crate::matmul_with_isa(isa, &w, &x, n, &mut want).unwrap();
+                    crate::matmul_with_isa(isa, &pw, &x, n, &mut got).unwrap();
+                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "{ty:?} {isa:?} n={n} element {i}: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A token's result does not depend on how many tokens share the call: each row of an
+    /// n-token product equals that token's one-token product bit for bit (what greedy
+    /// speculative decoding relies on), also through `matmul_group`.
+    #[test]
+    fn packed_results_are_batch_invariant_and_grouping_changes_nothing() {
+        let (rows, cols) = (48, 256);
+        let datas: Vec<Vec<u8>> = TYPES.iter().map(|&ty| matrix(ty, rows, cols)).collect();
+        let packs: Vec<Vec<u8>> = TYPES
+            .iter()
+            .zip(&datas)
+            .map(|(&ty, d)| pack(&WeightMatrix::new(ty, rows, cols, d).unwrap()).unwrap())
+            .collect();
+        let ws: Vec<WeightMatrix<'_>> = TYPES
+            .iter()
+            .zip(&packs)
+            .map(|(&ty, p)| WeightMatrix::packed(ty, rows, cols, p).unwrap())
+            .collect();
+        let q5 = matrix(GgmlType::Q5_0, rows, cols);
+        let mut group = ws.clone();
+        group.push(WeightMatrix::new(GgmlType::Q5_0, rows, cols, &q5).unwrap());
+        for n in [2, 5, 17] {
+            let x = activations(n, cols);
+            let mut outs: Vec<Vec<f32>> = vec![vec![0.0; n * rows]; group.len()];
+            let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            crate::matmul_group(&group, &x, n, &mut views).unwrap();
+            for (w, got) in group.iter().zip(&outs) {
+                let mut all = vec![0.0; n * rows];
+                crate::matmul(w, &x, n, &mut all).unwrap();
+                assert_eq!(got, &all, "{:?} n={n}: group against alone", w.ty);
+                for t in 0..n {
+                    let mut one = vec![0.0; rows];
+                    crate::matmul(w, &x[t * cols..(t + 1) * cols], 1, &mut one).unwrap();
+                    assert_eq!(
+                        &all[t * rows..(t + 1) * rows],
+                        one.as_slice(),
+                        "{:?} n={n} token {t}",
+                        w.ty
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_rows_dequantize_like_the_row_layout() {
+        let (rows, cols) = (32, 64);
+        for ty in TYPES {
+            let data = matrix(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
+            let packed = pack(&w).unwrap();
+            let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
+            let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
+            for r in 0..rows {
+                w.dequantize_row(r, &mut a).unwrap();
+                pw.dequantize_row(r, &mut b).unwrap();
+                assert_eq!(a, b, "{ty:?} row {r}");
+            }
+            assert!(pw.dequantize_row(rows, &mut b).is_err());
+        }
+    }
+
+    #[test]
+    fn unpackable_types_and_shapes_are_refused() {
+        assert!(!packable(GgmlType::Q5_0, 16, 32));
+        assert!(!packable(GgmlType::Q4_0, 8, 32), "rows not a multiple of 16");
+        assert!(!packable(GgmlType::Q4_0, 16, 48), "cols not whole blocks");
+        let data = matrix(GgmlType::Q4_0, 8, 32);
+        let w = WeightMatrix::new(GgmlType::Q4_0, 8, 32, &data).unwrap();
+        assert!(pack(&w).is_err());
+        assert!(WeightMatrix::packed(GgmlType::Q4_0, 8, 32, &data).is_err());
+        let q6 = matrix(GgmlType::Q6_K, 16, 256);
+        assert!(WeightMatrix::packed(GgmlType::Q6_K, 16, 256, &q6).is_err());
+        assert!(WeightMatrix::packed(GgmlType::Q4_0, 16, 32, &data).is_err(), "short data");
+    }
+}
