@@ -261,7 +261,11 @@ fn main() {
             let strips = pagoda_kernels::packed::packable(ty, rows, cols).then(|| {
                 let w = WeightMatrix::new(ty, rows, cols, &one).unwrap();
                 let p = pagoda_kernels::packed::pack(&w).unwrap();
-                p.iter().copied().cycle().take(bytes * copies).collect::<Vec<u8>>()
+                p.iter()
+                    .copied()
+                    .cycle()
+                    .take(bytes * copies)
+                    .collect::<Vec<u8>>()
             });
             for n in [1usize, 64] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rand()).collect();
@@ -293,7 +297,11 @@ fn main() {
                     let cpu_per = (cpu_ns() - cpu0) as f64 * 1e-9 / calls as f64 / threads;
                     println!(
                         "{:<13} {:>5}x{:<5} {:>4} {:<7} {:>10.1} {:>9.2} {:>10.1} {:>9.2}",
-                        format!("{}{}", ty.name(), if packed.is_some() { "+strips" } else { "" }),
+                        format!(
+                            "{}{}",
+                            ty.name(),
+                            if packed.is_some() { "+strips" } else { "" }
+                        ),
                         rows,
                         cols,
                         n,

@@ -57,8 +57,8 @@ pub use cpu::{available_isas, best_isa, Isa};
 pub use dtype::{GgmlType, NF4_DQ_GROUP, QK_K};
 pub use error::KernelError;
 pub use matmul::{matmul, matmul_with_isa, WeightMatrix};
-pub use packed::WeightLayout;
 pub use matmul_group::{matmul_group, matmul_group_with_isa};
+pub use packed::WeightLayout;
 
 /// Up to this many rows (tokens) per call, [`matmul`] and
 /// [`paged_attention`](paged_attention::paged_attention) compute every row with the per-row

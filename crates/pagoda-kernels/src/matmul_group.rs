@@ -154,7 +154,11 @@ pub fn matmul_group_with_isa(
     for (i, w) in mats.iter().enumerate() {
         if matches!(plans[i], Plan::Strips) {
             let (strips, per) = (w.rows / STRIP_ROWS, crate::packed::strips_per_task(w, n));
-            tasks.extend((0..strips).step_by(per).map(|s0| (i, s0..(s0 + per).min(strips))));
+            tasks.extend(
+                (0..strips)
+                    .step_by(per)
+                    .map(|s0| (i, s0..(s0 + per).min(strips))),
+            );
             continue;
         }
         let row_bytes = w.ty.row_bytes(cols)?;
@@ -194,8 +198,7 @@ pub fn matmul_group_with_isa(
             }
             Plan::Strips => {
                 #[cfg(target_arch = "x86_64")]
-                if let Some((_, arow, a)) = acts.iter().find(|(l, _, _)| *l == ActLayout::Split32)
-                {
+                if let Some((_, arow, a)) = acts.iter().find(|(l, _, _)| *l == ActLayout::Split32) {
                     // SAFETY: the strip kernel runs on `isa` (checked when planning); `w` is
                     // validated and packed; `a` holds `n` Split32 rows with their block sums
                     // when the group needs them; matrix `i`'s tasks own disjoint strips.

@@ -1,5 +1,5 @@
 //! Load-time repacked weights: 16 rows of Q4_0 / Q4_1 blocks (and the INT4 g32 types, which
-//! are stored as those) or Q8_0 blocks interleaved into one *strip*, so that a single
+//! are stored as those), Q8_0 blocks or INT8 per-channel rows interleaved into one *strip*, so that a single
 //! AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows by a 4-byte broadcast of one
 //! token's activation codes, and each block's scales of 16 rows are one vector. The row
 //! layout instead unpacks a scale (and a minimum) per 32 weights and row, and sums lanes per
@@ -16,6 +16,9 @@
 //!                     row l's block b, XOR 0x80 (code + 128, unsigned)
 //! d       32 bytes    the 16 rows' f16 scales, row order
 //! m       32 bytes    (Q4_1 only) the 16 rows' f16 minimums
+//!
+//! INT8 per-channel strips start with the 16 rows' f32 scales (64 bytes), then per block
+//! the 512 code bytes as for Q8_0 (no per-block scale).
 //! ```
 //!
 //! A strip is exactly the bytes of its 16 rows in the row layout, reordered, so packing never
@@ -61,6 +64,9 @@ pub(crate) struct StripFormat {
     /// XORed into every code byte when packing (0x80: Q8_0's signed codes stored as
     /// unsigned `code + 128`, as `vpdpbusd` wants them).
     flip: u8,
+    /// One f32 scale per row (INT8 per-channel) instead of per block: a strip starts with
+    /// the 16 rows' scales (64 bytes) and its blocks are codes only.
+    pub(crate) row_scale: bool,
 }
 
 impl StripFormat {
@@ -90,20 +96,24 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         q_at: if min { 4 } else { 2 },
         block_bytes: if min { 20 } else { 18 },
         flip: 0,
+        row_scale: false,
+    };
+    let bytes = |row_scale: bool| StripFormat {
+        nibbles: false,
+        min: false,
+        offset: 128,
+        d_at: 0,
+        m_at: 0,
+        q_at: if row_scale { 0 } else { 2 },
+        block_bytes: if row_scale { 32 } else { 34 },
+        flip: 0x80,
+        row_scale,
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Int4G32Sym => Some(q4(false)),
         GgmlType::Q4_1 | GgmlType::Int4G32 => Some(q4(true)),
-        GgmlType::Q8_0 => Some(StripFormat {
-            nibbles: false,
-            min: false,
-            offset: 128,
-            d_at: 0,
-            m_at: 0,
-            q_at: 2,
-            block_bytes: 34,
-            flip: 0x80,
-        }),
+        GgmlType::Q8_0 => Some(bytes(false)),
+        GgmlType::Int8 => Some(bytes(true)),
         _ => None,
     }
 }
@@ -125,8 +135,20 @@ pub fn strips_are_fast() -> bool {
 /// sequential stream.
 pub(crate) fn block_geometry(f: StripFormat) -> (usize, usize, usize) {
     let d_in = f.strip_codes();
+    if f.row_scale {
+        return (d_in, 0, 0);
+    }
     let m_in = d_in + 32;
     (if f.min { m_in + 32 } else { m_in }, d_in, m_in)
+}
+
+/// Bytes before a strip's first block: the 16 rows' f32 scales for row-scaled formats.
+pub(crate) fn strip_header(f: StripFormat) -> usize {
+    if f.row_scale {
+        4 * STRIP_ROWS
+    } else {
+        0
+    }
 }
 
 /// `w` (row layout) reordered into strips.
@@ -157,21 +179,28 @@ pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError
         return Ok(()); // unreachable: `packable` holds
     };
     let nb = w.cols / 32;
-    let row_bytes = nb * f.block_bytes;
+    let (head, row_bytes) = (strip_header(f), w.data.len() / w.rows);
     let (stride, d_in, m_in) = block_geometry(f);
-    for (s, strip) in out.chunks_exact_mut(nb * stride).enumerate() {
+    for (s, strip) in out.chunks_exact_mut(head + nb * stride).enumerate() {
+        let (scales, blocks) = strip.split_at_mut(head);
         for l in 0..STRIP_ROWS {
-            let row = &w.data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
+            let mut row = &w.data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
+            if f.row_scale {
+                scales[4 * l..4 * l + 4].copy_from_slice(&row[..4]);
+                row = &row[4..];
+            }
             for (blk, dst) in row
                 .chunks_exact(f.block_bytes)
-                .zip(strip.chunks_exact_mut(stride))
+                .zip(blocks.chunks_exact_mut(stride))
             {
                 for k in 0..f.row_codes() / 4 {
                     for j in 0..4 {
                         dst[64 * k + 4 * l + j] = blk[f.q_at + 4 * k + j] ^ f.flip;
                     }
                 }
-                dst[d_in + 2 * l..][..2].copy_from_slice(&blk[f.d_at..f.d_at + 2]);
+                if !f.row_scale {
+                    dst[d_in + 2 * l..][..2].copy_from_slice(&blk[f.d_at..f.d_at + 2]);
+                }
                 if f.min {
                     dst[m_in + 2 * l..][..2].copy_from_slice(&blk[f.m_at..f.m_at + 2]);
                 }
@@ -189,18 +218,27 @@ pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: 
     };
     let nb = cols / 32;
     let (stride, d_in, m_in) = block_geometry(f);
+    let head = strip_header(f);
     let (s, l) = (r / STRIP_ROWS, r % STRIP_ROWS);
-    let strip = &data[s * nb * stride..][..nb * stride];
+    let strip = &data[s * (head + nb * stride)..][..head + nb * stride];
+    let (scales, blocks) = strip.split_at(head);
+    let mut out = out;
+    if f.row_scale {
+        out[..4].copy_from_slice(&scales[4 * l..4 * l + 4]);
+        out = &mut out[4..];
+    }
     for (blk, src) in out
         .chunks_exact_mut(f.block_bytes)
-        .zip(strip.chunks_exact(stride))
+        .zip(blocks.chunks_exact(stride))
     {
         for k in 0..f.row_codes() / 4 {
             for j in 0..4 {
                 blk[f.q_at + 4 * k + j] = src[64 * k + 4 * l + j] ^ f.flip;
             }
         }
-        blk[f.d_at..f.d_at + 2].copy_from_slice(&src[d_in + 2 * l..][..2]);
+        if !f.row_scale {
+            blk[f.d_at..f.d_at + 2].copy_from_slice(&src[d_in + 2 * l..][..2]);
+        }
         if f.min {
             blk[f.m_at..f.m_at + 2].copy_from_slice(&src[m_in + 2 * l..][..2]);
         }
@@ -263,6 +301,7 @@ pub(crate) unsafe fn compute_strips(
     };
     let nb = w.cols / 32;
     let (stride, d_in, m_in) = block_geometry(f);
+    let strip_len = strip_header(f) + nb * stride;
     let empty = TokenRow {
         act: std::ptr::null(),
         isums: std::ptr::null(),
@@ -288,7 +327,7 @@ pub(crate) unsafe fn compute_strips(
             // are in bounds, and outputs `16s..16s + 16` of each token are this task's.
             strip_kernel(
                 f,
-                w.data.as_ptr().add(s * nb * stride),
+                w.data.as_ptr().add(s * strip_len),
                 nb,
                 (stride, d_in, m_in),
                 &tok[..nt],
@@ -398,12 +437,13 @@ mod tests {
             .collect()
     }
 
-    const TYPES: [GgmlType; 5] = [
+    const TYPES: [GgmlType; 6] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Int4G32,
         GgmlType::Int4G32Sym,
         GgmlType::Q8_0,
+        GgmlType::Int8,
     ];
 
     /// On every ISA, the packed matrix gives what the row layout gives (within the rounding
@@ -498,7 +538,10 @@ mod tests {
     #[test]
     fn unpackable_types_and_shapes_are_refused() {
         assert!(!packable(GgmlType::Q5_0, 16, 32));
-        assert!(!packable(GgmlType::Q4_0, 8, 32), "rows not a multiple of 16");
+        assert!(
+            !packable(GgmlType::Q4_0, 8, 32),
+            "rows not a multiple of 16"
+        );
         assert!(!packable(GgmlType::Q4_0, 16, 48), "cols not whole blocks");
         let data = matrix(GgmlType::Q4_0, 8, 32);
         let w = WeightMatrix::new(GgmlType::Q4_0, 8, 32, &data).unwrap();
@@ -506,6 +549,9 @@ mod tests {
         assert!(WeightMatrix::packed(GgmlType::Q4_0, 8, 32, &data).is_err());
         let q6 = matrix(GgmlType::Q6_K, 16, 256);
         assert!(WeightMatrix::packed(GgmlType::Q6_K, 16, 256, &q6).is_err());
-        assert!(WeightMatrix::packed(GgmlType::Q4_0, 16, 32, &data).is_err(), "short data");
+        assert!(
+            WeightMatrix::packed(GgmlType::Q4_0, 16, 32, &data).is_err(),
+            "short data"
+        );
     }
 }

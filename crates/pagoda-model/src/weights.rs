@@ -116,7 +116,32 @@ impl TensorView {
         let mut buf = vec![0u8; len + 63];
         let start = buf.as_ptr().align_offset(64).min(63);
         fill(&mut buf[start..start + len]).map_err(|e| e.to_string())?;
-        TensorView::new(name.into(), ty, shape, Arc::new(Bytes::Owned(buf)), start, len)
+        TensorView::new(
+            name.into(),
+            ty,
+            shape,
+            Arc::new(Bytes::Owned(buf)),
+            start,
+            len,
+        )
+    }
+
+    /// Drops this view's pages from the process's resident set when they are a file's mmap
+    /// and a copy replaced them (weights repacked at load): the file stays mapped and the
+    /// bytes readable, read again from the page cache if touched. No effect on owned bytes.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Bytes::Mmap(m) = &*self.bytes {
+            // SAFETY: the mapping is a read-only private file mapping that nothing writes,
+            // so after MADV_DONTNEED a read faults the same file bytes back in: every borrow
+            // of the mapping keeps seeing the same contents.
+            let released = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+            };
+            if let Err(e) = released {
+                tracing::debug!(tensor = %self.name, error = %e, "madvise(DONTNEED) failed");
+            }
+        }
     }
 
     /// True when the view's bytes are an owned buffer (a tensor made in memory, or a file

@@ -1,4 +1,4 @@
-//! The strip kernel of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q8_0) on AVX-512 VNNI: one strip of
+//! The strip kernel of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q8_0, INT8) on AVX-512 VNNI: one strip of
 //! 16 rows against up to [`TOKENS`] tokens whose activations are in the `Split32` layout.
 //!
 //! Per 32-column block: four 64-byte code loads give eight vectors of 16 rows x 4 codes (low
@@ -41,9 +41,16 @@ unsafe fn rdf32(p: *const u8) -> f32 {
 /// Strip at `s` (`nb` blocks `stride` bytes apart, scales at `d_in` and minimums at `m_in`
 /// in each) against `T` tokens;
 /// writes 16 outputs per token at `tok.out`. `NIB`: codes are nibbles (256 code bytes per
-/// block) else bytes (512); `MIN`: blocks carry minimums; `OFF`: the code offset.
+/// block) else bytes (512); `MIN`: blocks carry minimums; `OFF`: the code offset; `RS`: one
+/// f32 scale per row (INT8) in a 64-byte strip header instead of per-block scales.
 #[inline(always)]
-unsafe fn strip<const NIB: bool, const MIN: bool, const OFF: i32, const T: usize>(
+unsafe fn strip<
+    const NIB: bool,
+    const MIN: bool,
+    const OFF: i32,
+    const RS: bool,
+    const T: usize,
+>(
     s: *const u8,
     nb: usize,
     (stride, d_in, m_in): (usize, usize, usize),
@@ -52,6 +59,12 @@ unsafe fn strip<const NIB: bool, const MIN: bool, const OFF: i32, const T: usize
     let cols = 32 * nb;
     let m4 = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); T];
+    // Row-scaled (INT8): the strip starts with the 16 rows' f32 scales.
+    let (row_scales, s) = if RS {
+        (_mm512_loadu_ps(s as *const f32), s.add(64))
+    } else {
+        (_mm512_setzero_ps(), s)
+    };
     for b in 0..nb {
         let c = s.add(stride * b);
         // Vector i: 16 rows x the 4 codes of columns 4i .. 4i + 4.
@@ -67,7 +80,11 @@ unsafe fn strip<const NIB: bool, const MIN: bool, const OFF: i32, const T: usize
                 *uk = _mm512_loadu_si512(c.add(64 * k) as *const _);
             }
         }
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(c.add(d_in) as *const __m256i));
+        let dw = if RS {
+            _mm512_setzero_ps()
+        } else {
+            _mm512_cvtph_ps(_mm256_loadu_si256(c.add(d_in) as *const __m256i))
+        };
         let mw = if MIN {
             _mm512_cvtph_ps(_mm256_loadu_si256(c.add(m_in) as *const __m256i))
         } else {
@@ -87,7 +104,8 @@ unsafe fn strip<const NIB: bool, const MIN: bool, const OFF: i32, const T: usize
                 p = _mm512_sub_epi32(p, _mm512_set1_epi32(OFF * *tok[t].isums.add(b)));
             }
             let da = _mm512_set1_ps(rdf32(tok[t].act.add(cols + 32 * b)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, da), acc[t]);
+            let scale = if RS { da } else { _mm512_mul_ps(dw, da) };
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
             if MIN {
                 let sa = _mm512_set1_ps(rdf32(tok[t].act.add(cols + 32 * nb + 4 * b)));
                 acc[t] = _mm512_fmadd_ps(mw, sa, acc[t]);
@@ -95,7 +113,12 @@ unsafe fn strip<const NIB: bool, const MIN: bool, const OFF: i32, const T: usize
         }
     }
     for t in 0..T {
-        _mm512_storeu_ps(tok[t].out, acc[t]);
+        let v = if RS {
+            _mm512_mul_ps(acc[t], row_scales)
+        } else {
+            acc[t]
+        };
+        _mm512_storeu_ps(tok[t].out, v);
     }
 }
 
@@ -114,19 +137,20 @@ pub(crate) unsafe fn strip_kernel(
     tok: &[TokenRow],
 ) {
     macro_rules! go {
-        ($nib:literal, $min:literal, $off:literal) => {
+        ($nib:literal, $min:literal, $off:literal, $rs:literal) => {
             match tok.len() {
-                1 => strip::<$nib, $min, $off, 1>(s, nb, geometry, tok),
-                2 => strip::<$nib, $min, $off, 2>(s, nb, geometry, tok),
-                3 => strip::<$nib, $min, $off, 3>(s, nb, geometry, tok),
-                _ => strip::<$nib, $min, $off, 4>(s, nb, geometry, tok),
+                1 => strip::<$nib, $min, $off, $rs, 1>(s, nb, geometry, tok),
+                2 => strip::<$nib, $min, $off, $rs, 2>(s, nb, geometry, tok),
+                3 => strip::<$nib, $min, $off, $rs, 3>(s, nb, geometry, tok),
+                _ => strip::<$nib, $min, $off, $rs, 4>(s, nb, geometry, tok),
             }
         };
     }
-    match (f.nibbles, f.min, f.offset) {
-        (true, true, 0) => go!(true, true, 0),
-        (true, false, 8) => go!(true, false, 8),
-        (false, false, 128) => go!(false, false, 128),
+    match (f.nibbles, f.min, f.offset, f.row_scale) {
+        (true, true, 0, false) => go!(true, true, 0, false),
+        (true, false, 8, false) => go!(true, false, 8, false),
+        (false, false, 128, false) => go!(false, false, 128, false),
+        (false, false, 128, true) => go!(false, false, 128, true),
         _ => debug_assert!(false, "no strip kernel for {f:?}"),
     }
 }

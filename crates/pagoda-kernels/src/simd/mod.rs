@@ -17,9 +17,9 @@ pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_fmt;
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod avx512_q4k;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_packed;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_q4k;
 
 use crate::quant::{self, as_blocks, float, int4, int8, nf4, Block, BlockQ8_1, VecDot};
 use crate::quant::{

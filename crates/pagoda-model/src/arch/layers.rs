@@ -162,14 +162,17 @@ fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorVi
     };
     let matrix = WeightMatrix::new(weight.ty, rows, cols, weight.data())
         .map_err(|e| fault(e.to_string()))?;
-    TensorView::owned_aligned(
+    let packed = TensorView::owned_aligned(
         weight.name.clone(),
         weight.ty,
         weight.shape.clone(),
         weight.n_bytes(),
         |out| pagoda_kernels::packed::pack_into(&matrix, out),
     )
-    .map_err(fault)
+    .map_err(fault)?;
+    // The file's copy is no longer read by the forward pass: keep it out of the RSS.
+    weight.release_pages();
+    Ok(packed)
 }
 
 /// Sees the input of every linear layer of a forward pass: what calibration-aware
