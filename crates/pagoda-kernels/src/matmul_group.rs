@@ -39,8 +39,9 @@ enum Plan {
     },
     /// Float weights against the f32 activations.
     Float { dot: crate::simd::FDot },
-    /// Packed 4-bit strips against the `Split32` activations (task ranges are strips).
-    Strips,
+    /// Packed strips against the activations in the type's partner layout (task ranges
+    /// are strips).
+    Strips { layout: ActLayout },
 }
 
 /// As [`matmul_group`], on path `isa` (an error when this CPU lacks it).
@@ -100,18 +101,19 @@ pub fn matmul_group_with_isa(
                 return fallback(outs);
             }
             need_isums |= crate::packed::needs_isums(w.ty);
-            // The strips take the activations Q4_1's row kernel takes (`Split32`).
-            match kernel(isa, crate::GgmlType::Q4_1) {
+            // The strips take the activations the type's row kernel takes.
+            let layout = match kernel(isa, w.ty) {
                 RowKernel::Quant {
                     partner, quantize, ..
                 } => {
                     if !layouts.iter().any(|(l, _)| *l == partner) {
                         layouts.push((partner, quantize));
                     }
+                    partner
                 }
                 _ => return fallback(outs),
-            }
-            plans.push(Plan::Strips);
+            };
+            plans.push(Plan::Strips { layout });
             mats.push(w);
             continue;
         } else {
@@ -152,7 +154,7 @@ pub fn matmul_group_with_isa(
     // Every matrix's row chunks, as `matmul` would cut them, as one list of tasks.
     let mut tasks = Vec::new();
     for (i, w) in mats.iter().enumerate() {
-        if matches!(plans[i], Plan::Strips) {
+        if matches!(plans[i], Plan::Strips { .. }) {
             let (strips, per) = (w.rows / STRIP_ROWS, crate::packed::strips_per_task(w, n));
             tasks.extend(
                 (0..strips)
@@ -196,12 +198,13 @@ pub fn matmul_group_with_isa(
                 // SAFETY: as above.
                 unsafe { compute_rows(w, row_bytes, rs.clone(), n, 1, ptrs[*i], &f) };
             }
-            Plan::Strips => {
+            Plan::Strips { layout } => {
                 #[cfg(target_arch = "x86_64")]
-                if let Some((_, arow, a)) = acts.iter().find(|(l, _, _)| *l == ActLayout::Split32) {
+                if let Some((_, arow, a)) = acts.iter().find(|(l, _, _)| *l == layout) {
                     // SAFETY: the strip kernel runs on `isa` (checked when planning); `w` is
-                    // validated and packed; `a` holds `n` Split32 rows with their block sums
-                    // when the group needs them; matrix `i`'s tasks own disjoint strips.
+                    // validated and packed; `a` holds `n` rows in its partner layout, with
+                    // their block sums when the group needs them (Split32 types only);
+                    // matrix `i`'s tasks own disjoint strips.
                     unsafe {
                         crate::packed::compute_strips(
                             w,

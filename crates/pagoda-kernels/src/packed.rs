@@ -67,9 +67,22 @@ pub(crate) struct StripFormat {
     /// One f32 scale per row (INT8 per-channel) instead of per block: a strip starts with
     /// the 16 rows' scales (64 bytes) and its blocks are codes only.
     pub(crate) row_scale: bool,
+    /// Q4_K super-blocks of 256 columns ([`pack_q4k_block`]); the fields above are unused.
+    pub(crate) q4k: bool,
+    /// Q6_K super-blocks of 256 columns ([`pack_q6k_block`]); the fields above are unused.
+    pub(crate) q6k: bool,
 }
 
 impl StripFormat {
+    /// Columns of one block.
+    pub(crate) fn block_cols(self) -> usize {
+        if self.q4k || self.q6k {
+            256
+        } else {
+            32
+        }
+    }
+
     /// Code bytes of one row's block.
     fn row_codes(self) -> usize {
         if self.nibbles {
@@ -97,6 +110,8 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         block_bytes: if min { 20 } else { 18 },
         flip: 0,
         row_scale: false,
+        q4k: false,
+        q6k: false,
     };
     let bytes = |row_scale: bool| StripFormat {
         nibbles: false,
@@ -108,19 +123,50 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         block_bytes: if row_scale { 32 } else { 34 },
         flip: 0x80,
         row_scale,
+        q4k: false,
+        q6k: false,
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Int4G32Sym => Some(q4(false)),
         GgmlType::Q4_1 | GgmlType::Int4G32 => Some(q4(true)),
         GgmlType::Q8_0 => Some(bytes(false)),
         GgmlType::Int8 => Some(bytes(true)),
+        GgmlType::Q4_K => Some(StripFormat {
+            nibbles: true,
+            min: true,
+            offset: 0,
+            d_at: 0,
+            m_at: 2,
+            q_at: 16,
+            block_bytes: 144,
+            flip: 0,
+            row_scale: false,
+            q4k: true,
+            q6k: false,
+        }),
+        GgmlType::Q6_K => Some(StripFormat {
+            nibbles: false,
+            min: false,
+            offset: 0,
+            d_at: 0,
+            m_at: 0,
+            q_at: 0,
+            block_bytes: 210,
+            flip: 0,
+            row_scale: false,
+            q4k: false,
+            q6k: true,
+        }),
         _ => None,
     }
 }
 
 /// Whether `ty` with this shape can be packed into strips.
 pub fn packable(ty: GgmlType, rows: usize, cols: usize) -> bool {
-    format(ty).is_some() && rows > 0 && rows % STRIP_ROWS == 0 && cols > 0 && cols % 32 == 0
+    format(ty).is_some_and(|f| cols % f.block_cols() == 0)
+        && rows > 0
+        && rows % STRIP_ROWS == 0
+        && cols > 0
 }
 
 /// Whether packing pays on this CPU: the strip kernel needs AVX-512 with VNNI (elsewhere a
@@ -134,6 +180,12 @@ pub fn strips_are_fast() -> bool {
 /// then the 16 rows' f16 scales, then (with minimums) their f16 minimums, so a strip is one
 /// sequential stream.
 pub(crate) fn block_geometry(f: StripFormat) -> (usize, usize, usize) {
+    if f.q4k {
+        return (Q4K_STRIP_BLOCK, Q4K_D, Q4K_D + 32);
+    }
+    if f.q6k {
+        return (STRIP_ROWS * 210, 0, 0);
+    }
     let d_in = f.strip_codes();
     if f.row_scale {
         return (d_in, 0, 0);
@@ -178,13 +230,26 @@ pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError
     let Some(f) = format(w.ty) else {
         return Ok(()); // unreachable: `packable` holds
     };
-    let nb = w.cols / 32;
+    let nb = w.cols / f.block_cols();
     let (head, row_bytes) = (strip_header(f), w.data.len() / w.rows);
     let (stride, d_in, m_in) = block_geometry(f);
     for (s, strip) in out.chunks_exact_mut(head + nb * stride).enumerate() {
         let (scales, blocks) = strip.split_at_mut(head);
         for l in 0..STRIP_ROWS {
             let mut row = &w.data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
+            if f.q4k || f.q6k {
+                for (blk, dst) in row
+                    .chunks_exact(f.block_bytes)
+                    .zip(blocks.chunks_exact_mut(stride))
+                {
+                    if f.q4k {
+                        pack_q4k_block(blk, l, dst);
+                    } else {
+                        pack_q6k_block(blk, l, dst);
+                    }
+                }
+                continue;
+            }
             if f.row_scale {
                 scales[4 * l..4 * l + 4].copy_from_slice(&row[..4]);
                 row = &row[4..];
@@ -210,18 +275,172 @@ pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError
     Ok(())
 }
 
+/// Bytes of one Q4_K super-block of a strip: 16 rows x 144, reordered.
+const Q4K_STRIP_BLOCK: usize = STRIP_ROWS * 144;
+/// Offset of the 16 rows' packed scale bytes in a Q4_K strip block (after the codes).
+pub(crate) const Q4K_SCALES: usize = 2048;
+/// Offset of the 16 rows' f16 `d` (then `dmin`, 32 bytes later).
+const Q4K_D: usize = Q4K_SCALES + 192;
+
+/// Row `l`'s Q4_K block (144 bytes: d, dmin, 12 scale bytes, 128 code bytes) into strip
+/// block `dst`:
+///
+/// ```text
+/// codes   2048 bytes   vector 8c + k (c 0..4, k 0..8): bytes 4l .. 4l + 4 are
+///                      qs[32c + 4k .. + 4] of row l (low nibbles: sub-block 2c, high:
+///                      sub-block 2c + 1, columns 4k .. 4k + 4 of each)
+/// scales   192 bytes   vector i (0..3): bytes 4l .. 4l + 4 are scales[4i .. 4i + 4] of row l
+///                      (the 6-bit pairs stay packed; the kernel unpacks 16 rows at once)
+/// d, dmin   64 bytes   the 16 rows' f16 d, then their f16 dmin
+/// ```
+fn pack_q4k_block(src: &[u8], l: usize, dst: &mut [u8]) {
+    for c in 0..4 {
+        for k in 0..8 {
+            dst[64 * (8 * c + k) + 4 * l..][..4].copy_from_slice(&src[16 + 32 * c + 4 * k..][..4]);
+        }
+    }
+    for i in 0..3 {
+        dst[Q4K_SCALES + 64 * i + 4 * l..][..4].copy_from_slice(&src[4 + 4 * i..][..4]);
+    }
+    dst[Q4K_D + 2 * l..][..2].copy_from_slice(&src[..2]);
+    dst[Q4K_D + 32 + 2 * l..][..2].copy_from_slice(&src[2..4]);
+}
+
+/// Inverse of [`pack_q4k_block`] for row `l`.
+fn unpack_q4k_block(src: &[u8], l: usize, dst: &mut [u8]) {
+    for c in 0..4 {
+        for k in 0..8 {
+            dst[16 + 32 * c + 4 * k..][..4].copy_from_slice(&src[64 * (8 * c + k) + 4 * l..][..4]);
+        }
+    }
+    for i in 0..3 {
+        dst[4 + 4 * i..][..4].copy_from_slice(&src[Q4K_SCALES + 64 * i + 4 * l..][..4]);
+    }
+    dst[..2].copy_from_slice(&src[Q4K_D + 2 * l..][..2]);
+    dst[2..4].copy_from_slice(&src[Q4K_D + 32 + 2 * l..][..2]);
+}
+
+/// Offsets in a Q6_K strip block: high code bits, group scales, `d`.
+pub(crate) const Q6K_HIGH: usize = 2048;
+pub(crate) const Q6K_SCALES: usize = Q6K_HIGH + 1024;
+pub(crate) const Q6K_D: usize = Q6K_SCALES + 256;
+
+/// Row `l`'s Q6_K block (210 bytes: ql, qh, 16 i8 group scales, d) into strip block `dst`,
+/// as unsigned 6-bit codes `u = q + 32` of 8 chunks of 32 columns:
+///
+/// ```text
+/// low     2048 bytes   chunk c, vector k (0..4): byte 4l + j holds u[32c + 4k + j] & 15
+///                      (low nibble) and u[32c + 16 + 4k + j] & 15 (high nibble)
+/// high    1024 bytes   chunk c, vector a (0..2): byte 4l + j holds, in bits 2m .. 2m + 2,
+///                      u[32c + 4(4a + m) + j] >> 4
+/// scales   256 bytes   group g (0..16): byte 16g + l is row l's scale
+/// d         32 bytes   the 16 rows' f16 d
+/// ```
+fn pack_q6k_block(src: &[u8], l: usize, dst: &mut [u8]) {
+    let u = q6k_codes(src);
+    for c in 0..8 {
+        for k in 0..4 {
+            for j in 0..4 {
+                let lo = u[32 * c + 4 * k + j] & 15;
+                let hi = u[32 * c + 16 + 4 * k + j] & 15;
+                dst[256 * c + 64 * k + 4 * l + j] = lo | (hi << 4);
+            }
+        }
+        for a in 0..2 {
+            for j in 0..4 {
+                let mut bits = 0u8;
+                for m in 0..4 {
+                    bits |= (u[32 * c + 4 * (4 * a + m) + j] >> 4) << (2 * m);
+                }
+                dst[Q6K_HIGH + 128 * c + 64 * a + 4 * l + j] = bits;
+            }
+        }
+    }
+    for g in 0..16 {
+        dst[Q6K_SCALES + 16 * g + l] = src[192 + g];
+    }
+    dst[Q6K_D + 2 * l..][..2].copy_from_slice(&src[208..210]);
+}
+
+/// Inverse of [`pack_q6k_block`] for row `l`.
+fn unpack_q6k_block(src: &[u8], l: usize, dst: &mut [u8]) {
+    let mut u = [0u8; 256];
+    for c in 0..8 {
+        for k in 0..4 {
+            for j in 0..4 {
+                let b = src[256 * c + 64 * k + 4 * l + j];
+                u[32 * c + 4 * k + j] = b & 15;
+                u[32 * c + 16 + 4 * k + j] = b >> 4;
+            }
+        }
+        for a in 0..2 {
+            for j in 0..4 {
+                let bits = src[Q6K_HIGH + 128 * c + 64 * a + 4 * l + j];
+                for m in 0..4 {
+                    u[32 * c + 4 * (4 * a + m) + j] |= ((bits >> (2 * m)) & 3) << 4;
+                }
+            }
+        }
+    }
+    // Back to Q6_K's own bit layout (see quant/q6_k.rs).
+    for h in 0..2 {
+        for i in 0..32 {
+            let e = 128 * h + i;
+            dst[64 * h + i] = (u[e] & 15) | ((u[e + 64] & 15) << 4);
+            dst[64 * h + i + 32] = (u[e + 32] & 15) | ((u[e + 96] & 15) << 4);
+            dst[128 + 32 * h + i] = (u[e] >> 4)
+                | ((u[e + 32] >> 4) << 2)
+                | ((u[e + 64] >> 4) << 4)
+                | ((u[e + 96] >> 4) << 6);
+        }
+    }
+    for g in 0..16 {
+        dst[192 + g] = src[Q6K_SCALES + 16 * g + l];
+    }
+    dst[208..210].copy_from_slice(&src[Q6K_D + 2 * l..][..2]);
+}
+
+/// The 256 unsigned codes (`q + 32`, 0..64) of a Q6_K block, in element order.
+fn q6k_codes(src: &[u8]) -> [u8; 256] {
+    let (ql, qh) = (&src[..128], &src[128..192]);
+    let mut u = [0u8; 256];
+    for h in 0..2 {
+        for i in 0..32 {
+            let (a, b, hb) = (ql[64 * h + i], ql[64 * h + i + 32], qh[32 * h + i]);
+            u[128 * h + i] = (a & 15) | ((hb & 3) << 4);
+            u[128 * h + 32 + i] = (b & 15) | (((hb >> 2) & 3) << 4);
+            u[128 * h + 64 + i] = (a >> 4) | (((hb >> 4) & 3) << 4);
+            u[128 * h + 96 + i] = (b >> 4) | (((hb >> 6) & 3) << 4);
+        }
+    }
+    u
+}
+
 /// Row `r` of a packed matrix (`ty`, `cols`, strips in `data`) back in the row layout, into
 /// `out` (`ty.row_bytes(cols)` bytes). The caller checked `r` and the lengths.
 pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: &mut [u8]) {
     let Some(f) = format(ty) else {
         return; // the caller validated a packed matrix
     };
-    let nb = cols / 32;
+    let nb = cols / f.block_cols();
     let (stride, d_in, m_in) = block_geometry(f);
     let head = strip_header(f);
     let (s, l) = (r / STRIP_ROWS, r % STRIP_ROWS);
     let strip = &data[s * (head + nb * stride)..][..head + nb * stride];
     let (scales, blocks) = strip.split_at(head);
+    if f.q4k || f.q6k {
+        for (blk, src) in out
+            .chunks_exact_mut(f.block_bytes)
+            .zip(blocks.chunks_exact(stride))
+        {
+            if f.q4k {
+                unpack_q4k_block(src, l, blk);
+            } else {
+                unpack_q6k_block(src, l, blk);
+            }
+        }
+        return;
+    }
     let mut out = out;
     if f.row_scale {
         out[..4].copy_from_slice(&scales[4 * l..4 * l + 4]);
@@ -284,7 +503,8 @@ pub(crate) fn needs_isums(ty: GgmlType) -> bool {
 ///
 /// # Safety
 /// The strip kernel runs on this CPU ([`strip_kernel_on`]); `w` was validated as packed;
-/// `a` holds `n` `Split32` rows of `w.cols` values, `arow` bytes each, and `isums` their
+/// `a` holds `n` rows of `w.cols` values in the type's partner layout (`Split32`, or Q8_K
+/// blocks for Q4_K), `arow` bytes each, and `isums` their
 /// [`block_sums`] if [`needs_isums`]; `out` points to `n * w.rows` elements of which no other
 /// task touches the rows of `ss` meanwhile.
 #[cfg(target_arch = "x86_64")]
@@ -299,7 +519,7 @@ pub(crate) unsafe fn compute_strips(
     let Some(f) = format(w.ty) else {
         return; // the caller validated a packed matrix
     };
-    let nb = w.cols / 32;
+    let nb = w.cols / f.block_cols();
     let (stride, d_in, m_in) = block_geometry(f);
     let strip_len = strip_header(f) + nb * stride;
     let empty = TokenRow {
@@ -352,15 +572,17 @@ pub(crate) fn matmul_strips(
 ) -> Result<(), KernelError> {
     #[cfg(target_arch = "x86_64")]
     if strip_kernel_on(isa) {
+        // The strips take the activations the type's row kernel takes.
         let RowKernel::Quant {
-            partner: ActLayout::Split32,
-            quantize,
-            ..
-        } = kernel(isa, GgmlType::Q4_1)
+            partner, quantize, ..
+        } = kernel(isa, w.ty)
         else {
-            return Err(KernelError::Shape("no Split32 activation quantizer".into()));
+            return Err(KernelError::Shape(format!(
+                "no integer kernel for {}",
+                w.ty
+            )));
         };
-        let arow = ActLayout::Split32.row_bytes(w.cols)?;
+        let arow = partner.row_bytes(w.cols)?;
         // SAFETY: `isa` is available (checked by the caller), so its quantizer may run.
         let a = unsafe { quantize_activations(quantize, x, n, w.cols, arow) };
         let isums = if needs_isums(w.ty) {
@@ -414,7 +636,7 @@ mod tests {
     #[test]
     fn packing_keeps_the_size_and_every_row_unpacks_to_its_bytes() {
         for ty in TYPES {
-            let (rows, cols) = (48, 96);
+            let (rows, cols) = (48, 256);
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
             let packed = pack(&w).unwrap();
@@ -437,20 +659,22 @@ mod tests {
             .collect()
     }
 
-    const TYPES: [GgmlType; 6] = [
+    const TYPES: [GgmlType; 8] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Int4G32,
         GgmlType::Int4G32Sym,
         GgmlType::Q8_0,
         GgmlType::Int8,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
     ];
 
     /// On every ISA, the packed matrix gives what the row layout gives (within the rounding
     /// of a different summation order), for decode, speculative and prefill batch sizes.
     #[test]
     fn packed_products_match_the_row_layout() {
-        let (rows, cols) = (64, 320);
+        let (rows, cols) = (64, 512);
         for ty in TYPES {
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
@@ -519,7 +743,7 @@ mod tests {
 
     #[test]
     fn packed_rows_dequantize_like_the_row_layout() {
-        let (rows, cols) = (32, 64);
+        let (rows, cols) = (32, 256);
         for ty in TYPES {
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
@@ -547,8 +771,12 @@ mod tests {
         let w = WeightMatrix::new(GgmlType::Q4_0, 8, 32, &data).unwrap();
         assert!(pack(&w).is_err());
         assert!(WeightMatrix::packed(GgmlType::Q4_0, 8, 32, &data).is_err());
-        let q6 = matrix(GgmlType::Q6_K, 16, 256);
-        assert!(WeightMatrix::packed(GgmlType::Q6_K, 16, 256, &q6).is_err());
+        let q5k = matrix(GgmlType::Q5_K, 16, 256);
+        assert!(WeightMatrix::packed(GgmlType::Q5_K, 16, 256, &q5k).is_err());
+        assert!(
+            !packable(GgmlType::Q4_K, 16, 128),
+            "k-quants need whole 256-column blocks"
+        );
         assert!(
             WeightMatrix::packed(GgmlType::Q4_0, 16, 32, &data).is_err(),
             "short data"

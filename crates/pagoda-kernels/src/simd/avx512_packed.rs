@@ -14,7 +14,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::packed::StripFormat;
+use crate::packed::{StripFormat, STRIP_ROWS};
 
 /// Tokens per pass over a strip.
 pub(crate) const TOKENS: usize = 4;
@@ -122,11 +122,180 @@ unsafe fn strip<
     }
 }
 
+/// Bytes of one Q8_K activation block: d (f32), 256 codes, 16 i16 sums of 16 codes.
+const Q8K: usize = 292;
+
+/// A Q4_K strip (`packed::pack_q4k_block` layout, `nb` super-blocks) against `T` tokens
+/// with Q8_K activations. Per super-block: the 16 rows' packed 6-bit scales and minimums are
+/// unpacked as lanes (the same bit moves as the row kernel, 16 rows at once) and shared by
+/// the tokens; each sub-block's integer dot is scaled by its 6-bit scale in integers, so
+/// the integer part is exact as in the reference.
+#[inline(always)]
+unsafe fn strip_q4k<const T: usize>(s: *const u8, nb: usize, tok: &[TokenRow]) {
+    use crate::packed::Q4K_SCALES;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let ff = _mm512_set1_epi32(0xFF);
+    let kmask1 = _mm512_set1_epi32(0x3f3f_3f3f);
+    let kmask2 = _mm512_set1_epi32(0x0f0f_0f0f);
+    let kmask3 = _mm512_set1_epi32(0x0303_0303);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = s.add(STRIP_ROWS * 144 * b);
+        let u0 = _mm512_loadu_si512(blk.add(Q4K_SCALES) as *const _);
+        let u1 = _mm512_loadu_si512(blk.add(Q4K_SCALES + 64) as *const _);
+        let u2 = _mm512_loadu_si512(blk.add(Q4K_SCALES + 128) as *const _);
+        // Bytes 0..4 of each lane: scales 0..4 / 4..8, minimums 0..4 / 4..8.
+        let sc_lo = _mm512_and_si512(u0, kmask1);
+        let sc_hi = _mm512_or_si512(
+            _mm512_and_si512(u2, kmask2),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), kmask3), 4),
+        );
+        let mn_lo = _mm512_and_si512(u1, kmask1);
+        let mn_hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(u2, 4), kmask2),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), kmask3), 4),
+        );
+        let byte = |v: __m512i, j: u32| -> __m512i {
+            _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * j as i32)), ff)
+        };
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+            blk.add(Q4K_SCALES + 192) as *const __m256i
+        ));
+        let dmw = _mm512_cvtph_ps(_mm256_loadu_si256(
+            blk.add(Q4K_SCALES + 224) as *const __m256i
+        ));
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for c in 0..4 {
+            let mut plo = [_mm512_setzero_si512(); T];
+            let mut phi = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                let v = _mm512_loadu_si512(blk.add(64 * (8 * c + k)) as *const _);
+                let lo = _mm512_and_si512(v, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for t in 0..T {
+                    let ap = tok[t].act.add(Q8K * b + 4 + 64 * c + 4 * k);
+                    plo[t] = _mm512_dpbusd_epi32(plo[t], lo, _mm512_set1_epi32(rd32(ap)));
+                    phi[t] = _mm512_dpbusd_epi32(phi[t], hi, _mm512_set1_epi32(rd32(ap.add(32))));
+                }
+            }
+            let (s0, s1) = if c < 2 {
+                (byte(sc_lo, 2 * c as u32), byte(sc_lo, 2 * c as u32 + 1))
+            } else {
+                (byte(sc_hi, 2 * c as u32 - 4), byte(sc_hi, 2 * c as u32 - 3))
+            };
+            for t in 0..T {
+                let scaled = _mm512_add_epi32(
+                    _mm512_mullo_epi32(plo[t], s0),
+                    _mm512_mullo_epi32(phi[t], s1),
+                );
+                sumi[t] = _mm512_add_epi32(sumi[t], scaled);
+            }
+        }
+        for t in 0..T {
+            let a = tok[t].act.add(Q8K * b);
+            let bsum = |g: usize| std::ptr::read_unaligned(a.add(260 + 2 * g) as *const i16) as i32;
+            let mut msum = _mm512_setzero_si512();
+            for j in 0..8 {
+                let m = if j < 4 {
+                    byte(mn_lo, j as u32)
+                } else {
+                    byte(mn_hi, j as u32 - 4)
+                };
+                let asum = _mm512_set1_epi32(bsum(2 * j) + bsum(2 * j + 1));
+                msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(m, asum));
+            }
+            let da = _mm512_set1_ps(rdf32(a));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, da), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, da), acc[t]);
+        }
+    }
+    for t in 0..T {
+        _mm512_storeu_ps(tok[t].out, acc[t]);
+    }
+}
+
+/// A Q6_K strip (`packed::pack_q6k_block` layout) against `T` tokens with Q8_K activations:
+/// per 32-column chunk, four nibble vectors and two vectors of high bit pairs give the eight
+/// 6-bit code vectors; the two 16-column groups of the chunk are two `vpdpbusd` chains, each
+/// with the code offset 32 taken off by the group's activation sum and scaled by the rows'
+/// i8 group scales in integers.
+#[inline(always)]
+unsafe fn strip_q6k<const T: usize>(s: *const u8, nb: usize, tok: &[TokenRow]) {
+    use crate::packed::{Q6K_D, Q6K_HIGH, Q6K_SCALES};
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = s.add(STRIP_ROWS * 210 * b);
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q6K_D) as *const __m256i));
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for c in 0..8 {
+            let h = [
+                _mm512_loadu_si512(blk.add(Q6K_HIGH + 128 * c) as *const _),
+                _mm512_loadu_si512(blk.add(Q6K_HIGH + 128 * c + 64) as *const _),
+            ];
+            // High bit pair of vector i = 4a + m, moved to bits 4..6 of each byte.
+            let high = |i: usize| -> __m512i {
+                let v = h[i / 4];
+                let shifted = match i % 4 {
+                    0 => _mm512_slli_epi16(v, 4),
+                    1 => _mm512_slli_epi16(v, 2),
+                    2 => v,
+                    _ => _mm512_srli_epi16(v, 2),
+                };
+                _mm512_and_si512(shifted, m30)
+            };
+            let mut u = [_mm512_setzero_si512(); 8];
+            for k in 0..4 {
+                let v = _mm512_loadu_si512(blk.add(256 * c + 64 * k) as *const _);
+                u[k] = _mm512_or_si512(_mm512_and_si512(v, m4), high(k));
+                u[4 + k] =
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), high(4 + k));
+            }
+            let sc = |g: usize| {
+                _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                    blk.add(Q6K_SCALES + 16 * g) as *const __m128i
+                ))
+            };
+            let (s0, s1) = (sc(2 * c), sc(2 * c + 1));
+            for t in 0..T {
+                let a = tok[t].act.add(Q8K * b);
+                let ap = a.add(4 + 32 * c);
+                let mut p0 = _mm512_setzero_si512();
+                let mut p1 = _mm512_setzero_si512();
+                for k in 0..4 {
+                    p0 = _mm512_dpbusd_epi32(p0, u[k], _mm512_set1_epi32(rd32(ap.add(4 * k))));
+                    p1 = _mm512_dpbusd_epi32(
+                        p1,
+                        u[4 + k],
+                        _mm512_set1_epi32(rd32(ap.add(16 + 4 * k))),
+                    );
+                }
+                let bsum =
+                    |g: usize| std::ptr::read_unaligned(a.add(260 + 2 * g) as *const i16) as i32;
+                p0 = _mm512_sub_epi32(p0, _mm512_set1_epi32(32 * bsum(2 * c)));
+                p1 = _mm512_sub_epi32(p1, _mm512_set1_epi32(32 * bsum(2 * c + 1)));
+                let scaled =
+                    _mm512_add_epi32(_mm512_mullo_epi32(p0, s0), _mm512_mullo_epi32(p1, s1));
+                sumi[t] = _mm512_add_epi32(sumi[t], scaled);
+            }
+        }
+        for t in 0..T {
+            let da = _mm512_set1_ps(rdf32(tok[t].act.add(Q8K * b)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, da), acc[t]);
+        }
+    }
+    for t in 0..T {
+        _mm512_storeu_ps(tok[t].out, acc[t]);
+    }
+}
+
 /// Strip at `s` of format `f` against `tok.len()` (1..=[`TOKENS`]) tokens.
 ///
 /// # Safety
 /// AVX-512 F/BW and VNNI are available; `s` is a whole strip of `nb` blocks of format `f`
-/// with `geometry` = `packed::block_geometry(f)`; every token's `act` is a `Split32` row of `32 * nb` values,
+/// with `geometry` = `packed::block_geometry(f)`; every token's `act` is a row of `nb`
+/// blocks' values in the partner layout (`Split32`, or Q8_K for Q4_K),
 /// `isums` holds its `nb` block sums when `f.offset != 0`, and `out` has room for 16 values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn strip_kernel(
@@ -145,6 +314,24 @@ pub(crate) unsafe fn strip_kernel(
                 _ => strip::<$nib, $min, $off, $rs, 4>(s, nb, geometry, tok),
             }
         };
+    }
+    if f.q6k {
+        match tok.len() {
+            1 => strip_q6k::<1>(s, nb, tok),
+            2 => strip_q6k::<2>(s, nb, tok),
+            3 => strip_q6k::<3>(s, nb, tok),
+            _ => strip_q6k::<4>(s, nb, tok),
+        }
+        return;
+    }
+    if f.q4k {
+        match tok.len() {
+            1 => strip_q4k::<1>(s, nb, tok),
+            2 => strip_q4k::<2>(s, nb, tok),
+            3 => strip_q4k::<3>(s, nb, tok),
+            _ => strip_q4k::<4>(s, nb, tok),
+        }
+        return;
     }
     match (f.nibbles, f.min, f.offset, f.row_scale) {
         (true, true, 0, false) => go!(true, true, 0, false),
