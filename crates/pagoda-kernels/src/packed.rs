@@ -30,7 +30,7 @@
 use rayon::prelude::*;
 
 use crate::matmul::{chunk_rows, quantize_activations, OutPtr};
-use crate::simd::{kernel, ActLayout, RowKernel};
+use crate::simd::{kernel, RowKernel};
 use crate::{GgmlType, Isa, KernelError, WeightMatrix};
 
 /// Rows per strip.
