@@ -166,7 +166,13 @@ def ollama_checks(url, model, embed_model):
         assert r.message.role == "assistant" and r.done
         parts = list(client.chat(model=model, messages=[{"role": "user", "content": "Hello!"}], stream=True,
                                  options={"num_predict": 6}))
-        assert parts[-1].done and parts[-1].eval_count == 6
+        last = parts[-1]
+        # Sampled: the reply may end (EOS) before the 6-token cap; a cut reply has exactly 6.
+        assert last.done and last.done_reason in ("stop", "length"), last
+        assert 1 <= last.eval_count <= 6, last.eval_count
+        if last.done_reason == "length":
+            assert last.eval_count == 6, last.eval_count
+        assert "".join(p.message.content for p in parts), "an empty streamed reply"
 
     def listings():
         names = [m.model for m in client.list().models]
