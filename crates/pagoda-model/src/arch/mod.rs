@@ -4,8 +4,8 @@
 //! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]).
 //! Weights stay borrowed from the model file's mmap, in its own block formats (or, after
 //! online quantization at load, in owned buffers of the chosen format: the forward pass
-//! cannot tell the two apart); 4-bit g32 linears are copied at load into 16-row strips where
-//! the CPU has the strip kernel ([`layers::Linear`]).
+//! cannot tell the two apart); linears of the packable types are copied at load into 16-row
+//! strips where the CPU has the strip kernels ([`layers::Linear`]).
 //!
 //! There is one forward path, [`Model::forward_batch`]: the new tokens of several sequences
 //! ([`BatchSegment`]s: decode rows and prefill chunks alike) are concatenated into one
