@@ -17,6 +17,9 @@
 //! d       32 bytes    the 16 rows' f16 scales, row order
 //! m       32 bytes    (Q4_1 only) the 16 rows' f16 minimums
 //!
+//! Q5_0 blocks add, after the codes, eight 64-bit masks of the fifth bits (mask i, bit 4l + j:
+//! row l, column 4i + j), 64 bytes, before d.
+//!
 //! INT8 per-channel strips start with the 16 rows' f32 scales (64 bytes), then per block
 //! the 512 code bytes as for Q8_0 (no per-block scale).
 //! ```
@@ -71,6 +74,9 @@ pub(crate) struct StripFormat {
     pub(crate) q4k: bool,
     /// Q6_K super-blocks of 256 columns ([`pack_q6k_block`]); the fields above are unused.
     pub(crate) q6k: bool,
+    /// A fifth code bit (Q5_0): after a block's nibble codes, eight 64-bit masks, mask `i`
+    /// bit `4l + j` = the fifth bit of row `l`, column `4i + j`.
+    pub(crate) high5: bool,
 }
 
 impl StripFormat {
@@ -112,6 +118,7 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         row_scale: false,
         q4k: false,
         q6k: false,
+        high5: false,
     };
     let bytes = |row_scale: bool| StripFormat {
         nibbles: false,
@@ -125,37 +132,31 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         row_scale,
         q4k: false,
         q6k: false,
+        high5: false,
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Int4G32Sym => Some(q4(false)),
         GgmlType::Q4_1 | GgmlType::Int4G32 => Some(q4(true)),
         GgmlType::Q8_0 => Some(bytes(false)),
         GgmlType::Int8 => Some(bytes(true)),
+        GgmlType::Q5_0 => Some(StripFormat {
+            offset: 16,
+            q_at: 6,
+            block_bytes: 22,
+            high5: true,
+            ..q4(false)
+        }),
         GgmlType::Q4_K => Some(StripFormat {
-            nibbles: true,
-            min: true,
-            offset: 0,
-            d_at: 0,
-            m_at: 2,
             q_at: 16,
             block_bytes: 144,
-            flip: 0,
-            row_scale: false,
             q4k: true,
-            q6k: false,
+            ..q4(true)
         }),
         GgmlType::Q6_K => Some(StripFormat {
-            nibbles: false,
-            min: false,
             offset: 0,
-            d_at: 0,
-            m_at: 0,
-            q_at: 0,
             block_bytes: 210,
-            flip: 0,
-            row_scale: false,
-            q4k: false,
             q6k: true,
+            ..bytes(false)
         }),
         _ => None,
     }
@@ -186,7 +187,7 @@ pub(crate) fn block_geometry(f: StripFormat) -> (usize, usize, usize) {
     if f.q6k {
         return (STRIP_ROWS * 210, 0, 0);
     }
-    let d_in = f.strip_codes();
+    let d_in = f.strip_codes() + if f.high5 { 64 } else { 0 };
     if f.row_scale {
         return (d_in, 0, 0);
     }
@@ -261,6 +262,15 @@ pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError
                 for k in 0..f.row_codes() / 4 {
                     for j in 0..4 {
                         dst[64 * k + 4 * l + j] = blk[f.q_at + 4 * k + j] ^ f.flip;
+                    }
+                }
+                if f.high5 {
+                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+                    let shift = 4 * (l % 2);
+                    for i in 0..8 {
+                        let at = f.strip_codes() + 8 * i + l / 2;
+                        let bits = ((qh >> (4 * i)) & 0xF) as u8;
+                        dst[at] = (dst[at] & !(0xF << shift)) | (bits << shift);
                     }
                 }
                 if !f.row_scale {
@@ -454,6 +464,14 @@ pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: 
             for j in 0..4 {
                 blk[f.q_at + 4 * k + j] = src[64 * k + 4 * l + j] ^ f.flip;
             }
+        }
+        if f.high5 {
+            let mut qh = 0u32;
+            for i in 0..8 {
+                let bits = (src[f.strip_codes() + 8 * i + l / 2] >> (4 * (l % 2))) & 0xF;
+                qh |= (bits as u32) << (4 * i);
+            }
+            blk[2..6].copy_from_slice(&qh.to_le_bytes());
         }
         if !f.row_scale {
             blk[f.d_at..f.d_at + 2].copy_from_slice(&src[d_in + 2 * l..][..2]);
@@ -659,7 +677,7 @@ mod tests {
             .collect()
     }
 
-    const TYPES: [GgmlType; 8] = [
+    const TYPES: [GgmlType; 9] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Int4G32,
@@ -668,6 +686,7 @@ mod tests {
         GgmlType::Int8,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
+        GgmlType::Q5_0,
     ];
 
     /// On every ISA, the packed matrix gives what the row layout gives (within the rounding
@@ -715,9 +734,9 @@ mod tests {
             .zip(&packs)
             .map(|(&ty, p)| WeightMatrix::packed(ty, rows, cols, p).unwrap())
             .collect();
-        let q5 = matrix(GgmlType::Q5_0, rows, cols);
+        let q5 = matrix(GgmlType::Q5_1, rows, cols);
         let mut group = ws.clone();
-        group.push(WeightMatrix::new(GgmlType::Q5_0, rows, cols, &q5).unwrap());
+        group.push(WeightMatrix::new(GgmlType::Q5_1, rows, cols, &q5).unwrap());
         for n in [2, 5, 17] {
             let x = activations(n, cols);
             let mut outs: Vec<Vec<f32>> = vec![vec![0.0; n * rows]; group.len()];
@@ -761,7 +780,7 @@ mod tests {
 
     #[test]
     fn unpackable_types_and_shapes_are_refused() {
-        assert!(!packable(GgmlType::Q5_0, 16, 32));
+        assert!(!packable(GgmlType::Q5_1, 16, 32));
         assert!(
             !packable(GgmlType::Q4_0, 8, 32),
             "rows not a multiple of 16"

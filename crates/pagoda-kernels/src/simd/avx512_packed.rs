@@ -1,4 +1,5 @@
-//! The strip kernel of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q8_0, INT8) on AVX-512 VNNI: one strip of
+//! The strip kernels of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q5_0, Q8_0,
+//! INT8, Q4_K, Q6_K) on AVX-512 VNNI: one strip of
 //! 16 rows against up to [`TOKENS`] tokens whose activations are in the `Split32` layout.
 //!
 //! Per 32-column block: four 64-byte code loads give eight vectors of 16 rows x 4 codes (low
@@ -42,13 +43,15 @@ unsafe fn rdf32(p: *const u8) -> f32 {
 /// in each) against `T` tokens;
 /// writes 16 outputs per token at `tok.out`. `NIB`: codes are nibbles (256 code bytes per
 /// block) else bytes (512); `MIN`: blocks carry minimums; `OFF`: the code offset; `RS`: one
-/// f32 scale per row (INT8) in a 64-byte strip header instead of per-block scales.
+/// f32 scale per row (INT8) in a 64-byte strip header instead of per-block scales; `H5`: a
+/// fifth code bit per code (Q5_0) in eight 64-bit masks after the nibbles.
 #[inline(always)]
 unsafe fn strip<
     const NIB: bool,
     const MIN: bool,
     const OFF: i32,
     const RS: bool,
+    const H5: bool,
     const T: usize,
 >(
     s: *const u8,
@@ -74,6 +77,14 @@ unsafe fn strip<
                 let v = _mm512_loadu_si512(c.add(64 * k) as *const _);
                 u[k] = _mm512_and_si512(v, m4);
                 u[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            if H5 {
+                // Fifth bits: mask i selects the bytes of vector i that get 0x10.
+                let bit5 = _mm512_set1_epi8(0x10);
+                for (i, ui) in u.iter_mut().enumerate() {
+                    let m = std::ptr::read_unaligned(c.add(256 + 8 * i) as *const u64);
+                    *ui = _mm512_or_si512(*ui, _mm512_maskz_mov_epi8(m, bit5));
+                }
             }
         } else {
             for (k, uk) in u.iter_mut().enumerate() {
@@ -306,12 +317,12 @@ pub(crate) unsafe fn strip_kernel(
     tok: &[TokenRow],
 ) {
     macro_rules! go {
-        ($nib:literal, $min:literal, $off:literal, $rs:literal) => {
+        ($nib:literal, $min:literal, $off:literal, $rs:literal, $h5:literal) => {
             match tok.len() {
-                1 => strip::<$nib, $min, $off, $rs, 1>(s, nb, geometry, tok),
-                2 => strip::<$nib, $min, $off, $rs, 2>(s, nb, geometry, tok),
-                3 => strip::<$nib, $min, $off, $rs, 3>(s, nb, geometry, tok),
-                _ => strip::<$nib, $min, $off, $rs, 4>(s, nb, geometry, tok),
+                1 => strip::<$nib, $min, $off, $rs, $h5, 1>(s, nb, geometry, tok),
+                2 => strip::<$nib, $min, $off, $rs, $h5, 2>(s, nb, geometry, tok),
+                3 => strip::<$nib, $min, $off, $rs, $h5, 3>(s, nb, geometry, tok),
+                _ => strip::<$nib, $min, $off, $rs, $h5, 4>(s, nb, geometry, tok),
             }
         };
     }
@@ -333,11 +344,12 @@ pub(crate) unsafe fn strip_kernel(
         }
         return;
     }
-    match (f.nibbles, f.min, f.offset, f.row_scale) {
-        (true, true, 0, false) => go!(true, true, 0, false),
-        (true, false, 8, false) => go!(true, false, 8, false),
-        (false, false, 128, false) => go!(false, false, 128, false),
-        (false, false, 128, true) => go!(false, false, 128, true),
+    match (f.nibbles, f.min, f.offset, f.row_scale, f.high5) {
+        (true, true, 0, false, false) => go!(true, true, 0, false, false),
+        (true, false, 8, false, false) => go!(true, false, 8, false, false),
+        (true, false, 16, false, true) => go!(true, false, 16, false, true),
+        (false, false, 128, false, false) => go!(false, false, 128, false, false),
+        (false, false, 128, true, false) => go!(false, false, 128, true, false),
         _ => debug_assert!(false, "no strip kernel for {f:?}"),
     }
 }
