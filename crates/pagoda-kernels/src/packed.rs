@@ -1,11 +1,13 @@
-//! Load-time repacked weights: 16 rows of Q4_0 / Q4_1 blocks (and the INT4 g32 types, which
-//! are stored as those), Q8_0 blocks or INT8 per-channel rows interleaved into one *strip*, so that a single
-//! AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows by a 4-byte broadcast of one
-//! token's activation codes, and each block's scales of 16 rows are one vector. The row
-//! layout instead unpacks a scale (and a minimum) per 32 weights and row, and sums lanes per
-//! row at the end; on a decode step that arithmetic, not memory, bounded these products.
+//! Load-time repacked weights: 16 rows of one matrix interleaved into one *strip* (Q4_0,
+//! Q4_1 and the INT4 g32 types stored as those, Q5_0, Q8_0, INT8 per-channel rows, Q4_K and
+//! Q6_K super-blocks), so that a single AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows
+//! by a 4-byte broadcast of one token's activation codes, and each block's scales of 16 rows
+//! are one vector. The row layout instead unpacks a scale (and a minimum) per block and row,
+//! and sums lanes per row at the end; on a decode step that arithmetic, not memory, bounded
+//! these products.
 //!
-//! Strip `s` (rows `16s .. 16s + 16`) of a matrix with `nb = cols / 32` blocks per row:
+//! Strip `s` (rows `16s .. 16s + 16`) of a matrix with `nb = cols / 32` blocks per row (the
+//! 32-column types; k-quants: see [`pack_q4k_block`] and [`pack_q6k_block`]):
 //!
 //! ```text
 //! per block b, in order (one sequential stream):
