@@ -7,7 +7,7 @@
 //! these products.
 //!
 //! Strip `s` (rows `16s .. 16s + 16`) of a matrix with `nb = cols / 32` blocks per row (the
-//! 32-column types; k-quants: see [`pack_q4k_block`] and [`pack_q6k_block`]):
+//! 32-column types; the k-quants: see `pack_q4k_block` and `pack_q6k_block`):
 //!
 //! ```text
 //! per block b, in order (one sequential stream):
