@@ -27,7 +27,7 @@
 //! ```
 //!
 //! A strip is exactly the bytes of its 16 rows in the row layout, reordered, so packing never
-//! grows a model. [`pack`] and [`unpack_row`] convert; the products are in `matmul`.
+//! grows a model. [`pack`] and `unpack_row` convert; the products are in `matmul`.
 //!
 //! Invariants: only types for which [`packable`] holds are packed (`rows` a multiple of
 //! [`STRIP_ROWS`], `cols` of 32); a packed matrix's bytes are `rows * row_bytes(cols)`.
