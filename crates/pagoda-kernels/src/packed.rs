@@ -178,6 +178,14 @@ pub fn strips_are_fast() -> bool {
     crate::cpu::features().avx512_vnni && crate::Isa::Avx512.is_available()
 }
 
+/// Whether models should pack weights of `ty` (where [`strips_are_fast`]): every packable
+/// type but Q6_K, whose strip kernel is correct but decodes slower than its row kernel
+/// (matmul_bench, 2 threads: 14-15 GB/s against 21-23 GB/s on 1536x8960 and 8960x1536;
+/// its six-bit codes cost more unpacking per strip than the row kernel's).
+pub fn strips_pay(ty: GgmlType) -> bool {
+    format(ty).is_some() && ty != GgmlType::Q6_K
+}
+
 /// Where one block of a strip keeps its parts: (block stride, scales' offset in the block,
 /// minimums' offset in the block). Block `b` of a strip starts at `b * stride`: its codes,
 /// then the 16 rows' f16 scales, then (with minimums) their f16 minimums, so a strip is one

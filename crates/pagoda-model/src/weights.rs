@@ -126,17 +126,25 @@ impl TensorView {
         )
     }
 
-    /// Drops this view's pages from the process's resident set when they are a file's mmap
-    /// and a copy replaced them (weights repacked at load): the file stays mapped and the
-    /// bytes readable, read again from the page cache if touched. No effect on owned bytes.
-    pub fn release_pages(&self) {
+    /// Drops the pages of `range` (bytes of this view's data) from the process's resident set
+    /// when they are a file's mmap and a copy replaced them (weights repacked at load): the
+    /// file stays mapped and the bytes readable, read again from the page cache if touched.
+    /// No effect on owned bytes or an out-of-range `range`.
+    pub fn release_pages(&self, range: std::ops::Range<usize>) {
+        if range.start > range.end || range.end > self.len {
+            return;
+        }
         #[cfg(unix)]
         if let Bytes::Mmap(m) = &*self.bytes {
             // SAFETY: the mapping is a read-only private file mapping that nothing writes,
             // so after MADV_DONTNEED a read faults the same file bytes back in: every borrow
             // of the mapping keeps seeing the same contents.
             let released = unsafe {
-                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.start + range.start,
+                    range.len(),
+                )
             };
             if let Err(e) = released {
                 tracing::debug!(tensor = %self.name, error = %e, "madvise(DONTNEED) failed");

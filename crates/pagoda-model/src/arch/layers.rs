@@ -26,10 +26,10 @@ use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
 use pagoda_kernels::{WeightLayout, WeightMatrix};
 
 /// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
-/// the one it was quantized to at load). Weights of the packable types (Q4_0, Q4_1, INT4
-/// g32, Q5_0, Q8_0, INT8, Q4_K, Q6_K: `pagoda_kernels::packed`) are repacked at load into 16-row
-/// strips when this CPU runs the strip kernels (AVX-512 VNNI; `PAGODA_WEIGHT_LAYOUT=rows`
-/// keeps the file's row layout): the same bytes, reordered.
+/// the one it was quantized to at load). Weights of the types where strips pay (Q4_0, Q4_1,
+/// INT4 g32, Q5_0, Q8_0, INT8, Q4_K: `pagoda_kernels::packed::strips_pay`) are repacked at
+/// load into 16-row strips when this CPU runs the strip kernels (AVX-512 VNNI;
+/// `PAGODA_WEIGHT_LAYOUT=rows` keeps the file's row layout): the same bytes, reordered.
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: TensorView,
@@ -42,13 +42,37 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Loads `name` (+ `name_bias` when given and present) and checks it is `[rows, cols]`.
+    /// Loads `name` (+ `name_bias` when given and present) and checks it is `[rows, cols]`;
+    /// a weight of a packable type is repacked into strips where that pays.
     pub fn load(
         weights: &Weights,
         name: &str,
         bias_name: Option<&str>,
         rows: usize,
         cols: usize,
+    ) -> Result<Self, ModelError> {
+        Self::load_as(weights, name, bias_name, rows, cols, true)
+    }
+
+    /// [`Linear::load`] keeping the file's row layout: for a table that is only looked up by
+    /// row (a token embedding with its own output head), where a packed copy would only cost
+    /// memory.
+    pub fn load_rows(
+        weights: &Weights,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, ModelError> {
+        Self::load_as(weights, name, None, rows, cols, false)
+    }
+
+    fn load_as(
+        weights: &Weights,
+        name: &str,
+        bias_name: Option<&str>,
+        rows: usize,
+        cols: usize,
+        may_pack: bool,
     ) -> Result<Self, ModelError> {
         let weight = weights.get(name)?.clone();
         expect_shape(&weight, &[rows, cols])?;
@@ -64,7 +88,7 @@ impl Linear {
             Some(b) if weights.contains(b) => Some(load_vector(weights, b, rows)?),
             _ => None,
         };
-        let (weight, layout) = if repack_for_this_cpu(weight.ty, rows, cols) {
+        let (weight, layout) = if may_pack && repack_for_this_cpu(weight.ty, rows, cols) {
             (pack_strips(&weight, rows, cols)?, WeightLayout::Strips16)
         } else {
             (weight, WeightLayout::Rows)
@@ -151,29 +175,44 @@ fn repack_for_this_cpu(ty: pagoda_kernels::GgmlType, rows: usize, cols: usize) -
         pagoda_kernels::packed::strips_are_fast()
             && std::env::var("PAGODA_WEIGHT_LAYOUT").as_deref() != Ok("rows")
     });
-    enabled && pagoda_kernels::packed::packable(ty, rows, cols)
+    enabled
+        && pagoda_kernels::packed::strips_pay(ty)
+        && pagoda_kernels::packed::packable(ty, rows, cols)
 }
 
-/// `weight` (row layout, shape-checked) repacked into a new, 64-byte aligned buffer.
+/// Rows packed at a time: the file pages of one piece are released before the next is read,
+/// so loading never holds a whole matrix twice (a multiple of the strip height).
+const PACK_PIECE_ROWS: usize = 64 * pagoda_kernels::packed::STRIP_ROWS;
+
+/// `weight` (row layout, shape-checked) repacked into a new, 64-byte aligned buffer, piece by
+/// piece; each piece's file pages leave the RSS once it is packed (strips are whole rows,
+/// so a piece of rows is a piece of strips).
 fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorView, ModelError> {
     let fault = |message: String| ModelError::Tensor {
         path: Default::default(),
         tensor: weight.name.clone(),
         message,
     };
-    let matrix = WeightMatrix::new(weight.ty, rows, cols, weight.data())
-        .map_err(|e| fault(e.to_string()))?;
-    let packed = TensorView::owned_aligned(
+    let data = weight.data();
+    let row_bytes = data.len() / rows.max(1);
+    TensorView::owned_aligned(
         weight.name.clone(),
         weight.ty,
         weight.shape.clone(),
         weight.n_bytes(),
-        |out| pagoda_kernels::packed::pack_into(&matrix, out),
+        |out| -> Result<(), pagoda_kernels::KernelError> {
+            for r0 in (0..rows).step_by(PACK_PIECE_ROWS) {
+                let r1 = (r0 + PACK_PIECE_ROWS).min(rows);
+                let bytes = r0 * row_bytes..r1 * row_bytes;
+                let piece = WeightMatrix::new(weight.ty, r1 - r0, cols, &data[bytes.clone()])?;
+                pagoda_kernels::packed::pack_into(&piece, &mut out[bytes.clone()])?;
+                // The file's copy is no longer read by the forward pass.
+                weight.release_pages(bytes);
+            }
+            Ok(())
+        },
     )
-    .map_err(fault)?;
-    // The file's copy is no longer read by the forward pass: keep it out of the RSS.
-    weight.release_pages();
-    Ok(packed)
+    .map_err(fault)
 }
 
 /// Sees the input of every linear layer of a forward pass: what calibration-aware

@@ -107,11 +107,15 @@ impl Model {
     fn build(cfg: &ModelConfig, weights: &crate::weights::Weights) -> Result<Self, ModelError> {
         cfg.validate()?;
         let (v, d) = (cfg.vocab_size, cfg.hidden_size);
-        let embedding = Linear::load(weights, "token_embd.weight", None, v, d)?;
-        let output = if weights.contains("output.weight") && !cfg.tie_word_embeddings {
-            Linear::load(weights, "output.weight", None, v, d)?
+        let (embedding, output) = if weights.contains("output.weight") && !cfg.tie_word_embeddings {
+            // The embedding is only looked up by row: it keeps the file's layout.
+            (
+                Linear::load_rows(weights, "token_embd.weight", v, d)?,
+                Linear::load(weights, "output.weight", None, v, d)?,
+            )
         } else {
-            embedding.clone()
+            let tied = Linear::load(weights, "token_embd.weight", None, v, d)?;
+            (tied.clone(), tied)
         };
         let stack = match cfg.arch {
             Architecture::Llama | Architecture::Qwen2 => {
