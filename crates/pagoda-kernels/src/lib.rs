@@ -28,8 +28,10 @@
 //!   F32) and attention of a batch of sequences through their block tables.
 //!
 //! Architecture Invariant: no function here allocates per call on the hot path except the
-//! activation quantization scratch inside `matmul`; weights are only ever borrowed, never
-//! dequantized to a matrix, and may be unaligned.
+//! activation quantization scratch inside `matmul` (with, for strips of Q4_0 / Q5_0 / Q8_0
+//! / INT8, the activations' block sums); weights are only ever borrowed, never dequantized
+//! to a matrix (a strip matrix off AVX-512 VNNI, never made by models, is unpacked per
+//! call), and may be unaligned.
 //!
 //! Architecture Invariant: every kernel result is within a named tolerance of the scalar path
 //! on the same inputs (tests/kernels.rs runs one body over every available ISA).

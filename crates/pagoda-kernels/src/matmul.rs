@@ -122,9 +122,15 @@ impl<'a> WeightMatrix<'a> {
         match self.layout {
             WeightLayout::Rows => dequantize_row(self.ty, self.row(r, rb), out),
             WeightLayout::Strips16 => {
-                let mut row = vec![0u8; rb];
-                crate::packed::unpack_row(self.ty, self.cols, self.data, r, &mut row);
-                dequantize_row(self.ty, &row, out)
+                // An embedding lookup per token: reuse one row of scratch per thread.
+                thread_local! {
+                    static ROW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+                }
+                ROW.with_borrow_mut(|row| {
+                    row.resize(rb, 0);
+                    crate::packed::unpack_row(self.ty, self.cols, self.data, r, row);
+                    dequantize_row(self.ty, row, out)
+                })
             }
         }
     }
