@@ -10,6 +10,11 @@
 //!
 //! Run (release build of the CLI first):
 //! `cargo run --release -p pagoda-gateway --example gateway_overhead -- --pagoda target/release/pagoda`
+//!
+//! Options: `--rate R`, `--seconds S`, `--rounds N`, `--connections C`, `--gateway-cpu CPU`,
+//! `--load-cpu CPU` (`none` to leave unpinned), `--backend-addr ADDR`, `--peer NAME=URL` (a
+//! second proxy in front of `ADDR`, measured in the same run), `--latency-tuned` (hold the PM
+//! QoS CPU latency request at 0 for the run, as tuned's latency-performance profile does).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -33,6 +38,9 @@ struct Args {
     backend_addr: String,
     /// Another proxy in front of the same backend, measured the same way (e.g. nginx).
     peer: Option<(String, String)>,
+    /// Hold the PM QoS CPU latency request at 0 µs for the run (`/dev/cpu_dma_latency`, what
+    /// tuned's latency-performance profile does): idle CPUs poll instead of halting.
+    latency_tuned: bool,
 }
 
 fn parse_args() -> Args {
@@ -46,10 +54,16 @@ fn parse_args() -> Args {
         load_cpu: Some("0".into()),
         backend_addr: "127.0.0.1:0".into(),
         peer: None,
+        latency_tuned: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < argv.len() {
+        if argv[i] == "--latency-tuned" {
+            a.latency_tuned = true;
+            i += 1;
+            continue;
+        }
         let v = argv.get(i + 1).cloned().unwrap_or_default();
         match argv[i].as_str() {
             "--pagoda" => a.pagoda = v,
@@ -188,6 +202,30 @@ fn guest_halt_polling() -> String {
     }
 }
 
+/// A PM QoS request for 0 µs CPU wake-up latency, held while the returned file stays open:
+/// the cpuidle governor then keeps idle CPUs in their polling state, so a request that
+/// arrives on an idle core does not wait for the hypervisor to resume a halted vCPU. Needs
+/// root; `None` (with a message) when the device cannot be opened.
+fn hold_zero_cpu_latency() -> Option<std::fs::File> {
+    use std::io::Write;
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency");
+    match opened {
+        Ok(mut f) => match f.write_all(&0i32.to_ne_bytes()) {
+            Ok(()) => Some(f),
+            Err(e) => {
+                eprintln!("cannot set /dev/cpu_dma_latency: {e}");
+                None
+            }
+        },
+        Err(e) => {
+            eprintln!("cannot open /dev/cpu_dma_latency (root is needed): {e}");
+            None
+        }
+    }
+}
+
 /// What the gateway's usage ledger holds after the run: every request through it (warm-up,
 /// open and closed loops) should be one row, with none dropped, although the writer runs at
 /// idle priority on the saturated gateway core during the closed loop.
@@ -258,6 +296,18 @@ fn start_gateway(args: &Args, backend: &str, dir: &std::path::Path) -> (Child, S
 
 fn main() {
     let args = parse_args();
+    let _latency_request = if args.latency_tuned {
+        hold_zero_cpu_latency()
+    } else {
+        None
+    };
+    let tuned_line = match (&_latency_request, args.latency_tuned) {
+        (Some(_), _) => "CPU latency: PM QoS request of 0 µs held (idle CPUs poll)",
+        (None, true) => {
+            "CPU latency: --latency-tuned asked for, but /dev/cpu_dma_latency could not be set"
+        }
+        (None, false) => "CPU latency: as booted (no PM QoS request)",
+    };
     if let Some(cpu) = &args.load_cpu {
         // Keep the backend and the load generator off the gateway's core.
         let _ = Command::new("taskset")
@@ -325,6 +375,7 @@ fn main() {
 
         println!("gateway overhead at {:.0} requests/s (open loop, {} requests per path), gateway on 1 core", args.rate, direct.len());
         println!("{}", guest_halt_polling());
+        println!("{tuned_line}");
         println!("| path | p50 ms | p90 ms | p99 ms | errors |");
         println!("|---|---:|---:|---:|---:|");
         for (name, l, e) in [("backend directly", &direct, direct_err), ("through the gateway", &via, via_err)] {
