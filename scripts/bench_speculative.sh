@@ -3,7 +3,8 @@
 # and draft GGUFs, the same threads and prompts, in one run. For each server: plain decoding,
 # n-gram prompt lookup, and the draft model; for each, a code-editing and a chat prompt set
 # (scripts/data/spec_{code_edit,chat}.jsonl), greedy, one request at a time. Prints one line
-# per run (output tokens/s, TTFT, TPOT) and the speedups over plain decoding
+# per run (output tokens/s, TTFT, TPOT) and the speedups over plain decoding, in output
+# tokens/s (prefill included) and in decode tokens/s (1000 / TPOT)
 # (docs/benchmarks.md records the output).
 #
 #   scripts/bench_speculative.sh [TARGET] [DRAFT]
@@ -98,17 +99,26 @@ def tps(name, s):
         return None
     d = json.load(open(p))["summary"]
     return d.get("output_tokens_per_s") or d.get("output_throughput")
-print("\nspeedup over the same server's plain decoding (output tokens/s):")
-for server in ("pagoda", "llama"):
-    for s in ("code_edit", "chat"):
-        base = tps(f"{server}-plain", s)
-        if not base:
-            continue
-        row = [f"{server:<7} {s:<10}"]
-        for m in ("ngram", "draft"):
-            v = tps(f"{server}-{m}", s)
-            row.append(f"{m} {v / base:5.2f}x" if v else f"{m}   -  ")
-        print("  ".join(row))
+def decode_tps(name, s):
+    """Single-stream decode tokens/s: 1000 / TPOT (prefill excluded)."""
+    p = os.path.join(out, f"{name}-{s}.json")
+    if not os.path.exists(p):
+        return None
+    d = json.load(open(p))["summary"]
+    tpot = (d.get("tpot_ms") or {}).get("mean") or (d.get("tpot") or {}).get("mean_ms")
+    return 1000.0 / tpot if tpot else None
+for label, rate in (("output tokens/s, prefill included", tps), ("decode tokens/s = 1000 / TPOT", decode_tps)):
+    print(f"\nspeedup over the same server's plain decoding ({label}):")
+    for server in ("pagoda", "llama"):
+        for s in ("code_edit", "chat"):
+            base = rate(f"{server}-plain", s)
+            if not base:
+                continue
+            row = [f"{server:<7} {s:<10}"]
+            for m in ("ngram", "draft"):
+                v = rate(f"{server}-{m}", s)
+                row.append(f"{m} {v / base:5.2f}x" if v else f"{m}   -  ")
+            print("  ".join(row))
 print("\nPagoda / llama.cpp (output tokens/s):")
 for m in ("plain", "ngram", "draft"):
     for s in ("code_edit", "chat"):

@@ -528,6 +528,12 @@ impl EngineCore {
                 return true;
             }
         };
+        tracing::trace!(
+            tokens = out.num_batched_tokens,
+            chunks = out.chunks.len(),
+            ms = executed.elapsed().as_secs_f64() * 1e3,
+            "forward pass"
+        );
         if let Some(spec) = self.speculator.as_mut() {
             spec.observe_step(executed.elapsed(), out.num_batched_tokens);
         }

@@ -7,7 +7,9 @@
 //! Q8_0 output) and of Qwen2.5-1.5B Q4_K_M (Q4_K/Q6_K) in sequence, for 1 token (decode)
 //! and 64 tokens (a prefill chunk), and prints the matmul-only time per step and tokens/s,
 //! with the 4-bit matrices in the row layout and packed into 16-row strips (as models load
-//! them on AVX-512 VNNI).
+//! them on AVX-512 VNNI). In both modes `MATMUL_BENCH_TOKENS=1,4,8` sets the token counts
+//! (e.g. the verification widths of speculative decoding); in `models` mode `MATMUL_BENCH_MODEL=Qwen2.5-1.5B` keeps
+//! the models whose name contains it.
 //!
 //! Weights are cycled through enough copies (>= 256 MiB in all) that every call streams its
 //! matrix from DRAM, as decode does with a real model; GB/s counts weight bytes read per
@@ -124,8 +126,18 @@ fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
     q.iter().copied().cycle().take(rows * rb).collect()
 }
 
+/// Token counts per call: `MATMUL_BENCH_TOKENS`, default decode and a 64-token prefill chunk.
+fn model_token_counts() -> Vec<usize> {
+    std::env::var("MATMUL_BENCH_TOKENS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect::<Vec<usize>>())
+        .filter(|v| !v.is_empty() && !v.contains(&0))
+        .unwrap_or_else(|| vec![1, 64])
+}
+
 fn models(isas: &[Isa]) {
-    for m in &MODELS {
+    let only = std::env::var("MATMUL_BENCH_MODEL").unwrap_or_default();
+    for m in MODELS.iter().filter(|m| m.name.contains(only.as_str())) {
         let mut mats: Vec<(usize, usize, GgmlType, Vec<u8>)> = Vec::new();
         for l in 0..m.layers {
             for (i, &(r, c, t)) in m.layer.iter().enumerate() {
@@ -134,13 +146,14 @@ fn models(isas: &[Isa]) {
         }
         let (r, c, t) = m.head;
         mats.push((r, c, t, quantized(t, r, c, 99)));
-        // The same matrices with every packable one in 16-row strips, as models load them.
+        // The same matrices with the ones models pack (`strips_pay`) in 16-row strips.
         let packed: Vec<Option<Vec<u8>>> = mats
             .iter()
             .map(|(r, c, t, d)| {
                 let w = WeightMatrix::new(*t, *r, *c, d).unwrap();
-                pagoda_kernels::packed::packable(*t, *r, *c)
-                    .then(|| pagoda_kernels::packed::pack(&w).unwrap())
+                (pagoda_kernels::packed::packable(*t, *r, *c)
+                    && pagoda_kernels::packed::strips_pay(*t))
+                .then(|| pagoda_kernels::packed::pack(&w).unwrap())
             })
             .collect();
         let layouts: &[bool] = if packed.iter().any(Option::is_some) {
@@ -151,7 +164,7 @@ fn models(isas: &[Isa]) {
         let bytes: usize = mats.iter().map(|m| m.3.len()).sum();
         let maxc = mats.iter().map(|m| m.1).max().unwrap();
         let maxr = mats.iter().map(|m| m.0).max().unwrap();
-        for n in [1usize, 64] {
+        for n in model_token_counts() {
             let x: Vec<f32> = (0..n * maxc)
                 .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
                 .collect();
@@ -267,7 +280,7 @@ fn main() {
                     .take(bytes * copies)
                     .collect::<Vec<u8>>()
             });
-            for n in [1usize, 64] {
+            for n in model_token_counts() {
                 let x: Vec<f32> = (0..n * cols).map(|_| rand()).collect();
                 let mut out = vec![0.0f32; n * rows];
                 let runs = isas.iter().flat_map(|&isa| {

@@ -4,13 +4,15 @@
 //!
 //! With per-token acceptance probability `a`, a step that proposes `k` tokens yields
 //! `E(k) = (1 - a^(k+1)) / (1 - a)` tokens (the accepted prefix plus the one sampled after
-//! it) and costs `1 + k * (draft + verify)` plain decode steps, where `draft` is one draft
-//! forward pass and `verify` one more verified row, both relative to a plain step. Plain
-//! decoding is `E(0) / cost(0) = 1`.
+//! it) and costs `1 + k * draft + verify(k)` plain decode steps, where `draft` is one draft
+//! forward pass and `verify(k)` what `k` more verified rows add, both relative to a plain
+//! step (measured: [`super::cost`]). Plain decoding is `E(0) / cost(0) = 1`.
 //!
 //! Invariants: `k <= max_k`; acceptance is an exponential average in `[0, 1]`; a sequence
 //! turned off is probed again with `k = 1` every [`PROBE_EVERY`] decode steps, so a
 //! sequence whose text starts to repeat gets speculation back.
+
+use super::MAX_SPECULATIVE_TOKENS;
 
 /// Weight of the newest observation in the acceptance average.
 const ALPHA: f64 = 0.3;
@@ -24,8 +26,20 @@ const MARGIN: f64 = 1.05;
 pub struct SpecCosts {
     /// One draft forward pass (0 for n-gram lookup).
     pub draft: f64,
-    /// One more row in the target's verification pass.
-    pub verify: f64,
+    /// `verify[k]`: what `k` more rows in the target's verification pass add to the step
+    /// (`verify[0] = 0`, non-decreasing). Not linear on a CPU: a second row is nearly free
+    /// while the step is memory-bound, later rows cost compute.
+    pub verify: [f64; MAX_SPECULATIVE_TOKENS + 1],
+}
+
+impl SpecCosts {
+    /// Costs where every verified row adds `per_row`.
+    pub fn linear(draft: f64, per_row: f64) -> Self {
+        SpecCosts {
+            draft,
+            verify: std::array::from_fn(|k| k as f64 * per_row.max(0.0)),
+        }
+    }
 }
 
 /// Per-sequence acceptance tracking and the choice of `k`.
@@ -99,10 +113,11 @@ pub fn expected_tokens(a: f64, k: usize) -> f64 {
 /// The `k` in `0..=max_k` with the best expected tokens per cost (0 unless one beats plain
 /// decoding by [`MARGIN`]).
 pub fn best_k(a: f64, costs: SpecCosts, max_k: usize) -> usize {
-    let per_k = costs.draft.max(0.0) + costs.verify.max(0.0);
+    let draft = costs.draft.max(0.0);
     let (mut best, mut best_rate) = (0, MARGIN);
-    for k in 1..=max_k {
-        let rate = expected_tokens(a, k) / (1.0 + k as f64 * per_k);
+    for k in 1..=max_k.min(MAX_SPECULATIVE_TOKENS) {
+        let cost = 1.0 + k as f64 * draft + costs.verify[k].max(0.0);
+        let rate = expected_tokens(a, k) / cost;
         if rate > best_rate {
             (best, best_rate) = (k, rate);
         }
@@ -114,10 +129,9 @@ pub fn best_k(a: f64, costs: SpecCosts, max_k: usize) -> usize {
 mod tests {
     use super::*;
 
-    const NGRAM: SpecCosts = SpecCosts {
-        draft: 0.0,
-        verify: 0.1,
-    };
+    fn ngram() -> SpecCosts {
+        SpecCosts::linear(0.0, 0.1)
+    }
 
     #[test]
     fn expected_tokens_matches_the_geometric_sum() {
@@ -128,31 +142,44 @@ mod tests {
 
     #[test]
     fn high_acceptance_takes_long_proposals_low_turns_off() {
-        assert_eq!(best_k(0.95, NGRAM, 8), 8);
-        assert_eq!(best_k(0.02, NGRAM, 8), 0);
-        let costly = SpecCosts {
-            draft: 0.3,
-            verify: 0.1,
-        };
+        assert_eq!(best_k(0.95, ngram(), 8), 8);
+        assert_eq!(best_k(0.02, ngram(), 8), 0);
+        let costly = SpecCosts::linear(0.3, 0.1);
         let k = best_k(0.6, costly, 8);
         assert!((1..8).contains(&k), "k = {k}");
+    }
+
+    /// A CPU's costs: the first proposal rides along for free, later ones cost compute. Middling
+    /// acceptance takes only the free one; near-certain acceptance pays for more.
+    #[test]
+    fn a_free_first_row_and_dear_later_rows_shape_k() {
+        let mut costs = SpecCosts::linear(0.0, 0.0);
+        for k in 2..costs.verify.len() {
+            costs.verify[k] = 0.3 * (k - 1) as f64;
+        }
+        assert_eq!(best_k(0.6, costs, 8), 1);
+        assert!(best_k(0.97, costs, 8) >= 4, "{}", best_k(0.97, costs, 8));
+        // A draft pass costing 0.4 of a step: one proposal pays at 0.7 acceptance, not at 0.3.
+        costs.draft = 0.4;
+        assert_eq!(best_k(0.7, costs, 8), 1);
+        assert_eq!(best_k(0.3, costs, 8), 0);
     }
 
     #[test]
     fn rejections_lower_k_until_off_then_probes() {
         let mut a = AdaptiveK::new(6, true);
-        assert!(a.next_k(NGRAM) > 0);
+        assert!(a.next_k(ngram()) > 0);
         for _ in 0..20 {
             a.observe(4, 0);
         }
         assert!(a.acceptance() < 0.05);
-        let ks: Vec<usize> = (0..PROBE_EVERY).map(|_| a.next_k(NGRAM)).collect();
+        let ks: Vec<usize> = (0..PROBE_EVERY).map(|_| a.next_k(ngram())).collect();
         assert_eq!(ks.iter().filter(|&&k| k > 0).count(), 1, "{ks:?}");
         assert_eq!(*ks.last().unwrap(), 1);
         for _ in 0..10 {
             a.observe(4, 4);
         }
-        assert_eq!(a.next_k(NGRAM), 6);
+        assert_eq!(a.next_k(ngram()), 6);
     }
 
     #[test]
@@ -160,6 +187,6 @@ mod tests {
         let mut a = AdaptiveK::new(3, false);
         a.observe(3, 0);
         a.observe(3, 0);
-        assert_eq!(a.next_k(NGRAM), 3);
+        assert_eq!(a.next_k(ngram()), 3);
     }
 }
