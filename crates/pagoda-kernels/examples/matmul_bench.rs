@@ -130,7 +130,11 @@ fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
 fn model_token_counts() -> Vec<usize> {
     std::env::var("MATMUL_BENCH_TOKENS")
         .ok()
-        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect::<Vec<usize>>())
+        .map(|v| {
+            v.split(',')
+                .filter_map(|t| t.trim().parse().ok())
+                .collect::<Vec<usize>>()
+        })
         .filter(|v| !v.is_empty() && !v.contains(&0))
         .unwrap_or_else(|| vec![1, 64])
 }

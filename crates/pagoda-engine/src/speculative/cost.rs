@@ -102,7 +102,9 @@ impl CostModel {
         if let Some(t) = measured(n) {
             return Some(t);
         }
-        let below = (1..n.min(TABLE + 1)).rev().find_map(|m| measured(m).map(|t| (m, t)))?;
+        let below = (1..n.min(TABLE + 1))
+            .rev()
+            .find_map(|m| measured(m).map(|t| (m, t)))?;
         let above = (n + 1..=TABLE).find_map(|m| measured(m).map(|t| (m, t)));
         Some(match above {
             Some((m1, t1)) => {
@@ -111,9 +113,9 @@ impl CostModel {
             }
             None => {
                 let (m0, t0) = below;
-                let slope = self
-                    .fit()
-                    .map_or(DEFAULT_VERIFY * t0, |(_, b)| b.max(DEFAULT_VERIFY * t0 * 0.1));
+                let slope = self.fit().map_or(DEFAULT_VERIFY * t0, |(_, b)| {
+                    b.max(DEFAULT_VERIFY * t0 * 0.1)
+                });
                 t0 + slope * (n - m0) as f64
             }
         })
@@ -143,9 +145,7 @@ impl CostModel {
                     draft: draft_of(step),
                 }
             }
-            None => {
-                SpecCosts::linear(self.draft_default, (DEFAULT_VERIFY * batch as f64).min(1.0))
-            }
+            None => SpecCosts::linear(self.draft_default, (DEFAULT_VERIFY * batch as f64).min(1.0)),
         }
     }
 }
@@ -188,7 +188,13 @@ mod tests {
     #[test]
     fn measured_sizes_keep_a_non_linear_shape() {
         let mut m = CostModel::new(0.0);
-        let t = |n: usize| if n <= 2 { 0.040 } else { 0.040 + 0.010 * (n - 2) as f64 };
+        let t = |n: usize| {
+            if n <= 2 {
+                0.040
+            } else {
+                0.040 + 0.010 * (n - 2) as f64
+            }
+        };
         for i in 0..60 {
             let n = [1, 2, 4, 6][i % 4];
             m.observe_step(n, t(n));
