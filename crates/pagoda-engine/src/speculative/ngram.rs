@@ -4,7 +4,8 @@
 //! (summaries, code edits, retrieval-augmented answers).
 //!
 //! Invariant: a proposal is a contiguous run of tokens that already occurred in the sequence,
-//! at most `k` long, and empty when no n-gram of the configured lengths recurs.
+//! at most `k` long, following an occurrence of the sequence's last n-gram (or of the n-gram
+//! before its last token, one token further on), and empty when neither recurs.
 
 /// Prompt-lookup proposer: n-grams of `min_n..=max_n` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,30 +25,46 @@ impl Default for NgramProposer {
 const SEARCH_WINDOW: usize = 8192;
 
 impl NgramProposer {
-    /// Up to `k` tokens expected to follow `tokens`.
+    /// Up to `k` tokens expected to follow `tokens`: what followed the latest earlier
+    /// occurrence of the longest n-gram ending at the last token; failing that, when the last
+    /// token looks like a one-token replacement (an n-gram ends just before it), what followed
+    /// the replaced token there — an edit that renames `values` to `samples` goes on copying
+    /// the original line after the new name.
     pub fn propose(&self, tokens: &[u32], k: usize) -> Vec<u32> {
         if k == 0 || tokens.len() < 2 {
             return Vec::new();
         }
-        let lo = tokens.len().saturating_sub(SEARCH_WINDOW);
+        let from = self
+            .continuation(tokens, tokens.len(), 0)
+            .or_else(|| self.continuation(tokens, tokens.len() - 1, 1));
+        match from {
+            Some(from) => tokens[from..(from + k).min(tokens.len())].to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Where the continuation starts after the latest earlier occurrence of the longest
+    /// n-gram (`min_n..=max_n` tokens) that ends at `end` (exclusive), skipping `skip` tokens
+    /// after the occurrence; `None` when no n-gram recurs or nothing follows it.
+    fn continuation(&self, tokens: &[u32], end: usize, skip: usize) -> Option<usize> {
+        let lo = end.saturating_sub(SEARCH_WINDOW);
         let min_n = self.min_n.max(1);
         for n in (min_n..=self.max_n.max(min_n)).rev() {
-            if tokens.len() <= n {
+            if end <= n {
                 continue;
             }
-            let tail = &tokens[tokens.len() - n..];
-            // Latest earlier occurrence whose continuation exists: starts before len - n.
-            let mut start = tokens.len() - n;
+            let tail = &tokens[end - n..end];
+            // Latest earlier occurrence whose continuation exists: starts before end - n.
+            let mut start = end - n;
             while start > lo {
                 start -= 1;
-                if &tokens[start..start + n] == tail {
-                    let from = start + n;
-                    let to = (from + k).min(tokens.len());
-                    return tokens[from..to].to_vec();
+                let from = start + n + skip;
+                if &tokens[start..start + n] == tail && from < tokens.len() {
+                    return Some(from);
                 }
             }
         }
-        Vec::new()
+        None
     }
 }
 
@@ -74,6 +91,18 @@ mod tests {
     }
 
     #[test]
+    fn after_a_one_token_replacement_it_goes_on_copying() {
+        let p = NgramProposer { min_n: 2, max_n: 3 };
+        // Original "total -= values [ i ]", the edit writes "total -= samples": propose "[ i ]".
+        let (total, minus, values, open, i, close, samples) = (1, 2, 3, 4, 5, 6, 7);
+        let t = [total, minus, values, open, i, close, 9, total, minus, samples];
+        assert_eq!(p.propose(&t, 3), vec![open, i, close]);
+        // A plain match still wins over the replacement rule.
+        let t = [total, minus, values, open, 8, minus, samples, 40, 41, total, minus, samples];
+        assert_eq!(p.propose(&t, 2), vec![40, 41]);
+    }
+
+    #[test]
     fn nothing_when_no_ngram_recurs() {
         let p = NgramProposer::default();
         assert!(p.propose(&[1, 2, 3, 4, 5], 4).is_empty());
@@ -91,13 +120,14 @@ mod tests {
             let got = p.propose(&tokens, k);
             prop_assert!(got.len() <= k);
             if !got.is_empty() {
-                // Some earlier position starts a copy of the proposal right after a match
-                // of at least min_n tail tokens.
-                let found = (1..tokens.len()).any(|from| {
-                    let n = 1usize;
-                    from >= n
-                        && tokens[from - n..from] == tokens[tokens.len() - n..]
-                        && tokens[from..].starts_with(&got)
+                // Some earlier position starts a copy of the proposal right after an
+                // occurrence of the last token, or one token after an occurrence of the one
+                // before it.
+                let len = tokens.len();
+                let found = (1..len).any(|from| {
+                    tokens[from..].starts_with(&got)
+                        && (tokens[from - 1] == tokens[len - 1]
+                            || (from >= 2 && tokens[from - 2] == tokens[len - 2]))
                 });
                 prop_assert!(found);
             }
