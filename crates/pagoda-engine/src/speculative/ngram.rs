@@ -95,10 +95,14 @@ mod tests {
         let p = NgramProposer { min_n: 2, max_n: 3 };
         // Original "total -= values [ i ]", the edit writes "total -= samples": propose "[ i ]".
         let (total, minus, values, open, i, close, samples) = (1, 2, 3, 4, 5, 6, 7);
-        let t = [total, minus, values, open, i, close, 9, total, minus, samples];
+        let t = [
+            total, minus, values, open, i, close, 9, total, minus, samples,
+        ];
         assert_eq!(p.propose(&t, 3), vec![open, i, close]);
         // A plain match still wins over the replacement rule.
-        let t = [total, minus, values, open, 8, minus, samples, 40, 41, total, minus, samples];
+        let t = [
+            total, minus, values, open, 8, minus, samples, 40, 41, total, minus, samples,
+        ];
         assert_eq!(p.propose(&t, 2), vec![40, 41]);
     }
 
