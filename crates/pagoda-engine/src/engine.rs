@@ -590,7 +590,7 @@ impl EngineCore {
                 .all(|c| c.sample && c.tokens.len() == 1 + c.num_draft);
             if pure_decode {
                 let speculated = out.chunks.iter().any(|c| c.num_draft > 0);
-                spec.observe_decode_step(started.elapsed(), emitted, speculated);
+                spec.observe_decode_step(out.chunks.len(), started.elapsed(), emitted, speculated);
             }
         }
         self.refresh_stats(out.num_batched_tokens);

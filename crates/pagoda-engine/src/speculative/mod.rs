@@ -20,7 +20,8 @@
 //! floating-point differences between a one-row and a many-row forward pass.
 //!
 //! A measured guard ([`guard`]) stops proposals altogether (with periodic probes) while
-//! decode steps with proposals emit fewer tokens per second than steps without.
+//! decode steps with proposals emit fewer tokens per second than steps without; it also runs
+//! an occasional step without proposals so that the plain rate is always measured.
 //!
 //! Invariants: proposals are only made for sequences whose request allows speculation and
 //! has one choice; a proposer error turns speculation off for that step (decoding goes on);
@@ -205,7 +206,7 @@ impl Speculator {
     /// Proposals for `seqs` (sequence id and its tokens so far), each as long as its
     /// adaptive `k` allows; sequences with `k = 0` get none.
     pub fn propose(&mut self, seqs: &[(SeqId, &[u32])]) -> Vec<(SeqId, Vec<u32>)> {
-        if self.adaptive && !self.guard.allow() {
+        if self.adaptive && !self.guard.allow(seqs.len()) {
             return Vec::new();
         }
         let costs = self.costs(seqs.len());
@@ -268,12 +269,18 @@ impl Speculator {
         self.costs.observe_step(tokens, elapsed.as_secs_f64());
     }
 
-    /// Records a pure decode step (every chunk one token, maybe with proposals): `emitted`
-    /// tokens in `elapsed`, proposals included or not (the guard against speculation that
-    /// measures slower than plain decoding).
-    pub fn observe_decode_step(&mut self, elapsed: Duration, emitted: usize, speculative: bool) {
+    /// Records a pure decode step of `batch` sequences (every chunk one token, maybe with
+    /// proposals): `emitted` tokens in `elapsed`, proposals included or not (the guard
+    /// against speculation that measures slower than plain decoding).
+    pub fn observe_decode_step(
+        &mut self,
+        batch: usize,
+        elapsed: Duration,
+        emitted: usize,
+        speculative: bool,
+    ) {
         self.guard
-            .observe(emitted, elapsed.as_secs_f64(), speculative);
+            .observe(batch, emitted, elapsed.as_secs_f64(), speculative);
     }
 
     /// Forgets sequence `seq` (ended or aborted).
