@@ -179,11 +179,11 @@ pub fn strips_are_fast() -> bool {
 }
 
 /// Whether models should pack weights of `ty` (where [`strips_are_fast`]): every packable
-/// type but Q6_K, whose strip kernel is correct but decodes slower than its row kernel
-/// (matmul_bench, 2 threads: 14-15 GB/s against 21-23 GB/s on 1536x8960 and 8960x1536;
-/// its six-bit codes cost more unpacking per strip than the row kernel's).
+/// type. (Q6_K was kept in rows until its strip kernel prefetched: without it, matmul_bench
+/// at 2 threads gave 14-15 GB/s on 1536x8960 and 8960x1536 against the row kernel's 21-23;
+/// with it 24-29 GB/s for one token and ~2.5x the row kernel's rate for four.)
 pub fn strips_pay(ty: GgmlType) -> bool {
-    format(ty).is_some() && ty != GgmlType::Q6_K
+    format(ty).is_some()
 }
 
 /// Where one block of a strip keeps its parts: (block stride, scales' offset in the block,
