@@ -710,7 +710,7 @@ mod tests {
             let packed = pack(&w).unwrap();
             let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
             for isa in crate::available_isas() {
-                for n in [1, 2, 3, 4, 5, 9, 17, 18, 40] {
+                for n in [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 18, 40] {
                     let x = activations(n, cols);
                     let mut want = vec![0.0; n * rows];
                     let mut got = vec![f32::NAN; n * rows];
@@ -747,7 +747,7 @@ mod tests {
         let q5 = matrix(GgmlType::Q5_1, rows, cols);
         let mut group = ws.clone();
         group.push(WeightMatrix::new(GgmlType::Q5_1, rows, cols, &q5).unwrap());
-        for n in [2, 5, 17] {
+        for n in [2, 5, 8, 17] {
             let x = activations(n, cols);
             let mut outs: Vec<Vec<f32>> = vec![vec![0.0; n * rows]; group.len()];
             let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();

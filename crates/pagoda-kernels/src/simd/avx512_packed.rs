@@ -1,6 +1,7 @@
 //! The strip kernels of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q5_0, Q8_0,
 //! INT8, Q4_K, Q6_K) on AVX-512 VNNI: one strip of
-//! 16 rows against up to [`TOKENS`] tokens whose activations are in the `Split32` layout.
+//! 16 rows against up to [`TOKENS`] (8: a verification step of speculative decoding is one
+//! pass) tokens whose activations are in the `Split32` layout.
 //!
 //! Per 32-column block: four 64-byte code loads give eight vectors of 16 rows x 4 codes (low
 //! and high nibbles); each is multiplied by a 4-byte broadcast of the token's activation codes
@@ -18,7 +19,7 @@ use std::arch::x86_64::*;
 use crate::packed::{StripFormat, STRIP_ROWS};
 
 /// Tokens per pass over a strip.
-pub(crate) const TOKENS: usize = 4;
+pub(crate) const TOKENS: usize = 8;
 
 /// One token's operands: its `Split32` activation row and, for Q4_0, its per-block integer
 /// code sums.
@@ -342,7 +343,11 @@ pub(crate) unsafe fn strip_kernel(
                 1 => strip::<$nib, $min, $off, $rs, $h5, 1>(s, nb, geometry, tok),
                 2 => strip::<$nib, $min, $off, $rs, $h5, 2>(s, nb, geometry, tok),
                 3 => strip::<$nib, $min, $off, $rs, $h5, 3>(s, nb, geometry, tok),
-                _ => strip::<$nib, $min, $off, $rs, $h5, 4>(s, nb, geometry, tok),
+                4 => strip::<$nib, $min, $off, $rs, $h5, 4>(s, nb, geometry, tok),
+                5 => strip::<$nib, $min, $off, $rs, $h5, 5>(s, nb, geometry, tok),
+                6 => strip::<$nib, $min, $off, $rs, $h5, 6>(s, nb, geometry, tok),
+                7 => strip::<$nib, $min, $off, $rs, $h5, 7>(s, nb, geometry, tok),
+                _ => strip::<$nib, $min, $off, $rs, $h5, 8>(s, nb, geometry, tok),
             }
         };
     }
@@ -351,7 +356,11 @@ pub(crate) unsafe fn strip_kernel(
             1 => strip_q6k::<1>(s, nb, tok),
             2 => strip_q6k::<2>(s, nb, tok),
             3 => strip_q6k::<3>(s, nb, tok),
-            _ => strip_q6k::<4>(s, nb, tok),
+            4 => strip_q6k::<4>(s, nb, tok),
+            5 => strip_q6k::<5>(s, nb, tok),
+            6 => strip_q6k::<6>(s, nb, tok),
+            7 => strip_q6k::<7>(s, nb, tok),
+            _ => strip_q6k::<8>(s, nb, tok),
         }
         return;
     }
@@ -360,7 +369,11 @@ pub(crate) unsafe fn strip_kernel(
             1 => strip_q4k::<1>(s, nb, tok),
             2 => strip_q4k::<2>(s, nb, tok),
             3 => strip_q4k::<3>(s, nb, tok),
-            _ => strip_q4k::<4>(s, nb, tok),
+            4 => strip_q4k::<4>(s, nb, tok),
+            5 => strip_q4k::<5>(s, nb, tok),
+            6 => strip_q4k::<6>(s, nb, tok),
+            7 => strip_q4k::<7>(s, nb, tok),
+            _ => strip_q4k::<8>(s, nb, tok),
         }
         return;
     }
