@@ -12,7 +12,7 @@
 # TARGET default qwen2.5-coder:1.5b, DRAFT default qwen2.5-coder:0.5b (store names).
 # Environment: PAGODA (default target/release/pagoda), LLAMA_SERVER (default
 # ~/.cache/pagoda/peer/bin/llama-server, built by scripts/reference/build_llama_server.sh),
-# THREADS (2), MAX_TOKENS (128), REQUESTS (per set, default 8 = the whole set), K (5: most
+# THREADS (2), MAX_TOKENS (128), REQUESTS (per set, default 8 = the whole set), K (7: most
 # tokens proposed per step, both servers), SKIP_LLAMA=1 (Pagoda only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ llama="${LLAMA_SERVER:-$HOME/.cache/pagoda/peer/bin/llama-server}"
 threads="${THREADS:-2}"
 max_tokens="${MAX_TOKENS:-128}"
 requests="${REQUESTS:-8}"
-k="${K:-5}"
+k="${K:-7}"
 out="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 

@@ -24,8 +24,9 @@ pub struct SpecArgs {
     /// qwen2.5-coder:0.5b for qwen2.5-coder:1.5b. Implies --speculative draft.
     #[arg(long, value_name = "MODEL")]
     pub draft_model: Option<String>,
-    /// Most tokens proposed per step.
-    #[arg(long, default_value_t = 5)]
+    /// Most tokens proposed per step (7: the last token and seven proposals are one pass of
+    /// the CPU strip kernels, which take up to 8 tokens per weight read).
+    #[arg(long, default_value_t = 7)]
     pub num_speculative_tokens: usize,
     /// Always propose --num-speculative-tokens (default: adapt per request to its acceptance
     /// and the measured costs, turning speculation off while it does not pay).

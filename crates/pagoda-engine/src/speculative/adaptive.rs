@@ -83,6 +83,12 @@ impl AdaptiveK {
         self.acceptance = (1.0 - ALPHA) * self.acceptance + ALPHA * rate;
     }
 
+    /// Tokens to propose on a step the throughput guard made a probe: what [`Self::next_k`]
+    /// says, but at least 1 (the probe must measure speculation).
+    pub fn probe_k(&mut self, costs: SpecCosts) -> usize {
+        self.next_k(costs).max(1).min(self.max_k)
+    }
+
     /// Tokens to propose this step.
     pub fn next_k(&mut self, costs: SpecCosts) -> usize {
         if !self.adaptive {

@@ -140,6 +140,17 @@ impl DraftProposer {
         Ok(out)
     }
 
+    /// How many of `tokens` the draft's cache does not hold for `seq` (all of them for a new
+    /// sequence): what its next proposal feeds before its own first proposal. One or two on a
+    /// steady decode step; the whole prompt on a sequence's first.
+    pub fn uncached(&self, seq: SeqId, tokens: &[u32]) -> usize {
+        let cached = self
+            .seqs
+            .get(&seq)
+            .map_or(0, |s| common_prefix(&s.fed, tokens));
+        tokens.len() - cached
+    }
+
     /// Forgets sequence `seq` and frees its draft KV.
     pub fn release(&mut self, seq: SeqId) {
         if let Some(s) = self.seqs.remove(&seq) {

@@ -69,14 +69,14 @@ impl BatchGuard {
         )
     }
 
-    fn allow(&mut self) -> bool {
+    fn decide(&mut self) -> GuardDecision {
         if self.losing() {
             self.since_probe += 1;
             if self.since_probe >= PROBE_EVERY {
                 self.since_probe = 0;
-                return true;
+                return GuardDecision::Probe;
             }
-            return false;
+            return GuardDecision::Plain;
         }
         self.since_probe = 0;
         let due = if self.plain.seen {
@@ -85,7 +85,30 @@ impl BatchGuard {
             FIRST_PLAIN_PROBE
         };
         // A plain probe: the step's observation resets `since_plain`.
-        self.since_plain < due
+        if self.since_plain < due {
+            GuardDecision::Speculate
+        } else {
+            GuardDecision::Plain
+        }
+    }
+}
+
+/// What the guard lets one step do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardDecision {
+    /// Propose as the per-sequence controller decides.
+    Speculate,
+    /// Speculation is losing, but this step probes it: propose at least one token, so the
+    /// probe measures something even where the per-sequence controller had turned off.
+    Probe,
+    /// No proposals this step.
+    Plain,
+}
+
+impl GuardDecision {
+    /// Whether the step may propose.
+    pub fn proposes(self) -> bool {
+        self != GuardDecision::Plain
     }
 }
 
@@ -125,10 +148,10 @@ impl ThroughputGuard {
             .is_some_and(BatchGuard::losing)
     }
 
-    /// Whether a step of `batch` decoding sequences may propose: yes unless losing (then
+    /// What a step of `batch` decoding sequences may do: speculate unless losing (then probe
     /// one step in [`PROBE_EVERY`]) or a plain probe is due.
-    pub fn allow(&mut self, batch: usize) -> bool {
-        self.slot(batch).allow()
+    pub fn decide(&mut self, batch: usize) -> GuardDecision {
+        self.slot(batch).decide()
     }
 }
 
@@ -146,7 +169,7 @@ mod tests {
     ) -> usize {
         let mut speculated = 0;
         for _ in 0..steps {
-            if g.allow(1) {
+            if g.decide(1).proposes() {
                 speculated += 1;
                 g.observe(1, spec.0, spec.1, true);
             } else {
@@ -168,6 +191,15 @@ mod tests {
         assert!(g.losing(1));
         let later = run(&mut g, 160, (2, 0.1), (1, 0.04));
         assert_eq!(later, 10, "only the probes speculate while losing");
+        let decisions: Vec<GuardDecision> = (0..PROBE_EVERY).map(|_| g.decide(1)).collect();
+        assert_eq!(
+            decisions
+                .iter()
+                .filter(|&&d| d == GuardDecision::Probe)
+                .count(),
+            1,
+            "{decisions:?}"
+        );
     }
 
     #[test]
@@ -197,7 +229,7 @@ mod tests {
         run(&mut g, 40, (2, 0.1), (1, 0.04));
         assert!(g.losing(1));
         assert!(!g.losing(4), "nothing measured for four sequences");
-        assert!(g.allow(4));
+        assert_eq!(g.decide(4), GuardDecision::Speculate);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::EngineError;
 use adaptive::{AdaptiveK, SpecCosts};
 use cost::CostModel;
 use draft::{DraftProposer, DraftQuery};
-use guard::ThroughputGuard;
+use guard::{GuardDecision, ThroughputGuard};
 use ngram::NgramProposer;
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
@@ -48,6 +48,10 @@ use std::time::Duration;
 
 /// Most tokens one proposal may hold.
 pub const MAX_SPECULATIVE_TOKENS: usize = 16;
+
+/// Uncached tokens a draft may feed before its proposals and the step still count as a
+/// steady decode step (after a rejection or a plain step it feeds one or two).
+const CATCH_UP_TOKENS: usize = 4;
 
 /// Which proposer speculation uses.
 #[derive(Clone)]
@@ -152,6 +156,8 @@ pub struct Speculator {
     stats: SpecStats,
     costs: CostModel,
     guard: ThroughputGuard,
+    /// This step's proposals included a draft's catch-up prefill (the step is not timed).
+    warming_up: bool,
 }
 
 impl std::fmt::Debug for Speculator {
@@ -190,6 +196,7 @@ impl Speculator {
             stats: SpecStats::default(),
             costs: CostModel::new(draft_default),
             guard: ThroughputGuard::default(),
+            warming_up: false,
         })
     }
 
@@ -206,7 +213,13 @@ impl Speculator {
     /// Proposals for `seqs` (sequence id and its tokens so far), each as long as its
     /// adaptive `k` allows; sequences with `k = 0` get none.
     pub fn propose(&mut self, seqs: &[(SeqId, &[u32])]) -> Vec<(SeqId, Vec<u32>)> {
-        if self.adaptive && !self.guard.allow(seqs.len()) {
+        self.warming_up = false;
+        let decision = if self.adaptive {
+            self.guard.decide(seqs.len())
+        } else {
+            GuardDecision::Speculate
+        };
+        if !decision.proposes() {
             return Vec::new();
         }
         let costs = self.costs(seqs.len());
@@ -214,11 +227,14 @@ impl Speculator {
         let wanted: Vec<(SeqId, &[u32], usize)> = seqs
             .iter()
             .map(|&(id, tokens)| {
-                let k = self
+                let controller = self
                     .per_seq
                     .entry(id)
-                    .or_insert_with(|| AdaptiveK::new(max_k, adaptive))
-                    .next_k(costs);
+                    .or_insert_with(|| AdaptiveK::new(max_k, adaptive));
+                let k = match decision {
+                    GuardDecision::Probe => controller.probe_k(costs),
+                    _ => controller.next_k(costs),
+                };
                 (id, tokens, k)
             })
             .filter(|&(_, _, k)| k > 0)
@@ -235,10 +251,15 @@ impl Speculator {
                     .map(|&(seq, tokens, k)| DraftQuery { seq, tokens, k })
                     .collect();
                 let passes = queries.iter().map(|q| q.k).max().unwrap_or(0);
+                // A draft catching up on a prompt (a sequence's first proposal) runs a
+                // prefill: neither a draft pass's cost nor a decode step's.
+                self.warming_up = queries
+                    .iter()
+                    .any(|q| d.uncached(q.seq, q.tokens) > CATCH_UP_TOKENS);
                 let t0 = std::time::Instant::now();
                 match d.propose(&queries) {
                     Ok(map) => {
-                        if passes > 0 {
+                        if passes > 0 && !self.warming_up {
                             let per = t0.elapsed().as_secs_f64() / passes as f64;
                             self.costs.observe_draft_pass(per);
                         }
@@ -279,6 +300,9 @@ impl Speculator {
         emitted: usize,
         speculative: bool,
     ) {
+        if self.warming_up {
+            return;
+        }
         self.guard
             .observe(batch, emitted, elapsed.as_secs_f64(), speculative);
     }
