@@ -8,13 +8,14 @@
 //! forward pass and `verify(k)` what `k` more verified rows add, both relative to a plain
 //! step (measured: [`super::cost`]). Plain decoding is `E(0) / cost(0) = 1`.
 //!
-//! Invariants: `k <= max_k`; acceptance is an exponential average in `[0, 1]`; a sequence
+//! Invariants: `k <= max_k`; acceptance is in `[0, 1]` (accepted tokens over accepted
+//! tokens plus rejections, both exponentially averaged); a sequence
 //! turned off is probed again with `k = 1` every [`PROBE_EVERY`] decode steps, so a
 //! sequence whose text starts to repeat gets speculation back.
 
 use super::MAX_SPECULATIVE_TOKENS;
 
-/// Weight of the newest observation in the acceptance average.
+/// Weight of the newest verification in the acceptance averages.
 const ALPHA: f64 = 0.3;
 /// Decode steps between probes of a sequence whose speculation is off.
 pub const PROBE_EVERY: u32 = 8;
@@ -47,7 +48,9 @@ impl SpecCosts {
 pub struct AdaptiveK {
     max_k: usize,
     adaptive: bool,
-    acceptance: f64,
+    /// Exponential averages of accepted tokens and of rejections per verification.
+    accepted: f64,
+    rejected: f64,
     since_probe: u32,
 }
 
@@ -57,14 +60,24 @@ impl AdaptiveK {
         AdaptiveK {
             max_k,
             adaptive,
-            acceptance: 0.7,
+            accepted: 0.7,
+            rejected: 0.3,
             since_probe: 0,
         }
     }
 
-    /// Current acceptance estimate.
+    /// Current per-token acceptance estimate: accepted tokens over accepted tokens plus
+    /// rejections, both averaged over recent verifications — the maximum-likelihood rate of
+    /// the geometric model, where each verification ends at the first rejection or at the
+    /// end of the proposal. (An average of per-verification rates would weigh a run of
+    /// seven accepted tokens like one of none and underrate text that is copied in bursts.)
     pub fn acceptance(&self) -> f64 {
-        self.acceptance
+        let total = self.accepted + self.rejected;
+        if total > 0.0 {
+            self.accepted / total
+        } else {
+            0.0
+        }
     }
 
     /// Records a verification: `accepted` of `proposed` tokens taken.
@@ -72,15 +85,9 @@ impl AdaptiveK {
         if proposed == 0 {
             return;
         }
-        // Per-token acceptance consistent with a prefix of `accepted` out of `proposed`:
-        // all accepted -> evidence for a high rate; the estimate is accepted / (accepted + 1)
-        // when a rejection ended the run.
-        let rate = if accepted >= proposed {
-            1.0
-        } else {
-            accepted as f64 / (accepted as f64 + 1.0)
-        };
-        self.acceptance = (1.0 - ALPHA) * self.acceptance + ALPHA * rate;
+        let rejected = if accepted < proposed { 1.0 } else { 0.0 };
+        self.accepted = (1.0 - ALPHA) * self.accepted + ALPHA * accepted.min(proposed) as f64;
+        self.rejected = (1.0 - ALPHA) * self.rejected + ALPHA * rejected;
     }
 
     /// Tokens to propose on a step the throughput guard made a probe: what [`Self::next_k`]
@@ -94,7 +101,7 @@ impl AdaptiveK {
         if !self.adaptive {
             return self.max_k;
         }
-        let k = best_k(self.acceptance, costs, self.max_k);
+        let k = best_k(self.acceptance(), costs, self.max_k);
         if k > 0 {
             self.since_probe = 0;
             return k;
@@ -186,6 +193,20 @@ mod tests {
             a.observe(4, 4);
         }
         assert_eq!(a.next_k(ngram()), 6);
+    }
+
+    /// Copied text is accepted in bursts: seven of seven, then three of seven is ten tokens
+    /// for one rejection (rate 10/11), not the mean of 1.0 and 3/4.
+    #[test]
+    fn acceptance_counts_tokens_not_verifications() {
+        let mut a = AdaptiveK::new(7, true);
+        for _ in 0..30 {
+            a.observe(7, 7);
+            a.observe(7, 3);
+        }
+        assert!((a.acceptance() - 10.0 / 11.0).abs() < 0.03, "{}", a.acceptance());
+        a.observe(0, 0);
+        assert!(a.acceptance() > 0.85, "an empty proposal is no evidence");
     }
 
     #[test]
