@@ -204,7 +204,11 @@ mod tests {
             a.observe(7, 7);
             a.observe(7, 3);
         }
-        assert!((a.acceptance() - 10.0 / 11.0).abs() < 0.03, "{}", a.acceptance());
+        assert!(
+            (a.acceptance() - 10.0 / 11.0).abs() < 0.03,
+            "{}",
+            a.acceptance()
+        );
         a.observe(0, 0);
         assert!(a.acceptance() > 0.85, "an empty proposal is no evidence");
     }

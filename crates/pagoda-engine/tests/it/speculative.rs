@@ -156,6 +156,38 @@ fn greedy_with_a_draft_model_equals_plain_greedy() {
     assert!(s.mean_acceptance_length() > 3.0, "{s:?}");
 }
 
+/// What a draft must feed before proposing: the whole prompt for a new sequence (its
+/// catch-up prefill, which the speculator does not time as draft passes), then only the
+/// tokens the target accepted or sampled since, and again everything after a release.
+#[test]
+fn a_draft_feeds_the_prompt_once_then_only_new_tokens() {
+    use pagoda_engine::speculative::draft::{DraftProposer, DraftQuery};
+    let (model, tok) = load("tiny-llama");
+    let mut draft = DraftProposer::new(model, &tok, &tok, 256).expect("same vocabulary");
+    let seq = 7;
+    let mut tokens: Vec<u32> = (1..40).collect();
+    assert_eq!(draft.uncached(seq, &tokens), tokens.len());
+    let proposals = draft
+        .propose(&[DraftQuery {
+            seq,
+            tokens: &tokens,
+            k: 3,
+        }])
+        .expect("draft runs");
+    let proposed = &proposals[&seq];
+    assert_eq!(proposed.len(), 3);
+    // The target accepted the first proposal and sampled another token after it.
+    tokens.push(proposed[0]);
+    tokens.push(proposed[0].wrapping_add(1) % 64);
+    assert!(
+        draft.uncached(seq, &tokens) <= 2,
+        "{}",
+        draft.uncached(seq, &tokens)
+    );
+    draft.release(seq);
+    assert_eq!(draft.uncached(seq, &tokens), tokens.len());
+}
+
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
     let (model, tok) = load("tiny-llama");
