@@ -13,7 +13,8 @@
 # Environment: PAGODA (default target/release/pagoda), LLAMA_SERVER (default
 # ~/.cache/pagoda/peer/bin/llama-server, built by scripts/reference/build_llama_server.sh),
 # THREADS (2), MAX_TOKENS (128), REQUESTS (per set, default 8 = the whole set), K (7: most
-# tokens proposed per step, both servers), SKIP_LLAMA=1 (Pagoda only).
+# tokens proposed per step, both servers), ROUNDS (1: how many times every configuration runs,
+# interleaved; the summary averages them), SKIP_LLAMA=1 (Pagoda only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,7 @@ threads="${THREADS:-2}"
 max_tokens="${MAX_TOKENS:-128}"
 requests="${REQUESTS:-8}"
 k="${K:-7}"
+rounds="${ROUNDS:-1}"
 out="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
@@ -80,33 +82,42 @@ run_llama() { # name extra-args...
 }
 
 echo "target $target ($target_gguf), draft $draft; $threads threads, $max_tokens tokens, $requests requests per set, k <= $k"
-run_pagoda pagoda-plain
-run_pagoda pagoda-ngram --speculative ngram --num-speculative-tokens "$k"
-run_pagoda pagoda-draft --draft-model "$draft_gguf" --num-speculative-tokens "$k"
-if [[ -z "${SKIP_LLAMA:-}" ]]; then
-  require_llama_server "$llama"
-  run_llama llama-plain
-  run_llama llama-ngram --spec-type ngram-simple --spec-draft-n-max "$k"
-  run_llama llama-draft -md "$draft_gguf" -td "$threads" --spec-draft-n-max "$k"
-fi
+[[ -z "${SKIP_LLAMA:-}" ]] && require_llama_server "$llama"
+# Rounds interleave every configuration (the machine's speed drifts between minutes); the
+# summary averages each configuration over its rounds.
+for round in $(seq "$rounds"); do
+  run_pagoda "pagoda-plain@$round"
+  run_pagoda "pagoda-ngram@$round" --speculative ngram --num-speculative-tokens "$k"
+  run_pagoda "pagoda-draft@$round" --draft-model "$draft_gguf" --num-speculative-tokens "$k"
+  if [[ -z "${SKIP_LLAMA:-}" ]]; then
+    run_llama "llama-plain@$round"
+    run_llama "llama-ngram@$round" --spec-type ngram-simple --spec-draft-n-max "$k"
+    run_llama "llama-draft@$round" -md "$draft_gguf" -td "$threads" --spec-draft-n-max "$k"
+  fi
+done
 
 python3 - "$out" <<'PY'
-import json, os, sys
+import glob, json, os, sys
 out = sys.argv[1]
+def summaries(name, s):
+    """The summaries of every round of configuration `name` on set `s`."""
+    return [json.load(open(p))["summary"] for p in sorted(glob.glob(os.path.join(out, f"{name}@*-{s}.json")))]
+def mean(values):
+    values = [v for v in values if v]
+    return sum(values) / len(values) if values else None
 def tps(name, s):
-    p = os.path.join(out, f"{name}-{s}.json")
-    if not os.path.exists(p):
-        return None
-    d = json.load(open(p))["summary"]
-    return d.get("output_tokens_per_s") or d.get("output_throughput")
+    return mean([d.get("output_tokens_per_s") or d.get("output_throughput") for d in summaries(name, s)])
 def decode_tps(name, s):
-    """Single-stream decode tokens/s: 1000 / TPOT (prefill excluded)."""
-    p = os.path.join(out, f"{name}-{s}.json")
-    if not os.path.exists(p):
-        return None
-    d = json.load(open(p))["summary"]
-    tpot = (d.get("tpot_ms") or {}).get("mean") or (d.get("tpot") or {}).get("mean_ms")
+    """Single-stream decode tokens/s: 1000 / TPOT (prefill excluded), TPOT averaged over rounds."""
+    tpot = mean([(d.get("tpot_ms") or {}).get("mean") or (d.get("tpot") or {}).get("mean_ms")
+                 for d in summaries(name, s)])
     return 1000.0 / tpot if tpot else None
+print(f"\nmeans over {len(summaries('pagoda-plain', 'code_edit'))} round(s):")
+for name in ("pagoda-plain", "pagoda-ngram", "pagoda-draft", "llama-plain", "llama-ngram", "llama-draft"):
+    for s in ("code_edit", "chat"):
+        t, d = tps(name, s), decode_tps(name, s)
+        if t and d:
+            print(f"{name:<16} {s:<10} {t:8.2f} tok/s  TPOT {1000.0 / d:7.1f} ms")
 for label, rate in (("output tokens/s, prefill included", tps), ("decode tokens/s = 1000 / TPOT", decode_tps)):
     print(f"\nspeedup over the same server's plain decoding ({label}):")
     for server in ("pagoda", "llama"):
