@@ -300,7 +300,8 @@ impl Speculator {
         emitted: usize,
         speculative: bool,
     ) {
-        if self.warming_up {
+        // Taken, not read: a step without proposals does not call `propose`.
+        if std::mem::take(&mut self.warming_up) {
             return;
         }
         self.guard
