@@ -46,6 +46,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod f32_gemm;
+pub mod hot_pool;
 pub mod kv_blocks;
 pub mod matmul;
 pub mod matmul_group;

@@ -360,7 +360,7 @@ fn run_chunks<F>(
     if n_chunks == 1 {
         body(0);
     } else {
-        (0..n_chunks).into_par_iter().for_each(body);
+        crate::hot_pool::parallel_for(n_chunks, &body);
     }
 }
 

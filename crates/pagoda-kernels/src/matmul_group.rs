@@ -12,8 +12,6 @@
 //! [`crate::BATCH_INVARIANT_ROWS`] rows or more (prefill, where the strip GEMM and column
 //! segments apply) and types without a dot kernel go through `matmul` one matrix at a time.
 
-use rayon::prelude::*;
-
 use crate::matmul::{chunk_rows, compute_rows, quantize_activations, OutPtr, WeightMatrix};
 use crate::packed::{WeightLayout, STRIP_ROWS};
 use crate::simd::{kernel, ActLayout, RowKernel};
@@ -221,7 +219,7 @@ pub fn matmul_group_with_isa(
     if tasks.len() == 1 {
         run(&tasks[0]);
     } else {
-        tasks.par_iter().for_each(run);
+        crate::hot_pool::parallel_for(tasks.len(), &|i| run(&tasks[i]));
     }
     Ok(())
 }

@@ -32,8 +32,6 @@
 //! Invariants: only types for which [`packable`] holds are packed (`rows` a multiple of
 //! [`STRIP_ROWS`], `cols` of 32); a packed matrix's bytes are `rows * row_bytes(cols)`.
 
-use rayon::prelude::*;
-
 use crate::matmul::{chunk_rows, quantize_activations, OutPtr};
 use crate::simd::{kernel, RowKernel};
 use crate::{GgmlType, Isa, KernelError, WeightMatrix};
@@ -630,11 +628,7 @@ pub(crate) fn matmul_strips(
         if per_task >= strips {
             body(0);
         } else {
-            (0..strips)
-                .step_by(per_task)
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .for_each(body);
+            crate::hot_pool::parallel_for(strips.div_ceil(per_task), &|t| body(t * per_task));
         }
         return Ok(());
     }

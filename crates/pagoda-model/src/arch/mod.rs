@@ -213,12 +213,13 @@ impl Model {
     ) -> Result<Vec<f32>, ModelError> {
         let seqs = self.plan_batch(segments, cache)?;
         let mut scratch = std::mem::take(&mut cache.scratch);
-        // The whole pass runs on a worker of the kernels' rayon pool: every kernel's parallel
-        // loop then forks from inside the pool (the other workers steal its halves) instead of
-        // handing the loop to the pool and sleeping on a latch until it is done, which cost
-        // two thread wake-ups per kernel call, hundreds per decode step. A caller already on
-        // a worker runs it in place.
-        let result = rayon::scope(|_| self.run_batch(segments, &seqs, cache, &mut scratch));
+        // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the kernels'
+        // rayon pool, with the hot pool's helpers polling between its parallel loops instead
+        // of parking, so no kernel call waits for a sleeping thread (or a halted vCPU) to
+        // wake. A caller already inside a pass runs it in place.
+        let result = pagoda_kernels::hot_pool::run_hot(|| {
+            self.run_batch(segments, &seqs, cache, &mut scratch)
+        });
         cache.scratch = scratch;
         result
     }
