@@ -110,21 +110,27 @@ pub fn paged_attention_with_isa(
         },
     };
     let tasks = plan(shape, seqs, rayon::current_num_threads());
-    // Split decode parts come back as partial softmax states, merged per (seq, kv head).
-    let partials: Vec<Partial> = tasks
-        .par_iter()
-        .filter_map(|task| match *task {
-            Task::Prefill { seq, kv_head } => {
-                prefill_group(&args, &seqs[seq], kv_head);
-                None
+    // Split decode parts come back as partial softmax states (one slot per task, so they
+    // stay in task order), merged per (seq, kv head).
+    let slots: Vec<std::sync::OnceLock<Partial>> =
+        tasks.iter().map(|_| std::sync::OnceLock::new()).collect();
+    crate::hot_pool::parallel_for(tasks.len(), &|i| match tasks[i] {
+        Task::Prefill { seq, kv_head } => prefill_group(&args, &seqs[seq], kv_head),
+        Task::Decode {
+            seq,
+            kv_head,
+            part,
+            parts,
+        } => {
+            if let Some(p) = decode_task(&args, decode, seq, &seqs[seq], kv_head, part, parts) {
+                // Each task sets only its own slot, once.
+                let _ = slots[i].set(p);
             }
-            Task::Decode {
-                seq,
-                kv_head,
-                part,
-                parts,
-            } => decode_task(&args, decode, seq, &seqs[seq], kv_head, part, parts),
-        })
+        }
+    });
+    let partials: Vec<Partial> = slots
+        .into_iter()
+        .filter_map(std::sync::OnceLock::into_inner)
         .collect();
     for chunk in partials.chunk_by(|a, b| (a.seq, a.kv_head) == (b.seq, b.kv_head)) {
         merge_partials(&args, &seqs[chunk[0].seq], chunk);
