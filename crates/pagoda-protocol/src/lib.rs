@@ -4,11 +4,13 @@
 //! - [`openai`]: `/v1/...` requests, responses, stream chunks and the error body.
 //! - [`ollama`]: `/api/...` requests, responses and options.
 //! - [`sse`]: Server-Sent Events framing (writing, and an incremental reader for clients).
+//! - [`json`]: request bodies into wire types with bounded nesting.
 //!
 //! Invariant: these types only describe bytes on the wire. Defaults written here are the
 //! APIs' documented defaults; validation of ranges and meaning lives in the server, which
 //! owns the mapping from errors to HTTP status.
 
+pub mod json;
 pub mod ollama;
 pub mod openai;
 pub mod sse;
