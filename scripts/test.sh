@@ -37,6 +37,8 @@ fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
 echo "== gateway: pagoda serve behind two pagoda gateway processes, the openai client, the keys CLI"
 python3 scripts/conformance/gateway.py --pagoda "$PAGODA" --model smollm2:135m
+echo "== security probes: paths and URLs as models, pulls, stalled clients, deep JSON, leaks (serve and gateway)"
+python3 scripts/conformance/security.py --pagoda "$PAGODA" --model smollm2:135m
 echo "== deployment artefacts: promtool rules and alert tests, Kubernetes schemas, dashboard metrics"
 if command -v promtool >/dev/null 2>&1 && python3 -c "import kubernetes_validate" 2>/dev/null; then
   python3 scripts/check_deploy.py --pagoda "$PAGODA"

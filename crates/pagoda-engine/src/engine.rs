@@ -127,8 +127,8 @@ impl KvLayout {
         let n_blocks = match config.kv_cache_memory {
             Some(bytes) => (bytes / per_block as u64) as usize,
             None => {
-                let budget =
-                    available_memory().map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
+                let budget = crate::memory::available_memory()
+                    .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
                 let want = blocks_per_seq * config.max_num_seqs.max(1);
                 ((budget / per_block as u64) as usize).min(want)
             }
@@ -153,14 +153,6 @@ impl KvLayout {
     pub fn capacity_tokens(&self) -> usize {
         self.n_blocks * self.block_size
     }
-}
-
-/// `MemAvailable` from /proc/meminfo, in bytes (Linux); `None` elsewhere.
-fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// One request in flight.

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod handle;
+pub mod memory;
 pub mod request;
 pub mod runner;
 pub mod sampling;

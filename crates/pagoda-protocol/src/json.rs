@@ -170,9 +170,8 @@ mod tests {
         leaf.prop_recursive(6, 48, 4, |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
-                proptest::collection::btree_map("[a-z\\[{\"]{0,4}", inner, 0..4).prop_map(
-                    |m| serde_json::Value::Object(m.into_iter().collect())
-                ),
+                proptest::collection::btree_map("[a-z\\[{\"]{0,4}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
             ]
         })
     }

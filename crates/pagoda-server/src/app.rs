@@ -2,6 +2,9 @@
 //! page), the background upkeep (keep-alive reaping, hot reload), and the server's life:
 //! bind, load the models named at start, serve, drain on SIGTERM/SIGINT.
 //!
+//! Connections are served by [`crate::listener`] (deadlines, a cap); every response gets its
+//! `x-request-id` from [`crate::request_id`], the outermost layer.
+//!
 //! Invariants: `/health` answers as soon as the socket is bound; `/ready` only once the
 //! models named at start are loaded and while not draining. On a shutdown signal the
 //! listener closes at once, requests in flight get up to the grace period, then the process
@@ -9,6 +12,7 @@
 
 use crate::error::ApiError;
 use crate::metrics::{Metrics, MetricsError};
+use crate::names::ModelNames;
 use crate::registry::{Registry, RegistryConfig};
 use crate::state::{AppState, ServerConfig};
 use axum::extract::{Request, State};
@@ -16,7 +20,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use pagoda_store::Store;
 use serde_json::json;
@@ -36,6 +39,8 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Config(String),
     #[error("cannot load model `{model}` named at start: {message}")]
     Preload { model: String, message: String },
     #[error(transparent)]
@@ -60,6 +65,7 @@ pub fn router(app: AppState) -> Router {
             count_rejections,
         ))
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(crate::request_id::layer))
         .with_state(app)
 }
 
@@ -97,15 +103,25 @@ async fn metrics(State(app): State<AppState>) -> Response {
 }
 
 async fn not_found(State(app): State<AppState>, request: Request) -> Response {
-    let e = ApiError::route_not_found(request.uri().path());
+    let path = request.uri().path();
+    let e = ApiError::route_not_found(path);
     app.metrics.count_error(e.status.as_u16());
-    e.into_response()
+    in_the_shape_of(path, e)
 }
 
-async fn method_not_allowed(State(app): State<AppState>) -> Response {
+async fn method_not_allowed(State(app): State<AppState>, request: Request) -> Response {
     let e = ApiError::method_not_allowed();
     app.metrics.count_error(e.status.as_u16());
-    e.into_response()
+    in_the_shape_of(request.uri().path(), e)
+}
+
+/// Ollama's error shape under `/api`, OpenAI's elsewhere.
+fn in_the_shape_of(path: &str, e: ApiError) -> Response {
+    if path == "/api" || path.starts_with("/api/") {
+        crate::error::OllamaError(e).into_response()
+    } else {
+        e.into_response()
+    }
 }
 
 /// Counts 4xx/5xx that axum itself produced (e.g. path rejections) and that handlers did
@@ -129,10 +145,17 @@ pub struct BoundServer {
 
 impl BoundServer {
     /// Binds the configured address and builds the shared state.
-    pub async fn bind(config: ServerConfig, store: Arc<Store>) -> Result<Self, ServerError> {
+    pub async fn bind(mut config: ServerConfig, store: Arc<Store>) -> Result<Self, ServerError> {
         let metrics = Metrics::new()?;
+        if config.memory_budget.is_none() {
+            config.memory_budget = crate::state::default_memory_budget();
+        }
+        let names = Arc::new(
+            ModelNames::new(store, &config.models, &config.model_dirs)
+                .map_err(ServerError::Config)?,
+        );
         let registry = Arc::new(Registry::new(
-            store,
+            names,
             RegistryConfig {
                 engine: config.engine.clone(),
                 keep_alive: config.keep_alive,
@@ -176,17 +199,14 @@ impl BoundServer {
             let _ = drain_tx.send(());
         };
         let grace = app.config.drain_grace;
-        // Streams are many small writes: without TCP_NODELAY, Nagle's algorithm holds a token's
-        // event back until the client acknowledges the previous write (a delayed ACK costs
-        // milliseconds on every stream's first tokens).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY not set on a connection: {e}");
-            }
-        });
-        let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(signal);
+        let server = crate::listener::serve(
+            self.listener,
+            router(app.clone()),
+            app.config.connections,
+            signal,
+        );
         tokio::select! {
-            result = server => result?,
+            () = server => {},
             Ok(e) = preload_rx => return Err(e),
             _ = async move {
                 let _ = drain_rx.await;
@@ -206,10 +226,12 @@ async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError
             Err(e) => Err(e),
         };
         if let Err(e) = loaded {
-            tracing::error!(model = %name, error = %e.message, "cannot load a model named at start");
+            // The operator started the server: they get the detail (paths included).
+            let message = e.detail.unwrap_or(e.message);
+            tracing::error!(model = %name, error = %message, "cannot load a model named at start");
             let _ = failed.send(ServerError::Preload {
                 model: name,
-                message: e.message,
+                message,
             });
             return;
         }
@@ -223,10 +245,11 @@ async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError
             return;
         };
         if let Err(e) = crate::openai::lora::load_adapter(&app, &name, path, &base).await {
-            tracing::error!(adapter = %name, error = %e.message, "cannot load a LoRA adapter named at start");
+            let message = e.detail.unwrap_or(e.message);
+            tracing::error!(adapter = %name, error = %message, "cannot load a LoRA adapter named at start");
             let _ = failed.send(ServerError::Preload {
                 model: format!("{base}:{name}"),
-                message: e.message,
+                message,
             });
             return;
         }

@@ -1,34 +1,42 @@
-//! Reading request bodies: at most the configured number of bytes (413 beyond), then JSON
-//! into the wire type (400 with serde's message, which names the field and position).
+//! Reading request bodies: at most the configured number of bytes (413 beyond) within the
+//! body timeout (408 beyond), then JSON into the wire type through
+//! [`pagoda_protocol::json::parse_body`] (400 for an empty body, nesting deeper than
+//! `MAX_DEPTH`, or serde's message, which names the field and position).
 //!
-//! Invariant: the limit is enforced while reading, so a huge or endless body never sits in
-//! memory whole.
+//! Invariant: the size limit is enforced while reading and the whole read has one deadline,
+//! so a huge, endless, trickled or stalled body never holds memory or a connection for long.
 
 use crate::error::ApiError;
 use axum::body::Body;
+use pagoda_protocol::json::{parse_body, BodyError};
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
-/// Reads `body` (up to `limit` bytes) and parses it as `T`.
-pub async fn json<T: DeserializeOwned>(body: Body, limit: usize) -> Result<T, ApiError> {
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::body_too_large(limit))?;
+/// The limits a body is read under.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    /// The whole body must arrive within this time after the handler starts reading it.
+    pub timeout: Duration,
+}
+
+/// Reads `body` within `limits` and parses it as `T`.
+pub async fn json<T: DeserializeOwned>(body: Body, limits: BodyLimits) -> Result<T, ApiError> {
+    let bytes =
+        match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_bytes))
+            .await
+        {
+            Err(_) => return Err(ApiError::body_timeout(limits.timeout)),
+            Ok(Err(_)) => return Err(ApiError::body_too_large(limits.max_bytes)),
+            Ok(Ok(bytes)) => bytes,
+        };
     parse(&bytes)
 }
 
 /// Parses JSON bytes as `T`.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid(
-            "the request body is empty; send a JSON object",
-        ));
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        let what = if e.is_syntax() || e.is_eof() {
-            "the request body is not valid JSON"
-        } else {
-            "invalid request"
-        };
-        ApiError::invalid(format!("{what}: {e}"))
+    parse_body(bytes).map_err(|e| match e {
+        BodyError::TooDeep { .. } => ApiError::invalid(e.to_string()).with_code("too_deep"),
+        _ => ApiError::invalid(e.to_string()),
     })
 }

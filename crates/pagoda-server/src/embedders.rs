@@ -5,9 +5,9 @@
 //! the loader's [`ModelKind`](crate::loader::ModelKind) decides which registry takes a name.
 
 use crate::error::ApiError;
-use crate::loader::{self, LoadError, ModelKind, Pull};
+use crate::loader::{self, ModelKind};
+use crate::names::ModelNames;
 use pagoda_model::embedding::EmbeddingModel;
-use pagoda_store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 
 /// One loaded embedding model.
 pub struct ServedEmbedder {
-    /// Canonical name (`name:tag`, or the path given).
+    /// Its key (see [`ModelNames`]): `name:tag`, or an allowed path.
     pub name: String,
     pub model: EmbeddingModel,
     pub loaded_at: SystemTime,
@@ -23,14 +23,14 @@ pub struct ServedEmbedder {
 
 /// The loaded embedding models.
 pub struct Embedders {
-    store: Arc<Store>,
+    names: Arc<ModelNames>,
     slots: Mutex<HashMap<String, Arc<OnceCell<Arc<ServedEmbedder>>>>>,
 }
 
 impl Embedders {
-    pub fn new(store: Arc<Store>) -> Self {
+    pub fn new(names: Arc<ModelNames>) -> Self {
         Embedders {
-            store,
+            names,
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -38,21 +38,10 @@ impl Embedders {
     /// The embedding model `name`, loading it if needed; 404 if unknown, 400 if it is a
     /// generative model.
     pub async fn acquire(&self, name: &str) -> Result<Arc<ServedEmbedder>, ApiError> {
-        let store = self.store.clone();
+        let names = self.names.clone();
         let owned = name.to_string();
         let (key, path) = tokio::task::spawn_blocking(move || {
-            let resolved = loader::resolve(&store, &owned, Pull::Never).map_err(|e| match e {
-                LoadError::NotFound(_)
-                | LoadError::Store(pagoda_store::StoreError::InvalidName { .. }) => {
-                    ApiError::model_not_found(&owned)
-                }
-                other => ApiError::internal(other.to_string()),
-            })?;
-            let key = resolved
-                .name
-                .as_ref()
-                .map_or_else(|| owned.clone(), |n| n.to_string());
-            Ok::<_, ApiError>((key, resolved.path))
+            names.resolve(&owned).map(|n| (n.key, n.resolved.path))
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
@@ -75,7 +64,7 @@ impl Embedders {
                 let model = tokio::task::spawn_blocking(move || EmbeddingModel::load(&path))
                     .await
                     .map_err(|e| ApiError::internal(e.to_string()))?
-                    .map_err(|e| ApiError::internal(format!("cannot load the embedding model: {e}")))?;
+                    .map_err(|e| ApiError::load_failed(&key).with_detail(e.to_string()))?;
                 tracing::info!(model = %key, secs = started.elapsed().as_secs_f64(), "embedding model ready");
                 Ok::<_, ApiError>(Arc::new(ServedEmbedder {
                     name: key.clone(),

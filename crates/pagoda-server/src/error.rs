@@ -2,8 +2,10 @@
 //! status and error bodies: OpenAI's `{"error": {message, type, param, code}}` on `/v1`,
 //! Ollama's `{"error": "..."}` on `/api` (through [`OllamaError`]).
 //!
-//! Invariant: every failure a client can cause is a 4xx with a message that says what to
-//! change; 5xx means the server's fault or state (loading, draining), never bad input.
+//! Invariants: every failure a client can cause is a 4xx with a message that says what to
+//! change; 5xx means the server's fault or state (loading, draining), never bad input. What
+//! only the operator should see (filesystem paths, the text of an internal failure) is kept in
+//! [`ApiError::detail`], which is logged under the request id and never sent.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +24,9 @@ pub struct ApiError {
     pub code: Option<String>,
     /// Seconds for a `Retry-After` header (429, 503).
     pub retry_after: Option<u64>,
+    /// What went wrong in the operator's terms (paths, internal errors): written to the log
+    /// with the request id by the request-id layer, never to the client.
+    pub detail: Option<String>,
 }
 
 impl ApiError {
@@ -33,6 +38,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            detail: None,
         }
     }
 
@@ -52,7 +58,7 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "not_found_error",
             format!(
-                "model `{name}` not found; pull it first (`pagoda pull {name}` or POST /api/pull), or list models with GET /v1/models"
+                "model `{name}` not found; GET /v1/models lists the models this server has (the operator adds models with `pagoda pull`)"
             ),
         )
         .with_param("model")
@@ -86,6 +92,22 @@ impl ApiError {
         )
     }
 
+    /// 403: the server is set up not to do this for clients.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
+    /// 502: a source the server fetches from (for a pull) failed.
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "server_error", message)
+    }
+
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
     /// 413: the body is over the limit.
     pub fn body_too_large(limit: usize) -> Self {
         Self::new(
@@ -114,9 +136,54 @@ impl ApiError {
         e
     }
 
-    /// 500: the server's fault.
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    /// 500: the server's fault. `detail` goes to the log only; the client is told where to
+    /// look.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "the server failed to handle this request; its log has the details under this response's x-request-id",
+        )
+        .with_detail(detail)
+    }
+
+    /// 500: the engine stopped a generation (its message is the engine's own, which names no
+    /// file: a numerical fault, a failed step).
+    pub fn generation_failed(message: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            format!("generation failed: {message}"),
+        )
+    }
+
+    /// 400: the request names a model that exists but cannot be loaded (a broken file, an
+    /// unsupported architecture). The reason, which names files, goes to the log only.
+    pub fn load_failed(name: &str) -> Self {
+        Self::invalid(format!(
+            "model `{name}` cannot be loaded; the server's log has the reason under this response's x-request-id (pull it again, or name another model)"
+        ))
+        .with_param("model")
+        .with_code("model_load_failed")
+    }
+
+    /// 408: the request body did not arrive in time.
+    pub fn body_timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s; send it at once (or raise --body-timeout)",
+                after.as_secs_f64()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
+    /// Keeps `detail` for the log (see [`ApiError::detail`]).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
     }
 
     pub fn with_param(mut self, param: &str) -> Self {

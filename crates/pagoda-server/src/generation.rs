@@ -4,7 +4,8 @@
 //!
 //! Invariants: a [`Generation`] holds its model's [`Lease`] for as long as it lives;
 //! dropping it (a client that went away) aborts the engine request, which frees its KV
-//! blocks; exactly one log line is written per request.
+//! blocks, and counts it in `pagoda:request_success_total{finished_reason="abort"}`; exactly
+//! one log line is written per request.
 
 use crate::error::ApiError;
 use crate::metrics::RequestObserver;
@@ -91,6 +92,10 @@ impl Generation {
 
 impl Drop for Generation {
     fn drop(&mut self) {
+        if self.outcome.is_none() {
+            // The client went away first: counted as vLLM counts it.
+            self.observer.client_disconnected();
+        }
         let ms = |i: Instant| i.duration_since(self.started).as_secs_f64() * 1e3;
         tracing::info!(
             request_id = %self.id,
@@ -157,7 +162,7 @@ pub async fn collect(generation: &mut Generation, n: usize) -> Result<Vec<Choice
                     c.usage = usage;
                 }
             }
-            TokenEvent::Error { message } => return Err(ApiError::internal(message)),
+            TokenEvent::Error { message } => return Err(ApiError::generation_failed(message)),
         }
     }
     Ok(choices)

@@ -6,7 +6,10 @@
 //! parameters → engine request, with the length rules), [`registry`] (loaded models,
 //! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
-//! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state).
+//! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
+//! [`names`] (which model names a client may use), [`listener`] (connections under limits),
+//! [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
+//! (what a client may make the server download).
 //!
 //! Architecture Invariant: the server reaches models only through the engine's
 //! `EngineHandle` and the loader; wire types come from pagoda-protocol.
@@ -19,12 +22,16 @@ pub mod clock;
 pub mod embedders;
 pub mod error;
 pub mod generation;
+pub mod listener;
 pub mod loader;
 pub mod metrics;
+pub mod names;
 pub mod ollama;
 pub mod openai;
 pub mod prepare;
+pub mod pulls;
 pub mod registry;
+pub mod request_id;
 pub mod state;
 
 pub use app::{shutdown_signal, BoundServer, ServerError};

@@ -312,6 +312,14 @@ impl RequestObserver {
         }
     }
 
+    /// The client went away before the request finished (vLLM counts this as an abort).
+    pub fn client_disconnected(&mut self) {
+        self.metrics
+            .success
+            .with_label_values(&[self.model.as_str(), "abort"])
+            .inc();
+    }
+
     /// Choice `index` finished.
     pub fn finished(&mut self, index: usize, reason: FinishReason, timings: &RequestTimings) {
         let label = [self.model.as_str()];

@@ -101,8 +101,12 @@ fn sampling(
     vocab_size: usize,
 ) -> Result<SamplingParams, ApiError> {
     let mut s = base.clone();
-    if let Some(t) = k.temperature {
-        s.temperature = t;
+    match k.temperature {
+        Some(t) => s.temperature = t,
+        // Several choices of a model whose default is greedy would be copies of one answer:
+        // a request for n > 1 that names no temperature samples at OpenAI's default, 1.
+        None if k.n > 1 && s.temperature == 0.0 => s.temperature = 1.0,
+        None => {}
     }
     if let Some(p) = k.top_p {
         s.top_p = p;
@@ -300,6 +304,35 @@ mod tests {
     }
 
     #[test]
+    fn several_choices_of_a_greedy_default_sample_unless_told_otherwise() {
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        };
+        let r = |n: usize, temperature: Option<f32>| {
+            engine_request(
+                vec![1; 5],
+                &greedy,
+                Knobs {
+                    n,
+                    temperature,
+                    ..Knobs::default()
+                },
+                100,
+                1000,
+                LengthRule::Strict,
+            )
+            .expect("valid")
+            .sampling
+            .temperature
+        };
+        assert_eq!(r(1, None), 0.0);
+        assert_eq!(r(4, None), 1.0);
+        assert_eq!(r(4, Some(0.0)), 0.0);
+        assert_eq!(r(4, Some(0.3)), 0.3);
+    }
+
+    #[test]
     fn knobs_override_the_base() {
         let k = Knobs {
             temperature: Some(0.0),
@@ -311,7 +344,10 @@ mod tests {
             ..knobs()
         };
         let r = build(5, k, LengthRule::Strict).expect("ok");
-        assert_eq!(r.sampling.temperature, 0.0);
+        assert_eq!(
+            r.sampling.temperature, 0.0,
+            "an explicit 0 is kept for n > 1"
+        );
         assert_eq!(r.sampling.top_k, 0);
         assert_eq!(r.sampling.seed, Some(7));
         assert_eq!(r.sampling.logit_bias, vec![(3, -100.0)]);

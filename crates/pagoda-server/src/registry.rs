@@ -14,7 +14,8 @@
 
 use crate::adapters::Adapters;
 use crate::error::ApiError;
-use crate::loader::{self, LoadError, LoadOptions, LoadedModel, Pull};
+use crate::loader::{self, LoadOptions, LoadedModel};
+use crate::names::{ModelNames, NamedModel};
 use pagoda_engine::{EngineConfig, EngineHandle};
 use pagoda_model::arch::LoraWeights;
 use pagoda_store::Store;
@@ -65,9 +66,17 @@ impl ServedModel {
         Some(SystemTime::now() + keep.saturating_sub(idle))
     }
 
-    /// Weights plus KV pool, the figure the memory budget counts.
+    /// Weights plus KV pool, the figure the memory budget counts (the pool is reserved whole
+    /// but committed by the kernel only as blocks are written).
     pub fn memory_bytes(&self) -> u64 {
         self.loaded.weights_bytes() + self.engine.layout().bytes as u64
+    }
+
+    /// Weights plus the KV blocks in use now: what `/api/ps` reports as the model's size.
+    pub fn resident_bytes(&self) -> u64 {
+        let layout = self.engine.layout();
+        let per_block = layout.bytes / layout.n_blocks.max(1);
+        self.loaded.weights_bytes() + (self.engine.stats().kv_blocks_used * per_block) as u64
     }
 
     fn activity(&self) -> std::sync::MutexGuard<'_, Activity> {
@@ -164,7 +173,9 @@ pub struct RegistryConfig {
     pub engine: EngineConfig,
     /// Keep-alive of models loaded on demand.
     pub keep_alive: KeepAlive,
-    /// Most bytes (weights + KV pools) all loaded models may take; `None`: no limit.
+    /// Most bytes (weights + KV pools) all loaded models may take; `None`: no limit (the
+    /// server always sets one: [`crate::state::default_memory_budget`] unless the operator
+    /// names one).
     pub memory_budget: Option<u64>,
     /// How every model's weights are prepared (online quantization).
     pub load: LoadOptions,
@@ -172,7 +183,7 @@ pub struct RegistryConfig {
 
 /// The loaded models; see the module docs.
 pub struct Registry {
-    store: Arc<Store>,
+    names: Arc<ModelNames>,
     config: RegistryConfig,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// LoRA adapters served on the loaded models.
@@ -187,9 +198,9 @@ struct Target {
 }
 
 impl Registry {
-    pub fn new(store: Arc<Store>, config: RegistryConfig) -> Self {
+    pub fn new(names: Arc<ModelNames>, config: RegistryConfig) -> Self {
         Registry {
-            store,
+            names,
             config,
             slots: Mutex::new(HashMap::new()),
             adapters: Adapters::default(),
@@ -197,26 +208,26 @@ impl Registry {
     }
 
     pub fn store(&self) -> &Arc<Store> {
-        &self.store
+        self.names.store()
+    }
+
+    /// The naming policy requests are resolved by.
+    pub fn names(&self) -> &Arc<ModelNames> {
+        &self.names
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// What `name` loads (see [`ModelNames`]: store names and operator-allowed paths only).
     fn target(&self, name: &str) -> Result<Target, ApiError> {
-        let resolved = loader::resolve(&self.store, name, Pull::Never).map_err(|e| match e {
-            LoadError::NotFound(_) => ApiError::model_not_found(name),
-            LoadError::Store(pagoda_store::StoreError::InvalidName { .. }) => {
-                ApiError::model_not_found(name)
-            }
-            other => ApiError::internal(other.to_string()),
-        })?;
-        let (key, version) = match (&resolved.name, &resolved.manifest) {
+        let NamedModel { key, resolved } = self.names.resolve(name)?;
+        let version = match &resolved.manifest {
             // The weights' digest, combined with the Modelfile layer of a derived model, so a
             // re-`create` with new parameters is a new version too.
-            (Some(n), Some(m)) => (n.to_string(), m.version()),
-            _ => (name.to_string(), path_version(&resolved.path)),
+            Some(m) => m.version(),
+            None => path_version(&resolved.path),
         };
         Ok(Target {
             key,
@@ -330,7 +341,7 @@ impl Registry {
         let started = Instant::now();
         let model = tokio::task::spawn_blocking(move || -> Result<ServedModel, ApiError> {
             let loaded = loader::load_with(&target.resolved, &target.key, &options)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
+                .map_err(|e| ApiError::load_failed(&target.key).with_detail(e.to_string()))?;
             let engine = EngineHandle::start(
                 loaded.model.clone(),
                 loaded.tokenizer.clone(),
@@ -368,8 +379,7 @@ impl Registry {
         let Some(budget) = self.config.memory_budget else {
             return Ok(());
         };
-        let need = loader::dir_or_file_size(&target.resolved.path)
-            + self.config.engine.kv_cache_memory.unwrap_or(0);
+        let need = loader::dir_or_file_size(&target.resolved.path) + self.kv_estimate();
         let mut loaded = self.loaded();
         loaded.sort_by_key(|m| m.activity().last_used);
         let mut used: u64 = loaded.iter().map(|m| m.memory_bytes()).sum();
@@ -393,6 +403,17 @@ impl Registry {
             )));
         }
         Ok(())
+    }
+
+    /// The KV pool a new model will reserve: `--kv-cache-memory`, or the engine's default
+    /// share of the memory available now (an upper bound: the engine caps it at what
+    /// `max_num_seqs` full sequences need).
+    fn kv_estimate(&self) -> u64 {
+        self.config.engine.kv_cache_memory.unwrap_or_else(|| {
+            pagoda_engine::memory::available_memory().map_or(0, |m| {
+                (m as f64 * pagoda_engine::engine::DEFAULT_KV_FRACTION) as u64
+            })
+        })
     }
 
     /// The loaded models (not those still loading).

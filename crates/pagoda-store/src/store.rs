@@ -39,6 +39,9 @@ pub struct PullOptions {
     pub name: Option<String>,
     /// Fetch again even when the model is already complete in the store.
     pub force: bool,
+    /// Connect only to public addresses (a pull made for an HTTP client: no loopback,
+    /// private or link-local host, through redirects and DNS too).
+    pub public_addresses_only: bool,
 }
 
 /// How to create a derived model ([`Store::create`]).
@@ -376,7 +379,7 @@ impl Store {
                     &sources,
                     None,
                     Some(manifest.format),
-                    opts.progress,
+                    (opts.progress, opts.public_addresses_only),
                 )?;
                 return self.commit(&stored, source, fetched, manifest.modelfile);
             }
@@ -400,8 +403,13 @@ impl Store {
         format: Option<Format>,
         opts: &PullOptions,
     ) -> Result<ResolvedModel> {
-        let (source, fetched) =
-            self.fetch_sources(name, sources, expected, format, opts.progress)?;
+        let (source, fetched) = self.fetch_sources(
+            name,
+            sources,
+            expected,
+            format,
+            (opts.progress, opts.public_addresses_only),
+        )?;
         self.commit(name, source, fetched, None)
     }
 
@@ -412,8 +420,18 @@ impl Store {
         sources: &'s [Source],
         expected: Option<&Digest>,
         format: Option<Format>,
-        progress: bool,
+        (progress, public_addresses_only): (bool, bool),
     ) -> Result<(&'s Source, Fetched)> {
+        let guarded;
+        let http = if public_addresses_only {
+            guarded = HttpConfig {
+                public_addresses_only: true,
+                ..self.http.clone()
+            };
+            &guarded
+        } else {
+            &self.http
+        };
         let label = name.to_string();
         let default_file_name = format!(
             "{}-{}.gguf",
@@ -430,7 +448,7 @@ impl Store {
             expected,
             format,
             default_file_name: &default_file_name,
-            http: &self.http,
+            http,
             pip: self.pip.as_ref(),
         };
         let mut failures = Vec::new();
@@ -608,7 +626,7 @@ impl Store {
             };
             let sources = [source];
             let (source, fetched) =
-                self.fetch_sources(name, &sources, None, None, opts.progress)?;
+                self.fetch_sources(name, &sources, None, None, (opts.progress, false))?;
             for f in &fetched.files {
                 crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
             }

@@ -17,6 +17,8 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
         progress: !args.quiet && std::io::stderr().is_terminal(),
         name: args.name,
         force: args.force,
+        // The operator's own pull: any address they can reach.
+        public_addresses_only: false,
     };
     let model = store.pull(&args.model, &opts)?;
     let (name, size, id) = match &model.manifest {

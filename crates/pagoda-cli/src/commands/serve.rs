@@ -6,6 +6,7 @@ use crate::commands::engine_args::{parse_size, EngineArgs};
 use anyhow::Context;
 use clap::Args;
 use pagoda_engine::BatchingMode;
+use pagoda_server::state::{ConnectionLimits, PullPolicy};
 use pagoda_server::{BoundServer, ServerConfig, DEFAULT_PORT};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +41,40 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5m", allow_hyphen_values = true)]
     pub keep_alive: String,
     /// Most memory all loaded models may use (weights + KV pools), e.g. 8GiB; over it, idle
-    /// models are evicted, or the load is refused with 503.
+    /// models are evicted, or the load is refused with 503. Default: 90% of the machine's
+    /// memory.
     #[arg(long, value_parser = parse_size)]
     pub memory_budget: Option<u64>,
+    /// Let clients name model files (and LoRA folders) by path under DIR (repeat for several).
+    /// Without it, requests name models in the store, or the models given with --model.
+    #[arg(long = "allow-model-dir", value_name = "DIR")]
+    pub allow_model_dirs: Vec<std::path::PathBuf>,
+    /// Let clients pull models with POST /api/pull: catalog names, plus the sources given with
+    /// --pull-allow-source. Off by default (403).
+    #[arg(long)]
+    pub allow_pull: bool,
+    /// A source clients may pull from when --allow-pull is on (repeat for several): `hf`,
+    /// `pip`, or `https://HOST` (`https://*.DOMAIN` for its subdomains). Never local files.
+    #[arg(
+        long = "pull-allow-source",
+        value_name = "SOURCE",
+        requires = "allow_pull"
+    )]
+    pub pull_allow_sources: Vec<String>,
+    /// Let pulls made for clients reach loopback, private and link-local addresses (a mirror
+    /// on the local network). Off: only public addresses, redirects and DNS included.
+    #[arg(long, requires = "allow_pull")]
+    pub pull_allow_private: bool,
+    /// Seconds a client has to send a request's headers (and that an idle keep-alive
+    /// connection stays open); a client that stalls mid-headers gets 408.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a request's body once the server reads it; 408 after.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub body_timeout: f64,
+    /// Connections open at once; more wait until one closes.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
     /// On SIGTERM/Ctrl-C, how long requests in flight may take to finish (seconds).
     #[arg(long, default_value_t = 30.0)]
     pub drain_grace: f64,
@@ -79,8 +111,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         drain_grace: Duration::from_secs_f64(args.drain_grace.max(0.0)),
         load: args.engine.load.options(),
         loras: args.loras.clone(),
+        model_dirs: args.allow_model_dirs.clone(),
+        pull: PullPolicy {
+            enabled: args.allow_pull,
+            allowed_sources: args.pull_allow_sources.clone(),
+            allow_private: args.pull_allow_private,
+        },
+        connections: ConnectionLimits {
+            header_timeout: positive_seconds("--header-timeout", args.header_timeout)?,
+            body_timeout: positive_seconds("--body-timeout", args.body_timeout)?,
+            max_connections: args.max_connections.max(1),
+        },
         ..ServerConfig::default()
     };
+    for source in &config.pull.allowed_sources {
+        check_pull_source(source)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -99,6 +145,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })?;
     eprintln!("pagoda: stopped");
     Ok(())
+}
+
+/// A timeout flag's value as a duration (positive and finite).
+fn positive_seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        anyhow::bail!("{flag} must be a positive number of seconds, got {secs}")
+    }
+}
+
+/// One `--pull-allow-source`: `hf`, `pip`, or `http(s)://HOST`.
+fn check_pull_source(source: &str) -> anyhow::Result<()> {
+    let ok = matches!(source.to_ascii_lowercase().as_str(), "hf" | "pip")
+        || source.split_once("://").is_some_and(|(scheme, host)| {
+            matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
+                && !host.trim_end_matches('/').is_empty()
+                && !host.trim_end_matches('/').contains(['/', '@', '?', '#'])
+        });
+    if ok {
+        Ok(())
+    } else {
+        anyhow::bail!("--pull-allow-source {source:?}: expected hf, pip, or https://HOST (https://*.DOMAIN for subdomains)")
+    }
 }
 
 /// `NAME=PATH` of `--lora`.

@@ -33,6 +33,19 @@ pub struct ChatCompletionRequest {
     pub seed: Option<u64>,
     pub user: Option<String>,
     pub response_format: Option<ResponseFormat>,
+    /// Tool calling (`tools`, `tool_choice`, `parallel_tool_calls`, and the older
+    /// `functions` / `function_call`): read so the server can refuse what it cannot do yet
+    /// instead of ignoring it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub functions: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<serde_json::Value>,
     #[serde(default)]
     pub ignore_eos: bool,
     /// Pagoda extension: `false` turns speculative decoding off for this request (it is on

@@ -39,7 +39,7 @@ pub(super) async fn embeddings(State(app): State<AppState>, body: Body) -> Respo
 
 async fn run_embed(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let req: EmbedRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: EmbedRequest = crate::body::json(body, app.body_limits()).await?;
     let texts = match req.input {
         EmbedInput::One(t) => vec![t],
         EmbedInput::Many(v) => v,
@@ -68,7 +68,7 @@ async fn run_embed(app: &AppState, body: Body) -> Result<Response, ApiError> {
 }
 
 async fn run_legacy(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: LegacyRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: LegacyRequest = crate::body::json(body, app.body_limits()).await?;
     let (_, mut vectors, _, _) = embed_texts(app, &req.model, vec![req.prompt], true).await?;
     let embedding = vectors.pop().unwrap_or_default();
     Ok(Json(LegacyResponse { embedding }).into_response())

@@ -56,7 +56,7 @@ fn refuse_unsupported(format: Option<&Value>, images: bool) -> Result<(), ApiErr
 }
 
 async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: GenerateRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: GenerateRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
     refuse_unsupported(
         req.format.as_ref(),
@@ -115,7 +115,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
 }
 
 async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: ChatRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: ChatRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
     let images = req
         .messages
@@ -308,7 +308,7 @@ async fn run(
                 )
                     .into_response());
             }
-            TokenEvent::Error { message } => return Err(ApiError::internal(message)),
+            TokenEvent::Error { message } => return Err(ApiError::generation_failed(message)),
         }
     }
     Err(ApiError::internal("the generation ended without a result"))

@@ -71,16 +71,21 @@ pub(super) async fn ps(State(app): State<AppState>) -> Json<PsResponse> {
         .map(|m| RunningModel {
             name: m.name.clone(),
             model: m.name.clone(),
-            size: m.memory_bytes(),
+            size: m.resident_bytes(),
             digest: m.version.trim_start_matches("sha256:").to_string(),
             details: details(&m.loaded.info, format_of(&m.loaded.path)),
-            expires_at: m
-                .expires_at()
-                .map_or_else(|| "0001-01-01T00:00:00Z".to_string(), rfc3339),
+            // Kept forever: Ollama reports the farthest time it can, not a date in the past.
+            expires_at: rfc3339(m.expires_at().unwrap_or_else(far_future)),
+            // Everything runs on the CPU.
             size_vram: 0,
         })
         .collect();
     Json(PsResponse { models })
+}
+
+/// What `expires_at` says of a model kept loaded forever (as Ollama: ~290 years ahead).
+fn far_future() -> SystemTime {
+    SystemTime::now() + std::time::Duration::from_secs(290 * 365 * 24 * 3600)
 }
 
 fn format_of(path: &std::path::Path) -> &'static str {
@@ -97,7 +102,7 @@ pub(super) async fn show(State(app): State<AppState>, body: Body) -> Response {
 }
 
 async fn run_show(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: ShowRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: ShowRequest = crate::body::json(body, app.body_limits()).await?;
     let name = req.model_name().to_string();
     if name.is_empty() {
         return Err(ApiError::invalid_param("model", "name a model"));
@@ -130,7 +135,8 @@ async fn run_show(app: &AppState, body: Body) -> Result<Response, ApiError> {
         info.parameter_count.into(),
     );
     model_info.insert(format!("{arch}.context_length"), info.context_length.into());
-    let mut modelfile = format!("FROM {}\n", loaded.path.display());
+    // The model's name, not its path in the store: a client learns nothing of the disk.
+    let mut modelfile = format!("FROM {}\n", lease.served_name());
     if !loaded.template_source.is_empty() {
         modelfile.push_str(&format!(
             "TEMPLATE \"\"\"{}\"\"\"\n",
@@ -164,12 +170,14 @@ pub(super) async fn pull(State(app): State<AppState>, body: Body) -> Response {
 }
 
 async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: PullRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: PullRequest = crate::body::json(body, app.body_limits()).await?;
     let name = req.model_name().to_string();
     if name.is_empty() {
         return Err(ApiError::invalid_param("model", "name a model to pull"));
     }
     let store = app.registry.store().clone();
+    crate::pulls::check(&app.config.pull, &store, &name)?;
+    let public_addresses_only = !app.config.pull.allow_private;
     let job = {
         let name = name.clone();
         tokio::task::spawn_blocking(move || {
@@ -179,6 +187,7 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
                     progress: false,
                     name: None,
                     force: false,
+                    public_addresses_only,
                 },
             )
         })
@@ -191,7 +200,7 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
         let resolved = job
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| pull_error(&name, e))?;
+            .map_err(|e| crate::pulls::refusal(&name, e))?;
         drop(resolved);
         return Ok(Json(status("success")).into_response());
     }
@@ -215,12 +224,20 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
                 out.push_str(&line(&status("success")));
                 out
             }
-            Ok(Err(e)) => line(&pagoda_protocol::ollama::ErrorResponse {
-                error: pull_error(&name, e).message,
-            }),
-            Err(e) => line(&pagoda_protocol::ollama::ErrorResponse {
-                error: e.to_string(),
-            }),
+            Ok(Err(e)) => {
+                let refusal = crate::pulls::refusal(&name, e);
+                // The stream already said 200: the detail goes to the log here.
+                tracing::warn!(model = %name, detail = ?refusal.detail, "pull failed");
+                line(&pagoda_protocol::ollama::ErrorResponse {
+                    error: refusal.message,
+                })
+            }
+            Err(e) => {
+                tracing::error!(model = %name, error = %e, "pull task failed");
+                line(&pagoda_protocol::ollama::ErrorResponse {
+                    error: "the pull failed inside the server; see its log".into(),
+                })
+            }
         }
     };
     let s =
@@ -229,24 +246,13 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
     Ok(ndjson(s))
 }
 
-fn pull_error(name: &str, e: StoreError) -> ApiError {
-    match e {
-        StoreError::UnknownModel { .. } | StoreError::InvalidName { .. } => {
-            let mut a = ApiError::model_not_found(name);
-            a.message = e.to_string();
-            a
-        }
-        other => ApiError::internal(format!("pull failed: {other}")),
-    }
-}
-
 pub(super) async fn remove(State(app): State<AppState>, body: Body) -> Response {
     let result = run_remove(&app, body).await;
     respond(&app, result)
 }
 
 async fn run_remove(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: PullRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: PullRequest = crate::body::json(body, app.body_limits()).await?;
     let name = req.model_name().to_string();
     if name.is_empty() {
         return Err(ApiError::invalid_param("model", "name a model to delete"));

@@ -32,7 +32,7 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 }
 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: ChatCompletionRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: ChatCompletionRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
     check_openai_ranges(req.temperature, req.n, req.top_logprobs)?;
     if req.top_logprobs.is_some() && !req.logprobs {
@@ -52,6 +52,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
             ));
         }
     }
+    refuse_tools(&req)?;
     let messages = template_messages(&req)?;
     let lease = app
         .registry
@@ -331,4 +332,41 @@ impl FrameWriter for StreamState {
             TokenEvent::Error { message } => out.push_back(error_frame(&message)),
         }
     }
+}
+
+/// Tool calling is not implemented yet: a request that asks for it is refused with the field
+/// named, never answered as if the tools were not there. A `tool_choice` of `"none"` (or
+/// `"auto"` with no tools) asks for nothing and passes.
+fn refuse_tools(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+    let asks = |v: &Option<serde_json::Value>| match v {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    for (field, value) in [("tools", &req.tools), ("functions", &req.functions)] {
+        if asks(value) {
+            return Err(ApiError::invalid_param(
+                field,
+                format!("`{field}` (tool calling) is not supported by this server yet; send the request without it"),
+            ));
+        }
+    }
+    for (field, value) in [
+        ("tool_choice", &req.tool_choice),
+        ("function_call", &req.function_call),
+    ] {
+        match value.as_ref().and_then(serde_json::Value::as_str) {
+            None if value.as_ref().is_none_or(serde_json::Value::is_null) => {}
+            Some("none" | "auto") => {}
+            _ => {
+                return Err(ApiError::invalid_param(
+                    field,
+                    format!(
+                        "`{field}` asks for a tool call, which this server does not support yet"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
 }

@@ -35,7 +35,7 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 }
 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: CompletionRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: CompletionRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
     check_openai_ranges(req.temperature, req.n, req.logprobs)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {

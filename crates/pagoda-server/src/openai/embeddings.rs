@@ -26,7 +26,7 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 }
 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: EmbeddingRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: EmbeddingRequest = crate::body::json(body, app.body_limits()).await?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -2,8 +2,12 @@
 //! Pagoda's optional `base_model`) and `POST /v1/unload_lora_adapter {"lora_name"}`. The
 //! adapters themselves live in [`Adapters`](crate::adapters::Adapters) on the registry.
 //!
+//! `lora_path` must lie under a directory the operator allowed (`--allow-model-dir`, as for
+//! model paths; see `names.rs`), so a client cannot make the server open other files.
+//!
 //! Status codes: 200 with a one-line text body on success (as vLLM); 400 for a bad body, a
-//! taken name, a path that is not a usable PEFT folder or an adapter that does not fit the
+//! taken name, a path outside the allowed directories (the same answer whether or not it
+//! exists), a path that is not a usable PEFT folder or an adapter that does not fit the
 //! base (the message says why); 404 for an unknown base model or, on unload, an unknown
 //! adapter.
 
@@ -23,8 +27,7 @@ pub(super) async fn load(State(app): State<AppState>, body: Body) -> Response {
 
 pub(super) async fn unload(State(app): State<AppState>, body: Body) -> Response {
     let result = async {
-        let req: UnloadLoraAdapterRequest =
-            crate::body::json(body, app.config.max_body_bytes).await?;
+        let req: UnloadLoraAdapterRequest = crate::body::json(body, app.body_limits()).await?;
         app.registry.adapters.unload(&req.lora_name)?;
         Ok(format!(
             "Success: LoRA adapter '{}' removed successfully.",
@@ -37,12 +40,17 @@ pub(super) async fn unload(State(app): State<AppState>, body: Body) -> Response 
 }
 
 async fn run_load(app: &AppState, body: Body) -> Result<Response, ApiError> {
-    let req: LoadLoraAdapterRequest = crate::body::json(body, app.config.max_body_bytes).await?;
+    let req: LoadLoraAdapterRequest = crate::body::json(body, app.body_limits()).await?;
     let base = match req.base_model.as_deref() {
         Some(b) if !b.trim().is_empty() => b.to_string(),
         _ => default_base(app)?,
     };
-    load_adapter(app, &req.lora_name, PathBuf::from(&req.lora_path), &base).await?;
+    // A client names a folder on the server: only under the operator's allowed directories.
+    let path = app
+        .registry
+        .names()
+        .allowed_path(&PathBuf::from(&req.lora_path), "lora_path")?;
+    load_adapter(app, &req.lora_name, path, &base).await?;
     Ok(format!(
         "Success: LoRA adapter '{}' added successfully.",
         req.lora_name

@@ -177,5 +177,5 @@ pub(crate) fn frame<T: serde::Serialize>(value: &T) -> String {
 
 /// The frame a stream ends with after a failure: OpenAI's error object as an event.
 pub(crate) fn error_frame(message: &str) -> String {
-    frame(&ApiError::internal(message).openai_body())
+    frame(&ApiError::generation_failed(message).openai_body())
 }

@@ -29,7 +29,8 @@ pub(super) async fn one(State(app): State<AppState>, Path(id): Path<String>) -> 
     respond(&app, result)
 }
 
-/// Store models (name:tag) and loaded models that are not in the store.
+/// Store models (name:tag) and loaded models that are not in the store, the server's default
+/// model first.
 pub(crate) async fn cards(app: &AppState) -> Result<Vec<ModelCard>, ApiError> {
     let store = app.registry.store().clone();
     let listed = tokio::task::spawn_blocking(move || store.list())
@@ -64,6 +65,14 @@ pub(crate) async fn cards(app: &AppState) -> Result<Vec<ModelCard>, ApiError> {
         card.root = Some(a.path.display().to_string());
         card.parent = Some(a.base.clone());
         cards.push(card);
+    }
+    // The model that answers requests naming none comes first: clients (the chat page among
+    // them) that take the first entry get a model that chats, not whatever sorts first.
+    if let Some(default) = app.config.models.first() {
+        if let Some(at) = cards.iter().position(|c| &c.id == default) {
+            let card = cards.remove(at);
+            cards.insert(0, card);
+        }
     }
     Ok(cards)
 }

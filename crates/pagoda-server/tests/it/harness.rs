@@ -28,12 +28,14 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
-/// A config for tests: the tiny model preloaded, a small KV pool.
+/// A config for tests: the tiny model preloaded, a small KV pool, the golden folder allowed
+/// for models and adapters named by path.
 pub fn config() -> ServerConfig {
     let mut c = ServerConfig {
         host: "127.0.0.1".into(),
         port: 0,
         models: vec![tiny_llama()],
+        model_dirs: vec![golden("")],
         reload_interval: Duration::from_millis(200),
         drain_grace: Duration::from_secs(5),
         ..ServerConfig::default()

@@ -58,6 +58,7 @@ async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
                     progress: false,
                     name: Some("tiny:latest".into()),
                     force: false,
+                    public_addresses_only: false,
                 },
             )
             .expect("pull tiny-llama");
@@ -83,6 +84,7 @@ async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
                 progress: false,
                 name: Some("tiny:latest".into()),
                 force: true,
+                public_addresses_only: false,
             },
         )
     })
@@ -137,7 +139,9 @@ async fn models_not_named_at_start_load_on_first_request() {
     let r = s.post("/v1/chat/completions", json!({"model": qwen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})).await;
     assert_eq!(r.status(), 200);
     let ps = s.get_json("/api/ps").await;
-    assert_eq!(ps["models"][0]["name"], qwen.as_str());
+    // A path under an allowed directory is known by its canonical form.
+    let canonical = std::fs::canonicalize(&qwen).expect("exists");
+    assert_eq!(ps["models"][0]["name"], canonical.display().to_string());
     assert!(ps["models"][0]["expires_at"]
         .as_str()
         .is_some_and(|e| !e.starts_with("0001")));
@@ -161,7 +165,11 @@ async fn the_memory_budget_evicts_idle_models_and_refuses_when_all_are_busy() {
         .iter()
         .filter_map(|m| m["name"].as_str())
         .collect();
-    assert_eq!(names, vec![qwen.as_str()]);
+    let canonical = std::fs::canonicalize(&qwen)
+        .expect("exists")
+        .display()
+        .to_string();
+    assert_eq!(names, vec![canonical.as_str()]);
     // While qwen is busy, loading the other one is refused with 503, not a crash.
     let busy = s
         .post("/v1/completions", json!({"model": qwen, "prompt": "x", "max_tokens": 120, "ignore_eos": true, "stream": true}))

@@ -26,6 +26,10 @@ async fn complete(s: &crate::harness::TestServer, model: &str) -> (String, Strin
 async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time() {
     let mut c = config();
     c.loras = vec![("alpha".into(), golden("tiny-llama-lora/alpha"))];
+    // The other crate's golden adapters too (one made for another base model).
+    c.model_dirs.push(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pagoda-model/tests/golden"),
+    );
     let s = start(c).await;
     let base = tiny_llama();
 
@@ -90,6 +94,17 @@ async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time()
             "/v1/load_lora_adapter",
             load("gamma", golden("no-such-adapter")),
         )
+        .await;
+    // A missing folder gets the same answer as one outside the allowed directories.
+    let v = expect_openai_error(r, 400).await;
+    assert_eq!(v["error"]["code"], "path_not_allowed", "{v}");
+    let r = s
+        .post("/v1/load_lora_adapter", load("gamma", "/etc".into()))
+        .await;
+    let outside = expect_openai_error(r, 400).await;
+    assert_eq!(outside["error"], v["error"], "no existence oracle");
+    let r = s
+        .post("/v1/load_lora_adapter", load("gamma", golden("tiny-qwen2")))
         .await;
     let v = expect_openai_error(r, 400).await;
     assert!(

@@ -8,3 +8,4 @@ mod lora;
 mod ollama_api;
 mod openai_api;
 mod robustness;
+mod security;

@@ -28,6 +28,8 @@ pub struct HttpConfig {
     pub hf_token: Option<String>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// Connect only to public addresses (every hop and redirect; see [`super::address`]).
+    pub public_addresses_only: bool,
 }
 
 impl HttpConfig {
@@ -42,15 +44,22 @@ impl HttpConfig {
             hf_token: non_empty("HF_TOKEN").or_else(|| non_empty("HUGGING_FACE_HUB_TOKEN")),
             connect_timeout: Duration::from_secs(15),
             read_timeout: Duration::from_secs(60),
+            public_addresses_only: false,
         }
     }
 
     fn agent(&self) -> ureq::Agent {
-        ureq::AgentBuilder::new()
+        let builder = ureq::AgentBuilder::new()
             .timeout_connect(self.connect_timeout)
             .timeout_read(self.read_timeout)
-            .user_agent(concat!("pagoda/", env!("CARGO_PKG_VERSION")))
-            .build()
+            .user_agent(concat!("pagoda/", env!("CARGO_PKG_VERSION")));
+        if self.public_addresses_only {
+            builder
+                .resolver(super::address::public_only_resolver())
+                .build()
+        } else {
+            builder.build()
+        }
     }
 
     /// The download URL of a file in a Hugging Face repo.

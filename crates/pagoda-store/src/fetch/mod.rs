@@ -5,6 +5,7 @@
 //! [`BlobWriter`](crate::blob::BlobWriter), so it either returns verified blobs or leaves nothing
 //! visible; it never writes manifests (the store does, after a fetch succeeds).
 
+pub mod address;
 pub mod http;
 pub mod local;
 pub mod pip;
@@ -63,12 +64,10 @@ impl Fetched {
 /// A file that is not GGUF is refused unless the catalog vouches for it by digest.
 pub fn finish_single(writer: BlobWriter, ctx: &FetchCtx<'_>, what: &str) -> Result<Blob> {
     if ctx.expected.is_none() && !writer.head().starts_with(GGUF_MAGIC) {
-        let head = String::from_utf8_lossy(writer.head()).into_owned();
+        // Never quote the bytes: a pull made for a client must not read anything back to it.
         return Err(StoreError::NotAModel {
             path: what.into(),
-            reason: format!(
-                "the data does not start with the GGUF magic (starts with {head:?}); only GGUF files and Hugging Face folders can be stored"
-            ),
+            reason: "the data does not start with the GGUF magic; only GGUF files and Hugging Face folders can be stored".into(),
         });
     }
     writer.finish(ctx.expected, &format!("{} from {what}", ctx.label))

@@ -1,0 +1,232 @@
+//! What a client may make the server download (`POST /api/pull`): [`check`] against the
+//! operator's [`PullPolicy`], and [`refusal`], the client's view of a failed pull.
+//!
+//! Off by default (403). When the operator enables it, a client may pull catalog names, and
+//! sources the operator listed (`hf`, `pip`, `https://host`); never a local path or
+//! `file://`. Unless the operator allows private addresses, the download itself connects only
+//! to public addresses (pagoda-store's address guard, which also covers redirects and DNS).
+//!
+//! Invariants: a refusal never depends on what exists on the server's disk or network; an
+//! error sent back never quotes fetched bytes, store paths or internal errors (those are kept
+//! as the error's detail, for the log).
+
+use crate::error::ApiError;
+use crate::state::PullPolicy;
+use pagoda_store::{Source, Store, StoreError};
+
+/// Refuses `name` unless the policy lets a client pull it.
+pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<(), ApiError> {
+    if !policy.enabled {
+        return Err(ApiError::forbidden(
+            "pulling models over HTTP is off on this server; run `pagoda pull NAME` where it runs, or start it with --allow-pull",
+        ));
+    }
+    let refuse = |what: &str| {
+        ApiError::invalid_param(
+            "model",
+            format!("{what} cannot be pulled over HTTP on this server; pull a catalog name, or ask the operator to allow the source (--pull-allow-source)"),
+        )
+        .with_code("source_not_allowed")
+    };
+    let lower = name.trim().to_ascii_lowercase();
+    if lower.starts_with("file:") {
+        return Err(refuse("a file:// source"));
+    }
+    match Source::parse(name) {
+        Err(_) => Err(refuse("this source")),
+        Ok(None) => {
+            if pagoda_store::catalog::lookup_in(store.catalog(), name).is_some() {
+                Ok(())
+            } else if pagoda_store::source::looks_like_path(name) {
+                Err(refuse("a local path"))
+            } else {
+                Err(ApiError::model_not_found(name).with_message(format!(
+                    "`{name}` is not in the catalog; over HTTP only catalog names (and the sources the operator allows) can be pulled"
+                )))
+            }
+        }
+        Ok(Some(Source::Path(_))) => Err(refuse("a local path")),
+        Ok(Some(Source::Url(url))) => {
+            if allows_url(&policy.allowed_sources, &url) {
+                Ok(())
+            } else {
+                Err(refuse("this URL"))
+            }
+        }
+        Ok(Some(Source::HfFile { .. } | Source::HfRepo { .. })) => {
+            allows_kind(&policy.allowed_sources, "hf")
+                .ok_or_else(|| refuse("a Hugging Face source"))
+        }
+        Ok(Some(Source::Pip(_) | Source::PipFolder { .. })) => {
+            allows_kind(&policy.allowed_sources, "pip").ok_or_else(|| refuse("a pip source"))
+        }
+    }
+}
+
+fn allows_kind(allowed: &[String], kind: &str) -> Option<()> {
+    allowed
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(kind))
+        .then_some(())
+}
+
+/// Whether `url`'s scheme and host match an allowed `scheme://host` entry (`*.domain`
+/// matches the domain's subdomains). Userinfo and ports are ignored for matching; a URL
+/// whose host cannot be read is not allowed.
+fn allows_url(allowed: &[String], url: &str) -> bool {
+    let Some((scheme, host)) = scheme_and_host(url) else {
+        return false;
+    };
+    allowed.iter().any(|entry| {
+        let Some((s, pattern)) = entry.split_once("://") else {
+            return false;
+        };
+        let pattern = pattern.trim_end_matches('/').to_ascii_lowercase();
+        s.eq_ignore_ascii_case(&scheme)
+            && match pattern.strip_prefix("*.") {
+                Some(domain) => host.ends_with(&format!(".{domain}")),
+                None => host == pattern,
+            }
+    })
+}
+
+/// `("https", "example.com")` of `https://user@Example.com:8443/x`.
+fn scheme_and_host(url: &str) -> Option<(String, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next()?
+    } else {
+        host_port.split(':').next()?
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((scheme.to_ascii_lowercase(), host.to_ascii_lowercase()))
+}
+
+/// A failed pull as the client sees it: whose fault, in words that quote nothing fetched.
+pub fn refusal(name: &str, e: StoreError) -> ApiError {
+    let detail = e.to_string();
+    let error = match e {
+        StoreError::UnknownModel { .. } | StoreError::InvalidName { .. } => {
+            ApiError::model_not_found(name)
+        }
+        StoreError::InvalidSource { .. } => {
+            ApiError::invalid_param("model", format!("`{name}` is not a valid model source"))
+        }
+        StoreError::NotAModel { .. } => ApiError::invalid_param(
+            "model",
+            format!("`{name}` is not a model Pagoda can store (not a GGUF file or a Hugging Face folder)"),
+        ),
+        StoreError::HttpStatus { status, .. } => ApiError::upstream(format!(
+            "the source of `{name}` answered HTTP {status}"
+        )),
+        StoreError::Network { .. }
+        | StoreError::Truncated { .. }
+        | StoreError::ShaMismatch { .. }
+        | StoreError::Pip { .. }
+        | StoreError::WheelMember { .. }
+        | StoreError::AllSourcesFailed { .. } => ApiError::upstream(format!(
+            "`{name}` could not be downloaded (the source is unreachable, refused, or sent something else)"
+        )),
+        _ => ApiError::internal(String::new()),
+    };
+    error.with_detail(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(Some(dir.path().join("store"))).expect("store");
+        (dir, store)
+    }
+
+    fn on(sources: &[&str]) -> PullPolicy {
+        PullPolicy {
+            enabled: true,
+            allowed_sources: sources.iter().map(|s| s.to_string()).collect(),
+            allow_private: false,
+        }
+    }
+
+    #[test]
+    fn pulls_are_off_by_default() {
+        let (_d, s) = store();
+        let e = check(&PullPolicy::default(), &s, "smollm2:135m").expect_err("off");
+        assert_eq!(e.status, 403);
+    }
+
+    #[test]
+    fn catalog_names_only_unless_sources_are_allowed() {
+        let (_d, s) = store();
+        let p = on(&[]);
+        assert!(check(&p, &s, "smollm2:135m").is_ok());
+        for refused in [
+            "file:///etc/passwd",
+            "FILE:/etc/passwd",
+            "/etc/passwd",
+            "./x.gguf",
+            "http://127.0.0.1:9/x.gguf",
+            "https://example.com/x.gguf",
+            "hf://owner/repo/x.gguf",
+            "pip://pkg==1.0/x.gguf",
+        ] {
+            let e = check(&p, &s, refused).expect_err(refused);
+            assert_eq!(e.status, 400, "{refused}");
+        }
+        assert_eq!(
+            check(&p, &s, "no-such-model:7b")
+                .expect_err("unknown")
+                .status,
+            404
+        );
+    }
+
+    #[test]
+    fn allowed_sources_match_scheme_and_host() {
+        let (_d, s) = store();
+        let p = on(&["https://models.example.com", "https://*.cdn.example", "hf"]);
+        assert!(check(&p, &s, "https://models.example.com/a.gguf").is_ok());
+        assert!(check(&p, &s, "https://user@MODELS.example.com:8443/a.gguf").is_ok());
+        assert!(check(&p, &s, "https://eu.cdn.example/a.gguf").is_ok());
+        assert!(check(&p, &s, "hf://owner/repo/a.gguf").is_ok());
+        for refused in [
+            "http://models.example.com/a.gguf",
+            "https://models.example.com.evil.io/a.gguf",
+            "https://evil.io/models.example.com/a.gguf",
+            "https://evil.io#@models.example.com/a.gguf",
+            "https://cdn.example/a.gguf",
+            "pip://pkg==1.0/x.gguf",
+        ] {
+            assert!(check(&p, &s, refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn failed_pulls_quote_nothing_fetched() {
+        let e = refusal(
+            "https://x/y.gguf",
+            StoreError::NotAModel {
+                path: "/root/.pagoda/blobs/partial-1".into(),
+                reason: "AWS_SECRET=abc".into(),
+            },
+        );
+        assert_eq!(e.status, 400);
+        assert!(!e.message.contains("AWS") && !e.message.contains("/root"));
+        assert!(e.detail.as_deref().is_some_and(|d| d.contains("/root")));
+        let e = refusal(
+            "https://x/y.gguf",
+            StoreError::Network {
+                url: "https://x/y.gguf".into(),
+                message: "connection refused".into(),
+            },
+        );
+        assert_eq!(e.status, 502);
+        assert!(!e.message.contains("connection refused"));
+    }
+}

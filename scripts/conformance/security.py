@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Security probes against a real `pagoda serve` (defaults: loopback, no key) and a real
+`pagoda gateway` in front of it, as an attacker on the same machine would try them.
+
+Each probe must get its documented status, never a 5xx for a client's mistake, never a
+filesystem path, an upstream URL or fetched bytes in a body, and an `x-request-id` on every
+response. A loopback listener stands for an internal service: it must receive nothing. At the
+end the server still answers a chat, and /metrics carries only the loaded model's label.
+
+Usage: security.py --pagoda target/debug/pagoda --model smollm2:135m
+Exit status 0 when every probe held; each failure is printed.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server import Child, Server  # noqa: E402
+
+failures = []
+# Timeouts the servers run with here (short, so the probes are quick); the defaults are 10 s
+# for headers and 30 s for bodies (docs/serving.md).
+HEADER_TIMEOUT = 2
+BODY_TIMEOUT = 2
+
+
+def check(name, fn):
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+class Listener:
+    """A loopback TCP listener that records every connection it gets (it must get none)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.hits = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.hits.append(peer)
+            conn.close()
+
+
+def request(url, method, path, body=None, headers=None):
+    """(status, headers dict with lower-case names, body text) of one request."""
+    host = url.split("://", 1)[1]
+    conn = http.client.HTTPConnection(host, timeout=60)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    h = {"content-type": "application/json"}
+    h.update(headers or {})
+    conn.request(method, path, body=data, headers=h)
+    r = conn.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    conn.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, text
+
+
+def raw(url, chunks, pause=0.0):
+    """Sends raw byte chunks with a pause after each; returns (answer, seconds until closed)."""
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=30)
+    started = time.time()
+    for c in chunks:
+        try:
+            s.sendall(c)
+        except OSError:
+            break
+        time.sleep(pause)
+    out = b""
+    while True:
+        try:
+            b = s.recv(4096)
+        except OSError:
+            break
+        if not b:
+            break
+        out += b
+    s.close()
+    return out.decode("latin-1"), time.time() - started
+
+
+def clean(text, store_root, extra=()):
+    """Asserts a body names no file of the server and quotes no fetched bytes."""
+    for bad in [store_root, "/blobs/", "sha256-", "AWS_SECR", *extra]:
+        assert bad not in text, f"{bad!r} in {text[:300]!r}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pagoda", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+
+    blob = subprocess.run([args.pagoda, "show", "--path", args.model], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    store_root = blob.split("/blobs/")[0]
+    secret_dir = tempfile.mkdtemp(prefix="pagoda-secret-")
+    secret = os.path.join(secret_dir, "credentials")
+    with open(secret, "w") as f:
+        f.write("AWS_SECRET_ACCESS_KEY=do-not-leak\n")
+    listener = Listener()
+    timeouts = ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT)]
+    server = Server(args.pagoda, args.model, *timeouts)
+    chat = lambda model: {"model": model, "messages": [{"role": "user", "content": "hi"}],  # noqa: E731
+                          "max_tokens": 4}
+    try:
+        def model_names_that_are_paths_are_404_alike():
+            bodies = set()
+            probes = ["/etc/passwd", "/root", "../../../../etc/passwd", secret, blob,
+                      blob.replace("/blobs/", "/blobs/../blobs/"), "/" + blob, secret_dir,
+                      "file:///etc/passwd", f"http://127.0.0.1:{listener.port}/m.gguf",
+                      "hf://owner/repo/m.gguf", "/nonexistent/m.gguf"]
+            for p in probes:
+                for route in ("/v1/chat/completions", "/api/chat", "/v1/completions", "/api/show",
+                              "/v1/embeddings"):
+                    body = chat(p) if "chat" in route else {"model": p, "prompt": "x", "input": "x"}
+                    status, headers, text = request(server.url, "POST", route, body)
+                    assert status == 404, (p, route, status, text)
+                    assert "x-request-id" in headers, (p, route)
+                    clean(text.replace(p, "NAME"), store_root, ["do-not-leak"])
+                    msg = json.loads(text)["error"]
+                    msg = msg["message"] if isinstance(msg, dict) else msg
+                    bodies.add((route, msg.replace(p, "NAME")))
+            # One body per route, whatever the path: no existence oracle.
+            assert len(bodies) == 5, bodies
+
+        def pulls_are_off():
+            for name in [f"http://127.0.0.1:{listener.port}/m.gguf", "file://" + secret, secret,
+                         args.model]:
+                status, headers, text = request(server.url, "POST", "/api/pull",
+                                                {"model": name, "stream": False})
+                assert status == 403, (name, status, text)
+                assert "x-request-id" in headers
+                assert "error" in json.loads(text), text
+
+        def stalled_headers_get_408():
+            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"])
+            assert answer.startswith("HTTP/1.1 408"), answer[:200]
+            assert "x-request-id:" in answer.lower(), answer[:300]
+            assert took < HEADER_TIMEOUT + 3, took
+
+        def stalled_body_gets_408():
+            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                                            b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{\"m"])
+            assert answer.startswith("HTTP/1.1 408"), answer[:200]
+            assert took < BODY_TIMEOUT + 3, took
+
+        def trickled_body_gets_408():
+            head = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b"content-type: application/json\r\ncontent-length: 60\r\n\r\n")
+            answer, took = raw(server.url, [head] + [b" "] * 60, pause=0.25)
+            assert answer.startswith("HTTP/1.1 408"), answer[:200]
+            assert took < BODY_TIMEOUT + 5, took
+
+        def idle_connection_is_closed():
+            answer, took = raw(server.url, [])
+            assert answer == "", answer[:200]
+            assert took < HEADER_TIMEOUT + 3, took
+
+        def deep_nesting_is_400():
+            deep = ('{"model": "%s", "messages": [{"role": "user", "content": "x"}], "x": %s%s}'
+                    % (args.model, "[" * 100000, "]" * 100000)).encode()
+            status, headers, text = request(server.url, "POST", "/v1/chat/completions", deep)
+            assert status == 400, (status, text[:200])
+            assert json.loads(text)["error"]["code"] == "too_deep", text
+            status, _, text = request(server.url, "POST", "/api/chat", deep)
+            assert status == 400 and isinstance(json.loads(text)["error"], str), (status, text[:200])
+
+        def tools_are_refused_not_ignored():
+            body = chat(args.model)
+            body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+            status, _, text = request(server.url, "POST", "/v1/chat/completions", body)
+            assert status == 400 and json.loads(text)["error"]["param"] == "tools", (status, text)
+
+        def unknown_routes_answer_in_each_apis_shape():
+            status, headers, text = request(server.url, "GET", "/api/nothing")
+            assert status == 404 and isinstance(json.loads(text)["error"], str), text
+            status, headers, text = request(server.url, "GET", "/v1/nothing")
+            assert status == 404 and isinstance(json.loads(text)["error"], dict), text
+            assert "x-request-id" in headers
+
+        def still_serving_with_only_loaded_labels():
+            status, headers, text = request(server.url, "POST", "/v1/chat/completions", chat(args.model))
+            assert status == 200, (status, text)
+            assert headers.get("x-request-id"), headers
+            _, _, metrics = request(server.url, "GET", "/metrics")
+            labels = set(re.findall(r'model_name="([^"]*)"', metrics))
+            assert labels == {args.model}, labels
+
+        for name, fn in [("model names that are paths or URLs: 404 alike, nothing leaked",
+                          model_names_that_are_paths_are_404_alike),
+                         ("POST /api/pull is off by default", pulls_are_off),
+                         ("stalled headers: 408", stalled_headers_get_408),
+                         ("stalled body: 408", stalled_body_gets_408),
+                         ("trickled body: 408", trickled_body_gets_408),
+                         ("idle keep-alive connection closed", idle_connection_is_closed),
+                         ("deep JSON nesting: 400", deep_nesting_is_400),
+                         ("tools refused, not ignored", tools_are_refused_not_ignored),
+                         ("unknown routes in each API's shape", unknown_routes_answer_in_each_apis_shape),
+                         ("still serving; /metrics labels only the loaded model",
+                          still_serving_with_only_loaded_labels)]:
+            check(name, fn)
+    finally:
+        server.stop()
+
+    # Pulls enabled, with loopback even listed as a source: the address guard still holds.
+    puller = Server(args.pagoda, args.model, "--allow-pull", "--pull-allow-source",
+                    "http://127.0.0.1", *timeouts)
+    try:
+        def enabled_pulls_refuse_files_and_private_addresses():
+            for name, want in [("file://" + secret, 400), (secret, 400), ("file:///etc/passwd", 400),
+                               (f"http://127.0.0.1:{listener.port}/m.gguf", 502),
+                               (f"http://localhost:{listener.port}/m.gguf", 400),
+                               ("https://example.invalid/m.gguf", 400),
+                               ("no-such-model:1b", 404)]:
+                status, headers, text = request(puller.url, "POST", "/api/pull",
+                                                {"model": name, "stream": False})
+                assert status == want, (name, status, text)
+                assert "x-request-id" in headers
+                clean(text, store_root, ["do-not-leak", "connection refused"])
+
+        check("enabled pulls: no file://, no private address", enabled_pulls_refuse_files_and_private_addresses)
+        check("the loopback listener received nothing",
+              lambda: (_ for _ in ()).throw(AssertionError(listener.hits)) if listener.hits else None)
+    finally:
+        puller.stop()
+
+    # The gateway in front of a server that is down: the client sees the route, not the upstream.
+    work = tempfile.mkdtemp(prefix="pagoda-security-gateway-")
+    dead = f"http://127.0.0.1:{listener.port + 1 if listener.port < 65535 else 1}"
+    config = f"""
+[[target]]
+name = "backend"
+model = "secret-backend-model"
+replicas = ["{dead}"]
+
+[[route]]
+model = "chat"
+target = "backend"
+"""
+    path = os.path.join(work, "gateway.toml")
+    with open(path, "w") as f:
+        f.write(config)
+    gateway = Child([args.pagoda, "gateway", "--config", path, "--listen", "127.0.0.1:0"],
+                    r"listening on (http://[0-9.:]+)", "pagoda-gateway-", timeout=60)
+    try:
+        def gateway_keeps_its_upstreams_private():
+            status, headers, text = request(gateway.url, "POST", "/v1/chat/completions", chat("chat"))
+            assert status in (502, 503, 504), (status, text)
+            assert "x-request-id" in headers, headers
+            clean(text, store_root, [dead, "127.0.0.1", "secret-backend-model", "onnect"])
+
+        def gateway_request_ids_on_errors():
+            for method, route, body in [("POST", "/v1/chat/completions", b"{"),
+                                        ("POST", "/v1/chat/completions", chat("nope")),
+                                        ("GET", "/nothing", None)]:
+                status, headers, _ = request(gateway.url, method, route, body)
+                assert 400 <= status < 500, (route, status)
+                assert "x-request-id" in headers, (route, headers)
+
+        check("gateway: 5xx names no upstream", gateway_keeps_its_upstreams_private)
+        check("gateway: x-request-id on errors", gateway_request_ids_on_errors)
+    finally:
+        gateway.stop()
+
+    if failures:
+        print(f"{len(failures)} security probe(s) failed: {', '.join(failures)}")
+        return 1
+    print("all security probes held")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
