@@ -5,6 +5,12 @@
 //! limits (an estimate is reserved) -> cache -> route -> proxy -> relay -> accounting (the
 //! reservation settled on the real usage, ledger row, metrics, rollout statistics).
 //!
+//! Every response of the router, errors and unknown paths included, carries `x-request-id`
+//! (`request_id.rs`); the id names the request in the log, the ledger and upstream. Unless
+//! `server.expose_upstream_details` is on, what clients see names the route, never the
+//! upstream: relayed answers go through a `privacy::Redaction`, and a failed chain answers
+//! with the route and the request id while the details go to the log.
+//!
 //! Invariants: every admitted request ends in exactly one accounting call (`Ticket::finish`,
 //! or `Ticket`'s `Drop` when the client hung up before the answer), whether it was served,
 //! cached, failed or abandoned mid-stream; a reservation is settled or released exactly once.
@@ -14,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body as AxumBody;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -22,12 +28,15 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cache::{cache_key, CacheStatus, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
+use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, AuthError, KeyRecord};
 use crate::limits::{LimitError, LimitKind, Reservation};
 use crate::metrics::ErrorKind;
+use crate::privacy::Redaction;
 use crate::proxy::stream::{relay, RelayOptions, StreamTally};
 use crate::proxy::{forward, Body, Endpoint, Exhausted, Forward, ForwardContext, Served};
+use crate::request_id::RequestId;
 use crate::rollout::Outcome;
 use crate::route::{choose, RouteRequest};
 use crate::state::{now_ms, Gateway};
@@ -38,6 +47,12 @@ use crate::usage::UsageRecord;
 const AFFINITY_MIN_CHARS: usize = 256;
 /// Completion tokens assumed for a request that sets no `max_tokens`.
 const DEFAULT_COMPLETION_ESTIMATE: u64 = 512;
+/// How much of a passed-through upstream error body the log line quotes.
+const LOGGED_ERROR_BODY_BYTES: usize = 1024;
+/// Part of the cache scope of answers stored with the route's name in them, so that neither
+/// an entry stored before (naming the backend) nor one stored while
+/// `server.expose_upstream_details` was on is served to a client that must see the route.
+const ROUTE_NAMED_SCOPE: &str = ":route-named";
 
 pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
@@ -50,7 +65,20 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/health", get(|| async { "ok" }))
         .route("/ready", get(ready))
         .merge(crate::admin::router())
+        .fallback(unknown_endpoint)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            crate::request_id::assign,
+        ))
         .with_state(gateway)
+}
+
+async fn unknown_endpoint(method: Method, uri: Uri) -> Response {
+    ApiError::not_found(format!(
+        "no endpoint {method} {} on this gateway (POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models)",
+        uri.path()
+    ))
+    .into_response()
 }
 
 async fn chat(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
@@ -357,10 +385,8 @@ impl Drop for Ticket {
     }
 }
 
-fn usage_of(body: &[u8]) -> (u64, u64, Option<String>) {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return (0, 0, None);
-    };
+/// Prompt tokens, completion tokens and the response id of a JSON answer.
+fn usage_of(v: &Value) -> (u64, u64, Option<String>) {
     let u = &v["usage"];
     (
         u["prompt_tokens"].as_u64().unwrap_or(0),
@@ -396,6 +422,10 @@ async fn handle_inner(
     let started = Instant::now();
     let config = gw.config();
     let (parts, body) = req.into_parts();
+    let request_id = match parts.extensions.get::<RequestId>() {
+        Some(RequestId(id)) => id.clone(),
+        None => gw.next_request_id(),
+    };
     let headers = parts.headers;
     let limit = config.server.max_body_bytes;
     let key = authenticate(&gw, &headers)
@@ -483,7 +513,6 @@ async fn handle_inner(
             None
         }
     };
-    let request_id = gw.next_request_id();
     let mut ticket = Ticket {
         gw: gw.clone(),
         started,
@@ -504,12 +533,21 @@ async fn handle_inner(
     let cache_status;
     if config.cache.enabled && !bypass {
         // The endpoint is part of the scope: a chat and a text completion never share an entry.
-        let scope = format!("{}:{}", endpoint.path(), key.tier.as_deref().unwrap_or(""));
+        let scope = format!(
+            "{}:{}{}",
+            endpoint.path(),
+            key.tier.as_deref().unwrap_or(""),
+            if config.server.expose_upstream_details {
+                ""
+            } else {
+                ROUTE_NAMED_SCOPE
+            }
+        );
         ticket.cache_key = cache_key(&model, &scope, &body);
         if let Some(k) = &ticket.cache_key {
             if let Some(hit) = gw.cache.get(k).await {
                 gw.metrics.record_cache(CacheStatus::Hit);
-                let response = cached_response(&hit, &request_id);
+                let response = cached_response(&hit);
                 ticket.finish(Ending {
                     cached: true,
                     ..Ending::unserved(hit.status, None, true)
@@ -586,28 +624,53 @@ async fn handle_inner(
             stream,
             affinity,
             chain: &decision.chain,
+            route: &model,
             request_id: &request_id,
         },
     )
     .await;
     match result {
-        Err(exhausted) => Ok(failed(ticket, &exhausted)),
-        Ok(served) => Ok(respond(ticket, served, stream, client_wants_usage, cache_status).await),
+        Err(exhausted) => Ok(failed(ticket, &exhausted, &config)),
+        Ok(served) => Ok(respond(
+            ticket,
+            served,
+            &config,
+            AskedFor {
+                stream,
+                client_wants_usage,
+                cache_status,
+            },
+        )
+        .await),
     }
 }
 
-fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
+/// The answer when every target of the chain failed: in terms of the route and the request
+/// id, or with the last failure's detail when `server.expose_upstream_details` is on; every
+/// attempt's detail goes to the log either way.
+fn failed(ticket: Ticket, exhausted: &Exhausted, config: &GatewayConfig) -> Response {
     let gw = ticket.gw.clone();
     for f in &exhausted.failures {
         gw.metrics
             .record_error(&ticket.route, &f.target, f.kind.metric());
     }
-    let error = if exhausted.all_timeouts() {
-        ApiError::upstream_timeout(exhausted.summary())
-    } else {
-        ApiError::upstream_unavailable(exhausted.summary())
+    let (route, request_id) = (ticket.route.as_str(), ticket.request_id.as_str());
+    let error = match (
+        exhausted.all_timeouts(),
+        config.server.expose_upstream_details,
+    ) {
+        (true, true) => ApiError::upstream_timeout(exhausted.summary()),
+        (false, true) => ApiError::upstream_unavailable(exhausted.summary()),
+        (true, false) => ApiError::route_timeout(route, request_id),
+        (false, false) => ApiError::route_unavailable(route, request_id),
     };
-    tracing::warn!(route = %ticket.route, request_id = %ticket.request_id, "{}", exhausted.summary());
+    tracing::warn!(
+        %request_id,
+        %route,
+        status = error.status.as_u16(),
+        detail = %exhausted.detail(),
+        "no target of the route could serve the request"
+    );
     ticket.finish(Ending::unserved(
         error.status.as_u16(),
         Some(exhausted.summary()),
@@ -616,7 +679,8 @@ fn failed(ticket: Ticket, exhausted: &Exhausted) -> Response {
     error.into_response()
 }
 
-fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
+/// A cached answer (stored as relayed, so already naming the route when it must).
+fn cached_response(hit: &CachedResponse) -> Response {
     let mut response = Response::new(AxumBody::from(hit.body.clone()));
     *response.status_mut() = StatusCode::from_u16(hit.status).unwrap_or(StatusCode::OK);
     let h = response.headers_mut();
@@ -624,20 +688,42 @@ fn cached_response(hit: &CachedResponse, request_id: &str) -> Response {
         h.insert("content-type", v);
     }
     h.insert(CACHE_STATUS_HEADER, HeaderValue::from_static("hit"));
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("x-request-id", v);
-    }
     response
+}
+
+/// What the client asked of the answer's shape and the cache.
+struct AskedFor {
+    stream: bool,
+    client_wants_usage: bool,
+    cache_status: &'static str,
+}
+
+/// How answers of `served` are rewritten for the client: None when they are relayed as they
+/// come (`server.expose_upstream_details`, or a canned reply, which names the route itself).
+fn redaction_for(config: &GatewayConfig, route: &str, served: &Served) -> Option<Redaction> {
+    if config.server.expose_upstream_details {
+        return None;
+    }
+    let replica = served.replica.as_ref()?;
+    let backend_model = config
+        .target(&served.target)
+        .map_or(served.target.as_str(), |t| t.upstream_model());
+    Some(Redaction::new(route, backend_model, Some(&replica.url)))
 }
 
 async fn respond(
     ticket: Ticket,
     served: Served,
-    stream: bool,
-    client_wants_usage: bool,
-    cache_status: &'static str,
+    config: &GatewayConfig,
+    asked: AskedFor,
 ) -> Response {
+    let AskedFor {
+        stream,
+        client_wants_usage,
+        cache_status,
+    } = asked;
     let gw = ticket.gw.clone();
+    let redaction = redaction_for(config, &ticket.route, &served);
     for f in &served.failures {
         gw.metrics
             .record_error(&ticket.route, &f.target, f.kind.metric());
@@ -667,9 +753,6 @@ async fn respond(
     if let Ok(v) = HeaderValue::from_str(&served.target) {
         response_headers.insert("x-pagoda-target", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&ticket.request_id) {
-        response_headers.insert("x-request-id", v);
-    }
     response_headers.insert(CACHE_STATUS_HEADER, HeaderValue::from_static(cache_status));
     if fallback {
         response_headers.insert("x-pagoda-fallback", HeaderValue::from_static("true"));
@@ -677,7 +760,26 @@ async fn respond(
     let status = served.status;
     let body = match served.body {
         Body::Full(bytes) | Body::Canned(bytes) if !stream || status != 200 => {
-            let (prompt_tokens, completion_tokens, response_id) = usage_of(&bytes);
+            let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+            let (prompt_tokens, completion_tokens, response_id) =
+                parsed.as_ref().map(usage_of).unwrap_or_default();
+            if status >= 400 {
+                let backend_model = config
+                    .target(&served.target)
+                    .map_or("", |t| t.upstream_model());
+                log_passed_through(
+                    &ticket,
+                    &served.target,
+                    backend_model,
+                    &replica,
+                    status,
+                    &bytes,
+                );
+            }
+            let bytes = match &redaction {
+                Some(r) => r.rewrite_body(bytes, parsed, status >= 400),
+                None => bytes,
+            };
             // Only the first choice's real answers are cached: a fallback's or a canned reply
             // would outlive the outage that caused it.
             if status == 200 && !fallback && served.replica.is_some() {
@@ -725,6 +827,13 @@ async fn respond(
         }
         Body::Full(bytes) => {
             // A backend that answered a stream request with plain JSON: pass it on.
+            let bytes = match &redaction {
+                Some(r) => {
+                    let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+                    r.rewrite_body(bytes, parsed, false)
+                }
+                None => bytes,
+            };
             ticket.finish(Ending {
                 status,
                 version: served.target.clone(),
@@ -751,10 +860,13 @@ async fn respond(
                 idle_timeout,
                 strip_usage_chunk: !client_wants_usage,
                 copy_limit: if ticket.cache_key.is_some() {
-                    gw.config().cache.max_entry_bytes
+                    config.cache.max_entry_bytes
                 } else {
                     0
                 },
+                request_id: ticket.request_id.clone(),
+                route: ticket.route.clone(),
+                redaction,
             };
             let version = served.target.clone();
             let content_type = served.content_type.clone();
@@ -768,6 +880,29 @@ async fn respond(
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     *response.headers_mut() = response_headers;
     response
+}
+
+/// Logs an upstream's error answer that is passed through to the client, with what the client
+/// may not see of it: target, backend model, replica and the body as the upstream sent it.
+fn log_passed_through(
+    ticket: &Ticket,
+    target: &str,
+    backend_model: &str,
+    replica: &str,
+    status: u16,
+    body: &[u8],
+) {
+    let quoted = &body[..body.len().min(LOGGED_ERROR_BODY_BYTES)];
+    tracing::info!(
+        request_id = %ticket.request_id,
+        route = %ticket.route,
+        target,
+        backend_model,
+        replica,
+        status,
+        body = %String::from_utf8_lossy(quoted),
+        "upstream error answer passed through to the client"
+    );
 }
 
 fn finish_stream(

@@ -75,6 +75,11 @@ pub struct ServerConfig {
     pub reload_interval_ms: u64,
     /// A client must send its whole body within this time (slow clients get 408).
     pub body_timeout_ms: u64,
+    /// Show clients the upstreams behind a route: the backend's own `model` names in relayed
+    /// answers and error texts, replica addresses and connection errors in the gateway's 503
+    /// and 504 messages. Off by default: clients see the route's name and a request id, the
+    /// details go to the log (see `privacy.rs`); turn it on only to debug.
+    pub expose_upstream_details: bool,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +92,7 @@ impl Default for ServerConfig {
             request_timeout_ms: 120_000,
             reload_interval_ms: 1000,
             body_timeout_ms: 30_000,
+            expose_upstream_details: false,
         }
     }
 }

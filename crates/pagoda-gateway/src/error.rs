@@ -3,7 +3,10 @@
 //! limits, a `Retry-After` header.
 //!
 //! Invariant: every refusal made by the gateway itself goes through [`ApiError`], so clients
-//! (the official SDKs among them) can parse every error the same way.
+//! (the official SDKs among them) can parse every error the same way. The messages about
+//! failed upstreams that clients see by default ([`ApiError::route_unavailable`],
+//! [`ApiError::route_timeout`], [`ApiError::stream_cut`]) name the route and the request id,
+//! never a replica, a backend model or a connection error (`privacy.rs`).
 
 use std::time::Duration;
 
@@ -159,6 +162,37 @@ impl ApiError {
             StatusCode::GATEWAY_TIMEOUT,
             "server_error",
             Some("upstream_timeout"),
+            message.into(),
+        )
+    }
+
+    /// Every target of `route`'s chain failed (the details are in the log under `request_id`).
+    pub fn route_unavailable(route: &str, request_id: &str) -> Self {
+        Self::upstream_unavailable(format!(
+            "route `{route}`: no healthy replica answered; retry later (request id {request_id})"
+        ))
+    }
+
+    /// Every attempt on `route`'s chain ran out of time.
+    pub fn route_timeout(route: &str, request_id: &str) -> Self {
+        Self::upstream_timeout(format!(
+            "route `{route}`: no replica answered in time; retry later (request id {request_id})"
+        ))
+    }
+
+    /// A stream of `route` that broke after its first chunk (sent as its last SSE event).
+    pub fn stream_cut(route: &str, request_id: &str) -> Self {
+        Self::stream_broken(format!(
+            "route `{route}`: the answer was cut off; retry the request (request id {request_id})"
+        ))
+    }
+
+    /// A stream that broke after its first chunk, with `message` saying why.
+    pub fn stream_broken(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "server_error",
+            Some("stream_broken"),
             message.into(),
         )
     }

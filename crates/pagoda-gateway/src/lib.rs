@@ -4,7 +4,8 @@
 //! `cache`) -> `route` (client model name -> target version: rules, splits, `rollout` canary
 //! weights) -> `proxy` (replica choice and queueing in `upstream`, retries, fallback chain,
 //! streaming relay) -> `usage` ledger, `metrics`, rollout statistics. `reload` swaps validated
-//! configs in while requests run; `admin` is the operator's API.
+//! configs in while requests run; `admin` is the operator's API. `request_id` names every
+//! request and response; `privacy` keeps the upstreams behind a route out of what clients see.
 
 pub mod cache;
 pub mod config;
@@ -18,8 +19,10 @@ pub mod usage;
 pub mod admin;
 pub mod app;
 pub mod error;
+pub mod privacy;
 pub mod proxy;
 pub mod reload;
+pub mod request_id;
 pub mod route;
 pub mod state;
 

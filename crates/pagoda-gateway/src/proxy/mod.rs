@@ -5,7 +5,8 @@
 //! - connection errors, timeouts, 5xx and 429 from a backend are retried (another replica of
 //!   the same target when there is one, with backoff and within the retry budget), then the
 //!   next target of the route's fallback chain is tried; a canned-reply target ends a chain;
-//! - other 4xx answers are the client's fault and are passed through unchanged;
+//! - other 4xx answers are the client's fault and are passed through (what they say about the
+//!   upstream is rewritten by the caller, see `privacy.rs`);
 //! - 5xx, timeouts and connection errors count against the replica's circuit breaker;
 //! - a stream is committed only once its first chunk has arrived, so a backend that fails
 //!   before its first byte still falls back; after that, `stream.rs` owns the relay.
@@ -57,6 +58,10 @@ pub struct Forward<'a> {
     pub affinity: Option<u64>,
     /// Targets in order: the chosen one, then the fallbacks.
     pub chain: &'a [String],
+    /// The client-facing model name (what canned replies call themselves unless
+    /// `server.expose_upstream_details` is on).
+    pub route: &'a str,
+    /// Sent upstream as `x-request-id`, and on the log lines of failed attempts.
     pub request_id: &'a str,
 }
 
@@ -114,6 +119,8 @@ impl FailureKind {
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub target: String,
+    /// The model name the target's backend knows.
+    pub model: String,
     pub replica: String,
     pub kind: FailureKind,
     pub detail: String,
@@ -156,7 +163,8 @@ pub struct Exhausted {
 }
 
 impl Exhausted {
-    /// A one-line summary for the client.
+    /// A one-line summary, shown to clients only with `server.expose_upstream_details` (it
+    /// may quote a connection error, and so a replica's URL).
     pub fn summary(&self) -> String {
         match self.failures.last() {
             Some(f) => format!(
@@ -168,6 +176,28 @@ impl Exhausted {
             ),
             None => "no backend could serve the request".into(),
         }
+    }
+
+    /// Every attempt with its target, backend model, replica and error, for the log.
+    pub fn detail(&self) -> String {
+        if self.failures.is_empty() {
+            return "no target of the chain could take the request".into();
+        }
+        let attempts: Vec<String> = self
+            .failures
+            .iter()
+            .map(|f| {
+                format!(
+                    "target '{}' (model '{}') replica '{}' {}: {}",
+                    f.target,
+                    f.model,
+                    f.replica,
+                    f.kind.label(),
+                    f.detail
+                )
+            })
+            .collect();
+        format!("{} attempts: {}", attempts.len(), attempts.join("; "))
     }
 
     pub fn all_timeouts(&self) -> bool {
@@ -193,13 +223,14 @@ pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Serve
         };
         if target.replicas.is_empty() {
             if let Some(text) = &target.canned_reply {
-                if let Some(bytes) = canned::reply(
-                    req.endpoint,
-                    req.stream,
-                    target.upstream_model(),
-                    text,
-                    req.request_id,
-                ) {
+                let model = if ctx.config.server.expose_upstream_details {
+                    target.upstream_model()
+                } else {
+                    req.route
+                };
+                if let Some(bytes) =
+                    canned::reply(req.endpoint, req.stream, model, text, req.request_id)
+                {
                     return Ok(Served {
                         status: 200,
                         content_type: if req.stream {
@@ -261,7 +292,7 @@ async fn try_target(
                 .retry_budget
                 .try_retry(&ctx.config.retry, Instant::now())
             {
-                tracing::warn!(target = %target.name, "retry budget spent: failing over");
+                tracing::warn!(request_id = %req.request_id, target = %target.name, "retry budget spent: failing over");
                 return None;
             }
             *retries += 1;
@@ -270,6 +301,7 @@ async fn try_target(
         let Some(replica) = pool.pick_excluding(req.affinity, &tried) else {
             failures.push(Failure {
                 target: target.name.clone(),
+                model: target.upstream_model().to_string(),
                 replica: String::new(),
                 kind: FailureKind::NoReplica,
                 detail: "no healthy replica (all down or circuits open)".into(),
@@ -285,6 +317,7 @@ async fn try_target(
             Err(_) => {
                 failures.push(Failure {
                     target: target.name.clone(),
+                    model: target.upstream_model().to_string(),
                     replica: replica.url.clone(),
                     kind: FailureKind::QueueTimeout,
                     detail: format!("no free slot within {} ms", target.queue_timeout_ms),
@@ -304,9 +337,10 @@ async fn try_target(
                 if kind.blames_replica() {
                     replica.record_failure();
                 }
-                tracing::debug!(target = %target.name, replica = %replica.url, kind = kind.label(), %detail, "attempt failed");
+                tracing::debug!(request_id = %req.request_id, target = %target.name, replica = %replica.url, kind = kind.label(), %detail, "attempt failed");
                 failures.push(Failure {
                     target: target.name.clone(),
+                    model: target.upstream_model().to_string(),
                     replica: replica.url.clone(),
                     kind,
                     detail,
@@ -335,7 +369,7 @@ async fn attempt_once(
         .client
         .post(&url)
         .header("content-type", "application/json")
-        .header("x-request-id", req.request_id)
+        .header(crate::request_id::REQUEST_ID_HEADER, req.request_id)
         .body(payload);
     if let Some(key) = &target.api_key {
         builder = builder.bearer_auth(key);

@@ -2,12 +2,15 @@
 //!
 //! The relay re-frames each upstream event (so a usage-only chunk the gateway asked for, but
 //! the client did not, can be dropped), notes the time to the first content chunk, the usage
-//! the backend reports and the response id, and keeps a bounded copy for the cache.
+//! the backend reports and the response id, and keeps a bounded copy for the cache. With a
+//! [`Redaction`] each event names the route instead of the upstream (`privacy.rs`), so the
+//! cached copy does too.
 //!
 //! Invariants:
 //! - a stream that breaks after its first byte (upstream error, idle timeout, or an end
 //!   without `[DONE]`) ends with an OpenAI-style error event and never with `[DONE]`, so a
-//!   client cannot mistake a cut answer for a complete one;
+//!   client cannot mistake a cut answer for a complete one; with a [`Redaction`] that event
+//!   names the route and the request id, and why it broke goes to the log only;
 //! - the `on_end` callback runs exactly once: when the stream finishes, or when it is dropped
 //!   because the client went away (then `client_gone` is set);
 //! - the replica permit is held until that moment.
@@ -22,6 +25,7 @@ use pagoda_protocol::sse::{data_event, SseReader, DONE};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::privacy::Redaction;
 use crate::upstream::ReplicaPermit;
 
 /// What the relay saw.
@@ -77,6 +81,12 @@ pub struct RelayOptions {
     pub strip_usage_chunk: bool,
     /// Keep a copy up to this many bytes (0 = no copy).
     pub copy_limit: usize,
+    /// The request's id and route, for the log line of a broken stream.
+    pub request_id: String,
+    pub route: String,
+    /// Rewrites what events say about the upstream; None relays them as they come
+    /// (`server.expose_upstream_details`).
+    pub redaction: Option<Redaction>,
 }
 
 struct State {
@@ -159,12 +169,22 @@ impl State {
                 self.emit(data_event(DONE));
                 continue;
             }
-            if let Ok(v) = serde_json::from_str::<Value>(&event.data) {
-                if self.observe(&v) {
-                    continue;
+            let data = match serde_json::from_str::<Value>(&event.data) {
+                Ok(mut v) => {
+                    if self.observe(&v) {
+                        continue;
+                    }
+                    match &self.options.redaction {
+                        Some(r) if r.rewrite_value(&mut v, false) => v.to_string(),
+                        _ => event.data,
+                    }
                 }
-            }
-            self.emit(data_event(&event.data));
+                Err(_) => match &self.options.redaction {
+                    Some(r) => r.scrub(&event.data, None).unwrap_or(event.data),
+                    None => event.data,
+                },
+            };
+            self.emit(data_event(&data));
         }
     }
 
@@ -207,9 +227,12 @@ impl State {
     }
 
     fn break_with(&mut self, reason: String) {
-        tracing::warn!(%reason, "stream broken after its first byte");
-        let mut error = ApiError::upstream_unavailable(format!("the answer was cut off: {reason}"));
-        error.code = Some("stream_broken");
+        let options = &self.options;
+        tracing::warn!(request_id = %options.request_id, route = %options.route, %reason, "stream broken after its first byte");
+        let error = match &options.redaction {
+            Some(_) => ApiError::stream_cut(&options.route, &options.request_id),
+            None => ApiError::stream_broken(format!("the answer was cut off: {reason}")),
+        };
         let payload = serde_json::to_string(&error.body()).unwrap_or_default();
         self.finisher.tally.broken = Some(reason);
         self.finisher.tally.copy = None;
@@ -231,6 +254,14 @@ mod tests {
     }
 
     async fn run(parts: Vec<reqwest::Result<Bytes>>, strip: bool) -> (String, StreamTally) {
+        run_with(parts, strip, None).await
+    }
+
+    async fn run_with(
+        parts: Vec<reqwest::Result<Bytes>>,
+        strip: bool,
+        redaction: Option<Redaction>,
+    ) -> (String, StreamTally) {
         let seen = Arc::new(Mutex::new(None));
         let s2 = seen.clone();
         let mut iter = parts.into_iter();
@@ -244,6 +275,9 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             strip_usage_chunk: strip,
             copy_limit: 1 << 20,
+            request_id: "req-1".into(),
+            route: "chat".into(),
+            redaction,
         };
         let out: Vec<_> = relay(
             first,
@@ -308,5 +342,33 @@ mod tests {
         let (text, tally) = run(parts, false).await;
         assert_eq!(text, whole);
         assert_eq!(tally.content_chunks, 1);
+    }
+
+    #[tokio::test]
+    async fn a_redacted_relay_names_the_route_in_events_and_in_its_break() {
+        let event = |model: &str| {
+            data_event(
+                &serde_json::json!({"id": "r", "model": model, "choices": [{"index": 0, "delta": {"content": "hi"}}]})
+                    .to_string(),
+            )
+        };
+        let redaction = Redaction::new("chat", "secret-7b", Some("http://10.1.2.3:9000"));
+        let parts = vec![Ok(Bytes::from(event("secret-7b")))];
+        let (text, tally) = run_with(parts, true, Some(redaction)).await;
+        let events = SseReader::new().feed(text.as_bytes());
+        let first: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(first["model"], "chat");
+        assert_eq!(first["choices"][0]["delta"]["content"], "hi");
+        let last: Value = serde_json::from_str(&events[1].data).unwrap();
+        assert_eq!(
+            last["error"]["message"],
+            "route `chat`: the answer was cut off; retry the request (request id req-1)"
+        );
+        assert_eq!(last["error"]["code"], "stream_broken");
+        assert!(
+            !text.contains("secret-7b") && !text.contains("10.1.2.3"),
+            "{text}"
+        );
+        assert!(tally.broken.is_some(), "the reason stays in the ledger");
     }
 }

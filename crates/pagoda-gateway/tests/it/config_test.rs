@@ -61,3 +61,22 @@ fn the_documented_example_config_is_valid() {
     );
     assert_eq!(c.keys[0].limits.rpm, Some(60));
 }
+
+#[test]
+fn upstream_details_are_private_unless_the_key_turns_them_on() {
+    let c = GatewayConfig::parse(GOOD, "test").unwrap();
+    assert!(!c.server.expose_upstream_details, "private by default");
+    let on = format!("[server]\nexpose_upstream_details = true\n{GOOD}");
+    assert!(
+        GatewayConfig::parse(&on, "test")
+            .unwrap()
+            .server
+            .expose_upstream_details
+    );
+    let bad = format!("[server]\nexpose_upstream_details = \"yes\"\n{GOOD}");
+    let e = GatewayConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(
+        e.contains("expose_upstream_details") && e.contains("boolean"),
+        "{e}"
+    );
+}

@@ -114,6 +114,22 @@ impl TestGateway {
         r.json().await.unwrap()
     }
 
+    /// `(request_id, status)` of every ledger row so far, oldest first.
+    pub async fn ledger_rows(&self) -> Vec<(String, u16)> {
+        self.gateway.usage.flush().await;
+        let db = self.config_path.with_file_name("gateway.db");
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT request_id, status FROM gateway_usage ORDER BY id")
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        rows
+    }
+
     pub async fn admin_post(&self, path: &str, body: Value) -> reqwest::Response {
         self.client
             .post(format!("{}{path}", self.url))

@@ -1,15 +1,17 @@
 //! A small OpenAI-compatible backend for the gateway's tests: it answers chat completions
-//! (JSON or SSE) with its own name, reports usage, and can be told to fail, slow down, cut its
-//! streams or report itself unhealthy. It listens on a real loopback socket.
+//! (JSON or SSE) with its own name, reports usage and the model it was asked for (as real
+//! servers do), and can be told to fail, slow down, cut its streams or report itself
+//! unhealthy. Like some real servers, its error messages name the model and its own address.
+//! It remembers the `x-request-id` it last received. It listens on a real loopback socket.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -28,6 +30,10 @@ pub struct Behaviour {
     pub cut_streams: AtomicBool,
     pub unhealthy: AtomicBool,
     pub served: AtomicU64,
+    /// Answer "from <name>" instead of "from <name> as <model>".
+    pub content_without_model: AtomicBool,
+    /// The `x-request-id` of the last chat request.
+    pub last_request_id: Mutex<Option<String>>,
 }
 
 pub struct Stub {
@@ -49,6 +55,14 @@ impl Stub {
         self.behaviour.fail_status.store(status, Ordering::SeqCst);
     }
 
+    pub fn last_request_id(&self) -> Option<String> {
+        self.behaviour
+            .last_request_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Stops accepting connections (a killed replica).
     pub fn kill(&mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -65,13 +79,25 @@ impl Drop for Stub {
 
 struct StubState {
     name: String,
+    url: String,
     behaviour: Arc<Behaviour>,
 }
 
+/// A base URL on which nothing listens (a replica that is down).
+pub async fn dead_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
 pub async fn start(name: &str) -> Stub {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let behaviour = Arc::new(Behaviour::default());
     let state = Arc::new(StubState {
         name: name.to_string(),
+        url: format!("http://{addr}"),
         behaviour: behaviour.clone(),
     });
     let app = Router::new()
@@ -79,8 +105,6 @@ pub async fn start(name: &str) -> Stub {
         .route("/v1/completions", post(chat))
         .route("/health", get(health))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
@@ -104,13 +128,22 @@ async fn health(State(s): State<Arc<StubState>>) -> StatusCode {
     }
 }
 
-fn chunk(id: &str, content: &str) -> String {
-    let v = json!({"id": id, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+fn chunk(id: &str, model: &str, content: &str) -> String {
+    let v = json!({"id": id, "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
     format!("data: {v}\n\n")
 }
 
-async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Response {
+async fn chat(
+    State(s): State<Arc<StubState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     let b = &s.behaviour;
+    *b.last_request_id.lock().unwrap_or_else(|p| p.into_inner()) = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let model = body["model"].as_str().unwrap_or("").to_string();
     let delay = b.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -119,15 +152,20 @@ async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Respo
     if fail != 0 {
         return (
             StatusCode::from_u16(fail).unwrap(),
-            Json(json!({"error": {"message": "stub failure", "type": "server_error"}})),
+            Json(json!({"error": {
+                "message": format!("stub failure: model `{model}` at {} refused the request", s.url),
+                "type": if fail >= 500 { "server_error" } else { "invalid_request_error" }}})),
         )
             .into_response();
     }
     b.served.fetch_add(1, Ordering::SeqCst);
     let n = b.served.load(Ordering::SeqCst);
     let id = format!("chatcmpl-{}-{n}", s.name);
-    let model = body["model"].as_str().unwrap_or("").to_string();
-    let content = format!("from {} as {}", s.name, model);
+    let content = if b.content_without_model.load(Ordering::SeqCst) {
+        format!("from {}", s.name)
+    } else {
+        format!("from {} as {}", s.name, model)
+    };
     let usage = json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS, "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS});
     if !body["stream"].as_bool().unwrap_or(false) {
         return Json(json!({"id": id, "object": "chat.completion", "model": model,
@@ -140,8 +178,10 @@ async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Respo
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let cut = b.cut_streams.load(Ordering::SeqCst);
-    let mut parts: Vec<Result<String, std::io::Error>> =
-        vec![Ok(chunk(&id, "from ")), Ok(chunk(&id, &s.name))];
+    let mut parts: Vec<Result<String, std::io::Error>> = vec![
+        Ok(chunk(&id, &model, "from ")),
+        Ok(chunk(&id, &model, &s.name)),
+    ];
     if cut {
         parts.truncate(1);
         parts.push(Err(std::io::Error::other("cut")));
@@ -149,7 +189,7 @@ async fn chat(State(s): State<Arc<StubState>>, Json(body): Json<Value>) -> Respo
         if include_usage {
             parts.push(Ok(format!(
                 "data: {}\n\n",
-                json!({"id": id, "choices": [], "usage": usage})
+                json!({"id": id, "model": model, "choices": [], "usage": usage})
             )));
         }
         parts.push(Ok("data: [DONE]\n\n".to_string()));

@@ -1,0 +1,105 @@
+//! The request id: one per HTTP request, carried by every response in `x-request-id`.
+//!
+//! Owns choosing the id and putting it on the response. A client may send its own
+//! `x-request-id`; it is kept when it is [`is_acceptable`] (1 to [`MAX_LEN`] characters of
+//! `A-Z a-z 0-9 . _ : -`, one header), otherwise the gateway makes one
+//! ([`Gateway::next_request_id`]). The id is the request's name everywhere: the log lines that
+//! carry the upstream details, the usage ledger row, the `x-request-id` sent upstream (so the
+//! model server's log can be joined) and the response.
+//!
+//! Invariants: [`assign`] wraps the whole router (client API, admin API, health, metrics and
+//! the fallback for unknown paths), so every response the router produces — errors included —
+//! carries exactly one `x-request-id`, equal to the [`RequestId`] its handler saw; an id that
+//! reaches a header or a log line is always acceptable, so it can neither break a header nor
+//! forge a log line.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::state::Gateway;
+
+/// The request and response header.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The longest client-sent id that is kept.
+pub const MAX_LEN: usize = 128;
+
+/// The id of the request being handled, in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub String);
+
+/// Whether a client-sent id may be used as is: 1..=[`MAX_LEN`] characters of
+/// `[A-Za-z0-9._:-]`.
+pub fn is_acceptable(id: &str) -> bool {
+    (1..=MAX_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// The client's id, when it sent exactly one acceptable `x-request-id`.
+pub fn from_client(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(REQUEST_ID_HEADER).iter();
+    let (Some(only), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    only.to_str().ok().filter(|id| is_acceptable(id))
+}
+
+/// Middleware: picks the request's id, hands it to the handler as a [`RequestId`] extension
+/// and sets `x-request-id` on whatever response comes back.
+pub async fn assign(State(gw): State<Arc<Gateway>>, mut request: Request, next: Next) -> Response {
+    let id = match from_client(request.headers()) {
+        Some(id) => id.to_string(),
+        None => gw.next_request_id(),
+    };
+    let header = HeaderValue::from_str(&id);
+    request.extensions_mut().insert(RequestId(id));
+    let mut response = next.run(request).await;
+    match header {
+        Ok(value) => {
+            response.headers_mut().insert(REQUEST_ID_HEADER, value);
+        }
+        // Unreachable: acceptable client ids and the gateway's own are visible ASCII.
+        Err(e) => tracing::error!(error = %e, "a request id is not a valid header value"),
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_safe_ids_are_kept_and_others_refused() {
+        for ok in ["a", "req-42", "trace:1.2_3", &"x".repeat(MAX_LEN)] {
+            assert!(is_acceptable(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            &"x".repeat(MAX_LEN + 1),
+            "has space",
+            "new\nline",
+            "semi;colon",
+            "slash/",
+            "é",
+        ] {
+            assert!(!is_acceptable(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_single_acceptable_header_is_taken() {
+        let mut h = HeaderMap::new();
+        assert_eq!(from_client(&h), None);
+        h.insert(REQUEST_ID_HEADER, HeaderValue::from_static("abc-1"));
+        assert_eq!(from_client(&h), Some("abc-1"));
+        h.append(REQUEST_ID_HEADER, HeaderValue::from_static("abc-2"));
+        assert_eq!(from_client(&h), None, "two ids: neither is trusted");
+        h.insert(REQUEST_ID_HEADER, HeaderValue::from_static("a b"));
+        assert_eq!(from_client(&h), None);
+    }
+}
