@@ -227,7 +227,7 @@ async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError
         };
         if let Err(e) = loaded {
             // The operator started the server: they get the detail (paths included).
-            let message = e.detail.unwrap_or(e.message);
+            let message = e.detail.map_or(e.message, String::from);
             tracing::error!(model = %name, error = %message, "cannot load a model named at start");
             let _ = failed.send(ServerError::Preload {
                 model: name,
@@ -245,7 +245,7 @@ async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError
             return;
         };
         if let Err(e) = crate::openai::lora::load_adapter(&app, &name, path, &base).await {
-            let message = e.detail.unwrap_or(e.message);
+            let message = e.detail.map_or(e.message, String::from);
             tracing::error!(adapter = %name, error = %message, "cannot load a LoRA adapter named at start");
             let _ = failed.send(ServerError::Preload {
                 model: format!("{base}:{name}"),

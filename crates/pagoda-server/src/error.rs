@@ -23,10 +23,11 @@ pub struct ApiError {
     pub param: Option<String>,
     pub code: Option<String>,
     /// Seconds for a `Retry-After` header (429, 503).
-    pub retry_after: Option<u64>,
+    pub retry_after: Option<u32>,
     /// What went wrong in the operator's terms (paths, internal errors): written to the log
     /// with the request id by the request-id layer, never to the client.
-    pub detail: Option<String>,
+    /// Boxed: the error stays small enough to return by value everywhere.
+    pub detail: Option<Box<str>>,
 }
 
 impl ApiError {
@@ -182,7 +183,7 @@ impl ApiError {
 
     /// Keeps `detail` for the log (see [`ApiError::detail`]).
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
+        self.detail = Some(detail.into().into_boxed_str());
         self
     }
 

@@ -241,12 +241,10 @@ mod tests {
         assert!(n.allowed_path(&tiny(), "lora_path").is_ok());
         let e = n
             .allowed_path(Path::new("/etc"), "lora_path")
-            .err()
-            .expect("outside");
+            .expect_err("outside");
         let missing = n
             .allowed_path(Path::new("/nonexistent/x"), "lora_path")
-            .err()
-            .expect("missing");
+            .expect_err("missing");
         assert_eq!(e, missing, "no existence oracle");
     }
 
