@@ -12,6 +12,7 @@ Exit status 0 when every probe held; each failure is printed.
 """
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -250,7 +251,13 @@ def main():
     # The gateway in front of a server that is down: the client sees the route, not the upstream.
     work = tempfile.mkdtemp(prefix="pagoda-security-gateway-")
     dead = f"http://127.0.0.1:{listener.port + 1 if listener.port < 65535 else 1}"
+    key = "sk-security-probe"
     config = f"""
+[[key]]
+name = "probe"
+key_sha256 = "sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+rpm = 1
+
 [[target]]
 name = "backend"
 model = "secret-backend-model"
@@ -267,18 +274,25 @@ target = "backend"
                     r"listening on (http://[0-9.:]+)", "pagoda-gateway-", timeout=60)
     try:
         def gateway_keeps_its_upstreams_private():
-            status, headers, text = request(gateway.url, "POST", "/v1/chat/completions", chat("chat"))
+            status, headers, text = request(gateway.url, "POST", "/v1/chat/completions", chat("chat"),
+                                            {"authorization": f"Bearer {key}"})
             assert status in (502, 503, 504), (status, text)
             assert "x-request-id" in headers, headers
             clean(text, store_root, [dead, "127.0.0.1", "secret-backend-model", "onnect"])
 
         def gateway_request_ids_on_errors():
-            for method, route, body in [("POST", "/v1/chat/completions", b"{"),
-                                        ("POST", "/v1/chat/completions", chat("nope")),
-                                        ("GET", "/nothing", None)]:
-                status, headers, _ = request(gateway.url, method, route, body)
+            auth = {"authorization": f"Bearer {key}"}
+            for method, route, body, headers in [("POST", "/v1/chat/completions", b"{", {}),
+                                                 ("POST", "/v1/chat/completions", b"{", auth),
+                                                 ("POST", "/v1/chat/completions", chat("nope"), auth),
+                                                 ("GET", "/nothing", None, {})]:
+                status, got, _ = request(gateway.url, method, route, body, headers)
                 assert 400 <= status < 500, (route, status)
-                assert "x-request-id" in headers, (route, headers)
+                assert "x-request-id" in got, (route, got)
+            # Past the key's one request a minute: 429 with Retry-After and an id.
+            status, got, _ = request(gateway.url, "POST", "/v1/chat/completions", chat("chat"), auth)
+            assert status == 429, status
+            assert "x-request-id" in got and "retry-after" in got, got
 
         check("gateway: 5xx names no upstream", gateway_keeps_its_upstreams_private)
         check("gateway: x-request-id on errors", gateway_request_ids_on_errors)
