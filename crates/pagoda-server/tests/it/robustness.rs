@@ -153,3 +153,45 @@ async fn sixty_four_streams_some_dropped_midway_leave_the_pool_empty() {
     );
     s.stop().await.expect("clean stop");
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_is_counted_as_an_abort() {
+    let s = start(config()).await;
+    let abort_line = format!(
+        "pagoda:request_success_total{{finished_reason=\"abort\",model_name=\"{}\"}}",
+        tiny_llama()
+    );
+    let count = |metrics: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(abort_line.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before = count(&s.metrics().await);
+    let body = json!({
+        "model": tiny_llama(),
+        "messages": [{"role": "user", "content": "a long story"}],
+        "max_tokens": 150,
+        "ignore_eos": true,
+        "stream": true,
+    });
+    let r = s.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    let mut bytes = r.bytes_stream();
+    let _ = bytes.next().await;
+    drop(bytes);
+    assert!(
+        s.wait_kv_empty().await,
+        "the aborted request's blocks came back"
+    );
+    let mut after = before;
+    for _ in 0..50 {
+        after = count(&s.metrics().await);
+        if after > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(after, before + 1, "{abort_line}");
+}
