@@ -93,6 +93,10 @@ def main():
                       "the model list")
         models = page.eval("[...document.querySelectorAll('#model option')].map(o => o.value)")
         assert a.model in models, models
+        # The server's default model is preselected (not whatever sorts first, e.g. an
+        # embedding model that cannot chat).
+        selected = page.eval("document.getElementById('model').value")
+        assert selected == a.model, (selected, models)
         page.eval(f"document.getElementById('model').value = {json.dumps(a.model)}")
         page.eval("document.getElementById('input').value = 'What is the capital of France?';"
                   "document.getElementById('form').requestSubmit(); true")

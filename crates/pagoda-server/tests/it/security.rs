@@ -64,6 +64,10 @@ async fn model_names_never_reach_the_filesystem() {
         "reported under the operator's spelling"
     );
     assert_eq!(s.state.registry.loaded().len(), 1, "one file, one model");
+    assert!(
+        s.state.config.memory_budget.is_some(),
+        "loads over HTTP are bounded by default"
+    );
     let metrics = s.metrics().await;
     for line in metrics.lines().filter(|l| l.contains("model_name=\"")) {
         assert!(
