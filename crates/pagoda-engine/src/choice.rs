@@ -3,9 +3,10 @@
 //!
 //! Invariants: text is released only once it is valid UTF-8 and cannot be the start of a stop
 //! string; an EOS or stop token is never part of the output; after [`Choice::accept`] reports
-//! an end, the choice accepts nothing more.
+//! an end, the choice accepts nothing more; a row of logits holding NaN or infinities is never
+//! sampled from (the caller gets what was found instead).
 
-use crate::sampling::{SampledToken, Sampler, SamplingParams};
+use crate::sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 use crate::stop::{FinishReason, StopMatcher};
 use pagoda_model::tokenizer::{IncrementalDecoder, Tokenizer};
 use pagoda_model::ModelError;
@@ -45,9 +46,14 @@ impl Choice {
         }
     }
 
-    /// Samples the next token from one row of logits (modified in place).
-    pub fn sample(&mut self, logits: &mut [f32], prompt: &[u32]) -> SampledToken {
-        self.sampler.sample(logits, prompt, &self.generated)
+    /// Samples the next token from one row of logits (modified in place); `Err` when the row
+    /// holds NaN or infinities (a numerical fault: nothing is sampled).
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        prompt: &[u32],
+    ) -> Result<SampledToken, NonFiniteLogits> {
+        self.sampler.try_sample(logits, prompt, &self.generated)
     }
 
     /// Samples the token after `pending` (sampled this step, not yet accepted): penalties see
@@ -57,13 +63,13 @@ impl Choice {
         logits: &mut [f32],
         prompt: &[u32],
         pending: &[u32],
-    ) -> SampledToken {
+    ) -> Result<SampledToken, NonFiniteLogits> {
         if pending.is_empty() {
             return self.sample(logits, prompt);
         }
         let mut history = self.generated.clone();
         history.extend_from_slice(pending);
-        self.sampler.sample(logits, prompt, &history)
+        self.sampler.try_sample(logits, prompt, &history)
     }
 
     /// The token ends the choice without being output (EOS or a stop token).

@@ -1,5 +1,8 @@
 //! The engine core: one step = `scheduler.schedule()` → `runner.execute()` → sample every
-//! chunk that ends at its sequence's last token → `scheduler.update()` → stream events.
+//! chunk that ends at its sequence's last token → `scheduler.update()` → stream events. A row
+//! of logits holding NaN or infinities is not sampled from: its request fails with
+//! [`EngineError::NumericalFault`] (blocks freed, one log line, see [`crate::fault`]) and the
+//! rest of the batch goes on.
 //!
 //! [`EngineCore`] is single-threaded plain state; [`EngineHandle`](crate::EngineHandle) owns one
 //! on its own thread. Requests map to one sequence per choice; the choices of an `n > 1`
@@ -10,12 +13,13 @@
 
 use crate::block_pool::BlockPool;
 use crate::choice::Choice;
+use crate::fault::{self, Fault, Located};
 use crate::generate::Usage;
 use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 use crate::runner::ModelRunner;
 use crate::scheduler::SeqState as SchedState;
 use crate::scheduler::{
-    BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
+    BatchingMode, Policy, ScheduledChunk, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
 };
 use crate::speculative::{SpecStats, SpeculativeConfig, Speculator};
 use crate::stop::FinishReason;
@@ -189,6 +193,8 @@ pub struct EngineCore {
     next_seq: SeqId,
     stats: EngineStats,
     speculator: Option<Speculator>,
+    /// A numerical fault was located (see [`crate::fault`]): later ones are only logged.
+    fault_located: bool,
 }
 
 impl EngineCore {
@@ -241,6 +247,7 @@ impl EngineCore {
                 kv_blocks_total: layout.n_blocks,
                 ..EngineStats::default()
             },
+            fault_located: false,
         })
     }
 
@@ -399,18 +406,69 @@ impl EngineCore {
 
     /// Fails every request in flight with `message` (after a model fault).
     fn fail_all(&mut self, message: &str) {
-        for (_, req) in self.requests.drain() {
-            for seq in &req.seqs {
-                self.scheduler.finish(*seq, SeqEnd::Aborted);
-                if let Some(spec) = self.speculator.as_mut() {
-                    spec.release(*seq);
-                }
-            }
-            let _ = req.events.send(TokenEvent::Error {
-                message: message.to_string(),
-            });
+        let ids: Vec<RequestId> = self.requests.keys().copied().collect();
+        for id in ids {
+            self.fail_request(id, message);
         }
         self.seqs.clear();
+    }
+
+    /// Fails request `id` as a whole: every choice's sequence ends (its KV blocks go back to
+    /// the pool), and its stream gets one `Error` and nothing after it. Unknown ids are ignored.
+    fn fail_request(&mut self, id: RequestId, message: &str) {
+        let Some(req) = self.requests.remove(&id) else {
+            return;
+        };
+        for seq in &req.seqs {
+            self.forget_speculation(*seq);
+            self.seqs.remove(seq);
+            self.scheduler.finish(*seq, SeqEnd::Aborted);
+        }
+        let _ = req.events.send(TokenEvent::Error {
+            message: message.to_string(),
+        });
+    }
+
+    /// Fails the request of `seq`, whose row of `chunk` held non-finite logits, and logs it,
+    /// naming the stage that first went non-finite when this engine has not located a fault
+    /// yet (see [`crate::fault`] for why only the first).
+    fn numerical_fault(&mut self, seq: SeqId, chunk: &ScheduledChunk, fault: Fault) {
+        let Some(request) = self.seqs.get(&seq).map(|s| s.request) else {
+            return;
+        };
+        let adapter = self
+            .requests
+            .get(&request)
+            .is_some_and(|r| r.request.adapter.is_some());
+        let located = if self.fault_located {
+            Located::Skipped("the engine re-runs only its first faulting sequence")
+        } else {
+            match self.fault_tokens(seq, chunk, fault.position) {
+                Some(tokens) => {
+                    let located =
+                        fault::locate(self.runner.model(), &tokens, self.layout.dtype, adapter);
+                    self.fault_located = !matches!(located, Located::TooLong { .. });
+                    located
+                }
+                None => Located::Skipped("the sequence's tokens are not known"),
+            }
+        };
+        fault.log(Some(request), &located);
+        self.fail_request(request, &fault.error().to_string());
+    }
+
+    /// The tokens of `seq` up to and including the input of `chunk`'s row at `position` (a
+    /// proposal, when the row verifies one).
+    fn fault_tokens(
+        &self,
+        seq: SeqId,
+        chunk: &ScheduledChunk,
+        position: usize,
+    ) -> Option<Vec<u32>> {
+        let info = self.scheduler.seq(seq)?;
+        let mut tokens = info.tokens.get(..chunk.start)?.to_vec();
+        tokens.extend_from_slice(chunk.tokens.get(..=position.checked_sub(chunk.start)?)?);
+        Some(tokens)
     }
 
     fn new_seq_id(&mut self) -> SeqId {
@@ -460,20 +518,33 @@ impl EngineCore {
 
     /// Samples one chunk's rows: one token, or with proposals the accepted ones followed by
     /// the first sampled token that differs (see [`crate::speculative`]). Returns the picks
-    /// and how many proposals were accepted.
+    /// and how many proposals were accepted, or the fault of the first row it would sample
+    /// from that holds NaN or infinities (nothing of the chunk is then kept).
     fn sample_chunk(
         &mut self,
-        seq: SeqId,
-        draft: &[u32],
+        chunk: &ScheduledChunk,
         rows: &mut [f32],
         vocab: usize,
-    ) -> Option<(Vec<crate::SampledToken>, usize)> {
-        let state = self.seqs.get_mut(&seq)?;
+    ) -> Option<Result<(Vec<crate::SampledToken>, usize), Fault>> {
+        let draft = chunk.draft();
+        let state = self.seqs.get_mut(&chunk.seq)?;
         let req = self.requests.get(&state.request)?;
+        // The rows are those of the chunk's last `sample_rows` tokens.
+        let first_row_position =
+            chunk.start + chunk.tokens.len().saturating_sub(chunk.sample_rows());
         let mut picks: Vec<crate::SampledToken> = Vec::with_capacity(draft.len() + 1);
         let mut pending: Vec<u32> = Vec::with_capacity(draft.len() + 1);
         for (i, row) in rows.chunks_exact_mut(vocab).enumerate() {
-            let pick = state.choice.sample_after(row, &req.prompt, &pending);
+            let pick = match state.choice.sample_after(row, &req.prompt, &pending) {
+                Ok(pick) => pick,
+                Err(found) => {
+                    return Some(Err(Fault {
+                        found,
+                        step: state.choice.generated().len() + i,
+                        position: first_row_position + i,
+                    }))
+                }
+            };
             let token = pick.token;
             picks.push(pick);
             pending.push(token);
@@ -483,7 +554,7 @@ impl EngineCore {
             }
         }
         let accepted = picks.len() - 1;
-        Some((picks, accepted))
+        Some(Ok((picks, accepted)))
     }
 
     /// Runs one step. Returns `false` when there was nothing to run.
@@ -534,6 +605,7 @@ impl EngineCore {
         let mut sampled: Vec<(SeqId, Vec<u32>)> = Vec::new();
         let mut picks = Vec::new();
         let mut forks = Vec::new();
+        let mut faults = Vec::new();
         let mut row = 0;
         for chunk in out.chunks.iter().filter(|c| c.sample) {
             let rows = chunk.sample_rows();
@@ -548,10 +620,13 @@ impl EngineCore {
             let needs_fork = req.request.n > req.seqs.len();
             let request = state.request;
             let pristine = needs_fork.then(|| chunk_logits[..vocab].to_vec());
-            let Some((chunk_picks, accepted)) =
-                self.sample_chunk(chunk.seq, chunk.draft(), chunk_logits, vocab)
-            else {
-                continue;
+            let (chunk_picks, accepted) = match self.sample_chunk(chunk, chunk_logits, vocab) {
+                Some(Ok(sampled)) => sampled,
+                Some(Err(fault)) => {
+                    faults.push((chunk, fault));
+                    continue;
+                }
+                None => continue,
             };
             if chunk.num_draft > 0 {
                 if let Some(spec) = self.speculator.as_mut() {
@@ -565,6 +640,12 @@ impl EngineCore {
             }
         }
         let emitted = picks.len();
+        // Before `update`: a failed request's sequences leave the scheduler now, so `update`
+        // skips their chunks (and its other choices' picks find no choice to deliver to).
+        let faulted = !faults.is_empty();
+        for (chunk, fault) in faults {
+            self.numerical_fault(chunk.seq, chunk, fault);
+        }
         let ended = self.scheduler.update_speculative(&out, &sampled);
         for (parent, request, base) in forks {
             self.fork_choices(parent, request, &base);
@@ -575,7 +656,8 @@ impl EngineCore {
         for (seq, end) in ended {
             self.end_choice(seq, finish_reason(end), false);
         }
-        if let Some(spec) = self.speculator.as_mut() {
+        // A step that located a fault timed its re-run too: not a decode step's cost.
+        if let Some(spec) = self.speculator.as_mut().filter(|_| !faulted) {
             let pure_decode = out
                 .chunks
                 .iter()
@@ -603,15 +685,28 @@ impl EngineCore {
             };
             let mut choice = self.new_choice(&req.request, index);
             let mut row = base.to_vec();
-            let pick = choice.sample(&mut row, &req.prompt);
-            let events = req.events.clone();
+            let pick = match choice.sample(&mut row, &req.prompt) {
+                Ok(pick) => pick,
+                Err(found) => {
+                    // The parent sampled this row first and found it finite, so this cannot
+                    // happen; if it does, the request fails as any numerical fault does.
+                    let fault = Fault {
+                        found,
+                        step: 0,
+                        position: req.prompt.len().saturating_sub(1),
+                    };
+                    fault.log(
+                        Some(request),
+                        &Located::Skipped("found while forking choices"),
+                    );
+                    self.fail_request(request, &fault.error().to_string());
+                    return;
+                }
+            };
             let child = self.new_seq_id();
             if let Err(e) = self.scheduler.fork(parent, child, pick.token) {
                 tracing::error!(error = %e, "fork failed");
-                let _ = events.send(TokenEvent::Error {
-                    message: e.to_string(),
-                });
-                self.abort(request);
+                self.fail_request(request, &e.to_string());
                 return;
             }
             self.seqs.insert(
@@ -641,12 +736,7 @@ impl EngineCore {
             Ok(a) => a,
             Err(e) => {
                 let request = state.request;
-                if let Some(req) = self.requests.get(&request) {
-                    let _ = req.events.send(TokenEvent::Error {
-                        message: e.to_string(),
-                    });
-                }
-                self.abort(request);
+                self.fail_request(request, &e.to_string());
                 return;
             }
         };

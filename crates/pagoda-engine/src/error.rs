@@ -1,6 +1,6 @@
 //! The one error type of pagoda-engine.
 
-use crate::sampling::SamplingError;
+use crate::sampling::{NonFiniteLogits, SamplingError};
 use pagoda_model::ModelError;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,17 @@ pub enum EngineError {
     Stopped,
     #[error("timed out waiting for the engine")]
     Timeout,
+    /// The logits a choice was to sample from held NaN or infinities: the model's arithmetic
+    /// broke (broken weights, an unsupported quantization, an overflow), not the request.
+    /// `step` is the output token being chosen (0: the first), `position` the sequence
+    /// position whose logits these are (the last token fed). The message is meant for
+    /// clients too: no path, no internals.
+    #[error("numerical fault: the model produced non-finite numbers (NaN/inf) in its logits ({found}) at step {step} (position {position}); its weights are likely broken or their quantization unsupported")]
+    NumericalFault {
+        found: NonFiniteLogits,
+        step: usize,
+        position: usize,
+    },
     #[error(transparent)]
     Sampling(#[from] SamplingError),
     #[error(transparent)]

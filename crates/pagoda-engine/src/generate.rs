@@ -3,9 +3,13 @@
 //!
 //! Invariants: the KV cache always holds exactly the first `cache.len()` tokens of
 //! `self.cached` (so a follow-up prompt that extends the conversation reuses them); text is
-//! handed to the caller only once it is valid UTF-8 and cannot be the start of a stop string.
+//! handed to the caller only once it is valid UTF-8 and cannot be the start of a stop string;
+//! logits holding NaN or infinities end the generation with
+//! [`EngineError::NumericalFault`] (logged, see [`crate::fault`]) and the cached conversation
+//! is forgotten, since its KV may hold the same broken values.
 
-use crate::sampling::{SampledToken, Sampler, SamplingParams};
+use crate::fault::{self, Fault};
+use crate::sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 use crate::stop::{FinishReason, StopMatcher};
 use crate::EngineError;
 use pagoda_model::arch::{Logits, LoraWeights, Model};
@@ -190,7 +194,10 @@ impl Generator {
         };
 
         while out.tokens.len() < req.max_tokens {
-            let sampled = sampler.sample(&mut logits, &req.prompt, &out.tokens);
+            let sampled = match sampler.try_sample(&mut logits, &req.prompt, &out.tokens) {
+                Ok(sampled) => sampled,
+                Err(found) => return Err(self.numerical_fault(found, out.tokens.len())),
+            };
             if decode_started.is_none() {
                 out.timings.prefill = started.elapsed();
                 decode_started = Some(Instant::now());
@@ -240,6 +247,28 @@ impl Generator {
             out.timings.decode = d.elapsed();
         }
         Ok(out)
+    }
+
+    /// Logs the fault of the logits of the last position fed (`step` output tokens in),
+    /// locating the stage that first went non-finite (a re-run of the cached tokens, bounded
+    /// as in [`crate::fault`]; a generator serves one caller, so every fault is located),
+    /// forgets the conversation and returns the error.
+    fn numerical_fault(&mut self, found: NonFiniteLogits, step: usize) -> EngineError {
+        let fed = self.cache.len().min(self.cached.len());
+        let fault = Fault {
+            found,
+            step,
+            position: fed.saturating_sub(1),
+        };
+        let located = fault::locate(
+            &self.model,
+            &self.cached[..fed],
+            self.cache.dtype(),
+            self.adapter.is_some(),
+        );
+        fault.log(None, &located);
+        self.reset();
+        fault.error()
     }
 
     /// Keeps the longest cached prefix of `prompt` (leaving at least one prompt token to feed,

@@ -11,7 +11,11 @@
 //!
 //! 1. **Sanitize**: `NaN` becomes `-inf` and `+inf` becomes `f32::MAX`, so that every later
 //!    step works on values in `[-inf, f32::MAX]`. The row is modified in place: after
-//!    `sample` it holds the processed logits of steps 1-3.
+//!    `sample` it holds the processed logits of steps 1-3. Sanitizing starts with a read-only
+//!    count of the non-finite values (a healthy row has none and is not written):
+//!    [`Sampler::try_sample`] (the engine's path) refuses a row where it finds any, with
+//!    [`NonFiniteLogits`], and samples nothing, since a model's logits are never NaN or
+//!    infinite unless its numbers broke; `sample` samples around them.
 //! 2. **`logit_bias`**: `logit += bias` for each listed id (ids outside the row are skipped).
 //!    A bias of `-inf` bans the token.
 //! 3. **Penalties**, in this order:
@@ -211,6 +215,48 @@ pub enum SamplingError {
     InvalidParameter { name: &'static str, message: String },
 }
 
+/// What the sanitize pass (module docs, step 1) found in a row of raw logits: how many values
+/// were NaN, `+inf` and `-inf`. Raw logits never hold these unless the model's arithmetic
+/// broke (broken weights, an unsupported quantization, an overflow), so
+/// [`Sampler::try_sample`] refuses such a row with this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NonFiniteLogits {
+    pub nan: usize,
+    pub pos_inf: usize,
+    pub neg_inf: usize,
+    /// Values in the row.
+    pub len: usize,
+}
+
+impl NonFiniteLogits {
+    /// Whether any value was NaN or infinite.
+    pub fn any(&self) -> bool {
+        self.nan + self.pos_inf + self.neg_inf > 0
+    }
+}
+
+impl std::fmt::Display for NonFiniteLogits {
+    /// `NaN in 320 of 320 logits`, `NaN and +inf in 5 of 320 logits`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds: Vec<&str> = [
+            (self.nan, "NaN"),
+            (self.pos_inf, "+inf"),
+            (self.neg_inf, "-inf"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(_, kind)| kind)
+        .collect();
+        let kinds = match kinds.as_slice() {
+            [] => "no non-finite value".to_string(),
+            [one] => (*one).to_string(),
+            [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+        };
+        let count = self.nan + self.pos_inf + self.neg_inf;
+        write!(f, "{kinds} in {count} of {} logits", self.len)
+    }
+}
+
 /// One token and its log-probability (natural log, see the module docs for which
 /// distribution).
 #[derive(Debug, Clone, PartialEq)]
@@ -305,13 +351,48 @@ impl Sampler {
         generated: &[u32],
     ) -> SampledToken {
         if logits.is_empty() {
-            return SampledToken {
-                token: 0,
-                logprob: self.params.logprobs.map(|_| 0.0),
-                top_logprobs: Vec::new(),
-            };
+            return self.empty_row();
         }
         sanitize(logits);
+        self.sample_sanitized(logits, prompt, generated)
+    }
+
+    /// [`sample`](Self::sample), but a row holding any NaN or infinity is refused: `Err`
+    /// says what was found, nothing is sampled and no randomness is consumed (the row is left
+    /// sanitized). The check is the count the sanitize pass keeps anyway, so a finite row
+    /// costs what `sample` costs.
+    pub fn try_sample(
+        &mut self,
+        logits: &mut [f32],
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<SampledToken, NonFiniteLogits> {
+        if logits.is_empty() {
+            return Ok(self.empty_row());
+        }
+        let found = sanitize(logits);
+        if found.any() {
+            return Err(found);
+        }
+        Ok(self.sample_sanitized(logits, prompt, generated))
+    }
+
+    /// What a step returns for an empty row: token 0.
+    fn empty_row(&self) -> SampledToken {
+        SampledToken {
+            token: 0,
+            logprob: self.params.logprobs.map(|_| 0.0),
+            top_logprobs: Vec::new(),
+        }
+    }
+
+    /// Steps 2-11 of the module docs over a non-empty row already sanitized.
+    fn sample_sanitized(
+        &mut self,
+        logits: &mut [f32],
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> SampledToken {
         self.undo.clear();
         for &(id, bias) in &self.params.logit_bias {
             if let Some(x) = logits.get_mut(id as usize) {
@@ -737,11 +818,34 @@ fn clean(x: f32) -> f32 {
     }
 }
 
-/// Cleans the row in place (a branch-free loop the compiler vectorizes).
-fn sanitize(logits: &mut [f32]) {
+/// Counts the row's NaN and infinite values and cleans them in place (module docs, step 1).
+/// A finite row (every row of a healthy model) is only read: one branch-free count that
+/// vectorizes, which is also the whole cost of the engine's fault check. Only a row with
+/// something to clean pays for the per-kind counts and the writes.
+fn sanitize(logits: &mut [f32]) -> NonFiniteLogits {
+    let mut found = NonFiniteLogits {
+        len: logits.len(),
+        ..NonFiniteLogits::default()
+    };
+    // u32 lanes (twice as many per vector as usize; a row's length fits in u32, token ids
+    // being u32), wrapping so no length can make it panic.
+    let non_finite = logits
+        .iter()
+        .fold(0u32, |n, x| n.wrapping_add(u32::from(!x.is_finite())));
+    if non_finite == 0 {
+        return found;
+    }
     for x in logits.iter_mut() {
+        if x.is_nan() {
+            found.nan += 1;
+        } else if *x == f32::INFINITY {
+            found.pos_inf += 1;
+        } else if *x == f32::NEG_INFINITY {
+            found.neg_inf += 1;
+        }
         *x = clean(*x);
     }
+    found
 }
 
 /// (first index of the maximum, maximum); (0, -inf) if every value is -inf. No NaN expected.
@@ -896,6 +1000,87 @@ mod tests {
         let mut dead = [f32::NAN, f32::NEG_INFINITY];
         sanitize(&mut dead);
         assert_eq!(argmax(&dead), (0, f32::NEG_INFINITY));
+    }
+
+    #[test]
+    fn sanitize_counts_what_it_cleans() {
+        let mut row = [
+            f32::NAN,
+            1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -2.0,
+        ];
+        let found = sanitize(&mut row);
+        assert_eq!(
+            found,
+            NonFiniteLogits {
+                nan: 2,
+                pos_inf: 1,
+                neg_inf: 1,
+                len: 6
+            }
+        );
+        assert!(found.any());
+        assert_eq!(found.to_string(), "NaN, +inf and -inf in 4 of 6 logits");
+        let mut fine = [0.0, -f32::MAX, f32::MAX, 1e-40];
+        let found = sanitize(&mut fine);
+        assert!(!found.any(), "{found:?}");
+        // Every lane of the vectorized loop and the remainder are counted.
+        let mut long = vec![0.5f32; 1001];
+        for i in (0..1001).step_by(7) {
+            long[i] = f32::INFINITY;
+        }
+        let found = sanitize(&mut long);
+        assert_eq!((found.pos_inf, found.nan, found.neg_inf), (143, 0, 0));
+        assert_eq!(found.to_string(), "+inf in 143 of 1001 logits");
+    }
+
+    #[test]
+    fn try_sample_refuses_non_finite_rows_and_consumes_nothing() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut checked = Sampler::new(plain(1.0));
+            let mut reference = Sampler::new(plain(1.0));
+            let mut row = vec![0.1f32, 2.0, -1.0, 0.7];
+            row[2] = bad;
+            let err = checked
+                .try_sample(&mut row, &[], &[])
+                .expect_err("a non-finite row is refused");
+            assert_eq!(err.len, 4);
+            assert_eq!(err.nan + err.pos_inf + err.neg_inf, 1, "{bad}");
+            // No draw was taken: the next finite rows give what a fresh sampler gives.
+            for _ in 0..20 {
+                let row = [0.1f32, 2.0, -1.0, 0.7];
+                let a = checked
+                    .try_sample(&mut row.clone(), &[], &[])
+                    .expect("finite");
+                let b = reference.sample(&mut row.clone(), &[], &[]);
+                assert_eq!(a.token, b.token);
+            }
+        }
+        // A finite row samples exactly as `sample` does, logprobs included.
+        let params = SamplingParams {
+            logprobs: Some(3),
+            ..plain(0.9)
+        };
+        let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+        for i in 0..50 {
+            let row: Vec<f32> = (0..64)
+                .map(|j| ((i * 7 + j * 13) % 17) as f32 * 0.3)
+                .collect();
+            let x = a
+                .try_sample(&mut row.clone(), &[1, 2], &[3])
+                .expect("finite");
+            let y = b.sample(&mut row.clone(), &[1, 2], &[3]);
+            assert_eq!(
+                (x.token, x.logprob, x.top_logprobs),
+                (y.token, y.logprob, y.top_logprobs)
+            );
+        }
+        assert!(Sampler::new(plain(1.0))
+            .try_sample(&mut [], &[], &[])
+            .is_ok());
     }
 
     #[test]

@@ -277,6 +277,10 @@ impl From<EngineError> for ApiError {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)
             }
             EngineError::InvalidConfig(_) | EngineError::Model(_) => ApiError::internal(message),
+            // The model's fault: the message says it produced NaN/inf (likely broken weights
+            // or an unsupported quantization) and names no path. A fault mid-generation
+            // arrives as that same text in the stream's `Error` event.
+            EngineError::NumericalFault { .. } => ApiError::generation_failed(message),
         }
     }
 }
@@ -297,6 +301,24 @@ mod tests {
         let stopped: ApiError = EngineError::Stopped.into();
         assert_eq!(stopped.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(stopped.retry_after, Some(1));
+    }
+
+    #[test]
+    fn a_numerical_fault_is_a_server_error_that_says_so() {
+        let e: ApiError = EngineError::NumericalFault {
+            found: pagoda_engine::NonFiniteLogits {
+                nan: 320,
+                len: 320,
+                ..Default::default()
+            },
+            step: 3,
+            position: 17,
+        }
+        .into();
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        for needle in ["NaN/inf", "broken", "quantization", "step 3 (position 17)"] {
+            assert!(e.message.contains(needle), "{needle}: {}", e.message);
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod batching;
 mod lora;
+mod numerical;
 mod real_models;
 mod sampling;
 mod scheduler_props;

@@ -13,7 +13,8 @@
 //! K/V writes and attention go per sequence, through its block table into a [`PagedKvCache`].
 //! [`Model::forward`] is the one-segment case over a single-sequence [`KvCache`].
 //! [`Model::embed`] and [`Model::forward_layer`] run the same stack one decoder layer at a
-//! time over one fresh sequence (layer-wise calibration of offline quantization).
+//! time over one fresh sequence (layer-wise calibration of offline quantization;
+//! [`Model::first_non_finite`], which finds the stage where NaN/inf first appear).
 //!
 //! Invariants: input is validated before anything is written (empty batch or segment, token
 //! outside the vocabulary, block table too short or naming a block the cache lacks, positions
@@ -57,6 +58,31 @@ pub struct BatchSegment<'a> {
     /// A LoRA adapter applied, unmerged, to this segment's rows only (checked against the
     /// model when it was prepared; one that does not [`fit`](LoraWeights::fits) is an error).
     pub adapter: Option<&'a LoraWeights>,
+}
+
+/// A stage of the forward pass, as [`Model::first_non_finite`] names where non-finite values
+/// (NaN, ±inf) first appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonFiniteStage {
+    /// The token embedding rows (scaled as the forward pass scales them).
+    Embedding,
+    /// The output of decoder layer `0..n_layers`.
+    Layer(usize),
+    /// The final norm of the last position.
+    OutputNorm,
+    /// The output head's logits of the last position (after soft-capping, if any).
+    OutputHead,
+}
+
+impl std::fmt::Display for NonFiniteStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NonFiniteStage::Embedding => f.write_str("the token embedding"),
+            NonFiniteStage::Layer(i) => write!(f, "layer {i}"),
+            NonFiniteStage::OutputNorm => f.write_str("the final norm"),
+            NonFiniteStage::OutputHead => f.write_str("the output head"),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -393,6 +419,50 @@ impl Model {
         };
         paged.scratch = s;
         r
+    }
+
+    /// Runs `tokens` as one fresh sequence a stage at a time ([`Model::embed`], then
+    /// [`Model::forward_layer`] for each layer, then the final norm and output head of the
+    /// last position) and returns the first stage whose output holds a NaN or an infinity;
+    /// `None` when the logits come out finite. For reporting a numerical fault: it costs one
+    /// unbatched prefill of `tokens`, a scan of each stage's output and a KV cache of
+    /// `tokens.len()` positions of `dtype` (the dtype the fault happened with: f16 K/V can
+    /// overflow where f32 would not). No LoRA adapter is applied.
+    pub fn first_non_finite(
+        &self,
+        tokens: &[u32],
+        dtype: KvDtype,
+    ) -> Result<Option<NonFiniteStage>, ModelError> {
+        let finite = |v: &[f32]| v.iter().all(|x| x.is_finite());
+        if tokens.is_empty() {
+            return Err(ModelError::InvalidBatch(
+                "a forward pass over zero tokens".into(),
+            ));
+        }
+        let mut x = self.embed(tokens)?;
+        if !finite(&x) {
+            return Ok(Some(NonFiniteStage::Embedding));
+        }
+        let mut cache = self.new_cache_with(tokens.len(), dtype);
+        for layer in 0..self.config.n_layers {
+            self.forward_layer(layer, &mut x, &mut cache)?;
+            if !finite(&x) {
+                return Ok(Some(NonFiniteStage::Layer(layer)));
+            }
+        }
+        let d = self.config.hidden_size;
+        let last = &x[x.len() - d..];
+        let mut normed = Vec::new();
+        self.output_norm.forward(last, &mut normed);
+        if !finite(&normed) {
+            return Ok(Some(NonFiniteStage::OutputNorm));
+        }
+        let mut logits = Vec::new();
+        self.output.forward(&normed, 1, &mut logits)?;
+        if let Some(cap) = self.config.final_logit_softcap {
+            pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
+        }
+        Ok((!finite(&logits)).then_some(NonFiniteStage::OutputHead))
     }
 
     /// The linear layer whose weight has canonical name `name` (`blk.0.attn_q.weight`).

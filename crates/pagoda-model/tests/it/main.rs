@@ -10,4 +10,5 @@ mod hf_quant;
 mod lora;
 mod lora_serve;
 mod mutations;
+mod non_finite;
 mod real_models;
