@@ -4,20 +4,35 @@
 //! [`SseReader`] is the incremental client side (for the gateway and the load generator):
 //! bytes arrive in arbitrary pieces and complete events come out.
 //!
-//! Invariants: [`data_event`] never emits a bare newline inside a `data:` line (multi-line
-//! payloads become several `data:` lines, which readers join with `\n`); the reader yields an
+//! Invariants: [`data_event`] never emits a line end (`\n`, `\r`) inside a `data:` line
+//! (multi-line payloads, whatever their line ends, become several `data:` lines, which readers
+//! join with `\n`), so a payload can never end its event early; the reader yields an
 //! event only once its blank line has arrived, and handles `\n`, `\r\n` and `\r` line ends.
 
 /// The payload of the event that ends an OpenAI stream.
 pub const DONE: &str = "[DONE]";
 
-/// Frames `payload` as one event.
+/// Frames `payload` as one event: one `data:` line per line of `payload`, whose lines end at
+/// `\n`, `\r\n` or a lone `\r`, as [`SseReader`] splits them (a `\r` left inside a `data:`
+/// line would end it early, and `\r\r` would end the event).
 pub fn data_event(payload: &str) -> String {
     let mut out = String::with_capacity(payload.len() + 8);
-    for line in payload.split('\n') {
+    let mut rest = payload;
+    loop {
         out.push_str("data: ");
-        out.push_str(line.strip_suffix('\r').unwrap_or(line));
-        out.push('\n');
+        match rest.find(['\r', '\n']) {
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                out.push('\n');
+                let ending = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+                rest = &rest[i + ending..];
+            }
+            None => {
+                out.push_str(rest);
+                out.push('\n');
+                break;
+            }
+        }
     }
     out.push('\n');
     out
@@ -140,6 +155,29 @@ mod tests {
                 data: "x\ny".into()
             }]
         );
+    }
+
+    /// Found by the `request_body` fuzz target (kept as
+    /// fuzz/seeds/request_body/regression_sse_lone_cr.bin): a lone `\r` inside a payload was
+    /// written as is, so the reader ended the `data:` line there and lost the rest; `\r\r`
+    /// ended the event and let the payload start another.
+    #[test]
+    fn data_event_ends_lines_at_a_lone_carriage_return() {
+        assert_eq!(data_event("a\rb"), "data: a\ndata: b\n\n");
+        assert_eq!(data_event("a\r\nb\n"), "data: a\ndata: b\ndata: \n\n");
+        assert_eq!(data_event("\r"), "data: \ndata: \n\n");
+        let events = SseReader::new().feed(data_event("x\r\rdata: injected").as_bytes());
+        assert_eq!(
+            events,
+            vec![SseEvent {
+                event: None,
+                data: "x\n\ndata: injected".into()
+            }]
+        );
+        let payload = "{\"name\r\0\0)pe\":ptrug}";
+        let events = SseReader::new().feed(data_event(payload).as_bytes());
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "{\"name\n\0\0)pe\":ptrug}");
     }
 
     #[test]
