@@ -24,6 +24,7 @@ pub mod rope_order;
 pub mod safetensors;
 pub mod source;
 pub mod tokenizer;
+pub mod validate;
 pub mod weights;
 
 pub use arch::layers::LinearObserver;
@@ -33,3 +34,4 @@ pub use embedding::{Embedded, EmbeddingModel};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, PagedKvCache};
 pub use source::{open_model, ModelFormat, ModelSource};
+pub use validate::{validate_model, Validated};

@@ -167,8 +167,28 @@ impl Linear {
     }
 }
 
+thread_local! {
+    /// Set while [`borrowing_only`] runs on this thread: nothing is repacked.
+    static BORROW_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a model build) with every linear kept in the file's row layout, so the build
+/// borrows the weights instead of copying them: what a check that a model loads needs
+/// ([`crate::Model::check`]). Restores the previous setting even if `f` panics.
+pub(crate) fn borrowing_only<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BORROW_ONLY.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BORROW_ONLY.with(|b| b.replace(true)));
+    f()
+}
+
 /// Whether a `rows x cols` weight of `ty` is repacked into strips at load: the type and shape
-/// allow it, the strip kernel runs on this CPU, and `PAGODA_WEIGHT_LAYOUT` is not `rows`.
+/// allow it, the strip kernel runs on this CPU, `PAGODA_WEIGHT_LAYOUT` is not `rows`, and the
+/// build is not a [`borrowing_only`] check.
 fn repack_for_this_cpu(ty: pagoda_kernels::GgmlType, rows: usize, cols: usize) -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let enabled = *ENABLED.get_or_init(|| {
@@ -176,6 +196,7 @@ fn repack_for_this_cpu(ty: pagoda_kernels::GgmlType, rows: usize, cols: usize) -
             && std::env::var("PAGODA_WEIGHT_LAYOUT").as_deref() != Ok("rows")
     });
     enabled
+        && !BORROW_ONLY.with(std::cell::Cell::get)
         && pagoda_kernels::packed::strips_pay(ty)
         && pagoda_kernels::packed::packable(ty, rows, cols)
 }

@@ -121,6 +121,13 @@ impl Model {
         })
     }
 
+    /// Checks that [`Model::from_source`] would succeed — every tensor the architecture needs
+    /// is present with its shape and byte length — without copying any weight: the linears
+    /// stay borrowed in the file's row layout (no strip repacking) and the model is dropped.
+    pub fn check(source: &ModelSource) -> Result<(), ModelError> {
+        layers::borrowing_only(|| Self::from_source(source)).map(drop)
+    }
+
     /// Builds the forward pass for `cfg` over `weights` (no file path in errors): for tools
     /// that rewrite a model's weights, such as layer-wise quantization.
     pub fn from_weights(

@@ -1,7 +1,8 @@
 //! Sentence embeddings with a BERT encoder (all-MiniLM-L6-v2 and other sentence-transformers
 //! BERT models): [`EmbeddingModel`] loads a Hugging Face folder (config.json,
 //! model.safetensors, tokenizer.json, the sentence-transformers config files) and turns texts
-//! into pooled, L2-normalised vectors as sentence-transformers does.
+//! into pooled, L2-normalised vectors as sentence-transformers does; [`is_bert_folder`] tells
+//! such a folder from a generative model's.
 //!
 //! Codemap: `config` ([`BertConfig`]: shapes and pipeline settings), `weights` (tensors,
 //! shape-checked, borrowed from the mmap), `tokenize` (special tokens and truncation),
@@ -21,7 +22,7 @@ pub mod tokenize;
 pub mod weights;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use config::{BertConfig, Pooling};
 pub use tokenize::{encode_truncated, EncodedText};
@@ -84,6 +85,32 @@ fn find_file(dir: &Path, name: &str) -> Result<PathBuf, ModelError> {
             path: dir.to_path_buf(),
             message: format!("not an embedding model folder: no {name} (nor model/{name})"),
         })
+}
+
+/// Whether `path` is a folder whose config.json (or model/config.json, as sentence-transformers
+/// exports) describes a BERT encoder (`model_type: "bert"` or a `Bert*` architecture): an
+/// embedding model for [`EmbeddingModel::load`] rather than a generative one. An unreadable
+/// config counts as not BERT (the generative reader then reports it).
+pub fn is_bert_folder(path: &Path) -> bool {
+    let Some(config) = [
+        path.join("config.json"),
+        path.join("model").join("config.json"),
+    ]
+    .into_iter()
+    .find_map(|p| std::fs::read(p).ok())
+    .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok()) else {
+        return false;
+    };
+    let bert_type = config.get("model_type").and_then(Value::as_str) == Some("bert");
+    let bert_arch = config
+        .get("architectures")
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .any(|x| x.starts_with("Bert"))
+        });
+    bert_type || bert_arch
 }
 
 impl EmbeddingModel {

@@ -61,7 +61,7 @@ fn tokenizer_json() -> serde_json::Value {
 }
 
 /// Writes the tiny model into `dir`.
-fn write_tiny(dir: &Path) {
+pub(crate) fn write_tiny(dir: &Path) {
     let config = json!({"model_type": "bert", "hidden_size": H, "num_hidden_layers": 2,
         "num_attention_heads": 2, "intermediate_size": FFN, "max_position_embeddings": POS,
         "type_vocab_size": 2, "vocab_size": VOCAB, "layer_norm_eps": 1e-12, "hidden_act": "gelu"});
