@@ -113,6 +113,19 @@ pub enum StoreError {
     )]
     FromNotFound { from: String, base: PathBuf },
 
+    #[error("model '{name}' cannot be loaded, so it was not stored (nothing was kept): {reason}; {hint}")]
+    Unloadable {
+        name: String,
+        reason: String,
+        /// What to do next (depends on whether the files were fetched or already stored).
+        hint: String,
+    },
+
+    #[error(
+        "FROM '{from}' must name a model in the store (a store name such as `smollm2:135m`, never a path or URL; `pagoda list` shows them)"
+    )]
+    FromNotStored { from: String },
+
     #[error(
         "could not pull '{name}'; every source failed:{}",
         format_failures(failures)

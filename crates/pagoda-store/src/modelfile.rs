@@ -132,7 +132,8 @@ impl Role {
         }
     }
 
-    fn parse(text: &str) -> Option<Role> {
+    /// `system`, `user` or `assistant` (any case); `None` for anything else.
+    pub fn parse(text: &str) -> Option<Role> {
         match text.to_ascii_lowercase().as_str() {
             "system" => Some(Role::System),
             "user" => Some(Role::User),
@@ -223,6 +224,25 @@ impl Parameters {
         push(&mut out, "frequency_penalty", &self.frequency_penalty);
         push(&mut out, "num_ctx", &self.num_ctx);
         out
+    }
+
+    /// Sets `key` from its text as a `PARAMETER key value` line does, for parameters given
+    /// some other way (a JSON map): `stop` appends, any other key given twice, an unknown key
+    /// or a value out of range is an error naming the key and the accepted values.
+    pub fn set_text(&mut self, key: &str, value: &str) -> Result<(), ModelfileError> {
+        match self.set(key, value) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ModelfileError::Invalid(format!(
+                "parameter `{key}` is given twice; keep one"
+            ))),
+            Err(None) => Err(ModelfileError::Invalid(format!(
+                "unknown parameter `{key}`; known parameters: {}",
+                PARAMETER_KEYS.join(", ")
+            ))),
+            Err(Some(reason)) => Err(ModelfileError::Invalid(format!(
+                "parameter `{key}` {value}: {reason}"
+            ))),
+        }
     }
 
     /// Sets `key` from its text. `Err(None)`: unknown key; `Err(Some(reason))`: bad value.
@@ -1132,6 +1152,26 @@ License"""
                 instruction: "ADAPTER"
             }
         );
+    }
+
+    #[test]
+    fn parameters_set_from_text_check_like_the_parser() {
+        let mut p = Parameters::default();
+        p.set_text("temperature", "0.5").unwrap();
+        p.set_text("stop", "a").unwrap();
+        p.set_text("stop", "b").unwrap();
+        assert_eq!(p.temperature, Some(0.5));
+        assert_eq!(p.stop, vec!["a", "b"]);
+        let e = p.set_text("temperature", "1").unwrap_err().to_string();
+        assert!(e.contains("`temperature` is given twice"), "{e}");
+        assert_eq!(p.temperature, Some(0.5));
+        let e = p.set_text("temprature", "1").unwrap_err().to_string();
+        assert!(e.contains("unknown parameter `temprature`"), "{e}");
+        assert!(e.contains("temperature, top_k"), "{e}");
+        let e = p.set_text("top_p", "3").unwrap_err().to_string();
+        assert!(e.contains("`top_p` 3") && e.contains("from 0 to 1"), "{e}");
+        assert_eq!(Role::parse("User"), Some(Role::User));
+        assert_eq!(Role::parse("tool"), None);
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //! `tmp/` (scratch for wheels).
 //!
 //! Invariants: a manifest is written only after all of its blobs are in place, so a listed model
-//! is complete; `remove` deletes a blob only when no remaining manifest names it. A derived
+//! is complete; with a [`ModelValidator`] installed ([`Store::with_validator`]) it is also
+//! written only after the validator accepted the files as they will be served (a pull's
+//! fetched files, a `create`'s or `copy`'s base), and a refused pull takes back the blobs
+//! it added; `remove` deletes a blob only when no remaining manifest names it. A derived
 //! model (`create`, `copy`) is one more manifest naming its base's blobs (never a copy of the
 //! weights) plus its Modelfile layer; removing the base keeps the blobs the derived one uses. Known limit: a
 //! `remove` that runs while another process is between writing a blob and writing the manifest
 //! that names it (same content) can delete that blob; `resolve` then reports the missing blob
-//! and a new pull fixes it.
+//! and a new pull fixes it; the same holds for a pull that another process makes of the same
+//! content while this one's validation refuses it.
 
 use std::collections::HashSet;
 use std::fs;
@@ -25,10 +29,11 @@ use crate::error::{Result, StoreError};
 use crate::fetch::http::HttpConfig;
 use crate::fetch::pip::{PipCommand, PipDownloader, WheelDir};
 use crate::fetch::{self, FetchCtx, Fetched};
-use crate::manifest::{Format, Manifest};
+use crate::manifest::{FileRole, Format, Manifest, ManifestFile};
 use crate::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use crate::name::{ModelName, DEFAULT_TAG};
 use crate::source::Source;
+use crate::validate::ModelValidator;
 
 /// How to pull.
 #[derive(Debug, Clone, Default)]
@@ -84,6 +89,7 @@ pub struct Store {
     pip: Box<dyn PipDownloader>,
     http: HttpConfig,
     catalog: Vec<CatalogEntry>,
+    validator: Option<Box<dyn ModelValidator>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -103,6 +109,14 @@ pub fn default_root() -> Result<PathBuf> {
 }
 
 const STALE_PARTIAL: Duration = Duration::from_secs(24 * 3600);
+
+/// What to do about fetched files the validator refused.
+const FETCHED_HINT: &str = "check that the source is a complete model pagoda supports (a GGUF file, or a Hugging Face folder with config.json, safetensors weights and tokenizer.json) and pull it again, or pull another source";
+
+/// What to do about a stored model the validator refuses (as the base of `create` or `copy`).
+fn stored_hint(base: &ModelName) -> String {
+    format!("the stored model '{base}' cannot be loaded: remove it (`pagoda rm {base}`) and pull it again")
+}
 
 impl Store {
     /// Opens (creating if needed) the store at `dir`, or at [`default_root`].
@@ -128,6 +142,7 @@ impl Store {
             pip,
             http: HttpConfig::from_env(),
             catalog: catalog::entries().to_vec(),
+            validator: None,
         };
         store.clean_stale_partials();
         Ok(store)
@@ -148,6 +163,15 @@ impl Store {
     /// Replaces the Hugging Face token (`HF_TOKEN`).
     pub fn with_hf_token(mut self, token: Option<String>) -> Store {
         self.http.hf_token = token;
+        self
+    }
+
+    /// Checks every model with `validator` before it is listed: `pull` (every source kind)
+    /// after its blobs are verified, `create` and `copy` on the base they name. A refused
+    /// model is [`StoreError::Unloadable`]: no manifest is written, and blobs the pull added
+    /// are removed again.
+    pub fn with_validator(mut self, validator: impl ModelValidator + 'static) -> Store {
+        self.validator = Some(Box::new(validator));
         self
     }
 
@@ -276,16 +300,7 @@ impl Store {
             .prefix(&format!(".{}.staging-", name.tag()))
             .tempdir_in(&parent)
             .map_err(StoreError::io("create a staging folder in", &parent))?;
-        for f in &manifest.files {
-            let target = staging.path().join(&f.path);
-            if let Some(p) = target.parent() {
-                fs::create_dir_all(p).map_err(StoreError::io("create directory", p))?;
-            }
-            let blob = self.blob_path(&f.digest);
-            if fs::hard_link(&blob, &target).is_err() {
-                fs::copy(&blob, &target).map_err(StoreError::io("copy a blob to", &target))?;
-            }
-        }
+        self.lay_out(&manifest.files, staging.path())?;
         if complete(&dir) {
             // Another process finished the same folder meanwhile; `staging` is dropped.
             return Ok(dir);
@@ -308,6 +323,121 @@ impl Store {
                 } else {
                     Err(StoreError::io("move into place", &dir)(e))
                 }
+            }
+        }
+    }
+
+    /// Puts each of `files` under its real name in `dir` (a hard link to its blob, else a copy).
+    fn lay_out(&self, files: &[ManifestFile], dir: &Path) -> Result<()> {
+        for f in files {
+            let target = dir.join(&f.path);
+            if let Some(p) = target.parent() {
+                fs::create_dir_all(p).map_err(StoreError::io("create directory", p))?;
+            }
+            let blob = self.blob_path(&f.digest);
+            if fs::hard_link(&blob, &target).is_err() {
+                fs::copy(&blob, &target).map_err(StoreError::io("copy a blob to", &target))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the validator (if any) whether `files` load, laid out as they will be served: the
+    /// GGUF blob itself, or a Hugging Face folder of links in `tmp/validate-*` (removed after).
+    /// The reason names `shown` (the source, or the stored model) instead of that path.
+    fn check_loadable(
+        &self,
+        name: &ModelName,
+        format: Format,
+        files: &[ManifestFile],
+        shown: &str,
+        hint: &str,
+    ) -> Result<()> {
+        let Some(validator) = &self.validator else {
+            return Ok(());
+        };
+        let staging;
+        let path = match format {
+            Format::Gguf => {
+                let primary = files
+                    .iter()
+                    .find(|f| f.role == FileRole::Model)
+                    .or_else(|| files.first());
+                let Some(primary) = primary else {
+                    return Err(StoreError::NotAModel {
+                        path: shown.into(),
+                        reason: "no model file".into(),
+                    });
+                };
+                self.blob_path(&primary.digest)
+            }
+            Format::HfFolder => {
+                let tmp = self.root.join("tmp");
+                staging = tempfile::Builder::new()
+                    .prefix("validate-")
+                    .tempdir_in(&tmp)
+                    .map_err(StoreError::io("create a folder in", &tmp))?;
+                self.lay_out(files, staging.path())?;
+                staging.path().to_path_buf()
+            }
+        };
+        validator
+            .validate(&path)
+            .map_err(|reason| StoreError::Unloadable {
+                name: name.to_string(),
+                reason: reason.replace(&path.display().to_string(), shown),
+                hint: hint.to_string(),
+            })
+    }
+
+    /// Names of the files in `blobs/` when a validator may refuse a fetch (to take back
+    /// only the blobs that fetch added); `None` without a validator.
+    fn blobs_before_fetch(&self) -> Option<HashSet<String>> {
+        self.validator.as_ref()?;
+        let names = fs::read_dir(self.blobs_dir())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(names)
+    }
+
+    /// Validates what one source fetched; when refused, removes the blobs that fetch added
+    /// (those not in `before` and named by no manifest) and their resume files.
+    fn accept_fetched(
+        &self,
+        name: &ModelName,
+        source: &Source,
+        fetched: Fetched,
+        before: Option<&HashSet<String>>,
+    ) -> Result<Fetched> {
+        let Some(before) = before else {
+            return Ok(fetched);
+        };
+        let shown = source_spec(source);
+        match self.check_loadable(
+            name,
+            fetched.format,
+            &fetched.files,
+            shown.trim_end_matches('/'),
+            FETCHED_HINT,
+        ) {
+            Ok(()) => Ok(fetched),
+            Err(e) => {
+                let mut added = Vec::new();
+                for f in &fetched.files {
+                    crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
+                    if !before.contains(&f.digest.file_name()) && !added.contains(&f.digest) {
+                        added.push(f.digest.clone());
+                    }
+                }
+                if let Err(gc) = self.collect_garbage(added) {
+                    tracing::warn!("could not remove the refused blobs of {name}: {gc}");
+                }
+                Err(e)
             }
         }
     }
@@ -413,7 +543,8 @@ impl Store {
         self.commit(name, source, fetched, None)
     }
 
-    /// Fetches the blobs of the first source that works (nothing is written for the name).
+    /// Fetches the blobs of the first source that works and that the validator accepts (nothing
+    /// is written for the name; a refused source's new blobs are removed again).
     fn fetch_sources<'s>(
         &self,
         name: &ModelName,
@@ -454,7 +585,10 @@ impl Store {
         let mut failures = Vec::new();
         for (i, source) in sources.iter().enumerate() {
             tracing::info!("pulling {label} from {source}");
-            match fetch_one(&ctx, source) {
+            let before = self.blobs_before_fetch();
+            let result = fetch_one(&ctx, source)
+                .and_then(|fetched| self.accept_fetched(name, source, fetched, before.as_ref()));
+            match result {
                 Ok(fetched) => return Ok((source, fetched)),
                 Err(e) => {
                     if i + 1 < sources.len() {
@@ -553,12 +687,38 @@ impl Store {
     /// (one PEFT LoRA folder, relative to `opts.base_dir`) is recorded by absolute path (the
     /// folder is not copied: it must stay where it is); the server applies it to every
     /// request. A missing adapter folder and Go templates are refused before anything is
-    /// written; a failed create leaves no manifest.
+    /// written; so is a base the validator refuses ([`StoreError::Unloadable`]); a failed
+    /// create leaves no manifest.
     pub fn create(
         &self,
         name: &str,
         modelfile: &Modelfile,
         opts: &CreateOptions,
+    ) -> Result<ResolvedModel> {
+        self.create_with(name, modelfile, opts, false)
+    }
+
+    /// [`Store::create`] for requests from other machines (the server's `POST /api/create`):
+    /// FROM must name a model already in the store (never a path, source or catalog name to
+    /// fetch: [`StoreError::FromNotStored`]) and ADAPTER, a folder on this machine, is
+    /// refused. The check is made here, under the same lookup that picks the base, so a base
+    /// removed meanwhile cannot turn FROM into a path.
+    pub fn create_from_stored(&self, name: &str, modelfile: &Modelfile) -> Result<ResolvedModel> {
+        if let Some(adapter) = modelfile.adapters.first() {
+            return Err(StoreError::Adapter {
+                adapter: adapter.clone(),
+                reason: "an ADAPTER is a folder on this machine and is not accepted here; run `pagoda create` on the machine that holds it".into(),
+            });
+        }
+        self.create_with(name, modelfile, &CreateOptions::default(), true)
+    }
+
+    fn create_with(
+        &self,
+        name: &str,
+        modelfile: &Modelfile,
+        opts: &CreateOptions,
+        stored_only: bool,
     ) -> Result<ResolvedModel> {
         let name = ModelName::parse(name)?;
         modelfile.validate()?;
@@ -570,7 +730,18 @@ impl Store {
         {
             return Err(StoreError::GoTemplate);
         }
-        let base = self.create_base(&name, &modelfile.from, opts)?;
+        let base = if stored_only {
+            match self.stored_name(&modelfile.from).ok().flatten() {
+                Some(base) => self.stored_base(&name, base)?,
+                None => {
+                    return Err(StoreError::FromNotStored {
+                        from: modelfile.from.clone(),
+                    })
+                }
+            }
+        } else {
+            self.create_base(&name, &modelfile.from, opts)?
+        };
         let mut layer = modelfile.clone();
         layer.from = base.from;
         layer.adapters = adapters;
@@ -616,6 +787,28 @@ impl Store {
         Ok(out)
     }
 
+    /// The blobs and inherited layer of the stored model `base`, which the validator must
+    /// accept, as the base of `name`.
+    fn stored_base(&self, name: &ModelName, base: ModelName) -> Result<Base> {
+        let manifest = Manifest::read(&self.manifest_path(&base), &base)?;
+        // Every blob must be there before a second manifest names it.
+        self.check_blobs(&base, &manifest)?;
+        self.check_loadable(
+            name,
+            manifest.format,
+            &manifest.files,
+            &base.to_string(),
+            &stored_hint(&base),
+        )?;
+        Ok(Base {
+            from: base.to_string(),
+            layer: self.layer_of(&base, &manifest),
+            source: manifest.source,
+            format: manifest.format,
+            files: manifest.files,
+        })
+    }
+
     /// The blobs and inherited layer of a Modelfile's FROM.
     fn create_base(&self, name: &ModelName, from: &str, opts: &CreateOptions) -> Result<Base> {
         let base_dir = opts.base_dir.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -639,18 +832,7 @@ impl Store {
                 layer: None,
             })
         };
-        let stored = |base: ModelName| -> Result<Base> {
-            let manifest = Manifest::read(&self.manifest_path(&base), &base)?;
-            // Every blob must be there before a second manifest names it.
-            self.check_blobs(&base, &manifest)?;
-            Ok(Base {
-                from: base.to_string(),
-                layer: self.layer_of(&base, &manifest),
-                source: manifest.source,
-                format: manifest.format,
-                files: manifest.files,
-            })
-        };
+        let stored = |base: ModelName| self.stored_base(name, base);
         if let Some(source) = Source::parse(from)? {
             return fetch(source);
         }
@@ -688,6 +870,7 @@ impl Store {
 
     /// `pagoda cp SRC DST`: a second manifest for the same blobs (and the same layer; a catalog
     /// model's defaults come along as a layer, so the copy behaves the same). Replaces `dst`.
+    /// A source the validator refuses is not copied ([`StoreError::Unloadable`]).
     pub fn copy(&self, src: &str, dst: &str) -> Result<ResolvedModel> {
         let to = ModelName::parse(dst)?;
         let Some(from) = self.stored_name(src)? else {
@@ -701,6 +884,13 @@ impl Store {
         if from == to {
             return self.resolved_from(from, manifest);
         }
+        self.check_loadable(
+            &to,
+            manifest.format,
+            &manifest.files,
+            &from.to_string(),
+            &stored_hint(&from),
+        )?;
         let mut copy = manifest.renamed(&to);
         copy.modelfile = self.layer_of(&from, &manifest);
         self.install(&to, copy)
@@ -831,7 +1021,8 @@ impl Store {
         })
     }
 
-    /// Deletes `partial-*` blobs and scratch folders left by crashed pulls a day ago or more.
+    /// Deletes `partial-*` blobs and scratch folders (`tmp/pip-*`, `tmp/validate-*`) left by
+    /// crashed pulls a day ago or more.
     fn clean_stale_partials(&self) {
         for dir in [self.blobs_dir(), self.root.join("tmp")] {
             let Ok(entries) = fs::read_dir(&dir) else {
@@ -839,7 +1030,10 @@ impl Store {
             };
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if !(name.starts_with("partial-") || name.starts_with("pip-")) {
+                if !(name.starts_with("partial-")
+                    || name.starts_with("pip-")
+                    || name.starts_with("validate-"))
+                {
                     continue;
                 }
                 let old = entry

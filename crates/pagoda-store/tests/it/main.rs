@@ -4,6 +4,7 @@
 //! Invariant checked throughout: a failed pull leaves no blob and no partial file behind.
 
 mod server;
+mod validation;
 
 use std::fs;
 use std::io::Write;
