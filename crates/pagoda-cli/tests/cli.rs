@@ -42,13 +42,103 @@ impl Env {
         self.cmd().args(args).output().expect("run pagoda")
     }
 
+    /// Writes a tiny model that loads ([`tiny_gguf`]) as `name`; `seed` varies its bytes.
     fn gguf(&self, name: &str, seed: u8) -> PathBuf {
-        let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
-        bytes.extend((0..4096u32).map(|i| (i as u8).wrapping_add(seed)));
+        let p = self.dir.path().join(name);
+        fs::write(&p, tiny_gguf(seed)).unwrap();
+        p
+    }
+
+    /// Writes `bytes` as `name` in the test folder.
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
         let p = self.dir.path().join(name);
         fs::write(&p, bytes).unwrap();
         p
     }
+}
+
+/// A complete tiny Llama GGUF (one layer, hidden 32, 2 heads / 1 KV head, FFN 64, a byte-level
+/// BPE vocabulary of 8, ChatML template), small enough to build in every test; `seed` goes
+/// into its weights so different seeds give different files.
+fn tiny_gguf(seed: u8) -> Vec<u8> {
+    use pagoda_model::gguf::{GgufArray, GgufValue, GgufWriter};
+    const H: usize = 32;
+    const KV: usize = 16;
+    const FFN: usize = 64;
+    const VOCAB: usize = 8;
+    let mut w = GgufWriter::new();
+    w.add_str("general.architecture", "llama")
+        .add_str("general.name", "tiny")
+        .add_u32("llama.block_count", 1)
+        .add_u32("llama.embedding_length", H as u32)
+        .add_u32("llama.attention.head_count", 2)
+        .add_u32("llama.attention.head_count_kv", 1)
+        .add_u32("llama.feed_forward_length", FFN as u32)
+        .add_u32("llama.context_length", 128)
+        .add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+        .add_f32("llama.rope.freq_base", 10000.0)
+        .add_str("tokenizer.ggml.model", "gpt2")
+        .add_str("tokenizer.ggml.pre", "smollm")
+        .add_str_array(
+            "tokenizer.ggml.tokens",
+            [
+                "<|endoftext|>",
+                "a",
+                "b",
+                "c",
+                "ab",
+                "Ġ",
+                "Ġa",
+                "<|im_end|>",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .add_metadata(
+            "tokenizer.ggml.token_type",
+            GgufValue::Array(GgufArray::I32(vec![3, 1, 1, 1, 1, 1, 1, 3])),
+        )
+        .add_str_array(
+            "tokenizer.ggml.merges",
+            vec!["a b".to_string(), "Ġ a".to_string()],
+        )
+        .add_u32("tokenizer.ggml.bos_token_id", 0)
+        .add_u32("tokenizer.ggml.eos_token_id", 7)
+        .add_bool("tokenizer.ggml.add_bos_token", false)
+        .add_str(
+            "tokenizer.chat_template",
+            pagoda_model::chat_template::CHATML_TEMPLATE,
+        );
+    let ramp = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed as usize) % 13) as f32 * 0.01 - 0.06)
+            .collect()
+    };
+    for (name, shape) in [
+        ("token_embd.weight", vec![VOCAB, H]),
+        ("output_norm.weight", vec![H]),
+        ("blk.0.attn_norm.weight", vec![H]),
+        ("blk.0.attn_q.weight", vec![H, H]),
+        ("blk.0.attn_k.weight", vec![KV, H]),
+        ("blk.0.attn_v.weight", vec![KV, H]),
+        ("blk.0.attn_output.weight", vec![H, H]),
+        ("blk.0.ffn_norm.weight", vec![H]),
+        ("blk.0.ffn_gate.weight", vec![FFN, H]),
+        ("blk.0.ffn_up.weight", vec![FFN, H]),
+        ("blk.0.ffn_down.weight", vec![H, FFN]),
+    ] {
+        let n = shape.iter().product();
+        w.add_f32_tensor(name, &shape, &ramp(n)).unwrap();
+    }
+    w.to_bytes()
+}
+
+#[test]
+fn the_tiny_gguf_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.gguf");
+    fs::write(&p, tiny_gguf(1)).unwrap();
+    pagoda_model::validate_model(&p).expect("the test model loads");
 }
 
 fn stdout(o: &Output) -> String {
@@ -160,7 +250,7 @@ fn pull_list_show_rm_a_local_file() {
         }
         let row = lines.next().unwrap_or_default();
         assert!(row.starts_with("tiny:q8"), "{out}");
-        assert!(row.contains("4.1 KB"), "{out}");
+        assert!(row.contains(" KB"), "{out}");
         assert!(row.contains("ago"), "{out}");
     }
 
@@ -170,8 +260,9 @@ fn pull_list_show_rm_a_local_file() {
     assert!(out.contains("gguf"), "{out}");
     assert!(out.contains("sha256:"), "{out}");
     assert!(out.contains("Tiny-Model.Q8_0.gguf"), "source shown: {out}");
-    // Not a real model: the store part is still shown, the reader's complaint in the details.
     assert!(out.contains("Details"), "{out}");
+    assert!(out.contains("architecture    llama"), "{out}");
+    assert!(out.contains("context length  128"), "{out}");
 
     let o = env.run(&["show", "--path", "tiny:q8"]);
     ok(&o);
@@ -306,6 +397,102 @@ fn verbose_logs_go_to_stderr() {
     assert!(stdout(&o).lines().count() == 1, "{}", stdout(&o));
     let o = env.run(&["list", "-vv"]);
     ok(&o);
+}
+
+#[test]
+fn an_unloadable_file_is_not_stored_and_show_of_one_in_the_store_fails() {
+    let env = Env::new();
+    let good = tiny_gguf(5);
+    env.file("truncated.gguf", &good[..good.len() - 16]);
+
+    // `pull` refuses it: exit 1 with the model, the reason and what to do; nothing listed or kept.
+    let o = env
+        .cmd()
+        .current_dir(env.dir.path())
+        .args(["pull", "./truncated.gguf"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("error: model 'truncated:latest' cannot be loaded, so it was not stored"),
+        "{err}"
+    );
+    assert!(
+        err.contains("truncated.gguf"),
+        "the reason names the file: {err}"
+    );
+    assert!(
+        err.contains("blk.0.ffn_down.weight"),
+        "and the tensor: {err}"
+    );
+    assert!(err.contains("pull it again"), "{err}");
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    let o = env.run(&["list"]);
+    ok(&o);
+    assert_eq!(
+        stdout(&o).lines().count(),
+        1,
+        "only the header: {}",
+        stdout(&o)
+    );
+    assert_eq!(blobs(&env.store()), 0, "no blob and no partial file left");
+    assert!(manifests(&env.store()).is_empty());
+
+    // The same file in the store by other means (a store without the check, as before it
+    // existed): `show` prints the store part, then fails with the reason and the fix.
+    let unchecked = pagoda_store::Store::open(Some(env.store())).unwrap();
+    unchecked
+        .pull(
+            env.dir.path().join("truncated.gguf").to_str().unwrap(),
+            &pagoda_store::PullOptions {
+                name: Some("broken:1".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let o = env.run(&["show", "broken:1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("error: model 'broken:1' is in the store but cannot be loaded"),
+        "{err}"
+    );
+    assert!(err.contains("pagoda rm broken:1"), "{err}");
+    assert!(
+        err.contains("caused by:"),
+        "the reader's error follows: {err}"
+    );
+    assert!(err.contains("blk.0.ffn_down.weight"), "{err}");
+    assert!(
+        stdout(&o).contains("sha256:"),
+        "the store part: {}",
+        stdout(&o)
+    );
+    // `--path` does not open the model.
+    ok(&env.run(&["show", "--path", "broken:1"]));
+
+    // Neither a copy nor a derived model of it is listed.
+    let o = env.run(&["cp", "broken:1", "copy:1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot be loaded"), "{}", stderr(&o));
+    let mf = modelfile(&env, "Modelfile", "FROM broken:1\nSYSTEM hi\n");
+    let o = env.run(&["create", "child:1", "-f", mf.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot be loaded"), "{}", stderr(&o));
+    assert_eq!(manifests(&env.store()), vec!["broken/1.json"]);
+    assert_eq!(blobs(&env.store()), 1);
+
+    // A folder that is not a complete model is refused too (no tokenizer).
+    let dir = tiny_llama_copy(&env, "notok", |_| {});
+    fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let o = env.run(&["pull", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("tokenizer.json"), "{}", stderr(&o));
+    assert_eq!(manifests(&env.store()), vec!["broken/1.json"]);
+    assert_eq!(blobs(&env.store()), 1);
 }
 
 /// With the team's default store populated (`pagoda pull smollm2:135m`), `show` reads the real
@@ -499,7 +686,9 @@ fn run_truncated_gguf_names_file_and_tensor() {
 #[test]
 fn run_garbage_file_is_an_error() {
     let env = Env::new();
-    let path = env.gguf("garbage.gguf", 7);
+    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+    bytes.extend((0..4096u32).map(|i| (i as u8).wrapping_add(7)));
+    let path = env.file("garbage.gguf", &bytes);
     run_fails_naming(&env, &path, &["garbage.gguf"]);
 }
 

@@ -122,7 +122,7 @@ pub fn run(args: MergeLoraArgs) -> anyhow::Result<()> {
     let dtype: MergeDtype = args.dtype.parse()?;
     let adapter = LoraAdapter::open(&args.adapter)
         .with_context(|| format!("reading the adapter {}", args.adapter.display()))?;
-    let store = pagoda_store::Store::open(None).context("opening the model store")?;
+    let store = crate::commands::open_store()?;
     let resolved = loader::resolve(&store, &args.base, Pull::IfMissing)?;
     let started = Instant::now();
     let base = MergeBase::open(&resolved.path)

@@ -2,7 +2,8 @@
 //!
 //! Owns: pull, list, rm, show, create, cp (store commands), ps (asks a running server); run
 //! and bench are the lead's modules, wired in here; eval measures accuracy with
-//! pagoda-compress. Invariant: commands print results to stdout and nothing else there.
+//! pagoda-compress. Invariants: commands print results to stdout and nothing else there; every
+//! command opens the store through [`open_store`], so none can list a model that does not load.
 
 pub mod batch;
 pub mod bench;
@@ -30,12 +31,26 @@ pub mod show;
 pub mod threads;
 pub mod tune;
 
+use std::path::Path;
+
 use anyhow::Context;
 use pagoda_store::Store;
 
-/// Opens the store selected by `--store` / `PAGODA_HOME` / the default.
+/// Opens the store selected by `--store` / `PAGODA_HOME` / the default, with [`loadable`] as
+/// its validator: every command that can put a model in the store (pull, create, cp, and the
+/// pulls of run, serve and the rest) lets in only models that load.
 pub fn open_store() -> anyhow::Result<Store> {
-    Store::open(None).context("opening the model store")
+    Ok(Store::open(None)
+        .context("opening the model store")?
+        .with_validator(loadable))
+}
+
+/// The store's validator: the model at `path` opens as loading opens it
+/// ([`pagoda_model::validate_model`]: header, tensors, config, tokenizer, chat template).
+pub fn loadable(path: &Path) -> Result<(), String> {
+    pagoda_model::validate_model(path)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Sizes the way `ollama list` prints them: decimal units, no decimals from 10 up.

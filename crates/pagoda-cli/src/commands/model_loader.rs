@@ -3,7 +3,6 @@
 //! weights; [`LoadArgs`] holds the load flags every such command (and `serve`) shares
 //! (`--quantize`).
 
-use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::QuantTarget;
@@ -47,7 +46,7 @@ impl LoadArgs {
 /// Resolves and loads `name` as `args` ask, with a spinner on stderr while the weights are
 /// mapped (and quantized); prints what quantization did on stderr.
 pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<LoadedModel> {
-    let store = pagoda_store::Store::open(None).context("opening the model store")?;
+    let store = crate::commands::open_store()?;
     let resolved = loader::resolve(&store, name, Pull::IfMissing)?;
     let spinner = ProgressBar::new_spinner();
     spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));

@@ -224,7 +224,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             args.output.display()
         );
     }
-    let store = pagoda_store::Store::open(None).context("opening the model store")?;
+    let store = crate::commands::open_store()?;
     let resolved = loader::resolve(&store, &args.model, Pull::IfMissing)?;
     let source = open_model(&resolved.path)
         .with_context(|| format!("opening {}", resolved.path.display()))?;

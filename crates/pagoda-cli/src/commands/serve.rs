@@ -92,7 +92,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
-    let store = Arc::new(pagoda_store::Store::open(None).context("opening the model store")?);
+    let store = Arc::new(crate::commands::open_store()?);
     for name in &args.models {
         pagoda_server::loader::resolve(&store, name, pagoda_server::loader::Pull::IfMissing)
             .with_context(|| format!("getting model `{name}`"))?;

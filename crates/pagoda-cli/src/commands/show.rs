@@ -1,11 +1,15 @@
 //! `pagoda show NAME|PATH`: what the store knows about a model.
 //!
 //! Owns the layout of the details: the store part (format, size, digest, source, files) from the
-//! manifest; model details (architecture, parameters, context, quantization, chat template) from
-//! `pagoda_model::source::open_model`; a derived model's Modelfile layer (`pagoda create`), and
-//! with `--modelfile` the Modelfile text the model behaves by. Invariant: a model pagoda-model
-//! cannot read still shows its store part, with the reader's error in place of the details.
+//! manifest; model details (architecture, parameters, context, quantization, chat template; or
+//! an embedding model's dimensions, window and pooling) from `pagoda_model::validate_model`,
+//! which opens the model as loading does; a derived model's Modelfile layer (`pagoda create`),
+//! and with `--modelfile` the Modelfile text the model behaves by. Invariant: a model that
+//! cannot be loaded still shows its store part on stdout, then fails (exit 1) with the
+//! reader's error and what to do; `--path` and `--modelfile` do not open the model.
 
+use anyhow::Context;
+use pagoda_model::validate::Validated;
 use pagoda_store::{Format, Modelfile, ResolvedModel, Store};
 
 use super::{human_size, open_store};
@@ -32,7 +36,8 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     print!("{}", render(&model));
-    print!("{}", render_details(&model.path));
+    let opened = pagoda_model::validate_model(&model.path).with_context(|| unloadable(&model))?;
+    print!("{}", render_details(&opened));
     let derived = model.manifest.as_ref().and_then(|m| m.modelfile.as_ref());
     if let Some(layer) = derived {
         print!("{}", render_layer(layer));
@@ -102,11 +107,41 @@ fn render_defaults(entry: &pagoda_store::CatalogEntry) -> String {
     out
 }
 
-fn render_details(path: &std::path::Path) -> String {
+/// What `show` says about a model that does not load (the reader's error follows it).
+fn unloadable(model: &ResolvedModel) -> String {
+    match &model.name {
+        Some(name) => format!(
+            "model '{name}' is in the store but cannot be loaded; remove it (`pagoda rm {name}`) and pull it again from a complete source"
+        ),
+        None => format!(
+            "'{}' cannot be loaded; pass a complete GGUF file or Hugging Face folder of a supported model",
+            model.path.display()
+        ),
+    }
+}
+
+fn render_details(opened: &Validated) -> String {
     let mut out = String::from("\n  Details\n");
     let mut row = |k: &str, v: String| out.push_str(&format!("    {k:<16}{v}\n"));
-    match pagoda_model::source::open_model(path) {
-        Ok(src) => {
+    match opened {
+        Validated::Embedding(m) => {
+            let c = m.config();
+            row("kind", "embedding (BERT encoder)".into());
+            row("dimensions", m.dimensions().to_string());
+            row("max tokens", m.max_seq_len().to_string());
+            row("layers", c.num_hidden_layers.to_string());
+            row("vocabulary", c.vocab_size.to_string());
+            row(
+                "pooling",
+                match c.pooling {
+                    pagoda_model::embedding::Pooling::Mean => "mean",
+                    pagoda_model::embedding::Pooling::Cls => "cls",
+                }
+                .to_string()
+                    + if c.normalize { ", L2-normalised" } else { "" },
+            );
+        }
+        Validated::Generative(src) => {
             let info = &src.info;
             let c = &src.config;
             if !info.name.is_empty() {
@@ -135,7 +170,6 @@ fn render_details(path: &std::path::Path) -> String {
                 },
             );
         }
-        Err(e) => row("not loadable", e.to_string()),
     }
     out
 }

@@ -132,7 +132,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     if args.token_budgets.is_empty() || args.token_budgets.contains(&0) {
         bail!("--token-budgets needs positive values, e.g. 256,512");
     }
-    let store = pagoda_store::Store::open(None)?;
+    let store = crate::commands::open_store()?;
     let model = pagoda_store::resolve_or_pull(&store, &args.model)?;
     let src = pagoda_model::source::open_model(&model.path)
         .with_context(|| format!("reading {}", model.path.display()))?;
