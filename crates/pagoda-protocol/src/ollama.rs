@@ -2,7 +2,10 @@
 //! listings, and the `options` map with Ollama's names.
 //!
 //! Invariants: `stream` defaults to true (Ollama's default); durations are nanoseconds;
-//! timestamps are RFC 3339 strings; the error body is `{"error": "..."}`.
+//! timestamps are RFC 3339 strings; the error body is `{"error": "..."}`. The requests that
+//! write to the store ([`CreateRequest`], [`CopyRequest`]) refuse unknown fields (serde's
+//! error names the field), so nothing a client asks of them is dropped unseen; the others
+//! accept and ignore unknown fields, as Ollama does.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -292,7 +295,84 @@ impl PullRequest {
     }
 }
 
-/// One object of the `/api/pull` stream.
+/// `POST /api/create`, in the current shape (`model`, `from`, `system`, `template`,
+/// `parameters`, `messages`, `license`, as the official clients send it) or the legacy one
+/// (`name` or `model`, and `modelfile` text). `quantize`, `files` and `adapters` are read so
+/// the server can refuse them by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    #[serde(default)]
+    pub model: String,
+    /// The legacy name field.
+    #[serde(default)]
+    pub name: String,
+    /// The base model.
+    pub from: Option<String>,
+    /// Legacy: the whole Modelfile as text.
+    pub modelfile: Option<String>,
+    pub system: Option<String>,
+    pub template: Option<String>,
+    /// PARAMETER values by name (`stop` may be a list).
+    pub parameters: Option<serde_json::Map<String, Value>>,
+    pub messages: Option<Vec<CreateMessage>>,
+    pub license: Option<License>,
+    pub quantize: Option<Value>,
+    /// File name → blob digest (uploaded with `/api/blobs`).
+    pub files: Option<Value>,
+    /// Adapter file name → blob digest.
+    pub adapters: Option<Value>,
+    #[serde(default = "default_true")]
+    pub stream: bool,
+}
+
+impl CreateRequest {
+    /// The model to create, by either field.
+    pub fn model_name(&self) -> &str {
+        if self.model.is_empty() {
+            &self.name
+        } else {
+            &self.model
+        }
+    }
+}
+
+/// One of the `messages` of a [`CreateRequest`]: a turn put in front of every chat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: String,
+}
+
+/// `license`: one text or several.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum License {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl License {
+    /// The texts, in order.
+    pub fn into_texts(self) -> Vec<String> {
+        match self {
+            License::One(t) => vec![t],
+            License::Many(v) => v,
+        }
+    }
+}
+
+/// `POST /api/copy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyRequest {
+    pub source: String,
+    pub destination: String,
+}
+
+/// One object of the `/api/pull` stream (and of `/api/create`'s).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProgressResponse {
     pub status: String,
@@ -375,6 +455,49 @@ mod tests {
         assert!(d(Value::from("soon")).is_err());
         assert!(d(Value::from("5x")).is_err());
         assert!(d(Value::from("-")).is_err());
+    }
+
+    #[test]
+    fn create_and_copy_read_what_the_clients_send_and_refuse_the_rest() {
+        let req: CreateRequest = serde_json::from_str(
+            r#"{"model":"m","from":"b:1","system":"s","parameters":{"temperature":0.2,"stop":["x"]},
+               "messages":[{"role":"user","content":"hi"}],"license":"MIT","stream":false}"#,
+        )
+        .expect("parses");
+        assert_eq!(req.model_name(), "m");
+        assert_eq!(req.from.as_deref(), Some("b:1"));
+        assert_eq!(
+            req.license.clone().map(License::into_texts),
+            Some(vec!["MIT".into()])
+        );
+        assert!(!req.stream);
+        let legacy: CreateRequest =
+            serde_json::from_str(r#"{"name":"m","modelfile":"FROM b:1\n"}"#).expect("parses");
+        assert_eq!(legacy.model_name(), "m");
+        assert!(legacy.stream);
+        for (body, field) in [
+            (r#"{"model":"m","path":"/etc/Modelfile"}"#, "path"),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"x","images":[]}]}"#,
+                "images",
+            ),
+        ] {
+            let e = serde_json::from_str::<CreateRequest>(body)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("unknown field `{field}`")), "{e}");
+        }
+        let copy: CopyRequest =
+            serde_json::from_str(r#"{"source":"a","destination":"b"}"#).expect("parses");
+        assert_eq!(
+            (copy.source.as_str(), copy.destination.as_str()),
+            ("a", "b")
+        );
+        assert!(serde_json::from_str::<CopyRequest>(r#"{"source":"a"}"#).is_err());
+        assert!(
+            serde_json::from_str::<CopyRequest>(r#"{"source":"a","destination":"b","x":1}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The Ollama API: `/api/generate`, `/api/chat` (NDJSON streams), `/api/tags`, `/api/show`,
-//! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`, `/api/embed`. Shared here: `options` →
-//! [`Knobs`], `keep_alive`, the NDJSON response, and model details.
+//! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`, `/api/embed`, and `/api/create` /
+//! `/api/copy` (`create.rs`: derived models and second names of models already in the store).
+//! Shared here: `options` → [`Knobs`], `keep_alive`, the NDJSON response, and model details.
 //!
 //! Invariant: errors leave as `{"error": "..."}` with the status the server maps them to.
 
+mod create;
 mod embed;
 mod generate;
 mod models;
@@ -31,6 +33,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/ps", get(models::ps))
         .route("/api/pull", post(models::pull))
         .route("/api/delete", delete(models::remove))
+        .route("/api/create", post(create::create))
+        .route("/api/copy", post(create::copy))
         .route("/api/version", get(models::version))
         .route("/api/embed", post(embed::embed))
         .route("/api/embeddings", post(embed::embeddings))

@@ -1,6 +1,7 @@
 //! Property test of request handling: random bodies (arbitrary bytes, and JSON objects whose
 //! fields are the APIs' own names with values of random types and sizes) sent to every
-//! generation route never crash the server or get a 5xx; every error has a JSON body.
+//! generation route, and to `/api/create` and `/api/copy`, never crash the server or get a
+//! 5xx; every error has a JSON body.
 
 use crate::harness::{config, start, tiny_llama};
 use proptest::prelude::*;
@@ -15,6 +16,8 @@ const ROUTES: &[&str] = &[
     "/api/chat",
     "/api/show",
     "/api/embed",
+    "/api/create",
+    "/api/copy",
 ];
 
 const FIELDS: &[&str] = &[
@@ -47,6 +50,12 @@ const FIELDS: &[&str] = &[
     "format",
     "encoding_format",
     "suffix",
+    "from",
+    "modelfile",
+    "parameters",
+    "template",
+    "source",
+    "destination",
 ];
 
 fn leaf() -> impl Strategy<Value = Value> {

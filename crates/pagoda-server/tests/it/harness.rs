@@ -57,8 +57,20 @@ pub async fn start_with_store(config: ServerConfig, store_dir: PathBuf) -> TestS
     start_in(config, store_dir, dir).await
 }
 
+/// The validator `pagoda serve` installs (the CLI's `open_store`): the model opens as loading
+/// opens it.
+pub fn loadable(path: &Path) -> Result<(), String> {
+    pagoda_model::validate_model(path)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 async fn start_in(config: ServerConfig, store_dir: PathBuf, dir: tempfile::TempDir) -> TestServer {
-    let store = Arc::new(Store::open(Some(store_dir)).expect("store opens"));
+    let store = Arc::new(
+        Store::open(Some(store_dir))
+            .expect("store opens")
+            .with_validator(loadable),
+    );
     let server = BoundServer::bind(config, store.clone())
         .await
         .expect("binds");
