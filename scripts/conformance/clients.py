@@ -196,8 +196,29 @@ def ollama_checks(url, model, embed_model):
         r = client.embed(model=embed_model, input=["hello world", "a second text"])
         assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 384
 
+    def create_copy_delete():
+        name, copy = "conformance-pirate:latest", "conformance-pirate:copy"
+        r = client.create(model=name, from_=model, system="Talk like a pirate.",
+                          parameters={"temperature": 0.2, "num_predict": 4})
+        assert r.status == "success", r
+        shown = client.show(name)
+        assert "pirate" in (shown.modelfile or ""), shown.modelfile
+        assert "temperature 0.2" in (shown.parameters or ""), shown.parameters
+        assert client.copy(name, copy).status == "success"
+        reply = client.chat(model=copy, messages=[{"role": "user", "content": "Hello!"}])
+        assert reply.done and 1 <= reply.eval_count <= 4, reply
+        try:
+            client.create(model="conformance-bad", from_="/etc/passwd")
+            raise AssertionError("a create from a path was accepted")
+        except ollama.ResponseError as e:
+            assert e.status_code == 400, e
+        for n in (copy, name):
+            client.delete(n)
+        assert name not in [m.model for m in client.list().models]
+
     for name, fn in [("ollama generate", generate), ("ollama embed", embed), ("ollama chat", chat),
-                     ("ollama list/ps/show/version", listings), ("ollama 404", not_found)]:
+                     ("ollama list/ps/show/version", listings), ("ollama 404", not_found),
+                     ("ollama create/copy/delete", create_copy_delete)]:
         check(name, fn)
 
 

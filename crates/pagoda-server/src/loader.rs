@@ -214,25 +214,7 @@ pub enum ModelKind {
 
 /// Tells embedding models (an HF folder whose config.json is a BERT) from generative ones.
 pub fn kind_of(path: &Path) -> ModelKind {
-    let config = [
-        path.join("config.json"),
-        path.join("model").join("config.json"),
-    ]
-    .into_iter()
-    .find_map(|p| std::fs::read_to_string(p).ok());
-    let Some(text) = config else {
-        return ModelKind::Generative;
-    };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return ModelKind::Generative;
-    };
-    let model_type = v["model_type"].as_str().unwrap_or_default();
-    let bert_arch = v["architectures"].as_array().is_some_and(|a| {
-        a.iter()
-            .filter_map(|x| x.as_str())
-            .any(|x| x.starts_with("Bert"))
-    });
-    if model_type == "bert" || bert_arch {
+    if pagoda_model::embedding::is_bert_folder(path) {
         ModelKind::Embedding
     } else {
         ModelKind::Generative

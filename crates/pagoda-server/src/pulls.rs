@@ -120,6 +120,11 @@ pub fn refusal(name: &str, e: StoreError) -> ApiError {
             "model",
             format!("`{name}` is not a model Pagoda can store (not a GGUF file or a Hugging Face folder)"),
         ),
+        StoreError::Unloadable { .. } => ApiError::invalid_param(
+            "model",
+            format!("`{name}` was fetched but is not a model Pagoda can load, so nothing was stored"),
+        )
+        .with_code("model_load_failed"),
         StoreError::HttpStatus { status, .. } => ApiError::upstream(format!(
             "the source of `{name}` answered HTTP {status}"
         )),
