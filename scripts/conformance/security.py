@@ -248,6 +248,25 @@ def main():
     finally:
         puller.stop()
 
+    def unloadable_files_are_not_stored():
+        seed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../fuzz/seeds/tiny_llama.gguf")
+        with open(seed, "rb") as f:
+            data = f.read()
+        truncated = os.path.join(secret_dir, "truncated.gguf")
+        with open(truncated, "wb") as f:
+            f.write(data[: len(data) // 3])
+        blobs = os.path.join(store_root, "blobs")
+        before = sorted(os.listdir(blobs))
+        out = subprocess.run([args.pagoda, "pull", truncated, "--name", "truncated:probe"],
+                             capture_output=True, text=True)
+        assert out.returncode != 0, out
+        assert "cannot be loaded" in out.stderr, out.stderr
+        listed = subprocess.run([args.pagoda, "list"], capture_output=True, text=True, check=True).stdout
+        assert "truncated" not in listed, listed
+        assert sorted(os.listdir(blobs)) == before, "a blob was left behind"
+
+    check("pagoda pull of an unloadable file: refused, nothing stored", unloadable_files_are_not_stored)
+
     # The gateway in front of a server that is down: the client sees the route, not the upstream.
     work = tempfile.mkdtemp(prefix="pagoda-security-gateway-")
     dead = f"http://127.0.0.1:{listener.port + 1 if listener.port < 65535 else 1}"
