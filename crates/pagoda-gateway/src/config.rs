@@ -75,6 +75,11 @@ pub struct ServerConfig {
     pub reload_interval_ms: u64,
     /// A client must send its whole body within this time (slow clients get 408).
     pub body_timeout_ms: u64,
+    /// A client must send a request's headers within this time of the connection being ready
+    /// for them; the same bound closes idle keep-alive connections (read at start).
+    pub header_timeout_ms: u64,
+    /// Client connections open at once; more wait until one closes (read at start).
+    pub max_connections: usize,
     /// Show clients the upstreams behind a route: the backend's own `model` names in relayed
     /// answers and error texts, replica addresses and connection errors in the gateway's 503
     /// and 504 messages. Off by default: clients see the route's name and a request id, the
@@ -92,6 +97,8 @@ impl Default for ServerConfig {
             request_timeout_ms: 120_000,
             reload_interval_ms: 1000,
             body_timeout_ms: 30_000,
+            header_timeout_ms: 10_000,
+            max_connections: 4096,
             expose_upstream_details: false,
         }
     }
@@ -467,6 +474,9 @@ impl GatewayConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.server.max_body_bytes == 0 {
             return bad("server.max_body_bytes must be > 0".into());
+        }
+        if self.server.header_timeout_ms == 0 || self.server.max_connections == 0 {
+            return bad("server.header_timeout_ms and server.max_connections must be > 0".into());
         }
         let mut names = HashSet::new();
         for t in &self.targets {

@@ -47,18 +47,15 @@ pub async fn serve(
         reload::spawn_watcher(gateway.clone()),
     ];
     let app = app::router(gateway.clone());
-    // Small answers must not wait for the client's delayed ACK (Nagle's algorithm).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    // Header deadlines (408 to a stalled client, idle keep-alive closed) and a connection cap.
+    let limits = pagoda_http::ConnectionLimits {
+        header_timeout: std::time::Duration::from_millis(config.server.header_timeout_ms),
+        max_connections: config.server.max_connections,
+    };
+    pagoda_http::serve(listener, app, limits, shutdown).await;
     for t in tasks {
         t.abort();
     }
     gateway.usage.flush().await;
-    result
+    Ok(())
 }

@@ -22,23 +22,11 @@ use axum::response::Response;
 
 use crate::state::Gateway;
 
-/// The request and response header.
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
-/// The longest client-sent id that is kept.
-pub const MAX_LEN: usize = 128;
+pub use pagoda_http::request_id::{is_acceptable, HEADER as REQUEST_ID_HEADER, MAX_LEN};
 
 /// The id of the request being handled, in the request's extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(pub String);
-
-/// Whether a client-sent id may be used as is: 1..=[`MAX_LEN`] characters of
-/// `[A-Za-z0-9._:-]`.
-pub fn is_acceptable(id: &str) -> bool {
-    (1..=MAX_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
 
 /// The client's id, when it sent exactly one acceptable `x-request-id`.
 pub fn from_client(headers: &HeaderMap) -> Option<&str> {

@@ -2,7 +2,7 @@
 //! page), the background upkeep (keep-alive reaping, hot reload), and the server's life:
 //! bind, load the models named at start, serve, drain on SIGTERM/SIGINT.
 //!
-//! Connections are served by [`crate::listener`] (deadlines, a cap); every response gets its
+//! Connections are served by pagoda-http (deadlines, a cap); every response gets its
 //! `x-request-id` from [`crate::request_id`], the outermost layer.
 //!
 //! Invariants: `/health` answers as soon as the socket is bound; `/ready` only once the
@@ -199,10 +199,10 @@ impl BoundServer {
             let _ = drain_tx.send(());
         };
         let grace = app.config.drain_grace;
-        let server = crate::listener::serve(
+        let server = pagoda_http::serve(
             self.listener,
             router(app.clone()),
-            app.config.connections,
+            app.config.connections.accept(),
             signal,
         );
         tokio::select! {

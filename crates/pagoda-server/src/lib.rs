@@ -7,8 +7,7 @@
 //! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
-//! [`names`] (which model names a client may use), [`listener`] (connections under limits),
-//! [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
+//! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
 //! (what a client may make the server download).
 //!
 //! Architecture Invariant: the server reaches models only through the engine's
@@ -22,7 +21,6 @@ pub mod clock;
 pub mod embedders;
 pub mod error;
 pub mod generation;
-pub mod listener;
 pub mod loader;
 pub mod metrics;
 pub mod names;

@@ -9,35 +9,17 @@
 //! [`ApiError`] with a `detail` is logged once, here, under that id — its detail (paths,
 //! internal errors) is never in the body.
 
-use crate::clock::unix_now;
 use crate::error::ApiError;
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The header's name.
-pub const HEADER: &str = "x-request-id";
+pub use pagoda_http::request_id::{new_id, HEADER};
 
 /// The id of the request being handled (a request extension, for handlers that log).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(pub String);
-
-/// A fresh id: `req-` then the start second and a counter, in hex.
-pub fn new_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("req-{:x}{n:06x}", unix_now())
-}
-
-/// A client's id when it is safe to keep.
-fn acceptable(id: &str) -> bool {
-    (1..=128).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
 
 /// The middleware: picks the id, runs the request, logs an error's detail, sets the header.
 pub async fn layer(mut request: Request, next: Next) -> Response {
@@ -45,7 +27,7 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
         .headers()
         .get(HEADER)
         .and_then(|v| v.to_str().ok())
-        .filter(|v| acceptable(v))
+        .filter(|v| pagoda_http::request_id::is_acceptable(v))
         .map_or_else(new_id, str::to_string);
     request.extensions_mut().insert(RequestId(id.clone()));
     let method = request.method().clone();
@@ -64,25 +46,4 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(HEADER, v);
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_short_ids_are_kept_and_others_replaced() {
-        assert!(acceptable("abc-123_x.y:z"));
-        assert!(!acceptable(""));
-        assert!(!acceptable(&"a".repeat(129)));
-        assert!(!acceptable("a b"));
-        assert!(!acceptable("a\u{7f}"));
-        assert!(!acceptable("ünï"));
-    }
-
-    #[test]
-    fn fresh_ids_differ() {
-        assert_ne!(new_id(), new_id());
-        assert!(acceptable(&new_id()));
-    }
 }

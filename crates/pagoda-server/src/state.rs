@@ -72,7 +72,8 @@ pub struct PullPolicy {
     pub allow_private: bool,
 }
 
-/// Limits on every HTTP connection.
+/// Limits on every HTTP connection: pagoda-http's (headers, connection cap) and the body
+/// deadline the handlers read under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// A request's headers must arrive within this time of the connection being ready for
@@ -86,10 +87,21 @@ pub struct ConnectionLimits {
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
+        let http = pagoda_http::ConnectionLimits::default();
         ConnectionLimits {
-            header_timeout: Duration::from_secs(10),
+            header_timeout: http.header_timeout,
             body_timeout: Duration::from_secs(30),
-            max_connections: 1024,
+            max_connections: http.max_connections,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// The part the accept loop enforces.
+    pub fn accept(&self) -> pagoda_http::ConnectionLimits {
+        pagoda_http::ConnectionLimits {
+            header_timeout: self.header_timeout,
+            max_connections: self.max_connections,
         }
     }
 }

@@ -433,3 +433,48 @@ async fn a_client_that_hangs_up_gives_its_reservation_back() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn stalled_headers_get_408_and_idle_connections_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a = stub::start("a").await;
+    let gw = start(&format!(
+        "{}{}",
+        one_target(&a, "[server]\nheader_timeout_ms = 300"),
+        key_block("k", KEY, "")
+    ))
+    .await;
+    let addr = gw.url.trim_start_matches("http://").to_string();
+    let read_all = |mut s: tokio::net::TcpStream| async move {
+        let mut out = Vec::new();
+        let started = std::time::Instant::now();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out))
+            .await
+            .expect("the gateway closed the connection");
+        (
+            String::from_utf8_lossy(&out).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let (answer, took) = read_all(stalled).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("x-request-id:"),
+        "{answer}"
+    );
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    let idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (answer, took) = read_all(idle).await;
+    assert!(answer.is_empty(), "{answer}");
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    // Still serving.
+    assert_eq!(
+        content(gw.chat(KEY, "chat", json!({})).await).await,
+        "from a as a"
+    );
+}

@@ -7,14 +7,13 @@
 //!   them — for a fresh connection, from accept; for a keep-alive one, from the end of the
 //!   previous response, so the same deadline bounds an idle connection. A client that sent
 //!   part of its headers gets `408 Request Timeout`; an idle one is closed silently;
-//! - the body deadline is the handler's (see `body.rs`), because only a handler knows that it
-//!   wants a body.
+//! - the body deadline is the caller's (the server's `body.rs`, the gateway's body reader),
+//!   because only a handler knows that it wants a body.
 //!
 //! Invariants: each connection holds one permit of the semaphore for its whole life, so
 //! "every permit back" means "every connection closed"; on shutdown no connection is
 //! accepted, each open one finishes the request in flight and is closed (no keep-alive).
 
-use crate::state::ConnectionLimits;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -27,6 +26,25 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+
+/// Limits on every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A request's headers must arrive within this time of the connection being ready for
+    /// them (also how long an idle keep-alive connection stays open).
+    pub header_timeout: Duration,
+    /// Connections open at once; more wait in the kernel's backlog until one closes.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+        }
+    }
+}
 
 /// The body of the 408 a client that stalled mid-headers gets before its connection closes.
 const HEADER_TIMEOUT_BODY: &str = r#"{"error":{"message":"the request headers did not arrive in time; send them at once","type":"invalid_request_error","param":null,"code":"request_timeout"}}"#;
