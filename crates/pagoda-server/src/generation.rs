@@ -18,6 +18,8 @@ use std::time::Instant;
 pub struct Generation {
     pub lease: Lease,
     pub id: String,
+    /// The response's `x-request-id`, which the error log lines carry too.
+    http_request_id: Option<String>,
     stream: RequestStream,
     observer: RequestObserver,
     started: Instant,
@@ -52,6 +54,7 @@ impl Generation {
         Ok(Generation {
             lease,
             id,
+            http_request_id: crate::request_id::current(),
             stream,
             observer,
             started: Instant::now(),
@@ -99,6 +102,7 @@ impl Drop for Generation {
         let ms = |i: Instant| i.duration_since(self.started).as_secs_f64() * 1e3;
         tracing::info!(
             request_id = %self.id,
+            x_request_id = self.http_request_id.as_deref().unwrap_or("-"),
             model = %self.lease.name,
             version = %self.lease.version,
             prompt_tokens = self.prompt_tokens,

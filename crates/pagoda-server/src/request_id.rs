@@ -5,6 +5,9 @@
 //! short and plain (1-128 of `A-Z a-z 0-9 . _ : -`), otherwise replaced, so a log line never
 //! carries a client's arbitrary bytes.
 //!
+//! The handler runs in a task-local scope holding the id ([`current`]), so a generation's log
+//! line carries it beside the response id (`chatcmpl-…`).
+//!
 //! Invariants: every response leaving the router has exactly one `x-request-id`; an
 //! [`ApiError`] with a `detail` is logged once, here, under that id — its detail (paths,
 //! internal errors) is never in the body.
@@ -21,6 +24,16 @@ pub use pagoda_http::request_id::{new_id, HEADER};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(pub String);
 
+tokio::task_local! {
+    /// The id, for code that runs inside the handler without the request at hand.
+    static CURRENT: String;
+}
+
+/// The `x-request-id` of the request whose handler is running on this task, if any.
+pub fn current() -> Option<String> {
+    CURRENT.try_with(Clone::clone).ok()
+}
+
 /// The middleware: picks the id, runs the request, logs an error's detail, sets the header.
 pub async fn layer(mut request: Request, next: Next) -> Response {
     let id = request
@@ -32,7 +45,7 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
     request.extensions_mut().insert(RequestId(id.clone()));
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let mut response = next.run(request).await;
+    let mut response = CURRENT.scope(id.clone(), next.run(request)).await;
     if let Some(e) = response.extensions().get::<ApiError>() {
         if let Some(detail) = &e.detail {
             if e.status.is_server_error() {
@@ -46,4 +59,18 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(HEADER, v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_current_id_is_known_inside_the_handlers_scope_only() {
+        let inside = CURRENT
+            .scope("trace-7".to_string(), async { current() })
+            .await;
+        assert_eq!(inside.as_deref(), Some("trace-7"));
+        assert_eq!(current(), None);
+    }
 }
