@@ -14,7 +14,7 @@
 use crate::block_pool::BlockPool;
 use crate::choice::Choice;
 use crate::fault::{self, Fault, Located};
-use crate::generate::Usage;
+use crate::request::Usage;
 use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 use crate::runner::ModelRunner;
 use crate::scheduler::SeqState as SchedState;

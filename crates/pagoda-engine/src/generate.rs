@@ -9,6 +9,7 @@
 //! is forgotten, since its KV may hold the same broken values.
 
 use crate::fault::{self, Fault};
+use crate::request::Usage;
 use crate::sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 use crate::stop::{FinishReason, StopMatcher};
 use crate::EngineError;
@@ -49,15 +50,6 @@ impl GenerationRequest {
             ignore_eos: false,
         }
     }
-}
-
-/// Token counts of one generation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: usize,
-    /// Prompt tokens whose KV was reused from the previous turn.
-    pub cached_prompt_tokens: usize,
-    pub completion_tokens: usize,
 }
 
 /// Wall-clock split of one generation.

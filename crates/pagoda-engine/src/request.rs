@@ -4,7 +4,6 @@
 //! Invariant: every request's stream ends with exactly one `Finished` event per choice
 //! (`index` `0..n`), or one `Error` event; nothing follows them.
 
-use crate::generate::Usage;
 use crate::sampling::{SampledToken, SamplingParams};
 use crate::stop::FinishReason;
 use pagoda_model::arch::LoraWeights;
@@ -118,4 +117,13 @@ pub enum TokenEvent {
     },
     /// The request failed as a whole (bad input found late, or a model fault); nothing follows.
     Error { message: String },
+}
+
+/// Token counts of one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV was reused from the previous turn.
+    pub cached_prompt_tokens: usize,
+    pub completion_tokens: usize,
 }
