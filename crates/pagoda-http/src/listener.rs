@@ -65,7 +65,11 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // The semaphore holds at most MAX_PERMITS and the final wait asks for a u32 of them.
+    let cap = limits
+        .max_connections
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let permits = Arc::new(Semaphore::new(cap));
     let (draining_tx, draining_rx) = watch::channel(false);
     let mut builder = http1::Builder::new();
     builder
@@ -112,7 +116,7 @@ pub async fn serve(
     drop(listener);
     // Every permit back = every connection closed.
     let _ = permits
-        .acquire_many(u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX))
+        .acquire_many(u32::try_from(cap).unwrap_or(u32::MAX))
         .await;
 }
 

@@ -108,7 +108,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         keep_alive,
         memory_budget: args.memory_budget,
-        drain_grace: Duration::from_secs_f64(args.drain_grace.max(0.0)),
+        drain_grace: Duration::try_from_secs_f64(args.drain_grace.max(0.0)).map_err(|_| {
+            anyhow::anyhow!(
+                "--drain-grace must be a number of seconds, got {}",
+                args.drain_grace
+            )
+        })?,
         load: args.engine.load.options(),
         loras: args.loras.clone(),
         model_dirs: args.allow_model_dirs.clone(),
@@ -149,10 +154,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 /// A timeout flag's value as a duration (positive and finite).
 fn positive_seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
-    if secs.is_finite() && secs > 0.0 {
-        Ok(Duration::from_secs_f64(secs))
-    } else {
-        anyhow::bail!("{flag} must be a positive number of seconds, got {secs}")
+    // try_from: 1e30 or inf would overflow (and panic) in Duration::from_secs_f64.
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if secs > 0.0 => Ok(d),
+        _ => anyhow::bail!("{flag} must be a positive number of seconds, got {secs}"),
     }
 }
 
