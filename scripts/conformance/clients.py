@@ -18,19 +18,8 @@ import ollama
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server import Server  # noqa: E402
+from server import Server, check, failures  # noqa: E402
 
-
-failures = []
-
-
-def check(name, fn):
-    try:
-        fn()
-        print(f"ok   {name}")
-    except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        failures.append(name)
-        print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
 def openai_checks(url, model, embed_model):

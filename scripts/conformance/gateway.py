@@ -23,19 +23,9 @@ import urllib.request
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server import Child, Server  # noqa: E402
+from server import Child, Server, check, failures  # noqa: E402
 
 ADMIN_KEY = "conformance-admin-key"
-failures = []
-
-
-def check(name, fn):
-    try:
-        fn()
-        print(f"ok   {name}")
-    except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        failures.append(name)
-        print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
 class Gateway(Child):

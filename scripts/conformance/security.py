@@ -25,22 +25,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server import Child, Server  # noqa: E402
+from server import Child, Server, check, failures  # noqa: E402
 
-failures = []
 # Timeouts the servers run with here (short, so the probes are quick); the defaults are 10 s
 # for headers and 30 s for bodies (docs/serving.md).
 HEADER_TIMEOUT = 2
 BODY_TIMEOUT = 2
-
-
-def check(name, fn):
-    try:
-        fn()
-        print(f"ok   {name}")
-    except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        failures.append(name)
-        print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
 class Listener:

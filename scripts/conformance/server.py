@@ -1,4 +1,5 @@
-"""Child processes of `pagoda` on ephemeral ports, for the conformance scripts."""
+"""Child processes of `pagoda` on ephemeral ports, and the check runner, for the conformance
+scripts."""
 
 import re
 import subprocess
@@ -6,6 +7,20 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+
+# Names of the checks that failed, in order (each script reports them at its end).
+failures = []
+
+
+def check(name, fn):
+    """Runs one check: prints ok or FAIL with the reason, and keeps going either way."""
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
 class Child:
