@@ -20,6 +20,9 @@ pub struct EngineRequest {
     pub sampling: SamplingParams,
     /// Most tokens to generate per choice; generation also ends at the model's context length.
     pub max_tokens: usize,
+    /// The client chose `max_tokens`; false when a front end filled it in from a server
+    /// default (shortest-job-first then ranks by its running estimate instead).
+    pub max_tokens_explicit: bool,
     /// Stop strings: a choice ends before the first occurrence, which is not returned.
     pub stop: Vec<String>,
     /// Extra token ids that end a choice (besides the model's EOS tokens).
@@ -44,6 +47,7 @@ impl EngineRequest {
             prompt,
             sampling,
             max_tokens,
+            max_tokens_explicit: true,
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,

@@ -125,6 +125,10 @@ pub struct GenerateRequest {
     pub images: Option<Vec<String>>,
     pub options: Option<Options>,
     pub keep_alive: Option<KeepAlive>,
+    /// Pagoda extension (vLLM's meaning): scheduling priority under `--policy priority`,
+    /// lower runs earlier (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// One object of the `/api/generate` stream (the last one has `done: true` and the counts).
@@ -175,6 +179,10 @@ pub struct ChatRequest {
     pub options: Option<Options>,
     pub keep_alive: Option<KeepAlive>,
     pub tools: Option<Vec<Value>>,
+    /// Pagoda extension (vLLM's meaning): scheduling priority under `--policy priority`,
+    /// lower runs earlier (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// One object of the `/api/chat` stream.

@@ -9,7 +9,7 @@
 
 use futures_util::StreamExt;
 use pagoda_engine::{EngineConfig, EngineHandle, EngineRequest, SamplingParams, TokenEvent};
-use pagoda_server::loader::{self, Pull};
+use pagoda_runtime::loader::{self, Pull};
 use pagoda_server::{BoundServer, ServerConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -221,8 +221,12 @@ impl BoundServer {
 async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError>) {
     for name in app.config.models.clone() {
         let loaded = match app.registry.kind(&name).await {
-            Ok(crate::loader::ModelKind::Embedding) => app.embedders.acquire(&name).await.map(drop),
-            Ok(crate::loader::ModelKind::Generative) => app.registry.preload(&name).await.map(drop),
+            Ok(pagoda_runtime::loader::ModelKind::Embedding) => {
+                app.embedders.acquire(&name).await.map(drop)
+            }
+            Ok(pagoda_runtime::loader::ModelKind::Generative) => {
+                app.registry.preload(&name).await.map(drop)
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = loaded {

@@ -2,12 +2,12 @@
 //! loaded on first use, one load at a time per model, shared by every request.
 //!
 //! Invariant: an embedding model is never started as a generative engine and vice versa —
-//! the loader's [`ModelKind`](crate::loader::ModelKind) decides which registry takes a name.
+//! the loader's [`ModelKind`](pagoda_runtime::loader::ModelKind) decides which registry takes a name.
 
 use crate::error::ApiError;
-use crate::loader::{self, ModelKind};
 use crate::names::ModelNames;
 use pagoda_model::embedding::EmbeddingModel;
+use pagoda_runtime::loader::{self, ModelKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime};

@@ -285,6 +285,27 @@ impl From<EngineError> for ApiError {
     }
 }
 
+impl From<pagoda_runtime::RequestError> for ApiError {
+    fn from(e: pagoda_runtime::RequestError) -> Self {
+        let mut api = ApiError::invalid(e.message);
+        api.param = e.param.map(str::to_string);
+        api.code = e.code.map(str::to_string);
+        api
+    }
+}
+
+impl From<pagoda_runtime::GenerationFailed> for ApiError {
+    fn from(e: pagoda_runtime::GenerationFailed) -> Self {
+        ApiError::generation_failed(e.0)
+    }
+}
+
+impl From<pagoda_runtime::openai::Aborted> for ApiError {
+    fn from(e: pagoda_runtime::openai::Aborted) -> Self {
+        ApiError::unavailable(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! One request's run through the engine, shared by both APIs: admission (queue limit),
 //! submission, the event stream with metrics observed on the way, the structured log line
-//! when it ends, and [`collect`] for non-streamed responses.
+//! when it ends, and [`collect`] for non-streamed responses (through the runtime's
+//! [`Collector`], as `pagoda batch` collects).
 //!
 //! Invariants: a [`Generation`] holds its model's [`Lease`] for as long as it lives;
 //! dropping it (a client that went away) aborts the engine request, which frees its KV
@@ -11,7 +12,8 @@ use crate::error::ApiError;
 use crate::metrics::RequestObserver;
 use crate::registry::Lease;
 use crate::state::AppState;
-use pagoda_engine::{EngineRequest, FinishReason, RequestStream, SampledToken, TokenEvent, Usage};
+use pagoda_engine::{EngineRequest, RequestStream, TokenEvent};
+use pagoda_runtime::{ChoiceOutput, Collector};
 use std::time::Instant;
 
 /// A submitted request and what is known of it so far.
@@ -115,59 +117,11 @@ impl Drop for Generation {
     }
 }
 
-/// Everything one choice produced.
-#[derive(Debug, Clone)]
-pub struct ChoiceOutput {
-    pub text: String,
-    pub tokens: Vec<u32>,
-    pub logprobs: Vec<SampledToken>,
-    pub finish: FinishReason,
-    pub usage: Usage,
-}
-
 /// Runs a generation to its end and returns its choices in index order.
 pub async fn collect(generation: &mut Generation, n: usize) -> Result<Vec<ChoiceOutput>, ApiError> {
-    let mut choices: Vec<ChoiceOutput> = (0..n)
-        .map(|_| ChoiceOutput {
-            text: String::new(),
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            finish: FinishReason::Abort,
-            usage: Usage::default(),
-        })
-        .collect();
+    let mut collector = Collector::new(n);
     while let Some(ev) = generation.next().await {
-        match ev {
-            TokenEvent::Token {
-                index,
-                token,
-                text,
-                logprob,
-                ..
-            } => {
-                if let Some(c) = choices.get_mut(index) {
-                    c.text.push_str(&text);
-                    c.tokens.push(token);
-                    if let Some(lp) = logprob {
-                        c.logprobs.push(lp);
-                    }
-                }
-            }
-            TokenEvent::Finished {
-                index,
-                reason,
-                text,
-                usage,
-                ..
-            } => {
-                if let Some(c) = choices.get_mut(index) {
-                    c.text.push_str(&text);
-                    c.finish = reason;
-                    c.usage = usage;
-                }
-            }
-            TokenEvent::Error { message } => return Err(ApiError::generation_failed(message)),
-        }
+        collector.push(ev)?;
     }
-    Ok(choices)
+    Ok(collector.finish())
 }

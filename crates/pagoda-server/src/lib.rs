@@ -2,16 +2,19 @@
 //! the OpenAI SDKs, LangChain/LlamaIndex with a base_url, the `ollama` client, curl.
 //!
 //! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
-//! [`generation`] (one request through the engine, shared by both), [`prepare`] (API
-//! parameters → engine request, with the length rules), [`registry`] (loaded models,
-//! keep-alive, memory budget, hot reload), [`loader`] (store name → loaded model), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
+//! [`generation`] (one request through the engine, shared by both), [`registry`] (loaded
+//! models, keep-alive, memory budget, hot reload), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
 //! (what a client may make the server download).
 //!
+//! Loading models, request knobs → engine requests and engine events → choices are
+//! pagoda-runtime's (shared with the CLI); the server adds HTTP, streaming, leases and
+//! metrics.
+//!
 //! Architecture Invariant: the server reaches models only through the engine's
-//! `EngineHandle` and the loader; wire types come from pagoda-protocol.
+//! `EngineHandle` and pagoda-runtime; wire types come from pagoda-protocol.
 
 pub mod adapters;
 pub mod app;
@@ -21,12 +24,10 @@ pub mod clock;
 pub mod embedders;
 pub mod error;
 pub mod generation;
-pub mod loader;
 pub mod metrics;
 pub mod names;
 pub mod ollama;
 pub mod openai;
-pub mod prepare;
 pub mod pulls;
 pub mod registry;
 pub mod request_id;

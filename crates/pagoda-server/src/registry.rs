@@ -14,10 +14,10 @@
 
 use crate::adapters::Adapters;
 use crate::error::ApiError;
-use crate::loader::{self, LoadOptions, LoadedModel};
 use crate::names::{ModelNames, NamedModel};
 use pagoda_engine::{EngineConfig, EngineHandle};
 use pagoda_model::arch::LoraWeights;
+use pagoda_runtime::loader::{self, LoadOptions, LoadedModel};
 use pagoda_store::Store;
 use std::collections::HashMap;
 use std::path::Path;

@@ -10,10 +10,11 @@ use crate::body::BodyLimits;
 use crate::clock::unix_now;
 use crate::embedders::Embedders;
 use crate::error::ApiError;
-use crate::loader::LoadOptions;
 use crate::metrics::Metrics;
 use crate::registry::{KeepAlive, Registry};
 use pagoda_engine::EngineConfig;
+use pagoda_runtime::loader::LoadOptions;
+use pagoda_runtime::request::{Bounds, LengthRule};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,6 +56,9 @@ pub struct ServerConfig {
     pub pull: PullPolicy,
     /// Per-connection limits.
     pub connections: ConnectionLimits,
+    /// Most output tokens per choice (`--max-tokens-limit`); a request without `max_tokens`
+    /// gets the smaller of this and the context left. `None`: the context is the limit.
+    pub max_tokens_limit: Option<usize>,
 }
 
 /// What clients may make the server download through `POST /api/pull`.
@@ -130,6 +134,7 @@ impl Default for ServerConfig {
             model_dirs: Vec::new(),
             pull: PullPolicy::default(),
             connections: ConnectionLimits::default(),
+            max_tokens_limit: None,
         }
     }
 }
@@ -222,6 +227,17 @@ impl AppState {
     }
 
     /// The model a request names, or the default one when it names none.
+    /// What a request on `lease`'s model may ask for under this server's limits.
+    pub fn bounds(&self, lease: &crate::registry::Lease, rule: LengthRule) -> Bounds {
+        Bounds::serving(
+            &lease.loaded,
+            lease.engine.layout().max_model_len,
+            self.config.max_tokens_limit,
+            self.config.engine.policy,
+            rule,
+        )
+    }
+
     pub fn model_or_default<'a>(&'a self, requested: &'a str) -> &'a str {
         if requested.trim().is_empty() {
             self.config.models.first().map_or(requested, String::as_str)

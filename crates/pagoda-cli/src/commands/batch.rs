@@ -5,9 +5,13 @@
 //! "/v1/completions", "body": {...}}`. Output: one line per input line, in input order:
 //! `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`.
 //!
-//! Invariants: a bad line never stops the job — unparsable lines get `error`, requests the
-//! engine refuses get a 400 `response` with an OpenAI error body; every input line has exactly
-//! one output line. `--mode static` gathers a batch and waits for all of it (the classic
+//! Each body is parsed into the protocol's request types and goes through pagoda-runtime's
+//! checks, knobs, collection and response building, as `serve` does: the same body gives
+//! the same `response.body` and, when refused, the same status and OpenAI error body.
+//!
+//! Invariants: a bad line never stops the job — unparsable lines get `error`, refused
+//! requests a `response` with the server's status and error body; every input line has
+//! exactly one output line. `--mode static` gathers a batch and waits for all of it (the classic
 //! scheme, kept for comparison); `continuous` (default) lets finished requests leave and new
 //! ones join at every step.
 
@@ -16,11 +20,14 @@ use crate::commands::model_loader::{load_for_generation, LoadedModel};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_engine::{
-    BatchingMode, EngineHandle, EngineRequest, FinishReason, RequestStream, SamplingParams,
-    TokenEvent,
-};
-use pagoda_model::chat_template::ChatMessage;
+use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, RequestStream};
+use pagoda_protocol::openai::chat::ChatCompletionRequest;
+use pagoda_protocol::openai::completion::CompletionRequest;
+use pagoda_runtime::openai::completions::{self, PromptOutput};
+use pagoda_runtime::openai::{chat, ResponseHead};
+use pagoda_runtime::request::Bounds;
+use pagoda_runtime::{collect_blocking, engine_request, LengthRule};
+use pagoda_server::ApiError;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
@@ -52,24 +59,31 @@ pub struct BatchArgs {
 enum Pending {
     Running {
         custom_id: Value,
-        kind: Endpoint,
+        request: Box<Parsed>,
         stream: RequestStream,
         n: usize,
     },
     Failed {
         custom_id: Value,
-        status: u16,
-        message: String,
+        error: ApiError,
     },
     Unparsable {
         message: String,
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
-    Chat,
-    Completion,
+/// A line's body as the server would have parsed it.
+enum Parsed {
+    Chat(ChatCompletionRequest),
+    Completion(CompletionRequest),
+}
+
+/// What every line is checked and answered with.
+struct Job<'a> {
+    engine: &'a EngineHandle,
+    loaded: &'a LoadedModel,
+    bounds: Bounds,
+    model: String,
 }
 
 /// Runs `pagoda batch`.
@@ -85,17 +99,23 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.output.display()))?;
     crate::commands::threads::set_threads(args.threads)?;
     let loaded = load_for_generation(&args.model, &args.engine.load)?;
-    let engine = EngineHandle::start(
-        loaded.model.clone(),
-        loaded.tokenizer.clone(),
-        args.engine.config_with_speculation(args.mode)?,
-    )?;
-    let model_name = args.model.clone();
+    let config = args.engine.config_with_speculation(args.mode)?;
+    let policy = config.policy;
+    let engine = EngineHandle::start(loaded.model.clone(), loaded.tokenizer.clone(), config)?;
+    let job = Job {
+        engine: &engine,
+        loaded: &loaded,
+        bounds: Bounds::serving(
+            &loaded,
+            engine.layout().max_model_len,
+            args.engine.max_tokens_limit(),
+            policy,
+            LengthRule::Strict,
+        ),
+        model: args.model.clone(),
+    };
     let started = Instant::now();
-    let pending: Vec<Pending> = lines
-        .iter()
-        .map(|line| submit_line(&engine, &loaded, line))
-        .collect();
+    let pending: Vec<Pending> = lines.iter().map(|line| job.submit_line(line)).collect();
 
     let bar = ProgressBar::new(pending.len() as u64);
     bar.set_style(
@@ -105,7 +125,7 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
     let mut out = BufWriter::new(output);
     let (mut tokens, mut failed) = (0usize, 0usize);
     for (i, p) in pending.into_iter().enumerate() {
-        let (line, generated) = finish_line(i, p, &model_name);
+        let (line, generated) = job.finish_line(i, p);
         if line["error"].is_null() && line["response"]["status_code"] == 200 {
             tokens += generated;
         } else {
@@ -132,255 +152,180 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses one line and submits it.
-fn submit_line(engine: &EngineHandle, loaded: &LoadedModel, line: &str) -> Pending {
-    let parsed: Value = match serde_json::from_str(line) {
-        Ok(v) => v,
-        Err(e) => {
-            return Pending::Unparsable {
-                message: format!("line is not JSON: {e}"),
-            }
-        }
-    };
-    let custom_id = parsed.get("custom_id").cloned().unwrap_or(Value::Null);
-    let fail = |status: u16, message: String| Pending::Failed {
-        custom_id: custom_id.clone(),
-        status,
-        message,
-    };
-    let kind = match parsed.get("url").and_then(Value::as_str) {
-        Some("/v1/chat/completions") => Endpoint::Chat,
-        Some("/v1/completions") => Endpoint::Completion,
-        Some(other) => {
-            return fail(
-                404,
-                format!("unknown url `{other}`; use /v1/chat/completions or /v1/completions"),
-            )
-        }
-        None => return fail(400, "missing `url`".into()),
-    };
-    let Some(body) = parsed.get("body").filter(|b| b.is_object()) else {
-        return fail(400, "missing `body` object".into());
-    };
-    match build_request(loaded, kind, body) {
-        Ok(req) => {
-            let n = req.n;
-            match engine.submit(req) {
-                Ok(stream) => Pending::Running {
-                    custom_id,
-                    kind,
-                    stream,
-                    n,
-                },
-                Err(e) => fail(400, e.to_string()),
-            }
-        }
-        Err(message) => fail(400, message),
-    }
-}
-
-/// The engine request an OpenAI body asks for (defaults from the model, as `run` applies).
-fn build_request(
-    loaded: &LoadedModel,
-    kind: Endpoint,
-    body: &Value,
-) -> Result<EngineRequest, String> {
-    let prompt = match kind {
-        Endpoint::Chat => {
-            let messages = parse_messages(body.get("messages"))?;
-            let mut all = Vec::new();
-            if !messages.iter().any(|m| m.role == "system") {
-                if let Some(system) = &loaded.default_system {
-                    all.push(ChatMessage::new("system", system));
+impl Job<'_> {
+    /// Parses one line and submits it.
+    fn submit_line(&self, line: &str) -> Pending {
+        let parsed: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return Pending::Unparsable {
+                    message: format!("line is not JSON: {e}"),
                 }
             }
-            all.extend(messages);
-            loaded.encode_chat(&all).map_err(|e| format!("{e:#}"))?
-        }
-        Endpoint::Completion => match body.get("prompt") {
-            Some(Value::String(s)) => loaded
-                .tokenizer
-                .encode(s, true)
-                .map_err(|e| e.to_string())?,
-            Some(Value::Array(ids)) if ids.iter().all(Value::is_u64) => ids
-                .iter()
-                .filter_map(Value::as_u64)
-                .map(|t| u32::try_from(t).map_err(|_| format!("token id {t} out of range")))
-                .collect::<Result<_, _>>()?,
-            _ => return Err("`prompt` must be a string or an array of token ids".into()),
-        },
-    };
-    let mut sampling: SamplingParams = loaded.default_sampling.clone();
-    let f = |k: &str| body.get(k).and_then(Value::as_f64).map(|v| v as f32);
-    let u = |k: &str| body.get(k).and_then(Value::as_u64);
-    if let Some(v) = f("temperature") {
-        sampling.temperature = v;
-    }
-    if let Some(v) = f("top_p") {
-        sampling.top_p = v;
-    }
-    if let Some(v) = u("top_k") {
-        sampling.top_k = v as usize;
-    }
-    if let Some(v) = f("min_p") {
-        sampling.min_p = v;
-    }
-    if let Some(v) = f("repetition_penalty") {
-        sampling.repetition_penalty = v;
-    }
-    if let Some(v) = f("presence_penalty") {
-        sampling.presence_penalty = v;
-    }
-    if let Some(v) = f("frequency_penalty") {
-        sampling.frequency_penalty = v;
-    }
-    sampling.seed = u("seed");
-    let context = loaded.model.config().context_length;
-    let max_tokens = u("max_completion_tokens")
-        .or_else(|| u("max_tokens"))
-        .map_or(context.saturating_sub(prompt.len()).max(1), |v| v as usize);
-    let mut req = EngineRequest::new(prompt, sampling, max_tokens);
-    req.stop = match body.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .map(str::to_string)
-                    .ok_or("`stop` entries must be strings")
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("`stop` must be a string or an array of strings".into()),
-    };
-    req.n = u("n").map_or(1, |n| n as usize);
-    req.ignore_eos = body
-        .get("ignore_eos")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    req.priority = body.get("priority").and_then(Value::as_i64).unwrap_or(0) as i32;
-    Ok(req)
-}
-
-/// `messages`: `[{role, content}]`, content a string or an array of `{"type": "text"}` parts.
-fn parse_messages(messages: Option<&Value>) -> Result<Vec<ChatMessage>, String> {
-    let Some(Value::Array(list)) = messages else {
-        return Err("`messages` must be an array".into());
-    };
-    if list.is_empty() {
-        return Err("`messages` is empty".into());
-    }
-    list.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = m
-                .get("role")
-                .and_then(Value::as_str)
-                .ok_or(format!("messages[{i}] has no `role`"))?;
-            let content = match m.get("content") {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join(""),
-                None | Some(Value::Null) => String::new(),
-                Some(_) => return Err(format!("messages[{i}].content must be a string or parts")),
-            };
-            Ok(ChatMessage::new(role, &content))
-        })
-        .collect()
-}
-
-/// Waits for one request and renders its output line; also returns its output tokens.
-fn finish_line(index: usize, pending: Pending, model: &str) -> (Value, usize) {
-    let id = format!("batch_req_{index}");
-    match pending {
-        Pending::Unparsable { message } => (
-            json!({"id": id, "custom_id": null, "response": null,
-                   "error": {"code": "invalid_json", "message": message}}),
-            0,
-        ),
-        Pending::Failed {
-            custom_id,
-            status,
-            message,
-        } => (
-            json!({"id": id, "custom_id": custom_id, "error": null, "response": {
-                "status_code": status, "request_id": format!("req_{index}"),
-                "body": {"error": {"message": message, "type": "invalid_request_error",
-                                   "param": null, "code": null}}}}),
-            0,
-        ),
-        Pending::Running {
-            custom_id,
-            kind,
-            stream,
-            n,
-        } => {
-            let mut texts = vec![String::new(); n];
-            let mut reasons = vec![FinishReason::Abort; n];
-            let (mut prompt_tokens, mut cached, mut completion) = (0, 0, 0);
-            let mut error = None;
-            for ev in stream {
-                match ev {
-                    TokenEvent::Token { index, text, .. } => texts[index].push_str(&text),
-                    TokenEvent::Finished {
-                        index,
-                        reason,
-                        text,
-                        usage,
-                        ..
-                    } => {
-                        texts[index].push_str(&text);
-                        reasons[index] = reason;
-                        prompt_tokens = usage.prompt_tokens;
-                        cached = usage.cached_prompt_tokens;
-                        completion += usage.completion_tokens;
-                    }
-                    TokenEvent::Error { message } => error = Some(message),
-                }
+        };
+        let custom_id = parsed.get("custom_id").cloned().unwrap_or(Value::Null);
+        let fail = |error: ApiError| Pending::Failed {
+            custom_id: custom_id.clone(),
+            error,
+        };
+        let url = parsed.get("url").and_then(Value::as_str);
+        let body = match parsed.get("body").filter(|b| b.is_object()) {
+            Some(b) => b.to_string(),
+            None => return fail(ApiError::invalid_param("body", "missing `body` object")),
+        };
+        let request = match url {
+            Some("/v1/chat/completions") => {
+                pagoda_server::body::parse(body.as_bytes()).map(Parsed::Chat)
             }
-            if let Some(message) = error {
-                return (
-                    json!({"id": id, "custom_id": custom_id, "error": null, "response": {
-                        "status_code": 500, "request_id": format!("req_{index}"),
-                        "body": {"error": {"message": message, "type": "server_error",
-                                           "param": null, "code": null}}}}),
+            Some("/v1/completions") => {
+                pagoda_server::body::parse(body.as_bytes()).map(Parsed::Completion)
+            }
+            Some(other) => Err(ApiError::route_not_found(other)),
+            None => Err(ApiError::invalid_param(
+                "url",
+                "missing `url`; use /v1/chat/completions or /v1/completions",
+            )),
+        };
+        let submitted = request.and_then(|request| {
+            let engine_request = self.engine_request(&request)?;
+            let n = engine_request.n;
+            let stream = self.engine.submit(engine_request)?;
+            Ok((request, stream, n))
+        });
+        match submitted {
+            Ok((request, stream, n)) => Pending::Running {
+                custom_id,
+                request: Box::new(request),
+                stream,
+                n,
+            },
+            Err(error) => fail(error),
+        }
+    }
+
+    /// The engine request a body asks for, checked as `serve` checks it.
+    fn engine_request(&self, request: &Parsed) -> Result<EngineRequest, ApiError> {
+        let loaded = self.loaded;
+        let (prompt, knobs) = match request {
+            Parsed::Chat(req) => {
+                refuse_streaming(req.stream)?;
+                chat::check(req)?;
+                (chat::prompt(loaded, req)?, chat::knobs(loaded, req))
+            }
+            Parsed::Completion(req) => {
+                refuse_streaming(req.stream)?;
+                let mut inputs = completions::check(req)?;
+                if inputs.len() != 1 {
+                    return Err(ApiError::invalid_param(
+                        "prompt",
+                        "a batch line takes one prompt; put each prompt on its own line",
+                    ));
+                }
+                let input = inputs.remove(0);
+                (
+                    completions::encode(loaded, input)?.0,
+                    completions::knobs(loaded, req),
+                )
+            }
+        };
+        Ok(engine_request(
+            prompt,
+            &loaded.openai_sampling(),
+            knobs,
+            &self.bounds,
+        )?)
+    }
+
+    /// Waits for one request and renders its output line; also returns its output tokens.
+    fn finish_line(&self, index: usize, pending: Pending) -> (Value, usize) {
+        let id = format!("batch_req_{index}");
+        let request_id = format!("req_{index}");
+        let response = |status: u16, body: Value| json!({"status_code": status, "request_id": request_id, "body": body});
+        match pending {
+            Pending::Unparsable { message } => (
+                json!({"id": id, "custom_id": null, "response": null,
+                       "error": {"code": "invalid_json", "message": message}}),
+                0,
+            ),
+            Pending::Failed { custom_id, error } => (
+                json!({"id": id, "custom_id": custom_id, "error": null,
+                       "response": response(error.status.as_u16(), error_body(&error))}),
+                0,
+            ),
+            Pending::Running {
+                custom_id,
+                request,
+                stream,
+                n,
+            } => match self.answer(index, &request, stream, n) {
+                Ok((body, tokens)) => (
+                    json!({"id": id, "custom_id": custom_id, "error": null,
+                           "response": response(200, body)}),
+                    tokens,
+                ),
+                Err(error) => (
+                    json!({"id": id, "custom_id": custom_id, "error": null,
+                           "response": response(error.status.as_u16(), error_body(&error))}),
                     0,
-                );
-            }
-            let choices: Vec<Value> = texts
-                .into_iter()
-                .zip(reasons)
-                .enumerate()
-                .map(|(i, (text, reason))| match kind {
-                    Endpoint::Chat => json!({"index": i, "logprobs": null,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": reason.as_str()}),
-                    Endpoint::Completion => json!({"index": i, "logprobs": null,
-                        "text": text, "finish_reason": reason.as_str()}),
-                })
-                .collect();
-            let created = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let (object, prefix) = match kind {
-                Endpoint::Chat => ("chat.completion", "chatcmpl"),
-                Endpoint::Completion => ("text_completion", "cmpl"),
-            };
-            let body = json!({
-                "id": format!("{prefix}-{index}"), "object": object, "created": created,
-                "model": model, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                          "total_tokens": prompt_tokens + completion,
-                          "prompt_tokens_details": {"cached_tokens": cached}}});
-            (
-                json!({"id": id, "custom_id": custom_id, "error": null, "response": {
-                    "status_code": 200, "request_id": format!("req_{index}"), "body": body}}),
-                completion,
-            )
+                ),
+            },
         }
     }
+
+    /// The response body `serve` would have sent, and its output tokens.
+    fn answer(
+        &self,
+        index: usize,
+        request: &Parsed,
+        stream: RequestStream,
+        n: usize,
+    ) -> Result<(Value, usize), ApiError> {
+        let choices = collect_blocking(stream, n)?;
+        let tokens = choices.iter().map(|c| c.usage.completion_tokens).sum();
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let tokenizer = &self.loaded.tokenizer;
+        let head = |prefix: &str| ResponseHead {
+            id: format!("{prefix}-{index}"),
+            model: self.model.clone(),
+            created,
+        };
+        let body = match request {
+            Parsed::Chat(req) => serde_json::to_value(chat::response(
+                head("chatcmpl"),
+                choices,
+                req.logprobs,
+                tokenizer,
+            )?),
+            Parsed::Completion(req) => serde_json::to_value(completions::response(
+                head("cmpl"),
+                vec![PromptOutput {
+                    echo: String::new(),
+                    choices,
+                }],
+                req.logprobs.is_some(),
+                tokenizer,
+            )?),
+        }
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok((body, tokens))
+    }
+}
+
+/// An output line's error body: the server's OpenAI error JSON.
+fn error_body(error: &ApiError) -> Value {
+    serde_json::to_value(error.openai_body()).unwrap_or(Value::Null)
+}
+
+/// The Batch API answers whole responses; a line that asks for a stream is refused, not
+/// answered as if it had not asked.
+fn refuse_streaming(stream: bool) -> Result<(), ApiError> {
+    if stream {
+        return Err(ApiError::invalid_param(
+            "stream",
+            "batch lines are answered whole; send them without `stream`",
+        ));
+    }
+    Ok(())
 }

@@ -9,7 +9,8 @@
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
+use pagoda_engine::{EngineConfig, EngineHandle, EngineRequest, SamplingParams};
+use pagoda_runtime::single;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::Command;
@@ -113,25 +114,34 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             loaded.model.config().context_length
         );
     }
-    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
+    // The serving engine's own loop, one stream; no prefix cache, so every repetition
+    // prefills the whole prompt as the peer does.
+    let engine = EngineHandle::start(
+        loaded.model.clone(),
+        loaded.tokenizer.clone(),
+        EngineConfig {
+            prefix_caching: false,
+            ..single::engine_config(ctx)
+        },
+    )?;
     let (mut best_prefill, mut best_decode) = (0.0f64, 0.0f64);
     for _ in 0..args.repeat {
         // Prefill the whole prompt, then decode `gen_tokens` more after the first token, as
         // the peer script does.
-        generator.reset();
-        let mut req = GenerationRequest::new(
+        let mut req = EngineRequest::new(
             prompt.clone(),
             SamplingParams::greedy(),
             args.gen_tokens + 1,
         );
         req.ignore_eos = true;
-        let out = generator.generate(&req, |_| true)?;
-        best_prefill = best_prefill.max(out.timings.prefill_tps(prompt.len()));
-        best_decode = best_decode.max(
-            out.timings
-                .decode_tps(out.usage.completion_tokens.saturating_sub(1)),
-        );
+        req.speculative = false;
+        let out = single::generate(&engine, req, |_| true)?;
+        let split = out.split();
+        best_prefill = best_prefill.max(split.prefill_tps(prompt.len()));
+        best_decode =
+            best_decode.max(split.decode_tps(out.usage.completion_tokens.saturating_sub(1)));
     }
+    engine.shutdown();
     let ours = BenchFigures {
         engine: "pagoda".into(),
         threads,

@@ -2,7 +2,7 @@
 //! model variants, judged by a person on an HTML page.
 //!
 //! `compare` loads variant A, answers every prompt, drops it, then does the same for B (one
-//! model in memory at a time), through the chat template and [`Generator`] exactly as
+//! model in memory at a time), through the chat template and the serving engine (pagoda-runtime) exactly as
 //! `pagoda run` answers a one-shot prompt (the model's default system message and Modelfile
 //! turns included), with the same sampling for both sides: greedy unless `--temperature`.
 //! pagoda-compress shuffles the sides and renders the page; the key goes to a sidecar file.
@@ -23,8 +23,9 @@ use pagoda_compress::eval::compare::{
 };
 use pagoda_compress::eval::{compare_page, winrate};
 use pagoda_compress::quantize::QuantTarget;
-use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
+use pagoda_engine::{EngineHandle, SamplingParams};
 use pagoda_model::chat_template::ChatMessage;
+use pagoda_runtime::{engine_request, single, Knobs};
 use serde_json::json;
 
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
@@ -233,10 +234,12 @@ fn answer_all(
         .context_limit
         .unwrap_or(4096)
         .min(loaded.model.config().context_length);
-    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx);
-    let mut sampling = SamplingParams::greedy();
-    sampling.temperature = settings.temperature;
-    sampling.seed = settings.sampling_seed;
+    let engine = EngineHandle::start(
+        loaded.model.clone(),
+        loaded.tokenizer.clone(),
+        single::engine_config(ctx),
+    )?;
+    let bounds = single::bounds(&loaded, ctx);
     let bar = ProgressBar::new(prompts.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} answers [{elapsed} < {eta}]")
@@ -245,20 +248,27 @@ fn answer_all(
     bar.set_message(format!("variant {label}"));
     let mut answers = Vec::with_capacity(prompts.len());
     for p in prompts {
-        // Each answer on a fresh context, as a one-shot `pagoda run`.
-        generator.reset();
+        // Each answer to a fresh conversation, as a one-shot `pagoda run`.
         let messages = loaded.with_preset(vec![ChatMessage::new("user", &p.prompt)]);
         let tokens = loaded
             .encode_chat(&messages)
             .with_context(|| format!("prompt {:?}: rendering the chat prompt", p.id))?;
-        let mut request = GenerationRequest::new(tokens, sampling.clone(), settings.max_tokens);
-        request.stop = loaded.stops_with(Vec::new());
-        let out = generator
-            .generate(&request, |_| true)
+        let knobs = Knobs {
+            temperature: Some(settings.temperature),
+            seed: settings.sampling_seed,
+            stop: loaded.stops_with(Vec::new()),
+            max_tokens: Some(settings.max_tokens),
+            n: 1,
+            ..Knobs::default()
+        };
+        let request = engine_request(tokens, &SamplingParams::greedy(), knobs, &bounds)
+            .with_context(|| format!("prompt {:?}", p.id))?;
+        let out = single::generate(&engine, request, |_| true)
             .with_context(|| format!("prompt {:?}: variant {label} failed to answer", p.id))?;
         answers.push(out.text);
         bar.inc(1);
     }
+    engine.shutdown();
     bar.finish_and_clear();
     Ok(answers)
 }

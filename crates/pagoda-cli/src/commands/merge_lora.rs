@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::merge::{merge_lora, MergeBase, MergeDtype, MergeReport, OutputKind};
 use pagoda_kernels::GgmlType;
 use pagoda_model::lora::LoraAdapter;
-use pagoda_server::loader::{self, Pull};
+use pagoda_runtime::loader::{self, Pull};
 
 /// Arguments of `pagoda merge-lora`.
 #[derive(Debug, Args)]

@@ -6,10 +6,10 @@
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::QuantTarget;
-use pagoda_server::loader::{self, LoadOptions, Pull};
+use pagoda_runtime::loader::{self, LoadOptions, Pull};
 use std::time::Duration;
 
-pub use pagoda_server::loader::LoadedModel;
+pub use pagoda_runtime::loader::LoadedModel;
 
 /// How the model's weights are prepared at load.
 #[derive(Debug, Clone, Args)]

@@ -28,7 +28,7 @@ use pagoda_compress::quantize::sequential::SequentialCalibration;
 use pagoda_compress::quantize::write::{write_gguf, write_gguf_from_hf};
 use pagoda_model::gguf::GgufFile;
 use pagoda_model::{open_model, Model, ModelFormat};
-use pagoda_server::loader::{self, Pull};
+use pagoda_runtime::loader::{self, Pull};
 
 /// The calibration text shipped with Pagoda (mixed prose, chat, code and arithmetic).
 const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/calibration.txt");

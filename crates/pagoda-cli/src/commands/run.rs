@@ -2,12 +2,16 @@
 //!
 //! Only the model's answer goes to stdout; progress, prompts of the interactive mode and
 //! timings go to stderr, so `pagoda run m "q" > answer.txt` captures just the answer.
+//! Each turn goes through the runtime (flags checked as request knobs) to the serving
+//! engine; an interactive chat's earlier turns come back from the engine's prefix cache.
 
 use crate::commands::model_loader::{load_for_generation, LoadArgs, LoadedModel};
 use anyhow::Context;
 use clap::Args;
-use pagoda_engine::{GenerationRequest, Generator, SamplingParams};
+use pagoda_engine::EngineHandle;
 use pagoda_model::chat_template::ChatMessage;
+use pagoda_runtime::request::Bounds;
+use pagoda_runtime::{engine_request, single, Knobs};
 use std::io::{BufRead, Write};
 
 /// Arguments of `pagoda run`.
@@ -80,37 +84,30 @@ const DEFAULT_CTX: usize = 4096;
 const DEFAULT_MAX_TOKENS: usize = 512;
 
 impl RunArgs {
-    /// Sampling settings: the model's own defaults, overridden by flags.
-    fn sampling(&self, model_defaults: &SamplingParams) -> SamplingParams {
-        let mut p = model_defaults.clone();
-        if let Some(t) = self.temperature {
-            p.temperature = t;
+    /// The flags as request knobs (checked by the runtime like any request's, over the
+    /// model's own defaults).
+    fn knobs(&self, loaded: &LoadedModel) -> Knobs {
+        Knobs {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k.map(|k| i64::try_from(k).unwrap_or(i64::MAX)),
+            min_p: self.min_p,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repeat_penalty,
+            repeat_last_n: self
+                .repeat_last_n
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            seed: self.seed,
+            stop: loaded.stops_with(self.stop.clone()),
+            max_tokens: Some(
+                self.max_tokens
+                    .or(loaded.default_max_tokens)
+                    .unwrap_or(DEFAULT_MAX_TOKENS),
+            ),
+            n: 1,
+            ..Knobs::default()
         }
-        if let Some(k) = self.top_k {
-            p.top_k = k;
-        }
-        if let Some(v) = self.top_p {
-            p.top_p = v;
-        }
-        if let Some(v) = self.min_p {
-            p.min_p = v;
-        }
-        if let Some(v) = self.repeat_penalty {
-            p.repetition_penalty = v;
-        }
-        if let Some(v) = self.repeat_last_n {
-            p.repeat_last_n = v;
-        }
-        if let Some(v) = self.presence_penalty {
-            p.presence_penalty = v;
-        }
-        if let Some(v) = self.frequency_penalty {
-            p.frequency_penalty = v;
-        }
-        if self.seed.is_some() {
-            p.seed = self.seed;
-        }
-        p
     }
 }
 
@@ -123,21 +120,38 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .or(loaded.context_limit)
         .unwrap_or(DEFAULT_CTX)
         .min(loaded.model.config().context_length);
-    let sampling = args.sampling(&loaded.default_sampling);
-    let mut generator = Generator::new(loaded.model.clone(), loaded.tokenizer.clone(), ctx)
-        .with_adapter(loaded.adapter.clone());
+    // One conversation on the serving engine: earlier turns are found again by its prefix
+    // cache, so a follow-up only prefills what is new.
+    let engine = EngineHandle::start(
+        loaded.model.clone(),
+        loaded.tokenizer.clone(),
+        single::engine_config(ctx),
+    )?;
+    let session = Session {
+        args: &args,
+        loaded: &loaded,
+        engine: &engine,
+        bounds: single::bounds(&loaded, ctx),
+    };
     let system = args
         .system
         .clone()
         .or_else(|| loaded.default_system.clone());
     let mut chat = Conversation::new(system.clone(), &loaded.preset_messages);
-    match &args.prompt {
-        Some(prompt) => {
-            answer(&args, &loaded, &mut generator, &mut chat, prompt, &sampling)?;
-        }
-        None => interactive(&args, &loaded, &mut generator, &mut chat, &sampling, system)?,
-    }
-    Ok(())
+    let result = match &args.prompt {
+        Some(prompt) => session.answer(&mut chat, prompt),
+        None => session.interactive(&mut chat, system),
+    };
+    engine.shutdown();
+    result
+}
+
+/// What every turn of one `pagoda run` shares.
+struct Session<'a> {
+    args: &'a RunArgs,
+    loaded: &'a LoadedModel,
+    engine: &'a EngineHandle,
+    bounds: Bounds,
 }
 
 /// The messages of an interactive chat so far.
@@ -160,98 +174,92 @@ impl Conversation {
     }
 }
 
-/// Answers one prompt, streaming the answer to stdout, and records it in the conversation.
-fn answer(
-    args: &RunArgs,
-    loaded: &LoadedModel,
-    generator: &mut Generator,
-    chat: &mut Conversation,
-    prompt: &str,
-    sampling: &SamplingParams,
-) -> anyhow::Result<()> {
-    let prompt_tokens = if args.raw {
-        loaded.tokenizer.encode(prompt, true)?
-    } else {
-        chat.messages.push(ChatMessage {
-            role: "user".into(),
-            content: prompt.to_string(),
-        });
-        loaded.encode_chat(&chat.messages)?
-    };
-    let max_tokens = args
-        .max_tokens
-        .or(loaded.default_max_tokens)
-        .unwrap_or(DEFAULT_MAX_TOKENS);
-    let mut request = GenerationRequest::new(prompt_tokens, sampling.clone(), max_tokens);
-    request.stop = loaded.stops_with(args.stop.clone());
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let result = generator.generate(&request, |text| {
-        // A closed pipe (e.g. `| head`) ends generation rather than erroring.
-        out.write_all(text.as_bytes())
-            .and_then(|_| out.flush())
-            .is_ok()
-    })?;
-    writeln!(out).ok();
-    if !args.raw {
-        chat.messages.push(ChatMessage {
-            role: "assistant".into(),
-            content: result.text.clone(),
-        });
+impl Session<'_> {
+    /// Answers one prompt, streaming the answer to stdout, and records it in the
+    /// conversation.
+    fn answer(&self, chat: &mut Conversation, prompt: &str) -> anyhow::Result<()> {
+        let (args, loaded) = (self.args, self.loaded);
+        let prompt_tokens = if args.raw {
+            loaded.tokenizer.encode(prompt, true)?
+        } else {
+            chat.messages.push(ChatMessage {
+                role: "user".into(),
+                content: prompt.to_string(),
+            });
+            loaded.encode_chat(&chat.messages)?
+        };
+        let request = engine_request(
+            prompt_tokens,
+            &loaded.default_sampling,
+            args.knobs(loaded),
+            &self.bounds,
+        )
+        .map_err(|e| match e.param {
+            Some(param) => anyhow::anyhow!("{e} (--{})", param.replace('_', "-")),
+            None => anyhow::anyhow!("{e}"),
+        })?;
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        let result = single::generate(self.engine, request, |text| {
+            // A closed pipe (e.g. `| head`) ends generation rather than erroring.
+            out.write_all(text.as_bytes())
+                .and_then(|_| out.flush())
+                .is_ok()
+        })?;
+        writeln!(out).ok();
+        if !args.raw {
+            chat.messages.push(ChatMessage {
+                role: "assistant".into(),
+                content: result.text.clone(),
+            });
+        }
+        if args.verbose {
+            let u = result.usage;
+            let prefilled = u.prompt_tokens - u.cached_prompt_tokens;
+            let split = result.split();
+            eprintln!(
+                "prompt: {} tokens ({} cached), {:.1} tokens/s | answer: {} tokens, {:.1} tokens/s | finish: {:?}",
+                u.prompt_tokens,
+                u.cached_prompt_tokens,
+                split.prefill_tps(prefilled),
+                u.completion_tokens,
+                split.decode_tps(u.completion_tokens.saturating_sub(1)),
+                result.finish,
+            );
+        }
+        Ok(())
     }
-    if args.verbose {
-        let u = result.usage;
-        let prefilled = u.prompt_tokens - u.cached_prompt_tokens;
-        eprintln!(
-            "prompt: {} tokens ({} cached), {:.1} tokens/s | answer: {} tokens, {:.1} tokens/s | finish: {:?}",
-            u.prompt_tokens,
-            u.cached_prompt_tokens,
-            result.timings.prefill_tps(prefilled),
-            u.completion_tokens,
-            result.timings.decode_tps(u.completion_tokens.saturating_sub(1)),
-            result.finish_reason,
-        );
-    }
-    Ok(())
-}
 
-/// A read-answer loop on stdin. `/bye` or end of input leaves; `/clear` forgets the chat.
-fn interactive(
-    args: &RunArgs,
-    loaded: &LoadedModel,
-    generator: &mut Generator,
-    chat: &mut Conversation,
-    sampling: &SamplingParams,
-    system: Option<String>,
-) -> anyhow::Result<()> {
-    eprintln!(
-        "Chatting with {}. Type /bye to leave, /clear to start over.",
-        args.model
-    );
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        eprint!(">>> ");
-        std::io::stderr().flush().ok();
-        let Some(line) = lines.next() else { break };
-        let line = line.context("reading the prompt from stdin")?;
-        let line = line.trim();
-        match line {
-            "" => continue,
-            "/bye" | "/exit" | "/quit" => break,
-            "/clear" => {
-                *chat = Conversation::new(system.clone(), &loaded.preset_messages);
-                generator.reset();
-                eprintln!("(conversation cleared)");
-                continue;
+    /// A read-answer loop on stdin. `/bye` or end of input leaves; `/clear` forgets the chat.
+    fn interactive(&self, chat: &mut Conversation, system: Option<String>) -> anyhow::Result<()> {
+        eprintln!(
+            "Chatting with {}. Type /bye to leave, /clear to start over.",
+            self.args.model
+        );
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        loop {
+            eprint!(">>> ");
+            std::io::stderr().flush().ok();
+            let Some(line) = lines.next() else { break };
+            let line = line.context("reading the prompt from stdin")?;
+            let line = line.trim();
+            match line {
+                "" => continue,
+                "/bye" | "/exit" | "/quit" => break,
+                "/clear" => {
+                    *chat = Conversation::new(system.clone(), &self.loaded.preset_messages);
+                    eprintln!("(conversation cleared)");
+                    continue;
+                }
+                _ => {}
             }
-            _ => {}
+            if let Err(e) = self.answer(chat, line) {
+                // One bad turn (say, a prompt longer than the context) doesn't end the chat.
+                eprintln!("error: {e:#}");
+                chat.messages.pop();
+            }
         }
-        if let Err(e) = answer(args, loaded, generator, chat, line, sampling) {
-            // One bad turn (say, a prompt longer than the context) doesn't end the chat.
-            eprintln!("error: {e:#}");
-            chat.messages.pop();
-        }
+        Ok(())
     }
-    Ok(())
 }

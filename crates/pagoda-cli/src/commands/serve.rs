@@ -94,7 +94,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
     let store = Arc::new(crate::commands::open_store()?);
     for name in &args.models {
-        pagoda_server::loader::resolve(&store, name, pagoda_server::loader::Pull::IfMissing)
+        pagoda_runtime::loader::resolve(&store, name, pagoda_runtime::loader::Pull::IfMissing)
             .with_context(|| format!("getting model `{name}`"))?;
     }
     let config = ServerConfig {
@@ -127,6 +127,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             body_timeout: positive_seconds("--body-timeout", args.body_timeout)?,
             max_connections: args.max_connections.max(1),
         },
+        max_tokens_limit: args.engine.max_tokens_limit(),
         ..ServerConfig::default()
     };
     for source in &config.pull.allowed_sources {

@@ -52,6 +52,10 @@ pub struct ChatCompletionRequest {
     /// when the server was started with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<bool>,
+    /// vLLM's extension: scheduling priority under `--policy priority`, lower runs earlier
+    /// (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// `response_format`: `{"type": "text" | "json_object" | "json_schema", ...}`.

@@ -39,6 +39,10 @@ pub struct CompletionRequest {
     /// when the server was started with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<bool>,
+    /// vLLM's extension: scheduling priority under `--policy priority`, lower runs earlier
+    /// (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// The default `max_tokens` of the completions API.

@@ -7,7 +7,6 @@ use super::{keep_alive, knobs, line, respond};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::generation::Generation;
-use crate::prepare::{engine_request, LengthRule};
 use crate::registry::Lease;
 use crate::state::AppState;
 use axum::body::Body;
@@ -19,6 +18,7 @@ use pagoda_model::chat_template::ChatMessage;
 use pagoda_protocol::ollama::{
     ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
 };
+use pagoda_runtime::{engine_request, Knobs, LengthRule};
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
 
@@ -102,16 +102,8 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
     .map_err(|e| ApiError::invalid_param("prompt", format!("cannot build the prompt: {e}")))?;
     let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
     prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
-    run(
-        app,
-        lease,
-        prompt,
-        req.options.as_ref(),
-        req.stream,
-        Kind::Generate,
-        load,
-    )
-    .await
+    let knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    run(app, lease, prompt, knobs, req.stream, Kind::Generate, load).await
 }
 
 async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
@@ -151,16 +143,8 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .map_err(|e| {
             ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
         })?;
-    run(
-        app,
-        lease,
-        prompt,
-        req.options.as_ref(),
-        req.stream,
-        Kind::Chat,
-        load,
-    )
-    .await
+    let knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    run(app, lease, prompt, knobs, req.stream, Kind::Chat, load).await
 }
 
 /// A lease on `name` and how long loading it took (zero when it was loaded already).
@@ -218,29 +202,35 @@ async fn load_or_unload(
     Ok(Json(body).into_response())
 }
 
-async fn run(
-    app: &AppState,
-    lease: Lease,
-    prompt: Vec<u32>,
+/// The knobs of `options` and `priority`, with the model's Modelfile stops and length.
+fn request_knobs(
+    lease: &Lease,
     options: Option<&Options>,
-    stream: bool,
-    kind: Kind,
-    load: Duration,
-) -> Result<Response, ApiError> {
+    priority: Option<i64>,
+) -> Result<Knobs, ApiError> {
     let mut k = knobs(options)?;
+    k.priority = priority;
     k.stop = lease.loaded.stops_with(k.stop);
     if options.and_then(|o| o.num_predict).is_none() {
         k.max_tokens = lease.loaded.default_max_tokens;
     }
+    Ok(k)
+}
+
+async fn run(
+    app: &AppState,
+    lease: Lease,
+    prompt: Vec<u32>,
+    k: Knobs,
+    stream: bool,
+    kind: Kind,
+    load: Duration,
+) -> Result<Response, ApiError> {
     let engine_req = engine_request(
         prompt.clone(),
         &lease.loaded.default_sampling,
         k,
-        lease
-            .loaded
-            .context_window(lease.engine.layout().max_model_len),
-        lease.loaded.tokenizer.vocab_size(),
-        LengthRule::Clamp,
+        &app.bounds(&lease, LengthRule::Clamp),
     )?;
     let model = lease.served_name().to_string();
     let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))?;

@@ -11,7 +11,6 @@ mod generate;
 mod models;
 
 use crate::error::{ApiError, OllamaError};
-use crate::prepare::Knobs;
 use crate::registry::KeepAlive;
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
@@ -21,6 +20,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use futures_util::{Stream, StreamExt};
 use pagoda_protocol::ollama::{self, ModelDetails, Options};
+use pagoda_runtime::Knobs;
 use std::convert::Infallible;
 
 /// The `/api` routes.

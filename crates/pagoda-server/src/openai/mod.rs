@@ -1,6 +1,6 @@
 //! The OpenAI API: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
-//! `/v1/embeddings`. Shared here: the checks OpenAI documents for every generation
-//! endpoint, the SSE response, and token text for logprobs.
+//! `/v1/embeddings`. The bodies' checks, knobs and whole responses are pagoda-runtime's
+//! (`pagoda_runtime::openai`, shared with `pagoda batch`); shared here: the SSE response.
 //!
 //! Invariant: every error leaves as OpenAI's error JSON with its status and is counted in
 //! `pagoda:request_errors_total`.
@@ -20,9 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
-use pagoda_engine::{FinishReason, TokenEvent};
-use pagoda_model::tokenizer::Tokenizer;
-use pagoda_protocol::openai;
+use pagoda_engine::TokenEvent;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -50,56 +48,6 @@ pub(crate) fn respond(app: &AppState, result: Result<Response, ApiError>) -> Res
             e.into_response()
         }
     }
-}
-
-/// The parameter ranges OpenAI documents (beyond what the engine checks).
-pub(crate) fn check_openai_ranges(
-    temperature: Option<f32>,
-    n: Option<usize>,
-    top_logprobs: Option<usize>,
-) -> Result<(), ApiError> {
-    if let Some(t) = temperature {
-        if !(0.0..=2.0).contains(&t) {
-            return Err(ApiError::invalid_param(
-                "temperature",
-                format!("temperature must be in [0, 2], got {t}"),
-            ));
-        }
-    }
-    if let Some(n) = n {
-        if n == 0 || n > pagoda_engine::engine::MAX_CHOICES {
-            return Err(ApiError::invalid_param(
-                "n",
-                format!(
-                    "n must be between 1 and {}, got {n}",
-                    pagoda_engine::engine::MAX_CHOICES
-                ),
-            ));
-        }
-    }
-    if let Some(k) = top_logprobs {
-        if k > 20 {
-            return Err(ApiError::invalid_param(
-                "top_logprobs",
-                format!("top_logprobs must be between 0 and 20, got {k}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// OpenAI's name for an engine finish reason; `None` for an abort (reported as an error).
-pub(crate) fn finish_reason(reason: FinishReason) -> Option<openai::FinishReason> {
-    match reason {
-        FinishReason::Stop => Some(openai::FinishReason::Stop),
-        FinishReason::Length => Some(openai::FinishReason::Length),
-        FinishReason::Abort => None,
-    }
-}
-
-/// The text of one token as logprobs show it.
-pub(crate) fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
-    tokenizer.decode(&[id], false).unwrap_or_default()
 }
 
 /// Events of several generations (one per prompt), tagged with the prompt's index.

@@ -5,7 +5,7 @@
 //! order.
 //! [`LoadOptions::quantize`] quantizes the weights in memory (pagoda-compress) between
 //! reading them and building the forward pass, so every command and the server get it.
-//! Shared by the server and the CLI.
+//! Every front end (the server and the CLI commands) loads through here.
 //!
 //! Invariant: loading never pulls unless asked (`Pull::IfMissing`); the server refuses
 //! unknown models with 404 instead of downloading behind a client's back. A Modelfile
