@@ -1,8 +1,8 @@
 //! pagoda-engine: the serving core of Pagoda.
 //!
 //! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
-//! tokens ([`stop`]), the single-sequence generation loop ([`generate`]), and the serving
-//! engine: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
+//! tokens ([`stop`]), and the serving engine — the one generation loop every front end
+//! submits to: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
 //! scheduler ([`scheduler`]), the step runner ([`runner`]), speculative decoding
 //! ([`speculative`]), the step loop ([`engine`]) and its thread-safe handle ([`handle`]) that
 //! streams [`request::TokenEvent`]s.
@@ -15,7 +15,6 @@ mod choice;
 pub mod engine;
 pub mod error;
 mod fault;
-pub mod generate;
 pub mod handle;
 pub mod memory;
 pub mod request;
@@ -28,7 +27,6 @@ pub mod stop;
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
 pub use engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
 pub use error::EngineError;
-pub use generate::{GenerationOutput, GenerationRequest, Generator, Timings};
 pub use handle::{EngineHandle, RequestStream};
 pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 pub use sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};

@@ -1,11 +1,11 @@
-//! The batching engine against the single-sequence generator: prompts run together (mixed
+//! The batching engine against the reference decoding loop (`reference.rs`): prompts run together (mixed
 //! lengths, chunked prefill, preemption forced by a small KV pool, prefix-cache hits) give the
 //! same greedy tokens as each run alone; n > 1 choices equal separate seeded runs; aborts and
 //! dropped streams free their blocks; bad requests fail at submit.
 
 use pagoda_engine::{
-    BatchingMode, EngineConfig, EngineError, EngineHandle, EngineRequest, FinishReason,
-    GenerationRequest, Generator, Policy, SamplingParams, TokenEvent,
+    BatchingMode, EngineConfig, EngineError, EngineHandle, EngineRequest, FinishReason, Policy,
+    SamplingParams, TokenEvent,
 };
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
@@ -44,14 +44,8 @@ fn prompts(vocab: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn alone(model: &Arc<Model>, tok: &Arc<Tokenizer>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
-    let mut generator = Generator::new(model.clone(), tok.clone(), 512);
-    let mut req = GenerationRequest::new(prompt.to_vec(), SamplingParams::greedy(), max_tokens);
-    req.ignore_eos = true;
-    generator
-        .generate(&req, |_| true)
-        .expect("generates")
-        .tokens
+fn alone(model: &Model, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
+    crate::reference::decode(model, prompt, SamplingParams::greedy(), max_tokens, None)
 }
 
 /// Collects every token of choice 0 and the finish event of a one-choice stream.
@@ -85,7 +79,7 @@ fn check_batch_equals_alone(
     let prompts = prompts(vocab, lengths);
     let want: Vec<Vec<u32>> = prompts
         .iter()
-        .map(|p| alone(&model, &tok, p, max_tokens))
+        .map(|p| alone(&model, p, max_tokens))
         .collect();
     let engine = EngineHandle::start(model.clone(), tok.clone(), config).expect("engine starts");
     let streams: Vec<_> = prompts
@@ -193,7 +187,7 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     assert_eq!(miss.cached_prompt_tokens, 0);
     // 45 tokens = 5 full blocks of 8; all 40 positions of them are reused.
     assert_eq!(hit.cached_prompt_tokens, 40);
-    assert_eq!(first, alone(&model, &tok, &prompt, 10));
+    assert_eq!(first, alone(&model, &prompt, 10));
     wait_idle(&engine);
     assert!(engine.stats().prefix_cache_hit_rate > 0.0);
     engine.shutdown();
@@ -225,20 +219,16 @@ fn n_choices_share_the_prompt_and_equal_separate_seeded_runs() {
     }
     assert_eq!(finished, 3);
     for (i, got) in per_choice.iter().enumerate() {
-        let mut generator = Generator::new(model.clone(), tok.clone(), 512);
-        let mut solo = GenerationRequest::new(
-            prompt.clone(),
+        let want = crate::reference::decode(
+            &model,
+            &prompt,
             SamplingParams {
                 seed: Some(7 + i as u64),
                 ..sampling.clone()
             },
             9,
+            None,
         );
-        solo.ignore_eos = true;
-        let want = generator
-            .generate(&solo, |_| true)
-            .expect("generates")
-            .tokens;
         assert_eq!(got, &want, "choice {i}");
     }
     wait_idle(&engine);

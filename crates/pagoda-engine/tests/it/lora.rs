@@ -157,15 +157,3 @@ fn an_adapter_for_another_model_is_refused_at_submit() {
     engine.shutdown();
     drop((model, tok));
 }
-
-#[test]
-fn the_single_sequence_generator_applies_its_adapter() {
-    let (model, tok, alpha, _) = load();
-    let p = prompt(12, 4);
-    let mut g =
-        pagoda_engine::Generator::new(model.clone(), tok, 128).with_adapter(Some(alpha.clone()));
-    let mut req = pagoda_engine::GenerationRequest::new(p.clone(), SamplingParams::greedy(), 8);
-    req.ignore_eos = true;
-    let out = g.generate(&req, |_| true).unwrap();
-    assert_eq!(out.tokens, greedy(&model, &p, 8, Some(&alpha)));
-}

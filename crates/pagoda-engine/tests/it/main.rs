@@ -4,6 +4,7 @@ mod batching;
 mod lora;
 mod numerical;
 mod real_models;
+mod reference;
 mod sampling;
 mod scheduler_props;
 mod speculative;

@@ -1,7 +1,7 @@
 //! Numerical faults: models whose logits come out NaN or infinite fail the request with
 //! `EngineError::NumericalFault` (never a `Finished` with empty text), free its blocks, leave
 //! the other requests of the batch alone, log one line naming the first stage that went
-//! non-finite, and the single-sequence `Generator` reports the same error.
+//! non-finite.
 //!
 //! The models are tests/golden/tiny-llama with one tensor poisoned in memory: a whole down
 //! projection of layer 1 set to NaN (every request faults at its first token), or the
@@ -9,8 +9,8 @@
 //! first position holding it, so healthy and faulting requests share one engine and batch).
 
 use pagoda_engine::{
-    EngineConfig, EngineCore, EngineError, EngineHandle, EngineRequest, GenerationRequest,
-    Generator, ProposerConfig, RequestStream, SamplingParams, SpeculativeConfig, TokenEvent,
+    EngineConfig, EngineCore, EngineHandle, EngineRequest, ProposerConfig, RequestStream,
+    SamplingParams, SpeculativeConfig, TokenEvent,
 };
 use pagoda_kernels::GgmlType;
 use pagoda_model::arch::Model;
@@ -92,20 +92,8 @@ fn greedy(prompt: &[u32], max_tokens: usize) -> EngineRequest {
 }
 
 /// Greedy tokens of `prompt` on `model` alone, with `sampling`.
-fn alone(
-    model: &Arc<Model>,
-    tok: &Arc<Tokenizer>,
-    prompt: &[u32],
-    sampling: SamplingParams,
-    max_tokens: usize,
-) -> Vec<u32> {
-    let mut generator = Generator::new(model.clone(), tok.clone(), 256);
-    let mut req = GenerationRequest::new(prompt.to_vec(), sampling, max_tokens);
-    req.ignore_eos = true;
-    generator
-        .generate(&req, |_| true)
-        .expect("generates")
-        .tokens
+fn alone(model: &Model, prompt: &[u32], sampling: SamplingParams, max_tokens: usize) -> Vec<u32> {
+    crate::reference::decode(model, prompt, sampling, max_tokens, None)
 }
 
 /// What one stream yielded: its tokens, then `Ok(finished count)` or `Err(error message)`.
@@ -183,7 +171,7 @@ fn late_token(tiny: &Tiny, clean: &Arc<Model>) -> (Vec<u32>, Vec<u32>) {
                 ((state >> 33) % vocab) as u32
             })
             .collect();
-        let t = alone(clean, &tiny.tokenizer, &q, SamplingParams::greedy(), 3);
+        let t = alone(clean, &q, SamplingParams::greedy(), 3);
         if !q.contains(&t[2]) && !t[..2].contains(&t[2]) {
             return (q, t);
         }
@@ -208,7 +196,7 @@ fn a_fault_fails_only_its_request_and_frees_its_blocks() {
         logit_bias: vec![(bad, f32::NEG_INFINITY)],
         ..SamplingParams::greedy()
     };
-    let want_healthy = alone(&clean, &tiny.tokenizer, &healthy_prompt, banned.clone(), 12);
+    let want_healthy = alone(&clean, &healthy_prompt, banned.clone(), 12);
     let healthy = || {
         let mut req = greedy(&healthy_prompt, 12);
         req.sampling = banned.clone();
@@ -408,60 +396,4 @@ fn the_log_line_names_the_request_and_the_first_faulting_layer() {
         .find(|l| l.contains("request_id=8"))
         .expect("a line for request 8");
     assert!(second.contains("first_non_finite=not searched"), "{second}");
-}
-
-#[test]
-fn the_generator_reports_the_fault_instead_of_empty_text() {
-    let tiny = tiny_llama();
-    let capture = capture();
-    {
-        let mut generator = Generator::new(tiny.broken(), tiny.tokenizer.clone(), 256);
-        let mut texts = 0;
-        let req = GenerationRequest::new(vec![0, 17, 42, 5], SamplingParams::greedy(), 8);
-        let err = generator
-            .generate(&req, |_| {
-                texts += 1;
-                true
-            })
-            .expect_err("a broken model is an error, not an empty answer");
-        assert_eq!(texts, 0);
-        match &err {
-            EngineError::NumericalFault {
-                found,
-                step,
-                position,
-            } => {
-                assert_eq!((found.nan, found.len, *step, *position), (320, 320, 0, 3));
-            }
-            other => panic!("not a numerical fault: {other}"),
-        }
-        assert_fault(&err.to_string(), 0, 3);
-    }
-    let lines = capture.lines();
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("numerical fault") && l.contains("first_non_finite=layer 1")),
-        "{lines:#?}"
-    );
-
-    // A fault after some text: the text came out, then the error; the conversation is
-    // forgotten (its KV holds the NaN), so the next turn recomputes instead of reusing it.
-    let clean = tiny.model();
-    let (q, t) = late_token(&tiny, &clean);
-    let mut generator = Generator::new(tiny.poisoned_token(t[2]), tiny.tokenizer.clone(), 256);
-    let mut req = GenerationRequest::new(q.clone(), SamplingParams::greedy(), 8);
-    req.ignore_eos = true;
-    let err = generator
-        .generate(&req, |_| true)
-        .expect_err("faults at step 3");
-    assert_fault(&err.to_string(), 3, q.len() + 2);
-    let mut healthy = GenerationRequest::new(q.clone(), SamplingParams::greedy(), 2);
-    healthy.ignore_eos = true;
-    let out = generator.generate(&healthy, |_| true).expect("generates");
-    assert_eq!(out.tokens, t[..2]);
-    assert_eq!(
-        out.usage.cached_prompt_tokens, 0,
-        "the faulted conversation was forgotten"
-    );
 }

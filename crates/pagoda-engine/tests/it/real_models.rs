@@ -1,10 +1,14 @@
 //! Generation with the real models of DESIGN.md (paths from PAGODA_TEST_SMOLLM2 /
 //! PAGODA_TEST_GEMMA3; skipped when unset, failing when unset under CI).
 
-use pagoda_engine::{FinishReason, GenerationRequest, Generator, SamplingParams};
+use pagoda_engine::{
+    EngineConfig, EngineHandle, EngineRequest, FinishReason, SampledToken, SamplingParams,
+    TokenEvent,
+};
 use pagoda_model::arch::Model;
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_model::open_model;
+use pagoda_model::tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +25,52 @@ fn model_path(var: &str) -> Option<PathBuf> {
     }
 }
 
-fn chat_generator(path: &std::path::Path) -> (Generator, Vec<u32>) {
+/// What one request alone on a fresh engine produced.
+struct Answer {
+    text: String,
+    tokens: Vec<u32>,
+    logprobs: Vec<SampledToken>,
+    finish: FinishReason,
+}
+
+/// Runs `request` alone on a fresh engine for `model` (one sequence per step).
+fn answer(model: Arc<Model>, tokenizer: Arc<Tokenizer>, request: EngineRequest) -> Answer {
+    let config = EngineConfig {
+        max_num_seqs: 1,
+        max_model_len: Some(1024),
+        ..EngineConfig::default()
+    };
+    let engine = EngineHandle::start(model, tokenizer, config).expect("engine starts");
+    let mut out = Answer {
+        text: String::new(),
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        finish: FinishReason::Abort,
+    };
+    for ev in engine.submit(request).expect("submits") {
+        match ev {
+            TokenEvent::Token {
+                token,
+                text,
+                logprob,
+                ..
+            } => {
+                out.text.push_str(&text);
+                out.tokens.push(token);
+                out.logprobs.extend(logprob);
+            }
+            TokenEvent::Finished { reason, text, .. } => {
+                out.text.push_str(&text);
+                out.finish = reason;
+            }
+            TokenEvent::Error { message } => panic!("{message}"),
+        }
+    }
+    engine.shutdown();
+    out
+}
+
+fn chat_prompt(path: &std::path::Path) -> (Arc<Model>, Arc<Tokenizer>, Vec<u32>) {
     let source = open_model(path).expect("model opens");
     let model = Arc::new(Model::from_source(&source).expect("model builds"));
     let template = source.chat_template_or_default();
@@ -38,8 +87,7 @@ fn chat_generator(path: &std::path::Path) -> (Generator, Vec<u32>) {
     ];
     let text = template.render(&messages, true).expect("template renders");
     let prompt = source.tokenizer.encode(&text, true).expect("encodes");
-    let generator = Generator::new(model, Arc::new(source.tokenizer), 1024);
-    (generator, prompt)
+    (model, Arc::new(source.tokenizer), prompt)
 }
 
 #[test]
@@ -47,19 +95,17 @@ fn smollm2_says_paris() {
     let Some(path) = model_path("PAGODA_TEST_SMOLLM2") else {
         return;
     };
-    let (mut generator, prompt) = chat_generator(&path);
-    let req = GenerationRequest::new(prompt, SamplingParams::greedy(), 48);
-    let mut streamed = String::new();
-    let out = generator
-        .generate(&req, |t| {
-            streamed.push_str(t);
-            true
-        })
-        .expect("generates");
+    let (model, tokenizer, prompt) = chat_prompt(&path);
+    let req = EngineRequest::new(prompt, SamplingParams::greedy(), 48);
+    let out = answer(model, tokenizer.clone(), req);
     eprintln!("answer: {:?}", out.text);
-    assert_eq!(streamed, out.text, "streamed text equals the final text");
+    assert_eq!(
+        tokenizer.decode(&out.tokens, true).expect("decodes"),
+        out.text,
+        "the streamed pieces add up to the tokens' text"
+    );
     assert!(out.text.contains("Paris"), "answer: {:?}", out.text);
-    assert_eq!(out.finish_reason, FinishReason::Stop, "ends at <|im_end|>");
+    assert_eq!(out.finish, FinishReason::Stop, "ends at <|im_end|>");
 }
 
 #[test]
@@ -74,9 +120,8 @@ fn gemma3_base_continues_like_llama_cpp() {
         .tokenizer
         .encode("The capital of France is", true)
         .expect("encodes");
-    let mut generator = Generator::new(model, Arc::new(source.tokenizer), 256);
-    let req = GenerationRequest::new(prompt, SamplingParams::greedy(), 8);
-    let out = generator.generate(&req, |_| true).expect("generates");
+    let req = EngineRequest::new(prompt, SamplingParams::greedy(), 8);
+    let out = answer(model, Arc::new(source.tokenizer), req);
     eprintln!("answer: {:?}", out.text);
     // llama.cpp (llama-cpp-python 0.3.36, greedy, same file) continues with exactly this.
     assert_eq!(out.text, " the capital of the country of France.");
@@ -156,11 +201,10 @@ fn check_against_llama_cpp(var: &str, golden_name: &str, tolerance: f32) {
 
         let greedy: Vec<u32> =
             serde_json::from_value(prompt["greedy_ids"].clone()).expect("greedy");
-        let mut generator = Generator::new(model.clone(), tokenizer.clone(), want_ids.len() + 64);
         let mut sampling = SamplingParams::greedy();
         sampling.logprobs = Some(2);
-        let req = GenerationRequest::new(ids.clone(), sampling, 32);
-        let out = generator.generate(&req, |_| true).expect("generates");
+        let req = EngineRequest::new(ids.clone(), sampling, 32);
+        let out = answer(model.clone(), tokenizer.clone(), req);
         let agreed = compare_greedy(&out.logprobs, &greedy, tolerance);
         eprintln!(
             "{golden_name}/{name}: greedy continuation identical for {agreed} of {} tokens",

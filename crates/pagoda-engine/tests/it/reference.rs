@@ -1,0 +1,37 @@
+//! The reference the engine's outputs are compared against: the model's forward pass over
+//! its contiguous KV cache and the sampler, one token at a time, with nothing of the engine
+//! (no scheduler, block pool, batching or output processing). Generation runs through EOS
+//! (the tests that use it set `ignore_eos`).
+
+use pagoda_engine::{Sampler, SamplingParams};
+use pagoda_model::arch::{Logits, LoraWeights, Model};
+
+/// The first `max_tokens` tokens `sampling` picks after `prompt`.
+pub fn decode(
+    model: &Model,
+    prompt: &[u32],
+    sampling: SamplingParams,
+    max_tokens: usize,
+    adapter: Option<&LoraWeights>,
+) -> Vec<u32> {
+    let mut cache = model.new_cache(prompt.len() + max_tokens + 1);
+    let mut logits = model
+        .forward_adapted(prompt, 0, &mut cache, Logits::Last, adapter)
+        .expect("prompt runs");
+    let mut sampler = Sampler::new(sampling);
+    let mut out = Vec::new();
+    while out.len() < max_tokens {
+        let token = sampler
+            .try_sample(&mut logits, prompt, &out)
+            .expect("finite logits")
+            .token;
+        out.push(token);
+        if out.len() == max_tokens {
+            break;
+        }
+        logits = model
+            .forward_adapted(&[token], cache.len(), &mut cache, Logits::Last, adapter)
+            .expect("token runs");
+    }
+    out
+}
