@@ -1431,6 +1431,9 @@ fn eval_gsm8k_reads_the_wheel_and_generates_on_the_engine() {
 #[path = "cli/eval_ab.rs"]
 mod eval_ab;
 
+#[path = "cli/batch_serve.rs"]
+mod batch_serve;
+
 /// `pagoda quantize` of the tiny Llama folder into a Hugging Face GPTQ/AWQ folder: written
 /// whole (no `.partial` left), loadable by `pagoda run`, and an existing output is kept
 /// unless `--force`.

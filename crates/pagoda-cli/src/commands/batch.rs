@@ -41,7 +41,8 @@ pub struct BatchArgs {
     /// Where to write the results (one line per request, in input order).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Model name or path (the `model` field of each body is informational).
+    /// Model name or path. A body's `model` may be left out; one naming another model is
+    /// refused (404), as a server without that model would.
     #[arg(long, default_value = "smollm2:135m")]
     pub model: String,
     /// continuous: requests join and leave the running batch at every step; static: gather
@@ -169,8 +170,11 @@ impl Job<'_> {
             error,
         };
         let url = parsed.get("url").and_then(Value::as_str);
-        let body = match parsed.get("body").filter(|b| b.is_object()) {
-            Some(b) => b.to_string(),
+        let body = match parsed.get("body").and_then(Value::as_object) {
+            Some(b) => match self.with_model(b.clone()) {
+                Ok(b) => b,
+                Err(e) => return fail(e),
+            },
             None => return fail(ApiError::invalid_param("body", "missing `body` object")),
         };
         let request = match url {
@@ -201,6 +205,25 @@ impl Job<'_> {
             },
             Err(error) => fail(error),
         }
+    }
+
+    /// The body's text with this job's model as its `model` (which may be left out); a
+    /// body naming another model is refused, as a server without it would.
+    fn with_model(&self, mut body: serde_json::Map<String, Value>) -> Result<String, ApiError> {
+        match body.get("model") {
+            None | Some(Value::Null) => {
+                body.insert("model".into(), Value::String(self.model.clone()));
+            }
+            Some(Value::String(m)) if m.is_empty() || *m == self.model => {}
+            Some(Value::String(m)) => {
+                return Err(ApiError::model_not_found_message(format!(
+                    "this batch job runs model `{}`, but the line names `{m}`; run the lines of each model as their own job",
+                    self.model
+                )))
+            }
+            Some(_) => return Err(ApiError::invalid_param("model", "`model` must be a string")),
+        }
+        Ok(Value::Object(body).to_string())
     }
 
     /// The engine request a body asks for, checked as `serve` checks it.
@@ -291,14 +314,16 @@ impl Job<'_> {
             model: self.model.clone(),
             created,
         };
+        // Through the JSON text, as the server sends it: its f32 figures keep their
+        // shortest spelling instead of widening to f64 digits.
         let body = match request {
-            Parsed::Chat(req) => serde_json::to_value(chat::response(
+            Parsed::Chat(req) => serde_json::to_string(&chat::response(
                 head("chatcmpl"),
                 choices,
                 req.logprobs,
                 tokenizer,
             )?),
-            Parsed::Completion(req) => serde_json::to_value(completions::response(
+            Parsed::Completion(req) => serde_json::to_string(&completions::response(
                 head("cmpl"),
                 vec![PromptOutput {
                     echo: String::new(),
@@ -308,6 +333,7 @@ impl Job<'_> {
                 tokenizer,
             )?),
         }
+        .and_then(|text| serde_json::from_str(&text))
         .map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, tokens))
     }
