@@ -11,7 +11,8 @@ use crate::commands::engine_args::EngineArgs;
 use crate::commands::llama_server::LlamaServer;
 use crate::commands::model_loader::load_for_generation;
 use clap::Args;
-use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams, TokenEvent};
+use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
+use pagoda_runtime::collect_blocking;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -211,25 +212,18 @@ fn serve_pagoda(engine: &EngineHandle, item: &WorkItem) -> anyhow::Result<Reques
         item.max_tokens,
     );
     req.ignore_eos = true;
-    let submitted = Instant::now();
     let stream = engine.submit(req)?;
-    let (mut first, mut last, mut n) = (None, submitted, 0usize);
-    for ev in stream {
-        match ev {
-            TokenEvent::Token { at, .. } => {
-                first.get_or_insert(at);
-                last = at;
-                n += 1;
-            }
-            TokenEvent::Finished { .. } => {}
-            TokenEvent::Error { message } => anyhow::bail!("request failed: {message}"),
-        }
-    }
-    let first = first.unwrap_or(last);
+    let choice = collect_blocking(stream, 1)
+        .map_err(|e| anyhow::anyhow!("request failed: {e}"))?
+        .swap_remove(0);
+    let n = choice.usage.completion_tokens;
+    let timings = choice
+        .timings
+        .ok_or_else(|| anyhow::anyhow!("the engine stopped before the request finished"))?;
     Ok(RequestResult {
         output_tokens: n,
-        ttft: first.duration_since(submitted),
-        tpot: (n >= 2).then(|| last.duration_since(first) / (n as u32 - 1)),
+        ttft: timings.ttft().unwrap_or_default(),
+        tpot: timings.tpot(n),
     })
 }
 

@@ -96,8 +96,9 @@ pub struct EngineArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// Scheduling policy: fcfs, priority (per-request priority, with aging) or sjf (shortest
-    /// prompt first, with aging).
+    /// Scheduling policy: fcfs, priority (per-request `priority`, vLLM's meaning: lower runs
+    /// earlier; with aging) or sjf (shortest predicted job first: prompt left plus max_tokens
+    /// or the model's running average output; with aging).
     #[arg(long, default_value = "fcfs")]
     pub policy: Policy,
     /// Turn off reuse of cached prompt prefixes.

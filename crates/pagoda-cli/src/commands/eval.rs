@@ -27,9 +27,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::eval::{data, gsm8k, multiple_choice, perplexity};
-use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams, TokenEvent};
+use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_model::KvDtype;
+use pagoda_runtime::collect_blocking;
 use serde_json::json;
 
 use crate::commands::engine_args::EngineArgs;
@@ -446,19 +447,11 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
     let bar = progress_bar(items.len(), "questions");
     let (mut results, mut generated) = (Vec::with_capacity(items.len()), 0usize);
     for (item, stream) in items.iter().zip(streams) {
-        let mut answer = String::new();
-        for event in stream {
-            match event {
-                TokenEvent::Token { text, .. } => {
-                    answer.push_str(&text);
-                    generated += 1;
-                }
-                TokenEvent::Finished { text, .. } => answer.push_str(&text),
-                TokenEvent::Error { message } => {
-                    anyhow::bail!("line {}: generation failed: {message}", item.line)
-                }
-            }
-        }
+        let choice = collect_blocking(stream, 1)
+            .map_err(|e| anyhow::anyhow!("line {}: generation failed: {e}", item.line))?
+            .swap_remove(0);
+        generated += choice.usage.completion_tokens;
+        let answer = choice.text;
         let extracted = gsm8k::last_number(&answer);
         let correct = extracted.as_deref() == Some(item.gold.as_str());
         results.push(correct);
