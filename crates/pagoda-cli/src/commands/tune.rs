@@ -21,6 +21,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use pagoda_bench::{Arrival, Limit, RunConfig, Sla, Summary};
 use pagoda_model::KvDtype;
+use pagoda_runtime::loader::Pull;
 use serde::Serialize;
 
 use super::bench_serve::{progress_bar, workload, WorkloadArgs};
@@ -133,7 +134,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         bail!("--token-budgets needs positive values, e.g. 256,512");
     }
     let store = crate::commands::open_store()?;
-    let model = pagoda_store::resolve_or_pull(&store, &args.model)?;
+    let model = pagoda_runtime::loader::resolve(&store, &args.model, Pull::IfMissing)?;
     let src = pagoda_model::source::open_model(&model.path)
         .with_context(|| format!("reading {}", model.path.display()))?;
     let cfg = &src.config;
