@@ -545,4 +545,90 @@ mod tests {
             assert_eq!(with(bad, true).expect_err("range").param, Some("priority"));
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn float() -> impl Strategy<Value = Option<f32>> {
+            // Mostly absent, so that many requests get through and their bounds are checked.
+            prop_oneof![
+                6 => Just(None),
+                1 => Just(Some(f32::NAN)),
+                1 => Just(Some(f32::INFINITY)),
+                2 => (-5.0f32..5.0).prop_map(Some),
+            ]
+        }
+
+        fn any_knobs() -> impl Strategy<Value = Knobs> {
+            (
+                (float(), float(), float(), float(), float(), float()),
+                (
+                    proptest::option::of(-3i64..100_000),
+                    proptest::option::of(-3i64..10),
+                    proptest::option::of(0usize..400),
+                    prop_oneof![3 => Just(None), 1 => any::<i64>().prop_map(Some), 1 => (-3i64..3).prop_map(Some)],
+                    1usize..4,
+                    proptest::collection::vec(".{0,3}", 0..20),
+                ),
+            )
+                .prop_map(|((t, p, m, pp, fp, rp), (k, last, max, prio, n, stop))| {
+                    Knobs {
+                        temperature: t,
+                        top_p: p,
+                        min_p: m,
+                        presence_penalty: pp,
+                        frequency_penalty: fp,
+                        repetition_penalty: rp,
+                        top_k: k,
+                        repeat_last_n: last,
+                        max_tokens: max,
+                        priority: prio,
+                        n,
+                        stop,
+                        ..Knobs::default()
+                    }
+                })
+        }
+
+        proptest! {
+            /// Whatever a client sends, the answer is an engine request the engine accepts
+            /// and that respects every bound, or an error naming a knob — never a panic.
+            #[test]
+            fn every_request_is_valid_or_refused_by_name(
+                knobs in any_knobs(),
+                prompt_len in 0usize..120,
+                limit in proptest::option::of(1usize..50),
+                strict in any::<bool>(),
+                scheduling in any::<bool>(),
+            ) {
+                let bounds = Bounds {
+                    context: 100,
+                    vocab_size: 1000,
+                    rule: if strict { LengthRule::Strict } else { LengthRule::Clamp },
+                    max_tokens_limit: limit,
+                    priority_scheduling: scheduling,
+                };
+                match engine_request(vec![1; prompt_len], &SamplingParams::default(), knobs.clone(), &bounds) {
+                    Ok(req) => {
+                        prop_assert!(req.sampling.validate(1000).is_ok());
+                        prop_assert!(req.max_tokens >= 1);
+                        prop_assert!(req.prompt.len() + req.max_tokens <= 100);
+                        prop_assert!(req.max_tokens <= limit.unwrap_or(usize::MAX));
+                        prop_assert!(req.stop.len() <= MAX_STOP_STRINGS);
+                        prop_assert_eq!(req.max_tokens_explicit, knobs.max_tokens.is_some());
+                        if !scheduling {
+                            prop_assert_eq!(req.priority, 0);
+                        }
+                    }
+                    Err(e) => {
+                        let whole = e.param.is_none()
+                            && (prompt_len == 0 || prompt_len >= 100);
+                        prop_assert!(whole || e.param.is_some(), "{e:?}");
+                        prop_assert!(!e.message.is_empty());
+                    }
+                }
+            }
+        }
+    }
 }
