@@ -17,9 +17,9 @@ use crate::fault::{self, Fault, Located};
 use crate::request::Usage;
 use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
 use crate::runner::ModelRunner;
-use crate::scheduler::SeqState as SchedState;
 use crate::scheduler::{
     BatchingMode, Policy, ScheduledChunk, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
+    SeqStatus,
 };
 use crate::speculative::{SpecStats, SpeculativeConfig, Speculator};
 use crate::stop::FinishReason;
@@ -174,8 +174,8 @@ struct RequestState {
     cached_prompt_tokens: usize,
 }
 
-/// One choice of a request: a sequence in the scheduler.
-struct SeqState {
+/// The output state of one choice of a request (one sequence in the scheduler).
+struct ChoiceOutput {
     request: RequestId,
     index: usize,
     choice: Choice,
@@ -189,7 +189,7 @@ pub struct EngineCore {
     tokenizer: Arc<Tokenizer>,
     layout: KvLayout,
     requests: HashMap<RequestId, RequestState>,
-    seqs: HashMap<SeqId, SeqState>,
+    seqs: HashMap<SeqId, ChoiceOutput>,
     next_seq: SeqId,
     stats: EngineStats,
     speculator: Option<Speculator>,
@@ -352,7 +352,7 @@ impl EngineCore {
         let choice = self.new_choice(&request, 0);
         self.seqs.insert(
             seq,
-            SeqState {
+            ChoiceOutput {
                 request: id,
                 index: 0,
                 choice,
@@ -497,7 +497,7 @@ impl EngineCore {
         let mut wanted: Vec<(SeqId, &[u32])> = Vec::new();
         for info in self.scheduler.seqs() {
             let decoding =
-                info.state == SchedState::Running && info.num_computed + 1 == info.tokens.len();
+                info.state == SeqStatus::Running && info.num_computed + 1 == info.tokens.len();
             let allowed = self
                 .seqs
                 .get(&info.id)
@@ -711,7 +711,7 @@ impl EngineCore {
             }
             self.seqs.insert(
                 child,
-                SeqState {
+                ChoiceOutput {
                     request,
                     index,
                     choice,

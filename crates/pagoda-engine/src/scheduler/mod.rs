@@ -47,7 +47,7 @@ mod sequence;
 pub use crate::block_pool::BlockId;
 pub use error::SchedulerError;
 pub use policy::{BatchingMode, Policy};
-pub use sequence::{SeqInfo, SeqRequest, SeqState};
+pub use sequence::{SeqInfo, SeqRequest, SeqStatus};
 
 use crate::block_pool::{BlockPool, PoolStats};
 use sequence::Sequence;
@@ -415,7 +415,7 @@ impl Scheduler {
                 continue;
             };
             let n = chunk.tokens.len() - chunk.num_draft;
-            if seq.state != SeqState::Running
+            if seq.state != SeqStatus::Running
                 || seq.num_computed != chunk.start
                 || seq.in_flight != n
                 || seq.draft_in_flight != chunk.num_draft
@@ -480,7 +480,7 @@ impl Scheduler {
     /// is not running.
     pub fn propose(&mut self, id: SeqId, draft: Vec<u32>) -> bool {
         match self.seqs.get_mut(&id) {
-            Some(s) if s.state == SeqState::Running => {
+            Some(s) if s.state == SeqStatus::Running => {
                 s.draft = draft;
                 true
             }
@@ -526,19 +526,19 @@ impl Scheduler {
         }
         let (source, shared) = if let Some(p) = self.seqs.get(&parent) {
             let prompt_done = match p.state {
-                SeqState::Running => p.in_flight == 0 && p.num_computed >= p.prompt_len,
-                SeqState::Waiting => p.generated() > 0,
+                SeqStatus::Running => p.in_flight == 0 && p.num_computed >= p.prompt_len,
+                SeqStatus::Waiting => p.generated() > 0,
             };
             if !prompt_done {
                 return Err(SchedulerError::ForkNotReady { id: parent });
             }
             let shared = match p.state {
-                SeqState::Running => p
+                SeqStatus::Running => p
                     .blocks
                     .get(..self.pool.blocks_for(p.prompt_len))
                     .ok_or(SchedulerError::ForkNotReady { id: parent })?
                     .to_vec(),
-                SeqState::Waiting => Vec::new(),
+                SeqStatus::Waiting => Vec::new(),
             };
             (ForkSource::of(p), shared)
         } else if let Some(src) = self.just_ended.get(&parent) {
@@ -577,7 +577,7 @@ impl Scheduler {
             }
             c.blocks = shared;
             c.num_computed = c.prompt_len;
-            c.state = SeqState::Running;
+            c.state = SeqStatus::Running;
             self.running.push(child);
         }
         self.seqs.insert(child, c);
@@ -611,13 +611,13 @@ impl Scheduler {
     pub fn is_running(&self, id: SeqId) -> bool {
         self.seqs
             .get(&id)
-            .is_some_and(|s| s.state == SeqState::Running)
+            .is_some_and(|s| s.state == SeqStatus::Running)
     }
 
     pub fn is_waiting(&self, id: SeqId) -> bool {
         self.seqs
             .get(&id)
-            .is_some_and(|s| s.state == SeqState::Waiting)
+            .is_some_and(|s| s.state == SeqStatus::Waiting)
     }
 
     pub fn num_running(&self) -> usize {
@@ -676,8 +676,8 @@ impl Scheduler {
         for (id, state) in self
             .running
             .iter()
-            .map(|id| (id, SeqState::Running))
-            .chain(self.waiting.iter().map(|id| (id, SeqState::Waiting)))
+            .map(|id| (id, SeqStatus::Running))
+            .chain(self.waiting.iter().map(|id| (id, SeqStatus::Waiting)))
         {
             if !seen.insert(*id) {
                 return Err(format!("sequence {id} listed twice"));
@@ -693,12 +693,12 @@ impl Scheduler {
                 ));
             }
             match state {
-                SeqState::Waiting => {
+                SeqStatus::Waiting => {
                     if s.num_computed != 0 || !s.blocks.is_empty() || s.in_flight != 0 {
                         return Err(format!("waiting sequence {id} holds KV"));
                     }
                 }
-                SeqState::Running => {
+                SeqStatus::Running => {
                     if s.num_computed + s.in_flight > s.tokens.len() {
                         return Err(format!("sequence {id} computed past its tokens"));
                     }
@@ -857,7 +857,7 @@ impl Scheduler {
             return;
         };
         s.release_blocks(&mut self.pool);
-        s.state = SeqState::Waiting;
+        s.state = SeqStatus::Waiting;
         s.preemptions += 1;
         self.waiting.push_front(id);
         self.preempted_total += 1;
@@ -934,7 +934,7 @@ impl Scheduler {
             let hit = s.blocks.len();
             s.num_computed = hit * bs;
             s.num_registered = hit;
-            s.state = SeqState::Running;
+            s.state = SeqStatus::Running;
             let n = (n + cached - s.num_computed).min(*budget);
             self.prefix_queried_tokens += s.tokens.len() as u64;
             self.prefix_hit_tokens += s.num_computed as u64;
@@ -962,8 +962,8 @@ impl Scheduler {
             return false;
         };
         match s.state {
-            SeqState::Running => self.running.retain(|&r| r != id),
-            SeqState::Waiting => self.waiting.retain(|&w| w != id),
+            SeqStatus::Running => self.running.retain(|&r| r != id),
+            SeqStatus::Waiting => self.waiting.retain(|&w| w != id),
         }
         self.drop_seq(id);
         true

@@ -26,9 +26,13 @@ pub struct SeqRequest {
     pub priority: i32,
 }
 
+/// Where a sequence is in the scheduler's lifecycle (vLLM's request status): queued without
+/// KV, or admitted and holding blocks. A sequence that ended is no longer held at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeqState {
+pub enum SeqStatus {
+    /// Queued (new, or preempted and to be recomputed); holds no blocks.
     Waiting,
+    /// Admitted: scheduled every step until it ends or is preempted.
     Running,
 }
 
@@ -42,7 +46,7 @@ pub struct SeqInfo<'a> {
     /// Tokens whose KV is in the cache.
     pub num_computed: usize,
     pub block_table: &'a [BlockId],
-    pub state: SeqState,
+    pub state: SeqStatus,
     pub priority: i32,
     /// Times this sequence was preempted.
     pub preemptions: u32,
@@ -74,7 +78,7 @@ pub(super) struct Sequence {
     pub blocks: Vec<BlockId>,
     pub hashes: Vec<BlockHash>,
     pub num_registered: usize,
-    pub state: SeqState,
+    pub state: SeqStatus,
     pub preemptions: u32,
     /// Parent hash of the first block (`None`: unsalted); see [`salt_root`].
     pub root: Option<BlockHash>,
@@ -99,7 +103,7 @@ impl Sequence {
             blocks: Vec::new(),
             hashes: Vec::new(),
             num_registered: 0,
-            state: SeqState::Waiting,
+            state: SeqStatus::Waiting,
             preemptions: 0,
             root: None,
             salt: 0,

@@ -264,7 +264,7 @@ fn out_of_blocks_preempts_the_newest_which_resumes_with_its_tokens() {
     assert_eq!(o.preempted, vec![2]);
     assert_eq!(lens(&o), vec![(1, 8, 1)]);
     let info = s.seq(2).unwrap();
-    assert_eq!(info.state, SeqState::Waiting);
+    assert_eq!(info.state, SeqStatus::Waiting);
     assert_eq!(info.generated(), &[7, 7]);
     assert!(info.block_table.is_empty());
     assert_eq!(s.stats().preempted_total, 1);
@@ -607,7 +607,7 @@ fn fork_of_a_preempted_parent_recomputes_its_prompt() {
     assert_eq!(o.preempted, vec![2]);
     s.fork(2, 3, 9).unwrap();
     let c = s.seq(3).unwrap();
-    assert_eq!(c.state, SeqState::Waiting);
+    assert_eq!(c.state, SeqStatus::Waiting);
     assert_eq!((c.tokens.len(), c.num_computed), (8, 0));
     assert!(c.block_table.is_empty());
     let mut saw = false;
