@@ -2,10 +2,10 @@
 //!
 //! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
 //! tokens ([`stop`]), and the serving engine — the one generation loop every front end
-//! submits to: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
-//! scheduler ([`scheduler`]), the step runner ([`runner`]), speculative decoding
-//! ([`speculative`]), the step loop ([`engine`]) and its thread-safe handle ([`handle`]) that
-//! streams [`request::TokenEvent`]s.
+//! submits to: configuration planning ([`planning`]), the KV block pool with prefix caching
+//! ([`block_pool`]), the continuous-batching scheduler ([`scheduler`]), the step runner
+//! ([`runner`]), speculative decoding ([`speculative`]), the step loop ([`engine`]) and its
+//! thread-safe handle ([`handle`]) that streams [`request::TokenEvent`]s.
 //!
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
@@ -17,6 +17,7 @@ pub mod error;
 mod fault;
 pub mod handle;
 pub mod memory;
+pub mod planning;
 pub mod request;
 pub mod runner;
 pub mod sampling;
@@ -25,9 +26,10 @@ pub mod speculative;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
-pub use engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
+pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;
 pub use handle::{EngineHandle, RequestStream};
+pub use planning::{EngineConfig, KvLayout};
 pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 pub use sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};
