@@ -4,8 +4,10 @@
 //! tokens ([`stop`]), and the serving engine — the one generation loop every front end
 //! submits to: configuration planning ([`planning`]), the KV block pool with prefix caching
 //! ([`block_pool`]), the continuous-batching scheduler ([`scheduler`]), the step runner
-//! ([`runner`]), speculative decoding ([`speculative`]), the step loop ([`engine`]) and its
-//! thread-safe handle ([`handle`]) that streams [`request::TokenEvent`]s.
+//! ([`runner`]), speculative decoding ([`speculative`]), the step loop ([`engine`]: propose →
+//! schedule → execute → sample → update → emit, the sampling and output processing in modules
+//! of their own) and its thread-safe handle ([`handle`]) that streams
+//! [`request::TokenEvent`]s.
 //!
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
@@ -17,12 +19,14 @@ pub mod error;
 mod fault;
 pub mod handle;
 pub mod memory;
+mod output;
 pub mod planning;
 pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
+mod step_sampling;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
