@@ -217,6 +217,7 @@ impl EngineCore {
                 id: seq,
                 prompt: request.prompt.clone(),
                 max_tokens: request.max_tokens,
+                max_tokens_explicit: request.max_tokens_explicit,
                 priority: request.priority,
             },
             salt,

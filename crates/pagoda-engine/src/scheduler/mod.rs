@@ -16,7 +16,8 @@
 //!    back to the front of the waiting queue with its generated tokens kept. If the worst is the
 //!    one asking, it preempts itself. The best running sequence is never preempted (it can take
 //!    every block), so every step makes progress.
-//! 2. **Waiting** sequences, in policy order, while the budget, `max_num_seqs` running and free
+//! 2. **Waiting** sequences, in policy order (under [`Policy::Sjf`], shortest predicted job
+//!    first: prompt left plus expected output, [`predict`]), while the budget, `max_num_seqs` running and free
 //!    blocks allow — but not in a step that had to preempt. Under [`BatchingMode::Static`]
 //!    admission happens only when nothing was running, and then gathers a whole wave: up to
 //!    `max_num_seqs` sequences whose prompts all fit in the free blocks, whatever this step's
@@ -42,6 +43,7 @@
 
 mod error;
 mod policy;
+pub mod predict;
 mod sequence;
 
 pub use crate::block_pool::BlockId;
@@ -50,6 +52,7 @@ pub use policy::{BatchingMode, Policy};
 pub use sequence::{SeqInfo, SeqRequest, SeqStatus};
 
 use crate::block_pool::{BlockPool, PoolStats};
+use predict::OutputEstimate;
 use sequence::Sequence;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
@@ -217,6 +220,8 @@ pub struct Scheduler {
     tokens_last_step: usize,
     prefix_queried_tokens: u64,
     prefix_hit_tokens: u64,
+    /// Output length of sequences without an explicit `max_tokens`, learned as they end.
+    output_estimate: OutputEstimate,
 }
 
 impl Scheduler {
@@ -242,6 +247,7 @@ impl Scheduler {
             tokens_last_step: 0,
             prefix_queried_tokens: 0,
             prefix_hit_tokens: 0,
+            output_estimate: OutputEstimate::default(),
         }
     }
 
@@ -251,6 +257,12 @@ impl Scheduler {
 
     pub fn pool(&self) -> &BlockPool {
         &self.pool
+    }
+
+    /// The running estimate of output tokens that predicts the length of sequences without
+    /// an explicit `max_tokens` under [`Policy::Sjf`] (see [`predict`]).
+    pub fn output_estimate(&self) -> OutputEstimate {
+        self.output_estimate
     }
 
     /// Queues a new sequence (at the back of the waiting queue).
@@ -464,6 +476,8 @@ impl Scheduler {
         }
         for &(id, end) in &ended {
             if let Some(s) = self.seqs.get(&id) {
+                self.output_estimate
+                    .observe(end, s.generated(), s.max_tokens_explicit);
                 if end != SeqEnd::Aborted {
                     self.just_ended.insert(id, ForkSource::of(s));
                 }
@@ -496,6 +510,10 @@ impl Scheduler {
             self.pending_ends.remove(k);
             true
         } else {
+            if let Some(s) = self.seqs.get(&id) {
+                self.output_estimate
+                    .observe(end, s.generated(), s.max_tokens_explicit);
+            }
             self.remove(id)
         };
         if found {
@@ -553,6 +571,7 @@ impl Scheduler {
                 id: child,
                 prompt,
                 max_tokens: source.max_tokens,
+                max_tokens_explicit: source.max_tokens_explicit,
                 priority: source.priority,
             },
             source.arrival,
@@ -562,6 +581,8 @@ impl Scheduler {
         c.set_salt(source.salt);
         c.prompt_len = source.prompt_len;
         if let Some(end) = end_reason(&self.config, &self.pool, &c) {
+            self.output_estimate
+                .observe(end, c.generated(), c.max_tokens_explicit);
             self.pending_ends.push((child, end));
             self.debug_check();
             return Ok(());
@@ -872,7 +893,14 @@ impl Scheduler {
     /// Admits waiting sequences in policy order (step 2 of the module docs).
     fn admit(&mut self, now: Instant, budget: &mut usize, out: &mut SchedulerOutput) {
         let (policy, aging) = (self.config.policy, self.config.aging_per_sec);
-        let order = policy::waiting_order(policy, aging, now, &self.seqs, &self.waiting);
+        let order = policy::waiting_order(
+            policy,
+            aging,
+            now,
+            &self.seqs,
+            &self.waiting,
+            &self.output_estimate,
+        );
         let bs = self.pool.block_size();
         // Static mode gathers a wave: admission is not bounded by this step's budget, but each
         // admitted prompt must fit in blocks not yet promised to the wave's earlier prompts.
@@ -983,6 +1011,7 @@ struct ForkSource {
     prompt: Vec<u32>,
     prompt_len: usize,
     max_tokens: usize,
+    max_tokens_explicit: bool,
     priority: i32,
     arrival: Instant,
     salt: u64,
@@ -994,6 +1023,7 @@ impl ForkSource {
             prompt: s.tokens[..s.prompt_len].to_vec(),
             prompt_len: s.prompt_len,
             max_tokens: s.max_tokens,
+            max_tokens_explicit: s.max_tokens_explicit,
             priority: s.priority,
             arrival: s.arrival,
             salt: s.salt,

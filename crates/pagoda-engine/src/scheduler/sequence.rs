@@ -22,6 +22,10 @@ pub struct SeqRequest {
     pub prompt: Vec<u32>,
     /// Most tokens to generate (at least 1).
     pub max_tokens: usize,
+    /// The client chose `max_tokens`, so it predicts the output's length under
+    /// [`Policy::Sjf`](super::Policy::Sjf); `false`: a front end filled it in, and the
+    /// scheduler's running estimate predicts it instead (see [`super::predict`]).
+    pub max_tokens_explicit: bool,
     /// Higher runs first under [`Policy::Priority`](super::Policy::Priority).
     pub priority: i32,
 }
@@ -64,6 +68,7 @@ pub(super) struct Sequence {
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
     pub max_tokens: usize,
+    pub max_tokens_explicit: bool,
     pub priority: i32,
     pub arrival: Instant,
     /// Arrival order: larger is newer (forks get a fresh one).
@@ -93,6 +98,7 @@ impl Sequence {
             prompt_len: req.prompt.len(),
             tokens: req.prompt,
             max_tokens: req.max_tokens,
+            max_tokens_explicit: req.max_tokens_explicit,
             priority: req.priority,
             arrival,
             order,

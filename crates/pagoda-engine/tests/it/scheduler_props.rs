@@ -259,6 +259,9 @@ impl Harness {
                 id,
                 prompt: prompt.clone(),
                 max_tokens,
+                // Both ways of predicting the output under SJF: the client's max_tokens, and
+                // the running estimate.
+                max_tokens_explicit: id.is_multiple_of(2),
                 priority,
             },
             now,
@@ -674,6 +677,7 @@ fn kv_waste_under_mixed_lengths_is_small() {
                 id,
                 prompt,
                 max_tokens,
+                max_tokens_explicit: true,
                 priority: 0,
             },
             t0,
