@@ -12,6 +12,10 @@
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
 
+// Library code states its invariants instead of unwrapping: `?`, a proper error, or
+// `.expect("<why this cannot fail>")`. Unit tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod block_pool;
 mod choice;
 pub mod engine;
