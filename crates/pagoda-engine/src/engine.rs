@@ -385,7 +385,7 @@ impl EngineCore {
     /// logs it (naming the stage that first went non-finite when this engine has not located
     /// a fault yet: see [`crate::fault`] for why only the first).
     fn numerical_fault(&mut self, chunk: &ScheduledChunk, fault: &Fault) {
-        let Some((request, adapter)) = self.outputs.request_id(chunk.seq) else {
+        let Some((request, adapter)) = self.outputs.request_with_adapter(chunk.seq) else {
             return;
         };
         let scheduler = &self.scheduler;

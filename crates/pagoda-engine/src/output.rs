@@ -167,7 +167,7 @@ impl OutputProcessor {
     }
 
     /// The request `seq` is a choice of, and whether it runs under a LoRA adapter.
-    pub fn request_id(&self, seq: SeqId) -> Option<(RequestId, bool)> {
+    pub fn request_with_adapter(&self, seq: SeqId) -> Option<(RequestId, bool)> {
         let request = self.choices.get(&seq)?.request;
         let adapter = self
             .requests
