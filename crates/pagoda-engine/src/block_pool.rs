@@ -550,62 +550,77 @@ mod tests {
         assert_eq!(p.blocks_for(5), 2);
     }
 
-    proptest::proptest! {
-        /// Random operations against a model of who holds which block: references always add
-        /// up, no block is lost, and the structural invariants hold after every operation.
-        #[test]
-        fn random_operations_keep_the_books(ops in proptest::collection::vec((0u8..5, 0usize..64, 0u64..6), 1..300)) {
-            let mut p = pool(8);
-            let mut held: Vec<BlockId> = Vec::new();
-            let mut content = [0u64; 8];
-            for (op, pick, hash) in ops {
-                match op {
-                    0 => {
-                        let free = p.num_free();
-                        let got = p.allocate();
-                        proptest::prop_assert_eq!(got.is_some(), free > 0);
-                        if let Some(b) = got {
-                            // Fresh block, fresh contents: the hash it may later be registered under.
-                            content[b as usize] = hash;
-                            proptest::prop_assert_eq!(p.ref_count(b), 1);
-                            proptest::prop_assert_eq!(p.num_free(), free - 1);
-                            held.push(b);
-                        }
-                    }
-                    1 if !held.is_empty() => {
-                        let b = held.swap_remove(pick % held.len());
-                        p.release(b);
-                    }
-                    2 if !held.is_empty() => {
-                        let b = held[pick % held.len()];
-                        p.share(b);
+    /// Random operations against a model of who holds which block: references always add
+    /// up, no block is lost, and the structural invariants hold after every operation.
+    fn keeps_the_books(
+        mut p: BlockPool,
+        ops: Vec<(u8, usize, u64)>,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut held: Vec<BlockId> = Vec::new();
+        let mut content = [0u64; 8];
+        for (op, pick, hash) in ops {
+            match op {
+                0 => {
+                    let free = p.num_free();
+                    let got = p.allocate();
+                    proptest::prop_assert_eq!(got.is_some(), free > 0);
+                    if let Some(b) = got {
+                        // Fresh block, fresh contents: the hash it may later be registered under.
+                        content[b as usize] = hash;
+                        proptest::prop_assert_eq!(p.ref_count(b), 1);
+                        proptest::prop_assert_eq!(p.num_free(), free - 1);
                         held.push(b);
                     }
-                    3 if !held.is_empty() => {
-                        let b = held[pick % held.len()];
-                        p.register(b, content[b as usize]);
+                }
+                1 if !held.is_empty() => {
+                    let b = held.swap_remove(pick % held.len());
+                    p.release(b);
+                }
+                2 if !held.is_empty() => {
+                    let b = held[pick % held.len()];
+                    p.share(b);
+                    held.push(b);
+                }
+                3 if !held.is_empty() => {
+                    let b = held[pick % held.len()];
+                    p.register(b, content[b as usize]);
+                }
+                4 => {
+                    if let Some(b) = p.lookup(hash) {
+                        held.push(b);
                     }
-                    4 => {
-                        if let Some(b) = p.lookup(hash) {
-                            held.push(b);
-                        }
-                    }
-                    _ => {}
                 }
-                if let Err(e) = p.check() {
-                    proptest::prop_assert!(false, "{}", e);
-                }
-                for b in 0..8u32 {
-                    let n = held.iter().filter(|&&h| h == b).count() as u32;
-                    proptest::prop_assert_eq!(p.ref_count(b), n, "block {}", b);
-                }
-                let s = p.stats();
-                proptest::prop_assert_eq!(s.blocks_free + s.blocks_used, s.blocks_total);
-                let mut distinct = held.clone();
-                distinct.sort_unstable();
-                distinct.dedup();
-                proptest::prop_assert_eq!(s.blocks_used, distinct.len());
+                _ => {}
             }
+            if let Err(e) = p.check() {
+                proptest::prop_assert!(false, "{}", e);
+            }
+            for b in 0..8u32 {
+                let n = held.iter().filter(|&&h| h == b).count() as u32;
+                proptest::prop_assert_eq!(p.ref_count(b), n, "block {}", b);
+            }
+            let s = p.stats();
+            proptest::prop_assert_eq!(s.blocks_free + s.blocks_used, s.blocks_total);
+            let mut distinct = held.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            proptest::prop_assert_eq!(s.blocks_used, distinct.len());
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// The scheduler's configuration (prefix caching on).
+        #[test]
+        fn random_operations_keep_the_books(ops in proptest::collection::vec((0u8..5, 0usize..64, 0u64..6), 1..300)) {
+            keeps_the_books(pool(8), ops)?;
+        }
+
+        /// The draft model's configuration (no prefix caching: `register` and `lookup` do
+        /// nothing, every block is plain).
+        #[test]
+        fn random_operations_keep_the_books_without_prefix_caching(ops in proptest::collection::vec((0u8..5, 0usize..64, 0u64..6), 1..300)) {
+            keeps_the_books(BlockPool::new(8, 4, false), ops)?;
         }
     }
 }

@@ -1,81 +1,42 @@
-//! The engine core: one step = `scheduler.schedule()` → `runner.execute()` → sample every
-//! chunk that ends at its sequence's last token → `scheduler.update()` → stream events. A row
-//! of logits holding NaN or infinities is not sampled from: its request fails with
+//! The engine core: one step reads top to bottom as
+//! propose → schedule → execute → sample → update → emit, each a call into the module that
+//! owns it: the speculator proposes ([`crate::speculative`]), the scheduler plans
+//! ([`crate::scheduler`]), the runner runs the forward pass ([`crate::runner`]), every chunk
+//! that ends at its sequence's last token is sampled ([`crate::step_sampling`]), the scheduler
+//! applies the step, and output processing streams events ([`crate::output`]). A row of logits
+//! holding NaN or infinities is not sampled from: its request fails with
 //! [`EngineError::NumericalFault`] (blocks freed, one log line, see [`crate::fault`]) and the
-//! rest of the batch goes on.
+//! rest of the batch goes on. The KV geometry is planned before the core starts
+//! ([`crate::planning`]).
 //!
 //! [`EngineCore`] is single-threaded plain state; [`EngineHandle`](crate::EngineHandle) owns one
 //! on its own thread. Requests map to one sequence per choice; the choices of an `n > 1`
 //! request are forked from the first one's prompt blocks when its prompt is computed.
 //!
-//! Invariants: a sequence id is in `seqs` exactly while the scheduler holds it; every request
-//! gets one `Finished` event per choice or one `Error`, then is forgotten.
+//! Invariants: a sequence id has output state exactly while the scheduler holds it (or, for a
+//! sequence the scheduler just ended, until this step emits its end); every request gets one
+//! `Finished` event per choice or one `Error`, then is forgotten.
 
 use crate::block_pool::BlockPool;
-use crate::choice::Choice;
-use crate::fault::{self, Fault, Located};
-use crate::request::Usage;
-use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent};
+use crate::fault::{self, Fault, FaultReporter};
+use crate::output::{self, OutputProcessor, SeqControl};
+use crate::request::{EngineRequest, RequestId, TokenEvent};
 use crate::runner::ModelRunner;
-use crate::scheduler::SeqState as SchedState;
 use crate::scheduler::{
-    BatchingMode, Policy, ScheduledChunk, Scheduler, SchedulerConfig, SeqEnd, SeqId, SeqRequest,
+    ScheduledChunk, Scheduler, SchedulerConfig, SchedulerError, SchedulerOutput, SeqEnd, SeqId,
+    SeqRequest, SeqStatus,
 };
-use crate::speculative::{SpecStats, SpeculativeConfig, Speculator};
-use crate::stop::FinishReason;
+use crate::speculative::{SpecStats, Speculator};
+use crate::step_sampling::{self, SampledStep};
 use crate::EngineError;
+// Re-exported where they were before planning had a module of its own.
+pub use crate::planning::{EngineConfig, KvLayout, DEFAULT_KV_FRACTION};
 use flume::Sender;
-use pagoda_model::arch::{LoraWeights, Model};
+use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
-use pagoda_model::{KvDtype, PagedKvCache};
-use std::collections::HashMap;
+use pagoda_model::PagedKvCache;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// How the engine batches, schedules and sizes its KV memory.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Most tokens (decode tokens + prefill chunk tokens) in one step.
-    pub max_num_batched_tokens: usize,
-    /// Most sequences in one step.
-    pub max_num_seqs: usize,
-    pub policy: Policy,
-    pub mode: BatchingMode,
-    /// Priority (or SJF rank) gained per second of waiting, so nothing starves.
-    pub aging_per_sec: f64,
-    /// Tokens per KV block.
-    pub block_size: usize,
-    pub kv_dtype: KvDtype,
-    /// Bytes of KV memory; `None` takes [`DEFAULT_KV_FRACTION`] of available RAM, capped at
-    /// what `max_num_seqs` full-length sequences could use.
-    pub kv_cache_memory: Option<u64>,
-    pub prefix_caching: bool,
-    /// Longest sequence (prompt + output); `None` = the model's context length.
-    pub max_model_len: Option<usize>,
-    /// Speculative decoding (off when `None`).
-    pub speculative: Option<SpeculativeConfig>,
-}
-
-/// Share of available RAM the KV pool takes when no budget is given.
-pub const DEFAULT_KV_FRACTION: f64 = 0.4;
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            max_num_batched_tokens: 512,
-            max_num_seqs: 64,
-            policy: Policy::default(),
-            mode: BatchingMode::default(),
-            aging_per_sec: 1.0,
-            block_size: 16,
-            kv_dtype: KvDtype::default(),
-            kv_cache_memory: None,
-            prefix_caching: true,
-            max_model_len: None,
-            speculative: None,
-        }
-    }
-}
 
 /// A snapshot of the engine's state after a step, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -102,99 +63,16 @@ pub struct EngineStats {
     pub spec: SpecStats,
 }
 
-/// The KV geometry the engine runs with (reported by the handle).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvLayout {
-    pub n_blocks: usize,
-    pub block_size: usize,
-    pub dtype: KvDtype,
-    pub bytes: usize,
-    pub max_model_len: usize,
-}
-
-impl KvLayout {
-    /// Sizes the pool for `model` under `config` (see [`EngineConfig::kv_cache_memory`]).
-    pub fn plan(model: &Model, config: &EngineConfig) -> Result<Self, EngineError> {
-        let cfg = model.config();
-        if config.block_size == 0 {
-            return Err(EngineError::InvalidConfig(
-                "block size must be at least 1".into(),
-            ));
-        }
-        let max_model_len = config
-            .max_model_len
-            .unwrap_or(cfg.context_length)
-            .min(cfg.context_length)
-            .max(2);
-        let per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
-        let blocks_per_seq = max_model_len.div_ceil(config.block_size);
-        let n_blocks = match config.kv_cache_memory {
-            Some(bytes) => (bytes / per_block as u64) as usize,
-            None => {
-                let budget = crate::memory::available_memory()
-                    .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
-                let want = blocks_per_seq * config.max_num_seqs.max(1);
-                ((budget / per_block as u64) as usize).min(want)
-            }
-        };
-        if n_blocks < blocks_per_seq.min(2) {
-            return Err(EngineError::InvalidConfig(format!(
-                "a KV cache of {n_blocks} blocks ({} bytes each) cannot hold even one sequence; \
-                 raise --kv-cache-memory",
-                per_block
-            )));
-        }
-        Ok(KvLayout {
-            n_blocks,
-            block_size: config.block_size,
-            dtype: config.kv_dtype,
-            bytes: n_blocks * per_block,
-            max_model_len,
-        })
-    }
-
-    /// Token positions the pool holds.
-    pub fn capacity_tokens(&self) -> usize {
-        self.n_blocks * self.block_size
-    }
-}
-
-/// One request in flight.
-struct RequestState {
-    prompt: Vec<u32>,
-    events: Sender<TokenEvent>,
-    request: EngineRequest,
-    arrived: Instant,
-    first_scheduled: Option<Instant>,
-    /// Choices not yet finished.
-    live: usize,
-    /// Sequence ids of its choices, index = choice index (filled as they are forked).
-    seqs: Vec<SeqId>,
-    /// Prompt tokens found in the prefix cache (set when its first chunk is scheduled).
-    cached_prompt_tokens: usize,
-}
-
-/// One choice of a request: a sequence in the scheduler.
-struct SeqState {
-    request: RequestId,
-    index: usize,
-    choice: Choice,
-    first_token: Option<Instant>,
-}
-
 /// The engine's state and step function (single-threaded; see the module docs).
 pub struct EngineCore {
     scheduler: Scheduler,
     runner: ModelRunner,
-    tokenizer: Arc<Tokenizer>,
     layout: KvLayout,
-    requests: HashMap<RequestId, RequestState>,
-    seqs: HashMap<SeqId, SeqState>,
+    outputs: OutputProcessor,
     next_seq: SeqId,
     stats: EngineStats,
     speculator: Option<Speculator>,
-    /// A numerical fault was located (see [`crate::fault`]): later ones are only logged.
-    fault_located: bool,
+    faults: FaultReporter,
 }
 
 impl EngineCore {
@@ -238,16 +116,14 @@ impl EngineCore {
             speculator,
             scheduler,
             runner: ModelRunner::new(model, cache),
-            tokenizer,
             layout,
-            requests: HashMap::new(),
-            seqs: HashMap::new(),
+            outputs: OutputProcessor::new(tokenizer),
             next_seq: 0,
             stats: EngineStats {
                 kv_blocks_total: layout.n_blocks,
                 ..EngineStats::default()
             },
-            fault_located: false,
+            faults: FaultReporter::default(),
         })
     }
 
@@ -256,11 +132,16 @@ impl EngineCore {
     }
 
     pub fn stats(&self) -> EngineStats {
-        self.stats
+        let counters = self.outputs.counters();
+        EngineStats {
+            generation_tokens_total: counters.generation_tokens,
+            requests_finished: counters.requests_finished,
+            ..self.stats
+        }
     }
 
     pub fn has_work(&self) -> bool {
-        !self.requests.is_empty()
+        !self.outputs.is_empty()
     }
 
     /// Checks a request against the model and the engine's limits, without queueing it.
@@ -326,170 +207,62 @@ impl EngineCore {
         arrived: Instant,
     ) {
         if let Err(e) = Self::validate(self.runner.model(), &self.layout, &request) {
-            let _ = events.send(TokenEvent::Error {
-                message: e.to_string(),
-            });
+            output::send_error(&events, &e.to_string());
             return;
         }
-        let seq = self.new_seq_id();
+        let seq = next_seq_id(&mut self.next_seq);
         let salt = request.adapter.as_ref().map_or(0, |a| a.cache_salt());
         if let Err(e) = self.scheduler.add_with_salt(
             SeqRequest {
                 id: seq,
                 prompt: request.prompt.clone(),
                 max_tokens: request.max_tokens,
+                max_tokens_explicit: request.max_tokens_explicit,
                 priority: request.priority,
             },
             salt,
             arrived,
         ) {
-            let _ = events.send(TokenEvent::Error {
-                message: e.to_string(),
-            });
+            output::send_error(&events, &e.to_string());
             return;
         }
         self.stats.prompt_tokens_total += request.prompt.len() as u64;
-        let choice = self.new_choice(&request, 0);
-        self.seqs.insert(
-            seq,
-            SeqState {
-                request: id,
-                index: 0,
-                choice,
-                first_token: None,
-            },
-        );
-        self.requests.insert(
-            id,
-            RequestState {
-                prompt: request.prompt.clone(),
-                events,
-                live: request.n,
-                seqs: vec![seq],
-                request,
-                arrived,
-                first_scheduled: None,
-                cached_prompt_tokens: 0,
-            },
-        );
+        self.outputs.add(id, seq, request, events, arrived);
     }
 
     /// Ends every choice of request `id` now, freeing its KV blocks. Unknown ids are ignored.
     pub fn abort(&mut self, id: RequestId) {
-        let Some(req) = self.requests.remove(&id) else {
-            return;
+        let (outputs, mut seqs) = self.parts();
+        outputs.abort(id, &mut seqs);
+    }
+
+    /// Runs one step. Returns `false` when there was nothing to run.
+    pub fn step(&mut self) -> bool {
+        let started = Instant::now();
+        self.propose();
+        let plan = self.schedule();
+        if plan.chunks.is_empty() {
+            self.refresh_stats(0);
+            return !plan.ended.is_empty();
+        }
+        let Some(mut logits) = self.execute(&plan) else {
+            return true;
         };
-        let now = Instant::now();
-        for seq in req.seqs {
-            self.forget_speculation(seq);
-            if let Some(state) = self.seqs.remove(&seq) {
-                self.scheduler.finish(seq, SeqEnd::Aborted);
-                let _ = req.events.send(TokenEvent::Finished {
-                    index: state.index,
-                    reason: FinishReason::Abort,
-                    text: String::new(),
-                    usage: Usage {
-                        prompt_tokens: req.prompt.len(),
-                        cached_prompt_tokens: req.cached_prompt_tokens,
-                        completion_tokens: state.choice.generated().len(),
-                    },
-                    timings: RequestTimings {
-                        arrived: req.arrived,
-                        first_scheduled: req.first_scheduled,
-                        first_token: state.first_token,
-                        finished: now,
-                    },
-                });
-            }
+        let sampled = self.sample(&plan, &mut logits);
+        let emitted = sampled.emitted();
+        let faulted = !sampled.faults.is_empty();
+        let ended = self.update(&plan, &sampled);
+        self.emit(sampled, ended);
+        // A step that located a fault timed its re-run too: not a decode step's cost.
+        if !faulted {
+            self.observe_decode_step(&plan, started, emitted);
         }
+        self.refresh_stats(plan.num_batched_tokens);
+        true
     }
 
-    /// Fails every request in flight with `message` (after a model fault).
-    fn fail_all(&mut self, message: &str) {
-        let ids: Vec<RequestId> = self.requests.keys().copied().collect();
-        for id in ids {
-            self.fail_request(id, message);
-        }
-        self.seqs.clear();
-    }
-
-    /// Fails request `id` as a whole: every choice's sequence ends (its KV blocks go back to
-    /// the pool), and its stream gets one `Error` and nothing after it. Unknown ids are ignored.
-    fn fail_request(&mut self, id: RequestId, message: &str) {
-        let Some(req) = self.requests.remove(&id) else {
-            return;
-        };
-        for seq in &req.seqs {
-            self.forget_speculation(*seq);
-            self.seqs.remove(seq);
-            self.scheduler.finish(*seq, SeqEnd::Aborted);
-        }
-        let _ = req.events.send(TokenEvent::Error {
-            message: message.to_string(),
-        });
-    }
-
-    /// Fails the request of `seq`, whose row of `chunk` held non-finite logits, and logs it,
-    /// naming the stage that first went non-finite when this engine has not located a fault
-    /// yet (see [`crate::fault`] for why only the first).
-    fn numerical_fault(&mut self, seq: SeqId, chunk: &ScheduledChunk, fault: Fault) {
-        let Some(request) = self.seqs.get(&seq).map(|s| s.request) else {
-            return;
-        };
-        let adapter = self
-            .requests
-            .get(&request)
-            .is_some_and(|r| r.request.adapter.is_some());
-        let located = if self.fault_located {
-            Located::Skipped("the engine re-runs only its first faulting sequence")
-        } else {
-            match self.fault_tokens(seq, chunk, fault.position) {
-                Some(tokens) => {
-                    let located =
-                        fault::locate(self.runner.model(), &tokens, self.layout.dtype, adapter);
-                    self.fault_located = !matches!(located, Located::TooLong { .. });
-                    located
-                }
-                None => Located::Skipped("the sequence's tokens are not known"),
-            }
-        };
-        fault.log(Some(request), &located);
-        self.fail_request(request, &fault.error().to_string());
-    }
-
-    /// The tokens of `seq` up to and including the input of `chunk`'s row at `position` (a
-    /// proposal, when the row verifies one).
-    fn fault_tokens(
-        &self,
-        seq: SeqId,
-        chunk: &ScheduledChunk,
-        position: usize,
-    ) -> Option<Vec<u32>> {
-        let info = self.scheduler.seq(seq)?;
-        let mut tokens = info.tokens.get(..chunk.start)?.to_vec();
-        tokens.extend_from_slice(chunk.tokens.get(..=position.checked_sub(chunk.start)?)?);
-        Some(tokens)
-    }
-
-    fn new_seq_id(&mut self) -> SeqId {
-        self.next_seq += 1;
-        self.next_seq
-    }
-
-    fn new_choice(&self, request: &EngineRequest, index: usize) -> Choice {
-        let mut params = request.sampling.clone();
-        if let Some(seed) = params.seed {
-            params.seed = Some(seed.wrapping_add(index as u64));
-        }
-        let mut end_tokens = request.stop_token_ids.clone();
-        if !request.ignore_eos {
-            end_tokens.extend_from_slice(self.tokenizer.eos_ids());
-        }
-        Choice::new(params, request.stop.clone(), end_tokens)
-    }
-
-    /// Asks the speculator for proposals for every decoding sequence whose request allows
-    /// speculation, and hands them to the scheduler.
+    /// Propose: the speculator's proposals for every decoding sequence whose request allows
+    /// speculation, handed to the scheduler.
     fn propose(&mut self) {
         let Some(spec) = self.speculator.as_mut() else {
             return;
@@ -497,13 +270,8 @@ impl EngineCore {
         let mut wanted: Vec<(SeqId, &[u32])> = Vec::new();
         for info in self.scheduler.seqs() {
             let decoding =
-                info.state == SchedState::Running && info.num_computed + 1 == info.tokens.len();
-            let allowed = self
-                .seqs
-                .get(&info.id)
-                .and_then(|s| self.requests.get(&s.request))
-                .is_some_and(|r| r.request.speculative && r.request.n == 1);
-            if decoding && allowed {
+                info.state == SeqStatus::Running && info.num_computed + 1 == info.tokens.len();
+            if decoding && self.outputs.may_speculate(info.id) {
                 wanted.push((info.id, info.tokens));
             }
         }
@@ -516,310 +284,133 @@ impl EngineCore {
         }
     }
 
-    /// Samples one chunk's rows: one token, or with proposals the accepted ones followed by
-    /// the first sampled token that differs (see [`crate::speculative`]). Returns the picks
-    /// and how many proposals were accepted, or the fault of the first row it would sample
-    /// from that holds NaN or infinities (nothing of the chunk is then kept).
-    fn sample_chunk(
-        &mut self,
-        chunk: &ScheduledChunk,
-        rows: &mut [f32],
-        vocab: usize,
-    ) -> Option<Result<(Vec<crate::SampledToken>, usize), Fault>> {
-        let draft = chunk.draft();
-        let state = self.seqs.get_mut(&chunk.seq)?;
-        let req = self.requests.get(&state.request)?;
-        // The rows are those of the chunk's last `sample_rows` tokens.
-        let first_row_position =
-            chunk.start + chunk.tokens.len().saturating_sub(chunk.sample_rows());
-        let mut picks: Vec<crate::SampledToken> = Vec::with_capacity(draft.len() + 1);
-        let mut pending: Vec<u32> = Vec::with_capacity(draft.len() + 1);
-        for (i, row) in rows.chunks_exact_mut(vocab).enumerate() {
-            let pick = match state.choice.sample_after(row, &req.prompt, &pending) {
-                Ok(pick) => pick,
-                Err(found) => {
-                    return Some(Err(Fault {
-                        found,
-                        step: state.choice.generated().len() + i,
-                        position: first_row_position + i,
-                    }))
-                }
-            };
-            let token = pick.token;
-            picks.push(pick);
-            pending.push(token);
-            let matched = draft.get(i) == Some(&token);
-            if !matched || state.choice.is_end_token(token) {
-                break;
-            }
-        }
-        let accepted = picks.len() - 1;
-        Some(Ok((picks, accepted)))
+    /// Schedule: the scheduler plans the step. Sequences it ended without running them
+    /// (forked choices complete from their first token) end their choices now; requests
+    /// scheduled for the first time note when, and how much of their prompt was cached.
+    fn schedule(&mut self) -> SchedulerOutput {
+        let now = Instant::now();
+        let plan = self.scheduler.schedule(now);
+        let (outputs, mut seqs) = self.parts();
+        outputs.end_by_scheduler(plan.ended.clone(), &mut seqs);
+        outputs.mark_scheduled(&plan.chunks, now);
+        plan
     }
 
-    /// Runs one step. Returns `false` when there was nothing to run.
-    pub fn step(&mut self) -> bool {
-        let started = Instant::now();
-        self.propose();
-        let now = Instant::now();
-        let out = self.scheduler.schedule(now);
-        for &(seq, end) in &out.ended {
-            self.end_choice(seq, finish_reason(end), false);
-        }
-        if out.chunks.is_empty() {
-            self.refresh_stats(0);
-            return !out.ended.is_empty();
-        }
-        for chunk in &out.chunks {
-            if let Some(seq) = self.seqs.get(&chunk.seq) {
-                if let Some(req) = self.requests.get_mut(&seq.request) {
-                    if req.first_scheduled.is_none() {
-                        req.first_scheduled = Some(now);
-                        req.cached_prompt_tokens = chunk.start;
-                    }
-                }
-            }
-        }
+    /// Execute: one forward pass over every chunk of `plan`, each under its request's LoRA
+    /// adapter; the logits of the sampling chunks. A failed pass fails every request in
+    /// flight (`None`).
+    fn execute(&mut self, plan: &SchedulerOutput) -> Option<Vec<f32>> {
         let executed = Instant::now();
-        let adapters = self.chunk_adapters(&out);
-        let mut logits = match self.runner.execute_with_adapters(&out, &adapters) {
+        let adapters = self.outputs.adapters(&plan.chunks);
+        let logits = match self.runner.execute_with_adapters(plan, &adapters) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "forward pass failed; failing every request in flight");
-                self.fail_all(&format!("model fault: {e}"));
-                self.refresh_stats(out.num_batched_tokens);
-                return true;
+                let (outputs, mut seqs) = self.parts();
+                outputs.fail_all(&format!("model fault: {e}"), &mut seqs);
+                self.refresh_stats(plan.num_batched_tokens);
+                return None;
             }
         };
         tracing::trace!(
-            tokens = out.num_batched_tokens,
-            chunks = out.chunks.len(),
+            tokens = plan.num_batched_tokens,
+            chunks = plan.chunks.len(),
             ms = executed.elapsed().as_secs_f64() * 1e3,
             "forward pass"
         );
         if let Some(spec) = self.speculator.as_mut() {
-            spec.observe_step(executed.elapsed(), out.num_batched_tokens);
+            spec.observe_step(executed.elapsed(), plan.num_batched_tokens);
         }
+        Some(logits)
+    }
+
+    /// Sample: every sampling chunk's new tokens; the speculator learns how many of each
+    /// chunk's proposals were accepted.
+    fn sample<'p>(&mut self, plan: &'p SchedulerOutput, logits: &mut [f32]) -> SampledStep<'p> {
         let vocab = self.runner.model().config().vocab_size;
-        let sampled_at = Instant::now();
-        let mut sampled: Vec<(SeqId, Vec<u32>)> = Vec::new();
-        let mut picks = Vec::new();
-        let mut forks = Vec::new();
-        let mut faults = Vec::new();
-        let mut row = 0;
-        for chunk in out.chunks.iter().filter(|c| c.sample) {
-            let rows = chunk.sample_rows();
-            let chunk_logits = &mut logits[row * vocab..(row + rows) * vocab];
-            row += rows;
-            let Some(state) = self.seqs.get(&chunk.seq) else {
-                continue;
-            };
-            let Some(req) = self.requests.get(&state.request) else {
-                continue;
-            };
-            let needs_fork = req.request.n > req.seqs.len();
-            let request = state.request;
-            let pristine = needs_fork.then(|| chunk_logits[..vocab].to_vec());
-            let (chunk_picks, accepted) = match self.sample_chunk(chunk, chunk_logits, vocab) {
-                Some(Ok(sampled)) => sampled,
-                Some(Err(fault)) => {
-                    faults.push((chunk, fault));
-                    continue;
-                }
-                None => continue,
-            };
-            if chunk.num_draft > 0 {
-                if let Some(spec) = self.speculator.as_mut() {
-                    spec.observe(chunk.seq, chunk.num_draft, accepted);
-                }
-            }
-            sampled.push((chunk.seq, chunk_picks.iter().map(|p| p.token).collect()));
-            picks.extend(chunk_picks.into_iter().map(|p| (chunk.seq, p)));
-            if let Some(base) = pristine {
-                forks.push((chunk.seq, request, base));
-            }
-        }
-        let emitted = picks.len();
-        // Before `update`: a failed request's sequences leave the scheduler now, so `update`
-        // skips their chunks (and its other choices' picks find no choice to deliver to).
-        let faulted = !faults.is_empty();
-        for (chunk, fault) in faults {
-            self.numerical_fault(chunk.seq, chunk, fault);
-        }
-        let ended = self.scheduler.update_speculative(&out, &sampled);
-        for (parent, request, base) in forks {
-            self.fork_choices(parent, request, &base);
-        }
-        for (seq, pick) in picks {
-            self.deliver(seq, pick, sampled_at);
-        }
-        for (seq, end) in ended {
-            self.end_choice(seq, finish_reason(end), false);
-        }
-        // A step that located a fault timed its re-run too: not a decode step's cost.
-        if let Some(spec) = self.speculator.as_mut().filter(|_| !faulted) {
-            let pure_decode = out
-                .chunks
-                .iter()
-                .all(|c| c.sample && c.tokens.len() == 1 + c.num_draft);
-            if pure_decode {
-                let speculated = out.chunks.iter().any(|c| c.num_draft > 0);
-                spec.observe_decode_step(out.chunks.len(), started.elapsed(), emitted, speculated);
-            }
-        }
-        self.refresh_stats(out.num_batched_tokens);
-        true
-    }
-
-    /// Starts choices `1..n` of `request` from the parent's prompt blocks, each sampling its
-    /// first token from the same logits.
-    fn fork_choices(&mut self, parent: SeqId, request: RequestId, base: &[f32]) {
-        let Some(req) = self.requests.get(&request) else {
-            return;
-        };
-        let (n, have) = (req.request.n, req.seqs.len());
-        let sampled_at = Instant::now();
-        for index in have..n {
-            let Some(req) = self.requests.get(&request) else {
-                return;
-            };
-            let mut choice = self.new_choice(&req.request, index);
-            let mut row = base.to_vec();
-            let pick = match choice.sample(&mut row, &req.prompt) {
-                Ok(pick) => pick,
-                Err(found) => {
-                    // The parent sampled this row first and found it finite, so this cannot
-                    // happen; if it does, the request fails as any numerical fault does.
-                    let fault = Fault {
-                        found,
-                        step: 0,
-                        position: req.prompt.len().saturating_sub(1),
-                    };
-                    fault.log(
-                        Some(request),
-                        &Located::Skipped("found while forking choices"),
-                    );
-                    self.fail_request(request, &fault.error().to_string());
-                    return;
-                }
-            };
-            let child = self.new_seq_id();
-            if let Err(e) = self.scheduler.fork(parent, child, pick.token) {
-                tracing::error!(error = %e, "fork failed");
-                self.fail_request(request, &e.to_string());
-                return;
-            }
-            self.seqs.insert(
-                child,
-                SeqState {
-                    request,
-                    index,
-                    choice,
-                    first_token: None,
-                },
-            );
-            if let Some(req) = self.requests.get_mut(&request) {
-                req.seqs.push(child);
-            }
-            self.deliver(child, pick, sampled_at);
-        }
-    }
-
-    /// Hands one sampled token to its choice and streams the result.
-    fn deliver(&mut self, seq: SeqId, pick: crate::SampledToken, at: Instant) {
-        let Some(state) = self.seqs.get_mut(&seq) else {
-            return;
-        };
-        state.first_token.get_or_insert(at);
-        let wants_logprobs = state.choice.wants_logprobs();
-        let accepted = match state.choice.accept(pick.token, &self.tokenizer) {
-            Ok(a) => a,
-            Err(e) => {
-                let request = state.request;
-                self.fail_request(request, &e.to_string());
-                return;
-            }
-        };
-        let Some(req) = self.requests.get(&state.request) else {
-            return;
-        };
-        if accepted.kept {
-            self.stats.generation_tokens_total += 1;
-            let event = TokenEvent::Token {
-                index: state.index,
-                token: pick.token,
-                text: accepted.text,
-                logprob: wants_logprobs.then_some(pick),
-                at,
-            };
-            if req.events.send(event).is_err() {
-                // The caller went away (client disconnect): stop working for it.
-                let request = state.request;
-                self.abort(request);
-                return;
-            }
-        }
-        if let Some(reason) = accepted.ended {
-            self.end_choice(seq, reason, true);
-        }
-    }
-
-    /// Ends one choice: tells the scheduler (unless it ended the sequence itself), flushes held
-    /// text and sends `Finished`; forgets the request after its last choice.
-    fn end_choice(&mut self, seq: SeqId, reason: FinishReason, tell_scheduler: bool) {
-        self.forget_speculation(seq);
-        let Some(mut state) = self.seqs.remove(&seq) else {
-            return;
-        };
-        if tell_scheduler {
-            self.scheduler.finish(seq, SeqEnd::Stopped);
-        }
-        let Some(req) = self.requests.get_mut(&state.request) else {
-            return;
-        };
-        let (text, reason) = state
-            .choice
-            .finish(&self.tokenizer, reason)
-            .unwrap_or((String::new(), reason));
-        let _ = req.events.send(TokenEvent::Finished {
-            index: state.index,
-            reason,
-            text,
-            usage: Usage {
-                prompt_tokens: req.prompt.len(),
-                cached_prompt_tokens: req.cached_prompt_tokens,
-                completion_tokens: state.choice.generated().len(),
-            },
-            timings: RequestTimings {
-                arrived: req.arrived,
-                first_scheduled: req.first_scheduled,
-                first_token: state.first_token,
-                finished: Instant::now(),
-            },
-        });
-        req.live = req.live.saturating_sub(1);
-        if req.live == 0 {
-            self.requests.remove(&state.request);
-            self.stats.requests_finished += 1;
-        }
-    }
-
-    /// Drops the speculation state (acceptance, draft KV) of a sequence that ended.
-    fn forget_speculation(&mut self, seq: SeqId) {
+        let sampled = step_sampling::sample_step(plan, logits, vocab, &mut self.outputs);
         if let Some(spec) = self.speculator.as_mut() {
-            spec.release(seq);
+            for chunk in sampled.chunks.iter().filter(|c| c.num_draft > 0) {
+                spec.observe(chunk.seq, chunk.num_draft, chunk.accepted);
+            }
+        }
+        sampled
+    }
+
+    /// Update: requests with a numerical fault fail first (their sequences leave the
+    /// scheduler, so it skips their chunks and their other choices' tokens find no choice to
+    /// go to), then the scheduler applies the step. Returns the sequences it ended.
+    fn update(
+        &mut self,
+        plan: &SchedulerOutput,
+        sampled: &SampledStep<'_>,
+    ) -> Vec<(SeqId, SeqEnd)> {
+        for (chunk, fault) in &sampled.faults {
+            self.numerical_fault(chunk, fault);
+        }
+        self.scheduler.update_speculative(plan, &sampled.tokens())
+    }
+
+    /// Emit: output processing streams the step's tokens (forking `n > 1` choices first) and
+    /// ends the choices the scheduler ended.
+    fn emit(&mut self, sampled: SampledStep<'_>, ended: Vec<(SeqId, SeqEnd)>) {
+        let SampledStep {
+            at, chunks, forks, ..
+        } = sampled;
+        let picks = chunks.into_iter().flat_map(|c| {
+            let seq = c.seq;
+            c.picks.into_iter().map(move |p| (seq, p))
+        });
+        let (outputs, mut seqs) = self.parts();
+        outputs.emit(forks, picks, at, ended, &mut seqs);
+    }
+
+    /// Tells the speculator's throughput guard how a pure decode step went (every chunk one
+    /// token, maybe with proposals).
+    fn observe_decode_step(&mut self, plan: &SchedulerOutput, started: Instant, emitted: usize) {
+        let Some(spec) = self.speculator.as_mut() else {
+            return;
+        };
+        let pure_decode = plan
+            .chunks
+            .iter()
+            .all(|c| c.sample && c.tokens.len() == 1 + c.num_draft);
+        if pure_decode {
+            let speculated = plan.chunks.iter().any(|c| c.num_draft > 0);
+            spec.observe_decode_step(plan.chunks.len(), started.elapsed(), emitted, speculated);
         }
     }
 
-    /// The LoRA adapter of each chunk's request (`None`: the base model).
-    fn chunk_adapters(&self, out: &crate::scheduler::SchedulerOutput) -> Vec<Option<LoraWeights>> {
-        out.chunks
-            .iter()
-            .map(|c| {
-                let state = self.seqs.get(&c.seq)?;
-                self.requests.get(&state.request)?.request.adapter.clone()
-            })
-            .collect()
+    /// Fails the request of `chunk`'s sequence, one of whose rows held non-finite logits, and
+    /// logs it (naming the stage that first went non-finite when this engine has not located
+    /// a fault yet: see [`crate::fault`] for why only the first).
+    fn numerical_fault(&mut self, chunk: &ScheduledChunk, fault: &Fault) {
+        let Some((request, adapter)) = self.outputs.request_with_adapter(chunk.seq) else {
+            return;
+        };
+        let scheduler = &self.scheduler;
+        self.faults.report(
+            fault,
+            request,
+            self.runner.model(),
+            self.layout.dtype,
+            adapter,
+            || fault::row_input(scheduler.seq(chunk.seq)?.tokens, chunk, fault.position),
+        );
+        let (outputs, mut seqs) = self.parts();
+        outputs.fail_request(request, &fault.error().to_string(), &mut seqs);
+    }
+
+    /// The output processor and, apart from it, the owners of sequences it acts on.
+    fn parts(&mut self) -> (&mut OutputProcessor, Sequences<'_>) {
+        (
+            &mut self.outputs,
+            Sequences {
+                scheduler: &mut self.scheduler,
+                speculator: self.speculator.as_mut(),
+                next_seq: &mut self.next_seq,
+            },
+        )
     }
 
     fn refresh_stats(&mut self, tokens: usize) {
@@ -842,13 +433,33 @@ impl EngineCore {
     }
 }
 
-/// The API's finish reason for a sequence the scheduler ended.
-fn finish_reason(end: SeqEnd) -> FinishReason {
-    match end {
-        SeqEnd::Aborted => FinishReason::Abort,
-        SeqEnd::Stopped => FinishReason::Stop,
-        SeqEnd::Length | SeqEnd::ContextFull => FinishReason::Length,
+/// The scheduler and the speculator, as output processing acts on them.
+struct Sequences<'a> {
+    scheduler: &'a mut Scheduler,
+    speculator: Option<&'a mut Speculator>,
+    next_seq: &'a mut SeqId,
+}
+
+impl SeqControl for Sequences<'_> {
+    fn release(&mut self, seq: SeqId, end: Option<SeqEnd>) {
+        if let Some(spec) = self.speculator.as_mut() {
+            spec.release(seq);
+        }
+        if let Some(end) = end {
+            self.scheduler.finish(seq, end);
+        }
     }
+
+    fn fork(&mut self, parent: SeqId, first_token: u32) -> Result<SeqId, SchedulerError> {
+        let child = next_seq_id(self.next_seq);
+        self.scheduler.fork(parent, child, first_token)?;
+        Ok(child)
+    }
+}
+
+fn next_seq_id(next: &mut SeqId) -> SeqId {
+    *next += 1;
+    *next
 }
 
 /// Most choices one request may ask for.

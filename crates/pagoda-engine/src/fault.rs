@@ -14,6 +14,7 @@
 
 use crate::request::RequestId;
 use crate::sampling::NonFiniteLogits;
+use crate::scheduler::ScheduledChunk;
 use crate::EngineError;
 use pagoda_model::arch::{Model, NonFiniteStage};
 use pagoda_model::{KvDtype, ModelError};
@@ -105,4 +106,51 @@ impl Fault {
             "non-finite logits (NaN/inf): the request fails with a numerical fault"
         );
     }
+}
+
+/// Logs an engine's numerical faults, re-running only the first one it can to locate it.
+#[derive(Debug, Default)]
+pub(crate) struct FaultReporter {
+    /// A fault was located: later ones are only logged.
+    located: bool,
+}
+
+impl FaultReporter {
+    /// Logs `fault` of `request`. Unless this engine located a fault already, first re-runs
+    /// the sequence `tokens` gives (see [`row_input`]) to name the stage that went non-finite.
+    pub fn report(
+        &mut self,
+        fault: &Fault,
+        request: RequestId,
+        model: &Model,
+        dtype: KvDtype,
+        adapter: bool,
+        tokens: impl FnOnce() -> Option<Vec<u32>>,
+    ) {
+        let located = if self.located {
+            Located::Skipped("the engine re-runs only its first faulting sequence")
+        } else {
+            match tokens() {
+                Some(tokens) => {
+                    let located = locate(model, &tokens, dtype, adapter);
+                    self.located = !matches!(located, Located::TooLong { .. });
+                    located
+                }
+                None => Located::Skipped("the sequence's tokens are not known"),
+            }
+        };
+        fault.log(Some(request), &located);
+    }
+}
+
+/// The tokens of a sequence whose known tokens are `known`, up to and including the input of
+/// `chunk`'s row at `position` (a proposal, when the row verifies one).
+pub(crate) fn row_input(
+    known: &[u32],
+    chunk: &ScheduledChunk,
+    position: usize,
+) -> Option<Vec<u32>> {
+    let mut tokens = known.get(..chunk.start)?.to_vec();
+    tokens.extend_from_slice(chunk.tokens.get(..=position.checked_sub(chunk.start)?)?);
+    Some(tokens)
 }

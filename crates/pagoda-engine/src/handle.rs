@@ -5,7 +5,8 @@
 //! caller's thread (so bad input fails at `submit`, with the error, not later on the stream);
 //! dropping a stream aborts its request at the next token (client disconnect frees its blocks).
 
-use crate::engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
+use crate::engine::{EngineCore, EngineStats};
+use crate::planning::{EngineConfig, KvLayout};
 use crate::request::{EngineRequest, RequestId, TokenEvent};
 use crate::EngineError;
 use flume::RecvTimeoutError;

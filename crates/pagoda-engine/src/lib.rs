@@ -2,13 +2,19 @@
 //!
 //! Owns turning logits into tokens ([`sampling`]), ending generations on stop strings and
 //! tokens ([`stop`]), and the serving engine — the one generation loop every front end
-//! submits to: the KV block pool with prefix caching ([`block_pool`]), the continuous-batching
-//! scheduler ([`scheduler`]), the step runner ([`runner`]), speculative decoding
-//! ([`speculative`]), the step loop ([`engine`]) and its thread-safe handle ([`handle`]) that
-//! streams [`request::TokenEvent`]s.
+//! submits to: configuration planning ([`planning`]), the KV block pool with prefix caching
+//! ([`block_pool`]), the continuous-batching scheduler ([`scheduler`]), the step runner
+//! ([`runner`]), speculative decoding ([`speculative`]), the step loop ([`engine`]: propose →
+//! schedule → execute → sample → update → emit, the sampling and output processing in modules
+//! of their own) and its thread-safe handle ([`handle`]) that streams
+//! [`request::TokenEvent`]s.
 //!
 //! Architecture Invariant: the engine reaches model files only through pagoda-model's
 //! `ModelSource`/`Model`; it never parses files or touches weights.
+
+// Library code states its invariants instead of unwrapping: `?`, a proper error, or
+// `.expect("<why this cannot fail>")`. Unit tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod block_pool;
 mod choice;
@@ -17,17 +23,21 @@ pub mod error;
 mod fault;
 pub mod handle;
 pub mod memory;
+mod output;
+pub mod planning;
 pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
+mod step_sampling;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
-pub use engine::{EngineConfig, EngineCore, EngineStats, KvLayout};
+pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;
 pub use handle::{EngineHandle, RequestStream};
+pub use planning::{EngineConfig, KvLayout};
 pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 pub use sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};

@@ -20,8 +20,9 @@ pub struct EngineRequest {
     pub sampling: SamplingParams,
     /// Most tokens to generate per choice; generation also ends at the model's context length.
     pub max_tokens: usize,
-    /// The client chose `max_tokens`; false when a front end filled it in from a server
-    /// default (shortest-job-first then ranks by its running estimate instead).
+    /// The client chose `max_tokens`; `false` when a front end filled it in from a server
+    /// default. Shortest-job-first scheduling predicts the output's length from an explicit
+    /// `max_tokens`, and from the engine's running estimate otherwise.
     pub max_tokens_explicit: bool,
     /// Stop strings: a choice ends before the first occurrence, which is not returned.
     pub stop: Vec<String>,
@@ -41,7 +42,8 @@ pub struct EngineRequest {
 }
 
 impl EngineRequest {
-    /// A request for one choice with the given prompt, sampling and length, no stops.
+    /// A request for one choice with the given prompt, sampling and length (chosen by the
+    /// client: `max_tokens_explicit`), no stops.
     pub fn new(prompt: Vec<u32>, sampling: SamplingParams, max_tokens: usize) -> Self {
         EngineRequest {
             prompt,

@@ -16,7 +16,8 @@
 //!    back to the front of the waiting queue with its generated tokens kept. If the worst is the
 //!    one asking, it preempts itself. The best running sequence is never preempted (it can take
 //!    every block), so every step makes progress.
-//! 2. **Waiting** sequences, in policy order, while the budget, `max_num_seqs` running and free
+//! 2. **Waiting** sequences, in policy order (under [`Policy::Sjf`], shortest predicted job
+//!    first: prompt left plus expected output, [`predict`]), while the budget, `max_num_seqs` running and free
 //!    blocks allow — but not in a step that had to preempt. Under [`BatchingMode::Static`]
 //!    admission happens only when nothing was running, and then gathers a whole wave: up to
 //!    `max_num_seqs` sequences whose prompts all fit in the free blocks, whatever this step's
@@ -42,14 +43,16 @@
 
 mod error;
 mod policy;
+pub mod predict;
 mod sequence;
 
 pub use crate::block_pool::BlockId;
 pub use error::SchedulerError;
 pub use policy::{BatchingMode, Policy};
-pub use sequence::{SeqInfo, SeqRequest, SeqState};
+pub use sequence::{SeqInfo, SeqRequest, SeqStatus};
 
 use crate::block_pool::{BlockPool, PoolStats};
+use predict::OutputEstimate;
 use sequence::Sequence;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
@@ -217,6 +220,8 @@ pub struct Scheduler {
     tokens_last_step: usize,
     prefix_queried_tokens: u64,
     prefix_hit_tokens: u64,
+    /// Output length of sequences without an explicit `max_tokens`, learned as they end.
+    output_estimate: OutputEstimate,
 }
 
 impl Scheduler {
@@ -242,6 +247,7 @@ impl Scheduler {
             tokens_last_step: 0,
             prefix_queried_tokens: 0,
             prefix_hit_tokens: 0,
+            output_estimate: OutputEstimate::default(),
         }
     }
 
@@ -251,6 +257,12 @@ impl Scheduler {
 
     pub fn pool(&self) -> &BlockPool {
         &self.pool
+    }
+
+    /// The running estimate of output tokens that predicts the length of sequences without
+    /// an explicit `max_tokens` under [`Policy::Sjf`] (see [`predict`]).
+    pub fn output_estimate(&self) -> OutputEstimate {
+        self.output_estimate
     }
 
     /// Queues a new sequence (at the back of the waiting queue).
@@ -415,7 +427,7 @@ impl Scheduler {
                 continue;
             };
             let n = chunk.tokens.len() - chunk.num_draft;
-            if seq.state != SeqState::Running
+            if seq.state != SeqStatus::Running
                 || seq.num_computed != chunk.start
                 || seq.in_flight != n
                 || seq.draft_in_flight != chunk.num_draft
@@ -464,6 +476,8 @@ impl Scheduler {
         }
         for &(id, end) in &ended {
             if let Some(s) = self.seqs.get(&id) {
+                self.output_estimate
+                    .observe(end, s.generated(), s.max_tokens_explicit);
                 if end != SeqEnd::Aborted {
                     self.just_ended.insert(id, ForkSource::of(s));
                 }
@@ -480,7 +494,7 @@ impl Scheduler {
     /// is not running.
     pub fn propose(&mut self, id: SeqId, draft: Vec<u32>) -> bool {
         match self.seqs.get_mut(&id) {
-            Some(s) if s.state == SeqState::Running => {
+            Some(s) if s.state == SeqStatus::Running => {
                 s.draft = draft;
                 true
             }
@@ -496,6 +510,10 @@ impl Scheduler {
             self.pending_ends.remove(k);
             true
         } else {
+            if let Some(s) = self.seqs.get(&id) {
+                self.output_estimate
+                    .observe(end, s.generated(), s.max_tokens_explicit);
+            }
             self.remove(id)
         };
         if found {
@@ -526,19 +544,19 @@ impl Scheduler {
         }
         let (source, shared) = if let Some(p) = self.seqs.get(&parent) {
             let prompt_done = match p.state {
-                SeqState::Running => p.in_flight == 0 && p.num_computed >= p.prompt_len,
-                SeqState::Waiting => p.generated() > 0,
+                SeqStatus::Running => p.in_flight == 0 && p.num_computed >= p.prompt_len,
+                SeqStatus::Waiting => p.generated() > 0,
             };
             if !prompt_done {
                 return Err(SchedulerError::ForkNotReady { id: parent });
             }
             let shared = match p.state {
-                SeqState::Running => p
+                SeqStatus::Running => p
                     .blocks
                     .get(..self.pool.blocks_for(p.prompt_len))
                     .ok_or(SchedulerError::ForkNotReady { id: parent })?
                     .to_vec(),
-                SeqState::Waiting => Vec::new(),
+                SeqStatus::Waiting => Vec::new(),
             };
             (ForkSource::of(p), shared)
         } else if let Some(src) = self.just_ended.get(&parent) {
@@ -553,6 +571,7 @@ impl Scheduler {
                 id: child,
                 prompt,
                 max_tokens: source.max_tokens,
+                max_tokens_explicit: source.max_tokens_explicit,
                 priority: source.priority,
             },
             source.arrival,
@@ -562,6 +581,8 @@ impl Scheduler {
         c.set_salt(source.salt);
         c.prompt_len = source.prompt_len;
         if let Some(end) = end_reason(&self.config, &self.pool, &c) {
+            self.output_estimate
+                .observe(end, c.generated(), c.max_tokens_explicit);
             self.pending_ends.push((child, end));
             self.debug_check();
             return Ok(());
@@ -577,7 +598,7 @@ impl Scheduler {
             }
             c.blocks = shared;
             c.num_computed = c.prompt_len;
-            c.state = SeqState::Running;
+            c.state = SeqStatus::Running;
             self.running.push(child);
         }
         self.seqs.insert(child, c);
@@ -611,13 +632,13 @@ impl Scheduler {
     pub fn is_running(&self, id: SeqId) -> bool {
         self.seqs
             .get(&id)
-            .is_some_and(|s| s.state == SeqState::Running)
+            .is_some_and(|s| s.state == SeqStatus::Running)
     }
 
     pub fn is_waiting(&self, id: SeqId) -> bool {
         self.seqs
             .get(&id)
-            .is_some_and(|s| s.state == SeqState::Waiting)
+            .is_some_and(|s| s.state == SeqStatus::Waiting)
     }
 
     pub fn num_running(&self) -> usize {
@@ -676,8 +697,8 @@ impl Scheduler {
         for (id, state) in self
             .running
             .iter()
-            .map(|id| (id, SeqState::Running))
-            .chain(self.waiting.iter().map(|id| (id, SeqState::Waiting)))
+            .map(|id| (id, SeqStatus::Running))
+            .chain(self.waiting.iter().map(|id| (id, SeqStatus::Waiting)))
         {
             if !seen.insert(*id) {
                 return Err(format!("sequence {id} listed twice"));
@@ -693,12 +714,12 @@ impl Scheduler {
                 ));
             }
             match state {
-                SeqState::Waiting => {
+                SeqStatus::Waiting => {
                     if s.num_computed != 0 || !s.blocks.is_empty() || s.in_flight != 0 {
                         return Err(format!("waiting sequence {id} holds KV"));
                     }
                 }
-                SeqState::Running => {
+                SeqStatus::Running => {
                     if s.num_computed + s.in_flight > s.tokens.len() {
                         return Err(format!("sequence {id} computed past its tokens"));
                     }
@@ -857,7 +878,7 @@ impl Scheduler {
             return;
         };
         s.release_blocks(&mut self.pool);
-        s.state = SeqState::Waiting;
+        s.state = SeqStatus::Waiting;
         s.preemptions += 1;
         self.waiting.push_front(id);
         self.preempted_total += 1;
@@ -872,7 +893,14 @@ impl Scheduler {
     /// Admits waiting sequences in policy order (step 2 of the module docs).
     fn admit(&mut self, now: Instant, budget: &mut usize, out: &mut SchedulerOutput) {
         let (policy, aging) = (self.config.policy, self.config.aging_per_sec);
-        let order = policy::waiting_order(policy, aging, now, &self.seqs, &self.waiting);
+        let order = policy::waiting_order(
+            policy,
+            aging,
+            now,
+            &self.seqs,
+            &self.waiting,
+            &self.output_estimate,
+        );
         let bs = self.pool.block_size();
         // Static mode gathers a wave: admission is not bounded by this step's budget, but each
         // admitted prompt must fit in blocks not yet promised to the wave's earlier prompts.
@@ -934,7 +962,7 @@ impl Scheduler {
             let hit = s.blocks.len();
             s.num_computed = hit * bs;
             s.num_registered = hit;
-            s.state = SeqState::Running;
+            s.state = SeqStatus::Running;
             let n = (n + cached - s.num_computed).min(*budget);
             self.prefix_queried_tokens += s.tokens.len() as u64;
             self.prefix_hit_tokens += s.num_computed as u64;
@@ -962,8 +990,8 @@ impl Scheduler {
             return false;
         };
         match s.state {
-            SeqState::Running => self.running.retain(|&r| r != id),
-            SeqState::Waiting => self.waiting.retain(|&w| w != id),
+            SeqStatus::Running => self.running.retain(|&r| r != id),
+            SeqStatus::Waiting => self.waiting.retain(|&w| w != id),
         }
         self.drop_seq(id);
         true
@@ -983,6 +1011,7 @@ struct ForkSource {
     prompt: Vec<u32>,
     prompt_len: usize,
     max_tokens: usize,
+    max_tokens_explicit: bool,
     priority: i32,
     arrival: Instant,
     salt: u64,
@@ -994,6 +1023,7 @@ impl ForkSource {
             prompt: s.tokens[..s.prompt_len].to_vec(),
             prompt_len: s.prompt_len,
             max_tokens: s.max_tokens,
+            max_tokens_explicit: s.max_tokens_explicit,
             priority: s.priority,
             arrival: s.arrival,
             salt: s.salt,

@@ -7,6 +7,7 @@
 //! two sequences only through their arrival times: an old request eventually outranks a newer
 //! one of higher priority, and nothing starves.
 
+use super::predict::{self, OutputEstimate};
 use super::sequence::Sequence;
 use super::{SchedulerError, SeqId};
 use std::collections::{HashMap, VecDeque};
@@ -22,7 +23,11 @@ pub enum Policy {
     Fcfs,
     /// Highest effective priority first: `priority + aging_per_sec * seconds waited`.
     Priority,
-    /// Shortest job first: fewest tokens left to compute, minus `aging_per_sec * seconds waited`.
+    /// Shortest job first, by predicted job length: tokens left to compute (the prompt, or
+    /// all tokens after a preemption) plus expected output tokens left, minus
+    /// `aging_per_sec * seconds waited`. The expected output is `max_tokens` when the client
+    /// set it, else the scheduler's running estimate of output lengths (capped by
+    /// `max_tokens`; see [`predict`](super::predict)).
     Sjf,
 }
 
@@ -134,6 +139,7 @@ pub(super) fn waiting_order(
     now: Instant,
     seqs: &HashMap<SeqId, Sequence>,
     waiting: &VecDeque<SeqId>,
+    estimate: &OutputEstimate,
 ) -> Vec<SeqId> {
     let mut ids: Vec<SeqId> = waiting.iter().copied().collect();
     let key = |id: &SeqId| -> f64 {
@@ -144,7 +150,9 @@ pub(super) fn waiting_order(
             Policy::Fcfs => 0.0,
             // Ascending sort: negate so the highest priority comes first.
             Policy::Priority => -effective_priority(s, now, aging_per_sec),
-            Policy::Sjf => s.to_compute() as f64 - aging_per_sec * waited_secs(s, now),
+            Policy::Sjf => {
+                predict::predicted_len(s, estimate) - aging_per_sec * waited_secs(s, now)
+            }
         }
     };
     if policy != Policy::Fcfs {

@@ -22,13 +22,21 @@ pub struct SeqRequest {
     pub prompt: Vec<u32>,
     /// Most tokens to generate (at least 1).
     pub max_tokens: usize,
+    /// The client chose `max_tokens`, so it predicts the output's length under
+    /// [`Policy::Sjf`](super::Policy::Sjf); `false`: a front end filled it in, and the
+    /// scheduler's running estimate predicts it instead (see [`super::predict`]).
+    pub max_tokens_explicit: bool,
     /// Higher runs first under [`Policy::Priority`](super::Policy::Priority).
     pub priority: i32,
 }
 
+/// Where a sequence is in the scheduler's lifecycle (vLLM's request status): queued without
+/// KV, or admitted and holding blocks. A sequence that ended is no longer held at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeqState {
+pub enum SeqStatus {
+    /// Queued (new, or preempted and to be recomputed); holds no blocks.
     Waiting,
+    /// Admitted: scheduled every step until it ends or is preempted.
     Running,
 }
 
@@ -42,7 +50,7 @@ pub struct SeqInfo<'a> {
     /// Tokens whose KV is in the cache.
     pub num_computed: usize,
     pub block_table: &'a [BlockId],
-    pub state: SeqState,
+    pub state: SeqStatus,
     pub priority: i32,
     /// Times this sequence was preempted.
     pub preemptions: u32,
@@ -60,6 +68,7 @@ pub(super) struct Sequence {
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
     pub max_tokens: usize,
+    pub max_tokens_explicit: bool,
     pub priority: i32,
     pub arrival: Instant,
     /// Arrival order: larger is newer (forks get a fresh one).
@@ -74,7 +83,7 @@ pub(super) struct Sequence {
     pub blocks: Vec<BlockId>,
     pub hashes: Vec<BlockHash>,
     pub num_registered: usize,
-    pub state: SeqState,
+    pub state: SeqStatus,
     pub preemptions: u32,
     /// Parent hash of the first block (`None`: unsalted); see [`salt_root`].
     pub root: Option<BlockHash>,
@@ -89,6 +98,7 @@ impl Sequence {
             prompt_len: req.prompt.len(),
             tokens: req.prompt,
             max_tokens: req.max_tokens,
+            max_tokens_explicit: req.max_tokens_explicit,
             priority: req.priority,
             arrival,
             order,
@@ -99,7 +109,7 @@ impl Sequence {
             blocks: Vec::new(),
             hashes: Vec::new(),
             num_registered: 0,
-            state: SeqState::Waiting,
+            state: SeqStatus::Waiting,
             preemptions: 0,
             root: None,
             salt: 0,

@@ -27,6 +27,7 @@ fn req(id: SeqId, prompt_len: usize, max_tokens: usize) -> SeqRequest {
             .map(|t| t + 1000 * id as u32)
             .collect(),
         max_tokens,
+        max_tokens_explicit: true,
         priority: 0,
     }
 }
@@ -264,7 +265,7 @@ fn out_of_blocks_preempts_the_newest_which_resumes_with_its_tokens() {
     assert_eq!(o.preempted, vec![2]);
     assert_eq!(lens(&o), vec![(1, 8, 1)]);
     let info = s.seq(2).unwrap();
-    assert_eq!(info.state, SeqState::Waiting);
+    assert_eq!(info.state, SeqStatus::Waiting);
     assert_eq!(info.generated(), &[7, 7]);
     assert!(info.block_table.is_empty());
     assert_eq!(s.stats().preempted_total, 1);
@@ -607,7 +608,7 @@ fn fork_of_a_preempted_parent_recomputes_its_prompt() {
     assert_eq!(o.preempted, vec![2]);
     s.fork(2, 3, 9).unwrap();
     let c = s.seq(3).unwrap();
-    assert_eq!(c.state, SeqState::Waiting);
+    assert_eq!(c.state, SeqStatus::Waiting);
     assert_eq!((c.tokens.len(), c.num_computed), (8, 0));
     assert!(c.block_table.is_empty());
     let mut saw = false;
@@ -727,4 +728,123 @@ fn accepting_everything_reaches_max_tokens_exactly() {
     let ends = s.update_speculative(&out, &[(1, vec![1, 2, 9])]);
     assert_eq!(ends, vec![(1, SeqEnd::Length)]);
     s.check_invariants().unwrap();
+}
+
+/// SJF orders by predicted job length — prompt left plus expected output — so a short prompt
+/// asking for a long explicit output waits behind a longer prompt asking for a short one.
+#[test]
+fn sjf_ranks_by_prompt_plus_explicit_max_tokens() {
+    let t = Instant::now();
+    let cfg = SchedulerConfig {
+        policy: Policy::Sjf,
+        max_model_len: 4096,
+        ..config(64, 1)
+    };
+    let mut s = sched(cfg, 64, false);
+    // 2 + 1000 predicted tokens.
+    s.add(req(1, 2, 1000), t).unwrap();
+    // 20 + 8 predicted tokens.
+    s.add(req(2, 20, 8), t).unwrap();
+    let out = s.schedule(t);
+    assert_eq!(lens(&out), vec![(2, 0, 20)]);
+    assert!(s.is_waiting(1));
+}
+
+/// Without an explicit `max_tokens` the output is predicted by the running estimate, which
+/// starts at its default and moves as sequences finish.
+#[test]
+fn sjf_without_explicit_max_tokens_uses_the_running_estimate() {
+    let t = Instant::now();
+    let cfg = SchedulerConfig {
+        policy: Policy::Sjf,
+        max_model_len: 4096,
+        ..config(64, 1)
+    };
+    let first_admitted = |s: &mut Scheduler, base: SeqId| {
+        // A short prompt with a server-default cap of 2000, against a longer prompt whose
+        // client asked for 100: 2 + estimate against 40 + 100.
+        let mut a = req(base, 2, 2000);
+        a.max_tokens_explicit = false;
+        s.add(a, t).unwrap();
+        s.add(req(base + 1, 40, 100), t).unwrap();
+        let out = s.schedule(t);
+        let first = out.chunks[0].seq;
+        for id in [base, base + 1] {
+            s.finish(id, SeqEnd::Aborted);
+        }
+        first
+    };
+    let mut s = sched(cfg, 64, false);
+    assert_eq!(
+        s.output_estimate().tokens(),
+        predict::DEFAULT_EXPECTED_OUTPUT
+    );
+    // 2 + 256 > 40 + 100: the explicit one first. Aborted sequences teach nothing.
+    assert_eq!(first_admitted(&mut s, 100), 101);
+    assert_eq!(
+        s.output_estimate().tokens(),
+        predict::DEFAULT_EXPECTED_OUTPUT
+    );
+    // Ten requests without explicit max_tokens stop after one token each.
+    for id in 1..=10 {
+        let mut r = req(id, 3, 500);
+        r.max_tokens_explicit = false;
+        s.add(r, t).unwrap();
+        step(&mut s, t);
+        assert!(s.finish(id, SeqEnd::Stopped));
+    }
+    let learned = s.output_estimate().tokens();
+    assert!((1.0..100.0).contains(&learned), "{learned}");
+    // Now 2 + the estimate < 40 + 100: the short prompt goes first.
+    assert_eq!(first_admitted(&mut s, 200), 200);
+}
+
+/// The estimate learns from outputs whose length was their own: stopped ones, and ones cut
+/// by a limit the client did not choose — not from an explicit `max_tokens` nor an abort.
+#[test]
+fn output_estimate_learns_only_from_natural_lengths() {
+    let t = Instant::now();
+    let mut s = sched(config(64, 4), 64, false);
+    let run = |s: &mut Scheduler, id: SeqId, max_tokens: usize, explicit: bool| {
+        let mut r = req(id, 3, max_tokens);
+        r.max_tokens_explicit = explicit;
+        s.add(r, t).unwrap();
+        let mut ends = Vec::new();
+        while ends.is_empty() {
+            ends = step(s, t).1;
+        }
+        assert_eq!(ends, vec![(id, SeqEnd::Length)]);
+        s.output_estimate().tokens()
+    };
+    let start = s.output_estimate().tokens();
+    assert_eq!(
+        run(&mut s, 1, 2, true),
+        start,
+        "an explicit max_tokens cut it"
+    );
+    let learned = run(&mut s, 2, 2, false);
+    assert!(learned < start, "{learned} {start}");
+    s.add(req(3, 3, 50), t).unwrap();
+    step(&mut s, t);
+    s.finish(3, SeqEnd::Aborted);
+    assert_eq!(s.output_estimate().tokens(), learned);
+}
+
+/// Aging still lets a long predicted job overtake: nothing starves under SJF.
+#[test]
+fn sjf_ages_long_predicted_jobs() {
+    let t = Instant::now();
+    let cfg = SchedulerConfig {
+        policy: Policy::Sjf,
+        aging_per_sec: 1.0,
+        max_model_len: 4096,
+        ..config(64, 1)
+    };
+    let mut s = sched(cfg, 64, false);
+    // 2 + 1000 predicted, arrived 2000 s before a 20 + 8 job.
+    s.add(req(1, 2, 1000), t).unwrap();
+    let later = t + Duration::from_secs(2000);
+    s.add(req(2, 20, 8), later).unwrap();
+    let out = s.schedule(later);
+    assert_eq!(out.chunks[0].seq, 1);
 }

@@ -2,15 +2,20 @@
 //! steps per sequence (all sequences of a step batched in one forward pass per draft
 //! position) and proposes what it generated.
 //!
-//! The draft keeps its own paged KV cache and block list per sequence. What its cache holds
-//! for a sequence is remembered as the token ids fed (`fed`); before proposing, the longest
-//! common prefix of `fed` and the sequence's tokens is kept and the rest is recomputed — this
-//! is the draft's KV rollback after rejected proposals (and it also copes with preemption).
+//! The draft keeps its own paged KV cache (the draft model's shape differs from the target's)
+//! with a block table per sequence, its blocks handed out by a [`BlockPool`] — the same
+//! allocator type as the target's, without prefix caching (the draft's KV is rolled back in
+//! place, so it is never shared). What its cache holds for a sequence is remembered as the
+//! token ids fed (`fed`); before proposing, the longest common prefix of `fed` and the
+//! sequence's tokens is kept and the rest is recomputed — this is the draft's KV rollback
+//! after rejected proposals (and it also copes with preemption).
 //!
 //! Invariants: `fed.len()` positions of a sequence's draft KV are valid and covered by its
-//! blocks; blocks belong to exactly one sequence or to the free list; a sequence that cannot
-//! get blocks gets no proposal (decoding goes on without speculation), never an error.
+//! blocks; every block is held by exactly one sequence's table (ref count 1) or free in the
+//! pool; a sequence that cannot get blocks gets no proposal (decoding goes on without
+//! speculation), never an error.
 
+use crate::block_pool::{BlockId, BlockPool};
 use crate::EngineError;
 use pagoda_model::arch::{BatchSegment, Logits, Model};
 use pagoda_model::tokenizer::Tokenizer;
@@ -26,7 +31,7 @@ const BLOCK_SIZE: usize = 16;
 /// What the draft's cache holds for one sequence.
 #[derive(Debug, Default)]
 struct DraftSeq {
-    blocks: Vec<u32>,
+    blocks: Vec<BlockId>,
     fed: Vec<u32>,
 }
 
@@ -34,7 +39,7 @@ struct DraftSeq {
 pub struct DraftProposer {
     model: Arc<Model>,
     cache: PagedKvCache,
-    free: Vec<u32>,
+    pool: BlockPool,
     seqs: HashMap<SeqId, DraftSeq>,
 }
 
@@ -42,7 +47,7 @@ impl std::fmt::Debug for DraftProposer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DraftProposer")
             .field("blocks", &self.cache.n_blocks())
-            .field("free", &self.free.len())
+            .field("free", &self.pool.num_free())
             .field("seqs", &self.seqs.len())
             .finish()
     }
@@ -73,7 +78,7 @@ impl DraftProposer {
         Ok(DraftProposer {
             model,
             cache,
-            free: (0..n_blocks as u32).rev().collect(),
+            pool: BlockPool::new(n_blocks, BLOCK_SIZE, false),
             seqs: HashMap::new(),
         })
     }
@@ -154,7 +159,9 @@ impl DraftProposer {
     /// Forgets sequence `seq` and frees its draft KV.
     pub fn release(&mut self, seq: SeqId) {
         if let Some(s) = self.seqs.remove(&seq) {
-            self.free.extend(s.blocks.into_iter().rev());
+            for &b in s.blocks.iter().rev() {
+                self.pool.release(b);
+            }
         }
     }
 
@@ -165,7 +172,7 @@ impl DraftProposer {
             return false;
         };
         while s.blocks.len() < want {
-            match self.free.pop() {
+            match self.pool.allocate() {
                 Some(b) => s.blocks.push(b),
                 None => return false,
             }
@@ -175,7 +182,36 @@ impl DraftProposer {
 
     /// Blocks not held by any sequence (tests).
     pub fn free_blocks(&self) -> usize {
-        self.free.len()
+        self.pool.num_free()
+    }
+
+    /// Checks the draft's books: the pool's own invariants, and every block held by exactly
+    /// one sequence, covering what it was fed. `Err` names the first one broken.
+    pub fn check(&self) -> Result<(), String> {
+        self.pool.check()?;
+        let mut held = vec![0u32; self.pool.num_blocks()];
+        for (seq, s) in &self.seqs {
+            if s.blocks.len() < s.fed.len().div_ceil(BLOCK_SIZE) {
+                return Err(format!(
+                    "draft sequence {seq}'s blocks do not cover what it was fed"
+                ));
+            }
+            for &b in &s.blocks {
+                let r = held
+                    .get_mut(b as usize)
+                    .ok_or_else(|| format!("draft sequence {seq} holds unknown block {b}"))?;
+                *r += 1;
+            }
+        }
+        for (b, &r) in held.iter().enumerate() {
+            let have = self.pool.ref_count(b as BlockId);
+            if have != r || r > 1 {
+                return Err(format!(
+                    "draft block {b}: ref count {have}, held by {r} tables"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -14,7 +14,7 @@
 use pagoda_engine::block_pool::BlockPool;
 use pagoda_engine::scheduler::{
     BatchingMode, Policy, Scheduler, SchedulerConfig, SchedulerError, SchedulerOutput, SeqEnd,
-    SeqId, SeqRequest, SeqState,
+    SeqId, SeqRequest, SeqStatus,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -259,6 +259,9 @@ impl Harness {
                 id,
                 prompt: prompt.clone(),
                 max_tokens,
+                // Both ways of predicting the output under SJF: the client's max_tokens, and
+                // the running estimate.
+                max_tokens_explicit: id.is_multiple_of(2),
                 priority,
             },
             now,
@@ -327,7 +330,7 @@ impl Harness {
             }
             Err(SchedulerError::ForkNotReady { .. }) => match info {
                 // Mid-(re)computation of its prompt, or no token yet.
-                Some((SeqState::Running, computed, prompt_len)) if computed < prompt_len => Ok(()),
+                Some((SeqStatus::Running, computed, prompt_len)) if computed < prompt_len => Ok(()),
                 _ if parent_track.is_some_and(|p| p.tokens.len() == p.prompt_len) => Ok(()),
                 _ => Err(format!("fork of {parent} refused: {info:?}")),
             },
@@ -349,7 +352,7 @@ impl Harness {
         let running_before: HashSet<SeqId> = self
             .s
             .seqs()
-            .filter(|i| i.state == SeqState::Running)
+            .filter(|i| i.state == SeqStatus::Running)
             .map(|i| i.id)
             .collect();
         let out = self.s.schedule(now);
@@ -407,7 +410,7 @@ impl Harness {
         }
         for &id in &out.preempted {
             let i = self.s.seq(id).ok_or("preempted sequence vanished")?;
-            if i.state != SeqState::Waiting || !i.block_table.is_empty() || i.num_computed != 0 {
+            if i.state != SeqStatus::Waiting || !i.block_table.is_empty() || i.num_computed != 0 {
                 return Err(format!("preempted {id} still holds KV"));
             }
         }
@@ -674,6 +677,7 @@ fn kv_waste_under_mixed_lengths_is_small() {
                 id,
                 prompt,
                 max_tokens,
+                max_tokens_explicit: true,
                 priority: 0,
             },
             t0,

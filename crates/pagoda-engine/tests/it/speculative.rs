@@ -188,6 +188,38 @@ fn a_draft_feeds_the_prompt_once_then_only_new_tokens() {
     assert_eq!(draft.uncached(seq, &tokens), tokens.len());
 }
 
+/// The draft's KV blocks come from a block pool (the target's allocator type): every block a
+/// sequence holds is its alone, a full cache means no proposal rather than an error, and a
+/// release gives every block back.
+#[test]
+fn a_draft_takes_its_blocks_from_a_pool_and_gives_them_all_back() {
+    use pagoda_engine::speculative::draft::{DraftProposer, DraftQuery};
+    let (model, tok) = load("tiny-llama");
+    // 64 positions: four blocks of 16.
+    let mut draft = DraftProposer::new(model, &tok, &tok, 64).expect("same vocabulary");
+    let total = draft.free_blocks();
+    let a: Vec<u32> = (1..30).collect();
+    let b: Vec<u32> = (2..20).collect();
+    let query = |seq, tokens| DraftQuery { seq, tokens, k: 2 };
+    let got = draft
+        .propose(&[query(1, &a[..]), query(2, &b[..])])
+        .expect("draft runs");
+    assert_eq!(got[&1].len(), 2);
+    assert_eq!(got[&2].len(), 2);
+    draft.check().expect("draft books");
+    // 30 + 1 positions: two blocks; 19 + 1: two blocks. The pool is empty now.
+    assert_eq!(draft.free_blocks(), total - 4);
+    let c: Vec<u32> = (3..10).collect();
+    let none = draft.propose(&[query(3, &c[..])]).expect("draft runs");
+    assert!(!none.contains_key(&3), "{none:?}");
+    draft.check().expect("draft books");
+    for seq in [1, 2, 3] {
+        draft.release(seq);
+    }
+    draft.check().expect("draft books");
+    assert_eq!(draft.free_blocks(), total);
+}
+
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
     let (model, tok) = load("tiny-llama");

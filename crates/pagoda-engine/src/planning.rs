@@ -1,0 +1,117 @@
+//! Configuration planning: what the operator asks of an engine ([`EngineConfig`]) and the
+//! KV geometry the engine runs with, planned from it, the model's shape and the machine's
+//! memory ([`KvLayout::plan`]: pool size from `kv_cache_memory`, or
+//! [`DEFAULT_KV_FRACTION`] of available RAM through [`crate::memory`]).
+//!
+//! Invariants: a planned pool has at least two blocks, or all the blocks one sequence of
+//! `max_model_len` positions needs when that is fewer; its block size is at least 1; its
+//! `max_model_len` is at least 2 and at most the model's context length. Planning reads the
+//! machine's memory only when no budget is given.
+
+use crate::scheduler::{BatchingMode, Policy};
+use crate::speculative::SpeculativeConfig;
+use crate::EngineError;
+use pagoda_model::arch::Model;
+use pagoda_model::{KvDtype, PagedKvCache};
+
+/// How the engine batches, schedules and sizes its KV memory.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Most tokens (decode tokens + prefill chunk tokens) in one step.
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    pub policy: Policy,
+    pub mode: BatchingMode,
+    /// Priority (or SJF rank) gained per second of waiting, so nothing starves.
+    pub aging_per_sec: f64,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    pub kv_dtype: KvDtype,
+    /// Bytes of KV memory; `None` takes [`DEFAULT_KV_FRACTION`] of available RAM, capped at
+    /// what `max_num_seqs` full-length sequences could use.
+    pub kv_cache_memory: Option<u64>,
+    pub prefix_caching: bool,
+    /// Longest sequence (prompt + output); `None` = the model's context length.
+    pub max_model_len: Option<usize>,
+    /// Speculative decoding (off when `None`).
+    pub speculative: Option<SpeculativeConfig>,
+}
+
+/// Share of available RAM the KV pool takes when no budget is given.
+pub const DEFAULT_KV_FRACTION: f64 = 0.4;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            policy: Policy::default(),
+            mode: BatchingMode::default(),
+            aging_per_sec: 1.0,
+            block_size: 16,
+            kv_dtype: KvDtype::default(),
+            kv_cache_memory: None,
+            prefix_caching: true,
+            max_model_len: None,
+            speculative: None,
+        }
+    }
+}
+
+/// The KV geometry the engine runs with (reported by the handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    pub n_blocks: usize,
+    pub block_size: usize,
+    pub dtype: KvDtype,
+    pub bytes: usize,
+    pub max_model_len: usize,
+}
+
+impl KvLayout {
+    /// Sizes the pool for `model` under `config` (see [`EngineConfig::kv_cache_memory`]).
+    pub fn plan(model: &Model, config: &EngineConfig) -> Result<Self, EngineError> {
+        let cfg = model.config();
+        if config.block_size == 0 {
+            return Err(EngineError::InvalidConfig(
+                "block size must be at least 1".into(),
+            ));
+        }
+        let max_model_len = config
+            .max_model_len
+            .unwrap_or(cfg.context_length)
+            .min(cfg.context_length)
+            .max(2);
+        let per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
+        let blocks_per_seq = max_model_len.div_ceil(config.block_size);
+        let n_blocks = match config.kv_cache_memory {
+            Some(bytes) => (bytes / per_block as u64) as usize,
+            None => {
+                let budget = crate::memory::available_memory()
+                    .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
+                let want = blocks_per_seq * config.max_num_seqs.max(1);
+                ((budget / per_block as u64) as usize).min(want)
+            }
+        };
+        if n_blocks < blocks_per_seq.min(2) {
+            return Err(EngineError::InvalidConfig(format!(
+                "a KV cache of {n_blocks} blocks ({} bytes each) cannot hold even one sequence; \
+                 raise --kv-cache-memory",
+                per_block
+            )));
+        }
+        Ok(KvLayout {
+            n_blocks,
+            block_size: config.block_size,
+            dtype: config.kv_dtype,
+            bytes: n_blocks * per_block,
+            max_model_len,
+        })
+    }
+
+    /// Token positions the pool holds.
+    pub fn capacity_tokens(&self) -> usize {
+        self.n_blocks * self.block_size
+    }
+}
