@@ -16,6 +16,8 @@
 //! Architecture Invariant: the server reaches models only through the engine's
 //! `EngineHandle` and pagoda-runtime; wire types come from pagoda-protocol.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod adapters;
 pub mod app;
 pub mod body;
