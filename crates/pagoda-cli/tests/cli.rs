@@ -581,6 +581,51 @@ fn run_tiny_model_folder_generates() {
     assert_eq!(stdout(&o), stdout(&again));
 }
 
+#[test]
+fn an_interactive_chat_reuses_earlier_turns_through_the_prefix_cache() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny-chat", |_| {});
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            dir.to_str().unwrap(),
+            "--verbose",
+            "--max-tokens",
+            "4",
+        ])
+        .args(["--temperature", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello there, how are you doing today my friend\nand tomorrow?\n/bye\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    ok(&o);
+    let cached: Vec<usize> = stderr(&o)
+        .lines()
+        .filter_map(|l| l.find("prompt: ").map(|at| &l[at..]))
+        .map(|l| {
+            let open = l.find('(').unwrap();
+            let close = l.find(" cached)").unwrap();
+            l[open + 1..close].parse().unwrap()
+        })
+        .collect();
+    assert_eq!(cached.len(), 2, "{}", stderr(&o));
+    assert_eq!(cached[0], 0, "nothing to reuse on the first turn");
+    assert!(
+        cached[1] >= 32,
+        "the second turn reuses the first turn's full blocks: {}",
+        stderr(&o)
+    );
+}
+
 /// A copy of golden folder `golden` (tests/golden), with `edit` applied to its config.json.
 fn golden_copy(env: &Env, golden: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
