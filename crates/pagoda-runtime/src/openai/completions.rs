@@ -79,23 +79,9 @@ pub fn encode(
 /// The request's knobs, with the model's Modelfile stop strings in front of its own.
 pub fn knobs(loaded: &LoadedModel, req: &CompletionRequest) -> Knobs {
     Knobs {
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        min_p: req.min_p,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        repetition_penalty: req.repetition_penalty,
-        repeat_last_n: None,
-        seed: req.seed,
         logprobs: req.logprobs,
-        logit_bias: req.logit_bias.clone(),
-        stop: loaded.stops_with(req.stop.clone().map(|s| s.into_vec()).unwrap_or_default()),
         max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-        n: req.n.unwrap_or(1),
-        ignore_eos: req.ignore_eos,
-        no_speculation: req.speculative == Some(false),
-        priority: req.priority,
+        ..shared_knobs!(loaded, req)
     }
 }
 

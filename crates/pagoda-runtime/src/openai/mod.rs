@@ -6,6 +6,32 @@
 //! Invariant: every check OpenAI documents for a field is made here, before anything is
 //! submitted; the engine's own checks follow in [`crate::request`].
 
+/// The [`Knobs`](crate::Knobs) both OpenAI generation requests spell the same way (the
+/// sampling fields, `stop` after the model's Modelfile stops, `n`, vLLM's `ignore_eos` and
+/// `priority`, Pagoda's `speculative`); each endpoint adds its own `logprobs` and
+/// `max_tokens`. A macro because the two request types share names, not a type.
+macro_rules! shared_knobs {
+    ($loaded:expr, $req:expr) => {
+        $crate::request::Knobs {
+            temperature: $req.temperature,
+            top_p: $req.top_p,
+            top_k: $req.top_k,
+            min_p: $req.min_p,
+            presence_penalty: $req.presence_penalty,
+            frequency_penalty: $req.frequency_penalty,
+            repetition_penalty: $req.repetition_penalty,
+            seed: $req.seed,
+            logit_bias: $req.logit_bias.clone(),
+            stop: $loaded.stops_with($req.stop.clone().map(|s| s.into_vec()).unwrap_or_default()),
+            n: $req.n.unwrap_or(1),
+            ignore_eos: $req.ignore_eos,
+            no_speculation: $req.speculative == Some(false),
+            priority: $req.priority,
+            ..$crate::request::Knobs::default()
+        }
+    };
+}
+
 pub mod chat;
 pub mod completions;
 
