@@ -226,7 +226,7 @@ fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorVi
                 let r1 = (r0 + PACK_PIECE_ROWS).min(rows);
                 let bytes = r0 * row_bytes..r1 * row_bytes;
                 let piece = WeightMatrix::new(weight.ty, r1 - r0, cols, &data[bytes.clone()])?;
-                pagoda_kernels::packed::pack_into(&piece, &mut out[bytes.clone()])?;
+                piece.pack_into(&mut out[bytes.clone()])?;
                 // The file's copy is no longer read by the forward pass.
                 weight.release_pages(bytes);
             }
