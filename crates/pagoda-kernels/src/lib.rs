@@ -40,6 +40,7 @@
 //! Architecture Invariant: every kernel result is within a named tolerance of the scalar path
 //! on the same inputs (tests/kernels.rs runs one body over every available ISA).
 
+#![deny(clippy::unwrap_used)]
 // Block kernels index several arrays with one counter; iterator chains would hide the layout.
 #![allow(clippy::needless_range_loop)]
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
