@@ -16,6 +16,7 @@
 //! crates: it speaks HTTP, so it measures any OpenAI-compatible backend the same way.
 //! It prints nothing; progress goes to the caller's callback.
 
+#![deny(clippy::unwrap_used)]
 pub mod report;
 pub mod runner;
 pub mod stats;

@@ -9,6 +9,7 @@
 //! - [`merge`] — a PEFT LoRA adapter merged into a base model, written as GGUF or an HF folder.
 //! - [`eval`] — accuracy evaluation of a loaded model.
 
+#![deny(clippy::unwrap_used)]
 pub mod error;
 pub mod eval;
 pub mod merge;

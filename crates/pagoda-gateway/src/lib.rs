@@ -7,6 +7,7 @@
 //! configs in while requests run; `admin` is the operator's API. `request_id` names every
 //! request and response; `privacy` keeps the upstreams behind a route out of what clients see.
 
+#![deny(clippy::unwrap_used)]
 pub mod cache;
 pub mod config;
 pub mod keys;

@@ -6,6 +6,7 @@
 //! depends on no other Pagoda crate, so the gateway can use it and still speak to any
 //! OpenAI-compatible backend.
 
+#![deny(clippy::unwrap_used)]
 mod listener;
 pub mod request_id;
 

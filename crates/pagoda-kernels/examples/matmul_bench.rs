@@ -157,7 +157,7 @@ fn models(isas: &[Isa]) {
                 let w = WeightMatrix::new(*t, *r, *c, d).unwrap();
                 (pagoda_kernels::packed::packable(*t, *r, *c)
                     && pagoda_kernels::packed::strips_pay(*t))
-                .then(|| pagoda_kernels::packed::pack(&w).unwrap())
+                .then(|| w.pack().unwrap())
             })
             .collect();
         let layouts: &[bool] = if packed.iter().any(Option::is_some) {
@@ -277,7 +277,7 @@ fn main() {
             // Packable types run twice: row layout, then 16-row strips (`+strips`).
             let strips = pagoda_kernels::packed::packable(ty, rows, cols).then(|| {
                 let w = WeightMatrix::new(ty, rows, cols, &one).unwrap();
-                let p = pagoda_kernels::packed::pack(&w).unwrap();
+                let p = w.pack().unwrap();
                 p.iter()
                     .copied()
                     .cycle()

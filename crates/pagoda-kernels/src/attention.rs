@@ -11,22 +11,10 @@
 //! `max(0, start + t + 1 - window) ..= start + t`; `keys`/`values` hold at least
 //! `start + n` rows of `n_kv_heads * head_dim`.
 
+use crate::attention_shape::first_visible;
+pub use crate::attention_shape::AttentionShape;
 use crate::{best_isa, ops, Isa};
 use rayon::prelude::*;
-
-/// The head layout and scaling of one attention layer.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttentionShape {
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    /// Multiplier on q·k.
-    pub scale: f32,
-    /// `cap * tanh(s / cap)` on the scaled scores when set.
-    pub softcap: Option<f32>,
-    /// Attend only to the last `window` positions (including the query's own).
-    pub window: Option<usize>,
-}
 
 /// Query rows below this count use the per-row loop; GEMM setup costs more than it saves.
 pub(crate) const GEMM_MIN_ROWS: usize = 4;
@@ -55,11 +43,6 @@ pub fn causal_attention(
     } else {
         attention_gemm(shape, q, keys, values, n, start, out);
     }
-}
-
-/// First key position a query at `pos` may see.
-pub(crate) fn first_visible(window: Option<usize>, pos: usize) -> usize {
-    window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
 fn attention_rows(

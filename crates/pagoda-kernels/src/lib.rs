@@ -19,13 +19,17 @@
 //!   AVX-512 bodies of the paged-attention decode primitives.
 //! - `matmul`: [`WeightMatrix`] and the driver ([`matmul()`], [`matmul_with_isa`]): shape
 //!   checks, activation quantization once per call, row chunks on rayon, 8-token tiles.
-//! - `packed`: 16-row strips of 4-bit (Q4_0 / Q4_1 / INT4 g32) weights, made at load
-//!   ([`packed::pack`], [`WeightLayout::Strips16`]), and their driver; the AVX-512 VNNI strip
-//!   kernel is `simd/avx512_packed.rs`.
+//! - `packed`: the 16-row strip format of packable weights, made at load
+//!   ([`WeightMatrix::pack`], [`WeightLayout::Strips16`]): bytes and formats only; their
+//!   products are in `matmul`, the AVX-512 VNNI strip kernel in `simd/avx512_packed.rs`.
 //! - `f32_gemm`: [`f32_gemm::matmul_nt`], dense f32 products of small factors (LoRA).
-//! - `ops`, `attention`: row operations and attention of a transformer layer.
+//! - `ops`, `attention`: row operations and attention of a transformer layer;
+//!   `attention_shape`: the [`attention::AttentionShape`] and sliding-window rule every
+//!   attention kernel shares.
 //! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16 or
-//!   F32) and attention of a batch of sequences through their block tables.
+//!   F32) and attention of a batch of sequences through their block tables;
+//!   `paged_attention/decode.rs`: the decode tile primitives, their scalar bodies and the
+//!   driver generic over them, which `simd/attn.rs` implements.
 //!
 //! Architecture Invariant: no function here allocates per call on the hot path except the
 //! activation quantization scratch inside `matmul` (with, for strips of Q4_0 / Q5_0 / Q8_0
@@ -36,12 +40,14 @@
 //! Architecture Invariant: every kernel result is within a named tolerance of the scalar path
 //! on the same inputs (tests/kernels.rs runs one body over every available ISA).
 
+#![deny(clippy::unwrap_used)]
 // Block kernels index several arrays with one counter; iterator chains would hide the layout.
 #![allow(clippy::needless_range_loop)]
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod attention;
+mod attention_shape;
 pub mod cpu;
 pub mod dtype;
 pub mod error;

@@ -8,12 +8,18 @@
 //!
 //! Q4_K and Q6_K prefill on AVX-512 VNNI instead repacks 8-row strips (`simd::avx512_q4k`).
 //!
+//! Matrices packed at load into 16-row strips (`crate::packed`'s format) are computed here
+//! too (`matmul_strips`, and `compute_strips` for `matmul_group`): the AVX-512 VNNI strip
+//! kernel (`simd::avx512_packed`) where it runs, else unpacked to rows per call.
+//!
 //! Invariant: chunks own disjoint row ranges, so each output element is written by exactly
 //! one task; shapes are validated before any kernel runs, so kernels never see a short row.
 
 use rayon::prelude::*;
 
-use crate::packed::WeightLayout;
+use crate::packed::{
+    block_geometry, format, not_packable, strip_header, unpack, WeightLayout, STRIP_ROWS,
+};
 use crate::quant::dequantize_row;
 use crate::simd::{kernel, ActLayout, RowKernel, NT};
 use crate::{GgmlType, Isa, KernelError};
@@ -60,7 +66,7 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
-    /// A matrix whose `data` is [`crate::packed::pack`]'s strips: checks that the type and
+    /// A matrix whose `data` is [`WeightMatrix::pack`]'s strips: checks that the type and
     /// shape are packable and that `data` holds exactly `rows` rows.
     pub fn packed(
         ty: GgmlType,
@@ -101,6 +107,22 @@ impl<'a> WeightMatrix<'a> {
     #[inline]
     pub(crate) fn row(&self, r: usize, row_bytes: usize) -> &'a [u8] {
         &self.data[r * row_bytes..(r + 1) * row_bytes]
+    }
+
+    /// This matrix (row layout) reordered into [`crate::packed`]'s strips.
+    pub fn pack(&self) -> Result<Vec<u8>, KernelError> {
+        let mut out = vec![0u8; self.data.len()];
+        self.pack_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// [`WeightMatrix::pack`] into `out` (exactly `data.len()` bytes; align it to 64 for the
+    /// fastest loads).
+    pub fn pack_into(&self, out: &mut [u8]) -> Result<(), KernelError> {
+        if self.layout != WeightLayout::Rows {
+            return Err(not_packable(self.ty, self.rows, self.cols));
+        }
+        crate::packed::pack_into(self.ty, self.rows, self.cols, self.data, out)
     }
 
     /// Dequantizes row `r` into `out` (`out.len() == cols`).
@@ -222,7 +244,7 @@ pub fn matmul_with_isa(
         return Ok(());
     }
     if w.layout == WeightLayout::Strips16 {
-        return crate::packed::matmul_strips(isa, &w, x, n, out);
+        return matmul_strips(isa, &w, x, n, out);
     }
     let row_bytes = w.ty.row_bytes(cols)?;
     match kernel(isa, w.ty) {
@@ -450,4 +472,144 @@ pub(crate) fn chunk_rows(rows: usize, row_bytes: usize, n: usize) -> usize {
         chunk = rows;
     }
     chunk.max(1)
+}
+
+// ------------------------------------------------------------------ packed (strip) matrices
+
+/// Each block's integer code sum of `n` `Split32` activation rows (`arow` bytes each, `cols`
+/// values): `[n, cols / 32]`, what Q4_0-layout strips take their code offset off with.
+pub(crate) fn block_sums(a: &[u8], arow: usize, n: usize, cols: usize) -> Vec<i32> {
+    let mut sums = Vec::with_capacity(n * (cols / 32));
+    for row in a.chunks_exact(arow).take(n) {
+        sums.extend(
+            row[..cols]
+                .chunks_exact(32)
+                .map(|b| b.iter().map(|&c| c as i8 as i32).sum::<i32>()),
+        );
+    }
+    sums
+}
+
+/// Whether the strip kernel runs on `isa` (else packed matrices are unpacked per call).
+pub(crate) fn strip_kernel_on(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa == Isa::Avx512 && crate::cpu::features().avx512_vnni
+}
+
+/// Whether a packed matrix of `ty` needs the activations' [`block_sums`].
+pub(crate) fn needs_isums(ty: GgmlType) -> bool {
+    format(ty).is_some_and(|f| f.offset != 0)
+}
+
+/// Computes strips `ss` of the packed `w` for all `n` tokens into `out` (`[n, w.rows]`),
+/// [`TOKENS`](crate::simd::avx512_packed::TOKENS) tokens per pass over a strip.
+///
+/// # Safety
+/// The strip kernel runs on this CPU ([`strip_kernel_on`]); `w` was validated as packed;
+/// `a` holds `n` rows of `w.cols` values in the type's partner layout (`Split32`, or Q8_K
+/// blocks for Q4_K), `arow` bytes each, and `isums` their
+/// [`block_sums`] if [`needs_isums`]; `out` points to `n * w.rows` elements of which no other
+/// task touches the rows of `ss` meanwhile.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn compute_strips(
+    w: &WeightMatrix<'_>,
+    ss: std::ops::Range<usize>,
+    n: usize,
+    (a, arow, isums): (&[u8], usize, &[i32]),
+    out: OutPtr,
+) {
+    use crate::simd::avx512_packed::{strip_kernel, TokenRow, TOKENS};
+    let Some(f) = format(w.ty) else {
+        return; // the caller validated a packed matrix
+    };
+    let nb = w.cols / f.block_cols();
+    let (stride, d_in, m_in) = block_geometry(f);
+    let strip_len = strip_header(f) + nb * stride;
+    let empty = TokenRow {
+        act: std::ptr::null(),
+        isums: std::ptr::null(),
+        out: std::ptr::null_mut(),
+    };
+    for t0 in (0..n).step_by(TOKENS) {
+        let nt = TOKENS.min(n - t0);
+        for s in ss.clone() {
+            let mut tok = [empty; TOKENS];
+            for (i, tr) in tok[..nt].iter_mut().enumerate() {
+                let t = t0 + i;
+                *tr = TokenRow {
+                    act: a.as_ptr().add(t * arow),
+                    isums: if f.offset == 0 {
+                        std::ptr::null()
+                    } else {
+                        isums.as_ptr().add(t * nb)
+                    },
+                    out: out.0.add(t * w.rows + s * STRIP_ROWS),
+                };
+            }
+            // SAFETY: the caller's contract: strip `s` is whole, the tokens' rows and sums
+            // are in bounds, and outputs `16s..16s + 16` of each token are this task's.
+            strip_kernel(
+                f,
+                w.data.as_ptr().add(s * strip_len),
+                nb,
+                (stride, d_in, m_in),
+                &tok[..nt],
+            );
+        }
+    }
+}
+
+/// Strips per task when `w` (packed, `n` tokens) is cut as `matmul` cuts row chunks.
+pub(crate) fn strips_per_task(w: &WeightMatrix<'_>, n: usize) -> usize {
+    let row_bytes = w.data.len() / w.rows.max(1);
+    chunk_rows(w.rows, row_bytes, n).div_ceil(STRIP_ROWS).max(1)
+}
+
+/// `matmul` of a validated packed matrix (shapes checked by the caller).
+pub(crate) fn matmul_strips(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    if strip_kernel_on(isa) {
+        // The strips take the activations the type's row kernel takes.
+        let RowKernel::Quant {
+            partner, quantize, ..
+        } = kernel(isa, w.ty)
+        else {
+            return Err(KernelError::Shape(format!(
+                "no integer kernel for {}",
+                w.ty
+            )));
+        };
+        let arow = partner.row_bytes(w.cols)?;
+        // SAFETY: `isa` is available (checked by the caller), so its quantizer may run.
+        let a = unsafe { quantize_activations(quantize, x, n, w.cols, arow) };
+        let isums = if needs_isums(w.ty) {
+            block_sums(&a, arow, n, w.cols)
+        } else {
+            Vec::new()
+        };
+        let strips = w.rows / STRIP_ROWS;
+        let per_task = strips_per_task(w, n);
+        let ptr = OutPtr(out.as_mut_ptr());
+        let body = |s0: usize| {
+            let ss = s0..(s0 + per_task).min(strips);
+            // SAFETY: the strip kernel runs here (checked); `w` is validated and packed,
+            // `a` is `n` rows; tasks own disjoint strips of `out` (`[n, rows]`).
+            unsafe { compute_strips(w, ss, n, (&a, arow, &isums), ptr) };
+        };
+        if per_task >= strips {
+            body(0);
+        } else {
+            crate::hot_pool::parallel_for(strips.div_ceil(per_task), &|t| body(t * per_task));
+        }
+        return Ok(());
+    }
+    // Portable path: unpack to rows and take the row kernels.
+    let rows = unpack(w.ty, w.rows, w.cols, w.data);
+    let rw = WeightMatrix::new(w.ty, w.rows, w.cols, &rows)?;
+    matmul_with_isa(isa, &rw, x, n, out)
 }

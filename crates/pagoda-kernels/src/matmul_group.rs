@@ -95,10 +95,10 @@ pub fn matmul_group_with_isa(
             )));
         }
         let row_kernel = if w.layout == WeightLayout::Strips16 {
-            if !crate::packed::strip_kernel_on(isa) {
+            if !crate::matmul::strip_kernel_on(isa) {
                 return fallback(outs);
             }
-            need_isums |= crate::packed::needs_isums(w.ty);
+            need_isums |= crate::matmul::needs_isums(w.ty);
             // The strips take the activations the type's row kernel takes.
             let layout = match kernel(isa, w.ty) {
                 RowKernel::Quant {
@@ -146,14 +146,14 @@ pub fn matmul_group_with_isa(
         }));
     }
     let isums = match acts.iter().find(|(l, _, _)| *l == ActLayout::Split32) {
-        Some((_, arow, a)) if need_isums => crate::packed::block_sums(a, *arow, n, cols),
+        Some((_, arow, a)) if need_isums => crate::matmul::block_sums(a, *arow, n, cols),
         _ => Vec::new(),
     };
     // Every matrix's row chunks, as `matmul` would cut them, as one list of tasks.
     let mut tasks = Vec::new();
     for (i, w) in mats.iter().enumerate() {
         if matches!(plans[i], Plan::Strips { .. }) {
-            let (strips, per) = (w.rows / STRIP_ROWS, crate::packed::strips_per_task(w, n));
+            let (strips, per) = (w.rows / STRIP_ROWS, crate::matmul::strips_per_task(w, n));
             tasks.extend(
                 (0..strips)
                     .step_by(per)
@@ -204,7 +204,7 @@ pub fn matmul_group_with_isa(
                     // their block sums when the group needs them (Split32 types only);
                     // matrix `i`'s tasks own disjoint strips.
                     unsafe {
-                        crate::packed::compute_strips(
+                        crate::matmul::compute_strips(
                             w,
                             rs.clone(),
                             n,

@@ -27,14 +27,15 @@
 //! ```
 //!
 //! A strip is exactly the bytes of its 16 rows in the row layout, reordered, so packing never
-//! grows a model. [`pack`] and `unpack_row` convert; the products are in `matmul`.
+//! grows a model. `pack_into` and `unpack_row` convert (callers pack through
+//! [`WeightMatrix::pack`](crate::WeightMatrix::pack)); the products of strip matrices are in
+//! `matmul`. This module knows bytes and formats only: it imports no product code, so the
+//! strip kernels (`simd/avx512_packed.rs`) and `matmul` both build on it.
 //!
 //! Invariants: only types for which [`packable`] holds are packed (`rows` a multiple of
 //! [`STRIP_ROWS`], `cols` of 32); a packed matrix's bytes are `rows * row_bytes(cols)`.
 
-use crate::matmul::{chunk_rows, quantize_activations, OutPtr};
-use crate::simd::{kernel, RowKernel};
-use crate::{GgmlType, Isa, KernelError, WeightMatrix};
+use crate::{GgmlType, KernelError};
 
 /// Rows per strip.
 pub const STRIP_ROWS: usize = 16;
@@ -45,7 +46,7 @@ pub enum WeightLayout {
     /// Row after row, each row its blocks in order: the file's own layout.
     #[default]
     Rows,
-    /// Strips of [`STRIP_ROWS`] rows ([`pack`]).
+    /// Strips of [`STRIP_ROWS`] rows ([`WeightMatrix::pack`](crate::WeightMatrix::pack)).
     Strips16,
 }
 
@@ -212,40 +213,37 @@ pub(crate) fn strip_header(f: StripFormat) -> usize {
     }
 }
 
-/// `w` (row layout) reordered into strips.
-pub fn pack(w: &WeightMatrix<'_>) -> Result<Vec<u8>, KernelError> {
-    let mut out = vec![0u8; w.data.len()];
-    pack_into(w, &mut out)?;
-    Ok(out)
-}
-
-/// [`pack`] into `out` (exactly `w.data.len()` bytes; align it to 64 for the fastest loads).
-pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError> {
-    if out.len() != w.data.len() {
+/// `data` (`rows` rows of `ty` in the row layout, `cols` columns) reordered into strips,
+/// in `out` (exactly `data.len()` bytes; align it to 64 for the fastest loads). Callers go
+/// through [`WeightMatrix::pack`](crate::WeightMatrix::pack) /
+/// [`WeightMatrix::pack_into`](crate::WeightMatrix::pack_into), which check the layout.
+pub(crate) fn pack_into(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: &[u8],
+    out: &mut [u8],
+) -> Result<(), KernelError> {
+    if out.len() != data.len() {
         return Err(KernelError::Shape(format!(
             "{} bytes of room for a packed matrix of {} bytes",
             out.len(),
-            w.data.len()
+            data.len()
         )));
     }
-    if w.layout != WeightLayout::Rows || !packable(w.ty, w.rows, w.cols) {
-        return Err(KernelError::Shape(format!(
-            "a {}x{} {} matrix cannot be packed into {STRIP_ROWS}-row strips",
-            w.rows,
-            w.cols,
-            w.ty.name()
-        )));
+    if !packable(ty, rows, cols) {
+        return Err(not_packable(ty, rows, cols));
     }
-    let Some(f) = format(w.ty) else {
+    let Some(f) = format(ty) else {
         return Ok(()); // unreachable: `packable` holds
     };
-    let nb = w.cols / f.block_cols();
-    let (head, row_bytes) = (strip_header(f), w.data.len() / w.rows);
+    let nb = cols / f.block_cols();
+    let (head, row_bytes) = (strip_header(f), data.len() / rows);
     let (stride, d_in, m_in) = block_geometry(f);
     for (s, strip) in out.chunks_exact_mut(head + nb * stride).enumerate() {
         let (scales, blocks) = strip.split_at_mut(head);
         for l in 0..STRIP_ROWS {
-            let mut row = &w.data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
+            let mut row = &data[(s * STRIP_ROWS + l) * row_bytes..][..row_bytes];
             if f.q4k || f.q6k {
                 for (blk, dst) in row
                     .chunks_exact(f.block_bytes)
@@ -291,6 +289,14 @@ pub fn pack_into(w: &WeightMatrix<'_>, out: &mut [u8]) -> Result<(), KernelError
         }
     }
     Ok(())
+}
+
+/// The error for a matrix that cannot be in strips.
+pub(crate) fn not_packable(ty: GgmlType, rows: usize, cols: usize) -> KernelError {
+    KernelError::Shape(format!(
+        "a {rows}x{cols} {} matrix cannot be packed into {STRIP_ROWS}-row strips",
+        ty.name()
+    ))
 }
 
 /// Bytes of one Q4_K super-block of a strip: 16 rows x 144, reordered.
@@ -490,158 +496,21 @@ pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: 
     }
 }
 
-/// The whole packed matrix back in the row layout (the portable fallback of `matmul`).
-pub(crate) fn unpack(w: &WeightMatrix<'_>) -> Vec<u8> {
-    let row_bytes = w.data.len() / w.rows.max(1);
-    let mut out = vec![0u8; w.data.len()];
+/// A whole packed matrix (`rows` rows of `ty`, `cols` columns, strips in `data`) back in
+/// the row layout (the portable fallback of `matmul`). The caller validated the matrix.
+pub(crate) fn unpack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+    let row_bytes = data.len() / rows.max(1);
+    let mut out = vec![0u8; data.len()];
     for (r, row) in out.chunks_exact_mut(row_bytes).enumerate() {
-        unpack_row(w.ty, w.cols, w.data, r, row);
+        unpack_row(ty, cols, data, r, row);
     }
     out
-}
-
-/// Each block's integer code sum of `n` `Split32` activation rows (`arow` bytes each, `cols`
-/// values): `[n, cols / 32]`, what Q4_0-layout strips take their code offset off with.
-pub(crate) fn block_sums(a: &[u8], arow: usize, n: usize, cols: usize) -> Vec<i32> {
-    let mut sums = Vec::with_capacity(n * (cols / 32));
-    for row in a.chunks_exact(arow).take(n) {
-        sums.extend(
-            row[..cols]
-                .chunks_exact(32)
-                .map(|b| b.iter().map(|&c| c as i8 as i32).sum::<i32>()),
-        );
-    }
-    sums
-}
-
-/// Whether the strip kernel runs on `isa` (else packed matrices are unpacked per call).
-pub(crate) fn strip_kernel_on(isa: Isa) -> bool {
-    cfg!(target_arch = "x86_64") && isa == Isa::Avx512 && crate::cpu::features().avx512_vnni
-}
-
-/// Whether a packed matrix of `ty` needs the activations' [`block_sums`].
-pub(crate) fn needs_isums(ty: GgmlType) -> bool {
-    format(ty).is_some_and(|f| f.offset != 0)
-}
-
-/// Computes strips `ss` of the packed `w` for all `n` tokens into `out` (`[n, w.rows]`),
-/// [`TOKENS`](crate::simd::avx512_packed::TOKENS) tokens per pass over a strip.
-///
-/// # Safety
-/// The strip kernel runs on this CPU ([`strip_kernel_on`]); `w` was validated as packed;
-/// `a` holds `n` rows of `w.cols` values in the type's partner layout (`Split32`, or Q8_K
-/// blocks for Q4_K), `arow` bytes each, and `isums` their
-/// [`block_sums`] if [`needs_isums`]; `out` points to `n * w.rows` elements of which no other
-/// task touches the rows of `ss` meanwhile.
-#[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn compute_strips(
-    w: &WeightMatrix<'_>,
-    ss: std::ops::Range<usize>,
-    n: usize,
-    (a, arow, isums): (&[u8], usize, &[i32]),
-    out: OutPtr,
-) {
-    use crate::simd::avx512_packed::{strip_kernel, TokenRow, TOKENS};
-    let Some(f) = format(w.ty) else {
-        return; // the caller validated a packed matrix
-    };
-    let nb = w.cols / f.block_cols();
-    let (stride, d_in, m_in) = block_geometry(f);
-    let strip_len = strip_header(f) + nb * stride;
-    let empty = TokenRow {
-        act: std::ptr::null(),
-        isums: std::ptr::null(),
-        out: std::ptr::null_mut(),
-    };
-    for t0 in (0..n).step_by(TOKENS) {
-        let nt = TOKENS.min(n - t0);
-        for s in ss.clone() {
-            let mut tok = [empty; TOKENS];
-            for (i, tr) in tok[..nt].iter_mut().enumerate() {
-                let t = t0 + i;
-                *tr = TokenRow {
-                    act: a.as_ptr().add(t * arow),
-                    isums: if f.offset == 0 {
-                        std::ptr::null()
-                    } else {
-                        isums.as_ptr().add(t * nb)
-                    },
-                    out: out.0.add(t * w.rows + s * STRIP_ROWS),
-                };
-            }
-            // SAFETY: the caller's contract: strip `s` is whole, the tokens' rows and sums
-            // are in bounds, and outputs `16s..16s + 16` of each token are this task's.
-            strip_kernel(
-                f,
-                w.data.as_ptr().add(s * strip_len),
-                nb,
-                (stride, d_in, m_in),
-                &tok[..nt],
-            );
-        }
-    }
-}
-
-/// Strips per task when `w` (packed, `n` tokens) is cut as `matmul` cuts row chunks.
-pub(crate) fn strips_per_task(w: &WeightMatrix<'_>, n: usize) -> usize {
-    let row_bytes = w.data.len() / w.rows.max(1);
-    chunk_rows(w.rows, row_bytes, n).div_ceil(STRIP_ROWS).max(1)
-}
-
-/// `matmul` of a validated packed matrix (shapes checked by the caller).
-pub(crate) fn matmul_strips(
-    isa: Isa,
-    w: &WeightMatrix<'_>,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    #[cfg(target_arch = "x86_64")]
-    if strip_kernel_on(isa) {
-        // The strips take the activations the type's row kernel takes.
-        let RowKernel::Quant {
-            partner, quantize, ..
-        } = kernel(isa, w.ty)
-        else {
-            return Err(KernelError::Shape(format!(
-                "no integer kernel for {}",
-                w.ty
-            )));
-        };
-        let arow = partner.row_bytes(w.cols)?;
-        // SAFETY: `isa` is available (checked by the caller), so its quantizer may run.
-        let a = unsafe { quantize_activations(quantize, x, n, w.cols, arow) };
-        let isums = if needs_isums(w.ty) {
-            block_sums(&a, arow, n, w.cols)
-        } else {
-            Vec::new()
-        };
-        let strips = w.rows / STRIP_ROWS;
-        let per_task = strips_per_task(w, n);
-        let ptr = OutPtr(out.as_mut_ptr());
-        let body = |s0: usize| {
-            let ss = s0..(s0 + per_task).min(strips);
-            // SAFETY: the strip kernel runs here (checked); `w` is validated and packed,
-            // `a` is `n` rows; tasks own disjoint strips of `out` (`[n, rows]`).
-            unsafe { compute_strips(w, ss, n, (&a, arow, &isums), ptr) };
-        };
-        if per_task >= strips {
-            body(0);
-        } else {
-            crate::hot_pool::parallel_for(strips.div_ceil(per_task), &|t| body(t * per_task));
-        }
-        return Ok(());
-    }
-    // Portable path: unpack to rows and take the row kernels.
-    let rows = unpack(w);
-    let rw = WeightMatrix::new(w.ty, w.rows, w.cols, &rows)?;
-    crate::matmul::matmul_with_isa(isa, &rw, x, n, out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantize_row;
+    use crate::{quantize_row, WeightMatrix};
 
     fn matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         let rb = ty.row_bytes(cols).unwrap();
@@ -661,7 +530,7 @@ mod tests {
             let (rows, cols) = (48, 256);
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
-            let packed = pack(&w).unwrap();
+            let packed = w.pack().unwrap();
             assert_eq!(packed.len(), data.len(), "{ty:?}");
             assert_ne!(packed, data, "{ty:?}: packing reorders bytes");
             let rb = ty.row_bytes(cols).unwrap();
@@ -671,7 +540,7 @@ mod tests {
                 assert_eq!(row, data[r * rb..(r + 1) * rb], "{ty:?} row {r}");
             }
             let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
-            assert_eq!(unpack(&pw), data);
+            assert_eq!(unpack(pw.ty, pw.rows, pw.cols, pw.data), data);
         }
     }
 
@@ -701,7 +570,7 @@ mod tests {
         for ty in TYPES {
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
-            let packed = pack(&w).unwrap();
+            let packed = w.pack().unwrap();
             let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
             for isa in crate::available_isas() {
                 for n in [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 18, 40] {
@@ -731,7 +600,12 @@ mod tests {
         let packs: Vec<Vec<u8>> = TYPES
             .iter()
             .zip(&datas)
-            .map(|(&ty, d)| pack(&WeightMatrix::new(ty, rows, cols, d).unwrap()).unwrap())
+            .map(|(&ty, d)| {
+                WeightMatrix::new(ty, rows, cols, d)
+                    .unwrap()
+                    .pack()
+                    .unwrap()
+            })
             .collect();
         let ws: Vec<WeightMatrix<'_>> = TYPES
             .iter()
@@ -770,7 +644,7 @@ mod tests {
         for ty in TYPES {
             let data = matrix(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &data).unwrap();
-            let packed = pack(&w).unwrap();
+            let packed = w.pack().unwrap();
             let pw = WeightMatrix::packed(ty, rows, cols, &packed).unwrap();
             let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
             for r in 0..rows {
@@ -792,7 +666,7 @@ mod tests {
         assert!(!packable(GgmlType::Q4_0, 16, 48), "cols not whole blocks");
         let data = matrix(GgmlType::Q4_0, 8, 32);
         let w = WeightMatrix::new(GgmlType::Q4_0, 8, 32, &data).unwrap();
-        assert!(pack(&w).is_err());
+        assert!(w.pack().is_err());
         assert!(WeightMatrix::packed(GgmlType::Q4_0, 8, 32, &data).is_err());
         let q5k = matrix(GgmlType::Q5_K, 16, 256);
         assert!(WeightMatrix::packed(GgmlType::Q5_K, 16, 256, &q5k).is_err());

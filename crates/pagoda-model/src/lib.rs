@@ -7,6 +7,7 @@
 //! Architecture Invariant: pagoda-model knows nothing of scheduling or sampling; a forward pass
 //! maps token ids at positions to logits, given a KV cache it does not own the policy of.
 
+#![deny(clippy::unwrap_used)]
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
 

@@ -10,6 +10,7 @@
 //! APIs' documented defaults; validation of ranges and meaning lives in the server, which
 //! owns the mapping from errors to HTTP status.
 
+#![deny(clippy::unwrap_used)]
 pub mod json;
 pub mod ollama;
 pub mod openai;

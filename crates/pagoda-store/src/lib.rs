@@ -12,6 +12,7 @@
 //! Architecture Invariant: a blob in the store always matches its name's sha256, and a manifest
 //! only names blobs that were fully written first.
 
+#![deny(clippy::unwrap_used)]
 pub mod blob;
 pub mod catalog;
 pub mod error;

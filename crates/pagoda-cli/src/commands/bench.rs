@@ -6,6 +6,7 @@
 //! the figures compare the same work. The peer is `scripts/reference/bench_llamacpp.py`, run
 //! by the Python in `PAGODA_PEER_PYTHON` (default `python3`).
 
+use crate::commands::bench_workload::PROMPT_TEXT;
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -86,9 +87,6 @@ pub struct BenchFigures {
     #[serde(default)]
     pub parameters: u64,
 }
-
-/// The benchmark paragraph shared with the peer script (`scripts/reference/bench_llamacpp.py`).
-pub(crate) const PROMPT_TEXT: &str = include_str!("../../../../tests/golden/bench_prompt.txt");
 
 /// Runs `pagoda bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {

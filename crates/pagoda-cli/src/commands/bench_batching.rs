@@ -7,6 +7,9 @@
 //! tokens with `ignore_eos`, so both engines do exactly the same work. `--prefix-test`
 //! measures the TTFT of a request whose ~1000-token prefix is cached against a cold one.
 
+use crate::commands::bench_workload::{
+    closed_loop, workload, RequestResult, WorkItem, PROMPT_TEXT,
+};
 use crate::commands::engine_args::EngineArgs;
 use crate::commands::llama_server::LlamaServer;
 use crate::commands::model_loader::load_for_generation;
@@ -15,8 +18,6 @@ use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
 use pagoda_runtime::collect_blocking;
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Arguments of `pagoda bench batching`.
@@ -58,22 +59,6 @@ pub struct BenchBatchingArgs {
     pub json: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
-}
-
-/// One request of the workload.
-#[derive(Debug, Clone)]
-pub struct WorkItem {
-    pub prompt: Vec<u32>,
-    pub max_tokens: usize,
-}
-
-/// What one finished request measured.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestResult {
-    pub output_tokens: usize,
-    pub ttft: Duration,
-    /// Mean time per output token after the first (None with fewer than 2 tokens).
-    pub tpot: Option<Duration>,
 }
 
 /// Figures of one (engine, concurrency) run.
@@ -136,74 +121,6 @@ fn parse_range(text: &str) -> Result<(usize, usize), String> {
     Ok((lo, hi))
 }
 
-/// The seeded mixed-length workload: prompt and output lengths uniform in their ranges.
-pub fn workload(
-    text_tokens: &[u32],
-    n: usize,
-    seed: u64,
-    prompt_len: (usize, usize),
-    output_len: (usize, usize),
-) -> Vec<WorkItem> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |lo: usize, hi: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        lo + (state % (hi - lo + 1) as u64) as usize
-    };
-    (0..n)
-        .map(|_| {
-            let len = next(prompt_len.0, prompt_len.1).min(text_tokens.len().saturating_sub(1));
-            let offset = next(0, text_tokens.len() - len - 1);
-            WorkItem {
-                prompt: text_tokens[offset..offset + len].to_vec(),
-                max_tokens: next(output_len.0, output_len.1),
-            }
-        })
-        .collect()
-}
-
-/// Runs `work` with `concurrency` closed-loop clients calling `serve` for each item.
-pub fn closed_loop(
-    work: &[WorkItem],
-    concurrency: usize,
-    serve: impl Fn(&WorkItem) -> anyhow::Result<RequestResult> + Sync,
-) -> anyhow::Result<(Duration, Vec<RequestResult>)> {
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new(Vec::with_capacity(work.len()));
-    let started = Instant::now();
-    let outcome: anyhow::Result<()> = std::thread::scope(|s| {
-        let clients: Vec<_> = (0..concurrency.max(1))
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = work.get(i) else {
-                            return Ok(());
-                        };
-                        let r = serve(item)?;
-                        results
-                            .lock()
-                            .map_err(|_| anyhow::anyhow!("poisoned"))?
-                            .push(r);
-                    }
-                })
-            })
-            .collect();
-        for c in clients {
-            c.join()
-                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
-        }
-        Ok(())
-    });
-    outcome?;
-    let wall = started.elapsed();
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
-    Ok((wall, results))
-}
-
 /// One request through the in-process engine.
 fn serve_pagoda(engine: &EngineHandle, item: &WorkItem) -> anyhow::Result<RequestResult> {
     let mut req = EngineRequest::new(
@@ -234,7 +151,7 @@ pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     crate::commands::threads::set_threads(Some(threads))?;
     let loaded = load_for_generation(&args.model, &args.engine.load)?;
-    let text = vec![super::bench::PROMPT_TEXT.trim(); 64].join("\n\n");
+    let text = vec![PROMPT_TEXT.trim(); 64].join("\n\n");
     let text_tokens = loaded.tokenizer.encode(&text, false)?;
     if args.prefix_test {
         return prefix_test(&args, &loaded, &text_tokens);

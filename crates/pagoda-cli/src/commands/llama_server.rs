@@ -4,7 +4,7 @@
 //!
 //! Invariant: the child process is killed when the [`LlamaServer`] is dropped.
 
-use crate::commands::bench_batching::{RequestResult, WorkItem};
+use crate::commands::bench_workload::{RequestResult, WorkItem};
 use anyhow::Context;
 use std::io::BufRead;
 use std::path::Path;

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod bench;
 pub mod bench_batching;
 pub mod bench_serve;
+pub mod bench_workload;
 pub mod cp;
 pub mod create;
 pub mod dataset;

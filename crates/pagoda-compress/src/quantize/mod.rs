@@ -12,10 +12,11 @@
 //!   [`gptq`] and [`awq`] — the calibration-aware algorithms over those grids (offline
 //!   quantization); `linalg` — the Cholesky pieces GPTQ needs.
 //! - [`calibrate`] — runs calibration text through a model and records each linear input's
-//!   Hessian and channel magnitudes; [`offline`] — RTN/GPTQ/AWQ over a whole model into GGUF
+//!   Hessian and channel magnitudes; `layer` — RTN/GPTQ/AWQ of one decoder layer into GGUF
 //!   blocks (Q4_0, Q4_1, Q8_0), with AWQ's scales folded into the preceding norm/projection;
-//!   [`sequential`] — the same, calibrated layer by layer on the outputs of the layers
-//!   already quantized (bounded memory: one layer's statistics at a time);
+//!   [`offline`] — the drivers over a whole model (and the public face of `layer`'s options
+//!   and results); [`sequential`] — the layer-wise driver, calibrated on the outputs of the
+//!   layers already quantized (bounded memory: one layer's statistics at a time);
 //!   [`write`] — the result as a GGUF file (source metadata, atomic write).
 //!
 //! Invariants: a matrix is converted row by row (dequantize one row to f32, quantize it
@@ -35,6 +36,7 @@ pub mod gguf_meta;
 pub mod gptq;
 pub mod grid;
 pub mod hf_write;
+mod layer;
 mod linalg;
 pub mod offline;
 pub mod report;

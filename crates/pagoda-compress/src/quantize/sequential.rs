@@ -10,10 +10,15 @@
 //! layers at once in [`calibrate`](super::calibrate::calibrate)), one layer in f32 while it is
 //! quantized, and the output.
 //!
+//! Builds on `layer` only; `offline` dispatches here for
+//! [`Calibration::Sequential`](super::offline::Calibration::Sequential), so this module does
+//! not import it back.
+//!
 //! Invariants: layer `L` is quantized from statistics of inputs produced by the quantized
 //! layers `0..L` and the original embedding; at most one layer's statistics and one layer's
 //! quantized tensors (for running it) are alive here; every result goes to the caller's sink
-//! exactly as [`quantize_layers`](super::offline::quantize_layers)' one-pass path sends it,
+//! exactly as [`quantize_layers`](super::offline::quantize_layers)' one-pass path sends it
+//! (both hand on `layer::quantize_layer`'s results),
 //! so GGUF and GPTQ/AWQ folder outputs both get it.
 
 use std::collections::BTreeMap;
@@ -24,9 +29,9 @@ use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::{Model, ModelConfig};
 
 use super::calibrate::{calibration_windows, CalibrationStats, Recorder};
-use super::offline::{
-    merge_weights, quantize_layer, quantize_model_with, quantized_view, to_gguf_blocks,
-    Calibration, OfflineOptions, OfflineReport, Quantized,
+use super::layer::{
+    merge_weights, quantize_layer, quantized_view, to_gguf_blocks, OfflineOptions, OfflineReport,
+    Quantized,
 };
 use crate::CompressError;
 
@@ -37,30 +42,6 @@ pub struct SequentialCalibration<'a> {
     pub tokens: &'a [u32],
     pub window: usize,
     pub max_windows: usize,
-}
-
-/// Quantizes `weights` (a model shaped by `cfg`) layer by layer with `opts` into GGUF blocks,
-/// calibrating each layer on up to `max_windows` windows of `window` tokens of `tokens` run
-/// through the layers before it, already quantized. `progress(done, total)` after each layer.
-/// Returns the weights, the report and the calibration tokens used.
-pub fn quantize_model_sequential(
-    weights: &Weights,
-    cfg: &ModelConfig,
-    tokens: &[u32],
-    window: usize,
-    max_windows: usize,
-    opts: &OfflineOptions,
-    progress: impl FnMut(usize, usize),
-) -> Result<(Weights, OfflineReport, usize), CompressError> {
-    let seq = SequentialCalibration {
-        tokens,
-        window,
-        max_windows,
-    };
-    let (out, report) =
-        quantize_model_with(weights, cfg, &Calibration::Sequential(seq), opts, progress)?;
-    let used = report.calibration_tokens.unwrap_or(0);
-    Ok((out, report, used))
 }
 
 /// The layer-wise driver of [`quantize_layers`](super::offline::quantize_layers): every

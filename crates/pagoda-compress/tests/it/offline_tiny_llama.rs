@@ -191,7 +191,7 @@ fn a_linear_weight_with_the_wrong_rank_is_an_error_not_a_panic() {
 #[test]
 fn sequential_calibration_feeds_each_layer_the_quantized_layers_outputs() {
     use pagoda_compress::quantize::offline::gguf_grid;
-    use pagoda_compress::quantize::sequential::quantize_model_sequential;
+    use pagoda_compress::quantize::offline::quantize_model_sequential;
     let src = tiny_llama();
     let model = Model::from_source(&src).unwrap();
     let toks = tokens(512, 9);

@@ -13,7 +13,7 @@
 //! storage); sub-group sizes are chosen so accumulators, loaded rows and the query / broadcast
 //! operand fit the register file (16 ymm, 32 zmm).
 //!
-//! Invariant: the entry points are reached only through `paged_attention::decode_fn` for an
+//! Invariant: the entry points are reached only through `paged_attention`'s `decode_fn` for an
 //! ISA found available; every primitive checks its slice lengths (`check_scores`,
 //! `check_accumulate`, `Rows::new`) before reading through raw pointers, so the only
 //! precondition left to `unsafe` is the CPU.
@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::kv_blocks::BlockRows;
-use crate::paged_attention::{
+use crate::paged_attention::decode::{
     check_accumulate, check_scores, decode_group, DecodeArgs, DecodeOps, DecodeScratch, Rows,
 };
 

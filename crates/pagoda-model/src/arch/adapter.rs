@@ -18,7 +18,6 @@
 //! - [`LoraBatch`] holds adapters only during a forward pass (set and cleared by
 //!   [`Model::forward_batch`]).
 
-use super::layers::Linear;
 use super::Model;
 use crate::lora::LoraAdapter;
 use crate::{hf, ModelConfig, ModelError};
@@ -212,15 +211,22 @@ impl LoraBatch {
         self.spans.is_empty()
     }
 
-    /// Adds `scaling · B (A x)` to the output rows of `linear` whose span has an adapter that
-    /// adapts it. `x`: `[total, linear.cols]`, `out`: `[total, linear.rows]`.
-    pub fn apply(&mut self, linear: &Linear, x: &[f32], out: &mut [f32]) {
+    /// Adds `scaling · B (A x)` to the output rows of the linear layer named `linear`
+    /// (canonical name, `rows x cols`) whose span has an adapter that adapts it.
+    /// `x`: `[total, cols]`, `out`: `[total, rows]`. The layers call it through
+    /// `Linear::add_lora`, so this module needs nothing of theirs.
+    pub fn apply(
+        &mut self,
+        linear: &str,
+        (rows, cols): (usize, usize),
+        x: &[f32],
+        out: &mut [f32],
+    ) {
         if self.spans.is_empty() {
             return;
         }
-        let (cols, rows) = (linear.cols, linear.rows);
         for (span, adapter) in &self.spans {
-            let Some(pair) = adapter.0.pairs.get(linear.name()) else {
+            let Some(pair) = adapter.0.pairs.get(linear) else {
                 continue;
             };
             let n = span.len();

@@ -8,7 +8,7 @@
 //! look at which sequence (a [`SeqAttention`]: rows, first position, block table) a row is of.
 //!
 //! A linear layer's output gets each segment's LoRA adapter added on that segment's rows
-//! ([`Scratch::lora`], a [`LoraBatch`](super::adapter::LoraBatch)) right after the layer runs.
+//! ([`Scratch::lora`], a [`LoraBatch`], through [`Linear::add_lora`]) right after the layer runs.
 //!
 //! Invariants: a [`Linear`] was shape-checked against the config when the model was built, so
 //! the kernel calls here cannot fail on shape; they return errors only for kernel faults. The
@@ -16,6 +16,7 @@
 //! [`Model::forward_batch`](super::Model::forward_batch): their rows tile `0..total` in order and
 //! every block table covers its positions with blocks of the cache.
 
+use super::adapter::LoraBatch;
 use crate::config::RopeScaling;
 use crate::weights::{TensorView, Weights};
 use crate::PagedKvCache;
@@ -165,6 +166,12 @@ impl Linear {
     pub fn name(&self) -> &str {
         &self.weight.name
     }
+
+    /// Adds the forward pass's LoRA adapters to this layer's output `out` (`[total, rows]`)
+    /// for input `x` (`[total, cols]`): [`LoraBatch::apply`] under this layer's name.
+    pub fn add_lora(&self, lora: &mut LoraBatch, x: &[f32], out: &mut [f32]) {
+        lora.apply(self.name(), (self.rows, self.cols), x, out);
+    }
 }
 
 thread_local! {
@@ -226,7 +233,7 @@ fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorVi
                 let r1 = (r0 + PACK_PIECE_ROWS).min(rows);
                 let bytes = r0 * row_bytes..r1 * row_bytes;
                 let piece = WeightMatrix::new(weight.ty, r1 - r0, cols, &data[bytes.clone()])?;
-                pagoda_kernels::packed::pack_into(&piece, &mut out[bytes.clone()])?;
+                piece.pack_into(&mut out[bytes.clone()])?;
                 // The file's copy is no longer read by the forward pass.
                 weight.release_pages(bytes);
             }
@@ -502,15 +509,15 @@ impl GatedMlp {
             n,
             [&mut scratch.gate, &mut scratch.up],
         )?;
-        scratch.lora.apply(&self.gate, x, &mut scratch.gate);
-        scratch.lora.apply(&self.up, x, &mut scratch.up);
+        self.gate.add_lora(&mut scratch.lora, x, &mut scratch.gate);
+        self.up.add_lora(&mut scratch.lora, x, &mut scratch.up);
         match self.activation {
             Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
             Activation::GeluTanh => ops::gelu_tanh_mul(&mut scratch.gate, &scratch.up),
         }
         scratch.observer.see(&[&self.down], &scratch.gate, n);
         self.down.forward(&scratch.gate, n, out)?;
-        scratch.lora.apply(&self.down, &scratch.gate, out);
+        self.down.add_lora(&mut scratch.lora, &scratch.gate, out);
         Ok(())
     }
 
@@ -601,9 +608,9 @@ impl AttentionWeights {
             total,
             [&mut scratch.q, &mut scratch.k, &mut scratch.v],
         )?;
-        scratch.lora.apply(&self.q, x, &mut scratch.q);
-        scratch.lora.apply(&self.k, x, &mut scratch.k);
-        scratch.lora.apply(&self.v, x, &mut scratch.v);
+        self.q.add_lora(&mut scratch.lora, x, &mut scratch.q);
+        self.k.add_lora(&mut scratch.lora, x, &mut scratch.k);
+        self.v.add_lora(&mut scratch.lora, x, &mut scratch.v);
         if let Some(norm) = &self.q_norm {
             norm.forward_inplace(&mut scratch.q);
         }
@@ -633,7 +640,7 @@ impl AttentionWeights {
         );
         scratch.observer.see(&[&self.o], &scratch.attn, total);
         self.o.forward(&scratch.attn, total, out)?;
-        scratch.lora.apply(&self.o, &scratch.attn, out);
+        self.o.add_lora(&mut scratch.lora, &scratch.attn, out);
         Ok(())
     }
 
@@ -672,7 +679,7 @@ pub struct Scratch {
     /// Calibration hook: sees every linear layer's input (none when serving).
     pub observer: ObserverSlot,
     /// The LoRA adapters of the current forward pass, by rows (empty outside one).
-    pub lora: super::adapter::LoraBatch,
+    pub lora: LoraBatch,
 }
 
 #[cfg(test)]
