@@ -18,7 +18,7 @@ use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
 use pagoda_runtime::collect_blocking;
 use serde::Serialize;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Arguments of `pagoda bench batching`.
 #[derive(Debug, Args)]
