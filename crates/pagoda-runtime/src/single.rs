@@ -90,6 +90,29 @@ impl ChoiceOutput {
     }
 }
 
+/// Context of a one-stream engine when neither the caller nor the model's Modelfile
+/// (`num_ctx`) asks for another (capped at the model's own).
+pub const DEFAULT_CONTEXT: usize = 4096;
+
+/// Starts an engine for one stream at a time over `loaded` (see [`engine_config`]), with a
+/// context of `requested` tokens, else the Modelfile's `num_ctx`, else [`DEFAULT_CONTEXT`],
+/// capped at the model's; returns it with the [`bounds`] of requests to it.
+pub fn start(
+    loaded: &crate::loader::LoadedModel,
+    requested: Option<usize>,
+) -> Result<(EngineHandle, crate::request::Bounds), EngineError> {
+    let context = requested
+        .or(loaded.context_limit)
+        .unwrap_or(DEFAULT_CONTEXT)
+        .min(loaded.model.config().context_length);
+    let engine = EngineHandle::start(
+        loaded.model.clone(),
+        loaded.tokenizer.clone(),
+        engine_config(context),
+    )?;
+    Ok((engine, bounds(loaded, context)))
+}
+
 /// The engine for one conversation or one stream at a time (`run`, `bench model`, `eval
 /// compare`): one sequence of up to `context` tokens, prefix caching on so a conversation's
 /// earlier turns are reused, everything else as `serve` runs it.

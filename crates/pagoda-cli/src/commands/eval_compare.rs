@@ -23,7 +23,7 @@ use pagoda_compress::eval::compare::{
 };
 use pagoda_compress::eval::{compare_page, winrate};
 use pagoda_compress::quantize::QuantTarget;
-use pagoda_engine::{EngineHandle, SamplingParams};
+use pagoda_engine::SamplingParams;
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_runtime::{engine_request, single, Knobs};
 use serde_json::json;
@@ -230,16 +230,7 @@ fn answer_all(
 ) -> anyhow::Result<Vec<String>> {
     let loaded = load_for_generation(&variant.model, &LoadArgs { quantize })
         .with_context(|| format!("loading variant {label} ({variant})"))?;
-    let ctx = loaded
-        .context_limit
-        .unwrap_or(4096)
-        .min(loaded.model.config().context_length);
-    let engine = EngineHandle::start(
-        loaded.model.clone(),
-        loaded.tokenizer.clone(),
-        single::engine_config(ctx),
-    )?;
-    let bounds = single::bounds(&loaded, ctx);
+    let (engine, bounds) = single::start(&loaded, None)?;
     let bar = ProgressBar::new(prompts.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} answers [{elapsed} < {eta}]")

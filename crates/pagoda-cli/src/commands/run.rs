@@ -77,9 +77,6 @@ pub struct RunArgs {
     pub load: LoadArgs,
 }
 
-/// Default KV cache size when neither the user nor a small model context asks otherwise.
-const DEFAULT_CTX: usize = 4096;
-
 /// Default answer length when neither `--max-tokens` nor the Modelfile sets one.
 const DEFAULT_MAX_TOKENS: usize = 512;
 
@@ -115,23 +112,14 @@ impl RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
     let loaded = load_for_generation(&args.model, &args.load)?;
-    let ctx = args
-        .ctx_size
-        .or(loaded.context_limit)
-        .unwrap_or(DEFAULT_CTX)
-        .min(loaded.model.config().context_length);
     // One conversation on the serving engine: earlier turns are found again by its prefix
     // cache, so a follow-up only prefills what is new.
-    let engine = EngineHandle::start(
-        loaded.model.clone(),
-        loaded.tokenizer.clone(),
-        single::engine_config(ctx),
-    )?;
+    let (engine, bounds) = single::start(&loaded, args.ctx_size)?;
     let session = Session {
         args: &args,
         loaded: &loaded,
         engine: &engine,
-        bounds: single::bounds(&loaded, ctx),
+        bounds,
     };
     let system = args
         .system
