@@ -15,7 +15,7 @@
 //! scheme, kept for comparison); `continuous` (default) lets finished requests leave and new
 //! ones join at every step.
 
-use crate::commands::engine_args::EngineArgs;
+use crate::commands::engine_args::{EngineArgs, RequestLimitArgs};
 use crate::commands::model_loader::{load_for_generation, LoadedModel};
 use anyhow::Context;
 use clap::Args;
@@ -52,6 +52,8 @@ pub struct BatchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub limits: RequestLimitArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -109,7 +111,7 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
         bounds: Bounds::serving(
             &loaded,
             engine.layout().max_model_len,
-            args.engine.max_tokens_limit(),
+            args.limits.max_tokens_limit(),
             policy,
             LengthRule::Strict,
         ),

@@ -76,6 +76,24 @@ impl SpecArgs {
     }
 }
 
+/// The limits a server (or a batch job answering the same requests) puts on every request.
+#[derive(Debug, Clone, Args)]
+pub struct RequestLimitArgs {
+    /// Most output tokens per choice a request may get; a request that sets no max_tokens
+    /// gets the smaller of this and the context left (default: the context is the limit).
+    /// OpenAI requests asking for more get a 400 naming max_tokens; Ollama's num_predict is
+    /// clamped to it.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens_limit: Option<u32>,
+}
+
+impl RequestLimitArgs {
+    /// `--max-tokens-limit` as a token count.
+    pub fn max_tokens_limit(&self) -> Option<usize> {
+        self.max_tokens_limit.map(|v| v as usize)
+    }
+}
+
 /// Engine flags (vLLM's names where it has one).
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
@@ -107,12 +125,6 @@ pub struct EngineArgs {
     /// Longest sequence (prompt + output); default: the model's context length.
     #[arg(long)]
     pub max_model_len: Option<usize>,
-    /// Most output tokens per choice a request may get; a request that sets no max_tokens
-    /// gets the smaller of this and the context left (default: the context is the limit).
-    /// OpenAI requests asking for more get a 400 naming max_tokens; Ollama's num_predict is
-    /// clamped to it.
-    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_tokens_limit: Option<u32>,
     #[command(flatten)]
     pub load: LoadArgs,
     #[command(flatten)]
@@ -120,11 +132,6 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// `--max-tokens-limit` as a token count.
-    pub fn max_tokens_limit(&self) -> Option<usize> {
-        self.max_tokens_limit.map(|v| v as usize)
-    }
-
     /// The engine configuration these flags ask for, batching in `mode`.
     pub fn config(&self, mode: BatchingMode) -> EngineConfig {
         EngineConfig {

@@ -2,7 +2,7 @@
 //! batching engine. Models named with `--model` are pulled if missing (with progress bars)
 //! before the server starts, then loaded; others load on first request.
 
-use crate::commands::engine_args::{parse_size, EngineArgs};
+use crate::commands::engine_args::{parse_size, EngineArgs, RequestLimitArgs};
 use anyhow::Context;
 use clap::Args;
 use pagoda_engine::BatchingMode;
@@ -85,6 +85,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
     #[command(flatten)]
+    pub limits: RequestLimitArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
 }
 
@@ -127,7 +129,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             body_timeout: positive_seconds("--body-timeout", args.body_timeout)?,
             max_connections: args.max_connections.max(1),
         },
-        max_tokens_limit: args.engine.max_tokens_limit(),
+        max_tokens_limit: args.limits.max_tokens_limit(),
         ..ServerConfig::default()
     };
     for source in &config.pull.allowed_sources {
