@@ -11,7 +11,7 @@
 //! [`SeqControl`] at the moment it decides, so the sequence side changes in the same order as
 //! the output side.
 //!
-//! Invariants: a sequence id has a [`ChoiceOutput`] exactly while its choice may still emit;
+//! Invariants: a sequence id has a [`ChoiceProgress`] exactly while its choice may still emit;
 //! every request gets one `Finished` event per choice (`index` `0..n`) or one `Error`, then is
 //! forgotten; a choice whose output ends is released from the sequence side before its
 //! `Finished` is sent; a request whose caller went away is aborted at its next token.
@@ -66,7 +66,7 @@ struct RequestOutput {
 }
 
 /// The output state of one choice of a request (one sequence in the scheduler).
-struct ChoiceOutput {
+struct ChoiceProgress {
     request: RequestId,
     index: usize,
     choice: Choice,
@@ -95,7 +95,7 @@ pub(crate) struct Fork {
 pub(crate) struct OutputProcessor {
     tokenizer: Arc<Tokenizer>,
     requests: HashMap<RequestId, RequestOutput>,
-    choices: HashMap<SeqId, ChoiceOutput>,
+    choices: HashMap<SeqId, ChoiceProgress>,
     counters: OutputCounters,
 }
 
@@ -130,7 +130,7 @@ impl OutputProcessor {
         let choice = new_choice(&self.tokenizer, &request, 0);
         self.choices.insert(
             seq,
-            ChoiceOutput {
+            ChoiceProgress {
                 request: id,
                 index: 0,
                 choice,
@@ -326,7 +326,7 @@ impl OutputProcessor {
             };
             self.choices.insert(
                 child,
-                ChoiceOutput {
+                ChoiceProgress {
                     request,
                     index,
                     choice,
