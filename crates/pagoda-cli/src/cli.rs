@@ -86,6 +86,10 @@ pub enum Command {
     #[command(after_help = PS_HELP)]
     Ps(PsArgs),
 
+    /// The devices Pagoda can run on: the CPU (its SIMD path and threads) and each NVIDIA GPU
+    /// with its memory, or what is missing for one (the driver, NVRTC, cuBLAS).
+    Devices(DevicesArgs),
+
     /// Generate text with a model (a one-shot prompt, or an interactive chat).
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
@@ -315,6 +319,14 @@ pub struct CpArgs {
     pub log: Verbosity,
 }
 
+/// Arguments of `pagoda devices`.
+#[derive(Debug, Args)]
+pub struct DevicesArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct PsArgs {
     /// The server: host, host:port or http://host:port.
@@ -339,6 +351,7 @@ impl Cli {
             Command::Cp(a) => a.log.verbose,
             Command::Ps(a) => a.log.verbose,
             Command::Run(_)
+            | Command::Devices(_)
             | Command::Bench(_)
             | Command::Batch(_)
             | Command::Serve(_)

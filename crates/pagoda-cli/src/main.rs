@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         Command::Create(args) => commands::create::run(args),
         Command::Cp(args) => commands::cp::run(args),
         Command::Ps(args) => commands::ps::run(args),
+        Command::Devices(args) => commands::devices::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Batch(args) => commands::batch::run(args),

@@ -626,6 +626,36 @@ fn an_interactive_chat_reuses_earlier_turns_through_the_prefix_cache() {
     );
 }
 
+#[test]
+fn devices_reports_the_cpu_and_each_gpu_or_what_is_missing() {
+    let env = Env::new();
+    let o = env.run(&["devices", "--json"]);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(report["cpu"]["threads"].as_u64().unwrap() >= 1);
+    assert!(["scalar", "avx2", "avx512"].contains(&report["cpu"]["simd"].as_str().unwrap()));
+    let libs = &report["cuda_libraries"];
+    let all_found = ["driver", "nvrtc", "cublas"]
+        .iter()
+        .all(|l| libs[l].as_bool().unwrap());
+    let gpus = report["gpus"].as_array().unwrap();
+    if gpus.is_empty() {
+        let why = report["gpu_unavailable"].as_str().unwrap();
+        if !libs["driver"].as_bool().unwrap() {
+            assert!(why.contains("libcuda.so"), "{why}");
+        }
+        if !libs["nvrtc"].as_bool().unwrap() {
+            assert!(why.contains("nvidia-cuda-nvrtc-cu12"), "{why}");
+        }
+    } else {
+        assert!(all_found, "a GPU is listed only when every library loads");
+        assert!(gpus[0]["memory_bytes"].as_u64().unwrap() > 0);
+    }
+    let table = stdout(&env.run(&["devices"]));
+    assert!(table.starts_with("cpu "), "{table}");
+    assert!(table.contains("cuda"), "{table}");
+}
+
 /// A copy of golden folder `golden` (tests/golden), with `edit` applied to its config.json.
 fn golden_copy(env: &Env, golden: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

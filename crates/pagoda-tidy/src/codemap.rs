@@ -22,10 +22,12 @@ use std::path::{Path, PathBuf};
 /// From ARCHITECTURE.md: kernels ◄ model ◄ engine ◄ runtime ◄ server / cli; compress on model
 /// and kernels only; runtime (the one request path between the front ends and the engine) on
 /// engine, model, store, compress, protocol and kernels; store, protocol and http on none;
-/// the gateway on protocol and http; bench on protocol only. The server does not depend on
+/// the gateway on protocol and http; bench on protocol only; cuda (NVIDIA GPUs reached at run
+/// time) on none, used by the cli for now. The server does not depend on
 /// compress (quantize-at-load is the runtime's). pagoda-tidy reads text only.
 pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("pagoda-kernels", &[]),
+    ("pagoda-cuda", &[]),
     ("pagoda-model", &["pagoda-kernels"]),
     ("pagoda-engine", &["pagoda-model", "pagoda-kernels"]),
     ("pagoda-compress", &["pagoda-model", "pagoda-kernels"]),
@@ -66,6 +68,7 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "pagoda-compress",
             "pagoda-model",
             "pagoda-kernels",
+            "pagoda-cuda",
             "pagoda-store",
             "pagoda-protocol",
             "pagoda-http",

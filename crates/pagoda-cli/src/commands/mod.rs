@@ -13,6 +13,7 @@ pub mod bench_workload;
 pub mod cp;
 pub mod create;
 pub mod dataset;
+pub mod devices;
 pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;

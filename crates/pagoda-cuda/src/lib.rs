@@ -1,0 +1,22 @@
+//! pagoda-cuda: NVIDIA GPUs, reached at run time.
+//!
+//! Map: [`libraries`] (which of the CUDA libraries Pagoda needs can be loaded: the driver,
+//! NVRTC, cuBLAS), [`gpu`] (the GPUs the driver reports, with their memory and compute
+//! capability), [`error`] (what is missing or failed, in words that say what to do).
+//!
+//! Architecture Invariant: nothing here links against CUDA. The libraries are opened with
+//! `dlopen` when first asked for (cudarc's dynamic loading), and only after
+//! [`libraries::Libraries::find`] has seen that they load, so a machine without a GPU or a
+//! driver builds and runs everything else and gets a [`CudaError`] naming the missing piece
+//! (cudarc itself panics when asked for a library that is not there). Depends on no other
+//! Pagoda crate.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod error;
+pub mod gpu;
+pub mod libraries;
+
+pub use error::CudaError;
+pub use gpu::{list_gpus, Gpu};
+pub use libraries::Libraries;
