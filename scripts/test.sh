@@ -59,6 +59,16 @@ else
   echo "skipped: install chromium (apt-get install chromium) to run the chat page test"
 fi
 
+echo "== NVRTC (the nvidia-cuda-nvrtc-cu12 wheel: compiles CUDA kernels without a GPU)"
+nvrtc_dir="$PWD/target/nvrtc"
+if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --target "$nvrtc_dir" nvidia-cuda-nvrtc-cu12 \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+      --target "$nvrtc_dir" nvidia-cuda-nvrtc-cu12 \
+    || [ "${CI:-}" != "true" ] || { echo "installing NVRTC failed" >&2; exit 1; }
+fi
+export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
 echo "== tests"
 # The runner's summary must be the last thing printed (no doc-test run after it: there are
 # no doc tests, and its "0 passed" would end the log).

@@ -9,6 +9,17 @@ pub enum CudaError {
     /// The driver loaded but reports no GPU.
     #[error("the NVIDIA driver is installed but reports no GPU (check `nvidia-smi`, and CUDA_VISIBLE_DEVICES if it is set)")]
     NoDevice,
+    /// NVRTC refused a kernel's source.
+    #[error("compiling CUDA kernel `{kernel}` failed: {log}")]
+    Compile { kernel: String, log: String },
+    /// The kernel cache could not be written.
+    #[error(
+        "writing the kernel cache {path}: {message} (set PAGODA_KERNEL_CACHE to a writable folder)"
+    )]
+    Cache {
+        path: std::path::PathBuf,
+        message: String,
+    },
     /// A driver call failed.
     #[error("CUDA driver call {call} failed: {message}")]
     Driver { call: &'static str, message: String },

@@ -2,7 +2,9 @@
 //!
 //! Map: [`libraries`] (which of the CUDA libraries Pagoda needs can be loaded: the driver,
 //! NVRTC, cuBLAS), [`gpu`] (the GPUs the driver reports, with their memory and compute
-//! capability), [`error`] (what is missing or failed, in words that say what to do).
+//! capability), [`kernels`] (CUDA C compiled by NVRTC at first use, cached on disk by source
+//! hash and architecture), [`error`] (what is missing or failed, in words that say what to
+//! do).
 //!
 //! Architecture Invariant: nothing here links against CUDA. The libraries are opened with
 //! `dlopen` when first asked for (cudarc's dynamic loading), and only after
@@ -15,8 +17,10 @@
 
 pub mod error;
 pub mod gpu;
+pub mod kernels;
 pub mod libraries;
 
 pub use error::CudaError;
 pub use gpu::{list_gpus, Gpu};
+pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;

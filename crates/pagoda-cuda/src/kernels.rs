@@ -1,0 +1,199 @@
+//! Kernels written in CUDA C, compiled by NVRTC at first use for the GPU's architecture and
+//! kept on disk, so a later start loads the PTX instead of compiling again.
+//!
+//! Invariants: a cached file is named by the kernel's name, the architecture and a SHA-256
+//! of the source together with the architecture and the compile options, so an edited
+//! kernel, another GPU generation or other options never load a stale file; a file is
+//! written under a temporary name and renamed into place, so a crash or two processes
+//! compiling at once never leave a torn one. A compile error carries the kernel's name and
+//! NVRTC's log.
+
+use crate::error::CudaError;
+use crate::libraries::{Libraries, NVRTC};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// The NVRTC architecture name of a compute capability Pagoda compiles for, e.g.
+/// `(9, 0)` → `sm_90` (H100/H200); `None` for one it does not know.
+pub fn arch_for(compute_capability: (i32, i32)) -> Option<&'static str> {
+    Some(match compute_capability {
+        (7, 0) => "sm_70",
+        (7, 5) => "sm_75",
+        (8, 0) => "sm_80",
+        (8, 6) => "sm_86",
+        (8, 7) => "sm_87",
+        (8, 9) => "sm_89",
+        (9, 0) => "sm_90",
+        (10, 0) => "sm_100",
+        (12, 0) => "sm_120",
+        _ => return None,
+    })
+}
+
+/// Options every kernel is compiled with (part of the cache key).
+const OPTIONS: &[&str] = &["--std=c++17"];
+
+/// A compiled kernel module.
+#[derive(Debug)]
+pub struct Compiled {
+    pub ptx: Ptx,
+    /// The cached file it was read from or written to.
+    pub path: PathBuf,
+    /// Whether it came from the cache (no compile this time).
+    pub from_cache: bool,
+}
+
+/// The on-disk cache of compiled kernels.
+#[derive(Debug, Clone)]
+pub struct KernelCache {
+    dir: PathBuf,
+}
+
+impl KernelCache {
+    /// A cache in `dir` (created when the first kernel is written).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        KernelCache { dir: dir.into() }
+    }
+
+    /// `$PAGODA_KERNEL_CACHE`, else the user's cache folder's `pagoda/kernels`.
+    pub fn default_dir() -> PathBuf {
+        match std::env::var_os("PAGODA_KERNEL_CACHE") {
+            Some(dir) => PathBuf::from(dir),
+            None => dirs::cache_dir()
+                .unwrap_or_else(std::env::temp_dir)
+                .join("pagoda")
+                .join("kernels"),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The PTX of kernel module `name` (`source` in CUDA C) for `arch`: from the cache, or
+    /// compiled by NVRTC and cached.
+    pub fn ptx(&self, name: &str, source: &str, arch: &'static str) -> Result<Compiled, CudaError> {
+        let path = self
+            .dir
+            .join(format!("{name}-{arch}-{}.ptx", key(source, arch)));
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            return Ok(Compiled {
+                ptx: Ptx::from_src(text),
+                path,
+                from_cache: true,
+            });
+        }
+        if !Libraries::find().nvrtc {
+            return Err(CudaError::MissingLibraries(vec![NVRTC]));
+        }
+        let options = CompileOptions {
+            arch: Some(arch),
+            options: OPTIONS.iter().map(|o| o.to_string()).collect(),
+            name: Some(format!("{name}.cu")),
+            ..CompileOptions::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| {
+            CudaError::Compile {
+                kernel: name.to_string(),
+                log: e.to_string(),
+            }
+        })?;
+        write_atomically(&path, &ptx.to_src())?;
+        Ok(Compiled {
+            ptx,
+            path,
+            from_cache: false,
+        })
+    }
+}
+
+/// Hex SHA-256 of the source, the architecture and the options (first 32 digits).
+fn key(source: &str, arch: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    h.update([0]);
+    h.update(arch.as_bytes());
+    for o in OPTIONS {
+        h.update([0]);
+        h.update(o.as_bytes());
+    }
+    let mut hex = hex::encode(h.finalize());
+    hex.truncate(32);
+    hex
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), CudaError> {
+    let fail = |e: std::io::Error| CudaError::Cache {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let tmp = path.with_extension(format!("ptx.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADD: &str = r#"
+extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"#;
+
+    #[test]
+    fn keys_change_with_source_and_architecture() {
+        assert_eq!(key(ADD, "sm_90"), key(ADD, "sm_90"));
+        assert_ne!(key(ADD, "sm_90"), key(ADD, "sm_80"));
+        assert_ne!(key(ADD, "sm_90"), key(&ADD.replace('+', "-"), "sm_90"));
+        assert_eq!(arch_for((9, 0)), Some("sm_90"));
+        assert_eq!(arch_for((1, 0)), None);
+    }
+
+    #[test]
+    fn compiles_once_then_loads_from_the_cache_or_names_what_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = KernelCache::new(dir.path());
+        if !Libraries::find().nvrtc {
+            // CI installs NVRTC (scripts/test.sh); without it the answer names it.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "NVRTC must be found under CI"
+            );
+            let e = cache.ptx("add", ADD, "sm_90").expect_err("no NVRTC");
+            assert_eq!(e, CudaError::MissingLibraries(vec![NVRTC]));
+            return;
+        }
+        let first = cache.ptx("add", ADD, "sm_90").expect("compiles");
+        assert!(!first.from_cache);
+        let text = first.ptx.to_src();
+        assert!(text.contains(".target sm_90"), "{text}");
+        assert!(text.contains(".entry add"), "{text}");
+        let again = cache.ptx("add", ADD, "sm_90").expect("cached");
+        assert!(again.from_cache);
+        assert_eq!(again.path, first.path);
+        assert_eq!(again.ptx.to_src(), text);
+        let other = cache.ptx("add", ADD, "sm_80").expect("compiles for sm_80");
+        assert!(!other.from_cache, "another architecture is another entry");
+
+        let broken = cache
+            .ptx(
+                "broken",
+                "extern \"C\" __global__ void k() { nope; }",
+                "sm_90",
+            )
+            .expect_err("does not compile");
+        match broken {
+            CudaError::Compile { kernel, log } => {
+                assert_eq!(kernel, "broken");
+                assert!(!log.is_empty());
+            }
+            other => panic!("{other}"),
+        }
+    }
+}
