@@ -68,10 +68,13 @@ mod tests {
     }
 
     #[test]
-    fn finding_never_panics_whatever_is_installed() {
-        // On a machine without CUDA this must return all false, not panic as cudarc's own
-        // loaders do; on a GPU machine, the driver is found.
+    fn finding_reports_what_loads_without_panicking() {
+        // cudarc's own loaders panic on a missing library; finding must answer instead, and
+        // under CI scripts/test.sh has put the NVRTC wheel's library on LD_LIBRARY_PATH.
         let found = Libraries::find();
-        assert_eq!(found, Libraries::find(), "the same answer twice");
+        if std::env::var_os("CI").is_some() {
+            assert!(found.nvrtc, "NVRTC must load under CI: {found:?}");
+        }
+        assert_eq!(found.missing().contains(&NVRTC), !found.nvrtc);
     }
 }
