@@ -884,6 +884,16 @@ fn batch_keeps_order_and_reports_bad_lines_per_line() {
             "body": {"prompt": vec![1; 5000], "max_tokens": 2}})
         .to_string(),
     );
+    lines.push(
+        serde_json::json!({"custom_id": "get", "method": "GET", "url": "/v1/completions",
+            "body": {"prompt": "x"}})
+        .to_string(),
+    );
+    lines.push(
+        serde_json::json!({"custom_id": "extra", "url": "/v1/completions", "priority": 1,
+            "body": {"prompt": "x"}})
+        .to_string(),
+    );
     fs::write(&input, lines.join("\n")).unwrap();
     for mode in ["continuous", "static"] {
         let o = env.run(&[
@@ -909,7 +919,7 @@ fn batch_keeps_order_and_reports_bad_lines_per_line() {
             .collect();
         assert_eq!(
             ids,
-            ["r0", "r1", "-", "r2", "r3", "r4", "chat", "u", "long"],
+            ["r0", "r1", "-", "r2", "r3", "r4", "chat", "u", "long", "get", "extra"],
             "{mode}"
         );
         for (i, k) in [(0usize, 3u64), (1, 4), (3, 5), (4, 6), (5, 7)] {
@@ -931,6 +941,18 @@ fn batch_keeps_order_and_reports_bad_lines_per_line() {
             .as_str()
             .unwrap();
         assert!(msg.contains("5000 tokens"), "{msg}");
+        assert_eq!(
+            got[9]["response"]["status_code"], 405,
+            "{mode}: GET is refused"
+        );
+        assert_eq!(got[10]["response"]["status_code"], 400);
+        let msg = got[10]["response"]["body"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert!(
+            msg.contains("`priority`"),
+            "the unknown line field is named: {msg}"
+        );
     }
 }
 

@@ -2,7 +2,8 @@
 //! format, run on the batching engine.
 //!
 //! Input lines: `{"custom_id", "method": "POST", "url": "/v1/chat/completions" |
-//! "/v1/completions", "body": {...}}`. Output: one line per input line, in input order:
+//! "/v1/completions", "body": {...}}` (another method is a 405, another line field a 400
+//! naming it; `body.model` may be left out). Output: one line per input line, in input order:
 //! `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`.
 //!
 //! Each body is parsed into the protocol's request types and goes through pagoda-runtime's
@@ -171,6 +172,9 @@ impl Job<'_> {
             custom_id: custom_id.clone(),
             error,
         };
+        if let Err(error) = check_envelope(&parsed) {
+            return fail(error);
+        }
         let url = parsed.get("url").and_then(Value::as_str);
         let body = match parsed.get("body").and_then(Value::as_object) {
             Some(b) => match self.with_model(b.clone()) {
@@ -338,6 +342,29 @@ impl Job<'_> {
         .and_then(|text| serde_json::from_str(&text))
         .map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, tokens))
+    }
+}
+
+/// The line around the body, as the Batch API defines it: `custom_id`, `method` (POST, the
+/// only method of both routes; may be left out), `url`, `body`. Anything else is refused by
+/// name rather than dropped.
+fn check_envelope(line: &Value) -> Result<(), ApiError> {
+    let Some(fields) = line.as_object() else {
+        return Err(ApiError::invalid("a batch line must be a JSON object"));
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|k| !["custom_id", "method", "url", "body"].contains(&k.as_str()))
+    {
+        return Err(ApiError::invalid_param(
+            "line",
+            format!("unknown field `{unknown}` in the batch line; a line has custom_id, method, url and body"),
+        ));
+    }
+    match fields.get("method") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(m)) if m.eq_ignore_ascii_case("POST") => Ok(()),
+        Some(_) => Err(ApiError::method_not_allowed()),
     }
 }
 
