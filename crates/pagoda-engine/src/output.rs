@@ -237,28 +237,19 @@ impl OutputProcessor {
             return;
         };
         let now = Instant::now();
-        for seq in req.seqs {
+        for &seq in &req.seqs {
             let Some(state) = self.choices.remove(&seq) else {
                 ctl.release(seq, None);
                 continue;
             };
             ctl.release(seq, Some(SeqEnd::Aborted));
-            let _ = req.events.send(TokenEvent::Finished {
-                index: state.index,
-                reason: FinishReason::Abort,
-                text: String::new(),
-                usage: Usage {
-                    prompt_tokens: req.prompt.len(),
-                    cached_prompt_tokens: req.cached_prompt_tokens,
-                    completion_tokens: state.choice.generated().len(),
-                },
-                timings: RequestTimings {
-                    arrived: req.arrived,
-                    first_scheduled: req.first_scheduled,
-                    first_token: state.first_token,
-                    finished: now,
-                },
-            });
+            let _ = req.events.send(finished(
+                &req,
+                &state,
+                FinishReason::Abort,
+                String::new(),
+                now,
+            ));
         }
     }
 
@@ -401,22 +392,9 @@ impl OutputProcessor {
             .choice
             .finish(&self.tokenizer, reason)
             .unwrap_or((String::new(), reason));
-        let _ = req.events.send(TokenEvent::Finished {
-            index: state.index,
-            reason,
-            text,
-            usage: Usage {
-                prompt_tokens: req.prompt.len(),
-                cached_prompt_tokens: req.cached_prompt_tokens,
-                completion_tokens: state.choice.generated().len(),
-            },
-            timings: RequestTimings {
-                arrived: req.arrived,
-                first_scheduled: req.first_scheduled,
-                first_token: state.first_token,
-                finished: Instant::now(),
-            },
-        });
+        let _ = req
+            .events
+            .send(finished(req, &state, reason, text, Instant::now()));
         req.live = req.live.saturating_sub(1);
         if req.live == 0 {
             self.requests.remove(&state.request);
@@ -456,5 +434,32 @@ fn finish_reason(end: SeqEnd) -> FinishReason {
         SeqEnd::Aborted => FinishReason::Abort,
         SeqEnd::Stopped => FinishReason::Stop,
         SeqEnd::Length | SeqEnd::ContextFull => FinishReason::Length,
+    }
+}
+
+/// The `Finished` event of `state`'s choice of `req`, ended for `reason` at `at` with the
+/// last held-back `text`.
+fn finished(
+    req: &RequestOutput,
+    state: &ChoiceProgress,
+    reason: FinishReason,
+    text: String,
+    at: Instant,
+) -> TokenEvent {
+    TokenEvent::Finished {
+        index: state.index,
+        reason,
+        text,
+        usage: Usage {
+            prompt_tokens: req.prompt.len(),
+            cached_prompt_tokens: req.cached_prompt_tokens,
+            completion_tokens: state.choice.generated().len(),
+        },
+        timings: RequestTimings {
+            arrived: req.arrived,
+            first_scheduled: req.first_scheduled,
+            first_token: state.first_token,
+            finished: at,
+        },
     }
 }
