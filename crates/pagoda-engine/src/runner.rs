@@ -45,7 +45,7 @@ impl ModelRunner {
         adapters: &[Option<LoraWeights>],
     ) -> Result<Vec<f32>, EngineError> {
         for &(src, dst) in &step.copies {
-            self.cache.copy_block(src, dst);
+            self.cache.copy_block(src, dst)?;
         }
         if step.chunks.is_empty() {
             return Ok(Vec::new());

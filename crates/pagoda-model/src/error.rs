@@ -31,6 +31,9 @@ pub enum ModelError {
     InvalidConfig(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The device asked for cannot be used, or failed (names the device and what to do).
+    #[error("{0}")]
+    Device(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),
     #[error("context full: {needed} positions needed but the KV cache holds {capacity}")]

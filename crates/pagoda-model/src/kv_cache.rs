@@ -22,17 +22,30 @@ pub use pagoda_kernels::kv_blocks::KvDtype;
 /// attention path).
 const SINGLE_SEQUENCE_BLOCK_SIZE: usize = 16;
 
+/// One layer's keys and values in host memory.
+pub(crate) type CpuKvLayer = (KvBlockStorage, KvBlockStorage);
+
 /// Paged keys and values of every layer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PagedKvCache {
     n_blocks: usize,
     block_size: usize,
     dtype: KvDtype,
     kv_dim: usize,
-    /// Per layer: (keys, values), each `[n_blocks, block_size, kv_dim]`.
-    layers: Vec<(KvBlockStorage, KvBlockStorage)>,
-    /// Activation buffers of the forward pass, reused across calls.
-    pub(crate) scratch: Scratch,
+    n_layers: usize,
+    store: KvStore,
+}
+
+/// Where the K/V live: in host memory for a CPU model, in the GPU's for a CUDA one (the
+/// cache is made by the model, on the model's device).
+#[derive(Debug)]
+enum KvStore {
+    Cpu {
+        /// Per layer: (keys, values), each `[n_blocks, block_size, kv_dim]`.
+        layers: Vec<(KvBlockStorage, KvBlockStorage)>,
+        /// The CPU forward pass's reusable state.
+        scratch: Scratch,
+    },
 }
 
 impl PagedKvCache {
@@ -48,8 +61,11 @@ impl PagedKvCache {
             block_size,
             dtype,
             kv_dim,
-            layers: (0..cfg.n_layers).map(|_| (storage(), storage())).collect(),
-            scratch: Scratch::default(),
+            n_layers: cfg.n_layers,
+            store: KvStore::Cpu {
+                layers: (0..cfg.n_layers).map(|_| (storage(), storage())).collect(),
+                scratch: Scratch::default(),
+            },
         }
     }
 
@@ -78,36 +94,70 @@ impl PagedKvCache {
 
     /// Layers held.
     pub fn n_layers(&self) -> usize {
-        self.layers.len()
+        self.n_layers
     }
 
     /// Bytes of K/V storage held (not counting the reusable activation scratch).
     pub fn memory_bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
-            .sum()
-    }
-
-    /// Copies every slot of block `src` into block `dst`, in every layer, K and V
-    /// (copy-on-write before a shared block is appended to). Panics if either is out of range.
-    pub fn copy_block(&mut self, src: u32, dst: u32) {
-        for (k, v) in &mut self.layers {
-            k.copy_block(src, dst);
-            v.copy_block(src, dst);
+        match &self.store {
+            KvStore::Cpu { layers, .. } => layers
+                .iter()
+                .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
+                .sum(),
         }
     }
 
-    /// Keys and values of `layer` (reading back positions in tests and debugging).
-    pub fn layer(&self, layer: usize) -> (&KvBlockStorage, &KvBlockStorage) {
-        let (k, v) = &self.layers[layer];
-        (k, v)
+    /// Copies every slot of block `src` into block `dst`, in every layer, K and V
+    /// (copy-on-write before a shared block is appended to). Errors if either is out of
+    /// range (or the device fails).
+    pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError> {
+        for b in [src, dst] {
+            if b as usize >= self.n_blocks {
+                return Err(ModelError::InvalidBatch(format!(
+                    "block copy names block {b}, but the KV cache has {} blocks",
+                    self.n_blocks
+                )));
+            }
+        }
+        match &mut self.store {
+            KvStore::Cpu { layers, .. } => {
+                for (k, v) in layers {
+                    k.copy_block(src, dst);
+                    v.copy_block(src, dst);
+                }
+            }
+        }
+        Ok(())
     }
 
-    /// Keys and values of `layer`, for the forward pass to write.
-    pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut KvBlockStorage, &mut KvBlockStorage) {
-        let (k, v) = &mut self.layers[layer];
-        (k, v)
+    /// Keys and values of `layer` of a CPU cache (reading back positions in tests and
+    /// debugging); `None` for a cache in GPU memory.
+    pub fn layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
+        match &self.store {
+            KvStore::Cpu { layers, .. } => layers.get(layer).map(|(k, v)| (k, v)),
+        }
+    }
+
+    /// The layers and the forward pass's scratch of a CPU cache.
+    pub(crate) fn cpu_parts_mut(
+        &mut self,
+    ) -> Result<(&mut [CpuKvLayer], &mut Scratch), ModelError> {
+        match &mut self.store {
+            KvStore::Cpu { layers, scratch } => Ok((layers, scratch)),
+        }
+    }
+
+    /// Makes every later forward pass over this cache report its linear layers' inputs to
+    /// `observer` (calibration; CPU caches only — a no-op elsewhere).
+    pub(crate) fn set_observer(
+        &mut self,
+        observer: Option<std::sync::Arc<dyn crate::arch::layers::LinearObserver>>,
+    ) {
+        match &mut self.store {
+            KvStore::Cpu { scratch, .. } => {
+                scratch.observer = crate::arch::layers::ObserverSlot(observer)
+            }
+        }
     }
 
     /// Checks that `block_table` can hold positions `0..end` and names only blocks of this
@@ -136,7 +186,7 @@ impl PagedKvCache {
 
 /// Keys and values of one sequence, for every layer: a [`PagedKvCache`] whose blocks all
 /// belong to this sequence, in order.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KvCache {
     paged: PagedKvCache,
     /// `0, 1, .., n_blocks - 1`: covers `capacity` positions.
@@ -175,7 +225,7 @@ impl KvCache {
         &mut self,
         observer: Option<std::sync::Arc<dyn crate::arch::layers::LinearObserver>>,
     ) {
-        self.paged.scratch.observer = crate::arch::layers::ObserverSlot(observer);
+        self.paged.set_observer(observer);
     }
 
     pub fn is_empty(&self) -> bool {

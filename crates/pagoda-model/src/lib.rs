@@ -14,6 +14,7 @@
 pub mod arch;
 pub mod chat_template;
 pub mod config;
+pub mod device;
 pub mod embedding;
 pub mod error;
 pub mod gguf;
@@ -31,6 +32,7 @@ pub mod weights;
 pub use arch::layers::LinearObserver;
 pub use arch::{BatchSegment, Logits, Model};
 pub use config::{Architecture, ModelConfig, RopeScaling};
+pub use device::{Device, DeviceChoice};
 pub use embedding::{Embedded, EmbeddingModel};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, PagedKvCache};

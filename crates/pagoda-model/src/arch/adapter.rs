@@ -85,8 +85,8 @@ impl LoraWeights {
                 )));
             }
             let canonical = hf::canonical_name(&format!("{module}.weight"), cfg.arch);
-            let Some((canonical, linear)) =
-                canonical.and_then(|c| model.find_linear(&c).map(|l| (c, l)))
+            let Some((canonical, (linear_rows, linear_cols))) =
+                canonical.and_then(|c| model.linear_shape(&c).map(|l| (c, l)))
             else {
                 return Err(err(format!(
                     "module {module} is not a linear layer of this {} model (an adapter for another \
@@ -95,13 +95,13 @@ impl LoraWeights {
                 )));
             };
             if !pair.is_consistent()
-                || pair.out_features != linear.rows
-                || pair.in_features != linear.cols
+                || pair.out_features != linear_rows
+                || pair.in_features != linear_cols
             {
                 return Err(err(format!(
                     "module {module}: the adapter is [out {}, in {}] (rank {}) but the model's \
                      {canonical} is [out {}, in {}]: an adapter made for another base model",
-                    pair.out_features, pair.in_features, pair.r, linear.rows, linear.cols
+                    pair.out_features, pair.in_features, pair.r, linear_rows, linear_cols
                 )));
             }
             let mut b_scaled: Vec<f32> = pair.b.iter().map(|v| v * pair.scaling).collect();

@@ -1,29 +1,21 @@
-//! Building blocks shared by every architecture's forward pass: linear layers over borrowed
-//! quantized weights, RMSNorm weights, RoPE tables, batched causal (optionally sliding-window)
-//! attention over the paged KV cache, and the gated MLP.
-//!
-//! Every block works on a batch: `total` rows of activations (`[total, dim]`), the concatenated
-//! new tokens of one or more sequences. Row-wise blocks (linear layers, norms, the MLP) run once
-//! over all rows, so each weight is read once per step; only RoPE, the K/V writes and attention
-//! look at which sequence (a [`SeqAttention`]: rows, first position, block table) a row is of.
+//! The CPU's building blocks of the forward pass: linear layers over the file's quantized
+//! weights (repacked into strips where this CPU's kernels want them), RMSNorm weights, RoPE
+//! tables, the calibration observer, and the CPU pass's reusable [`Scratch`]. The CPU
+//! [`Backend`](super::backend::Backend) ([`super::cpu`]) is made of these.
 //!
 //! A linear layer's output gets each segment's LoRA adapter added on that segment's rows
 //! ([`Scratch::lora`], a [`LoraBatch`], through [`Linear::add_lora`]) right after the layer runs.
 //!
 //! Invariants: a [`Linear`] was shape-checked against the config when the model was built, so
-//! the kernel calls here cannot fail on shape; they return errors only for kernel faults. The
-//! `SeqAttention`s given to [`AttentionWeights::forward`] were validated by
-//! [`Model::forward_batch`](super::Model::forward_batch): their rows tile `0..total` in order and
-//! every block table covers its positions with blocks of the cache.
+//! the kernel calls here cannot fail on shape; they return errors only for kernel faults.
+//! [`Rope`] holds the host-side frequency table every backend starts from.
 
 use super::adapter::LoraBatch;
+use super::backend::Activations;
 use crate::config::RopeScaling;
 use crate::weights::{TensorView, Weights};
-use crate::PagedKvCache;
 use crate::{ModelConfig, ModelError};
-use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::ops::{self, RopeStyle};
-use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
 use pagoda_kernels::{WeightLayout, WeightMatrix};
 
 /// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
@@ -304,13 +296,18 @@ impl RmsNorm {
         ops::rms_norm(x, &self.weight, self.eps, self.offset, out);
     }
 
+    /// The weight (without the config's offset), `eps` and the offset added to the weight.
+    pub fn parts(&self) -> (&[f32], f32, f32) {
+        (&self.weight, self.eps, self.offset)
+    }
+
     /// Normalizes every `weight.len()`-sized piece of `x` in place (per-head QK-norm).
     pub fn forward_inplace(&self, x: &mut [f32]) {
         ops::rms_norm_inplace(x, &self.weight, self.eps, self.offset);
     }
 }
 
-fn expect_shape(t: &TensorView, shape: &[usize]) -> Result<(), ModelError> {
+pub(crate) fn expect_shape(t: &TensorView, shape: &[usize]) -> Result<(), ModelError> {
     if t.shape != shape {
         return Err(ModelError::Tensor {
             path: Default::default(),
@@ -321,7 +318,11 @@ fn expect_shape(t: &TensorView, shape: &[usize]) -> Result<(), ModelError> {
     Ok(())
 }
 
-fn load_vector(weights: &Weights, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+pub(crate) fn load_vector(
+    weights: &Weights,
+    name: &str,
+    len: usize,
+) -> Result<Vec<f32>, ModelError> {
     let t = weights.get(name)?;
     if t.n_elements() != len {
         return Err(ModelError::Tensor {
@@ -431,6 +432,26 @@ impl Rope {
         Ok(self)
     }
 
+    /// Inverse frequencies, `[rope_dim / 2]`.
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
+    /// Multiplier on cos and sin.
+    pub fn mscale(&self) -> f32 {
+        self.mscale
+    }
+
+    /// Which pairs of a head rotate together.
+    pub fn style(&self) -> RopeStyle {
+        self.style
+    }
+
+    /// Values per head (the rotated ones first).
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
     /// Rotates `x` (`[n, heads * head_dim]`, row `t` at position `start + t`) in place.
     pub fn apply(&self, x: &mut [f32], n: usize, start: usize) {
         let half = self.inv_freq.len();
@@ -449,233 +470,11 @@ impl Rope {
     }
 }
 
-/// The head layout of one attention layer (`window`: its sliding window, if any).
-pub fn attention_shape(cfg: &ModelConfig, window: Option<usize>) -> AttentionShape {
-    AttentionShape {
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: cfg.head_dim,
-        scale: cfg.attention_scale,
-        softcap: cfg.attn_logit_softcap,
-        window,
-    }
-}
-
-/// Gated MLP: `down(act(gate(x)) * up(x))`.
-#[derive(Debug, Clone)]
-pub struct GatedMlp {
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
-    pub activation: Activation,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU (Llama, Qwen2).
-    Silu,
-    /// GeGLU with the tanh approximation (Gemma).
-    GeluTanh,
-}
-
-impl GatedMlp {
-    pub fn load(
-        weights: &Weights,
-        layer: usize,
-        cfg: &ModelConfig,
-        activation: Activation,
-    ) -> Result<Self, ModelError> {
-        let (d, f) = (cfg.hidden_size, cfg.ffn_dim);
-        Ok(GatedMlp {
-            gate: Linear::load(weights, &format!("blk.{layer}.ffn_gate.weight"), None, f, d)?,
-            up: Linear::load(weights, &format!("blk.{layer}.ffn_up.weight"), None, f, d)?,
-            down: Linear::load(weights, &format!("blk.{layer}.ffn_down.weight"), None, d, f)?,
-            activation,
-        })
-    }
-
-    /// `x`: `[n, hidden]` -> `out`: `[n, hidden]`.
-    pub fn forward(
-        &self,
-        x: &[f32],
-        n: usize,
-        scratch: &mut Scratch,
-        out: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
-        scratch.observer.see(&[&self.gate, &self.up], x, n);
-        Linear::forward_group(
-            [&self.gate, &self.up],
-            x,
-            n,
-            [&mut scratch.gate, &mut scratch.up],
-        )?;
-        self.gate.add_lora(&mut scratch.lora, x, &mut scratch.gate);
-        self.up.add_lora(&mut scratch.lora, x, &mut scratch.up);
-        match self.activation {
-            Activation::Silu => ops::silu_mul(&mut scratch.gate, &scratch.up),
-            Activation::GeluTanh => ops::gelu_tanh_mul(&mut scratch.gate, &scratch.up),
-        }
-        scratch.observer.see(&[&self.down], &scratch.gate, n);
-        self.down.forward(&scratch.gate, n, out)?;
-        self.down.add_lora(&mut scratch.lora, &scratch.gate, out);
-        Ok(())
-    }
-
-    /// The three linears.
-    pub fn linears(&self) -> [&Linear; 3] {
-        [&self.gate, &self.up, &self.down]
-    }
-}
-
-/// Attention projections of one layer.
-#[derive(Debug, Clone)]
-pub struct AttentionWeights {
-    pub q: Linear,
-    pub k: Linear,
-    pub v: Linear,
-    pub o: Linear,
-    /// Per-head RMSNorm of queries and keys (Gemma 3).
-    pub q_norm: Option<RmsNorm>,
-    pub k_norm: Option<RmsNorm>,
-}
-
-impl AttentionWeights {
-    pub fn load(weights: &Weights, layer: usize, cfg: &ModelConfig) -> Result<Self, ModelError> {
-        let d = cfg.hidden_size;
-        let q_dim = cfg.n_heads * cfg.head_dim;
-        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
-        let name = |t: &str| format!("blk.{layer}.{t}");
-        let norm = |t: &str| -> Result<Option<RmsNorm>, ModelError> {
-            let n = name(t);
-            if weights.contains(&n) {
-                Ok(Some(RmsNorm::load(weights, &n, cfg.head_dim, cfg)?))
-            } else {
-                Ok(None)
-            }
-        };
-        Ok(AttentionWeights {
-            q: Linear::load(
-                weights,
-                &name("attn_q.weight"),
-                Some(&name("attn_q.bias")),
-                q_dim,
-                d,
-            )?,
-            k: Linear::load(
-                weights,
-                &name("attn_k.weight"),
-                Some(&name("attn_k.bias")),
-                kv_dim,
-                d,
-            )?,
-            v: Linear::load(
-                weights,
-                &name("attn_v.weight"),
-                Some(&name("attn_v.bias")),
-                kv_dim,
-                d,
-            )?,
-            o: Linear::load(weights, &name("attn_output.weight"), None, d, q_dim)?,
-            q_norm: norm("attn_q_norm.weight")?,
-            k_norm: norm("attn_k_norm.weight")?,
-        })
-    }
-
-    /// Self-attention of a batch: projects all rows, normalizes, rotates each sequence's rows
-    /// from its first position, writes their K/V into the cache through its block table,
-    /// attends per sequence, and projects back. `x`: `[total, hidden]` -> `out`: `[total, hidden]`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &self,
-        cfg: &ModelConfig,
-        layer: usize,
-        rope: &Rope,
-        window: Option<usize>,
-        x: &[f32],
-        seqs: &[SeqAttention<'_>],
-        cache: &mut PagedKvCache,
-        scratch: &mut Scratch,
-        out: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
-        let total = x.len() / cfg.hidden_size;
-        let q_dim = cfg.n_heads * cfg.head_dim;
-        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
-        scratch.observer.see(&[&self.q, &self.k, &self.v], x, total);
-        // [total, q_dim], [total, kv_dim], [total, kv_dim]
-        Linear::forward_group(
-            [&self.q, &self.k, &self.v],
-            x,
-            total,
-            [&mut scratch.q, &mut scratch.k, &mut scratch.v],
-        )?;
-        self.q.add_lora(&mut scratch.lora, x, &mut scratch.q);
-        self.k.add_lora(&mut scratch.lora, x, &mut scratch.k);
-        self.v.add_lora(&mut scratch.lora, x, &mut scratch.v);
-        if let Some(norm) = &self.q_norm {
-            norm.forward_inplace(&mut scratch.q);
-        }
-        if let Some(norm) = &self.k_norm {
-            norm.forward_inplace(&mut scratch.k);
-        }
-        let (keys, values) = cache.layer_mut(layer);
-        for seq in seqs {
-            let (r, n) = (seq.rows.clone(), seq.rows.len());
-            let q = &mut scratch.q[r.start * q_dim..r.end * q_dim]; // [n, q_dim]
-            rope.apply(q, n, seq.start);
-            let k = &mut scratch.k[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
-            rope.apply(k, n, seq.start);
-            keys.write(seq.block_table, seq.start, k);
-            let v = &scratch.v[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
-            values.write(seq.block_table, seq.start, v);
-        }
-        scratch.attn.clear();
-        scratch.attn.resize(total * q_dim, 0.0); // [total, q_dim]
-        paged_attention(
-            &attention_shape(cfg, window),
-            &scratch.q,
-            keys,
-            values,
-            seqs,
-            &mut scratch.attn,
-        );
-        scratch.observer.see(&[&self.o], &scratch.attn, total);
-        self.o.forward(&scratch.attn, total, out)?;
-        self.o.add_lora(&mut scratch.lora, &scratch.attn, out);
-        Ok(())
-    }
-
-    /// The four projections.
-    pub fn linears(&self) -> [&Linear; 4] {
-        [&self.q, &self.k, &self.v, &self.o]
-    }
-}
-
-/// Reusable activation buffers of the forward pass (kept in the [`PagedKvCache`] between
-/// calls; each grows to the largest batch seen). Shapes for a batch of `total` rows.
+/// The CPU forward pass's reusable state (kept in the [`PagedKvCache`] between calls): the
+/// activation buffers, the calibration observer and the LoRA adapters of the pass.
 #[derive(Debug, Default, Clone)]
 pub struct Scratch {
-    /// Hidden states, `[total, hidden]`.
-    pub x: Vec<f32>,
-    /// `[total, n_heads * head_dim]`.
-    pub q: Vec<f32>,
-    /// `[total, kv_dim]`.
-    pub k: Vec<f32>,
-    /// `[total, kv_dim]`.
-    pub v: Vec<f32>,
-    /// Attention output, `[total, n_heads * head_dim]`.
-    pub attn: Vec<f32>,
-    /// `[total, ffn_dim]`.
-    pub gate: Vec<f32>,
-    /// `[total, ffn_dim]`.
-    pub up: Vec<f32>,
-    /// Normalized input of a block, `[total, hidden]`.
-    pub normed: Vec<f32>,
-    /// Output of a block, `[total, hidden]`.
-    pub branch: Vec<f32>,
-    /// Post-norm of a block's output (Gemma 3), `[total, hidden]`.
-    pub post: Vec<f32>,
-    /// Rows that need logits, gathered, `[n_out, hidden]`.
-    pub logit_rows: Vec<f32>,
+    pub act: Activations<Vec<f32>>,
     /// Calibration hook: sees every linear layer's input (none when serving).
     pub observer: ObserverSlot,
     /// The LoRA adapters of the current forward pass, by rows (empty outside one).

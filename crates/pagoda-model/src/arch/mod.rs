@@ -24,16 +24,24 @@
 //! error it is unchanged in length.
 
 pub mod adapter;
+pub mod backend;
+pub mod blocks;
+pub mod cpu;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
 
 pub use adapter::LoraWeights;
 
+use crate::device::Device;
 use crate::source::ModelSource;
+use crate::weights::Weights;
 use crate::{Architecture, KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
-use layers::{Linear, RmsNorm, Scratch};
+use backend::{Activations, Backend};
+use cpu::{Cpu, CpuPass};
+use layers::Linear;
 use pagoda_kernels::paged_attention::SeqAttention;
+use std::ops::Range;
 
 /// Which positions of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,26 +93,138 @@ impl std::fmt::Display for NonFiniteStage {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Stack {
-    Llama(llama::LlamaLayers),
-    Gemma3(gemma3::Gemma3Layers),
+/// One architecture's decoder stack on backend `B`.
+#[derive(Debug)]
+enum Stack<B: Backend> {
+    Llama(llama::LlamaLayers<B>),
+    Gemma3(gemma3::Gemma3Layers<B>),
 }
 
-/// A model ready to run: config plus shape-checked weights.
-#[derive(Debug, Clone)]
+impl<B: Backend> Stack<B> {
+    fn load(backend: &B, cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
+        Ok(match cfg.arch {
+            Architecture::Llama | Architecture::Qwen2 => {
+                Stack::Llama(llama::LlamaLayers::load(backend, weights, cfg)?)
+            }
+            Architecture::Gemma3 => {
+                Stack::Gemma3(gemma3::Gemma3Layers::load(backend, weights, cfg)?)
+            }
+        })
+    }
+
+    fn forward(
+        &self,
+        backend: &B,
+        cfg: &ModelConfig,
+        layers: Range<usize>,
+        kv: &mut [B::KvLayer],
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<(), ModelError> {
+        match self {
+            Stack::Llama(st) => st.forward(backend, cfg, layers, kv, a, pass),
+            Stack::Gemma3(st) => st.forward(backend, cfg, layers, kv, a, pass),
+        }
+    }
+
+    fn linears(&self) -> Box<dyn Iterator<Item = &B::Linear> + '_> {
+        match self {
+            Stack::Llama(st) => Box::new(st.linears()),
+            Stack::Gemma3(st) => Box::new(st.linears()),
+        }
+    }
+}
+
+/// A model's weights on backend `B`: the parts every architecture shares (token embedding,
+/// final norm, output head) and its decoder stack.
+#[derive(Debug)]
+pub(crate) struct Parts<B: Backend> {
+    pub(crate) backend: B,
+    embedding: B::Linear,
+    output_norm: B::Norm,
+    output: B::Linear,
+    stack: Stack<B>,
+}
+
+impl<B: Backend> Parts<B> {
+    fn load(backend: B, cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
+        let (v, d) = (cfg.vocab_size, cfg.hidden_size);
+        let (embedding, output) = if weights.contains("output.weight") && !cfg.tie_word_embeddings {
+            // The embedding is only looked up by row: it keeps the file's layout.
+            (
+                backend.load_rows(weights, "token_embd.weight", v, d)?,
+                backend.load_linear(weights, "output.weight", None, v, d)?,
+            )
+        } else {
+            let tied = backend.load_linear(weights, "token_embd.weight", None, v, d)?;
+            (backend.share(&tied), tied)
+        };
+        let stack = Stack::load(&backend, cfg, weights)?;
+        let output_norm = backend.load_norm(weights, "output_norm.weight", d, cfg)?;
+        Ok(Parts {
+            backend,
+            embedding,
+            output_norm,
+            output,
+            stack,
+        })
+    }
+
+    /// The forward pass of a validated batch: embeddings of every segment's tokens, the
+    /// layers, then the logits of the rows in `logit_rows`.
+    pub(crate) fn run(
+        &self,
+        cfg: &ModelConfig,
+        segments: &[BatchSegment<'_>],
+        logit_rows: &[Range<usize>],
+        kv: &mut [B::KvLayer],
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let b = &self.backend;
+        let tokens: Vec<u32> = segments
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
+        b.embed(&self.embedding, &tokens, cfg.embedding_scale, &mut a.x)?;
+        self.stack.forward(b, cfg, 0..cfg.n_layers, kv, a, pass)?;
+        let x = std::mem::take(&mut a.x);
+        let out = b.logits(
+            &self.output_norm,
+            &self.output,
+            &x,
+            logit_rows,
+            cfg.final_logit_softcap,
+            a,
+        );
+        a.x = x;
+        out
+    }
+}
+
+/// Where a model's weights live, and the backend that runs them.
+#[derive(Debug)]
+enum OnDevice {
+    Cpu(Parts<Cpu>),
+}
+
+/// A model ready to run: config plus shape-checked weights on one device.
+#[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
-    embedding: Linear,
-    output_norm: RmsNorm,
-    output: Linear,
-    stack: Stack,
+    weights: OnDevice,
 }
 
 impl Model {
-    /// Builds the forward pass for `source`, checking every tensor's presence and shape.
+    /// Builds the forward pass for `source` on the CPU, checking every tensor's presence and
+    /// shape.
     pub fn from_source(source: &ModelSource) -> Result<Self, ModelError> {
-        Self::build(&source.config, &source.weights).map_err(|e| match e {
+        Self::from_source_on(source, Device::Cpu)
+    }
+
+    /// [`Model::from_source`] with the weights on `device`.
+    pub fn from_source_on(source: &ModelSource, device: Device) -> Result<Self, ModelError> {
+        Self::build(&source.config, &source.weights, device).map_err(|e| match e {
             ModelError::Tensor {
                 tensor, message, ..
             } => ModelError::Tensor {
@@ -128,41 +248,48 @@ impl Model {
         layers::borrowing_only(|| Self::from_source(source)).map(drop)
     }
 
-    /// Builds the forward pass for `cfg` over `weights` (no file path in errors): for tools
-    /// that rewrite a model's weights, such as layer-wise quantization.
+    /// Builds the forward pass for `cfg` over `weights` on the CPU (no file path in errors):
+    /// for tools that rewrite a model's weights, such as layer-wise quantization.
     pub fn from_weights(
         cfg: &ModelConfig,
         weights: &crate::weights::Weights,
     ) -> Result<Self, ModelError> {
-        Self::build(cfg, weights)
+        Self::build(cfg, weights, Device::Cpu)
     }
 
-    fn build(cfg: &ModelConfig, weights: &crate::weights::Weights) -> Result<Self, ModelError> {
+    fn build(cfg: &ModelConfig, weights: &Weights, device: Device) -> Result<Self, ModelError> {
         cfg.validate()?;
-        let (v, d) = (cfg.vocab_size, cfg.hidden_size);
-        let (embedding, output) = if weights.contains("output.weight") && !cfg.tie_word_embeddings {
-            // The embedding is only looked up by row: it keeps the file's layout.
-            (
-                Linear::load_rows(weights, "token_embd.weight", v, d)?,
-                Linear::load(weights, "output.weight", None, v, d)?,
-            )
-        } else {
-            let tied = Linear::load(weights, "token_embd.weight", None, v, d)?;
-            (tied.clone(), tied)
-        };
-        let stack = match cfg.arch {
-            Architecture::Llama | Architecture::Qwen2 => {
-                Stack::Llama(llama::LlamaLayers::load(weights, cfg)?)
+        let weights = match device {
+            Device::Cpu => OnDevice::Cpu(Parts::load(Cpu, cfg, weights)?),
+            Device::Cuda(ordinal) => {
+                return Err(ModelError::InvalidConfig(format!(
+                    "cuda:{ordinal}: this build has no CUDA forward pass yet"
+                )))
             }
-            Architecture::Gemma3 => Stack::Gemma3(gemma3::Gemma3Layers::load(weights, cfg)?),
         };
         Ok(Model {
             config: cfg.clone(),
-            embedding,
-            output_norm: RmsNorm::load(weights, "output_norm.weight", d, cfg)?,
-            output,
-            stack,
+            weights,
         })
+    }
+
+    /// The device the weights live on (and the forward pass runs on).
+    pub fn device(&self) -> Device {
+        match &self.weights {
+            OnDevice::Cpu(_) => Device::Cpu,
+        }
+    }
+
+    /// The CPU parts, or an error naming `what` as a CPU-only operation.
+    fn cpu_parts(&self, what: &str) -> Result<&Parts<Cpu>, ModelError> {
+        match &self.weights {
+            OnDevice::Cpu(p) => Ok(p),
+            #[allow(unreachable_patterns)]
+            _ => Err(ModelError::InvalidConfig(format!(
+                "{what} runs on the CPU only, and this model is on {}",
+                self.device()
+            ))),
+        }
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -245,16 +372,41 @@ impl Model {
         cache: &mut PagedKvCache,
     ) -> Result<Vec<f32>, ModelError> {
         let seqs = self.plan_batch(segments, cache)?;
-        let mut scratch = std::mem::take(&mut cache.scratch);
-        // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the kernels'
-        // rayon pool, with the hot pool's helpers polling between its parallel loops instead
-        // of parking, so no kernel call waits for a sleeping thread (or a halted vCPU) to
-        // wake. A caller already inside a pass runs it in place.
-        let result = pagoda_kernels::hot_pool::run_hot(|| {
-            self.run_batch(segments, &seqs, cache, &mut scratch)
-        });
-        cache.scratch = scratch;
-        result
+        let logit_rows = logit_rows(segments, &seqs);
+        match &self.weights {
+            OnDevice::Cpu(parts) => {
+                let (kv, scratch) = cache.cpu_parts_mut()?;
+                // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the
+                // kernels' rayon pool, with the hot pool's helpers polling between its
+                // parallel loops instead of parking, so no kernel call waits for a sleeping
+                // thread (or a halted vCPU) to wake. A caller already inside a pass runs it
+                // in place.
+                pagoda_kernels::hot_pool::run_hot(|| {
+                    scratch.lora.clear();
+                    for (seg, seq) in segments.iter().zip(&seqs) {
+                        if let Some(a) = seg.adapter {
+                            scratch.lora.push(seq.rows.clone(), a.clone());
+                        }
+                    }
+                    let mut pass = CpuPass {
+                        seqs: &seqs,
+                        lora: &mut scratch.lora,
+                        observer: &scratch.observer,
+                    };
+                    let out = parts.run(
+                        &self.config,
+                        segments,
+                        &logit_rows,
+                        kv,
+                        &mut scratch.act,
+                        &mut pass,
+                    );
+                    // The output head is never adapted (LoraWeights refuses lm_head targets).
+                    scratch.lora.clear();
+                    out
+                })
+            }
+        }
     }
 
     /// Validates the batch and lays out its rows: segment `i` owns rows `seqs[i].rows`.
@@ -319,63 +471,22 @@ impl Model {
         Ok(seqs)
     }
 
-    /// The forward pass of a validated batch.
-    fn run_batch(
-        &self,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        cache: &mut PagedKvCache,
-        s: &mut Scratch,
-    ) -> Result<Vec<f32>, ModelError> {
-        let cfg = &self.config;
-        let d = cfg.hidden_size;
-        let total = seqs.last().map_or(0, |q| q.rows.end);
-        let mut x = std::mem::take(&mut s.x);
-        x.clear();
-        x.resize(total * d, 0.0); // [total, hidden]
-        let tokens = segments.iter().flat_map(|seg| seg.tokens);
-        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
-            self.embedding.row(tok as usize, row)?;
-        }
-        if let Some(scale) = cfg.embedding_scale {
-            pagoda_kernels::ops::scale_inplace(&mut x, scale);
-        }
-        s.lora.clear();
-        for (seg, seq) in segments.iter().zip(seqs) {
-            if let Some(a) = seg.adapter {
-                s.lora.push(seq.rows.clone(), a.clone());
-            }
-        }
-        let result = match &self.stack {
-            Stack::Llama(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
-            Stack::Gemma3(st) => st.forward(cfg, 0..cfg.n_layers, &mut x, seqs, cache, s),
-        };
-        // The output head is never adapted (LoraWeights refuses lm_head targets).
-        s.lora.clear();
-        let out = result.and_then(|()| self.logits(segments, seqs, &x, s));
-        s.x = x;
-        out
-    }
-
     /// The hidden states entering the first layer for `tokens` (`[n, hidden]`: embedding
     /// rows, scaled as the forward pass scales them). With [`Model::forward_layer`], runs the
-    /// stack one layer at a time (layer-wise calibration for GPTQ/AWQ).
+    /// stack one layer at a time (layer-wise calibration for GPTQ/AWQ). CPU models only.
     pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
         let cfg = &self.config;
-        let d = cfg.hidden_size;
         if let Some(&token) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
             return Err(ModelError::InvalidToken {
                 token,
                 vocab_size: cfg.vocab_size,
             });
         }
-        let mut x = vec![0.0f32; tokens.len() * d]; // [n, hidden]
-        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
-            self.embedding.row(tok as usize, row)?;
-        }
-        if let Some(scale) = cfg.embedding_scale {
-            pagoda_kernels::ops::scale_inplace(&mut x, scale);
-        }
+        let parts = self.cpu_parts("layer-by-layer evaluation")?;
+        let mut x = Vec::new();
+        parts
+            .backend
+            .embed(&parts.embedding, tokens, cfg.embedding_scale, &mut x)?;
         Ok(x)
     }
 
@@ -384,7 +495,7 @@ impl Model {
     /// layers and its length are left as they are, so a cache can serve every layer in
     /// turn). The cache's observer, if any, sees this layer's linear inputs. Running layers
     /// `0..n_layers` in order over [`Model::embed`]'s output gives [`Model::forward`]'s hidden
-    /// states before the final norm.
+    /// states before the final norm. CPU models only.
     pub fn forward_layer(
         &self,
         layer: usize,
@@ -412,6 +523,7 @@ impl Model {
                 capacity: cache.capacity().min(cfg.context_length),
             });
         }
+        let parts = self.cpu_parts("layer-by-layer evaluation")?;
         let (block_table, paged) = cache.parts();
         paged.check_table(block_table, n)?;
         let seqs = [SeqAttention {
@@ -419,12 +531,25 @@ impl Model {
             start: 0,
             block_table,
         }];
-        let mut s = std::mem::take(&mut paged.scratch);
-        let r = match &self.stack {
-            Stack::Llama(st) => st.forward(cfg, layer..layer + 1, x, &seqs, paged, &mut s),
-            Stack::Gemma3(st) => st.forward(cfg, layer..layer + 1, x, &seqs, paged, &mut s),
+        let (kv, scratch) = paged.cpu_parts_mut()?;
+        let mut act = std::mem::take(&mut scratch.act);
+        act.x.clear();
+        act.x.extend_from_slice(x);
+        let mut pass = CpuPass {
+            seqs: &seqs,
+            lora: &mut scratch.lora,
+            observer: &scratch.observer,
         };
-        paged.scratch = s;
+        let r = parts.stack.forward(
+            &parts.backend,
+            cfg,
+            layer..layer + 1,
+            kv,
+            &mut act,
+            &mut pass,
+        );
+        x.copy_from_slice(&act.x);
+        scratch.act = act;
         r
     }
 
@@ -434,7 +559,7 @@ impl Model {
     /// `None` when the logits come out finite. For reporting a numerical fault: it costs one
     /// unbatched prefill of `tokens`, a scan of each stage's output and a KV cache of
     /// `tokens.len()` positions of `dtype` (the dtype the fault happened with: f16 K/V can
-    /// overflow where f32 would not). No LoRA adapter is applied.
+    /// overflow where f32 would not). No LoRA adapter is applied. CPU models only.
     pub fn first_non_finite(
         &self,
         tokens: &[u32],
@@ -446,6 +571,7 @@ impl Model {
                 "a forward pass over zero tokens".into(),
             ));
         }
+        let parts = self.cpu_parts("locating a numerical fault")?;
         let mut x = self.embed(tokens)?;
         if !finite(&x) {
             return Ok(Some(NonFiniteStage::Embedding));
@@ -460,55 +586,49 @@ impl Model {
         let d = self.config.hidden_size;
         let last = &x[x.len() - d..];
         let mut normed = Vec::new();
-        self.output_norm.forward(last, &mut normed);
+        parts.output_norm.forward(last, &mut normed);
         if !finite(&normed) {
             return Ok(Some(NonFiniteStage::OutputNorm));
         }
         let mut logits = Vec::new();
-        self.output.forward(&normed, 1, &mut logits)?;
+        parts.output.forward(&normed, 1, &mut logits)?;
         if let Some(cap) = self.config.final_logit_softcap {
             pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
         }
         Ok((!finite(&logits)).then_some(NonFiniteStage::OutputHead))
     }
 
-    /// The linear layer whose weight has canonical name `name` (`blk.0.attn_q.weight`).
+    /// The linear layer whose weight has canonical name `name` (`blk.0.attn_q.weight`), on a
+    /// CPU model (`None` on another device, or when there is none of that name).
     pub fn find_linear(&self, name: &str) -> Option<&Linear> {
-        match &self.stack {
-            Stack::Llama(st) => st.linears().find(|l| l.name() == name),
-            Stack::Gemma3(st) => st.linears().find(|l| l.name() == name),
-        }
+        let parts = self.cpu_parts("").ok()?;
+        parts.stack.linears().find(|l| l.name() == name)
     }
 
-    /// Final norm and output head over the rows of `x` (`[total, hidden]`) that need logits.
-    fn logits(
-        &self,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        x: &[f32],
-        s: &mut Scratch,
-    ) -> Result<Vec<f32>, ModelError> {
-        let d = self.config.hidden_size;
-        let rows = &mut s.logit_rows;
-        rows.clear();
-        for (seg, seq) in segments.iter().zip(seqs) {
-            let (first, end) = match seg.logits {
-                None => continue,
-                Some(Logits::Last) => (seq.rows.end - 1, seq.rows.end),
-                Some(Logits::All) => (seq.rows.start, seq.rows.end),
-            };
-            rows.extend_from_slice(&x[first * d..end * d]);
+    /// `(rows, cols)` of the linear layer whose weight has canonical name `name`, on any
+    /// device.
+    pub fn linear_shape(&self, name: &str) -> Option<(usize, usize)> {
+        fn find<B: Backend>(parts: &Parts<B>, name: &str) -> Option<(usize, usize)> {
+            parts
+                .stack
+                .linears()
+                .find(|l| B::linear_name(l) == name)
+                .map(B::linear_shape)
         }
-        let n_out = rows.len() / d; // rows: [n_out, hidden]
-        if n_out == 0 {
-            return Ok(Vec::new());
+        match &self.weights {
+            OnDevice::Cpu(p) => find(p, name),
         }
-        self.output_norm.forward(rows, &mut s.normed);
-        let mut out = Vec::new();
-        self.output.forward(&s.normed, n_out, &mut out)?; // [n_out, vocab]
-        if let Some(cap) = self.config.final_logit_softcap {
-            pagoda_kernels::ops::softcap_inplace(&mut out, cap);
-        }
-        Ok(out)
     }
+}
+
+/// The rows of the batch whose logits the segments asked for, in segment order.
+fn logit_rows(segments: &[BatchSegment<'_>], seqs: &[SeqAttention<'_>]) -> Vec<Range<usize>> {
+    segments
+        .iter()
+        .zip(seqs)
+        .filter_map(|(seg, seq)| match seg.logits? {
+            Logits::Last => Some(seq.rows.end - 1..seq.rows.end),
+            Logits::All => Some(seq.rows.clone()),
+        })
+        .collect()
 }

@@ -218,7 +218,7 @@ fn forked_sequence_after_copy_on_write_matches_alone() {
         )
         .expect("prompt");
     // The child shares block 5 and gets a copy of the half-full block 2 before writing to it.
-    cache.copy_block(2, 7);
+    cache.copy_block(2, 7).expect("both blocks exist");
     let child_table = [5u32, 7];
     let (parent_next, child_next) = ([11u32, 12], [13u32, 14]);
     let out = model
