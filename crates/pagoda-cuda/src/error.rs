@@ -23,6 +23,32 @@ pub enum CudaError {
     /// A driver call failed.
     #[error("CUDA driver call {call} failed: {message}")]
     Driver { call: &'static str, message: String },
+    /// There is no GPU with this ordinal.
+    #[error("there is no GPU cuda:{ordinal} (the driver reports {count}; see `pagoda devices`)")]
+    NoSuchDevice { ordinal: usize, count: usize },
+    /// The GPU cannot run Pagoda's kernels.
+    #[error("GPU {name} (compute capability {}.{}) is not supported: {reason}", .capability.0, .capability.1)]
+    Unsupported {
+        name: String,
+        capability: (i32, i32),
+        reason: &'static str,
+    },
+    /// A kernel or GEMM was called with sizes, buffers or parameters that do not fit (a caller
+    /// bug caught before anything is launched).
+    #[error("CUDA kernel `{kernel}`: {message}")]
+    Shape {
+        kernel: &'static str,
+        message: String,
+    },
+    /// Launching a kernel failed (or an earlier asynchronous error surfaced at this launch).
+    #[error("launching CUDA kernel `{kernel}` failed: {message} (an error from an earlier launch may surface here; synchronize after each launch, or run under compute-sanitizer, to find the first)")]
+    Launch {
+        kernel: &'static str,
+        message: String,
+    },
+    /// A cuBLAS call failed.
+    #[error("cuBLAS call {call} failed: {message}")]
+    Blas { call: &'static str, message: String },
 }
 
 /// What to install for each missing library.

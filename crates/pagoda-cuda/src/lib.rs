@@ -2,9 +2,12 @@
 //!
 //! Map: [`libraries`] (which of the CUDA libraries Pagoda needs can be loaded: the driver,
 //! NVRTC, cuBLAS), [`gpu`] (the GPUs the driver reports, with their memory and compute
-//! capability), [`kernels`] (CUDA C compiled by NVRTC at first use, cached on disk by source
-//! hash and architecture), [`error`] (what is missing or failed, in words that say what to
-//! do).
+//! capability), [`kernels`] (the CUDA C sources, compiled by NVRTC at first use, cached on
+//! disk by source hash and architecture), [`gpu_context`] (one GPU ready for a forward pass:
+//! context, stream, loaded kernels, cuBLAS), [`ops`] (the row and elementwise kernels' typed
+//! launches), [`attention`] (paged attention: the batch's device metadata and the decode /
+//! prefill kernels), [`blas`] (the bf16 GEMM), [`error`] (what is missing or failed, in words
+//! that say what to do).
 //!
 //! Architecture Invariant: nothing here links against CUDA. The libraries are opened with
 //! `dlopen` when first asked for (cudarc's dynamic loading), and only after
@@ -15,12 +18,20 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod attention;
+pub mod blas;
 pub mod error;
 pub mod gpu;
+pub mod gpu_context;
 pub mod kernels;
 pub mod libraries;
+pub mod ops;
 
+pub use attention::{AttentionBatch, AttentionParams, AttentionWorkspace, SeqSpan};
+pub use blas::Blas;
 pub use error::CudaError;
 pub use gpu::{list_gpus, Gpu};
+pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;
+pub use ops::{GatedActivation, Kernels, RopeStyle};

@@ -23,11 +23,13 @@ use std::path::{Path, PathBuf};
 /// and kernels only; runtime (the one request path between the front ends and the engine) on
 /// engine, model, store, compress, protocol and kernels; store, protocol and http on none;
 /// the gateway on protocol and http; bench on protocol only; cuda (NVIDIA GPUs reached at run
-/// time) on none, used by model (the CUDA backend of the forward pass) and the cli. The server does not depend on
-/// compress (quantize-at-load is the runtime's). pagoda-tidy reads text only.
+/// time) on kernels only as a dev-dependency (its GPU kernels are tested against kernels'
+/// CPU reference), used by model (the CUDA backend of the forward pass) and the cli. The
+/// server does not depend on compress (quantize-at-load is the runtime's). pagoda-tidy reads
+/// text only.
 pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("pagoda-kernels", &[]),
-    ("pagoda-cuda", &[]),
+    ("pagoda-cuda", &["pagoda-kernels"]),
     ("pagoda-model", &["pagoda-kernels", "pagoda-cuda"]),
     ("pagoda-engine", &["pagoda-model", "pagoda-kernels"]),
     ("pagoda-compress", &["pagoda-model", "pagoda-kernels"]),

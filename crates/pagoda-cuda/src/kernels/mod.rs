@@ -1,6 +1,10 @@
 //! Kernels written in CUDA C, compiled by NVRTC at first use for the GPU's architecture and
 //! kept on disk, so a later start loads the PTX instead of compiling again.
 //!
+//! Owns the kernel sources ([`MODULES`]: `elementwise.cu`, the row and elementwise kernels;
+//! `attention.cu`, paged attention) with the entry points each must define, and the cache.
+//! What the kernels compute and how they are launched is `ops.rs` and `attention.rs`.
+//!
 //! Invariants: a cached file is named by the kernel's name, the architecture and a SHA-256
 //! of the source together with the architecture and the compile options, so an edited
 //! kernel, another GPU generation or other options never load a stale file; a file is
@@ -30,6 +34,43 @@ pub fn arch_for(compute_capability: (i32, i32)) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// One kernel module: its name (the cache file's prefix), CUDA C source and entry points.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelModule {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub entries: &'static [&'static str],
+}
+
+/// The row and elementwise kernels (`ops.rs` launches them).
+pub const ELEMENTWISE: KernelModule = KernelModule {
+    name: "elementwise",
+    source: include_str!("elementwise.cu"),
+    entries: &[
+        "embed_bf16",
+        "rms_norm",
+        "add_f32",
+        "add_bias",
+        "silu_mul",
+        "gelu_tanh_mul",
+        "to_bf16",
+        "softcap",
+        "gather_rows",
+        "rope",
+        "kv_write",
+    ],
+};
+
+/// Paged attention (`attention.rs` launches it).
+pub const ATTENTION: KernelModule = KernelModule {
+    name: "attention",
+    source: include_str!("attention.cu"),
+    entries: &["attn_decode", "attn_decode_reduce", "attn_prefill"],
+};
+
+/// Every kernel module Pagoda loads.
+pub const MODULES: &[KernelModule] = &[ELEMENTWISE, ATTENTION];
 
 /// Options every kernel is compiled with (part of the cache key).
 const OPTIONS: &[&str] = &["--std=c++17"];
@@ -153,6 +194,37 @@ extern "C" __global__ void add(const float* a, const float* b, float* out, int n
         assert_ne!(key(ADD, "sm_90"), key(&ADD.replace('+', "-"), "sm_90"));
         assert_eq!(arch_for((9, 0)), Some("sm_90"));
         assert_eq!(arch_for((1, 0)), None);
+    }
+
+    #[test]
+    fn every_kernel_compiles_for_sm_80_and_sm_90_with_its_entry_points() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = KernelCache::new(dir.path());
+        if !Libraries::find().nvrtc {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "NVRTC must be found under CI"
+            );
+            eprintln!("skipped: no NVRTC");
+            return;
+        }
+        for module in MODULES {
+            for arch in ["sm_80", "sm_90"] {
+                let compiled = match cache.ptx(module.name, module.source, arch) {
+                    Ok(c) => c,
+                    Err(e) => panic!("{} for {arch}: {e}", module.name),
+                };
+                let text = compiled.ptx.to_src();
+                assert!(text.contains(&format!(".target {arch}")), "{}", module.name);
+                for entry in module.entries {
+                    assert!(
+                        text.contains(&format!(".entry {entry}(")),
+                        "{} for {arch} lacks entry {entry}",
+                        module.name
+                    );
+                }
+            }
+        }
     }
 
     #[test]
