@@ -29,6 +29,8 @@ pub mod ops;
 
 pub use attention::{AttentionBatch, AttentionParams, AttentionWorkspace, SeqSpan};
 pub use blas::Blas;
+/// The CUDA bindings the device buffers are typed by (`CudaSlice`, `DevicePtr`), for the crates that hold them.
+pub use cudarc;
 pub use error::CudaError;
 pub use gpu::{list_gpus, Gpu};
 pub use gpu_context::GpuContext;

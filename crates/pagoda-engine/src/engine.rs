@@ -34,7 +34,6 @@ pub use crate::planning::{EngineConfig, KvLayout, DEFAULT_KV_FRACTION};
 use flume::Sender;
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
-use pagoda_model::PagedKvCache;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -82,12 +81,7 @@ impl EngineCore {
         config: &EngineConfig,
     ) -> Result<Self, EngineError> {
         let layout = KvLayout::plan(&model, config)?;
-        let cache = PagedKvCache::new(
-            model.config(),
-            layout.n_blocks,
-            layout.block_size,
-            layout.dtype,
-        );
+        let cache = model.try_new_paged_cache(layout.n_blocks, layout.block_size, layout.dtype)?;
         let pool = BlockPool::new(layout.n_blocks, layout.block_size, config.prefix_caching);
         let scheduler = Scheduler::new(
             SchedulerConfig {
@@ -103,7 +97,7 @@ impl EngineCore {
         tracing::info!(
             blocks = layout.n_blocks,
             block_size = layout.block_size,
-            dtype = %layout.dtype,
+            dtype = %cache.storage(),
             mib = layout.bytes as f64 / (1 << 20) as f64,
             max_model_len = layout.max_model_len,
             "KV cache"

@@ -36,6 +36,10 @@ pub struct EngineConfig {
     pub max_model_len: Option<usize>,
     /// Speculative decoding (off when `None`).
     pub speculative: Option<SpeculativeConfig>,
+    /// On a GPU, the share of the card's memory the weights, the activation workspace and
+    /// the KV cache may use together (vLLM's `--gpu-memory-utilization`); the KV cache gets
+    /// the rest of that share. Ignored on the CPU and when `kv_cache_memory` is set.
+    pub gpu_memory_utilization: f64,
 }
 
 /// Share of available RAM the KV pool takes when no budget is given.
@@ -55,6 +59,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             max_model_len: None,
             speculative: None,
+            gpu_memory_utilization: 0.9,
         }
     }
 }
@@ -83,11 +88,56 @@ impl KvLayout {
             .unwrap_or(cfg.context_length)
             .min(cfg.context_length)
             .max(2);
-        let per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
+        let mut per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
         let blocks_per_seq = max_model_len.div_ceil(config.block_size);
-        let n_blocks = match config.kv_cache_memory {
-            Some(bytes) => (bytes / per_block as u64) as usize,
-            None => {
+        let gpu = model.gpu_memory()?;
+        if let (Some(_), Some(spec)) = (gpu, &config.speculative) {
+            // The draft model's cache holds as many positions as the target's, in the same
+            // GPU memory: size the two together.
+            if let crate::ProposerConfig::Draft { model: draft, .. } = &spec.proposer {
+                per_block += PagedKvCache::bytes_per_block(
+                    draft.config(),
+                    config.block_size,
+                    config.kv_dtype,
+                );
+            }
+        }
+        let n_blocks = match (config.kv_cache_memory, gpu) {
+            (Some(bytes), _) => (bytes / per_block as u64) as usize,
+            (None, Some((free, total))) => {
+                let workspace = model.workspace_bytes(
+                    config.max_num_batched_tokens.max(1),
+                    config.max_num_seqs.max(1) * (1 + spec_tokens(config)),
+                );
+                let share = (total as f64 * config.gpu_memory_utilization.clamp(0.0, 1.0)) as u64;
+                let used = total.saturating_sub(free);
+                let budget = share.saturating_sub(used).saturating_sub(workspace);
+                tracing::info!(
+                    total_gib = gib(total),
+                    in_use_gib = gib(used),
+                    workspace_gib = gib(workspace),
+                    kv_gib = gib(budget),
+                    utilization = config.gpu_memory_utilization,
+                    "GPU memory"
+                );
+                if budget < per_block as u64 * blocks_per_seq.min(2) as u64 {
+                    return Err(EngineError::InvalidConfig(format!(
+                        "GPU memory: {:.2} GiB x {} = {:.2} GiB for Pagoda, of which the weights \
+                         (and anything else on the card) use {:.2} GiB and a step's activations \
+                         {:.2} GiB, leaves {:.2} GiB for the KV cache: not even one sequence of \
+                         {max_model_len} positions; raise --gpu-memory-utilization, lower \
+                         --max-model-len or --max-num-batched-tokens, or use a smaller model",
+                        gib(total),
+                        config.gpu_memory_utilization,
+                        gib(share),
+                        gib(used),
+                        gib(workspace),
+                        gib(budget)
+                    )));
+                }
+                (budget / per_block as u64) as usize
+            }
+            (None, None) => {
                 let budget = crate::memory::available_memory()
                     .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
                 let want = blocks_per_seq * config.max_num_seqs.max(1);
@@ -114,4 +164,13 @@ impl KvLayout {
     pub fn capacity_tokens(&self) -> usize {
         self.n_blocks * self.block_size
     }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// Logits rows a step can ask for per sequence beyond the first (speculative proposals).
+fn spec_tokens(config: &EngineConfig) -> usize {
+    config.speculative.as_ref().map_or(0, |s| s.num_tokens)
 }

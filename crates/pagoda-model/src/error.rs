@@ -34,6 +34,9 @@ pub enum ModelError {
     /// The device asked for cannot be used, or failed (names the device and what to do).
     #[error("{0}")]
     Device(String),
+    /// A CUDA call failed (names the kernel or library call).
+    #[error("GPU: {0}")]
+    Gpu(#[from] pagoda_cuda::CudaError),
     #[error("chat template: {0}")]
     ChatTemplate(String),
     #[error("context full: {needed} positions needed but the KV cache holds {capacity}")]

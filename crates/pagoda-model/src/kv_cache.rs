@@ -13,10 +13,13 @@
 //! prefix). The activation scratch of the forward pass lives here too, because the cache is the
 //! one `&mut` a forward pass gets: buffers grow to the largest batch seen and are reused.
 
+use crate::arch::cuda::{CudaKvLayer, CudaScratch};
 use crate::arch::layers::Scratch;
 use crate::{ModelConfig, ModelError};
+use pagoda_cuda::GpuContext;
 use pagoda_kernels::kv_blocks::KvBlockStorage;
 pub use pagoda_kernels::kv_blocks::KvDtype;
+use std::sync::Arc;
 
 /// Block size of a single-sequence [`KvCache`] (the engine's default too, so both run the same
 /// attention path).
@@ -44,7 +47,14 @@ enum KvStore {
         /// Per layer: (keys, values), each `[n_blocks, block_size, kv_dim]`.
         layers: Vec<(KvBlockStorage, KvBlockStorage)>,
         /// The CPU forward pass's reusable state.
-        scratch: Scratch,
+        scratch: Box<Scratch>,
+    },
+    Cuda {
+        /// Per layer: bf16 keys and values in GPU memory, `[n_blocks * block_size, kv_dim]`.
+        layers: Vec<CudaKvLayer>,
+        /// The GPU forward pass's reusable state.
+        scratch: Box<CudaScratch>,
+        gpu: Arc<GpuContext>,
     },
 }
 
@@ -64,9 +74,48 @@ impl PagedKvCache {
             n_layers: cfg.n_layers,
             store: KvStore::Cpu {
                 layers: (0..cfg.n_layers).map(|_| (storage(), storage())).collect(),
-                scratch: Scratch::default(),
+                scratch: Box::default(),
             },
         }
+    }
+
+    /// `n_blocks` blocks of `block_size` positions for every layer, in `gpu`'s memory, K/V
+    /// as bf16 (a 16-bit `dtype` is stored as bf16 there; f32 is refused).
+    pub(crate) fn new_cuda(
+        cfg: &ModelConfig,
+        n_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+        gpu: &Arc<GpuContext>,
+    ) -> Result<Self, ModelError> {
+        if dtype != KvDtype::F16 {
+            return Err(ModelError::InvalidConfig(format!(
+                "a KV cache of {dtype} on the GPU: the CUDA path stores K/V as bf16; use \
+                 --kv-cache-dtype f16 (16-bit, kept as bf16 on the GPU)"
+            )));
+        }
+        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        let len = n_blocks * block_size * kv_dim;
+        let layers = (0..cfg.n_layers)
+            .map(|_| {
+                Ok(CudaKvLayer {
+                    k: crate::arch::cuda::zeros(gpu, len)?,
+                    v: crate::arch::cuda::zeros(gpu, len)?,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(PagedKvCache {
+            n_blocks,
+            block_size,
+            dtype,
+            kv_dim,
+            n_layers: cfg.n_layers,
+            store: KvStore::Cuda {
+                layers,
+                scratch: Box::default(),
+                gpu: gpu.clone(),
+            },
+        })
     }
 
     /// Bytes one block takes over all layers, K and V together.
@@ -104,6 +153,7 @@ impl PagedKvCache {
                 .iter()
                 .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
                 .sum(),
+            KvStore::Cuda { layers, .. } => layers.len() * 2 * self.layer_values() * 2,
         }
     }
 
@@ -126,6 +176,16 @@ impl PagedKvCache {
                     v.copy_block(src, dst);
                 }
             }
+            KvStore::Cuda { layers, gpu, .. } => {
+                let block = self.block_size * self.kv_dim;
+                let (src, dst) = (src as usize * block, dst as usize * block);
+                if src != dst {
+                    for layer in layers {
+                        crate::arch::cuda::copy_within(gpu, &mut layer.k, src, dst, block)?;
+                        crate::arch::cuda::copy_within(gpu, &mut layer.v, src, dst, block)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -135,6 +195,7 @@ impl PagedKvCache {
     pub fn layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
         match &self.store {
             KvStore::Cpu { layers, .. } => layers.get(layer).map(|(k, v)| (k, v)),
+            KvStore::Cuda { .. } => None,
         }
     }
 
@@ -143,7 +204,41 @@ impl PagedKvCache {
         &mut self,
     ) -> Result<(&mut [CpuKvLayer], &mut Scratch), ModelError> {
         match &mut self.store {
-            KvStore::Cpu { layers, scratch } => Ok((layers, scratch)),
+            KvStore::Cpu { layers, scratch } => Ok((layers, &mut **scratch)),
+            KvStore::Cuda { gpu, .. } => Err(ModelError::InvalidBatch(format!(
+                "a CPU forward pass over a KV cache in GPU memory ({}): make the cache with \
+                 the model's try_new_paged_cache",
+                gpu.gpu().name
+            ))),
+        }
+    }
+
+    /// The layers and the forward pass's scratch of a cache in GPU memory.
+    pub(crate) fn cuda_parts_mut(
+        &mut self,
+    ) -> Result<(&mut [CudaKvLayer], &mut CudaScratch), ModelError> {
+        match &mut self.store {
+            KvStore::Cuda {
+                layers, scratch, ..
+            } => Ok((layers, &mut **scratch)),
+            KvStore::Cpu { .. } => Err(ModelError::InvalidBatch(
+                "a GPU forward pass over a KV cache in host memory: make the cache with the \
+                 model's try_new_paged_cache"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Values per layer of K (or of V).
+    fn layer_values(&self) -> usize {
+        self.n_blocks * self.block_size * self.kv_dim
+    }
+
+    /// Where the K/V live and as what, for reports: `f16`, `f32`, `bf16 on cuda:0`.
+    pub fn storage(&self) -> String {
+        match &self.store {
+            KvStore::Cpu { .. } => self.dtype.to_string(),
+            KvStore::Cuda { gpu, .. } => format!("bf16 on cuda:{}", gpu.gpu().ordinal),
         }
     }
 
@@ -157,6 +252,7 @@ impl PagedKvCache {
             KvStore::Cpu { scratch, .. } => {
                 scratch.observer = crate::arch::layers::ObserverSlot(observer)
             }
+            KvStore::Cuda { .. } => {}
         }
     }
 
@@ -202,7 +298,20 @@ impl KvCache {
         Self::with_dtype(config, capacity, KvDtype::F16)
     }
 
-    /// A cache for up to `capacity` positions stored as `dtype`.
+    /// A cache of one sequence over `paged`, whose blocks must cover `capacity` positions.
+    pub(crate) fn over(paged: PagedKvCache, capacity: usize) -> Self {
+        KvCache {
+            block_table: (0..paged.n_blocks() as u32).collect(),
+            paged,
+            capacity,
+            len: 0,
+        }
+    }
+
+    /// Block size of a single-sequence cache.
+    pub(crate) const BLOCK_SIZE: usize = SINGLE_SEQUENCE_BLOCK_SIZE;
+
+    /// A cache for up to `capacity` positions stored as `dtype`, in host memory.
     pub fn with_dtype(config: &ModelConfig, capacity: usize, dtype: KvDtype) -> Self {
         let bs = SINGLE_SEQUENCE_BLOCK_SIZE;
         let n_blocks = capacity.div_ceil(bs);

@@ -18,7 +18,7 @@ use pagoda_model::arch::{LoraWeights, Model};
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
 use pagoda_model::tokenizer::Tokenizer;
-use pagoda_model::ModelError;
+use pagoda_model::{DeviceChoice, ModelError};
 use pagoda_store::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use pagoda_store::{ResolvedModel, Store, StoreError};
 use std::path::{Path, PathBuf};
@@ -62,6 +62,9 @@ pub struct LoadOptions {
     /// Quantize the weights in memory to this type before building the model (online
     /// quantization; see `pagoda_compress::quantize`). `None`: serve the file's own types.
     pub quantize: Option<QuantTarget>,
+    /// Where the weights go and the forward pass runs (`auto`: a usable NVIDIA GPU, else the
+    /// CPU).
+    pub device: DeviceChoice,
 }
 
 /// Whether [`resolve`] may download a missing catalog model.
@@ -301,7 +304,18 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         Some(target) => Some(quantize_source(&mut source, target)?),
         None => None,
     };
-    let model = Model::from_source(&source).map_err(model_error)?;
+    let device = options.device.resolve().map_err(model_error)?;
+    match (&device.gpu, &device.cpu_because) {
+        (Some(gpu), _) => tracing::info!(
+            device = %device.device,
+            gpu = %gpu.name,
+            memory_gib = gpu.memory_bytes as f64 / (1u64 << 30) as f64,
+            "running on the GPU"
+        ),
+        (None, Some(why)) => tracing::info!(device = "cpu", reason = %why, "running on the CPU"),
+        (None, None) => tracing::info!(device = "cpu", "running on the CPU"),
+    }
+    let model = Model::from_source_on(&source, device.device).map_err(model_error)?;
     let chat_template = source.chat_template_or_default();
     let mut default_sampling = SamplingParams::default();
     apply_generation_defaults(&mut default_sampling, &source.generation);
@@ -543,6 +557,7 @@ mod tests {
         assert_eq!(plain.weights_bytes(), plain.file_bytes);
         let options = LoadOptions {
             quantize: Some("q8_0".parse().unwrap()),
+            device: DeviceChoice::Cpu,
         };
         let m = load_with(&r, "derived:1", &options).unwrap();
         let report = m.quantization.as_ref().expect("a report");
@@ -603,6 +618,7 @@ mod tests {
         };
         let options = LoadOptions {
             quantize: Some("q4_0".parse().unwrap()),
+            device: DeviceChoice::Cpu,
         };
         let e = load_with(&resolved, "x", &options).err().expect("an error");
         assert!(matches!(e, LoadError::Quantize { .. }), "{e:?}");

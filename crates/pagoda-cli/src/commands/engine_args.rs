@@ -8,7 +8,7 @@ use anyhow::bail;
 use clap::Args;
 use pagoda_engine::speculative::ngram::NgramProposer;
 use pagoda_engine::{BatchingMode, EngineConfig, Policy, ProposerConfig, SpeculativeConfig};
-use pagoda_model::KvDtype;
+use pagoda_model::{DeviceChoice, KvDtype};
 
 /// Speculative decoding flags (vLLM's and llama.cpp's ideas, Pagoda's names).
 #[derive(Debug, Clone, Args)]
@@ -41,7 +41,8 @@ pub struct SpecArgs {
 
 impl SpecArgs {
     /// The speculation these flags ask for (loads the draft model), or `None`.
-    pub fn config(&self) -> anyhow::Result<Option<SpeculativeConfig>> {
+    /// The draft model goes on `device`, the main model's.
+    pub fn config(&self, device: DeviceChoice) -> anyhow::Result<Option<SpeculativeConfig>> {
         let method = match (&self.speculative, &self.draft_model) {
             (None, None) => return Ok(None),
             (Some(m), _) => m.to_ascii_lowercase(),
@@ -58,7 +59,13 @@ impl SpecArgs {
                         "--speculative draft needs --draft-model MODEL (e.g. qwen2.5-coder:0.5b)"
                     );
                 };
-                let draft = load_for_generation(name, &LoadArgs { quantize: None })?;
+                let draft = load_for_generation(
+                    name,
+                    &LoadArgs {
+                        quantize: None,
+                        device,
+                    },
+                )?;
                 ProposerConfig::Draft {
                     model: draft.model,
                     tokenizer: draft.tokenizer,
@@ -125,6 +132,12 @@ pub struct EngineArgs {
     /// Longest sequence (prompt + output); default: the model's context length.
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// On a GPU: the share of the card's memory Pagoda may use for the weights, the
+    /// activation workspace and the KV cache together (vLLM's --gpu-memory-utilization); the
+    /// KV cache gets what is left of it after the other two (reported at start).
+    /// --kv-cache-memory overrides it.
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+    pub gpu_memory_utilization: f64,
     #[command(flatten)]
     pub load: LoadArgs,
     #[command(flatten)]
@@ -144,6 +157,7 @@ impl EngineArgs {
             kv_cache_memory: self.kv_cache_memory,
             prefix_caching: !self.no_prefix_caching,
             max_model_len: self.max_model_len,
+            gpu_memory_utilization: self.gpu_memory_utilization,
             ..EngineConfig::default()
         }
     }
@@ -152,7 +166,7 @@ impl EngineArgs {
     /// draft model, if any).
     pub fn config_with_speculation(&self, mode: BatchingMode) -> anyhow::Result<EngineConfig> {
         Ok(EngineConfig {
-            speculative: self.spec.config()?,
+            speculative: self.spec.config(self.load.device)?,
             ..self.config(mode)
         })
     }

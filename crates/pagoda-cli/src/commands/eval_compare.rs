@@ -29,6 +29,7 @@ use pagoda_runtime::{engine_request, single, Knobs};
 use serde_json::json;
 
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
+use pagoda_model::DeviceChoice;
 
 pub const COMPARE_HELP: &str = "\
 Prompts: a .jsonl file of {\"prompt\": \"...\", \"id\": \"optional\"} lines (\"question\" or
@@ -99,6 +100,9 @@ pub struct CompareArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where both variants run (auto, cpu, cuda, cuda:N; as on run/serve).
+    #[arg(long, value_name = "DEVICE", default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
 }
 
 /// Arguments of `pagoda eval winrate`.
@@ -198,8 +202,22 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         temperature: args.temperature,
         sampling_seed: (args.temperature > 0.0).then_some(args.seed),
     };
-    let answers_a = answer_all("A", &variant_a, args.quantize_a, &prompts, &settings)?;
-    let answers_b = answer_all("B", &variant_b, args.quantize_b, &prompts, &settings)?;
+    let answers_a = answer_all(
+        "A",
+        &variant_a,
+        args.quantize_a,
+        args.device,
+        &prompts,
+        &settings,
+    )?;
+    let answers_b = answer_all(
+        "B",
+        &variant_b,
+        args.quantize_b,
+        args.device,
+        &prompts,
+        &settings,
+    )?;
     let comparison = Comparison::new(
         &prompts, &answers_a, &answers_b, variant_a, variant_b, settings, args.seed,
     )?;
@@ -225,10 +243,11 @@ fn answer_all(
     label: &str,
     variant: &Variant,
     quantize: Option<QuantTarget>,
+    device: DeviceChoice,
     prompts: &[ComparePrompt],
     settings: &GenerationSettings,
 ) -> anyhow::Result<Vec<String>> {
-    let loaded = load_for_generation(&variant.model, &LoadArgs { quantize })
+    let loaded = load_for_generation(&variant.model, &LoadArgs { quantize, device })
         .with_context(|| format!("loading variant {label} ({variant})"))?;
     let (engine, bounds) = single::start(&loaded, None)?;
     let bar = ProgressBar::new(prompts.len() as u64);

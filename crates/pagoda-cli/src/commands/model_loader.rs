@@ -1,11 +1,12 @@
 //! Finding, loading and preparing a model for the CLI commands (`run`, `batch`, `bench`):
 //! the server's loader, pulling missing catalog models, with a spinner while it maps the
 //! weights; [`LoadArgs`] holds the load flags every such command (and `serve`) shares
-//! (`--quantize`).
+//! (`--quantize`, `--device`).
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::QuantTarget;
+use pagoda_model::{Device, DeviceChoice};
 use pagoda_runtime::loader::{self, LoadOptions, Pull};
 use std::time::Duration;
 
@@ -32,6 +33,12 @@ pub struct LoadArgs {
     /// Generative models only.
     #[arg(long, value_name = "TYPE")]
     pub quantize: Option<QuantTarget>,
+    /// Where the model runs: auto (an NVIDIA GPU when one is usable — driver, NVRTC and
+    /// cuBLAS found at run time — else the CPU; the choice is printed at start), cpu, cuda
+    /// (the first GPU) or cuda:N. `cuda` without a usable GPU is an error naming what is
+    /// missing. `pagoda devices` lists what this machine has.
+    #[arg(long, value_name = "DEVICE", default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
 }
 
 impl LoadArgs {
@@ -39,6 +46,7 @@ impl LoadArgs {
     pub fn options(&self) -> LoadOptions {
         LoadOptions {
             quantize: self.quantize,
+            device: self.device,
         }
     }
 }
@@ -61,6 +69,12 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     let loaded = loader::load_with(&resolved, name, &args.options());
     spinner.finish_and_clear();
     let loaded = loaded?;
+    if let Device::Cuda(_) = loaded.model.device() {
+        eprintln!(
+            "running on {} (--device cpu to stay on the CPU)",
+            loaded.model.device()
+        );
+    }
     if let Some(report) = &loaded.checkpoint_quant {
         eprintln!("{report}");
     }

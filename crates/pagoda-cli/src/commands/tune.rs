@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use pagoda_bench::{Arrival, Limit, RunConfig, Sla, Summary};
-use pagoda_model::KvDtype;
+use pagoda_model::{DeviceChoice, KvDtype};
 use pagoda_runtime::loader::Pull;
 use serde::Serialize;
 
@@ -74,6 +74,9 @@ pub struct TuneArgs {
     /// Print the memory estimate and stop.
     #[arg(long)]
     pub estimate_only: bool,
+    /// Where the servers it starts run (auto, cpu, cuda, cuda:N; as on serve).
+    #[arg(long, value_name = "DEVICE", default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
     /// Write every setting's results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -191,6 +194,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
                 max_model_len,
                 memory.kv_bytes,
                 args.kv_cache_dtype,
+                args.device,
             )?;
             let summary = runtime.block_on(measure(&server.url, &args, n, requests, &sla));
             drop(server);
@@ -318,6 +322,7 @@ struct Server {
 }
 
 impl Server {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         exe: &Path,
         model: &Path,
@@ -326,6 +331,7 @@ impl Server {
         max_model_len: usize,
         kv_bytes: u64,
         dtype: KvDtype,
+        device: DeviceChoice,
     ) -> anyhow::Result<Server> {
         let mut child = Command::new(exe)
             .arg("serve")
@@ -336,6 +342,7 @@ impl Server {
             .args(["--max-model-len", &max_model_len.to_string()])
             .args(["--kv-cache-memory", &kv_bytes.max(1 << 20).to_string()])
             .args(["--kv-cache-dtype", &format!("{dtype:?}").to_lowercase()])
+            .args(["--device", &device.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -184,16 +184,20 @@ pub struct McScorer<'a> {
 const CACHE_STEP: usize = 512;
 
 impl<'a> McScorer<'a> {
-    /// A scorer whose cache is stored as `kv_dtype`; questions may be as long as the model's
-    /// context.
-    pub fn new(model: &'a Model, tokenizer: &'a Tokenizer, kv_dtype: KvDtype) -> Self {
-        let cache = model.new_cache_with(CACHE_STEP, kv_dtype);
-        McScorer {
+    /// A scorer whose cache is stored as `kv_dtype` on the model's device; questions may be
+    /// as long as the model's context.
+    pub fn new(
+        model: &'a Model,
+        tokenizer: &'a Tokenizer,
+        kv_dtype: KvDtype,
+    ) -> Result<Self, CompressError> {
+        let cache = model.try_new_cache(CACHE_STEP, kv_dtype)?;
+        Ok(McScorer {
             model,
             tokenizer,
             kv_dtype,
             cache,
-        }
+        })
     }
 
     /// The log-likelihood of every choice of `item`. Errors name the item's line: a context
@@ -236,7 +240,7 @@ impl<'a> McScorer<'a> {
         }
         if longest > self.cache.capacity() {
             let capacity = longest.next_multiple_of(CACHE_STEP).min(limit);
-            self.cache = self.model.new_cache_with(capacity, self.kv_dtype);
+            self.cache = self.model.try_new_cache(capacity, self.kv_dtype)?;
         }
         let vocab = self.model.config().vocab_size;
         self.cache.truncate(0);
@@ -318,7 +322,7 @@ pub fn evaluate(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Vec<McScores>, McReport, f64), CompressError> {
     let started = Instant::now();
-    let mut scorer = McScorer::new(model, tokenizer, kv_dtype);
+    let mut scorer = McScorer::new(model, tokenizer, kv_dtype)?;
     let mut scores = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         scores.push(scorer.score(item)?);

@@ -118,7 +118,7 @@ pub fn perplexity(
     let cfg = model.config();
     let (ctx, stride) = options.resolve(cfg.context_length)?;
     let windows = plan_windows(tokens.len(), ctx, stride)?;
-    let mut cache = model.new_cache_with(ctx, options.kv_dtype);
+    let mut cache = model.try_new_cache(ctx, options.kv_dtype)?;
     let started = Instant::now();
     let (mut nll_sum, mut scored, mut processed) = (0.0f64, 0usize, 0usize);
     for (i, w) in windows.iter().enumerate() {

@@ -139,7 +139,7 @@ fn choice_loglikelihoods_match_transformers_the_lm_eval_way() {
     let g = golden();
     let (source, model) = tiny_llama();
     let mc = &g["multiple_choice"];
-    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32).expect("a CPU cache");
     let mut all = Vec::new();
     for (i, q) in mc["questions"].as_array().unwrap().iter().enumerate() {
         let line = serde_json::json!({
@@ -199,7 +199,7 @@ fn rescoring_a_question_gives_the_same_scores() {
          {\"context\": \"Hi\", \"choices\": [\" there\", \" you\"], \"gold\": 1}",
     )
     .unwrap();
-    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32).expect("a CPU cache");
     let alone = scorer.score(&items[1]).unwrap();
     scorer.score(&items[0]).unwrap();
     let after = scorer.score(&items[1]).unwrap();
@@ -231,11 +231,11 @@ fn the_scorer_grows_its_cache_for_long_questions() {
     .unwrap();
     let (ctx, _) = encode_pair(&source.tokenizer, &items[0].context, " x").unwrap();
     assert!(ctx.len() > 600, "{} tokens", ctx.len());
-    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32).expect("a CPU cache");
     let short_first = scorer.score(&items[1]).unwrap();
     let long = scorer.score(&items[0]).unwrap();
     assert_eq!(scorer.score(&items[1]).unwrap(), short_first);
-    let mut fresh = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let mut fresh = McScorer::new(&model, &source.tokenizer, KvDtype::F32).expect("a CPU cache");
     assert_eq!(fresh.score(&items[0]).unwrap(), long);
 }
 
@@ -270,7 +270,7 @@ fn bad_input_is_an_error_not_a_panic() {
     let long = "word ".repeat(400);
     let line = serde_json::json!({"context": long, "choices": [" a", " b"], "gold": 0});
     let items = multiple_choice::parse_jsonl(&format!("\n\n{line}\n")).unwrap();
-    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32);
+    let mut scorer = McScorer::new(&model, &source.tokenizer, KvDtype::F32).expect("a CPU cache");
     let e = scorer.score(&items[0]).unwrap_err();
     assert!(matches!(e, CompressError::BadLine { line: 3, .. }), "{e}");
     assert!(

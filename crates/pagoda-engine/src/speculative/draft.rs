@@ -74,7 +74,7 @@ impl DraftProposer {
     ) -> Result<Self, EngineError> {
         check_same_vocabulary(draft_tokenizer, target_tokenizer)?;
         let n_blocks = capacity_tokens.div_ceil(BLOCK_SIZE).max(2);
-        let cache = PagedKvCache::new(model.config(), n_blocks, BLOCK_SIZE, KvDtype::default());
+        let cache = model.try_new_paged_cache(n_blocks, BLOCK_SIZE, KvDtype::default())?;
         Ok(DraftProposer {
             model,
             cache,

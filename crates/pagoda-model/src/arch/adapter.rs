@@ -182,6 +182,13 @@ impl LoraWeights {
         model.config() == &self.0.config
     }
 
+    /// The pair adapting linear `linear` (canonical name): `(r, A [r, cols], B·scaling
+    /// [rows, r])`, for a backend that applies it itself.
+    pub(crate) fn pair(&self, linear: &str) -> Option<(usize, &[f32], &[f32])> {
+        let p = self.0.pairs.get(linear)?;
+        Some((p.r, &p.a, &p.b_scaled))
+    }
+
     /// Whether two handles are the same load.
     pub fn same(&self, other: &LoraWeights) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

@@ -158,6 +158,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         rows: &[Range<usize>],
         softcap: Option<f32>,
         buffers: &mut Activations<Self::Act>,
+        pass: &mut Self::Pass<'_>,
     ) -> Result<Vec<f32>, ModelError>;
 }
 

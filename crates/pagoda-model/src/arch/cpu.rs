@@ -204,6 +204,7 @@ impl Backend for Cpu {
         rows: &[Range<usize>],
         softcap: Option<f32>,
         buffers: &mut Activations<Vec<f32>>,
+        _pass: &mut CpuPass<'_>,
     ) -> Result<Vec<f32>, ModelError> {
         let d = head.cols;
         let gathered = &mut buffers.logit_rows;

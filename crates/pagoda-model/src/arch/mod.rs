@@ -27,6 +27,7 @@ pub mod adapter;
 pub mod backend;
 pub mod blocks;
 pub mod cpu;
+pub mod cuda;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
@@ -196,6 +197,7 @@ impl<B: Backend> Parts<B> {
             logit_rows,
             cfg.final_logit_softcap,
             a,
+            pass,
         );
         a.x = x;
         out
@@ -206,6 +208,7 @@ impl<B: Backend> Parts<B> {
 #[derive(Debug)]
 enum OnDevice {
     Cpu(Parts<Cpu>),
+    Cuda(Parts<cuda::Cuda>),
 }
 
 /// A model ready to run: config plus shape-checked weights on one device.
@@ -262,9 +265,10 @@ impl Model {
         let weights = match device {
             Device::Cpu => OnDevice::Cpu(Parts::load(Cpu, cfg, weights)?),
             Device::Cuda(ordinal) => {
-                return Err(ModelError::InvalidConfig(format!(
-                    "cuda:{ordinal}: this build has no CUDA forward pass yet"
-                )))
+                // Room for a pass of a default engine step beside the weights.
+                let reserve = cuda::workspace_bytes(cfg, 2048, 256);
+                let backend = cuda::Cuda::for_model(ordinal, weights, reserve)?;
+                OnDevice::Cuda(Parts::load(backend, cfg, weights)?)
             }
         };
         Ok(Model {
@@ -277,6 +281,7 @@ impl Model {
     pub fn device(&self) -> Device {
         match &self.weights {
             OnDevice::Cpu(_) => Device::Cpu,
+            OnDevice::Cuda(p) => Device::Cuda(p.backend.gpu().gpu().ordinal),
         }
     }
 
@@ -284,8 +289,7 @@ impl Model {
     fn cpu_parts(&self, what: &str) -> Result<&Parts<Cpu>, ModelError> {
         match &self.weights {
             OnDevice::Cpu(p) => Ok(p),
-            #[allow(unreachable_patterns)]
-            _ => Err(ModelError::InvalidConfig(format!(
+            OnDevice::Cuda(_) => Err(ModelError::InvalidConfig(format!(
                 "{what} runs on the CPU only, and this model is on {}",
                 self.device()
             ))),
@@ -294,6 +298,56 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The GPU's free and total memory in bytes, for a model on a GPU (`None` on the CPU).
+    pub fn gpu_memory(&self) -> Result<Option<(u64, u64)>, ModelError> {
+        match &self.weights {
+            OnDevice::Cpu(_) => Ok(None),
+            OnDevice::Cuda(p) => Ok(Some(p.backend.gpu().memory_info()?)),
+        }
+    }
+
+    /// Bytes of device memory a forward pass of up to `rows` rows (`logit_rows` of them with
+    /// logits) needs beside the weights and the KV cache, on a GPU; 0 on the CPU (whose
+    /// scratch is counted with the process).
+    pub fn workspace_bytes(&self, rows: usize, logit_rows: usize) -> u64 {
+        match &self.weights {
+            OnDevice::Cpu(_) => 0,
+            OnDevice::Cuda(_) => cuda::workspace_bytes(&self.config, rows, logit_rows),
+        }
+    }
+
+    /// A paged cache of `n_blocks` blocks of `block_size` positions on the model's device:
+    /// host memory for a CPU model; GPU memory (K/V stored as bf16 whatever 16-bit `dtype`
+    /// asks; f32 is refused there) for a CUDA one. Errors: a zero block size, GPU memory
+    /// that runs out.
+    pub fn try_new_paged_cache(
+        &self,
+        n_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+    ) -> Result<PagedKvCache, ModelError> {
+        if block_size == 0 {
+            return Err(ModelError::InvalidConfig(
+                "KV block size must be at least 1".into(),
+            ));
+        }
+        match &self.weights {
+            OnDevice::Cpu(_) => Ok(PagedKvCache::new(&self.config, n_blocks, block_size, dtype)),
+            OnDevice::Cuda(p) => {
+                PagedKvCache::new_cuda(&self.config, n_blocks, block_size, dtype, p.backend.gpu())
+            }
+        }
+    }
+
+    /// A fresh single-sequence cache for up to `capacity` positions (at most the context
+    /// length) of `dtype`, on the model's device (see [`Model::try_new_paged_cache`]).
+    pub fn try_new_cache(&self, capacity: usize, dtype: KvDtype) -> Result<KvCache, ModelError> {
+        let capacity = capacity.min(self.config.context_length).max(1);
+        let bs = KvCache::BLOCK_SIZE;
+        let paged = self.try_new_paged_cache(capacity.div_ceil(bs), bs, dtype)?;
+        Ok(KvCache::over(paged, capacity))
     }
 
     /// A fresh cache for up to `capacity` positions (at most the model's context length),
@@ -312,7 +366,9 @@ impl Model {
     }
 
     /// A paged cache of `n_blocks` blocks of `block_size` positions for this model (many
-    /// sequences, each through its own block table). Panics if `block_size` is zero.
+    /// sequences, each through its own block table), in host memory: for a CPU model
+    /// ([`Model::try_new_paged_cache`] makes one on any device). Panics if `block_size` is
+    /// zero.
     pub fn new_paged_cache(
         &self,
         n_blocks: usize,
@@ -405,6 +461,34 @@ impl Model {
                     scratch.lora.clear();
                     out
                 })
+            }
+            OnDevice::Cuda(parts) => {
+                let block_size = cache.block_size();
+                let (kv, scratch) = cache.cuda_parts_mut()?;
+                let spans: Vec<pagoda_cuda::SeqSpan<'_>> = seqs
+                    .iter()
+                    .map(|s| pagoda_cuda::SeqSpan {
+                        first_row: s.rows.start,
+                        rows: s.rows.len(),
+                        start: s.start,
+                        block_table: s.block_table,
+                    })
+                    .collect();
+                let batch =
+                    pagoda_cuda::AttentionBatch::upload(parts.backend.gpu(), &spans, block_size)?;
+                let lora = segments
+                    .iter()
+                    .zip(&seqs)
+                    .filter_map(|(seg, seq)| Some((seq.rows.clone(), seg.adapter?.clone())))
+                    .collect();
+                let (act, parts_of_scratch) = scratch.split();
+                let mut pass = cuda::CudaPass {
+                    batch,
+                    block_size,
+                    lora,
+                    scratch: parts_of_scratch,
+                };
+                parts.run(&self.config, segments, &logit_rows, kv, act, &mut pass)
             }
         }
     }
@@ -617,6 +701,7 @@ impl Model {
         }
         match &self.weights {
             OnDevice::Cpu(p) => find(p, name),
+            OnDevice::Cuda(p) => find(p, name),
         }
     }
 }

@@ -1,0 +1,676 @@
+//! The CUDA [`Backend`]: the seam's operations on an NVIDIA GPU through pagoda-cuda (NVRTC
+//! kernels, cuBLAS GEMMs), and the GPU's half of the KV cache and the pass's scratch.
+//!
+//! Layout: weights are uploaded once, as bf16 (F32/F16/BF16 converted, GGUF quantized types
+//! dequantized at load); biases and norm weights as f32. Activations are f32 in GPU memory
+//! (the residual stream keeps f32's range); a linear's input is rounded to bf16 into the
+//! pass's staging buffer and multiplied by cuBLAS with f32 accumulation and f32 output. K/V
+//! are bf16, `[n_blocks * block_size, kv_dim]` per layer: the same blocks and block tables
+//! as the CPU's cache, so the scheduler, the block pool and the prefix cache never learn
+//! the device. LoRA pairs are uploaded (bf16) the first time a pass uses them and applied
+//! unmerged with two small GEMMs per adapted linear and span of rows.
+//!
+//! Invariants:
+//! - One [`GpuContext`] per GPU per process ([`context`]): the main model, a draft model and
+//!   their caches share its stream, so work is ordered without events.
+//! - Nothing here synchronizes except [`Backend::logits`], which copies the logits to the
+//!   host at the end of the pass: a failed kernel surfaces there at the latest, as a
+//!   [`ModelError::Gpu`] naming it.
+//! - Uploading a model first checks its bf16 size against the GPU's free memory, and refuses
+//!   it with both sizes rather than failing halfway.
+
+use super::adapter::LoraWeights;
+use super::backend::{Activation, Activations, Backend};
+use super::layers::{expect_shape, load_vector, Rope};
+use crate::config::RopeScaling;
+use crate::weights::Weights;
+use crate::{ModelConfig, ModelError};
+use half::bf16;
+use pagoda_cuda::cudarc::driver::CudaSlice;
+use pagoda_cuda::{
+    AttentionBatch, AttentionParams, AttentionWorkspace, GatedActivation, GpuContext, KernelCache,
+};
+use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::ops::RopeStyle;
+use pagoda_kernels::WeightMatrix;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The context of GPU `ordinal`, made on first use and shared by everything on that GPU.
+pub fn context(ordinal: usize) -> Result<Arc<GpuContext>, ModelError> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+    let contexts = CONTEXTS.get_or_init(Default::default);
+    let mut contexts = contexts
+        .lock()
+        .map_err(|_| ModelError::Device("the GPU context registry was poisoned".into()))?;
+    if let Some(ctx) = contexts.get(&ordinal) {
+        return Ok(ctx.clone());
+    }
+    let ctx = Arc::new(GpuContext::new(
+        ordinal,
+        &KernelCache::new(KernelCache::default_dir()),
+    )?);
+    contexts.insert(ordinal, ctx.clone());
+    Ok(ctx)
+}
+
+/// The CUDA backend: one GPU.
+#[derive(Clone)]
+pub struct Cuda {
+    gpu: Arc<GpuContext>,
+}
+
+impl std::fmt::Debug for Cuda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cuda({})", self.gpu.gpu().name)
+    }
+}
+
+impl Cuda {
+    /// The backend of GPU `ordinal`, after checking that `weights`' bf16 copy fits in its
+    /// free memory with `reserve` bytes to spare.
+    pub fn for_model(ordinal: usize, weights: &Weights, reserve: u64) -> Result<Self, ModelError> {
+        let gpu = context(ordinal)?;
+        let need = weights.n_parameters() * 2;
+        let (free, total) = gpu.memory_info()?;
+        if need + reserve > free {
+            return Err(ModelError::Device(format!(
+                "the model needs {:.2} GiB of GPU memory for its bf16 weights (+{:.2} GiB for \
+                 activations), but cuda:{ordinal} ({}) has {:.2} GiB free of {:.2} GiB: use a \
+                 smaller model or --device cpu",
+                gib(need),
+                gib(reserve),
+                gpu.gpu().name,
+                gib(free),
+                gib(total)
+            )));
+        }
+        Ok(Cuda { gpu })
+    }
+
+    pub fn gpu(&self) -> &Arc<GpuContext> {
+        &self.gpu
+    }
+
+    fn upload<T: pagoda_cuda::cudarc::driver::DeviceRepr>(
+        &self,
+        host: &[T],
+    ) -> Result<CudaSlice<T>, ModelError> {
+        self.gpu
+            .stream()
+            .clone_htod(host)
+            .map_err(|e| driver("cuMemcpyHtoD", e))
+    }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+fn driver(call: &'static str, e: pagoda_cuda::cudarc::driver::DriverError) -> ModelError {
+    ModelError::Gpu(pagoda_cuda::CudaError::Driver {
+        call,
+        message: e.to_string(),
+    })
+}
+
+/// A linear layer on the GPU: bf16 weight `[rows, cols]`, f32 bias.
+#[derive(Debug)]
+pub struct CudaLinear {
+    name: String,
+    rows: usize,
+    cols: usize,
+    weight: Arc<CudaSlice<bf16>>,
+    bias: Option<CudaSlice<f32>>,
+}
+
+/// An RMSNorm weight on the GPU.
+#[derive(Debug)]
+pub struct CudaNorm {
+    weight: CudaSlice<f32>,
+    dim: usize,
+    eps: f32,
+    offset: f32,
+}
+
+/// A RoPE table on the GPU.
+#[derive(Debug)]
+pub struct CudaRope {
+    inv_freq: CudaSlice<f32>,
+    half: usize,
+    style: pagoda_cuda::RopeStyle,
+    mscale: f32,
+}
+
+/// An f32 activation in GPU memory: `len` values in a buffer that only grows.
+#[derive(Debug, Default)]
+pub struct CudaAct {
+    buf: Option<CudaSlice<f32>>,
+    len: usize,
+}
+
+impl CudaAct {
+    /// Sizes the activation to `len` values (reallocating only to grow) and returns it.
+    fn resize(&mut self, gpu: &GpuContext, len: usize) -> Result<&mut CudaSlice<f32>, ModelError> {
+        let cap = self.buf.as_ref().map_or(0, |b| b.len());
+        if cap < len || self.buf.is_none() {
+            let grown = len.max(cap + cap / 2).max(1);
+            self.buf = Some(
+                gpu.stream()
+                    .alloc_zeros::<f32>(grown)
+                    .map_err(|e| driver("cuMemAlloc", e))?,
+            );
+        }
+        self.len = len;
+        self.buf
+            .as_mut()
+            .ok_or_else(|| ModelError::Device("activation buffer missing".into()))
+    }
+
+    fn get(&self) -> Result<&CudaSlice<f32>, ModelError> {
+        self.buf
+            .as_ref()
+            .ok_or_else(|| ModelError::Device("an activation read before it was written".into()))
+    }
+
+    fn get_mut(&mut self) -> Result<&mut CudaSlice<f32>, ModelError> {
+        self.buf
+            .as_mut()
+            .ok_or_else(|| ModelError::Device("an activation read before it was written".into()))
+    }
+}
+
+/// A bf16 staging buffer that only grows.
+#[derive(Debug, Default)]
+struct Staging {
+    buf: Option<CudaSlice<bf16>>,
+}
+
+impl Staging {
+    fn at_least(
+        &mut self,
+        gpu: &GpuContext,
+        len: usize,
+    ) -> Result<&mut CudaSlice<bf16>, ModelError> {
+        let cap = self.buf.as_ref().map_or(0, |b| b.len());
+        if cap < len || self.buf.is_none() {
+            self.buf = Some(
+                gpu.stream()
+                    .alloc_zeros::<bf16>(len.max(cap + cap / 2).max(1))
+                    .map_err(|e| driver("cuMemAlloc", e))?,
+            );
+        }
+        self.buf
+            .as_mut()
+            .ok_or_else(|| ModelError::Device("staging buffer missing".into()))
+    }
+}
+
+/// One layer's K and V in GPU memory, bf16 `[n_blocks * block_size, kv_dim]` each.
+#[derive(Debug)]
+pub struct CudaKvLayer {
+    pub(crate) k: CudaSlice<bf16>,
+    pub(crate) v: CudaSlice<bf16>,
+}
+
+/// LoRA pairs on the GPU by (adapter load, linear name): `(r, A [r, cols], B·s [rows, r])`.
+type LoraPairs = HashMap<(u64, String), (usize, CudaSlice<bf16>, CudaSlice<bf16>)>;
+
+/// The GPU forward pass's reusable state, kept in the KV cache between passes.
+#[derive(Debug, Default)]
+pub struct CudaScratch {
+    pub(crate) act: Activations<CudaAct>,
+    staging: Staging,
+    lora_tmp: CudaAct,
+    lora_tmp16: Staging,
+    logits: CudaAct,
+    workspace: AttentionWorkspace,
+    /// LoRA pairs already uploaded, by (adapter load, linear name): `(r, A, B)`.
+    lora_pairs: LoraPairs,
+}
+
+/// One GPU forward pass's batch.
+pub struct CudaPass<'a> {
+    pub(crate) batch: AttentionBatch,
+    pub(crate) block_size: usize,
+    /// The LoRA adapters of the pass, by rows.
+    pub(crate) lora: Vec<(Range<usize>, LoraWeights)>,
+    pub(crate) scratch: ScratchParts<'a>,
+}
+
+/// The parts of [`CudaScratch`] a pass borrows beside the activations.
+pub(crate) struct ScratchParts<'a> {
+    staging: &'a mut Staging,
+    lora_tmp: &'a mut CudaAct,
+    lora_tmp16: &'a mut Staging,
+    logits: &'a mut CudaAct,
+    workspace: &'a mut AttentionWorkspace,
+    lora_pairs: &'a mut LoraPairs,
+}
+
+impl CudaScratch {
+    /// The activations, and the rest for a pass.
+    pub(crate) fn split(&mut self) -> (&mut Activations<CudaAct>, ScratchParts<'_>) {
+        (
+            &mut self.act,
+            ScratchParts {
+                staging: &mut self.staging,
+                lora_tmp: &mut self.lora_tmp,
+                lora_tmp16: &mut self.lora_tmp16,
+                logits: &mut self.logits,
+                workspace: &mut self.workspace,
+                lora_pairs: &mut self.lora_pairs,
+            },
+        )
+    }
+}
+
+/// `weight` dequantized to bf16, row-major, rows in parallel.
+fn to_bf16(
+    weights: &Weights,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<bf16>, ModelError> {
+    let t = weights.get(name)?;
+    expect_shape(t, &[rows, cols])?;
+    let m = WeightMatrix::new(t.ty, rows, cols, t.data()).map_err(|e| ModelError::Tensor {
+        path: Default::default(),
+        tensor: name.to_string(),
+        message: e.to_string(),
+    })?;
+    let mut out = vec![bf16::ZERO; rows * cols];
+    out.par_chunks_mut(cols.max(1))
+        .enumerate()
+        .try_for_each_init(
+            || vec![0.0f32; cols],
+            |row, (r, dst)| {
+                m.dequantize_row(r, row)?;
+                for (d, &v) in dst.iter_mut().zip(row.iter()) {
+                    *d = bf16::from_f32(v);
+                }
+                Ok::<(), pagoda_kernels::KernelError>(())
+            },
+        )
+        .map_err(|e| ModelError::Tensor {
+            path: Default::default(),
+            tensor: name.to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(out)
+}
+
+impl Backend for Cuda {
+    type Act = CudaAct;
+    type Linear = CudaLinear;
+    type Norm = CudaNorm;
+    type Rope = CudaRope;
+    type KvLayer = CudaKvLayer;
+    type Pass<'a> = CudaPass<'a>;
+
+    fn load_linear(
+        &self,
+        weights: &Weights,
+        name: &str,
+        bias: Option<&str>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaLinear, ModelError> {
+        let host = to_bf16(weights, name, rows, cols)?;
+        let bias = match bias {
+            Some(b) if weights.contains(b) => Some(self.upload(&load_vector(weights, b, rows)?)?),
+            _ => None,
+        };
+        Ok(CudaLinear {
+            name: name.to_string(),
+            rows,
+            cols,
+            weight: Arc::new(self.upload(&host)?),
+            bias,
+        })
+    }
+
+    fn load_rows(
+        &self,
+        weights: &Weights,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaLinear, ModelError> {
+        self.load_linear(weights, name, None, rows, cols)
+    }
+
+    fn share(&self, linear: &CudaLinear) -> CudaLinear {
+        CudaLinear {
+            name: linear.name.clone(),
+            rows: linear.rows,
+            cols: linear.cols,
+            weight: linear.weight.clone(),
+            bias: None,
+        }
+    }
+
+    fn load_norm(
+        &self,
+        weights: &Weights,
+        name: &str,
+        dim: usize,
+        cfg: &ModelConfig,
+    ) -> Result<CudaNorm, ModelError> {
+        Ok(CudaNorm {
+            weight: self.upload(&load_vector(weights, name, dim)?)?,
+            dim,
+            eps: cfg.rms_eps,
+            offset: cfg.norm_weight_offset,
+        })
+    }
+
+    fn load_rope(
+        &self,
+        weights: &Weights,
+        cfg: &ModelConfig,
+        theta: f32,
+        scaling: &RopeScaling,
+        freq_factors: bool,
+    ) -> Result<CudaRope, ModelError> {
+        let mut rope = Rope::new(cfg, theta, scaling);
+        if freq_factors {
+            rope = rope.with_freq_factors(weights)?;
+        }
+        Ok(CudaRope {
+            inv_freq: self.upload(rope.inv_freq())?,
+            half: rope.inv_freq().len(),
+            style: match rope.style() {
+                RopeStyle::Interleaved => pagoda_cuda::RopeStyle::Normal,
+                RopeStyle::Neox => pagoda_cuda::RopeStyle::Neox,
+            },
+            mscale: rope.mscale(),
+        })
+    }
+
+    fn linear_name(linear: &CudaLinear) -> &str {
+        &linear.name
+    }
+
+    fn linear_shape(linear: &CudaLinear) -> (usize, usize) {
+        (linear.rows, linear.cols)
+    }
+
+    fn linears<const N: usize>(
+        &self,
+        layers: [&CudaLinear; N],
+        x: &CudaAct,
+        outs: [&mut CudaAct; N],
+        pass: &mut CudaPass<'_>,
+    ) -> Result<(), ModelError> {
+        let cols = layers[0].cols;
+        let rows = x.len / cols.max(1);
+        let (k, blas) = (self.gpu.kernels(), self.gpu.blas());
+        let staging = pass.scratch.staging.at_least(&self.gpu, rows * cols)?;
+        k.to_bf16(x.get()?, staging, rows * cols)?;
+        for (layer, out) in layers.iter().zip(outs) {
+            let y = out.resize(&self.gpu, rows * layer.rows)?;
+            blas.gemm_bf16(
+                &*staging,
+                &*layer.weight,
+                y,
+                rows,
+                layer.rows,
+                cols,
+                1.0,
+                0.0,
+            )?;
+            if let Some(b) = &layer.bias {
+                k.add_bias(y, b, rows, layer.rows)?;
+            }
+            for (span, adapter) in &pass.lora {
+                let Some((r, a, b)) = adapter.pair(&layer.name) else {
+                    continue;
+                };
+                let key = (adapter.cache_salt(), layer.name.clone());
+                if !pass.scratch.lora_pairs.contains_key(&key) {
+                    let a: Vec<bf16> = a.iter().map(|&v| bf16::from_f32(v)).collect();
+                    let b: Vec<bf16> = b.iter().map(|&v| bf16::from_f32(v)).collect();
+                    let pair = (r, self.upload(&a)?, self.upload(&b)?);
+                    pass.scratch.lora_pairs.insert(key.clone(), pair);
+                }
+                let Some((r, a, b)) = pass.scratch.lora_pairs.get(&key) else {
+                    continue;
+                };
+                let (n, r) = (span.len(), *r);
+                // tmp = x[span] · Aᵀ  ([n, r]), then y[span] += tmp · Bᵀ (B pre-scaled).
+                let tmp = pass.scratch.lora_tmp.resize(&self.gpu, n * r)?;
+                let xs = staging.slice(span.start * cols..span.end * cols);
+                blas.gemm_bf16(&xs, a, tmp, n, r, cols, 1.0, 0.0)?;
+                let tmp16 = pass.scratch.lora_tmp16.at_least(&self.gpu, n * r)?;
+                k.to_bf16(&*tmp, tmp16, n * r)?;
+                let mut ys = y.slice_mut(span.start * layer.rows..span.end * layer.rows);
+                blas.gemm_bf16(&*tmp16, b, &mut ys, n, layer.rows, r, 1.0, 1.0)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rms_norm(&self, norm: &CudaNorm, x: &CudaAct, out: &mut CudaAct) -> Result<(), ModelError> {
+        let rows = x.len / norm.dim;
+        let y = out.resize(&self.gpu, x.len)?;
+        Ok(self.gpu.kernels().rms_norm(
+            x.get()?,
+            &norm.weight,
+            y,
+            rows,
+            norm.dim,
+            norm.eps,
+            norm.offset,
+        )?)
+    }
+
+    fn rms_norm_heads(&self, norm: &CudaNorm, x: &mut CudaAct) -> Result<(), ModelError> {
+        let rows = x.len / norm.dim;
+        Ok(self.gpu.kernels().rms_norm_inplace(
+            x.get_mut()?,
+            &norm.weight,
+            rows,
+            norm.dim,
+            norm.eps,
+            norm.offset,
+        )?)
+    }
+
+    fn add(&self, x: &mut CudaAct, y: &CudaAct) -> Result<(), ModelError> {
+        let n = x.len;
+        Ok(self.gpu.kernels().add(x.get_mut()?, y.get()?, n)?)
+    }
+
+    fn gated(
+        &self,
+        activation: Activation,
+        gate: &mut CudaAct,
+        up: &CudaAct,
+    ) -> Result<(), ModelError> {
+        let n = gate.len;
+        let activation = match activation {
+            Activation::Silu => GatedActivation::Silu,
+            Activation::GeluTanh => GatedActivation::GeluTanh,
+        };
+        Ok(self
+            .gpu
+            .kernels()
+            .gated(activation, gate.get_mut()?, up.get()?, n)?)
+    }
+
+    fn attention(
+        &self,
+        shape: &AttentionShape,
+        rope: &CudaRope,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        v: &CudaAct,
+        kv: &mut CudaKvLayer,
+        pass: &mut CudaPass<'_>,
+        out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        let kernels = self.gpu.kernels();
+        let rows = pass.batch.total_rows();
+        let hd = shape.head_dim;
+        let positions = pass.batch.positions();
+        kernels.rope(
+            q.get_mut()?,
+            positions,
+            &rope.inv_freq,
+            rows,
+            shape.n_heads,
+            hd,
+            rope.half,
+            rope.style,
+            rope.mscale,
+        )?;
+        kernels.rope(
+            k.get_mut()?,
+            positions,
+            &rope.inv_freq,
+            rows,
+            shape.n_kv_heads,
+            hd,
+            rope.half,
+            rope.style,
+            rope.mscale,
+        )?;
+        let kv_dim = shape.n_kv_heads * hd;
+        kernels.kv_write(
+            k.get()?,
+            v.get()?,
+            &mut kv.k,
+            &mut kv.v,
+            pass.batch.slots(),
+            rows,
+            kv_dim,
+        )?;
+        let o = out.resize(&self.gpu, rows * shape.n_heads * hd)?;
+        let params = AttentionParams {
+            n_heads: shape.n_heads,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: hd,
+            block_size: pass.block_size,
+            scale: shape.scale,
+            softcap: shape.softcap,
+            window: shape.window,
+        };
+        Ok(kernels.paged_attention(
+            &pass.batch,
+            q.get()?,
+            &kv.k,
+            &kv.v,
+            o,
+            params,
+            pass.scratch.workspace,
+        )?)
+    }
+
+    fn embed(
+        &self,
+        table: &CudaLinear,
+        tokens: &[u32],
+        scale: Option<f32>,
+        out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        let ids = self.upload(tokens)?;
+        let d = table.cols;
+        let x = out.resize(&self.gpu, tokens.len() * d)?;
+        Ok(self.gpu.kernels().embed(
+            &*table.weight,
+            &ids,
+            x,
+            tokens.len(),
+            d,
+            scale.unwrap_or(1.0),
+        )?)
+    }
+
+    fn logits(
+        &self,
+        norm: &CudaNorm,
+        head: &CudaLinear,
+        x: &CudaAct,
+        rows: &[Range<usize>],
+        softcap: Option<f32>,
+        buffers: &mut Activations<CudaAct>,
+        pass: &mut CudaPass<'_>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let d = head.cols;
+        let picked: Vec<i32> = rows
+            .iter()
+            .flat_map(|r| r.clone())
+            .map(|r| r as i32)
+            .collect();
+        let n_out = picked.len();
+        if n_out == 0 {
+            return Ok(Vec::new());
+        }
+        let kernels = self.gpu.kernels();
+        let ids = self.upload(&picked)?;
+        let gathered = buffers.logit_rows.resize(&self.gpu, n_out * d)?;
+        kernels.gather_rows(x.get()?, &ids, gathered, n_out, d)?;
+        self.rms_norm(norm, &buffers.logit_rows, &mut buffers.normed)?;
+        let staging = pass.scratch.staging.at_least(&self.gpu, n_out * d)?;
+        kernels.to_bf16(buffers.normed.get()?, staging, n_out * d)?;
+        let vocab = head.rows;
+        let logits = pass.scratch.logits.resize(&self.gpu, n_out * vocab)?;
+        self.gpu
+            .blas()
+            .gemm_bf16(&*staging, &*head.weight, logits, n_out, vocab, d, 1.0, 0.0)?;
+        if let Some(cap) = softcap {
+            kernels.softcap(logits, n_out * vocab, cap)?;
+        }
+        let host = self
+            .gpu
+            .stream()
+            .clone_dtoh(&logits.slice(0..n_out * vocab))
+            .map_err(|e| driver("cuMemcpyDtoH", e))?;
+        self.gpu.synchronize()?;
+        Ok(host)
+    }
+}
+
+/// Bytes of GPU memory one pass of up to `rows` rows, `logit_rows` of them with logits,
+/// needs beside the weights and the KV cache (activations, staging, the logits, and a
+/// margin for cuBLAS's and the attention kernels' workspaces).
+pub fn workspace_bytes(cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64 {
+    let q_dim = cfg.n_heads * cfg.head_dim;
+    let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+    let widest = cfg.hidden_size.max(cfg.ffn_dim).max(q_dim);
+    let per_row = 4 * (6 * cfg.hidden_size + 2 * q_dim + 2 * kv_dim + 2 * cfg.ffn_dim) + 2 * widest;
+    let logits = logit_rows * cfg.vocab_size * 4 + logit_rows * cfg.hidden_size * 8;
+    (rows * per_row + logits) as u64 + (256u64 << 20)
+}
+
+/// `len` zeroed bf16 values on `gpu`.
+pub(crate) fn zeros(gpu: &GpuContext, len: usize) -> Result<CudaSlice<bf16>, ModelError> {
+    gpu.stream()
+        .alloc_zeros::<bf16>(len.max(1))
+        .map_err(|e| driver("cuMemAlloc", e))
+}
+
+/// Copies `len` values of `slice` from `src` to `dst` (non-overlapping ranges).
+pub(crate) fn copy_within(
+    gpu: &GpuContext,
+    slice: &mut CudaSlice<bf16>,
+    src: usize,
+    dst: usize,
+    len: usize,
+) -> Result<(), ModelError> {
+    let stream = gpu.stream();
+    if src < dst {
+        let (a, mut b) = slice.split_at_mut(dst);
+        stream
+            .memcpy_dtod(&a.slice(src..src + len), &mut b.slice_mut(0..len))
+            .map_err(|e| driver("cuMemcpyDtoD", e))
+    } else {
+        let (mut a, b) = slice.split_at_mut(src);
+        stream
+            .memcpy_dtod(&b.slice(0..len), &mut a.slice_mut(dst..dst + len))
+            .map_err(|e| driver("cuMemcpyDtoD", e))
+    }
+}
