@@ -1,7 +1,9 @@
 //! The batching engine against the reference decoding loop (`reference.rs`): prompts run together (mixed
 //! lengths, chunked prefill, preemption forced by a small KV pool, prefix-cache hits) give the
 //! same greedy tokens as each run alone; n > 1 choices equal separate seeded runs; aborts and
-//! dropped streams free their blocks; bad requests fail at submit.
+//! dropped streams free their blocks; bad requests fail at submit. The batching checks run
+//! on CUDA too where a GPU is usable (elsewhere they print `skipped: no GPU (...)`): the
+//! scheduler, block pool and prefix cache do not know the device.
 
 use pagoda_engine::{
     BatchingMode, EngineConfig, EngineError, EngineHandle, EngineRequest, FinishReason, Policy,
@@ -9,7 +11,7 @@ use pagoda_engine::{
 };
 use pagoda_model::arch::Model;
 use pagoda_model::tokenizer::Tokenizer;
-use pagoda_model::{open_model, KvDtype, PagedKvCache};
+use pagoda_model::{open_model, Device, KvDtype, PagedKvCache};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +23,12 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn load(path: &Path) -> (Arc<Model>, Arc<Tokenizer>) {
+    load_on(path, Device::Cpu)
+}
+
+fn load_on(path: &Path, device: Device) -> (Arc<Model>, Arc<Tokenizer>) {
     let source = open_model(path).expect("model opens");
-    let model = Arc::new(Model::from_source(&source).expect("model builds"));
+    let model = Arc::new(Model::from_source_on(&source, device).expect("model builds"));
     (model, Arc::new(source.tokenizer))
 }
 
@@ -74,7 +80,17 @@ fn check_batch_equals_alone(
     lengths: &[usize],
     max_tokens: usize,
 ) {
-    let (model, tok) = load(model_dir);
+    check_batch_equals_alone_on(Device::Cpu, model_dir, config, lengths, max_tokens)
+}
+
+fn check_batch_equals_alone_on(
+    device: Device,
+    model_dir: &Path,
+    config: EngineConfig,
+    lengths: &[usize],
+    max_tokens: usize,
+) {
+    let (model, tok) = load_on(model_dir, device);
     let vocab = model.config().vocab_size;
     let prompts = prompts(vocab, lengths);
     let want: Vec<Vec<u32>> = prompts
@@ -151,6 +167,25 @@ fn qwen2_and_gemma3_batches_equal_each_alone() {
     for name in ["tiny-qwen2", "tiny-gemma3"] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);
+    }
+}
+
+#[test]
+fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
+    let gpu = match pagoda_model::DeviceChoice::Cuda(None).resolve() {
+        Ok(r) => r.device,
+        Err(e) => return eprintln!("skipped: no GPU ({e})"),
+    };
+    for (name, blocks, prefix_caching) in [
+        ("tiny-llama", 64, true),
+        ("tiny-llama", 12, false),
+        ("tiny-qwen2", 14, true),
+        ("tiny-gemma3", 14, true),
+    ] {
+        let dir = golden(name);
+        let mut config = small_config(&dir, blocks);
+        config.prefix_caching = prefix_caching;
+        check_batch_equals_alone_on(gpu, &dir, config, &LENGTHS, 10);
     }
 }
 

@@ -14,7 +14,9 @@ pub fn decode(
     max_tokens: usize,
     adapter: Option<&LoraWeights>,
 ) -> Vec<u32> {
-    let mut cache = model.new_cache(prompt.len() + max_tokens + 1);
+    let mut cache = model
+        .try_new_cache(prompt.len() + max_tokens + 1, pagoda_model::KvDtype::F16)
+        .expect("a cache on the model's device");
     let mut logits = model
         .forward_adapted(prompt, 0, &mut cache, Logits::Last, adapter)
         .expect("prompt runs");

@@ -3,10 +3,12 @@
 //! varying order) gives each sequence the logits it gets when run alone through
 //! `Model::forward`, for the tiny Llama, Qwen2 and Gemma 3 models of tests/golden/ (Gemma 3's
 //! sliding window of 4 is far shorter than the sequences, so windowed layers are covered).
-//! Also copy-on-write of a shared block, and every input error.
+//! Also copy-on-write of a shared block, and every input error. The batching and
+//! copy-on-write checks run on the CPU and, where a GPU is usable, on CUDA too (elsewhere
+//! those print `skipped: no GPU (...)`).
 
 use pagoda_model::arch::{BatchSegment, Logits, Model};
-use pagoda_model::{open_model, KvDtype, ModelError, PagedKvCache};
+use pagoda_model::{open_model, Device, KvDtype, ModelError, PagedKvCache};
 use std::path::PathBuf;
 
 /// Largest `max|batched - alone| / max(1, max|alone|)` over a logits row: the same f32 math, but
@@ -14,12 +16,36 @@ use std::path::PathBuf;
 /// matmuls tile rows differently, so summation orders differ.
 const RELATIVE_TOLERANCE: f32 = 1e-4;
 
+/// The same on CUDA: the same bf16 weights and K/V, but cuBLAS picks its kernel (and so its
+/// summation order) by the number of rows, activations are rounded to bf16 before every
+/// GEMM, and decode rows and prefill chunks run different attention kernels.
+const CUDA_RELATIVE_TOLERANCE: f32 = 2e-2;
+
 fn load(name: &str) -> Model {
+    load_on(name, Device::Cpu)
+}
+
+fn load_on(name: &str, device: Device) -> Model {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/golden")
         .join(name);
     let source = open_model(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
-    Model::from_source(&source).unwrap_or_else(|e| panic!("{name}: {e}"))
+    Model::from_source_on(&source, device).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The K/V type a device's tests use: f32 on the CPU (exact), 16-bit (bf16) on CUDA.
+fn test_dtype(model: &Model) -> KvDtype {
+    match model.device() {
+        Device::Cpu => KvDtype::F32,
+        Device::Cuda(_) => KvDtype::F16,
+    }
+}
+
+fn tolerance(model: &Model) -> f32 {
+    match model.device() {
+        Device::Cpu => RELATIVE_TOLERANCE,
+        Device::Cuda(_) => CUDA_RELATIVE_TOLERANCE,
+    }
 }
 
 /// Deterministic pseudo-random token ids below `vocab`.
@@ -37,15 +63,21 @@ fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Every position's logits of `tokens` run alone from an empty f32 cache (`[n, vocab]`).
+/// Every position's logits of `tokens` run alone from an empty cache (`[n, vocab]`).
 fn alone(model: &Model, tokens: &[u32]) -> Vec<f32> {
-    let mut cache = model.new_cache_with(tokens.len(), KvDtype::F32);
+    let mut cache = model
+        .try_new_cache(tokens.len(), test_dtype(model))
+        .expect("a cache");
     model
         .forward(tokens, 0, &mut cache, Logits::All)
         .expect("forward alone")
 }
 
 fn assert_rows_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_rows_within(what, got, want, RELATIVE_TOLERANCE)
+}
+
+fn assert_rows_within(what: &str, got: &[f32], want: &[f32], tolerance: f32) {
     assert_eq!(got.len(), want.len(), "{what}: row length");
     let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
     let diff = got
@@ -53,7 +85,7 @@ fn assert_rows_close(what: &str, got: &[f32], want: &[f32]) {
         .zip(want)
         .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(
-        diff / scale <= RELATIVE_TOLERANCE,
+        diff / scale <= tolerance,
         "{what}: max difference {diff} (scale {scale})"
     );
 }
@@ -73,7 +105,11 @@ struct Plan {
 }
 
 fn check_batched_matches_alone(name: &str) {
-    let model = load(name);
+    check_batched_matches_alone_on(&load(name), name);
+}
+
+fn check_batched_matches_alone_on(model: &Model, name: &str) {
+    let model = model;
     let vocab = model.config().vocab_size;
     let plans = [
         // A long prefill in three chunks.
@@ -112,9 +148,11 @@ fn check_batched_matches_alone(name: &str) {
                 .collect()
         })
         .collect();
-    let want: Vec<Vec<f32>> = plans.iter().map(|p| alone(&model, &p.tokens)).collect();
+    let want: Vec<Vec<f32>> = plans.iter().map(|p| alone(model, &p.tokens)).collect();
 
-    let mut cache = model.new_paged_cache(n_blocks as usize, block_size, KvDtype::F32);
+    let mut cache = model
+        .try_new_paged_cache(n_blocks as usize, block_size, test_dtype(model))
+        .expect("a cache");
     let mut fed = vec![0usize; plans.len()];
     let steps = plans.iter().map(|p| p.chunks.len()).max().unwrap_or(0);
     let mut rows_checked = 0;
@@ -157,10 +195,14 @@ fn check_batched_matches_alone(name: &str) {
             };
             for p in positions {
                 let got = rows.next().expect("a logits row per requested position");
-                assert_rows_close(
-                    &format!("{name}: step {step}, sequence {i}, position {p}"),
+                assert_rows_within(
+                    &format!(
+                        "{name} on {}: step {step}, sequence {i}, position {p}",
+                        model.device()
+                    ),
                     got,
                     &want[i][p * vocab..(p + 1) * vocab],
+                    tolerance(model),
                 );
                 rows_checked += 1;
             }
@@ -196,12 +238,46 @@ fn tiny_gemma3_batched_matches_alone() {
     check_batched_matches_alone("tiny-gemma3");
 }
 
+/// The first usable GPU, or `None` after printing why the CUDA variant is skipped.
+fn gpu_or_skip() -> Option<Device> {
+    match pagoda_cuda::list_gpus() {
+        Ok(gpus) if !gpus.is_empty() => Some(Device::Cuda(gpus[0].ordinal)),
+        Ok(_) => {
+            eprintln!("skipped: no GPU (the driver reports none)");
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped: no GPU ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn batched_matches_alone_on_cuda() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+        check_batched_matches_alone_on(&load_on(name, gpu), name);
+    }
+}
+
 #[test]
 fn forked_sequence_after_copy_on_write_matches_alone() {
-    let model = load("tiny-gemma3");
+    check_fork_matches_alone(&load("tiny-gemma3"));
+}
+
+#[test]
+fn forked_sequence_after_copy_on_write_matches_alone_on_cuda() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    check_fork_matches_alone(&load_on("tiny-gemma3", gpu));
+}
+
+fn check_fork_matches_alone(model: &Model) {
     let vocab = model.config().vocab_size;
     let block_size = 4;
-    let mut cache = model.new_paged_cache(8, block_size, KvDtype::F32);
+    let mut cache = model
+        .try_new_paged_cache(8, block_size, test_dtype(model))
+        .expect("a cache");
     // A shared prompt of 6 tokens fills block 5 and half of block 2.
     let prompt = tokens(7, 6, vocab);
     let parent_table = [5u32, 2];
@@ -245,13 +321,14 @@ fn forked_sequence_after_copy_on_write_matches_alone() {
     for (k, next) in [child_next, parent_next].iter().enumerate() {
         let mut seq = prompt.clone();
         seq.extend_from_slice(next);
-        let want = alone(&model, &seq);
+        let want = alone(model, &seq);
         for j in 0..2 {
             let row = k * 2 + j;
-            assert_rows_close(
+            assert_rows_within(
                 &format!("fork {k} position {}", 6 + j),
                 &out[row * vocab..(row + 1) * vocab],
                 &want[(6 + j) * vocab..(7 + j) * vocab],
+                tolerance(model),
             );
         }
     }

@@ -2,6 +2,7 @@
 
 mod bad_files;
 mod common;
+mod cuda;
 mod embedding;
 mod forward_batch;
 mod forward_golden;

@@ -1,0 +1,138 @@
+//! The CUDA forward pass against the CPU's on the same files: every tiny architecture
+//! (Llama, Qwen2 with biases, Gemma 3 with QK-norm, sliding window and GeGLU) and LoRA
+//! adapters served unmerged (against PEFT's own logits). These run where a GPU is usable;
+//! elsewhere each prints `skipped: no GPU (...)`. Asking for a GPU that is not there is an
+//! error naming it, on every machine.
+
+use pagoda_model::arch::{Logits, LoraWeights, Model};
+use pagoda_model::{open_model, Device, KvDtype};
+use std::path::PathBuf;
+
+/// `max|cuda - cpu| / max(1, max|cpu|)` over a row. The GPU multiplies bf16 weights by
+/// activations rounded to bf16 (8 bits of mantissa: ~0.4 % per value) with f32 sums; the
+/// CPU keeps the file's f32 weights. Over a few layers of random weights that is percents.
+const CUDA_VS_CPU: f32 = 5e-2;
+
+/// Share of positions whose greedy token must agree (tiny random models have near-ties).
+const TOP1_AGREEMENT: f64 = 0.9;
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/golden")
+        .join(name)
+}
+
+fn gpu_or_skip() -> Option<Device> {
+    match pagoda_cuda::list_gpus() {
+        Ok(gpus) if !gpus.is_empty() => Some(Device::Cuda(gpus[0].ordinal)),
+        Ok(_) => {
+            eprintln!("skipped: no GPU (the driver reports none)");
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped: no GPU ({e})");
+            None
+        }
+    }
+}
+
+fn logits(model: &Model, tokens: &[u32], adapter: Option<&LoraWeights>) -> Vec<f32> {
+    let dtype = match model.device() {
+        Device::Cpu => KvDtype::F32,
+        Device::Cuda(_) => KvDtype::F16,
+    };
+    let mut cache = model.try_new_cache(tokens.len(), dtype).expect("a cache");
+    model
+        .forward_adapted(tokens, 0, &mut cache, Logits::All, adapter)
+        .expect("forward")
+}
+
+fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+            if v > bv {
+                (i, v)
+            } else {
+                (bi, bv)
+            }
+        })
+        .0
+}
+
+/// Asserts the two `[n, vocab]` logits agree within [`CUDA_VS_CPU`] and [`TOP1_AGREEMENT`].
+fn assert_agree(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: shape");
+    let (mut same, mut rows) = (0, 0);
+    for (g, c) in gpu.chunks_exact(vocab).zip(cpu.chunks_exact(vocab)) {
+        let scale = c.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let diff = g
+            .iter()
+            .zip(c)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(g.iter().all(|x| x.is_finite()), "{what}: non-finite logits");
+        assert!(
+            diff / scale <= CUDA_VS_CPU,
+            "{what}: row {rows}: {diff} (scale {scale})"
+        );
+        same += usize::from(argmax(g) == argmax(c));
+        rows += 1;
+    }
+    let agreement = same as f64 / rows as f64;
+    assert!(
+        agreement >= TOP1_AGREEMENT,
+        "{what}: top-1 agreement {agreement}"
+    );
+}
+
+#[test]
+fn cuda_logits_match_the_cpu_on_every_architecture() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+        let source = open_model(&golden(name)).expect("open");
+        let cpu = Model::from_source(&source).expect("cpu model");
+        let cuda = Model::from_source_on(&source, gpu).expect("cuda model");
+        assert_eq!(cuda.device(), gpu);
+        let vocab = cpu.config().vocab_size;
+        let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
+        assert_agree(
+            name,
+            &logits(&cuda, &tokens, None),
+            &logits(&cpu, &tokens, None),
+            vocab,
+        );
+    }
+}
+
+#[test]
+fn lora_adapters_on_cuda_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let source = open_model(&golden("tiny-llama")).expect("open");
+    let cpu = Model::from_source(&source).expect("cpu model");
+    let cuda = Model::from_source_on(&source, gpu).expect("cuda model");
+    let vocab = cpu.config().vocab_size;
+    let tokens: Vec<u32> = (0..24u32).map(|i| (i * 5 + 1) % vocab as u32).collect();
+    for name in ["alpha", "beta"] {
+        let dir = golden("tiny-llama-lora").join(name);
+        let on_cpu = LoraWeights::open(name, &dir, &cpu).expect("adapter for the cpu model");
+        let on_gpu = LoraWeights::open(name, &dir, &cuda).expect("adapter for the cuda model");
+        let base = logits(&cuda, &tokens, None);
+        let adapted = logits(&cuda, &tokens, Some(&on_gpu));
+        assert!(
+            base.iter().zip(&adapted).any(|(a, b)| (a - b).abs() > 1e-2),
+            "{name}: the adapter changes the GPU's logits"
+        );
+        assert_agree(name, &adapted, &logits(&cpu, &tokens, Some(&on_cpu)), vocab);
+    }
+}
+
+#[test]
+fn a_gpu_that_is_not_there_is_an_error_naming_it() {
+    let source = open_model(&golden("tiny-llama")).expect("open");
+    let e = Model::from_source_on(&source, Device::Cuda(999)).expect_err("no cuda:999");
+    let text = e.to_string();
+    match pagoda_cuda::list_gpus() {
+        Ok(_) => assert!(text.contains("999"), "{text}"),
+        Err(missing) => assert!(text.contains(&missing.to_string()), "{text}"),
+    }
+}
