@@ -109,7 +109,6 @@ fn check_batched_matches_alone(name: &str) {
 }
 
 fn check_batched_matches_alone_on(model: &Model, name: &str) {
-    let model = model;
     let vocab = model.config().vocab_size;
     let plans = [
         // A long prefill in three chunks.
