@@ -135,7 +135,7 @@ pub struct EvalModelArgs {
 }
 
 impl EvalModelArgs {
-    pub(crate) fn load(&self, load: &LoadArgs) -> anyhow::Result<LoadedModel> {
+    fn load(&self, load: &LoadArgs) -> anyhow::Result<LoadedModel> {
         crate::commands::threads::set_threads(self.threads)?;
         load_for_generation(&self.model, load)
     }

@@ -20,7 +20,8 @@ use clap::Args;
 use pagoda_model::Logits;
 use serde_json::json;
 
-use crate::commands::eval::{EvalModelArgs, ScoringArgs};
+use crate::commands::model_loader::{load_for_generation, LoadArgs, LoadedModel};
+use pagoda_model::KvDtype;
 
 pub const LOGITS_HELP: &str = "\
 Input (--prompts): a JSON file holding an array of prompts, each an array of token ids, all of
@@ -39,19 +40,29 @@ Examples:
   pagoda eval logits smollm2:135m --prompts prompts.json --out logits.npy --kv-cache-dtype f32 --json
   python3 scripts/gpu/compare_logits.py reference.npy logits.npy";
 
-/// Arguments of `pagoda eval logits`.
+/// Arguments of `pagoda eval logits` (the model flags as the other `eval` subcommands spell
+/// them).
 #[derive(Debug, Args)]
 pub struct LogitsArgs {
-    #[command(flatten)]
-    pub common: EvalModelArgs,
-    #[command(flatten)]
-    pub scoring: ScoringArgs,
+    /// Model: a store or catalog name (pulled if missing), a GGUF file or a model folder.
+    pub model: String,
     /// JSON file of prompts as token ids: [[id, id, ...], ...], all of one length.
     #[arg(long, value_name = "FILE")]
     pub prompts: PathBuf,
     /// Where to write the logits: a .npy file, f32 [prompts, positions, vocab].
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
+    /// KV cache element type: f16 (what the engine serves with) or f32.
+    #[arg(long, default_value = "f16")]
+    pub kv_cache_dtype: KvDtype,
+    /// Print one JSON object instead of the summary line.
+    #[arg(long)]
+    pub json: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// Reads and checks the prompts file: a non-empty JSON array of non-empty arrays of token ids
@@ -124,7 +135,8 @@ pub fn npy_header_f32(shape: &[usize]) -> Vec<u8> {
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
     let prompts = read_prompts(&args.prompts)?;
     let positions = prompts[0].len();
-    let loaded = args.common.load(&args.scoring.load)?;
+    crate::commands::threads::set_threads(args.threads)?;
+    let loaded = load_for_generation(&args.model, &args.load)?;
     let model = &loaded.model;
     let config = model.config();
     for (i, p) in prompts.iter().enumerate() {
@@ -168,14 +180,14 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
 
     let tokens = prompts.len() * positions;
     let tps = tokens as f64 / seconds.max(1e-9);
-    if args.scoring.json {
+    if args.json {
         let out = json!({
-            "model": args.common.model,
+            "model": args.model,
             "prompts_file": args.prompts.display().to_string(),
             "out": args.out.display().to_string(),
             "shape": [prompts.len(), positions, vocab],
             "dtype": "float32",
-            "kv_cache_dtype": args.scoring.kv_cache_dtype.to_string(),
+            "kv_cache_dtype": args.kv_cache_dtype.to_string(),
             "seconds": seconds,
             "tokens_per_second": tps,
         });
@@ -197,7 +209,7 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
 /// vocabulary width of the logits and the seconds spent in forward passes.
 fn write_logits(
     args: &LogitsArgs,
-    loaded: &crate::commands::model_loader::LoadedModel,
+    loaded: &LoadedModel,
     prompts: &[Vec<u32>],
     path: &Path,
 ) -> anyhow::Result<(usize, f64)> {
@@ -209,7 +221,7 @@ fn write_logits(
     let mut vocab = None;
     let mut seconds = 0.0;
     for (i, prompt) in prompts.iter().enumerate() {
-        let mut cache = model.new_cache_with(positions, args.scoring.kv_cache_dtype);
+        let mut cache = model.new_cache_with(positions, args.kv_cache_dtype);
         let started = Instant::now();
         let logits = model
             .forward(prompt, 0, &mut cache, Logits::All)
