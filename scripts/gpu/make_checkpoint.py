@@ -201,6 +201,9 @@ def main():
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    # The float32 reference must be float32 on the GPU too (no TF32 in its matmuls).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     shape = dict(SHAPES[args.shape])
     if args.layers:
         shape["num_hidden_layers"] = args.layers
