@@ -26,7 +26,7 @@
 #      transformers' logits for them (bf16, and the same weights in float32: the exact
 #      answer); `pagoda eval logits --device cuda` on the same folder;
 #      scripts/gpu/compare_logits.py against the float32 answer: top-1 agreement >= 0.99 (a
-#      near-tie within 0.05 counts) and max |logit diff| <= 0.25 (its MAX_DIFF, reasoned
+#      near-tie within 0.1 counts) and max |logit diff| <= 0.3 (its MAX_DIFF, reasoned
 #      there); strict agreement and transformers-bf16's own distance reported beside
 #      ($OUT/<shape>/).
 #   3. kernel tests: every target/gpu/pagoda_cuda_tests* executable, one test at a time, 120 s
@@ -42,6 +42,8 @@
 # torch 2.15 / transformers 5.25 on CPU) it passed in 92 s: Pagoda against the float32
 # reference, top-1 100 %, max |diff| 0.0011 (SmolLM2 shape) and 0.0023 (Qwen2.5 shape);
 # transformers-bf16 against the same, top-1 97.5 % / 95.2 %, max |diff| 0.035 / 0.080.
+# At full depth on the CPU (by hand, CHECK_LAYERS unset): Pagoda 0.0012 (SmolLM2, 30 layers)
+# and 0.0039 (Qwen2.5-1.5B, 28 layers, 99.9 % strict); transformers-bf16 0.043 / 0.142.
 #
 # Environment: PAGODA (binary, default target/gpu/pagoda), PYTHON (default python3), OUT,
 # CHECK_WORK (checkpoints, default /tmp/pagoda-gpu-check), DRY_RUN=1, CHECK_LAYERS (layers of

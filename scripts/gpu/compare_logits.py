@@ -21,12 +21,13 @@ forward pass on these checkpoints.
 
 Why not gate on strict agreement with the bf16 reference: the checkpoints are random, so their
 logits are flat (std ~0.5-0.8 over 49k-152k tokens; the top-1 margin is below 0.008-0.016 at
-10 % of positions, often exactly 0 after bf16 rounding). Measured on the CPU, full-depth
-SmolLM2 shape (30 layers): transformers bf16 agrees with the float32 answer for its own
-weights at only 95.7 % of positions (max |diff| 0.043), while Pagoda's CPU path (bf16 weights,
-f32 activations, f16 KV cache) agrees with it at 100 % (max |diff| 0.0012) and therefore
-with transformers-bf16 at 95.7 % as well. A strict 99 % gate against the bf16 reference would
-fail any correct implementation, transformers' own bf16 path included.
+10 % of positions, often exactly 0 after bf16 rounding). Measured on the CPU at full depth:
+transformers bf16 agrees with the float32 answer for its own weights at only 95.7 % of
+positions on the SmolLM2 shape (max |diff| 0.043) and 93.1 % on the Qwen2.5-1.5B shape (max
+|diff| 0.142), while Pagoda's CPU path (bf16 weights, f32 activations, f16 KV cache) agrees
+with it at 100 % / 99.9 % (max |diff| 0.0012 / 0.0039), and therefore with transformers-bf16
+at only 95.7 % / 93.0 %. A strict 99 % gate against the bf16 reference would fail any correct
+implementation, transformers' own bf16 path included.
 """
 
 import argparse
@@ -40,28 +41,29 @@ import numpy as np
 # KV cache, as Pagoda's CUDA path) is off the exact answer by rounding alone:
 #  - each GEMM operand / KV entry rounded to bf16 is off by up to 2^-9 relative; the errors
 #    of the 2 x layers sublayers add like a random walk into the residual stream, which the
-#    final RMSNorm rescales, so the logit error is ~ logit spread x 2^-9 x a few, and grows
-#    only slowly with depth;
-#  - measured on the CPU (dry run): transformers running everything in bf16, against its float32
-#    answer: max |diff| 0.035 (SmolLM2 shape, 2 layers), 0.043 (SmolLM2, all 30 layers), 0.080
-#    (Qwen2.5-1.5B shape, 2 layers; larger logits, std 0.8, and q/k/v biases); Pagoda's CPU
-#    path (f32 activations): 0.0011 / 0.0012 / 0.0023;
+#    final RMSNorm rescales, so the logit error is ~ logit spread x 2^-9 x a few, growing
+#    slowly with depth;
+#  - measured on the CPU (torch 2.15, transformers 5.25), transformers running everything in
+#    bf16 against its float32 answer, max |diff|: SmolLM2 shape 0.035 (2 layers), 0.043 (all
+#    30); Qwen2.5-1.5B shape 0.080 (2 layers), 0.142 (all 28: larger logits, std 0.8, and
+#    q/k/v biases). Pagoda's CPU path (f32 activations): 0.0011, 0.0012, 0.0023, 0.0039;
 #  - a real bug moves logits by ~ the logits' spread: a RoPE base of 1e4 instead of 1e5 gives
-#    max |diff| ~0.8 on the 30-layer SmolLM2 checkpoint, an RMSNorm eps of 1e-3 ~1.5, a missing
-#    bias or a wrong GQA mapping or mask more (the logits' std is 0.5-0.8, |max| 2.6-4.8).
-# 0.25 is 3x the largest bf16 noise measured (and ~6x at full depth), and 3x below the smallest
-# bug tried. The summary also reports transformers-bf16 against float32 on the GPU itself: if a
-# failure sits near that floor, the floor moved, not Pagoda.
-MAX_DIFF = 0.25
+#    max |diff| 0.81 on the 30-layer SmolLM2 checkpoint, an RMSNorm eps of 1e-3 gives 1.5; a
+#    missing bias, a wrong GQA mapping or a wrong mask more (the logits' std is 0.5-0.8).
+# 0.3 is 2x the largest bf16 noise measured (full-depth Qwen2.5) and 2.7x below the smallest
+# bug tried. The summary reports transformers-bf16 against float32 on the GPU too: if a
+# failure sits near that floor, look at the floor before at Pagoda.
+MAX_DIFF = 0.3
 MIN_AGREEMENT = 0.99
 # Two tokens whose exact logits are within TIE_EPS cannot be ordered by a bf16 forward pass:
-# transformers' own bf16 logits are off the exact ones by up to 0.043 (full-depth SmolLM2
-# shape, CPU; 0.080 on the 2-layer Qwen2.5 shape), and a bf16 logit near 2-4 is itself rounded
-# to a step of 0.016; with TIE_EPS 0.05, transformers-bf16 agrees with float32 at 100 % of
-# positions in all three (strictly: 95.2-97.5 %). A wrong token outside such a near-tie is
-# ~1-3 below the top logit (the logits' spread), so the gate still catches real errors (RoPE
-# base 1e4 for 1e5: 56 % near-tie agreement; RMSNorm eps 1e-3: 17 %).
-TIE_EPS = 0.05
+# transformers' own bf16 logits are off the exact ones by up to 0.142 (full-depth Qwen2.5
+# shape) and a bf16 logit near 2-4 is itself rounded to a step of 0.016. With TIE_EPS 0.1,
+# transformers-bf16 agrees with float32 at 99.9-100 % of positions on all four checkpoints
+# (strictly: 93.1-97.5 %; with 0.05, 99.6 % on full-depth Qwen2.5, too close to the gate). A
+# wrong token outside such a near-tie is ~1-3 below the top logit (the logits' spread), so
+# the gate still catches real errors (RoPE base 1e4 for 1e5: 68 % near-tie agreement; RMSNorm
+# eps 1e-3: 24 %).
+TIE_EPS = 0.1
 
 
 def load(path):
