@@ -1531,6 +1531,9 @@ mod eval_ab;
 #[path = "cli/batch_serve.rs"]
 mod batch_serve;
 
+#[path = "cli/eval_logits.rs"]
+mod eval_logits;
+
 /// `pagoda quantize` of the tiny Llama folder into a Hugging Face GPTQ/AWQ folder: written
 /// whole (no `.partial` left), loadable by `pagoda run`, and an existing output is kept
 /// unless `--force`.

@@ -10,6 +10,8 @@
 //!   the wheel; never copied into the repository or the store).
 //! - `pagoda eval compare` / `winrate`: blind A/B judged on an HTML page ([`super::eval_compare`]).
 //! - `pagoda eval report`: size/speed/quality table and plot of variants ([`super::eval_report`]).
+//! - `pagoda eval logits`: every position's logits for token-id prompts, as one `.npy` file
+//!   for comparing with another implementation ([`super::eval_logits`]).
 //!
 //! Invariants: a progress bar over windows / questions goes to stderr, the results to stdout
 //! (a table, or one JSON object with `--json`); bad input (empty file, malformed line) is an
@@ -70,6 +72,11 @@ pub enum EvalCommand {
     /// a Markdown table, JSON, and an SVG plot of size against perplexity.
     #[command(after_help = crate::commands::eval_report::REPORT_HELP)]
     Report(crate::commands::eval_report::ReportArgs),
+    /// Every position's logits for prompts given as token ids (a JSON file), written as one
+    /// f32 .npy file [prompts, positions, vocab], to compare with another implementation's
+    /// (transformers') on the same weights. The logits come from the device the model runs on.
+    #[command(after_help = crate::commands::eval_logits::LOGITS_HELP)]
+    Logits(crate::commands::eval_logits::LogitsArgs),
 }
 
 const PERPLEXITY_HELP: &str = "\
@@ -216,6 +223,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         EvalCommand::Compare(a) => crate::commands::eval_compare::run_compare(a),
         EvalCommand::Winrate(a) => crate::commands::eval_compare::run_winrate(a),
         EvalCommand::Report(a) => crate::commands::eval_report::run(a),
+        EvalCommand::Logits(a) => crate::commands::eval_logits::run(a),
     }
 }
 

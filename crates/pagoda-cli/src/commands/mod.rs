@@ -17,6 +17,7 @@ pub mod devices;
 pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;
+pub mod eval_logits;
 pub mod eval_report;
 pub mod gateway;
 pub mod list;
