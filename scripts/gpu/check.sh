@@ -31,6 +31,10 @@
 #      ($OUT/<shape>/).
 #   3. kernel tests: every target/gpu/pagoda_cuda_tests* executable, one test at a time, 120 s
 #      each ($OUT/pagoda_cuda_tests*.txt).
+#   3b. the CUDA tests of pagoda-model (the forward pass against the CPU on every tiny
+#      architecture and LoRA, batched == alone, copy-on-write) and pagoda-engine (continuous
+#      batching with chunked prefill, preemption and the prefix cache on CUDA == each alone),
+#      from target/gpu/*_it.xz ($OUT/pagoda_model_it.txt, $OUT/pagoda_engine_it.txt).
 #   4. speed, on the 1.5B shape, through the engine: single-stream decode (`bench model`,
 #      target >= 400 tok/s), 64 concurrent requests (`bench batching`, >= 15,000 output
 #      tok/s), prefill of a 2,048-token prompt (`bench model`, >= 30 % of the H200's dense
@@ -174,6 +178,34 @@ for t in target/gpu/pagoda_cuda_tests*; do
   grep -i "skipped" "$out/$name.txt" | head -3
 done
 [ "$found" = 1 ] || record kernels skip "no target/gpu/pagoda_cuda_tests* (see the header)"
+
+echo "== 3b. the CUDA forward pass and engine tests (pagoda-model, pagoda-engine)"
+# Their tests read tests/golden/ through the path they were built in: link it to this tree.
+if [ -f target/gpu/built_in ]; then
+  built="$(cat target/gpu/built_in)"
+  if [ ! -e "$built/tests/golden" ]; then
+    mkdir -p "$(dirname "$built")" && ln -sfn "$PWD" "$built" || echo "cannot link $built to $PWD"
+  fi
+fi
+found=0
+for packed in target/gpu/*_it.xz; do
+  [ -f "$packed" ] || continue
+  found=1
+  name="$(basename "$packed" .xz)"
+  mkdir -p "$work/bin" && xz -dc "$packed" >"$work/bin/$name" && chmod +x "$work/bin/$name"
+  # cuda: pagoda-model's CUDA-vs-CPU and on_cuda tests; on_cuda: the engine's.
+  filter=$([ "$name" = pagoda_model_it ] && echo cuda || echo on_cuda)
+  if timeout 180 "$work/bin/$name" "$filter" --test-threads 1 --nocapture >"$out/$name.txt" 2>&1; then
+    record "gpu-tests:$name" pass "$(grep -E '^test result' "$out/$name.txt" | tail -1)"
+  else
+    tail -30 "$out/$name.txt"
+    record "gpu-tests:$name" fail "$(grep -E '^test result' "$out/$name.txt" | tail -1) (see $name.txt)"
+  fi
+  if grep -q "skipped: no GPU" "$out/$name.txt" && [ "$dry" != 1 ]; then
+    record "gpu-tests:$name" fail "skipped on the GPU machine: $(grep -m1 'skipped: no GPU' "$out/$name.txt")"
+  fi
+done
+[ "$found" = 1 ] || record gpu-tests skip "no target/gpu/*_it.xz (see scripts/gpu/build.sh)"
 
 echo "== 4. speed (1.5B shape, through the engine)"
 model="$work/qwen2.5-1.5b/model"

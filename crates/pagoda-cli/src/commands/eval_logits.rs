@@ -52,7 +52,8 @@ pub struct LogitsArgs {
     /// Where to write the logits: a .npy file, f32 [prompts, positions, vocab].
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
-    /// KV cache element type: f16 (what the engine serves with) or f32.
+    /// KV cache element type: f16 (what the engine serves with; on a GPU, 16-bit K/V are
+    /// kept as bf16) or f32 (the CPU only).
     #[arg(long, default_value = "f16")]
     pub kv_cache_dtype: KvDtype,
     /// Print one JSON object instead of the summary line.
@@ -167,6 +168,7 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
         name.push(".partial");
         PathBuf::from(name)
     };
+    let model_device = loaded.model.device();
     let result = write_logits(&args, &loaded, &prompts, &partial);
     let (vocab, seconds) = match result {
         Ok(v) => v,
@@ -188,6 +190,7 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
             "shape": [prompts.len(), positions, vocab],
             "dtype": "float32",
             "kv_cache_dtype": args.kv_cache_dtype.to_string(),
+            "device": model_device.to_string(),
             "seconds": seconds,
             "tokens_per_second": tps,
         });
@@ -221,7 +224,9 @@ fn write_logits(
     let mut vocab = None;
     let mut seconds = 0.0;
     for (i, prompt) in prompts.iter().enumerate() {
-        let mut cache = model.new_cache_with(positions, args.kv_cache_dtype);
+        let mut cache = model
+            .try_new_cache(positions, args.kv_cache_dtype)
+            .with_context(|| format!("a KV cache for prompt {i}"))?;
         let started = Instant::now();
         let logits = model
             .forward(prompt, 0, &mut cache, Logits::All)
