@@ -38,7 +38,7 @@ pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;
 pub use handle::{EngineHandle, RequestStream};
 pub use planning::{EngineConfig, KvLayout};
-pub use request::{EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
+pub use request::{ConstraintSpec, EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 pub use sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};
 pub use speculative::{ProposerConfig, SpecStats, SpeculativeConfig};

@@ -39,6 +39,28 @@ pub struct EngineRequest {
     /// A LoRA adapter applied (unmerged) to this request's rows; `None`: the base model. The
     /// handle keeps the adapter alive until the request ends, even if it is unloaded.
     pub adapter: Option<LoraWeights>,
+    /// What the output must match, enforced while decoding (a token mask per choice);
+    /// `None`: free text.
+    pub constraint: Option<ConstraintSpec>,
+}
+
+/// What a request's output must match (structured output, forced tool calls). Compiled
+/// against the model's tokenizer when the request is submitted: a spec that does not compile
+/// fails the submit with a message naming the problem.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConstraintSpec {
+    /// Any JSON object (OpenAI `response_format: json_object`, Ollama `format: "json"`).
+    JsonObject,
+    /// JSON that validates against this JSON Schema (OpenAI `json_schema`, Ollama `format:
+    /// {schema}`, vLLM `guided_json`).
+    JsonSchema(serde_json::Value),
+    /// Text matching this regular expression, whole (vLLM `guided_regex`).
+    Regex(String),
+    /// Exactly one of these strings (vLLM `guided_choice`).
+    Choice(Vec<String>),
+    /// A grammar in llguidance's Lark dialect, which may embed `%json { schema }` (vLLM
+    /// `guided_grammar`; the forced `<tool_call>` of a tool-using model).
+    Lark(String),
 }
 
 impl EngineRequest {
@@ -57,6 +79,7 @@ impl EngineRequest {
             n: 1,
             speculative: true,
             adapter: None,
+            constraint: None,
         }
     }
 }
