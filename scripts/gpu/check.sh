@@ -46,6 +46,8 @@
 # torch 2.15 / transformers 5.25 on CPU) it passed in 92 s: Pagoda against the float32
 # reference, top-1 100 %, max |diff| 0.0011 (SmolLM2 shape) and 0.0023 (Qwen2.5 shape);
 # transformers-bf16 against the same, top-1 97.5 % / 95.2 %, max |diff| 0.035 / 0.080.
+# With step 3b (the model and engine CUDA tests, skipping without a GPU) the dry run passed
+# in 210 s on 2 cores (2026-12-05, dev-profile artefacts: 46 MiB with the tree).
 # At full depth on the CPU (by hand, CHECK_LAYERS unset): Pagoda 0.0012 (SmolLM2, 30 layers)
 # and 0.0039 (Qwen2.5-1.5B, 28 layers, 99.9 % strict); transformers-bf16 0.043 / 0.142.
 #
