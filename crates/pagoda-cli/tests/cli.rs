@@ -656,6 +656,65 @@ fn devices_reports_the_cpu_and_each_gpu_or_what_is_missing() {
     assert!(table.contains("cuda"), "{table}");
 }
 
+#[test]
+fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let path = dir.to_str().unwrap();
+    let args = |device: &str| -> Vec<String> {
+        [
+            "run",
+            path,
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "3",
+            "--seed",
+            "1",
+            "--device",
+            device,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |device: &str| {
+        let a = args(device);
+        env.run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let cpu = run("cpu");
+    ok(&cpu);
+    // auto never fails: the CPU here unless a GPU is usable.
+    let auto = run("auto");
+    ok(&auto);
+    let bad = run("tpu");
+    assert_eq!(bad.status.code(), Some(2), "a usage error");
+    assert!(stderr(&bad).contains("auto, cpu, cuda"), "{}", stderr(&bad));
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["devices", "--json"]))).unwrap();
+    if report["gpus"].as_array().is_some_and(|g| g.is_empty()) {
+        // No usable GPU: auto ran on the CPU (same output), cuda is an error naming why.
+        assert_eq!(stdout(&auto), stdout(&cpu));
+        let why = report["gpu_unavailable"].as_str().unwrap();
+        for device in ["cuda", "cuda:1"] {
+            let o = run(device);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(err.contains(&format!("--device {device}")), "{err}");
+            assert!(err.contains(why), "{err}");
+        }
+    } else {
+        let gpu = run("cuda");
+        ok(&gpu);
+        assert!(
+            stderr(&gpu).contains("running on cuda:0"),
+            "{}",
+            stderr(&gpu)
+        );
+    }
+}
+
 /// A copy of golden folder `golden` (tests/golden), with `edit` applied to its config.json.
 fn golden_copy(env: &Env, golden: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
