@@ -127,9 +127,27 @@ macro_rules! launch {
         unsafe { builder.launch($cfg) }
             .map(|_| ())
             .map_err(|e| CudaError::Launch { kernel: $kernel, message: e.to_string() })
+            .and_then(|()| {
+                if $crate::ops::sync_each_launch() {
+                    $stream.synchronize().map_err(|e| CudaError::Launch {
+                        kernel: $kernel,
+                        message: format!("{e} (while it ran: PAGODA_CUDA_SYNC=1)"),
+                    })
+                } else {
+                    Ok(())
+                }
+            })
     }};
 }
 pub(crate) use launch;
+
+/// Whether every launch waits for its kernel (`PAGODA_CUDA_SYNC=1`): a kernel that faults
+/// is then named in the error, instead of surfacing at the step's end as a driver error of
+/// whichever call synchronized next. Slow; for locating a fault.
+pub fn sync_each_launch() -> bool {
+    static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var("PAGODA_CUDA_SYNC").is_ok_and(|v| v == "1"))
+}
 
 /// A grid-stride launch over `n` elements (`n > 0`).
 fn grid_1d(n: usize) -> LaunchConfig {

@@ -624,12 +624,21 @@ impl Backend for Cuda {
         if let Some(cap) = softcap {
             kernels.softcap(logits, n_out * vocab, cap)?;
         }
+        // A kernel of this step that faulted surfaces here, as the driver's error.
+        let step_failed = |e: String| {
+            ModelError::Device(format!(
+                "a CUDA kernel of this forward pass failed: {e}; rerun with PAGODA_CUDA_SYNC=1 \
+                 to name it"
+            ))
+        };
         let host = self
             .gpu
             .stream()
             .clone_dtoh(&logits.slice(0..n_out * vocab))
-            .map_err(|e| driver("cuMemcpyDtoH", e))?;
-        self.gpu.synchronize()?;
+            .map_err(|e| step_failed(e.to_string()))?;
+        self.gpu
+            .synchronize()
+            .map_err(|e| step_failed(e.to_string()))?;
         Ok(host)
     }
 }
