@@ -18,6 +18,7 @@
 //! `Finished` event per choice or one `Error`, then is forgotten.
 
 use crate::block_pool::BlockPool;
+use crate::constraint::{CompiledConstraint, Constraints};
 use crate::fault::{self, Fault, FaultReporter};
 use crate::output::{self, OutputProcessor, SeqControl};
 use crate::request::{EngineRequest, RequestId, TokenEvent};
@@ -72,6 +73,8 @@ pub struct EngineCore {
     stats: EngineStats,
     speculator: Option<Speculator>,
     faults: FaultReporter,
+    /// The constraint compiler of this engine's tokenizer (shared with the handle).
+    constraints: Arc<Constraints>,
 }
 
 impl EngineCore {
@@ -111,6 +114,7 @@ impl EngineCore {
             scheduler,
             runner: ModelRunner::new(model, cache),
             layout,
+            constraints: Arc::new(Constraints::new(tokenizer.clone())),
             outputs: OutputProcessor::new(tokenizer),
             next_seq: 0,
             stats: EngineStats {
@@ -123,6 +127,12 @@ impl EngineCore {
 
     pub fn layout(&self) -> KvLayout {
         self.layout
+    }
+
+    /// The constraint compiler of this engine's tokenizer (its token environment is built
+    /// once, on first use, and shared).
+    pub fn constraints(&self) -> &Arc<Constraints> {
+        &self.constraints
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -192,11 +202,40 @@ impl EngineCore {
         Ok(())
     }
 
-    /// Queues a request; its events go to `events`.
+    /// Queues a request; its events go to `events`. Its constraint, if any, is compiled here
+    /// (on the caller's thread; [`EngineHandle`](crate::EngineHandle) compiles before it
+    /// sends, off the engine thread).
     pub fn add_request(
         &mut self,
         id: RequestId,
         request: EngineRequest,
+        events: Sender<TokenEvent>,
+        arrived: Instant,
+    ) {
+        let compiled = match request
+            .constraint
+            .as_ref()
+            .map(|c| self.constraints.compile(c))
+        {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                output::send_error(
+                    &events,
+                    &EngineError::InvalidConstraint(e.to_string()).to_string(),
+                );
+                return;
+            }
+        };
+        self.add_compiled(id, request, compiled, events, arrived);
+    }
+
+    /// Queues a request whose constraint is already compiled (`None`: it has none).
+    pub(crate) fn add_compiled(
+        &mut self,
+        id: RequestId,
+        request: EngineRequest,
+        constraint: Option<CompiledConstraint>,
         events: Sender<TokenEvent>,
         arrived: Instant,
     ) {
@@ -221,7 +260,8 @@ impl EngineCore {
             return;
         }
         self.stats.prompt_tokens_total += request.prompt.len() as u64;
-        self.outputs.add(id, seq, request, events, arrived);
+        self.outputs
+            .add(id, seq, request, constraint, events, arrived);
     }
 
     /// Ends every choice of request `id` now, freeing its KV blocks. Unknown ids are ignored.
@@ -292,11 +332,25 @@ impl EngineCore {
 
     /// Execute: one forward pass over every chunk of `plan`, each under its request's LoRA
     /// adapter; the logits of the sampling chunks. A failed pass fails every request in
-    /// flight (`None`).
+    /// flight (`None`). While it runs, another thread computes the token masks of the
+    /// step's constrained choices (their matchers have consumed every token sampled so far),
+    /// so sampling finds them in hand; no thread when no choice is constrained.
     fn execute(&mut self, plan: &SchedulerOutput) -> Option<Vec<f32>> {
         let executed = Instant::now();
         let adapters = self.outputs.adapters(&plan.chunks);
-        let logits = match self.runner.execute_with_adapters(plan, &adapters) {
+        let result = if self.outputs.has_constrained() {
+            let (outputs, runner) = (&mut self.outputs, &mut self.runner);
+            std::thread::scope(|s| {
+                let masks = s.spawn(|| outputs.prepare_masks(&plan.chunks));
+                let result = runner.execute_with_adapters(plan, &adapters);
+                // A mask left uncomputed (a panic there) is computed again when sampling.
+                let _ = masks.join();
+                result
+            })
+        } else {
+            self.runner.execute_with_adapters(plan, &adapters)
+        };
+        let logits = match result {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "forward pass failed; failing every request in flight");
@@ -331,7 +385,7 @@ impl EngineCore {
         sampled
     }
 
-    /// Update: requests with a numerical fault fail first (their sequences leave the
+    /// Update: requests with a numerical fault or a failed constraint fail first (their sequences leave the
     /// scheduler, so it skips their chunks and their other choices' tokens find no choice to
     /// go to), then the scheduler applies the step. Returns the sequences it ended.
     fn update(
@@ -341,6 +395,13 @@ impl EngineCore {
     ) -> Vec<(SeqId, SeqEnd)> {
         for (chunk, fault) in &sampled.faults {
             self.numerical_fault(chunk, fault);
+        }
+        for (seq, message) in &sampled.constraint_failures {
+            if let Some((request, _)) = self.outputs.request_with_adapter(*seq) {
+                tracing::warn!(request, error = %message, "constraint failed; failing its request");
+                let (outputs, mut seqs) = self.parts();
+                outputs.fail_request(request, message, &mut seqs);
+            }
         }
         self.scheduler.update_speculative(plan, &sampled.tokens())
     }

@@ -19,6 +19,10 @@ pub enum EngineError {
     },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The request's constraint (`EngineRequest::constraint`) does not compile or is beyond
+    /// the documented limits (`constraint::LIMITS`); the message names the problem.
+    #[error("invalid constraint: {0}")]
+    InvalidConstraint(String),
     #[error("invalid engine configuration: {0}")]
     InvalidConfig(String),
     #[error("the engine has stopped")]

@@ -5,8 +5,10 @@
 //! caller's thread (so bad input fails at `submit`, with the error, not later on the stream);
 //! dropping a stream aborts its request at the next token (client disconnect frees its blocks).
 
+use crate::constraint::{CompiledConstraint, ConstraintError, Constraints};
 use crate::engine::{EngineCore, EngineStats};
 use crate::planning::{EngineConfig, KvLayout};
+use crate::request::ConstraintSpec;
 use crate::request::{EngineRequest, RequestId, TokenEvent};
 use crate::EngineError;
 use flume::RecvTimeoutError;
@@ -22,6 +24,7 @@ enum Command {
     Submit {
         id: RequestId,
         request: Box<EngineRequest>,
+        constraint: Option<Box<CompiledConstraint>>,
         events: flume::Sender<TokenEvent>,
         arrived: Instant,
     },
@@ -43,6 +46,7 @@ pub struct EngineHandle {
     model: Arc<Model>,
     tokenizer: Arc<Tokenizer>,
     layout: KvLayout,
+    constraints: Arc<Constraints>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -62,6 +66,7 @@ impl EngineHandle {
     ) -> Result<Self, EngineError> {
         let mut core = EngineCore::new(model.clone(), tokenizer.clone(), &config)?;
         let layout = core.layout();
+        let constraints = core.constraints().clone();
         let (tx, rx) = mpsc::channel::<Command>();
         let shared = Arc::new(Shared {
             commands: Mutex::new(tx),
@@ -82,7 +87,14 @@ impl EngineHandle {
             model,
             tokenizer,
             layout,
+            constraints,
         })
+    }
+
+    /// Checks that `spec` compiles against this engine's tokenizer, as `submit` would (the
+    /// token environment is the engine's, built once): a front end's 400 before submitting.
+    pub fn validate_constraint(&self, spec: &ConstraintSpec) -> Result<(), ConstraintError> {
+        self.constraints.compile(spec).map(|_| ())
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -98,16 +110,27 @@ impl EngineHandle {
         self.layout
     }
 
-    /// Queues a request. Bad input (empty or too-long prompt, bad sampling parameters, ...) is
-    /// an error here; the stream then yields its tokens and one `Finished` per choice.
+    /// Queues a request. Bad input (empty or too-long prompt, bad sampling parameters, a
+    /// constraint that does not compile: [`EngineError::InvalidConstraint`], ...) is an error
+    /// here; the stream then yields its tokens and one `Finished` per choice. The constraint
+    /// is compiled on the caller's thread.
     pub fn submit(&self, request: EngineRequest) -> Result<RequestStream, EngineError> {
         EngineCore::validate(&self.model, &self.layout, &request)?;
+        let constraint = match &request.constraint {
+            Some(spec) => {
+                Some(Box::new(self.constraints.compile(spec).map_err(|e| {
+                    EngineError::InvalidConstraint(e.to_string())
+                })?))
+            }
+            None => None,
+        };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events_rx) = flume::unbounded();
         let n = request.n;
         self.send(Command::Submit {
             id,
             request: Box::new(request),
+            constraint,
             events: events_tx,
             arrived: Instant::now(),
         })?;
@@ -199,9 +222,10 @@ fn apply(core: &mut EngineCore, cmd: Command) -> bool {
         Command::Submit {
             id,
             request,
+            constraint,
             events,
             arrived,
-        } => core.add_request(id, *request, events, arrived),
+        } => core.add_compiled(id, *request, constraint.map(|c| *c), events, arrived),
         Command::Abort(id) => core.abort(id),
         Command::Shutdown => return false,
     }

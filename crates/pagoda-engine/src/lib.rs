@@ -4,7 +4,7 @@
 //! tokens ([`stop`]), and the serving engine — the one generation loop every front end
 //! submits to: configuration planning ([`planning`]), the KV block pool with prefix caching
 //! ([`block_pool`]), the continuous-batching scheduler ([`scheduler`]), the step runner
-//! ([`runner`]), speculative decoding ([`speculative`]), the step loop ([`engine`]: propose →
+//! ([`runner`]), constrained decoding ([`constraint`]: llguidance token masks), speculative decoding ([`speculative`]), the step loop ([`engine`]: propose →
 //! schedule → execute → sample → update → emit, the sampling and output processing in modules
 //! of their own) and its thread-safe handle ([`handle`]) that streams
 //! [`request::TokenEvent`]s.
@@ -18,6 +18,7 @@
 
 pub mod block_pool;
 mod choice;
+pub mod constraint;
 pub mod engine;
 pub mod error;
 mod fault;
@@ -34,6 +35,7 @@ mod step_sampling;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
+pub use constraint::{ConstraintError, Constraints};
 pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;
 pub use handle::{EngineHandle, RequestStream};

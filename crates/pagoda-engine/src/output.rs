@@ -16,7 +16,8 @@
 //! forgotten; a choice whose output ends is released from the sequence side before its
 //! `Finished` is sent; a request whose caller went away is aborted at its next token.
 
-use crate::choice::Choice;
+use crate::choice::{Choice, SampleError};
+use crate::constraint::CompiledConstraint;
 use crate::fault::{Fault, Located};
 use crate::request::{EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 use crate::sampling::SampledToken;
@@ -63,6 +64,9 @@ struct RequestOutput {
     seqs: Vec<SeqId>,
     /// Prompt tokens found in the prefix cache (set when its first chunk is scheduled).
     cached_prompt_tokens: usize,
+    /// The request's compiled constraint in its initial state: every choice's matcher is a
+    /// copy of it.
+    constraint: Option<CompiledConstraint>,
 }
 
 /// The output state of one choice of a request (one sequence in the scheduler).
@@ -118,16 +122,18 @@ impl OutputProcessor {
         self.counters
     }
 
-    /// Starts request `id`, its first choice being sequence `seq` (already in the scheduler).
+    /// Starts request `id`, its first choice being sequence `seq` (already in the scheduler);
+    /// `constraint`: its spec compiled.
     pub fn add(
         &mut self,
         id: RequestId,
         seq: SeqId,
         request: EngineRequest,
+        constraint: Option<CompiledConstraint>,
         events: Sender<TokenEvent>,
         arrived: Instant,
     ) {
-        let choice = new_choice(&self.tokenizer, &request, 0);
+        let choice = new_choice(&self.tokenizer, &request, 0, constraint.as_ref());
         self.choices.insert(
             seq,
             ChoiceProgress {
@@ -148,14 +154,46 @@ impl OutputProcessor {
                 arrived,
                 first_scheduled: None,
                 cached_prompt_tokens: 0,
+                constraint,
             },
         );
     }
 
-    /// `seq`'s request allows speculative decoding (it asked for it and has one choice).
+    /// `seq`'s request allows speculative decoding (it asked for it, has one choice and no
+    /// constraint: proposals are not checked against a mask).
     pub fn may_speculate(&self, seq: SeqId) -> bool {
         self.request_of(seq)
-            .is_some_and(|r| r.request.speculative && r.request.n == 1)
+            .is_some_and(|r| r.request.speculative && r.request.n == 1 && r.constraint.is_none())
+    }
+
+    /// Some choice in flight has a constraint.
+    pub fn has_constrained(&self) -> bool {
+        self.choices.values().any(|c| c.choice.is_constrained())
+    }
+
+    /// Computes, in parallel, the token masks of the constrained choices among `chunks`'
+    /// sampling chunks, so sampling finds them in hand. Nothing to do (and nothing done) when
+    /// no choice in flight is constrained. A failure is left for sampling to meet and report.
+    pub fn prepare_masks(&mut self, chunks: &[ScheduledChunk]) {
+        use rayon::prelude::*;
+        if !self.has_constrained() {
+            return;
+        }
+        let sampled: std::collections::HashSet<SeqId> =
+            chunks.iter().filter(|c| c.sample).map(|c| c.seq).collect();
+        let mut todo: Vec<&mut crate::constraint::ChoiceConstraint> = self
+            .choices
+            .iter_mut()
+            .filter(|(seq, _)| sampled.contains(seq))
+            .filter_map(|(_, c)| c.choice.constraint_mut())
+            .collect();
+        if todo.len() == 1 {
+            let _ = todo[0].prepare();
+            return;
+        }
+        todo.par_iter_mut().for_each(|c| {
+            let _ = c.prepare();
+        });
     }
 
     /// The LoRA adapter of each chunk's request (`None`: the base model).
@@ -287,11 +325,20 @@ impl OutputProcessor {
             let Some(req) = self.requests.get(&request) else {
                 return;
             };
-            let mut choice = new_choice(&self.tokenizer, &req.request, index);
+            let mut choice = new_choice(
+                &self.tokenizer,
+                &req.request,
+                index,
+                req.constraint.as_ref(),
+            );
             let mut row = base.to_vec();
             let pick = match choice.sample(&mut row, &req.prompt) {
                 Ok(pick) => pick,
-                Err(found) => {
+                Err(SampleError::Constraint(message)) => {
+                    self.fail_request(request, &message, ctl);
+                    return;
+                }
+                Err(SampleError::NonFinite(found)) => {
                     // The parent sampled this row first and found it finite, so this cannot
                     // happen; if it does, the request fails as any numerical fault does.
                     let fault = Fault {
@@ -342,7 +389,7 @@ impl OutputProcessor {
             Ok(a) => a,
             Err(e) => {
                 let request = state.request;
-                self.fail_request(request, &e.to_string(), ctl);
+                self.fail_request(request, &e, ctl);
                 return;
             }
         };
@@ -414,9 +461,16 @@ pub(crate) fn send_error(events: &Sender<TokenEvent>, message: &str) {
     });
 }
 
-/// Choice `index` of `request`: its own seed (the request's plus the index), its stops, and
-/// the tokens that end it (the request's stop tokens and, unless ignored, the model's EOS).
-fn new_choice(tokenizer: &Tokenizer, request: &EngineRequest, index: usize) -> Choice {
+/// Choice `index` of `request`: its own seed (the request's plus the index), its stops, the
+/// tokens that end it (the request's stop tokens and, unless ignored, the model's EOS) and
+/// its own copy of the request's constraint, whose end tokens always include EOS (allowed
+/// only where the grammar accepts, `ignore_eos` or not).
+fn new_choice(
+    tokenizer: &Tokenizer,
+    request: &EngineRequest,
+    index: usize,
+    constraint: Option<&CompiledConstraint>,
+) -> Choice {
     let mut params = request.sampling.clone();
     if let Some(seed) = params.seed {
         params.seed = Some(seed.wrapping_add(index as u64));
@@ -425,7 +479,12 @@ fn new_choice(tokenizer: &Tokenizer, request: &EngineRequest, index: usize) -> C
     if !request.ignore_eos {
         end_tokens.extend_from_slice(tokenizer.eos_ids());
     }
-    Choice::new(params, request.stop.clone(), end_tokens)
+    let constraint = constraint.map(|c| {
+        let mut ends = request.stop_token_ids.clone();
+        ends.extend_from_slice(tokenizer.eos_ids());
+        c.for_choice(&ends)
+    });
+    Choice::new(params, request.stop.clone(), end_tokens, constraint)
 }
 
 /// The API's finish reason for a sequence the scheduler ended.

@@ -367,6 +367,19 @@ impl Sampler {
         prompt: &[u32],
         generated: &[u32],
     ) -> Result<SampledToken, NonFiniteLogits> {
+        self.try_sample_masked(logits, prompt, generated, |_| {})
+    }
+
+    /// [`try_sample`](Self::try_sample) with `mask` applied to the checked row before
+    /// anything else (bias, penalties, temperature, truncation): the constraint's token mask,
+    /// setting disallowed logits to `-inf` (which the finiteness check must not see).
+    pub fn try_sample_masked(
+        &mut self,
+        logits: &mut [f32],
+        prompt: &[u32],
+        generated: &[u32],
+        mask: impl FnOnce(&mut [f32]),
+    ) -> Result<SampledToken, NonFiniteLogits> {
         if logits.is_empty() {
             return Ok(self.empty_row());
         }
@@ -374,6 +387,7 @@ impl Sampler {
         if found.any() {
             return Err(found);
         }
+        mask(logits);
         Ok(self.sample_sanitized(logits, prompt, generated))
     }
 

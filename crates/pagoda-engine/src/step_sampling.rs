@@ -7,8 +7,13 @@
 //! Invariants: rows are consumed in chunk order, [`ScheduledChunk::sample_rows`] per sampling
 //! chunk, whether or not its choice still exists; a row holding NaN or infinities is never
 //! sampled from: its chunk yields a [`Fault`] and nothing of it is kept; the first row of a
-//! request that still has choices to fork is copied before sampling changes it.
+//! request that still has choices to fork is copied before sampling changes it. A
+//! constrained choice's row is masked before anything else touches it
+//! ([`crate::constraint`]); the masks of a step's constrained choices are computed together,
+//! in parallel, before its rows are sampled; a choice whose constraint fails yields a
+//! failure naming it and nothing of its chunk is kept.
 
+use crate::choice::SampleError;
 use crate::fault::Fault;
 use crate::output::{ChoiceSampling, Fork, OutputProcessor};
 use crate::sampling::SampledToken;
@@ -38,6 +43,8 @@ pub(crate) struct SampledStep<'p> {
     pub forks: Vec<Fork>,
     /// Chunks with a row of non-finite logits (nothing of them was sampled).
     pub faults: Vec<(&'p ScheduledChunk, Fault)>,
+    /// Sequences whose constraint failed, with the message (nothing of them was sampled).
+    pub constraint_failures: Vec<(SeqId, String)>,
 }
 
 impl SampledStep<'_> {
@@ -68,7 +75,9 @@ pub(crate) fn sample_step<'p>(
         chunks: Vec::new(),
         forks: Vec::new(),
         faults: Vec::new(),
+        constraint_failures: Vec::new(),
     };
+    outputs.prepare_masks(&plan.chunks);
     let mut row = 0;
     for chunk in plan.chunks.iter().filter(|c| c.sample) {
         let rows = chunk.sample_rows();
@@ -92,21 +101,32 @@ pub(crate) fn sample_step<'p>(
                 });
                 step.forks.extend(fork);
             }
-            Err(fault) => step.faults.push((chunk, fault)),
+            Err(ChunkError::Fault(fault)) => step.faults.push((chunk, fault)),
+            Err(ChunkError::Constraint(message)) => {
+                step.constraint_failures.push((chunk.seq, message));
+            }
         }
     }
     step
 }
 
+/// Why a chunk yielded nothing.
+enum ChunkError {
+    /// A row it would sample from held NaN or infinities.
+    Fault(Fault),
+    /// Its choice's constraint failed.
+    Constraint(String),
+}
+
 /// Samples one chunk's rows: one token, or with proposals the accepted ones followed by the
 /// first sampled token that differs. `Err`: the fault of the first row it would sample from
-/// that holds NaN or infinities.
+/// that holds NaN or infinities, or the failure of the choice's constraint.
 fn sample_chunk(
     chunk: &ScheduledChunk,
     rows: &mut [f32],
     vocab: usize,
     state: &mut ChoiceSampling<'_>,
-) -> Result<Vec<SampledToken>, Fault> {
+) -> Result<Vec<SampledToken>, ChunkError> {
     let draft = chunk.draft();
     // The rows are those of the chunk's last `sample_rows` tokens.
     let first_row_position = chunk.start + chunk.tokens.len().saturating_sub(chunk.sample_rows());
@@ -115,12 +135,13 @@ fn sample_chunk(
     for (i, row) in rows.chunks_exact_mut(vocab).enumerate() {
         let pick = match state.choice.sample_after(row, state.prompt, &pending) {
             Ok(pick) => pick,
-            Err(found) => {
-                return Err(Fault {
+            Err(SampleError::Constraint(message)) => return Err(ChunkError::Constraint(message)),
+            Err(SampleError::NonFinite(found)) => {
+                return Err(ChunkError::Fault(Fault {
                     found,
                     step: state.choice.generated().len() + i,
                     position: first_row_position + i,
-                })
+                }))
             }
         };
         let token = pick.token;

@@ -1,6 +1,7 @@
 //! The one integration-test binary of pagoda-engine.
 
 mod batching;
+mod constraint;
 mod lora;
 mod numerical;
 mod real_models;
