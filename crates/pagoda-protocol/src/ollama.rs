@@ -555,7 +555,10 @@ mod tests {
         assert_eq!(g.extra.keys().collect::<Vec<_>>(), ["think"]);
         let o = g.options.expect("options");
         assert_eq!(o.num_predict, Some(3));
-        assert_eq!(o.stop.map(crate::openai::Stop::into_vec), Some(vec!["\n".to_string()]));
+        assert_eq!(
+            o.stop.map(crate::openai::Stop::into_vec),
+            Some(vec!["\n".to_string()])
+        );
         assert_eq!(o.extra.keys().collect::<Vec<_>>(), ["num_gpu"]);
         let c: ChatRequest =
             serde_json::from_value(serde_json::json!({"model": "m", "messages": [], "x": 1}))

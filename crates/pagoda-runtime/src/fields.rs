@@ -135,9 +135,17 @@ fn option_rule(name: &str) -> Option<Rule> {
 }
 
 /// Checks the fields of a request its wire type did not name.
-pub fn check_extra(endpoint: Endpoint, extra: &BTreeMap<String, Value>) -> Result<(), RequestError> {
+pub fn check_extra(
+    endpoint: Endpoint,
+    extra: &BTreeMap<String, Value>,
+) -> Result<(), RequestError> {
     for (name, value) in extra {
-        check_one(value, rule(endpoint, name), name.clone(), endpoint_name(endpoint))?;
+        check_one(
+            value,
+            rule(endpoint, name),
+            name.clone(),
+            endpoint_name(endpoint),
+        )?;
     }
     Ok(())
 }

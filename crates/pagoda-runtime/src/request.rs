@@ -554,7 +554,10 @@ mod tests {
         assert_eq!(unused.param_name(), Some("priority"));
         assert!(unused.message.contains("--policy priority"), "{unused}");
         for bad in [i64::MAX, i64::MIN, 1_000_001] {
-            assert_eq!(with(bad, true).expect_err("range").param_name(), Some("priority"));
+            assert_eq!(
+                with(bad, true).expect_err("range").param_name(),
+                Some("priority")
+            );
         }
     }
 

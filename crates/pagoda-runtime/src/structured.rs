@@ -189,9 +189,9 @@ fn json_schema_format(v: Option<&Value>) -> Result<ConstraintSpec, RequestError>
         ));
     }
     match o.get("schema") {
-        Some(Value::Object(schema)) => Ok(ConstraintSpec::JsonSchema(Value::Object(
-            schema.clone(),
-        ))),
+        Some(Value::Object(schema)) => {
+            Ok(ConstraintSpec::JsonSchema(Value::Object(schema.clone())))
+        }
         None | Some(Value::Null) => Err(RequestError::param(
             "response_format.json_schema.schema",
             format!("{P} needs a `schema` (a JSON Schema object)"),
@@ -372,7 +372,9 @@ mod tests {
     }
 
     fn refused(body: Value) -> String {
-        let e = parse(body.clone()).expect_err(&body.to_string());
+        let e = parse(body.clone())
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {body}"));
         assert!(!e.message.is_empty());
         e.param_name()
             .unwrap_or_else(|| panic!("no param for {body}: {e}"))
@@ -441,7 +443,11 @@ mod tests {
             ),
         ];
         for (body, want) in cases {
-            assert_eq!(parse(body.clone()).expect(&body.to_string()), want, "{body}");
+            assert_eq!(
+                parse(body.clone()).unwrap_or_else(|e| panic!("{body}: {e}")),
+                want,
+                "{body}"
+            );
         }
     }
 
@@ -451,8 +457,14 @@ mod tests {
         let cases = [
             (json!({"response_format": "json"}), "response_format"),
             (json!({"response_format": {}}), "response_format.type"),
-            (json!({"response_format": {"type": 3}}), "response_format.type"),
-            (json!({"response_format": {"type": "xml"}}), "response_format.type"),
+            (
+                json!({"response_format": {"type": 3}}),
+                "response_format.type",
+            ),
+            (
+                json!({"response_format": {"type": "xml"}}),
+                "response_format.type",
+            ),
             (
                 json!({"response_format": {"type": "json_object", "schema": schema}}),
                 "response_format.schema",
@@ -527,7 +539,9 @@ mod tests {
             json!({"structured_outputs": {"regex": "a", "choice": ["a"]}}),
         ];
         for body in pairs {
-            let e = parse(body.clone()).expect_err(&body.to_string());
+            let e = parse(body.clone())
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {body}"));
             let names: Vec<&str> = body
                 .as_object()
                 .map(|o| o.keys().map(String::as_str).collect())
@@ -559,7 +573,9 @@ mod tests {
             Some(ConstraintSpec::JsonSchema(schema.clone()))
         );
         for bad in [json!("yaml"), json!(1), json!(true), json!(["json"])] {
-            let e = ollama_format(Some(&bad)).expect_err(&bad.to_string());
+            let e = ollama_format(Some(&bad))
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {bad}"));
             assert_eq!(e.param_name(), Some("format"), "{bad}");
         }
     }

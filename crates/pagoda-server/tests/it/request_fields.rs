@@ -46,15 +46,50 @@ async fn structured_output_requests_are_accepted_on_every_route() {
     let s = start(config()).await;
     let json_schema = json!({"type": "json_schema", "json_schema": {"name": "reply", "schema": schema(), "strict": true}});
     let openai = [
-        ("/v1/chat/completions", with(chat(), "response_format", json_schema.clone())),
-        ("/v1/chat/completions", with(chat(), "response_format", json!({"type": "json_object"}))),
-        ("/v1/chat/completions", with(chat(), "response_format", json!({"type": "text"}))),
-        ("/v1/chat/completions", with(chat(), "guided_choice", json!(["yes", "no"]))),
-        ("/v1/chat/completions", with(with(chat(), "response_format", json_schema.clone()), "stream", json!(true))),
-        ("/v1/completions", with(completion(), "guided_json", schema())),
-        ("/v1/completions", with(completion(), "guided_regex", json!("[a-z]+"))),
-        ("/v1/completions", with(completion(), "response_format", json_schema)),
-        ("/v1/completions", with(completion(), "structured_outputs", json!({"grammar": "start: \"a\"+"}))),
+        (
+            "/v1/chat/completions",
+            with(chat(), "response_format", json_schema.clone()),
+        ),
+        (
+            "/v1/chat/completions",
+            with(chat(), "response_format", json!({"type": "json_object"})),
+        ),
+        (
+            "/v1/chat/completions",
+            with(chat(), "response_format", json!({"type": "text"})),
+        ),
+        (
+            "/v1/chat/completions",
+            with(chat(), "guided_choice", json!(["yes", "no"])),
+        ),
+        (
+            "/v1/chat/completions",
+            with(
+                with(chat(), "response_format", json_schema.clone()),
+                "stream",
+                json!(true),
+            ),
+        ),
+        (
+            "/v1/completions",
+            with(completion(), "guided_json", schema()),
+        ),
+        (
+            "/v1/completions",
+            with(completion(), "guided_regex", json!("[a-z]+")),
+        ),
+        (
+            "/v1/completions",
+            with(completion(), "response_format", json_schema),
+        ),
+        (
+            "/v1/completions",
+            with(
+                completion(),
+                "structured_outputs",
+                json!({"grammar": "start: \"a\"+"}),
+            ),
+        ),
     ];
     for (route, body) in openai {
         let r = s.post(route, body.clone()).await;
@@ -66,7 +101,10 @@ async fn structured_output_requests_are_accepted_on_every_route() {
         ("/api/chat", with(ollama_chat(), "format", json!("json"))),
         ("/api/chat", with(ollama_chat(), "format", schema())),
         ("/api/generate", with(ollama_generate(), "format", schema())),
-        ("/api/generate", with(ollama_generate(), "format", json!(""))),
+        (
+            "/api/generate",
+            with(ollama_generate(), "format", json!("")),
+        ),
     ];
     for (route, body) in ollama {
         let r = s.post(route, body.clone()).await;
@@ -83,17 +121,29 @@ async fn bad_structured_output_is_a_400_naming_the_field() {
     let cases = [
         (
             "/v1/chat/completions",
-            with(chat(), "response_format", json!({"type": "json_schema", "json_schema": {"name": "x"}})),
+            with(
+                chat(),
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+            ),
             "response_format.json_schema.schema",
         ),
         (
             "/v1/chat/completions",
-            with(chat(), "response_format", json!({"type": "json_schema", "json_schema": {"schema": schema()}})),
+            with(
+                chat(),
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"schema": schema()}}),
+            ),
             "response_format.json_schema.name",
         ),
         (
             "/v1/chat/completions",
-            with(chat(), "response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": "{}"}})),
+            with(
+                chat(),
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": "{}"}}),
+            ),
             "response_format.json_schema.schema",
         ),
         (
@@ -101,11 +151,23 @@ async fn bad_structured_output_is_a_400_naming_the_field() {
             with(chat(), "response_format", json!({"type": "yaml"})),
             "response_format.type",
         ),
-        ("/v1/chat/completions", with(chat(), "guided_choice", json!([])), "guided_choice"),
-        ("/v1/completions", with(completion(), "guided_choice", json!(["a", 2])), "guided_choice"),
+        (
+            "/v1/chat/completions",
+            with(chat(), "guided_choice", json!([])),
+            "guided_choice",
+        ),
         (
             "/v1/completions",
-            with(with(completion(), "guided_regex", json!("a")), "guided_json", schema()),
+            with(completion(), "guided_choice", json!(["a", 2])),
+            "guided_choice",
+        ),
+        (
+            "/v1/completions",
+            with(
+                with(completion(), "guided_regex", json!("a")),
+                "guided_json",
+                schema(),
+            ),
             "guided_regex",
         ),
     ];
@@ -136,24 +198,33 @@ async fn unknown_fields_are_a_400_naming_them_on_every_generation_route() {
         ("/v1/completions", completion()),
     ] {
         let v = expect_openai_error(
-            s.post(route, with(body.clone(), "frobnicate", json!(true))).await,
+            s.post(route, with(body.clone(), "frobnicate", json!(true)))
+                .await,
             400,
         )
         .await;
         assert_eq!(v["error"]["param"], "frobnicate", "{route}: {v}");
         // A known-but-unsupported vLLM field is refused the same way.
-        let v = expect_openai_error(
-            s.post(route, with(body, "min_tokens", json!(3))).await,
-            400,
-        )
-        .await;
+        let v =
+            expect_openai_error(s.post(route, with(body, "min_tokens", json!(3))).await, 400).await;
         assert_eq!(v["error"]["param"], "min_tokens", "{route}: {v}");
     }
-    for (route, body) in [("/api/chat", ollama_chat()), ("/api/generate", ollama_generate())] {
+    for (route, body) in [
+        ("/api/chat", ollama_chat()),
+        ("/api/generate", ollama_generate()),
+    ] {
         for bad in [
             with(body.clone(), "frobnicate", json!(1)),
-            with(body.clone(), "options", json!({"num_predict": 4, "mirostat": 2})),
-            with(body.clone(), "options", json!({"num_predict": 4, "frob": 1})),
+            with(
+                body.clone(),
+                "options",
+                json!({"num_predict": 4, "mirostat": 2}),
+            ),
+            with(
+                body.clone(),
+                "options",
+                json!({"num_predict": 4, "frob": 1}),
+            ),
             with(body.clone(), "think", json!(true)),
         ] {
             let r = s.post(route, bad.clone()).await;
@@ -182,7 +253,8 @@ async fn documented_compatibility_fields_are_accepted() {
     let r = s.post("/v1/chat/completions", c).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     let mut g = ollama_generate();
-    g["options"] = json!({"num_predict": 4, "num_ctx": 8192, "num_gpu": 99, "num_thread": 4, "stop": "\n"});
+    g["options"] =
+        json!({"num_predict": 4, "num_ctx": 8192, "num_gpu": 99, "num_thread": 4, "stop": "\n"});
     g["think"] = json!(false);
     let r = s.post("/api/generate", g).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
