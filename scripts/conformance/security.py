@@ -126,7 +126,13 @@ def main():
             for p in probes:
                 for route in ("/v1/chat/completions", "/api/chat", "/v1/completions", "/api/show",
                               "/v1/embeddings"):
-                    body = chat(p) if "chat" in route else {"model": p, "prompt": "x", "input": "x"}
+                    # Each route's own fields: the generation routes refuse unknown ones.
+                    body = {"/v1/chat/completions": chat(p),
+                            "/api/chat": {"model": p, "messages": [{"role": "user", "content": "hi"}],
+                                          "options": {"num_predict": 4}},
+                            "/v1/completions": {"model": p, "prompt": "x", "max_tokens": 4},
+                            "/api/show": {"model": p},
+                            "/v1/embeddings": {"model": p, "input": "x"}}[route]
                     status, headers, text = request(server.url, "POST", route, body)
                     assert status == 404, (p, route, status, text)
                     assert "x-request-id" in headers, (p, route)

@@ -4,15 +4,20 @@
 //! Invariants: `stream` defaults to true (Ollama's default); durations are nanoseconds;
 //! timestamps are RFC 3339 strings; the error body is `{"error": "..."}`. The requests that
 //! write to the store ([`CreateRequest`], [`CopyRequest`]) refuse unknown fields (serde's
-//! error names the field), so nothing a client asks of them is dropped unseen; the others
-//! accept and ignore unknown fields, as Ollama does.
+//! error names the field), so nothing a client asks of them is dropped unseen. The
+//! generation requests ([`GenerateRequest`], [`ChatRequest`], their [`Options`]) keep the
+//! fields they do not name in an `extra` map, which the server checks with pagoda-runtime's
+//! field rules (documented accepted-and-ignored fields pass, anything else is a 400 naming
+//! it). The others accept and ignore unknown fields, as Ollama does.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
-/// `options`: the model parameters of a request, as Ollama names them. Unknown keys are
-/// accepted and ignored (Ollama warns about them); `num_ctx` and the like that only size the
-/// runtime are read but do not change Pagoda's (fixed) KV layout.
+/// `options`: the model parameters of a request, as Ollama names them. The keys named here
+/// are implemented; every other key lands in `extra`, where the server accepts the ones
+/// that only size Ollama's runner (`num_ctx`, `num_gpu`, ...; Pagoda's comes from its flags)
+/// and refuses the rest, naming them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Options {
     pub num_predict: Option<i64>,
@@ -21,12 +26,15 @@ pub struct Options {
     pub top_p: Option<f32>,
     pub min_p: Option<f32>,
     pub seed: Option<i64>,
-    pub stop: Option<Vec<String>>,
+    /// One string or a list (Ollama takes both).
+    pub stop: Option<crate::openai::Stop>,
     pub repeat_penalty: Option<f32>,
     pub repeat_last_n: Option<i64>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
-    pub num_ctx: Option<i64>,
+    /// Every other key, checked by the server.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// `keep_alive`: a duration string (`"5m"`, `"1h30m"`, `"0"`), or a number of seconds;
@@ -129,6 +137,9 @@ pub struct GenerateRequest {
     /// lower runs earlier (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// Every field not named above, checked by the server.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// One object of the `/api/generate` stream (the last one has `done: true` and the counts).
@@ -183,6 +194,9 @@ pub struct ChatRequest {
     /// lower runs earlier (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// Every field not named above, checked by the server.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// One object of the `/api/chat` stream.
@@ -528,5 +542,28 @@ mod tests {
         let mid = GenerateResponse::default();
         let v = serde_json::to_value(&mid).expect("serializes");
         assert!(v.get("eval_count").is_none());
+    }
+
+    #[test]
+    fn generation_requests_keep_the_fields_they_do_not_name() {
+        let g: GenerateRequest = serde_json::from_value(serde_json::json!({
+            "model": "m", "prompt": "p", "format": "json", "think": false,
+            "options": {"num_predict": 3, "stop": "\n", "num_gpu": 1}
+        }))
+        .expect("parses");
+        assert_eq!(g.format, Some(Value::from("json")));
+        assert_eq!(g.extra.keys().collect::<Vec<_>>(), ["think"]);
+        let o = g.options.expect("options");
+        assert_eq!(o.num_predict, Some(3));
+        assert_eq!(
+            o.stop.map(crate::openai::Stop::into_vec),
+            Some(vec!["\n".to_string()])
+        );
+        assert_eq!(o.extra.keys().collect::<Vec<_>>(), ["num_gpu"]);
+        let c: ChatRequest =
+            serde_json::from_value(serde_json::json!({"model": "m", "messages": [], "x": 1}))
+                .expect("parses");
+        assert_eq!(c.extra.keys().collect::<Vec<_>>(), ["x"]);
+        assert!(c.stream, "flattening keeps the defaults");
     }
 }

@@ -16,10 +16,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod collect;
+pub mod fields;
 pub mod loader;
 pub mod openai;
 pub mod request;
 pub mod single;
+pub mod structured;
 
 pub use collect::{collect_blocking, combined_usage, ChoiceOutput, Collector, GenerationFailed};
 pub use loader::{LoadError, LoadOptions, LoadedModel, Pull};

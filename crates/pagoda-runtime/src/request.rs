@@ -11,7 +11,8 @@
 //! ceiling and the context left, and the engine is told the number was not the client's
 //! (`max_tokens_explicit`), so shortest-job-first ranks it by its running estimate instead.
 
-use pagoda_engine::{EngineError, EngineRequest, SamplingParams};
+use pagoda_engine::{ConstraintSpec, EngineError, EngineRequest, SamplingParams};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Most stop strings per request.
@@ -26,7 +27,9 @@ pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = -1_000_000..=1_000_000
 #[error("{message}")]
 pub struct RequestError {
     pub message: String,
-    pub param: Option<&'static str>,
+    /// The field at fault: a static name, or one built from the request (an unknown field,
+    /// `options.mirostat`, `response_format.json_schema.name`).
+    pub param: Option<Cow<'static, str>>,
     pub code: Option<&'static str>,
 }
 
@@ -41,11 +44,16 @@ impl RequestError {
     }
 
     /// An error naming the parameter at fault.
-    pub fn param(param: &'static str, message: impl Into<String>) -> Self {
+    pub fn param(param: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         RequestError {
-            param: Some(param),
+            param: Some(param.into()),
             ..Self::invalid(message)
         }
+    }
+
+    /// The parameter at fault, if any.
+    pub fn param_name(&self) -> Option<&str> {
+        self.param.as_deref()
     }
 
     /// The same error with an OpenAI error `code`.
@@ -90,6 +98,9 @@ pub struct Knobs {
     pub no_speculation: bool,
     /// vLLM's `priority`: lower runs earlier under `--policy priority`; `None` is 0.
     pub priority: Option<i64>,
+    /// What the output must match (structured output), from `response_format`, vLLM's
+    /// `guided_*` / `structured_outputs`, or Ollama's `format` (see [`crate::structured`]).
+    pub constraint: Option<ConstraintSpec>,
 }
 
 /// What happens when `prompt + max_tokens` exceeds the context or the ceiling.
@@ -195,6 +206,7 @@ pub fn engine_request(
     req.ignore_eos = knobs.ignore_eos;
     req.speculative = !knobs.no_speculation;
     req.priority = priority;
+    req.constraint = knobs.constraint;
     Ok(req)
 }
 
@@ -363,7 +375,7 @@ mod tests {
             ..knobs()
         };
         let e = build(10, over.clone(), LengthRule::Strict).expect_err("over the context");
-        assert_eq!(e.param, Some("max_tokens"));
+        assert_eq!(e.param_name(), Some("max_tokens"));
         assert_eq!(e.code, Some("context_length_exceeded"));
         assert_eq!(
             build(10, over, LengthRule::Clamp).expect("ok").max_tokens,
@@ -431,7 +443,7 @@ mod tests {
         ];
         for (k, want) in cases.into_iter().zip(params) {
             let e = build(5, k, LengthRule::Strict).expect_err(want);
-            assert_eq!(e.param, Some(want), "{e}");
+            assert_eq!(e.param_name(), Some(want), "{e}");
         }
     }
 
@@ -502,7 +514,7 @@ mod tests {
             ..knobs()
         };
         let e = req(asked.clone(), LengthRule::Strict).expect_err("over the ceiling");
-        assert_eq!(e.param, Some("max_tokens"));
+        assert_eq!(e.param_name(), Some("max_tokens"));
         assert!(e.message.contains("at most 20"), "{e}");
         let clamped = req(asked, LengthRule::Clamp).expect("clamped");
         assert_eq!(clamped.max_tokens, 20);
@@ -539,10 +551,13 @@ mod tests {
         assert_eq!(with(7, true).expect("ok").priority, -7);
         assert_eq!(with(0, false).expect("0 is always fine").priority, 0);
         let unused = with(1, false).expect_err("no priority scheduling");
-        assert_eq!(unused.param, Some("priority"));
+        assert_eq!(unused.param_name(), Some("priority"));
         assert!(unused.message.contains("--policy priority"), "{unused}");
         for bad in [i64::MAX, i64::MIN, 1_000_001] {
-            assert_eq!(with(bad, true).expect_err("range").param, Some("priority"));
+            assert_eq!(
+                with(bad, true).expect_err("range").param_name(),
+                Some("priority")
+            );
         }
     }
 

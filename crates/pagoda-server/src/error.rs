@@ -288,7 +288,7 @@ impl From<EngineError> for ApiError {
 impl From<pagoda_runtime::RequestError> for ApiError {
     fn from(e: pagoda_runtime::RequestError) -> Self {
         let mut api = ApiError::invalid(e.message);
-        api.param = e.param.map(str::to_string);
+        api.param = e.param.map(std::borrow::Cow::into_owned);
         api.code = e.code.map(str::to_string);
         api
     }

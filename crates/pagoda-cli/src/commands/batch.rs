@@ -239,7 +239,7 @@ impl Job<'_> {
             Parsed::Chat(req) => {
                 refuse_streaming(req.stream)?;
                 chat::check(req)?;
-                (chat::prompt(loaded, req)?, chat::knobs(loaded, req))
+                (chat::prompt(loaded, req)?, chat::knobs(loaded, req)?)
             }
             Parsed::Completion(req) => {
                 refuse_streaming(req.stream)?;
@@ -253,7 +253,7 @@ impl Job<'_> {
                 let input = inputs.remove(0);
                 (
                     completions::encode(loaded, input)?.0,
-                    completions::knobs(loaded, req),
+                    completions::knobs(loaded, req)?,
                 )
             }
         };

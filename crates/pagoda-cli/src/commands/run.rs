@@ -182,7 +182,7 @@ impl Session<'_> {
             args.knobs(loaded),
             &self.bounds,
         )
-        .map_err(|e| match e.param {
+        .map_err(|e| match e.param_name() {
             Some(param) => anyhow::anyhow!("{e} (--{})", param.replace('_', "-")),
             None => anyhow::anyhow!("{e}"),
         })?;

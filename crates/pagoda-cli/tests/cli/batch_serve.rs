@@ -157,7 +157,18 @@ fn batch_and_serve_give_the_same_answers_and_the_same_errors() {
             chat,
             json!({"messages": hi, "temperature": 0, "ignore_eos": true}),
         ),
+        // Structured output goes through the same path (issue 22).
+        (
+            chat,
+            json!({"messages": hi, "max_tokens": 3, "temperature": 0,
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}}),
+        ),
         // Refusals, each naming its field.
+        (
+            chat,
+            json!({"messages": hi, "response_format": {"type": "json_schema", "json_schema": {"name": "r"}}}),
+        ),
+        (chat, json!({"messages": hi, "frobnicate": 1})),
         (chat, json!({"messages": hi, "top_p": 1.5})),
         (chat, json!({"messages": hi, "max_tokens": 7})),
         (chat, json!({"messages": hi, "n": 0})),
@@ -213,7 +224,7 @@ fn batch_and_serve_give_the_same_answers_and_the_same_errors() {
             assert_eq!(batch_body["choices"][0]["finish_reason"], "length");
         }
     }
-    assert_eq!(refused, 12, "every refusal line was refused");
+    assert_eq!(refused, 14, "every refusal line was refused");
 }
 
 #[test]

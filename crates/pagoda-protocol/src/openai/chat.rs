@@ -1,11 +1,12 @@
 //! `POST /v1/chat/completions`: the request, the whole response, and the stream chunks.
 
-use super::{FinishReason, Stop, StreamOptions, TopLogprob, Usage};
+use super::{Extra, FinishReason, Stop, StreamOptions, StructuredOutput, TopLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A chat completion request. Sampling fields beyond OpenAI's (`top_k`, `min_p`,
-/// `repetition_penalty`, `ignore_eos`) are the ones vLLM accepts.
+/// `repetition_penalty`, `ignore_eos`) are the ones vLLM accepts. Every other field lands in
+/// `extra` (see the module invariant).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatCompletionRequest {
     pub model: String,
@@ -32,7 +33,9 @@ pub struct ChatCompletionRequest {
     pub top_logprobs: Option<usize>,
     pub seed: Option<u64>,
     pub user: Option<String>,
-    pub response_format: Option<ResponseFormat>,
+    /// `response_format` and vLLM's structured-output fields.
+    #[serde(flatten)]
+    pub structured: StructuredOutput,
     /// Tool calling (`tools`, `tool_choice`, `parallel_tool_calls`, and the older
     /// `functions` / `function_call`): read so the server can refuse what it cannot do yet
     /// instead of ignoring it.
@@ -56,13 +59,9 @@ pub struct ChatCompletionRequest {
     /// (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
-}
-
-/// `response_format`: `{"type": "text" | "json_object" | "json_schema", ...}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
+    /// Every field not named above (after `structured`'s), for pagoda-runtime to check.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// One message of the conversation.
@@ -75,6 +74,10 @@ pub struct ChatMessage {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Every field not named above (`tool_calls`, `tool_call_id`, `refusal`, ...), for
+    /// pagoda-runtime to check.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 impl ChatMessage {
@@ -83,6 +86,7 @@ impl ChatMessage {
             role: role.into(),
             content: Some(MessageContent::Text(content.into())),
             name: None,
+            extra: Extra::new(),
         }
     }
 

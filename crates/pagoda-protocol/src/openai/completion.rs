@@ -1,10 +1,11 @@
 //! `POST /v1/completions` (the legacy text completion API): request, response, chunks.
 
-use super::{FinishReason, Stop, StreamOptions, Usage};
+use super::{Extra, FinishReason, Stop, StreamOptions, StructuredOutput, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A text completion request.
+/// A text completion request. Every field not named here lands in `extra` (see the module
+/// invariant).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletionRequest {
     pub model: String,
@@ -43,6 +44,12 @@ pub struct CompletionRequest {
     /// (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// `response_format` and vLLM's structured-output fields (as vLLM takes them here too).
+    #[serde(flatten)]
+    pub structured: StructuredOutput,
+    /// Every field not named above (after `structured`'s), for pagoda-runtime to check.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// The default `max_tokens` of the completions API.

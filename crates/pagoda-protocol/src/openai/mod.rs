@@ -1,14 +1,47 @@
 //! The OpenAI API as Pagoda serves it: shared pieces here (usage, stop lists, the error
 //! body, the model list), one module per endpoint family.
 //!
-//! Invariant: request types accept what the official SDKs send (unknown fields are
-//! ignored, as vLLM does); response types serialize to what the SDKs parse.
+//! Invariant: request types accept what the official SDKs send; fields they do not name are
+//! kept in their `extra` map (never dropped unseen), which pagoda-runtime checks: a field
+//! documented as accepted-and-ignored passes, anything else is refused naming it. Response
+//! types serialize to what the SDKs parse.
 
 pub mod chat;
 pub mod completion;
 pub mod embedding;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The fields of a request its type does not name, by name (checked by pagoda-runtime).
+pub type Extra = BTreeMap<String, Value>;
+
+/// The structured-output fields both generation endpoints take: OpenAI's `response_format`
+/// and vLLM's `guided_*` and `structured_outputs`. Kept as JSON values so that
+/// pagoda-runtime's checks name the exact field at fault (serde's errors name none); at most
+/// one of them may constrain a request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StructuredOutput {
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<Value>,
+    /// vLLM: a JSON schema (an object, or a string holding one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guided_json: Option<Value>,
+    /// vLLM: a regular expression the whole output matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guided_regex: Option<Value>,
+    /// vLLM: a list of strings, one of which is the output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guided_choice: Option<Value>,
+    /// vLLM: a grammar (Lark syntax, as llguidance reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guided_grammar: Option<Value>,
+    /// vLLM's newer spelling: `{"json" | "regex" | "choice" | "grammar" | "json_object"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_outputs: Option<Value>,
+}
 
 /// Token counts of one response (`usage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,4 +218,45 @@ pub struct TopLogprob {
     pub logprob: f32,
     /// UTF-8 bytes of the token (it may be part of a character).
     pub bytes: Option<Vec<u8>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chat::ChatCompletionRequest;
+    use super::completion::CompletionRequest;
+    use serde_json::json;
+
+    #[test]
+    fn structured_fields_are_named_and_everything_else_lands_in_extra() {
+        let req: ChatCompletionRequest = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 1,
+            "max_tokens": 4,
+            "response_format": {"type": "json_object"},
+            "guided_regex": "a+",
+            "metadata": {"k": "v"},
+            "frobnicate": true,
+        }))
+        .expect("parses");
+        assert_eq!(req.temperature, Some(1.0));
+        assert_eq!(req.max_tokens, Some(4));
+        assert_eq!(
+            req.structured.response_format,
+            Some(json!({"type": "json_object"}))
+        );
+        assert_eq!(req.structured.guided_regex, Some(json!("a+")));
+        assert_eq!(
+            req.extra.keys().collect::<Vec<_>>(),
+            ["frobnicate", "metadata"]
+        );
+        let req: CompletionRequest = serde_json::from_value(json!({
+            "model": "m", "prompt": "p", "guided_choice": ["a"], "best_of": 1, "zzz": null,
+        }))
+        .expect("parses");
+        assert_eq!(req.structured.guided_choice, Some(json!(["a"])));
+        assert_eq!(req.best_of, Some(1));
+        assert!(!req.stream);
+        assert_eq!(req.extra.keys().collect::<Vec<_>>(), ["zzz"]);
+    }
 }

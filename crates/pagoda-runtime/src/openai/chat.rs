@@ -3,8 +3,10 @@
 
 use super::{check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
+use crate::fields::{check_extra, Endpoint};
 use crate::loader::LoadedModel;
 use crate::request::{Knobs, RequestError};
+use crate::structured::openai_constraint;
 use pagoda_engine::SampledToken;
 use pagoda_model::chat_template::ChatMessage as TemplateMessage;
 use pagoda_model::tokenizer::Tokenizer;
@@ -24,17 +26,8 @@ pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
             "top_logprobs needs logprobs: true",
         ));
     }
-    if let Some(f) = &req.response_format {
-        if f.kind != "text" {
-            return Err(RequestError::param(
-                "response_format",
-                format!(
-                    "response_format `{}` is not supported yet; use text",
-                    f.kind
-                ),
-            ));
-        }
-    }
+    check_extra(Endpoint::OpenAiChat, &req.extra)?;
+    openai_constraint(&req.structured)?;
     refuse_tools(req)?;
     template_messages(req).map(drop)
 }
@@ -50,13 +43,14 @@ pub fn prompt(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Vec<u
         })
 }
 
-/// The request's knobs, with the model's Modelfile stop strings in front of its own.
-pub fn knobs(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Knobs {
-    Knobs {
+/// The request's knobs, with the model's Modelfile stop strings in front of its own and the
+/// structured-output constraint (an error only for a request [`check`] refuses).
+pub fn knobs(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Knobs, RequestError> {
+    Ok(Knobs {
         logprobs: req.logprobs.then_some(req.top_logprobs.unwrap_or(0)),
         max_tokens: req.max_completion_tokens.or(req.max_tokens),
         ..shared_knobs!(loaded, req)
-    }
+    })
 }
 
 /// The whole response for collected `choices`.
@@ -131,7 +125,9 @@ fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>
     }
     req.messages
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
+            check_message_fields(i, &m.extra)?;
             let role = match m.role.as_str() {
                 "developer" => "system",
                 r @ ("system" | "user" | "assistant" | "tool") => r,
@@ -146,6 +142,31 @@ fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>
             Ok(TemplateMessage::new(role, text))
         })
         .collect()
+}
+
+/// A message's fields beyond `role`, `content` and `name`: the tool-calling ones
+/// (`tool_calls`, `tool_call_id`) belong to issue 22's tools work; `refusal` and
+/// `annotations`, which an assistant message read back from a response carries, are
+/// informational; `null` asks for nothing; anything else is refused naming
+/// `messages[i].field`.
+fn check_message_fields(
+    i: usize,
+    extra: &pagoda_protocol::openai::Extra,
+) -> Result<(), RequestError> {
+    for (k, v) in extra {
+        match k.as_str() {
+            "tool_calls" | "tool_call_id" | "refusal" | "annotations" => {}
+            _ if v.is_null() => {}
+            _ => {
+                let param = format!("messages[{i}].{k}");
+                return Err(RequestError::param(
+                    param.clone(),
+                    format!("unknown message field `{param}`; this server refuses fields it does not implement rather than ignore them"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Tool calling is not implemented yet: a request that asks for it is refused with the field
@@ -183,4 +204,84 @@ fn refuse_tools(req: &ChatCompletionRequest) -> Result<(), RequestError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(extra: Value) -> ChatCompletionRequest {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        serde_json::from_value(body).expect("parses")
+    }
+
+    fn refused(extra: Value) -> String {
+        let e = check(&request(extra.clone()))
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {extra}"));
+        e.param_name().unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn check_refuses_unknown_and_bad_fields_by_name() {
+        assert!(check(&request(json!({}))).is_ok());
+        assert!(check(&request(
+            json!({"user": "u", "metadata": {"a": "b"}, "store": false})
+        ))
+        .is_ok());
+        assert!(check(&request(
+            json!({"response_format": {"type": "json_object"}})
+        ))
+        .is_ok());
+        assert_eq!(refused(json!({"best_of": 2})), "best_of");
+        assert_eq!(refused(json!({"guided_choice": []})), "guided_choice");
+        assert_eq!(
+            refused(json!({"response_format": {"type": "json_object"}, "guided_json": {}})),
+            "guided_json"
+        );
+        assert_eq!(
+            refused(
+                json!({"messages": [{"role": "user", "content": "x", "cache_control": {"type": "ephemeral"}}]})
+            ),
+            "messages[0].cache_control"
+        );
+        // What an assistant message read back from a response carries passes.
+        assert!(check(&request(json!({"messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y", "refusal": null, "annotations": []},
+            {"role": "user", "content": "z", "audio": null},
+        ]})))
+        .is_ok());
+    }
+
+    #[test]
+    fn the_constraint_reaches_the_knobs_and_the_engine_request() {
+        use crate::request::{engine_request, Bounds, LengthRule};
+        let schema = json!({"type": "object"});
+        let req = request(
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}),
+        );
+        let constraint = openai_constraint(&req.structured).expect("valid");
+        let knobs = Knobs {
+            n: 1,
+            constraint,
+            ..Knobs::default()
+        };
+        let bounds = Bounds {
+            context: 100,
+            vocab_size: 1000,
+            rule: LengthRule::Strict,
+            max_tokens_limit: None,
+            priority_scheduling: false,
+        };
+        let r = engine_request(vec![1; 5], &Default::default(), knobs, &bounds).expect("ok");
+        assert_eq!(
+            r.constraint,
+            Some(pagoda_engine::ConstraintSpec::JsonSchema(schema))
+        );
+    }
 }

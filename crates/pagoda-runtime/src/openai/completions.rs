@@ -4,8 +4,10 @@
 
 use super::{add_usage, check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
+use crate::fields::{check_extra, Endpoint};
 use crate::loader::LoadedModel;
 use crate::request::{Knobs, RequestError};
+use crate::structured::openai_constraint;
 use pagoda_engine::SampledToken;
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::completion::{
@@ -20,6 +22,8 @@ pub const MAX_PROMPTS: usize = 64;
 /// Everything about `req` that can be checked without the model; returns its prompts.
 pub fn check(req: &CompletionRequest) -> Result<Vec<PromptInput>, RequestError> {
     check_ranges(req.temperature, req.n, req.logprobs)?;
+    check_extra(Endpoint::OpenAiCompletions, &req.extra)?;
+    openai_constraint(&req.structured)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(RequestError::param("suffix", "suffix is not supported"));
     }
@@ -76,13 +80,14 @@ pub fn encode(
     }
 }
 
-/// The request's knobs, with the model's Modelfile stop strings in front of its own.
-pub fn knobs(loaded: &LoadedModel, req: &CompletionRequest) -> Knobs {
-    Knobs {
+/// The request's knobs, with the model's Modelfile stop strings in front of its own and the
+/// structured-output constraint (an error only for a request [`check`] refuses).
+pub fn knobs(loaded: &LoadedModel, req: &CompletionRequest) -> Result<Knobs, RequestError> {
+    Ok(Knobs {
         logprobs: req.logprobs,
         max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
         ..shared_knobs!(loaded, req)
-    }
+    })
 }
 
 /// One prompt's collected choices and the text `echo` puts in front of them.

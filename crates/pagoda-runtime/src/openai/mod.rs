@@ -9,7 +9,8 @@
 /// The [`Knobs`](crate::Knobs) both OpenAI generation requests spell the same way (the
 /// sampling fields, `stop` after the model's Modelfile stops, `n`, vLLM's `ignore_eos` and
 /// `priority`, Pagoda's `speculative`); each endpoint adds its own `logprobs` and
-/// `max_tokens`. A macro because the two request types share names, not a type.
+/// `max_tokens`, and the structured-output constraint (`?`: used in functions returning
+/// `Result<_, RequestError>`). A macro because the two request types share names, not a type.
 macro_rules! shared_knobs {
     ($loaded:expr, $req:expr) => {
         $crate::request::Knobs {
@@ -27,6 +28,7 @@ macro_rules! shared_knobs {
             ignore_eos: $req.ignore_eos,
             no_speculation: $req.speculative == Some(false),
             priority: $req.priority,
+            constraint: $crate::structured::openai_constraint(&$req.structured)?,
             ..$crate::request::Knobs::default()
         }
     };

@@ -18,8 +18,9 @@ use pagoda_model::chat_template::ChatMessage;
 use pagoda_protocol::ollama::{
     ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
 };
+use pagoda_runtime::fields::{check_extra, check_ollama_options, Endpoint};
+use pagoda_runtime::structured::ollama_format;
 use pagoda_runtime::{engine_request, Knobs, LengthRule};
-use serde_json::Value;
 use std::time::{Duration, SystemTime};
 
 /// Which endpoint's objects to write.
@@ -39,13 +40,7 @@ pub(super) async fn chat(State(app): State<AppState>, body: Body) -> Response {
     respond(&app, result)
 }
 
-fn refuse_unsupported(format: Option<&Value>, images: bool) -> Result<(), ApiError> {
-    if format.is_some_and(|f| !(f.is_null() || f.as_str() == Some(""))) {
-        return Err(ApiError::invalid_param(
-            "format",
-            "structured output (`format`) is not supported yet; leave it out",
-        ));
-    }
+fn refuse_images(images: bool) -> Result<(), ApiError> {
     if images {
         return Err(ApiError::invalid_param(
             "images",
@@ -58,10 +53,12 @@ fn refuse_unsupported(format: Option<&Value>, images: bool) -> Result<(), ApiErr
 async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: GenerateRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
-    refuse_unsupported(
-        req.format.as_ref(),
-        req.images.as_ref().is_some_and(|i| !i.is_empty()),
-    )?;
+    check_extra(Endpoint::OllamaGenerate, &req.extra)?;
+    if let Some(o) = &req.options {
+        check_ollama_options(&o.extra)?;
+    }
+    let constraint = ollama_format(req.format.as_ref())?;
+    refuse_images(req.images.as_ref().is_some_and(|i| !i.is_empty()))?;
     if req.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::invalid_param(
             "template",
@@ -102,7 +99,8 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
     .map_err(|e| ApiError::invalid_param("prompt", format!("cannot build the prompt: {e}")))?;
     let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
     prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
-    let knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    knobs.constraint = constraint;
     run(app, lease, prompt, knobs, req.stream, Kind::Generate, load).await
 }
 
@@ -113,7 +111,12 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .messages
         .iter()
         .any(|m| m.images.as_ref().is_some_and(|i| !i.is_empty()));
-    refuse_unsupported(req.format.as_ref(), images)?;
+    check_extra(Endpoint::OllamaChat, &req.extra)?;
+    if let Some(o) = &req.options {
+        check_ollama_options(&o.extra)?;
+    }
+    let constraint = ollama_format(req.format.as_ref())?;
+    refuse_images(images)?;
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::invalid_param(
             "tools",
@@ -143,7 +146,8 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .map_err(|e| {
             ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
         })?;
-    let knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
+    knobs.constraint = constraint;
     run(app, lease, prompt, knobs, req.stream, Kind::Chat, load).await
 }
 

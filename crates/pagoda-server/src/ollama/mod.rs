@@ -51,7 +51,9 @@ pub(crate) fn respond(app: &AppState, result: Result<Response, ApiError>) -> Res
     }
 }
 
-/// `options` as generation knobs (`num_predict` < 0: until the context is full).
+/// `options` as generation knobs (`num_predict` < 0: until the context is full); keys beyond
+/// the implemented ones are checked by `pagoda_runtime::fields` (accepted runner sizes, else
+/// a 400 naming `options.KEY`).
 pub(crate) fn knobs(options: Option<&Options>) -> Result<Knobs, ApiError> {
     let mut k = Knobs {
         n: 1,
@@ -60,6 +62,7 @@ pub(crate) fn knobs(options: Option<&Options>) -> Result<Knobs, ApiError> {
     let Some(o) = options else {
         return Ok(k);
     };
+    pagoda_runtime::fields::check_ollama_options(&o.extra)?;
     k.temperature = o.temperature;
     k.top_k = o.top_k;
     k.top_p = o.top_p;
@@ -69,13 +72,13 @@ pub(crate) fn knobs(options: Option<&Options>) -> Result<Knobs, ApiError> {
     k.presence_penalty = o.presence_penalty;
     k.frequency_penalty = o.frequency_penalty;
     k.seed = o.seed.and_then(|s| u64::try_from(s).ok());
-    k.stop = o.stop.clone().unwrap_or_default();
+    k.stop = o.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     k.max_tokens = match o.num_predict {
         None => None,
         Some(n) if n < 0 => None,
         Some(0) => {
             return Err(ApiError::invalid_param(
-                "num_predict",
+                "options.num_predict",
                 "num_predict must be positive (or -1 for no limit)",
             ))
         }

@@ -40,7 +40,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let engine_req = engine_request(
         prompt,
         &lease.loaded.openai_sampling(),
-        chat::knobs(&lease.loaded, &req),
+        chat::knobs(&lease.loaded, &req)?,
         &app.bounds(&lease, LengthRule::Strict),
     )?;
     let n = engine_req.n;

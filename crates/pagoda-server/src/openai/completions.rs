@@ -45,7 +45,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         let engine_req = engine_request(
             prompt,
             &lease.loaded.openai_sampling(),
-            completions::knobs(&lease.loaded, &req),
+            completions::knobs(&lease.loaded, &req)?,
             &app.bounds(&lease, LengthRule::Strict),
         )?;
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());

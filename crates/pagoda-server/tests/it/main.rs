@@ -7,5 +7,6 @@ mod lifecycle;
 mod lora;
 mod ollama_api;
 mod openai_api;
+mod request_fields;
 mod robustness;
 mod security;

@@ -34,9 +34,15 @@ async fn bad_requests_get_their_status_and_an_openai_error_body() {
             assert_eq!(v["error"]["param"], p, "{what}: {v}");
         }
     }
-    // Unknown fields are ignored, as vLLM does.
-    let ok = s
+    // Unknown fields are refused naming them, never silently ignored (issue 22); `null`
+    // asks for nothing and passes.
+    let unknown = s
         .post(chat, json!({"model": m, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "frobnicate": true}))
+        .await;
+    let v = expect_openai_error(unknown, 400).await;
+    assert_eq!(v["error"]["param"], "frobnicate", "{v}");
+    let ok = s
+        .post(chat, json!({"model": m, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "frobnicate": null}))
         .await;
     assert_eq!(ok.status(), 200);
     // A 10 MB body is refused with 413 before it is parsed.

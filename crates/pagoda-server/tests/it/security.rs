@@ -47,7 +47,8 @@ async fn model_names_never_reach_the_filesystem() {
         let message = v["error"]["message"].as_str().expect("message");
         // The same body whether or not something exists there: only the echoed name differs.
         bodies.push(message.replace(p.as_str(), "NAME"));
-        let ollama = s.post("/api/chat", chat(p)).await;
+        let ollama_body = json!({"model": p, "messages": [{"role": "user", "content": "hi"}], "options": {"num_predict": 2}});
+        let ollama = s.post("/api/chat", ollama_body).await;
         assert_eq!(ollama.status(), 404, "{p}");
         let v: Value = ollama.json().await.expect("json");
         assert!(v["error"].is_string(), "Ollama's shape: {v}");
@@ -281,7 +282,7 @@ async fn every_response_carries_a_request_id_and_5xx_bodies_carry_no_paths() {
         .await
         .expect("sent");
     assert_ne!(r.headers()["x-request-id"], "a b");
-    // Deep nesting inside an ignored field: 400 naming the limit, not a walk of 100k levels.
+    // Deep nesting inside an unknown field: 400 naming the limit, not a walk of 100k levels.
     let deep = format!(
         "{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"x\"}}],\"x\":{}{}}}",
         tiny_llama(),
