@@ -271,7 +271,9 @@ impl From<EngineError> for ApiError {
             EngineError::Sampling(SamplingError::InvalidParameter { name, .. }) => {
                 ApiError::invalid_param(name, message)
             }
-            EngineError::EmptyPrompt | EngineError::InvalidRequest(_) => ApiError::invalid(message),
+            EngineError::EmptyPrompt
+            | EngineError::InvalidRequest(_)
+            | EngineError::InvalidConstraint(_) => ApiError::invalid(message),
             EngineError::Stopped => ApiError::unavailable("the model is shutting down; retry"),
             EngineError::Timeout => {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)

@@ -76,10 +76,10 @@ enum Pending {
     },
 }
 
-/// A line's body as the server would have parsed it.
+/// A line's body as the server would have parsed it (boxed: the bodies differ in size).
 enum Parsed {
-    Chat(ChatCompletionRequest),
-    Completion(CompletionRequest),
+    Chat(Box<ChatCompletionRequest>),
+    Completion(Box<CompletionRequest>),
 }
 
 /// What every line is checked and answered with.
@@ -185,10 +185,10 @@ impl Job<'_> {
         };
         let request = match url {
             Some("/v1/chat/completions") => {
-                pagoda_server::body::parse(body.as_bytes()).map(Parsed::Chat)
+                pagoda_server::body::parse(body.as_bytes()).map(|r| Parsed::Chat(Box::new(r)))
             }
             Some("/v1/completions") => {
-                pagoda_server::body::parse(body.as_bytes()).map(Parsed::Completion)
+                pagoda_server::body::parse(body.as_bytes()).map(|r| Parsed::Completion(Box::new(r)))
             }
             Some(other) => Err(ApiError::route_not_found(other)),
             None => Err(ApiError::invalid_param(
