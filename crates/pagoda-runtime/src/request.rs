@@ -90,6 +90,8 @@ pub struct Knobs {
     pub no_speculation: bool,
     /// vLLM's `priority`: lower runs earlier under `--policy priority`; `None` is 0.
     pub priority: Option<i64>,
+    /// What the output must match (a forced tool call); `None`: free text.
+    pub constraint: Option<pagoda_engine::ConstraintSpec>,
 }
 
 /// What happens when `prompt + max_tokens` exceeds the context or the ceiling.
@@ -195,6 +197,7 @@ pub fn engine_request(
     req.ignore_eos = knobs.ignore_eos;
     req.speculative = !knobs.no_speculation;
     req.priority = priority;
+    req.constraint = knobs.constraint;
     Ok(req)
 }
 

@@ -9,3 +9,4 @@ mod ollama_api;
 mod openai_api;
 mod robustness;
 mod security;
+mod tools;
