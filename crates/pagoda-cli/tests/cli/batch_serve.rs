@@ -167,10 +167,6 @@ fn batch_and_serve_give_the_same_answers_and_the_same_errors() {
             chat,
             json!({"messages": hi, "tools": [{"type": "function", "function": {"description": "no name"}}]}),
         ),
-        (
-            chat,
-            json!({"messages": hi, "max_tokens": 3, "temperature": 0, "tools": [{"type": "function", "function": {"name": "f"}}]}),
-        ),
         (chat, json!({"messages": []})),
         (
             chat,
