@@ -11,6 +11,7 @@ Exit status 0 when every check passed; each failure is printed.
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 
@@ -113,7 +114,57 @@ def openai_checks(url, model, embed_model):
         assert max(abs(a - b) for a, b in zip(f.data[0].embedding, r.data[0].embedding)) < 1e-6
         assert r.usage.prompt_tokens > 0
 
-    for name, fn in [("openai chat", chat), ("openai chat stream + usage", chat_stream),
+    weather = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+    def tools():
+        # Whatever the model answers, the SDK parses it: content and/or tool_calls with JSON
+        # arguments, finish_reason tool_calls exactly when there are calls.
+        for choice in ("auto", "required"):
+            r = client.chat.completions.create(model=model, messages=messages, tools=weather,
+                                               tool_choice=choice, max_tokens=40, temperature=0)
+            m = r.choices[0].message
+            calls = m.tool_calls or []
+            assert (r.choices[0].finish_reason == "tool_calls") == bool(calls), r
+            for c in calls:
+                assert c.id.startswith("call_") and c.type == "function" and c.function.name
+                json.loads(c.function.arguments)
+            assert calls or isinstance(m.content, str)
+        # A round trip: the call, its result, and the model's answer.
+        history = messages + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "21 C and sunny"}]
+        r = client.chat.completions.create(model=model, messages=history, tools=weather, max_tokens=12)
+        assert r.choices[0].message.role == "assistant"
+        # A tool result for no call is a 400 naming messages.
+        try:
+            client.chat.completions.create(model=model, tools=weather, max_tokens=4, messages=messages + [
+                {"role": "tool", "tool_call_id": "call_nope", "content": "x"}])
+            raise AssertionError("a tool result for no call was accepted")
+        except openai.BadRequestError as e:
+            assert e.body["param"] == "messages", e.body
+
+    def tools_stream():
+        # The SDK's stream helper accumulates tool call pieces by index (and parses the
+        # arguments of `strict` tools).
+        strict = [{"type": "function", "function": dict(weather[0]["function"], strict=True)}]
+        strict[0]["function"]["parameters"] = dict(weather[0]["function"]["parameters"], additionalProperties=False)
+        with client.chat.completions.stream(model=model, messages=messages, tools=strict,
+                                            max_tokens=40, temperature=0) as stream:
+            for _ in stream:
+                pass
+            final = stream.get_final_completion()
+        whole = client.chat.completions.create(model=model, messages=messages, tools=strict,
+                                               max_tokens=40, temperature=0)
+        a, b = final.choices[0].message, whole.choices[0].message
+        assert (a.content or "") == (b.content or ""), (a.content, b.content)
+        assert [(c.function.name, c.function.arguments) for c in a.tool_calls or []] == \
+            [(c.function.name, c.function.arguments) for c in b.tool_calls or []]
+
+    for name, fn in [("openai tools", tools), ("openai tools stream", tools_stream),
+                     ("openai chat", chat), ("openai chat stream + usage", chat_stream),
                      ("openai n + logprobs", n_and_logprobs), ("openai completions", completions),
                      ("openai models", models), ("openai async", async_clients),
                      ("openai errors 400/404", errors), ("openai embeddings", embeddings)]:
@@ -205,7 +256,30 @@ def ollama_checks(url, model, embed_model):
             client.delete(n)
         assert name not in [m.model for m in client.list().models]
 
-    for name, fn in [("ollama generate", generate), ("ollama embed", embed), ("ollama chat", chat),
+    def chat_tools():
+        def get_weather(city: str) -> str:
+            """The current weather in a city.
+
+            Args:
+              city: the city
+            """
+            return "21 C"
+
+        for stream in (False, True):
+            parts = client.chat(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                tools=[get_weather], stream=stream, options={"num_predict": 30, "temperature": 0})
+            parts = list(parts) if stream else [parts]
+            assert parts[-1].done
+            for p in parts:
+                for c in p.message.tool_calls or []:
+                    assert c.function.name and isinstance(c.function.arguments, dict)
+        r = client.chat(model=model, tools=[get_weather], options={"num_predict": 6}, messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "21 C", "tool_name": "get_weather"}])
+        assert r.done
+
+    for name, fn in [("ollama generate", generate), ("ollama chat tools", chat_tools), ("ollama embed", embed), ("ollama chat", chat),
                      ("ollama list/ps/show/version", listings), ("ollama 404", not_found),
                      ("ollama create/copy/delete", create_copy_delete)]:
         check(name, fn)

@@ -185,9 +185,9 @@ def main():
             status, _, text = request(server.url, "POST", "/api/chat", deep)
             assert status == 400 and isinstance(json.loads(text)["error"], str), (status, text[:200])
 
-        def tools_are_refused_not_ignored():
+        def bad_tools_are_refused_naming_the_field():
             body = chat(args.model)
-            body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+            body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": []}}]
             status, _, text = request(server.url, "POST", "/v1/chat/completions", body)
             assert status == 400 and json.loads(text)["error"]["param"] == "tools", (status, text)
 
@@ -214,7 +214,7 @@ def main():
                          ("trickled body: 408", trickled_body_gets_408),
                          ("idle keep-alive connection closed", idle_connection_is_closed),
                          ("deep JSON nesting: 400", deep_nesting_is_400),
-                         ("tools refused, not ignored", tools_are_refused_not_ignored),
+                         ("bad tools refused naming the field", bad_tools_are_refused_naming_the_field),
                          ("unknown routes in each API's shape", unknown_routes_answer_in_each_apis_shape),
                          ("still serving; /metrics labels only the loaded model",
                           still_serving_with_only_loaded_labels)]:

@@ -6,7 +6,12 @@
 //! dict methods (`.strip()`, `.startswith()`, `.items()`, ... via minijinja-contrib's pycompat),
 //! `raise_exception(msg)`, `strftime_now(fmt)`, and a `tojson` filter that writes what Python's
 //! `json.dumps(x, ensure_ascii=False)` writes (`", "` and `": "` separators, optional indent).
-//! Variables: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`.
+//! Variables: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` (the
+//! list of `{"type": "function", "function": {...}}` objects, or none) as
+//! `apply_chat_template(tools=...)` passes them. A message may carry `tool_calls` (with
+//! `function.arguments` a JSON value, not a string: transformers' templates, Qwen2.5's among
+//! them, write it with `| tojson`) and `tool_call_id`; fields that are absent are undefined in
+//! the template, as keys missing from a Python dict are.
 //!
 //! Invariant: a template is compiled once, in [`ChatTemplate::new`]; a syntax error is reported
 //! there, not at the first request.
@@ -20,10 +25,19 @@ use serde::{Deserialize, Serialize};
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /// One turn of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// The calls an assistant turn made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<TemplateToolCall>>,
+    /// On a `tool` turn: the call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On a `tool` turn: the function whose result this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -31,8 +45,27 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..ChatMessage::default()
         }
     }
+}
+
+/// A call in an assistant turn, as templates read it: `{"id", "type": "function",
+/// "function": {"name", "arguments": <JSON value>}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateToolCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: TemplateFunctionCall,
+}
+
+/// `function` of a [`TemplateToolCall`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateFunctionCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 /// A compiled chat template.
@@ -103,17 +136,37 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
+        self.render_with_tools::<()>(messages, None, add_generation_prompt)
+    }
+
+    /// Renders `messages` with `tools` (each serialized as the template sees it: a struct's
+    /// fields keep their order, as a Python dict's keys do).
+    pub fn render_with_tools<T: Serialize>(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[T]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
         let tmpl = self
             .env
             .get_template(NAME)
             .map_err(|e| ModelError::ChatTemplate(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         })
         .map_err(|e| ModelError::ChatTemplate(format!("{e:#}")))
+    }
+
+    /// Whether the template reads a `tools` variable (Qwen2.5's does; SmolLM2's and the
+    /// ChatML fallback do not): then tools are rendered by the template itself.
+    pub fn supports_tools(&self) -> bool {
+        self.env
+            .get_template(NAME)
+            .is_ok_and(|t| t.undeclared_variables(false).contains("tools"))
     }
 }
 
@@ -205,25 +258,25 @@ pub(crate) fn strftime(fmt: &str, secs: i64) -> String {
 }
 
 /// `tojson` as transformers defines it: `json.dumps(value, ensure_ascii=False, indent=indent)`.
+/// Maps keep the order the template sees them in (a struct's field order, as a Python dict
+/// keeps its keys' insertion order), unless `sort_keys`.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     let mut out = String::new();
-    python_json(&json, indent, sort_keys.unwrap_or(false), 0, &mut out);
+    python_json(&value, indent, sort_keys.unwrap_or(false), 0, &mut out)?;
     Ok(Value::from_safe_string(out))
 }
 
 fn python_json(
-    v: &serde_json::Value,
+    v: &Value,
     indent: Option<usize>,
     sort: bool,
     level: usize,
     out: &mut String,
-) {
-    use serde_json::Value as J;
+) -> Result<(), Error> {
+    use minijinja::value::ValueKind;
     let newline = |out: &mut String, level: usize| {
         if let Some(n) = indent {
             out.push('\n');
@@ -231,50 +284,66 @@ fn python_json(
         }
     };
     let item_sep = if indent.is_some() { "," } else { ", " };
-    match v {
-        J::Null => out.push_str("null"),
-        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        J::Number(n) => out.push_str(&n.to_string()),
-        J::String(s) => out.push_str(&serde_json::to_string(s).unwrap_or_default()),
-        J::Array(a) => {
-            if a.is_empty() {
+    match v.kind() {
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
                 out.push_str("[]");
-                return;
+                return Ok(());
             }
             out.push('[');
-            for (i, x) in a.iter().enumerate() {
+            for (i, x) in items.iter().enumerate() {
                 if i > 0 {
                     out.push_str(item_sep);
                 }
                 newline(out, level + 1);
-                python_json(x, indent, sort, level + 1, out);
+                python_json(x, indent, sort, level + 1, out)?;
             }
             newline(out, level);
             out.push(']');
         }
-        J::Object(o) => {
-            if o.is_empty() {
-                out.push_str("{}");
-                return;
+        ValueKind::Map => {
+            let mut entries: Vec<(String, Value)> = Vec::new();
+            for k in v.try_iter()? {
+                let item = v.get_item(&k)?;
+                let key = k.as_str().map_or_else(|| k.to_string(), str::to_string);
+                entries.push((key, item));
             }
-            let mut entries: Vec<(&String, &serde_json::Value)> = o.iter().collect();
+            if entries.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
             if sort {
-                entries.sort_by(|a, b| a.0.cmp(b.0));
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
             }
             out.push('{');
-            for (i, (k, x)) in entries.into_iter().enumerate() {
+            for (i, (k, x)) in entries.iter().enumerate() {
                 if i > 0 {
                     out.push_str(item_sep);
                 }
                 newline(out, level + 1);
                 out.push_str(&serde_json::to_string(k).unwrap_or_default());
                 out.push_str(": ");
-                python_json(x, indent, sort, level + 1, out);
+                python_json(x, indent, sort, level + 1, out)?;
             }
             newline(out, level);
             out.push('}');
         }
+        _ => {
+            let json = serde_json::to_value(v)
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+            match json {
+                serde_json::Value::Null => out.push_str("null"),
+                serde_json::Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+                serde_json::Value::Number(n) => out.push_str(&n.to_string()),
+                serde_json::Value::String(s) => {
+                    out.push_str(&serde_json::to_string(&s).unwrap_or_default())
+                }
+                other => out.push_str(&other.to_string()),
+            }
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -306,6 +375,49 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("no bad"), "{e}");
         assert!(ChatTemplate::new("{% for %}".into(), String::new(), String::new()).is_err());
+    }
+
+    #[test]
+    fn tools_reach_the_template_in_field_order() {
+        #[derive(Serialize)]
+        struct F {
+            name: &'static str,
+            description: &'static str,
+        }
+        #[derive(Serialize)]
+        struct T {
+            r#type: &'static str,
+            function: F,
+        }
+        let t = ChatTemplate::new(
+            "{% for t in tools %}{{ t | tojson }}{% endfor %}|{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}".into(),
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        assert!(t.supports_tools());
+        let mut m = ChatMessage::new("assistant", "");
+        m.tool_calls = Some(vec![TemplateToolCall {
+            id: None,
+            kind: "function".into(),
+            function: TemplateFunctionCall {
+                name: "f".into(),
+                arguments: serde_json::json!({"b": 1, "a": [true, null]}),
+            },
+        }]);
+        let tools = [T {
+            r#type: "function",
+            function: F {
+                name: "f",
+                description: "d",
+            },
+        }];
+        let s = t.render_with_tools(&[m], Some(&tools), false).unwrap();
+        assert_eq!(
+            s,
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\"}}|{\"a\": [true, null], \"b\": 1}"
+        );
+        assert!(!ChatTemplate::chatml(String::new(), String::new()).supports_tools());
     }
 
     #[test]

@@ -176,6 +176,28 @@ pub struct Message {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<Vec<String>>,
+    /// The calls an assistant message made (in responses, and in the history sent back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// On a `tool` message: the function whose result this is (newer Ollama clients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+}
+
+/// One call in `message.tool_calls`: `{"function": {"name", "arguments": {object}}}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub function: ToolCallFunction,
+}
+
+/// `function` of a [`ToolCall`]; `arguments` is a JSON object, not a string as in OpenAI's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallFunction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
 }
 
 /// `POST /api/chat`.
@@ -189,7 +211,8 @@ pub struct ChatRequest {
     pub format: Option<Value>,
     pub options: Option<Options>,
     pub keep_alive: Option<KeepAlive>,
-    pub tools: Option<Vec<Value>>,
+    /// OpenAI's tool shape (`{"type": "function", "function": {...}}`).
+    pub tools: Option<Vec<crate::openai::chat::Tool>>,
     /// Pagoda extension (vLLM's meaning): scheduling priority under `--policy priority`,
     /// lower runs earlier (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]

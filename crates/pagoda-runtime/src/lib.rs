@@ -7,7 +7,8 @@
 //! parameter), [`openai`] (OpenAI chat/completions bodies → prompt and knobs, and collected
 //! choices → response bodies: what `serve` and `batch` share), [`collect`] (engine events →
 //! choices), [`single`] (one blocking request, text as it comes: `run`, `bench model`,
-//! `eval compare`).
+//! `eval compare`), [`tools`] (tool calling: checks, rendering, the forced-call grammar, the
+//! output parser).
 //!
 //! Architecture Invariant: nothing here knows HTTP; front ends map [`RequestError`] to their
 //! own answers (a 400 naming the parameter, a CLI message, a batch output line). The runtime
@@ -22,6 +23,7 @@ pub mod openai;
 pub mod request;
 pub mod single;
 pub mod structured;
+pub mod tools;
 
 pub use collect::{collect_blocking, combined_usage, ChoiceOutput, Collector, GenerationFailed};
 pub use loader::{LoadError, LoadOptions, LoadedModel, Pull};

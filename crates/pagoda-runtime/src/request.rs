@@ -98,8 +98,9 @@ pub struct Knobs {
     pub no_speculation: bool,
     /// vLLM's `priority`: lower runs earlier under `--policy priority`; `None` is 0.
     pub priority: Option<i64>,
-    /// What the output must match (structured output), from `response_format`, vLLM's
-    /// `guided_*` / `structured_outputs`, or Ollama's `format` (see [`crate::structured`]).
+    /// What the output must match: structured output (`response_format`, vLLM's `guided_*` /
+    /// `structured_outputs`, Ollama's `format`; see [`crate::structured`]) or a forced tool
+    /// call (see [`crate::tools`]).
     pub constraint: Option<ConstraintSpec>,
 }
 

@@ -151,10 +151,7 @@ impl Conversation {
     /// The system message, then the Modelfile's MESSAGE turns.
     fn new(system: Option<String>, preset: &[ChatMessage]) -> Self {
         let messages = system
-            .map(|content| ChatMessage {
-                role: "system".into(),
-                content,
-            })
+            .map(|content| ChatMessage::new("system", content))
             .into_iter()
             .chain(preset.iter().cloned())
             .collect();
@@ -170,10 +167,7 @@ impl Session<'_> {
         let prompt_tokens = if args.raw {
             loaded.tokenizer.encode(prompt, true)?
         } else {
-            chat.messages.push(ChatMessage {
-                role: "user".into(),
-                content: prompt.to_string(),
-            });
+            chat.messages.push(ChatMessage::new("user", prompt));
             loaded.encode_chat(&chat.messages)?
         };
         let request = engine_request(
@@ -196,10 +190,8 @@ impl Session<'_> {
         })?;
         writeln!(out).ok();
         if !args.raw {
-            chat.messages.push(ChatMessage {
-                role: "assistant".into(),
-                content: result.text.clone(),
-            });
+            chat.messages
+                .push(ChatMessage::new("assistant", result.text.clone()));
         }
         if args.verbose {
             let u = result.usage;

@@ -176,7 +176,7 @@ fn batch_and_serve_give_the_same_answers_and_the_same_errors() {
         (chat, json!({"messages": hi, "priority": 5})),
         (
             chat,
-            json!({"messages": hi, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+            json!({"messages": hi, "tools": [{"type": "function", "function": {"description": "no name"}}]}),
         ),
         (chat, json!({"messages": []})),
         (

@@ -36,15 +36,17 @@ pub struct ChatCompletionRequest {
     /// `response_format` and vLLM's structured-output fields.
     #[serde(flatten)]
     pub structured: StructuredOutput,
-    /// Tool calling (`tools`, `tool_choice`, `parallel_tool_calls`, and the older
-    /// `functions` / `function_call`): read so the server can refuse what it cannot do yet
-    /// instead of ignoring it.
+    /// Functions the model may call. Shapes only here; names, parameters and duplicates are
+    /// checked by the runtime (so a 400 can name `tools[i].function.name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<serde_json::Value>,
+    pub tools: Option<Vec<Tool>>,
+    /// `"auto"`, `"none"`, `"required"` or `{"type": "function", "function": {"name"}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<serde_json::Value>,
+    pub tool_choice: Option<ToolChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    /// The deprecated `functions` / `function_call`: read so the server can refuse them by
+    /// name instead of ignoring them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub functions: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,6 +66,74 @@ pub struct ChatCompletionRequest {
     pub extra: Extra,
 }
 
+/// One entry of `tools`: `{"type": "function", "function": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionDefinition>,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+/// A function the model may call: its name, what it does, and a JSON Schema of its
+/// arguments (an object schema; absent means no arguments).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionDefinition {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+/// `tool_choice`: a mode (`"auto"`, `"none"`, `"required"`) or one named function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(String),
+    Named(NamedToolChoice),
+}
+
+/// `{"type": "function", "function": {"name": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedToolChoice {
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionName,
+}
+
+/// `{"name": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionName {
+    pub name: String,
+}
+
+/// One call the assistant made: in a response's `message.tool_calls`, and in the history a
+/// client sends back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    #[serde(default)]
+    pub id: String,
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+/// The function and its arguments, a JSON text (OpenAI sends a string, not an object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
 /// One message of the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -74,8 +144,14 @@ pub struct ChatMessage {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Every field not named above (`tool_calls`, `tool_call_id`, `refusal`, ...), for
-    /// pagoda-runtime to check.
+    /// The calls an assistant message made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// On a `tool` message: which call this is the result of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Every field not named above (`refusal`, `annotations`, ...), for pagoda-runtime to
+    /// check.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -86,6 +162,8 @@ impl ChatMessage {
             role: role.into(),
             content: Some(MessageContent::Text(content.into())),
             name: None,
+            tool_calls: None,
+            tool_call_id: None,
             extra: Extra::new(),
         }
     }
@@ -156,7 +234,10 @@ pub struct ChatChoice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssistantMessage {
     pub role: String,
+    /// The text outside tool calls; `null` when the message is only calls.
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// `logprobs` of a choice or chunk: one entry per generated token.
@@ -197,11 +278,37 @@ pub struct ChunkChoice {
     pub finish_reason: Option<FinishReason>,
 }
 
-/// What a chunk adds to the message: the role on the first chunk, then content.
+/// What a chunk adds to the message: the role on the first chunk, then content or tool
+/// call pieces.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A piece of one tool call in a stream, as OpenAI sends it: the first piece of a call has
+/// `index`, `id`, `type`, `function.name` and `function.arguments: ""`; later pieces only
+/// `index` and an `arguments` piece. Clients concatenate the pieces per `index`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionCallDelta>,
+}
+
+/// `function` of a [`ToolCallDelta`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCallDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }

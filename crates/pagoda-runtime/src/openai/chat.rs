@@ -7,12 +7,15 @@ use crate::fields::{check_extra, Endpoint};
 use crate::loader::LoadedModel;
 use crate::request::{Knobs, RequestError};
 use crate::structured::openai_constraint;
+use crate::tools::{self, ToolSet};
 use pagoda_engine::SampledToken;
-use pagoda_model::chat_template::ChatMessage as TemplateMessage;
+use pagoda_model::chat_template::{
+    ChatMessage as TemplateMessage, TemplateFunctionCall, TemplateToolCall,
+};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::chat::{
     AssistantMessage, ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
-    ChatTokenLogprob,
+    ChatTokenLogprob, FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta,
 };
 use pagoda_protocol::openai::TopLogprob;
 use serde_json::Value;
@@ -27,37 +30,107 @@ pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
         ));
     }
     check_extra(Endpoint::OpenAiChat, &req.extra)?;
-    openai_constraint(&req.structured)?;
-    refuse_tools(req)?;
+    let structured = openai_constraint(&req.structured)?;
+    let forcing = tool_set(req)?.is_some_and(|set| set.forces_a_call());
+    if structured.is_some() && forcing {
+        return Err(RequestError::param(
+            "tool_choice",
+            "tool_choice forces a call while response_format (or a guided_* field) constrains \
+             the output too: send one of them",
+        ));
+    }
     template_messages(req).map(drop)
 }
 
-/// The prompt's token ids: the messages (with the model's default system message and
-/// Modelfile MESSAGE turns) through its chat template.
-pub fn prompt(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Vec<u32>, RequestError> {
-    let messages = template_messages(req)?;
-    loaded
-        .encode_chat(&loaded.with_preset(messages))
-        .map_err(|e| {
-            RequestError::param("messages", format!("cannot apply the chat template: {e}"))
-        })
+/// The request's tools, checked; `None` when it asks for no tool use (no tools, or
+/// `tool_choice: "none"`): then tools are neither rendered nor parsed.
+pub fn tool_set(req: &ChatCompletionRequest) -> Result<Option<ToolSet>, RequestError> {
+    tools::check_openai(
+        req.tools.as_deref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        req.functions.as_ref(),
+        req.function_call.as_ref(),
+    )
 }
 
-/// The request's knobs, with the model's Modelfile stop strings in front of its own and the
-/// structured-output constraint (an error only for a request [`check`] refuses).
+/// The prompt's token ids: the messages (with the model's default system message and
+/// Modelfile MESSAGE turns) and the tools through its chat template (or the fallback prompt,
+/// [`tools::encode_prompt`]).
+pub fn prompt(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Vec<u32>, RequestError> {
+    let set = tool_set(req)?;
+    tools::encode_prompt(loaded, template_messages(req)?, set.as_ref())
+}
+
+/// The request's knobs, with the model's Modelfile stop strings in front of its own, and
+/// the output's constraint: the structured-output one, or the grammar forcing a call when
+/// `tool_choice` is `required` or names a function (an error only for a request [`check`]
+/// refuses).
 pub fn knobs(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Knobs, RequestError> {
+    let constraint = match openai_constraint(&req.structured)? {
+        Some(c) => Some(c),
+        None => tool_set(req)?
+            .and_then(|set| tools::forced_call(&set, tools::template_renders_tools(loaded))),
+    };
     Ok(Knobs {
         logprobs: req.logprobs.then_some(req.top_logprobs.unwrap_or(0)),
         max_tokens: req.max_completion_tokens.or(req.max_tokens),
+        constraint,
         ..shared_knobs!(loaded, req)
     })
 }
 
-/// The whole response for collected `choices`.
+/// Whether the output of `req` is parsed for tool calls.
+pub fn parses_tools(req: &ChatCompletionRequest) -> bool {
+    matches!(tool_set(req), Ok(Some(_)))
+}
+
+/// Parsed calls as OpenAI's `tool_calls`, each with a fresh id.
+pub fn openai_calls(calls: Vec<tools::ParsedCall>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .map(|c| ToolCall {
+            id: tools::call_id(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect()
+}
+
+/// A parsed call as stream pieces, as OpenAI sends them: the header (`index`, a fresh `id`,
+/// `type`, `function.name`, `arguments: ""`), then the arguments under the same `index`.
+pub fn call_deltas(call: tools::ParsedCall, index: usize) -> [ToolCallDelta; 2] {
+    [
+        ToolCallDelta {
+            index,
+            id: Some(tools::call_id()),
+            kind: Some("function".into()),
+            function: Some(FunctionCallDelta {
+                name: Some(call.name),
+                arguments: Some(String::new()),
+            }),
+        },
+        ToolCallDelta {
+            index,
+            function: Some(FunctionCallDelta {
+                name: None,
+                arguments: Some(call.arguments),
+            }),
+            ..ToolCallDelta::default()
+        },
+    ]
+}
+
+/// The whole response for collected `choices`; with `parse_tools`, each choice's text is
+/// split into content and `tool_calls` (`finish_reason: "tool_calls"` when any parsed).
 pub fn response(
     head: ResponseHead,
     choices: Vec<ChoiceOutput>,
     with_logprobs: bool,
+    parse_tools: bool,
     tokenizer: &Tokenizer,
 ) -> Result<ChatCompletionResponse, Aborted> {
     let total = usage(combined_usage(choices.iter().map(|c| c.usage)));
@@ -65,11 +138,24 @@ pub fn response(
         .into_iter()
         .enumerate()
         .map(|(index, c)| {
+            let mut finish = finish_reason(c.finish).ok_or(Aborted)?;
+            let (content, tool_calls) = if parse_tools {
+                let parsed = tools::parse_output(&c.text);
+                if parsed.calls.is_empty() {
+                    (parsed.content, None)
+                } else {
+                    finish = pagoda_protocol::openai::FinishReason::ToolCalls;
+                    (parsed.content, Some(openai_calls(parsed.calls)))
+                }
+            } else {
+                (Some(c.text), None)
+            };
             Ok(ChatChoice {
                 index,
                 message: AssistantMessage {
                     role: "assistant".into(),
-                    content: Some(c.text),
+                    content,
+                    tool_calls,
                 },
                 logprobs: with_logprobs.then(|| ChatLogprobs {
                     content: c
@@ -78,7 +164,7 @@ pub fn response(
                         .map(|lp| logprob_entry(tokenizer, lp))
                         .collect(),
                 }),
-                finish_reason: Some(finish_reason(c.finish).ok_or(Aborted)?),
+                finish_reason: Some(finish),
             })
         })
         .collect::<Result<Vec<_>, Aborted>>()?;
@@ -115,7 +201,17 @@ pub fn logprob_entry(tokenizer: &Tokenizer, lp: &SampledToken) -> ChatTokenLogpr
     }
 }
 
-/// The request's messages as the chat template takes them.
+/// [`template_messages`] for the tests of the tool rendering.
+#[cfg(test)]
+pub(crate) fn template_messages_for_test(
+    req: &ChatCompletionRequest,
+) -> Result<Vec<TemplateMessage>, RequestError> {
+    template_messages(req)
+}
+
+/// The request's messages as the chat template takes them: assistant `tool_calls` with
+/// their `arguments` parsed (templates write them with `tojson`), `tool` results checked
+/// against the calls before them and given the called function's `name`.
 fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>, RequestError> {
     if req.messages.is_empty() {
         return Err(RequestError::param(
@@ -123,6 +219,8 @@ fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>
             "messages must not be empty",
         ));
     }
+    // The calls made so far: id → function name.
+    let mut calls: Vec<(String, String)> = Vec::new();
     req.messages
         .iter()
         .enumerate()
@@ -139,7 +237,61 @@ fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>
                 }
             };
             let text = m.text().map_err(|e| RequestError::param("messages", e))?;
-            Ok(TemplateMessage::new(role, text))
+            let mut out = TemplateMessage::new(role, text);
+            if let Some(tc) = m.tool_calls.as_ref().filter(|c| !c.is_empty()) {
+                if role != "assistant" {
+                    return Err(RequestError::param(
+                        "messages",
+                        format!("messages[{i}].tool_calls: only assistant messages carry tool calls"),
+                    ));
+                }
+                let mut list = Vec::with_capacity(tc.len());
+                for (j, c) in tc.iter().enumerate() {
+                    if c.function.name.is_empty() {
+                        return Err(RequestError::param(
+                            "messages",
+                            format!("messages[{i}].tool_calls[{j}].function.name is missing"),
+                        ));
+                    }
+                    let arguments: Value = if c.function.arguments.trim().is_empty() {
+                        Value::Object(Default::default())
+                    } else {
+                        serde_json::from_str(&c.function.arguments).map_err(|e| {
+                            RequestError::param(
+                                "messages",
+                                format!("messages[{i}].tool_calls[{j}].function.arguments is not JSON: {e}"),
+                            )
+                        })?
+                    };
+                    calls.push((c.id.clone(), c.function.name.clone()));
+                    list.push(TemplateToolCall {
+                        id: (!c.id.is_empty()).then(|| c.id.clone()),
+                        kind: "function".into(),
+                        function: TemplateFunctionCall {
+                            name: c.function.name.clone(),
+                            arguments,
+                        },
+                    });
+                }
+                out.tool_calls = Some(list);
+            }
+            if role == "tool" {
+                let Some(id) = m.tool_call_id.as_deref() else {
+                    return Err(RequestError::param(
+                        "messages",
+                        format!("messages[{i}].tool_call_id is missing: a tool message answers a call"),
+                    ));
+                };
+                let Some((_, name)) = calls.iter().find(|(c, _)| c == id) else {
+                    return Err(RequestError::param(
+                        "messages",
+                        format!("messages[{i}].tool_call_id `{id}` matches no tool call of an earlier assistant message"),
+                    ));
+                };
+                out.tool_call_id = Some(id.to_string());
+                out.name = Some(m.name.clone().unwrap_or_else(|| name.clone()));
+            }
+            Ok(out)
         })
         .collect()
 }
@@ -167,121 +319,4 @@ fn check_message_fields(
         }
     }
     Ok(())
-}
-
-/// Tool calling is not implemented yet: a request that asks for it is refused with the field
-/// named, never answered as if the tools were not there. A `tool_choice` of `"none"` (or
-/// `"auto"` with no tools) asks for nothing and passes.
-fn refuse_tools(req: &ChatCompletionRequest) -> Result<(), RequestError> {
-    let asks = |v: &Option<Value>| match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(_) => true,
-    };
-    for (field, value) in [("tools", &req.tools), ("functions", &req.functions)] {
-        if asks(value) {
-            return Err(RequestError::param(
-                field,
-                format!("`{field}` (tool calling) is not supported by this server yet; send the request without it"),
-            ));
-        }
-    }
-    for (field, value) in [
-        ("tool_choice", &req.tool_choice),
-        ("function_call", &req.function_call),
-    ] {
-        match value.as_ref().and_then(Value::as_str) {
-            None if value.as_ref().is_none_or(Value::is_null) => {}
-            Some("none" | "auto") => {}
-            _ => {
-                return Err(RequestError::param(
-                    field,
-                    format!(
-                        "`{field}` asks for a tool call, which this server does not support yet"
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn request(extra: Value) -> ChatCompletionRequest {
-        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-            b.extend(e.clone());
-        }
-        serde_json::from_value(body).expect("parses")
-    }
-
-    fn refused(extra: Value) -> String {
-        let e = check(&request(extra.clone()))
-            .err()
-            .unwrap_or_else(|| panic!("accepted: {extra}"));
-        e.param_name().unwrap_or_default().to_string()
-    }
-
-    #[test]
-    fn check_refuses_unknown_and_bad_fields_by_name() {
-        assert!(check(&request(json!({}))).is_ok());
-        assert!(check(&request(
-            json!({"user": "u", "metadata": {"a": "b"}, "store": false})
-        ))
-        .is_ok());
-        assert!(check(&request(
-            json!({"response_format": {"type": "json_object"}})
-        ))
-        .is_ok());
-        assert_eq!(refused(json!({"best_of": 2})), "best_of");
-        assert_eq!(refused(json!({"guided_choice": []})), "guided_choice");
-        assert_eq!(
-            refused(json!({"response_format": {"type": "json_object"}, "guided_json": {}})),
-            "guided_json"
-        );
-        assert_eq!(
-            refused(
-                json!({"messages": [{"role": "user", "content": "x", "cache_control": {"type": "ephemeral"}}]})
-            ),
-            "messages[0].cache_control"
-        );
-        // What an assistant message read back from a response carries passes.
-        assert!(check(&request(json!({"messages": [
-            {"role": "user", "content": "x"},
-            {"role": "assistant", "content": "y", "refusal": null, "annotations": []},
-            {"role": "user", "content": "z", "audio": null},
-        ]})))
-        .is_ok());
-    }
-
-    #[test]
-    fn the_constraint_reaches_the_knobs_and_the_engine_request() {
-        use crate::request::{engine_request, Bounds, LengthRule};
-        let schema = json!({"type": "object"});
-        let req = request(
-            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}),
-        );
-        let constraint = openai_constraint(&req.structured).expect("valid");
-        let knobs = Knobs {
-            n: 1,
-            constraint,
-            ..Knobs::default()
-        };
-        let bounds = Bounds {
-            context: 100,
-            vocab_size: 1000,
-            rule: LengthRule::Strict,
-            max_tokens_limit: None,
-            priority_scheduling: false,
-        };
-        let r = engine_request(vec![1; 5], &Default::default(), knobs, &bounds).expect("ok");
-        assert_eq!(
-            r.constraint,
-            Some(pagoda_engine::ConstraintSpec::JsonSchema(schema))
-        );
-    }
 }

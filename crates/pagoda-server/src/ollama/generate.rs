@@ -14,12 +14,14 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pagoda_engine::{FinishReason, RequestTimings, TokenEvent, Usage};
-use pagoda_model::chat_template::ChatMessage;
+use pagoda_model::chat_template::{ChatMessage, TemplateFunctionCall, TemplateToolCall};
 use pagoda_protocol::ollama::{
     ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
+    ToolCall, ToolCallFunction,
 };
 use pagoda_runtime::fields::{check_extra, check_ollama_options, Endpoint};
 use pagoda_runtime::structured::ollama_format;
+use pagoda_runtime::tools::{self, ParsedCall, Piece, ToolCallParser};
 use pagoda_runtime::{engine_request, Knobs, LengthRule};
 use std::time::{Duration, SystemTime};
 
@@ -101,7 +103,17 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
     prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
     let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
     knobs.constraint = constraint;
-    run(app, lease, prompt, knobs, req.stream, Kind::Generate, load).await
+    run(
+        app,
+        lease,
+        prompt,
+        knobs,
+        req.stream,
+        Kind::Generate,
+        load,
+        false,
+    )
+    .await
 }
 
 async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
@@ -117,12 +129,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     }
     let constraint = ollama_format(req.format.as_ref())?;
     refuse_images(images)?;
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::invalid_param(
-            "tools",
-            "tool calling is not supported yet",
-        ));
-    }
+    let tool_set = tools::check_ollama(req.tools.as_deref())?;
     let keep = keep_alive(req.keep_alive.as_ref())?;
     let name = app.model_or_default(&req.model).to_string();
     if req.messages.is_empty() {
@@ -131,24 +138,95 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let messages = req
         .messages
         .iter()
-        .map(|m| match m.role.as_str() {
-            "system" | "user" | "assistant" | "tool" => Ok(ChatMessage::new(&m.role, &m.content)),
-            other => Err(ApiError::invalid_param(
-                "messages",
-                format!("unknown role `{other}`; use system, user, assistant or tool"),
-            )),
-        })
+        .map(template_message)
         .collect::<Result<Vec<_>, _>>()?;
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let prompt = lease
-        .loaded
-        .encode_chat(&lease.loaded.with_preset(messages))
-        .map_err(|e| {
-            ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"))
-        })?;
+    let prompt = tools::encode_prompt(&lease.loaded, messages, tool_set.as_ref())?;
     let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
     knobs.constraint = constraint;
-    run(app, lease, prompt, knobs, req.stream, Kind::Chat, load).await
+    let parse_tools = tool_set.is_some();
+    run(
+        app,
+        lease,
+        prompt,
+        knobs,
+        req.stream,
+        Kind::Chat,
+        load,
+        parse_tools,
+    )
+    .await
+}
+
+/// An Ollama message as the chat template takes it: its calls (arguments already objects)
+/// and, on a `tool` message, the function's name (`tool_name`, or older clients' `name`).
+fn template_message(m: &Message) -> Result<ChatMessage, ApiError> {
+    if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
+        return Err(ApiError::invalid_param(
+            "messages",
+            format!(
+                "unknown role `{}`; use system, user, assistant or tool",
+                m.role
+            ),
+        ));
+    }
+    let mut out = ChatMessage::new(&m.role, &m.content);
+    if let Some(calls) = m.tool_calls.as_ref().filter(|c| !c.is_empty()) {
+        if m.role != "assistant" {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "only assistant messages carry tool_calls",
+            ));
+        }
+        out.tool_calls = Some(
+            calls
+                .iter()
+                .map(|c| TemplateToolCall {
+                    id: None,
+                    kind: "function".into(),
+                    function: TemplateFunctionCall {
+                        name: c.function.name.clone(),
+                        arguments: c.function.arguments.clone(),
+                    },
+                })
+                .collect(),
+        );
+    }
+    if m.role == "tool" {
+        out.name = m.tool_name.clone();
+    }
+    Ok(out)
+}
+
+/// Parsed calls as Ollama's `tool_calls` (arguments as objects), numbered from `first`.
+fn ollama_calls(calls: Vec<ParsedCall>, first: usize) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| ToolCall {
+            function: ToolCallFunction {
+                index: Some(first + i),
+                name: c.name,
+                arguments: serde_json::from_str(&c.arguments).unwrap_or_default(),
+            },
+        })
+        .collect()
+}
+
+/// The lines of parsed pieces: content as message pieces, each call in a message of its own.
+fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: usize) -> String {
+    let mut out = String::new();
+    let mut n = calls_before;
+    for p in pieces {
+        match p {
+            Piece::Content(c) => out.push_str(&w.piece(c)),
+            Piece::Call(c) => {
+                out.push_str(&w.calls(ollama_calls(vec![c], n)));
+                n += 1;
+            }
+        }
+    }
+    out
 }
 
 /// A lease on `name` and how long loading it took (zero when it was loaded already).
@@ -221,6 +299,8 @@ fn request_knobs(
     Ok(k)
 }
 
+// One flat call site per route; the arguments are the request's parts, not a bundle.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     app: &AppState,
     lease: Lease,
@@ -229,6 +309,7 @@ async fn run(
     stream: bool,
     kind: Kind,
     load: Duration,
+    parse_tools: bool,
 ) -> Result<Response, ApiError> {
     let engine_req = engine_request(
         prompt.clone(),
@@ -245,15 +326,22 @@ async fn run(
         load,
     };
     if stream {
+        let parser = parse_tools.then(ToolCallParser::default);
         let s = futures_util::stream::unfold(
-            Some((generation, writer, Vec::<u32>::new())),
+            Some((generation, writer, Vec::<u32>::new(), parser)),
             |state| async move {
-                let (mut g, w, mut generated) = state?;
+                let (mut g, w, mut generated, mut parser) = state?;
                 match g.next().await {
                     Some(TokenEvent::Token { token, text, .. }) => {
                         generated.push(token);
-                        let l = w.piece(text);
-                        Some((l, Some((g, w, generated))))
+                        let l = match parser.as_mut() {
+                            Some(p) => {
+                                let before = p.calls();
+                                piece_lines(&w, p.push(&text), before)
+                            }
+                            None => w.piece(text),
+                        };
+                        Some((l, Some((g, w, generated, parser))))
                     }
                     Some(TokenEvent::Finished {
                         reason,
@@ -263,10 +351,24 @@ async fn run(
                         ..
                     }) => {
                         let mut out = String::new();
-                        if !text.is_empty() {
-                            out.push_str(&w.piece(text));
+                        match parser.as_mut() {
+                            Some(p) => {
+                                let before = p.calls();
+                                let mut pieces = p.push(&text);
+                                pieces.extend(p.finish());
+                                out.push_str(&piece_lines(&w, pieces, before));
+                            }
+                            None if !text.is_empty() => out.push_str(&w.piece(text)),
+                            None => {}
                         }
-                        out.push_str(&w.last(String::new(), reason, usage, &timings, &generated));
+                        out.push_str(&w.last(
+                            String::new(),
+                            None,
+                            reason,
+                            usage,
+                            &timings,
+                            &generated,
+                        ));
                         Some((out, None))
                     }
                     Some(TokenEvent::Error { message }) => Some((
@@ -295,7 +397,14 @@ async fn run(
                 ..
             } => {
                 text.push_str(&t);
-                let body = writer.last(text, reason, usage, &timings, &generated);
+                let (text, calls) = if parse_tools {
+                    let parsed = tools::parse_output(&text);
+                    let calls = (!parsed.calls.is_empty()).then(|| ollama_calls(parsed.calls, 0));
+                    (parsed.content.unwrap_or_default(), calls)
+                } else {
+                    (text, None)
+                };
+                let body = writer.last(text, calls, reason, usage, &timings, &generated);
                 return Ok((
                     [(axum::http::header::CONTENT_TYPE, "application/json")],
                     body.trim_end().to_string(),
@@ -318,12 +427,18 @@ struct Writer {
 
 impl Writer {
     fn piece(&self, text: String) -> String {
-        self.object(text, false, None, None, None)
+        self.object(text, None, false, None, None, None)
+    }
+
+    /// A message chunk carrying complete tool calls (as Ollama streams them).
+    fn calls(&self, calls: Vec<ToolCall>) -> String {
+        self.object(String::new(), Some(calls), false, None, None, None)
     }
 
     fn last(
         &self,
         text: String,
+        tool_calls: Option<Vec<ToolCall>>,
         reason: FinishReason,
         usage: Usage,
         timings: &RequestTimings,
@@ -349,12 +464,13 @@ impl Writer {
             FinishReason::Length => "length",
             _ => "stop",
         };
-        self.object(text, true, Some(reason), Some(stats), context)
+        self.object(text, tool_calls, true, Some(reason), Some(stats), context)
     }
 
     fn object(
         &self,
         text: String,
+        tool_calls: Option<Vec<ToolCall>>,
         done: bool,
         reason: Option<&str>,
         stats: Option<FinalStats>,
@@ -377,7 +493,8 @@ impl Writer {
                 message: Message {
                     role: "assistant".into(),
                     content: text,
-                    images: None,
+                    tool_calls,
+                    ..Message::default()
                 },
                 done,
                 done_reason: reason.map(str::to_string),

@@ -15,10 +15,11 @@ use axum::Json;
 use pagoda_engine::TokenEvent;
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::chat::{
-    ChatCompletionChunk, ChatCompletionRequest, ChatLogprobs, ChunkChoice, Delta,
+    ChatCompletionChunk, ChatCompletionRequest, ChatLogprobs, ChunkChoice, Delta, ToolCallDelta,
 };
-use pagoda_protocol::openai::Usage;
+use pagoda_protocol::openai::{FinishReason, Usage};
 use pagoda_runtime::openai::{chat, finish_reason, usage, ResponseHead};
+use pagoda_runtime::tools::{Piece, ToolCallParser};
 use pagoda_runtime::{combined_usage, engine_request, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -50,19 +51,40 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         model: lease.served_name().to_string(),
         created: unix_now(),
     };
+    let parse_tools = chat::parses_tools(&req);
     let mut generation = Generation::start(app, lease, engine_req, head.id.clone())?;
     if req.stream {
         let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-        return Ok(sse(stream(generation, head, n, include_usage, tokenizer)));
+        return Ok(sse(stream(
+            generation,
+            head,
+            n,
+            include_usage,
+            parse_tools,
+            tokenizer,
+        )));
     }
     let choices = collect(&mut generation, n).await?;
-    Ok(Json(chat::response(head, choices, req.logprobs, &tokenizer)?).into_response())
+    Ok(Json(chat::response(
+        head,
+        choices,
+        req.logprobs,
+        parse_tools,
+        &tokenizer,
+    )?)
+    .into_response())
 }
 
 /// The chunks of a streamed chat completion.
 trait Chunks {
     fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> String;
-    fn delta(&self, index: usize, content: String, logprobs: Option<ChatLogprobs>) -> String;
+    fn delta(
+        &self,
+        index: usize,
+        content: Option<String>,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String;
+    fn tool_delta(&self, index: usize, call: ToolCallDelta) -> String;
 }
 
 impl Chunks for ResponseHead {
@@ -78,15 +100,35 @@ impl Chunks for ResponseHead {
         })
     }
 
-    fn delta(&self, index: usize, content: String, logprobs: Option<ChatLogprobs>) -> String {
+    fn delta(
+        &self,
+        index: usize,
+        content: Option<String>,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String {
         self.chunk(
             vec![ChunkChoice {
                 index,
                 delta: Delta {
-                    role: None,
-                    content: Some(content),
+                    content,
+                    ..Delta::default()
                 },
                 logprobs,
+                finish_reason: None,
+            }],
+            None,
+        )
+    }
+
+    fn tool_delta(&self, index: usize, call: ToolCallDelta) -> String {
+        self.chunk(
+            vec![ChunkChoice {
+                index,
+                delta: Delta {
+                    tool_calls: Some(vec![call]),
+                    ..Delta::default()
+                },
+                logprobs: None,
                 finish_reason: None,
             }],
             None,
@@ -100,6 +142,7 @@ fn stream(
     head: ResponseHead,
     n: usize,
     include_usage: bool,
+    parse_tools: bool,
     tokenizer: Arc<Tokenizer>,
 ) -> impl futures_util::Stream<Item = String> + Send + 'static {
     let pending: VecDeque<String> = (0..n)
@@ -110,6 +153,7 @@ fn stream(
                     delta: Delta {
                         role: Some("assistant".into()),
                         content: Some(String::new()),
+                        tool_calls: None,
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -123,6 +167,7 @@ fn stream(
         tokenizer,
         usages: Vec::new(),
         include_usage,
+        parsers: parse_tools.then(|| (0..n).map(|_| ToolCallParser::default()).collect()),
     };
     frames(merge(vec![generation]), writer, pending)
 }
@@ -132,6 +177,62 @@ struct StreamState {
     tokenizer: Arc<Tokenizer>,
     usages: Vec<pagoda_engine::Usage>,
     include_usage: bool,
+    /// One tool call parser per choice when the output is parsed for calls.
+    parsers: Option<Vec<ToolCallParser>>,
+}
+
+impl StreamState {
+    /// The frames of choice `index`'s new `text`: as content, or through its tool call
+    /// parser (`end`: the last text of the choice). `logprobs` ride on the first frame.
+    fn text_frames(
+        &mut self,
+        index: usize,
+        text: String,
+        mut logprobs: Option<ChatLogprobs>,
+        end: bool,
+        out: &mut VecDeque<String>,
+    ) {
+        let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(index)) else {
+            if !text.is_empty() || logprobs.is_some() {
+                out.push_back(self.head.delta(index, Some(text), logprobs));
+            }
+            return;
+        };
+        let mut pieces = parser.push(&text);
+        if end {
+            pieces.extend(parser.finish());
+        }
+        let mut calls = parser.calls()
+            - pieces
+                .iter()
+                .filter(|p| matches!(p, Piece::Call(_)))
+                .count();
+        for piece in pieces {
+            match piece {
+                Piece::Content(c) => {
+                    out.push_back(self.head.delta(index, Some(c), logprobs.take()))
+                }
+                Piece::Call(c) => {
+                    for d in chat::call_deltas(c, calls) {
+                        out.push_back(self.head.tool_delta(index, d));
+                    }
+                    calls += 1;
+                }
+            }
+        }
+        if let Some(lp) = logprobs {
+            // Held back by the parser: the token's logprobs without content.
+            out.push_back(self.head.delta(index, None, Some(lp)));
+        }
+    }
+
+    /// Whether choice `index` emitted a tool call.
+    fn called(&self, index: usize) -> bool {
+        self.parsers
+            .as_ref()
+            .and_then(|p| p.get(index))
+            .is_some_and(|p| p.calls() > 0)
+    }
 }
 
 impl FrameWriter for StreamState {
@@ -157,9 +258,7 @@ impl FrameWriter for StreamState {
                     .map(|lp| ChatLogprobs {
                         content: vec![chat::logprob_entry(&self.tokenizer, &lp)],
                     });
-                if !text.is_empty() || logprobs.is_some() {
-                    out.push_back(self.head.delta(index, text, logprobs));
-                }
+                self.text_frames(index, text, logprobs, false, out);
             }
             TokenEvent::Finished {
                 index,
@@ -168,11 +267,12 @@ impl FrameWriter for StreamState {
                 usage,
                 ..
             } => {
-                if !text.is_empty() {
-                    out.push_back(self.head.delta(index, text, None));
-                }
+                self.text_frames(index, text, None, true, out);
                 self.usages.push(usage);
-                match finish_reason(reason) {
+                let called = self.called(index);
+                match finish_reason(reason)
+                    .map(|r| if called { FinishReason::ToolCalls } else { r })
+                {
                     Some(r) => out.push_back(self.head.chunk(
                         vec![ChunkChoice {
                             index,

@@ -10,3 +10,4 @@ mod openai_api;
 mod request_fields;
 mod robustness;
 mod security;
+mod tools;

@@ -293,10 +293,10 @@ async fn every_response_carries_a_request_id_and_5xx_bodies_carry_no_paths() {
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["code"], "too_deep", "{v}");
-    // Tools are refused with the field named, not ignored.
+    // A bad tool is refused with the field named.
     let mut with_tools = chat(&tiny_llama());
     with_tools["tools"] =
-        json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+        json!([{"type": "function", "function": {"name": "f", "parameters": []}}]);
     let r = s.post("/v1/chat/completions", with_tools).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.expect("json");
