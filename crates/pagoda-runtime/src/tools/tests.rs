@@ -186,7 +186,7 @@ fn forced_grammar_for_required_and_named() {
             "call: \"<tool_call>\\n\" (fn_0 | fn_1) \"\\n</tool_call>\""
         ]
     );
-    assert!(g.contains("fn_0: %json {\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get_weather\"}, \"arguments\": {\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"],\"type\":\"object\"}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}"), "{g}");
+    assert!(g.contains("fn_0: %json {\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get_weather\"}, \"arguments\": {\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}"), "{g}");
     // Every %json body is valid JSON.
     for l in g.lines().filter(|l| l.contains("%json")) {
         let body = &l[l.find('{').unwrap()..];
