@@ -271,9 +271,11 @@ impl From<EngineError> for ApiError {
             EngineError::Sampling(SamplingError::InvalidParameter { name, .. }) => {
                 ApiError::invalid_param(name, message)
             }
-            EngineError::EmptyPrompt
-            | EngineError::InvalidRequest(_)
-            | EngineError::InvalidConstraint(_) => ApiError::invalid(message),
+            EngineError::EmptyPrompt | EngineError::InvalidRequest(_) => ApiError::invalid(message),
+            // A schema or grammar llguidance refuses, or one over the documented limits.
+            EngineError::InvalidConstraint(_) => {
+                ApiError::invalid(message).with_code("invalid_constraint")
+            }
             EngineError::Stopped => ApiError::unavailable("the model is shutting down; retry"),
             EngineError::Timeout => {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)
