@@ -90,7 +90,21 @@ impl KvLayout {
             .max(2);
         let mut per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
         let blocks_per_seq = max_model_len.div_ceil(config.block_size);
+        let util = config.gpu_memory_utilization;
+        if !(util > 0.0 && util <= 1.0) {
+            return Err(EngineError::InvalidConfig(format!(
+                "--gpu-memory-utilization {util}: a share of the GPU's memory, above 0 and at \
+                 most 1 (default 0.9)"
+            )));
+        }
         let gpu = model.gpu_memory()?;
+        if gpu.is_none() && (util - EngineConfig::default().gpu_memory_utilization).abs() > 1e-9 {
+            tracing::warn!(
+                gpu_memory_utilization = util,
+                "--gpu-memory-utilization applies to a model on a GPU; this one runs on the CPU \
+                 (size its KV cache with --kv-cache-memory)"
+            );
+        }
         if let (Some(_), Some(spec)) = (gpu, &config.speculative) {
             // The draft model's cache holds as many positions as the target's, in the same
             // GPU memory: size the two together.
@@ -109,7 +123,7 @@ impl KvLayout {
                     config.max_num_batched_tokens.max(1),
                     config.max_num_seqs.max(1) * (1 + spec_tokens(config)),
                 );
-                let share = (total as f64 * config.gpu_memory_utilization.clamp(0.0, 1.0)) as u64;
+                let share = (total as f64 * util) as u64;
                 let used = total.saturating_sub(free);
                 let budget = share.saturating_sub(used).saturating_sub(workspace);
                 tracing::info!(

@@ -372,3 +372,19 @@ fn smollm2_batch_equals_each_alone() {
     config.max_num_batched_tokens = 64;
     check_batch_equals_alone(&path, config, &[12, 150, 60, 33, 97, 7], 16);
 }
+
+#[test]
+fn a_gpu_memory_share_outside_0_to_1_is_refused_at_start() {
+    let dir = golden("tiny-llama");
+    let (model, tok) = load(&dir);
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        let config = EngineConfig {
+            gpu_memory_utilization: bad,
+            ..small_config(&dir, 16)
+        };
+        let Err(e) = EngineHandle::start(model.clone(), tok.clone(), config) else {
+            panic!("--gpu-memory-utilization {bad} accepted");
+        };
+        assert!(e.to_string().contains("--gpu-memory-utilization"), "{e}");
+    }
+}
