@@ -16,6 +16,7 @@
 //! [`RequestError`] naming the field (`tools`, `tool_choice`, `messages`, `functions`,
 //! `function_call`), with the index in its message.
 
+pub mod bare;
 pub mod parse;
 
 use crate::loader::LoadedModel;
@@ -25,6 +26,7 @@ use pagoda_model::chat_template::ChatMessage;
 use pagoda_protocol::openai::chat::{Tool, ToolChoice};
 use serde_json::Value;
 
+pub use bare::{parse_bare_calls, BareCallGate, Gated};
 pub use parse::{parse_output, ParsedCall, ParsedOutput, Piece, ToolCallParser};
 
 /// What `tool_choice` asks for, once the tools are known.
