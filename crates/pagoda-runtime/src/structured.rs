@@ -19,6 +19,19 @@ pub const MAX_SCHEMA_NAME: usize = 64;
 
 /// The constraint the OpenAI request's structured-output fields ask for, if any.
 pub fn openai_constraint(s: &StructuredOutput) -> Result<Option<ConstraintSpec>, RequestError> {
+    Ok(constraint_and_field(s)?.map(|(_, c)| c))
+}
+
+/// The field that carries the OpenAI request's constraint (`response_format`, `guided_json`,
+/// ...), if one does: what a 400 for a constraint the grammar engine refuses names.
+pub fn openai_constraint_field(s: &StructuredOutput) -> Option<&'static str> {
+    constraint_and_field(s).ok().flatten().map(|(f, _)| f)
+}
+
+/// The constraint and the field it came from.
+fn constraint_and_field(
+    s: &StructuredOutput,
+) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
     let present = |v: &Option<Value>| v.as_ref().filter(|v| !v.is_null()).cloned();
     let mut found: Vec<(&'static str, ConstraintSpec)> = Vec::new();
     if let Some(v) = present(&s.response_format) {
@@ -39,8 +52,8 @@ pub fn openai_constraint(s: &StructuredOutput) -> Result<Option<ConstraintSpec>,
         found.push(("guided_grammar", grammar(&v, "guided_grammar")?));
     }
     if let Some(v) = present(&s.structured_outputs) {
-        if let Some(c) = structured_outputs(&v)? {
-            found.push(("structured_outputs", c));
+        if let Some(field_and_constraint) = structured_outputs(&v)? {
+            found.push(field_and_constraint);
         }
     }
     one_of(found)
@@ -67,7 +80,7 @@ pub fn ollama_format(format: Option<&Value>) -> Result<Option<ConstraintSpec>, R
 /// At most one constraint: two are refused, naming both fields.
 fn one_of(
     found: Vec<(&'static str, ConstraintSpec)>,
-) -> Result<Option<ConstraintSpec>, RequestError> {
+) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
     let mut it = found.into_iter();
     let first = it.next();
     if let (Some((a, _)), Some((b, _))) = (&first, it.next()) {
@@ -76,7 +89,7 @@ fn one_of(
             format!("`{a}` and `{b}` both constrain the output; send only one of them"),
         ));
     }
-    Ok(first.map(|(_, c)| c))
+    Ok(first)
 }
 
 /// `response_format`; `None` for `{"type": "text"}`.
@@ -293,7 +306,9 @@ fn grammar(v: &Value, param: &'static str) -> Result<ConstraintSpec, RequestErro
 }
 
 /// vLLM's `structured_outputs`: one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-fn structured_outputs(v: &Value) -> Result<Option<ConstraintSpec>, RequestError> {
+fn structured_outputs(
+    v: &Value,
+) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
     const P: &str = "structured_outputs";
     let o = object(v, P)?;
     let mut found = Vec::new();

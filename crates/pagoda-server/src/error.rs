@@ -192,6 +192,19 @@ impl ApiError {
         self
     }
 
+    /// Names `field` as the parameter of an `invalid_constraint` error that names none, and
+    /// in front of its message (the engine compiles a constraint without knowing which
+    /// request field carried it; Ollama's errors are a message alone).
+    pub fn constraint_param(mut self, field: Option<&str>) -> Self {
+        if let (Some("invalid_constraint"), None, Some(field)) =
+            (self.code.as_deref(), &self.param, field)
+        {
+            self.message = format!("{field}: {}", self.message);
+            self.param = Some(field.to_string());
+        }
+        self
+    }
+
     pub fn with_code(mut self, code: &str) -> Self {
         self.code = Some(code.to_string());
         self

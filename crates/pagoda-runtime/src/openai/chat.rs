@@ -80,6 +80,14 @@ pub fn knobs(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Knobs,
     })
 }
 
+/// The field a constraint the grammar engine refuses is named by: the structured-output
+/// field, or `tools` for the grammar forcing a call.
+pub fn constraint_field(req: &ChatCompletionRequest) -> Option<&'static str> {
+    crate::structured::openai_constraint_field(&req.structured).or_else(|| {
+        matches!(tool_set(req), Ok(Some(set)) if set.forces_a_call()).then_some("tools")
+    })
+}
+
 /// Whether the output of `req` is parsed for tool calls.
 pub fn parses_tools(req: &ChatCompletionRequest) -> bool {
     matches!(tool_set(req), Ok(Some(_)))

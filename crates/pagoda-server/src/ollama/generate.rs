@@ -318,7 +318,9 @@ async fn run(
         &app.bounds(&lease, LengthRule::Clamp),
     )?;
     let model = lease.served_name().to_string();
-    let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))?;
+    // Ollama constrains only through `format` (its tools never force a call).
+    let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))
+        .map_err(|e| e.constraint_param(Some("format")))?;
     let writer = Writer {
         model,
         kind,

@@ -52,7 +52,9 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         created: unix_now(),
     };
     let parse_tools = chat::parses_tools(&req);
-    let mut generation = Generation::start(app, lease, engine_req, head.id.clone())?;
+    let constraint_field = chat::constraint_field(&req);
+    let mut generation = Generation::start(app, lease, engine_req, head.id.clone())
+        .map_err(|e| e.constraint_param(constraint_field))?;
     if req.stream {
         let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
         return Ok(sse(stream(

@@ -20,6 +20,7 @@ use pagoda_protocol::openai::Usage;
 use pagoda_runtime::openai::completions::{self, PromptOutput};
 use pagoda_runtime::openai::{add_usage, finish_reason, usage, ResponseHead};
 use pagoda_runtime::{combined_usage, engine_request, LengthRule};
+use pagoda_runtime::structured::openai_constraint_field;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -51,7 +52,10 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());
         served_name = lease.served_name().to_string();
         echoes.push(if req.echo { echo } else { String::new() });
-        generations.push(Generation::start(app, lease, engine_req, id.clone())?);
+        generations.push(
+            Generation::start(app, lease, engine_req, id.clone())
+                .map_err(|e| e.constraint_param(openai_constraint_field(&req.structured)))?,
+        );
     }
     let tokenizer = tokenizer.ok_or_else(|| ApiError::internal("no prompt was prepared"))?;
     let head = ResponseHead {

@@ -175,9 +175,43 @@ async fn bad_structured_output_is_a_400_naming_the_field() {
         let v = expect_openai_error(s.post(route, body.clone()).await, 400).await;
         assert_eq!(v["error"]["param"], param, "{route} {body}: {v}");
     }
+    // Well-formed but refused by the grammar engine: the field that carried it is named.
+    let refused = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}});
+    for (route, body, param) in [
+        (
+            "/v1/chat/completions",
+            with(
+                chat(),
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": refused}}),
+            ),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            with(chat(), "guided_json", refused.clone()),
+            "guided_json",
+        ),
+        (
+            "/v1/completions",
+            with(completion(), "guided_regex", json!("(unclosed")),
+            "guided_regex",
+        ),
+    ] {
+        let v = expect_openai_error(s.post(route, body.clone()).await, 400).await;
+        assert_eq!(v["error"]["param"], param, "{route} {body}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_constraint", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(param)),
+            "{v}"
+        );
+    }
     for (route, body) in [
         ("/api/chat", with(ollama_chat(), "format", json!("yaml"))),
         ("/api/generate", with(ollama_generate(), "format", json!(3))),
+        ("/api/chat", with(ollama_chat(), "format", refused.clone())),
     ] {
         let r = s.post(route, body.clone()).await;
         assert_eq!(r.status(), 400, "{route} {body}");
