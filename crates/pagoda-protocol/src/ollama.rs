@@ -182,6 +182,9 @@ pub struct Message {
     /// On a `tool` message: the function whose result this is (newer Ollama clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
+    /// Every other field (`thinking`, older clients' `name`, ...), for the server to check.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// One call in `message.tool_calls`: `{"function": {"name", "arguments": {object}}}`.

@@ -134,6 +134,64 @@ fn option_rule(name: &str) -> Option<Rule> {
     })
 }
 
+/// `stream_options` keys beyond `include_usage`.
+fn stream_option_rule(name: &str) -> Option<Rule> {
+    use Rule::*;
+    Some(match name {
+        // OpenAI pads chunks with random `obfuscation` text against length side channels on
+        // its shared network; a self-hosted server's chunks are the client's own.
+        "include_obfuscation" => Ignored,
+        // vLLM: usage on every chunk.
+        "continuous_usage_stats" => NeutralOnly(
+            falsy,
+            "usage comes once, in the last chunk (`include_usage`); send false or leave it out",
+        ),
+        _ => return None,
+    })
+}
+
+/// Fields of an Ollama chat message beyond `role`, `content`, `images`, `tool_calls` and
+/// `tool_name` (`name`, older clients' spelling of `tool_name`, is read by the route).
+fn ollama_message_rule(name: &str) -> Option<Rule> {
+    use Rule::*;
+    Some(match name {
+        // A reasoning model's thoughts on an earlier turn: chat templates leave them out of
+        // the prompt (Ollama's do too).
+        "thinking" => Ignored,
+        _ => return None,
+    })
+}
+
+/// Checks `stream_options` keys beyond `include_usage`.
+pub fn check_stream_options(extra: &BTreeMap<String, Value>) -> Result<(), RequestError> {
+    for (name, value) in extra {
+        check_one(
+            value,
+            stream_option_rule(name),
+            format!("stream_options.{name}"),
+            "stream_options",
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks the fields of Ollama chat message `index` beyond the implemented ones (`name`
+/// excluded: the route reads it).
+pub fn check_ollama_message(
+    index: usize,
+    extra: &BTreeMap<String, Value>,
+) -> Result<(), RequestError> {
+    for (name, value) in extra.iter().filter(|(k, _)| *k != "name") {
+        check_one(
+            value,
+            ollama_message_rule(name),
+            format!("messages[{index}].{name}"),
+            "an Ollama chat message",
+        )?;
+    }
+    Ok(())
+}
+
 /// Checks the fields of a request its wire type did not name.
 pub fn check_extra(
     endpoint: Endpoint,

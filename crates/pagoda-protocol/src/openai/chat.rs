@@ -175,7 +175,18 @@ impl ChatMessage {
             Some(MessageContent::Text(s)) => Ok(s.clone()),
             Some(MessageContent::Parts(parts)) => {
                 let mut texts = Vec::with_capacity(parts.len());
-                for p in parts {
+                for (j, p) in parts.iter().enumerate() {
+                    // `cache_control` is a prompt-caching hint; Pagoda caches every prefix.
+                    if let Some(k) = p
+                        .extra
+                        .iter()
+                        .find(|(k, v)| *k != "cache_control" && !v.is_null())
+                        .map(|(k, _)| k)
+                    {
+                        return Err(format!(
+                            "content part {j} has a field `{k}` this server does not implement"
+                        ));
+                    }
                     match (p.kind.as_str(), &p.text) {
                         ("text", Some(t)) => texts.push(t.as_str()),
                         ("text", None) => return Err("a text content part has no `text`".into()),
@@ -207,6 +218,9 @@ pub struct ContentPart {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    /// Every other key of the part (`cache_control`, ...), checked by [`ChatMessage::text`].
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// The whole (non-streamed) response.

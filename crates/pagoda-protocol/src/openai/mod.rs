@@ -91,11 +91,14 @@ impl Stop {
 }
 
 /// `stream_options`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamOptions {
     /// Send one last chunk with `usage` (and no choices) before `[DONE]`.
     #[serde(default)]
     pub include_usage: bool,
+    /// Every other option, for pagoda-runtime to check.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// Why a choice ended, as OpenAI names it.

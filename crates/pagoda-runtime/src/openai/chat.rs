@@ -3,7 +3,7 @@
 
 use super::{check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
-use crate::fields::{check_extra, Endpoint};
+use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
 use crate::request::{Knobs, RequestError};
 use crate::structured::openai_constraint;
@@ -30,6 +30,9 @@ pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
         ));
     }
     check_extra(Endpoint::OpenAiChat, &req.extra)?;
+    if let Some(o) = &req.stream_options {
+        check_stream_options(&o.extra)?;
+    }
     let structured = openai_constraint(&req.structured)?;
     let forcing = tool_set(req)?.is_some_and(|set| set.forces_a_call());
     if structured.is_some() && forcing {

@@ -4,7 +4,7 @@
 
 use super::{add_usage, check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
-use crate::fields::{check_extra, Endpoint};
+use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
 use crate::request::{Knobs, RequestError};
 use crate::structured::openai_constraint;
@@ -23,6 +23,9 @@ pub const MAX_PROMPTS: usize = 64;
 pub fn check(req: &CompletionRequest) -> Result<Vec<PromptInput>, RequestError> {
     check_ranges(req.temperature, req.n, req.logprobs)?;
     check_extra(Endpoint::OpenAiCompletions, &req.extra)?;
+    if let Some(o) = &req.stream_options {
+        check_stream_options(&o.extra)?;
+    }
     openai_constraint(&req.structured)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(RequestError::param("suffix", "suffix is not supported"));

@@ -19,7 +19,7 @@ use pagoda_protocol::ollama::{
     ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
     ToolCall, ToolCallFunction,
 };
-use pagoda_runtime::fields::{check_extra, check_ollama_options, Endpoint};
+use pagoda_runtime::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
 use pagoda_runtime::structured::ollama_format;
 use pagoda_runtime::tools::{self, ParsedCall, Piece, ToolCallParser};
 use pagoda_runtime::{engine_request, Knobs, LengthRule};
@@ -138,7 +138,8 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let messages = req
         .messages
         .iter()
-        .map(template_message)
+        .enumerate()
+        .map(|(i, m)| template_message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
     let (lease, load) = acquire_timed(app, &name, keep).await?;
     let prompt = tools::encode_prompt(&lease.loaded, messages, tool_set.as_ref())?;
@@ -160,7 +161,17 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
 
 /// An Ollama message as the chat template takes it: its calls (arguments already objects)
 /// and, on a `tool` message, the function's name (`tool_name`, or older clients' `name`).
-fn template_message(m: &Message) -> Result<ChatMessage, ApiError> {
+/// Fields beyond those are checked ([`check_ollama_message`]); `name` on any other role is
+/// refused.
+fn template_message(i: usize, m: &Message) -> Result<ChatMessage, ApiError> {
+    check_ollama_message(i, &m.extra)?;
+    let name = m.extra.get("name").filter(|v| !v.is_null());
+    if name.is_some() && m.role != "tool" {
+        return Err(ApiError::invalid_param(
+            &format!("messages[{i}].name"),
+            "`name` is read only on tool messages (the function's name; `tool_name` in newer clients)",
+        ));
+    }
     if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
         return Err(ApiError::invalid_param(
             "messages",
@@ -193,7 +204,17 @@ fn template_message(m: &Message) -> Result<ChatMessage, ApiError> {
         );
     }
     if m.role == "tool" {
-        out.name = m.tool_name.clone();
+        out.name = match (&m.tool_name, name) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(serde_json::Value::String(n))) => Some(n.clone()),
+            (None, Some(other)) => {
+                return Err(ApiError::invalid_param(
+                    &format!("messages[{i}].name"),
+                    format!("`name` must be a string, got {other}"),
+                ))
+            }
+            (None, None) => None,
+        };
     }
     Ok(out)
 }

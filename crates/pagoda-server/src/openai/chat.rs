@@ -56,7 +56,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let mut generation = Generation::start(app, lease, engine_req, head.id.clone())
         .map_err(|e| e.constraint_param(constraint_field))?;
     if req.stream {
-        let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         return Ok(sse(stream(
             generation,
             head,

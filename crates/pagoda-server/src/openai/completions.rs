@@ -65,7 +65,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     };
     let with_logprobs = req.logprobs.is_some();
     if req.stream {
-        let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         return Ok(sse(stream(
             generations,
             echoes,

@@ -271,6 +271,50 @@ async fn unknown_fields_are_a_400_naming_them_on_every_generation_route() {
             assert!(named, "{route} {bad}: {message}");
         }
     }
+    // Inside nested objects too: stream_options, content parts, Ollama messages.
+    let streamed = with(chat(), "stream", json!(true));
+    let v = expect_openai_error(
+        s.post(
+            "/v1/chat/completions",
+            with(
+                streamed,
+                "stream_options",
+                json!({"include_usage": true, "frob": 1}),
+            ),
+        )
+        .await,
+        400,
+    )
+    .await;
+    assert_eq!(v["error"]["param"], "stream_options.frob", "{v}");
+    let parts = json!([{"role": "user", "content": [{"type": "text", "text": "hi", "frob": 1}]}]);
+    let v = expect_openai_error(
+        s.post("/v1/chat/completions", with(chat(), "messages", parts))
+            .await,
+        400,
+    )
+    .await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`frob`")),
+        "{v}"
+    );
+    for messages in [
+        json!([{"role": "user", "content": "hi", "frob": 1}]),
+        json!([{"role": "user", "content": "hi", "name": "bob"}]),
+    ] {
+        let r = s
+            .post("/api/chat", with(ollama_chat(), "messages", messages.clone()))
+            .await;
+        assert_eq!(r.status(), 400, "{messages}");
+        let v: Value = r.json().await.expect("json");
+        let message = v["error"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("frob") || message.contains("`name`"),
+            "{messages}: {message}"
+        );
+    }
     s.stop().await.expect("clean stop");
 }
 
@@ -284,7 +328,21 @@ async fn documented_compatibility_fields_are_accepted() {
     c["service_tier"] = json!("auto");
     c["modalities"] = json!(["text"]);
     c["parallel_tool_calls"] = json!(true);
+    c["messages"] = json!([{"role": "user", "content": [
+        {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}
+    ]}]);
+    c["stream"] = json!(true);
+    c["stream_options"] = json!({"include_usage": true, "include_obfuscation": true});
     let r = s.post("/v1/chat/completions", c).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let mut oc = ollama_chat();
+    oc["messages"] = json!([
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "thinking": "they greet me",
+         "tool_calls": [{"function": {"name": "now", "arguments": {}}}]},
+        {"role": "tool", "content": "noon", "name": "now"},
+    ]);
+    let r = s.post("/api/chat", oc).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     let mut g = ollama_generate();
     g["options"] =
