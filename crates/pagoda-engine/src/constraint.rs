@@ -21,6 +21,8 @@
 //!   samples in parallel (rayon) before sampling; no work at all when no choice of the step
 //!   is constrained. Sampling sets every disallowed logit to `-inf` before logit bias,
 //!   penalties, temperature and truncation ([`crate::sampling::Sampler::try_sample_masked`]).
+//! - JSON schemas are compiled with closed objects by default ([`crate::closed_schema`]): an
+//!   object listing `properties` allows no other keys unless it says so.
 //! - Speculative decoding is off for constrained requests (their sequences are never offered
 //!   to the speculator); prefix caching is unaffected (it is prompt side).
 //!
@@ -392,6 +394,7 @@ fn grammar(spec: &ConstraintSpec) -> Result<(&'static str, TopLevelGrammar), Con
         ),
         ConstraintSpec::JsonSchema(schema) => {
             let mut schema = schema.clone();
+            crate::close_objects(&mut schema);
             match &mut schema {
                 serde_json::Value::Object(map) => {
                     map.entry("x-guidance").or_insert_with(json_options);

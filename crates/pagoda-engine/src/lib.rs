@@ -17,6 +17,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod block_pool;
+pub mod closed_schema;
 mod choice;
 pub mod constraint;
 pub mod engine;
@@ -35,6 +36,7 @@ mod step_sampling;
 pub mod stop;
 
 pub use block_pool::{BlockHash, BlockId, BlockPool, PoolStats};
+pub use closed_schema::close_objects;
 pub use constraint::{ConstraintError, Constraints};
 pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;

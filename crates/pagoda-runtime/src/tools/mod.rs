@@ -336,11 +336,13 @@ pub fn forced_call(set: &ToolSet, newlines: bool) -> Option<ConstraintSpec> {
         parse::CLOSE
     ));
     for (i, t) in allowed.iter().enumerate() {
-        let params = t
+        let mut params = t
             .function
             .as_ref()
             .and_then(|f| f.parameters.clone())
             .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        // As a `json_schema` response format is: only the listed keys, unless it says more.
+        pagoda_engine::close_objects(&mut params);
         // Written by hand so `name` comes before `arguments`, as the model writes them.
         g.push_str(&format!(
             "fn_{i}: %json {{\"type\": \"object\", \"properties\": {{\"name\": {{\"const\": {}}}, \"arguments\": {}}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}}\n",
