@@ -20,7 +20,7 @@ cargo build --workspace --all-targets
 
 echo "== models for the golden tests (store: $PAGODA_HOME)"
 PAGODA=target/debug/pagoda
-for m in smollm2:135m gemma3:270m all-minilm; do
+for m in smollm2:135m gemma3:270m all-minilm qwen2.5-coder:0.5b; do
   "$PAGODA" pull "$m"
 done
 PAGODA_TEST_SMOLLM2="$("$PAGODA" show --path smollm2:135m)"
@@ -29,12 +29,14 @@ PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
 
 echo "== API conformance: the official openai and ollama Python clients against pagoda serve"
-if ! python3 -c "import openai, ollama, websocket" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check openai ollama websocket-client \
-    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
-      openai ollama websocket-client
+clients="openai ollama websocket-client langchain-openai jsonschema"
+if ! python3 -c "import openai, ollama, websocket, langchain_openai, jsonschema" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check $clients \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages $clients
 fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
+echo "== tools and structured output: openai, ollama and LangChain clients against Qwen2.5-Coder-0.5B"
+python3 scripts/conformance/tools.py --pagoda "$PAGODA" --model qwen2.5-coder:0.5b --validity 50
 echo "== gateway: pagoda serve behind two pagoda gateway processes, the openai client, the keys CLI"
 python3 scripts/conformance/gateway.py --pagoda "$PAGODA" --model smollm2:135m
 echo "== security probes: paths and URLs as models, pulls, stalled clients, deep JSON, leaks (serve and gateway)"
