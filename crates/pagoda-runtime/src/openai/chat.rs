@@ -111,27 +111,38 @@ pub fn openai_calls(calls: Vec<tools::ParsedCall>) -> Vec<ToolCall> {
         .collect()
 }
 
-/// A parsed call as stream pieces, as OpenAI sends them: the header (`index`, a fresh `id`,
-/// `type`, `function.name`, `arguments: ""`), then the arguments under the same `index`.
+/// The first stream piece of call `index`, as OpenAI sends it: `index`, a fresh `id`,
+/// `type`, `function.name` and `arguments: ""`.
+pub fn call_start_delta(name: String, index: usize) -> ToolCallDelta {
+    ToolCallDelta {
+        index,
+        id: Some(tools::call_id()),
+        kind: Some("function".into()),
+        function: Some(FunctionCallDelta {
+            name: Some(name),
+            arguments: Some(String::new()),
+        }),
+    }
+}
+
+/// A later stream piece of call `index`: only `index` and a piece of `arguments`.
+pub fn arguments_delta(arguments: String, index: usize) -> ToolCallDelta {
+    ToolCallDelta {
+        index,
+        function: Some(FunctionCallDelta {
+            name: None,
+            arguments: Some(arguments),
+        }),
+        ..ToolCallDelta::default()
+    }
+}
+
+/// A whole parsed call (one not streamed as it was written) as stream pieces: its
+/// [`call_start_delta`], then all its arguments in one [`arguments_delta`].
 pub fn call_deltas(call: tools::ParsedCall, index: usize) -> [ToolCallDelta; 2] {
     [
-        ToolCallDelta {
-            index,
-            id: Some(tools::call_id()),
-            kind: Some("function".into()),
-            function: Some(FunctionCallDelta {
-                name: Some(call.name),
-                arguments: Some(String::new()),
-            }),
-        },
-        ToolCallDelta {
-            index,
-            function: Some(FunctionCallDelta {
-                name: None,
-                arguments: Some(call.arguments),
-            }),
-            ..ToolCallDelta::default()
-        },
+        call_start_delta(call.name, index),
+        arguments_delta(call.arguments, index),
     ]
 }
 

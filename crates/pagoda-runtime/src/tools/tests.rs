@@ -338,7 +338,10 @@ fn reassemble(
 
 #[test]
 fn streamed_deltas_reassemble_to_the_whole_response() {
-    let text = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    // A streamed call (name first, arguments an object), another, and a whole one
+    // (`parameters`), sent as its two deltas at its end.
+    let text = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>{\"name\": \"w\", \"parameters\": {\"b\": 1, \"a\": 2}}</tool_call>";
+    let whole = parse_output(text);
     for step in 1..text.len() {
         let mut p = ToolCallParser::default();
         let (mut content, mut deltas) = (String::new(), Vec::new());
@@ -353,25 +356,46 @@ fn streamed_deltas_reassemble_to_the_whole_response() {
             at = end;
         }
         pieces.extend(p.finish());
+        // The header: index, id, type, name and empty arguments; then only index and
+        // arguments.
+        let check_head = |head: &pagoda_protocol::openai::chat::ToolCallDelta| {
+            assert!(head
+                .id
+                .as_deref()
+                .is_some_and(|i| i.starts_with("call_") && i.len() == 29));
+            assert_eq!(head.kind.as_deref(), Some("function"));
+            assert_eq!(
+                head.function.as_ref().unwrap().arguments.as_deref(),
+                Some("")
+            );
+        };
+        let check_args = |d: &pagoda_protocol::openai::chat::ToolCallDelta| {
+            assert!(d.id.is_none() && d.kind.is_none());
+            assert!(d.function.as_ref().unwrap().name.is_none());
+        };
         let mut n = 0;
+        let mut argument_pieces = [0; 3];
         for piece in pieces {
             match piece {
                 Piece::Content(c) => content.push_str(&c),
+                Piece::CallStart { name } => {
+                    let head = crate::openai::chat::call_start_delta(name, n);
+                    check_head(&head);
+                    deltas.push(head);
+                    n += 1;
+                }
+                Piece::CallArguments(a) => {
+                    argument_pieces[n - 1] += 1;
+                    let d = crate::openai::chat::arguments_delta(a, n - 1);
+                    check_args(&d);
+                    deltas.push(d);
+                }
+                Piece::CallEnd { .. } => {}
                 Piece::Call(c) => {
                     let [head, args] = crate::openai::chat::call_deltas(c, n);
-                    // The header: index, id, type, name and empty arguments; then only
-                    // index and arguments.
-                    assert!(head
-                        .id
-                        .as_deref()
-                        .is_some_and(|i| i.starts_with("call_") && i.len() == 29));
-                    assert_eq!(head.kind.as_deref(), Some("function"));
-                    assert_eq!(
-                        head.function.as_ref().unwrap().arguments.as_deref(),
-                        Some("")
-                    );
-                    assert!(args.id.is_none() && args.kind.is_none());
-                    assert!(args.function.as_ref().unwrap().name.is_none());
+                    check_head(&head);
+                    check_args(&args);
+                    argument_pieces[n] += 1;
                     deltas.push(head);
                     deltas.push(args);
                     n += 1;
@@ -383,8 +407,25 @@ fn streamed_deltas_reassemble_to_the_whole_response() {
         let names: Vec<(&str, &str)> = calls.iter().map(|c| (c.1.as_str(), c.2.as_str())).collect();
         assert_eq!(
             names,
-            [("get_weather", "{\"city\":\"Paris\"}"), ("now", "{}")]
+            [
+                ("get_weather", "{\"city\": \"Paris\"}"),
+                ("now", "{}"),
+                ("w", "{\"b\":1,\"a\":2}")
+            ]
         );
+        // The non-streamed response gives the same calls.
+        let whole: Vec<(&str, &str)> = whole
+            .calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(names, whole);
         assert_ne!(calls[0].0, calls[1].0);
+        // The streamed call's arguments come in pieces as they are written; the whole one
+        // in one.
+        if step == 1 {
+            assert_eq!(argument_pieces[0], "{\"city\": \"Paris\"}".len());
+        }
+        assert_eq!(argument_pieces[2], 1);
     }
 }

@@ -21,8 +21,9 @@ use pagoda_protocol::ollama::{
 };
 use pagoda_runtime::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
 use pagoda_runtime::structured::ollama_format;
-use pagoda_runtime::tools::{self, ParsedCall, Piece, ToolCallParser};
+use pagoda_runtime::tools::{self, Piece, ToolCallParser};
 use pagoda_runtime::{engine_request, Knobs, LengthRule};
+use serde_json::{Map, Value};
 use std::time::{Duration, SystemTime};
 
 /// Which endpoint's objects to write.
@@ -219,35 +220,87 @@ fn template_message(i: usize, m: &Message) -> Result<ChatMessage, ApiError> {
     Ok(out)
 }
 
-/// Parsed calls as Ollama's `tool_calls` (arguments as objects), numbered from `first`.
-fn ollama_calls(calls: Vec<ParsedCall>, first: usize) -> Vec<ToolCall> {
-    calls
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| ToolCall {
-            function: ToolCallFunction {
-                index: Some(first + i),
-                name: c.name,
-                arguments: serde_json::from_str(&c.arguments).unwrap_or_default(),
-            },
-        })
-        .collect()
+/// What Ollama sends for a parsed piece.
+enum OllamaPiece {
+    /// Message content.
+    Text(String),
+    /// A whole call, its arguments an object.
+    Call(String, Map<String, Value>),
 }
 
-/// The lines of parsed pieces: content as message pieces, each call in a message of its own.
-fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: usize) -> String {
+/// A piece as Ollama sends it, or `None` for the pieces of a streamed call: Ollama sends
+/// each call whole, in a message chunk of its own, when it ends. Ollama's `arguments` is an
+/// object, so a streamed call whose arguments text is not one (cut off by `num_predict`, or
+/// bad JSON the model wrote) is sent as content, verbatim from its `<tool_call>` — not as a
+/// call with empty or guessed arguments, which a client would run: nothing the model wrote
+/// is lost, and `done_reason: "length"` tells a cut-off one.
+fn ollama_piece(p: Piece) -> Option<OllamaPiece> {
+    match p {
+        Piece::Content(c) => Some(OllamaPiece::Text(c)),
+        Piece::CallStart { .. } | Piece::CallArguments(_) => None,
+        Piece::Call(c) => Some(match serde_json::from_str(&c.arguments) {
+            Ok(args) => OllamaPiece::Call(c.name, args),
+            // A whole call's arguments are always an object.
+            Err(_) => OllamaPiece::Call(c.name, Map::new()),
+        }),
+        Piece::CallEnd { call, text } => Some(match serde_json::from_str(&call.arguments) {
+            Ok(args) => OllamaPiece::Call(call.name, args),
+            Err(_) => OllamaPiece::Text(text),
+        }),
+    }
+}
+
+/// A call as Ollama's `tool_calls` entry, numbered `index`.
+fn ollama_call(name: String, arguments: Map<String, Value>, index: usize) -> ToolCall {
+    ToolCall {
+        function: ToolCallFunction {
+            index: Some(index),
+            name,
+            arguments: Value::Object(arguments),
+        },
+    }
+}
+
+/// The lines of parsed pieces: content as message pieces, each call in a message of its own
+/// (numbered from `calls_before`, the calls sent before).
+fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: &mut usize) -> String {
     let mut out = String::new();
-    let mut n = calls_before;
-    for p in pieces {
+    for p in pieces.into_iter().filter_map(ollama_piece) {
         match p {
-            Piece::Content(c) => out.push_str(&w.piece(c)),
-            Piece::Call(c) => {
-                out.push_str(&w.calls(ollama_calls(vec![c], n)));
-                n += 1;
+            OllamaPiece::Text(c) => out.push_str(&w.piece(c)),
+            OllamaPiece::Call(name, args) => {
+                out.push_str(&w.calls(vec![ollama_call(name, args, *calls_before)]));
+                *calls_before += 1;
             }
         }
     }
     out
+}
+
+/// A whole output as Ollama's message: its content (empty when calls were made and nothing
+/// else but whitespace was written) and its calls, as [`piece_lines`] streams them.
+fn ollama_output(text: &str) -> (String, Option<Vec<ToolCall>>) {
+    let mut p = ToolCallParser::default();
+    let mut pieces = p.push(text);
+    pieces.extend(p.finish());
+    let (mut content, mut calls) = (String::new(), Vec::new());
+    for piece in pieces.into_iter().filter_map(ollama_piece) {
+        match piece {
+            OllamaPiece::Text(c) => content.push_str(&c),
+            OllamaPiece::Call(name, args) => {
+                let index = calls.len();
+                calls.push(ollama_call(name, args, index));
+            }
+        }
+    }
+    if calls.is_empty() {
+        (content, None)
+    } else {
+        if content.trim().is_empty() {
+            content.clear();
+        }
+        (content, Some(calls))
+    }
 }
 
 /// A lease on `name` and how long loading it took (zero when it was loaded already).
@@ -349,7 +402,8 @@ async fn run(
         load,
     };
     if stream {
-        let parser = parse_tools.then(ToolCallParser::default);
+        // The parser, and the calls sent so far.
+        let parser = parse_tools.then(|| (ToolCallParser::default(), 0usize));
         let s = futures_util::stream::unfold(
             Some((generation, writer, Vec::<u32>::new(), parser)),
             |state| async move {
@@ -358,10 +412,7 @@ async fn run(
                     Some(TokenEvent::Token { token, text, .. }) => {
                         generated.push(token);
                         let l = match parser.as_mut() {
-                            Some(p) => {
-                                let before = p.calls();
-                                piece_lines(&w, p.push(&text), before)
-                            }
+                            Some((p, sent)) => piece_lines(&w, p.push(&text), sent),
                             None => w.piece(text),
                         };
                         Some((l, Some((g, w, generated, parser))))
@@ -375,11 +426,10 @@ async fn run(
                     }) => {
                         let mut out = String::new();
                         match parser.as_mut() {
-                            Some(p) => {
-                                let before = p.calls();
+                            Some((p, sent)) => {
                                 let mut pieces = p.push(&text);
                                 pieces.extend(p.finish());
-                                out.push_str(&piece_lines(&w, pieces, before));
+                                out.push_str(&piece_lines(&w, pieces, sent));
                             }
                             None if !text.is_empty() => out.push_str(&w.piece(text)),
                             None => {}
@@ -421,9 +471,7 @@ async fn run(
             } => {
                 text.push_str(&t);
                 let (text, calls) = if parse_tools {
-                    let parsed = tools::parse_output(&text);
-                    let calls = (!parsed.calls.is_empty()).then(|| ollama_calls(parsed.calls, 0));
-                    (parsed.content.unwrap_or_default(), calls)
+                    ollama_output(&text)
                 } else {
                     (text, None)
                 };
@@ -524,5 +572,55 @@ impl Writer {
                 stats,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ollama_gets_whole_calls_and_cut_off_ones_as_content() {
+        let (content, calls) = ollama_output(
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, 2]}}\n</tool_call>\n<tool_call>{\"name\": \"g\", \"parameters\": {}}</tool_call>",
+        );
+        assert_eq!(content, "");
+        let calls = calls.expect("calls");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].function.name, "f");
+        assert_eq!(calls[0].function.arguments, json!({"a": [1, 2]}));
+        assert_eq!(calls[1].function.index, Some(1));
+        assert_eq!(calls[1].function.arguments, json!({}));
+        // Cut off (num_predict): the text as written, not a call with made-up arguments.
+        let cut = "I'll check. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1,";
+        let (content, calls) = ollama_output(cut);
+        assert_eq!(calls, None);
+        assert_eq!(
+            content,
+            "I'll check.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1,"
+        );
+        // Streamed: the call is sent whole, in a chunk of its own, at its end.
+        let w = Writer {
+            model: "m".into(),
+            kind: Kind::Chat,
+            prompt: Vec::new(),
+            load: Duration::ZERO,
+        };
+        let mut p = ToolCallParser::default();
+        let mut sent = 0;
+        let first = piece_lines(
+            &w,
+            p.push("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\""),
+            &mut sent,
+        );
+        assert_eq!(first, "");
+        let rest = piece_lines(&w, p.push(": 1}}</tool_call>"), &mut sent);
+        let v: Value = serde_json::from_str(rest.trim_end()).expect("one line");
+        assert_eq!(
+            v["message"]["tool_calls"],
+            json!([{"function": {"index": 0, "name": "f", "arguments": {"a": 1}}}])
+        );
+        assert_eq!(sent, 1);
     }
 }

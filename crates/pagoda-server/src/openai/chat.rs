@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`: messages through the model's chat template, then a whole
-//! response or an SSE stream of chunks (role first, content deltas, the finish chunk per
-//! choice, an optional usage chunk, `[DONE]`). Checks, prompt, knobs and the whole
+//! response or an SSE stream of chunks (role first, content and tool call deltas, the finish
+//! chunk per choice, an optional usage chunk, `[DONE]`). Checks, prompt, knobs and the whole
 //! response are `pagoda_runtime::openai::chat`'s.
 
 use super::{error_frame, frame, frames, merge, respond, sse, FrameWriter};
@@ -86,7 +86,12 @@ trait Chunks {
         content: Option<String>,
         logprobs: Option<ChatLogprobs>,
     ) -> String;
-    fn tool_delta(&self, index: usize, call: ToolCallDelta) -> String;
+    fn tool_delta(
+        &self,
+        index: usize,
+        call: ToolCallDelta,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String;
 }
 
 impl Chunks for ResponseHead {
@@ -122,7 +127,12 @@ impl Chunks for ResponseHead {
         )
     }
 
-    fn tool_delta(&self, index: usize, call: ToolCallDelta) -> String {
+    fn tool_delta(
+        &self,
+        index: usize,
+        call: ToolCallDelta,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String {
         self.chunk(
             vec![ChunkChoice {
                 index,
@@ -130,7 +140,7 @@ impl Chunks for ResponseHead {
                     tool_calls: Some(vec![call]),
                     ..Delta::default()
                 },
-                logprobs: None,
+                logprobs,
                 finish_reason: None,
             }],
             None,
@@ -185,7 +195,12 @@ struct StreamState {
 
 impl StreamState {
     /// The frames of choice `index`'s new `text`: as content, or through its tool call
-    /// parser (`end`: the last text of the choice). `logprobs` ride on the first frame.
+    /// parser (`end`: the last text of the choice). A streamed call is sent as OpenAI sends
+    /// it: its header (index, id, type, name, `arguments: ""`) when the parser commits to it,
+    /// then each piece of its arguments as it is written; a whole call, as its header and
+    /// its arguments at once. Calls are numbered in order from 0 per choice. `logprobs` ride
+    /// on the first frame, content or call piece (or on a frame of their own when the
+    /// parser held the token's text back).
     fn text_frames(
         &mut self,
         index: usize,
@@ -204,21 +219,34 @@ impl StreamState {
         if end {
             pieces.extend(parser.finish());
         }
-        let mut calls = parser.calls()
+        // The number of the next call to start.
+        let mut next = parser.calls()
             - pieces
                 .iter()
-                .filter(|p| matches!(p, Piece::Call(_)))
+                .filter(|p| matches!(p, Piece::CallStart { .. } | Piece::Call(_)))
                 .count();
         for piece in pieces {
             match piece {
                 Piece::Content(c) => {
                     out.push_back(self.head.delta(index, Some(c), logprobs.take()))
                 }
+                Piece::CallStart { name } => {
+                    let d = chat::call_start_delta(name, next);
+                    out.push_back(self.head.tool_delta(index, d, logprobs.take()));
+                    next += 1;
+                }
+                Piece::CallArguments(a) => {
+                    // The arguments of the call started last.
+                    let d = chat::arguments_delta(a, next - 1);
+                    out.push_back(self.head.tool_delta(index, d, logprobs.take()));
+                }
+                // Sent already, piece by piece.
+                Piece::CallEnd { .. } => {}
                 Piece::Call(c) => {
-                    for d in chat::call_deltas(c, calls) {
-                        out.push_back(self.head.tool_delta(index, d));
+                    for d in chat::call_deltas(c, next) {
+                        out.push_back(self.head.tool_delta(index, d, logprobs.take()));
                     }
-                    calls += 1;
+                    next += 1;
                 }
             }
         }

@@ -209,6 +209,84 @@ async fn streams_with_tools_are_well_formed() {
     s.stop().await.expect("clean stop");
 }
 
+/// A call the model is made to write (`tool_choice` names the function): streamed, its
+/// arguments arrive in pieces as they are written, under one index, after a header with the
+/// id, type and name; they concatenate to the non-streamed response's arguments; every
+/// token's logprobs are sent once. (The tiny model's city string runs until `max_tokens`:
+/// both give the arguments as written, cut off.)
+#[tokio::test]
+async fn a_streamed_call_sends_its_arguments_in_pieces() {
+    let (s, _dir) = server().await;
+    let mut b = body(json!({"tools": weather(), "parallel_tool_calls": false,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}));
+    b["max_tokens"] = json!(60);
+    // The forced call's JSON may have whitespace anywhere, and the tiny model likes it: its
+    // whitespace tokens are biased away, so that it gets to the arguments.
+    b["logit_bias"] =
+        json!({"202": -100, "203": -100, "206": -100, "225": -100, "271": -100, "310": -100});
+    let r = s.post("/v1/chat/completions", b.clone()).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let calls = choice["message"]["tool_calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 1, "{v}");
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    let whole = calls[0]["function"]["arguments"]
+        .as_str()
+        .expect("arguments");
+    assert!(whole.starts_with('{'), "{whole}");
+
+    b["stream"] = json!(true);
+    b["logprobs"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    let r = s.post("/v1/chat/completions", b).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.expect("body");
+    let data = sse_data(&text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let (mut header, mut pieces, mut logprobs) = (None, Vec::new(), 0);
+    let (mut finish, mut completion_tokens) = (None, None);
+    for d in &data[..data.len() - 1] {
+        let v: Value = serde_json::from_str(d).expect("chunk json");
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            completion_tokens = Some(n);
+        }
+        for c in v["choices"].as_array().expect("choices") {
+            logprobs += c["logprobs"]["content"].as_array().map_or(0, Vec::len);
+            if let Some(f) = c["finish_reason"].as_str() {
+                finish = Some(f.to_string());
+            }
+            for call in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                assert_eq!(call["index"], 0, "{call}");
+                if header.is_none() {
+                    assert!(call["id"].as_str().is_some_and(|i| i.starts_with("call_")));
+                    assert_eq!(call["type"], "function");
+                    assert_eq!(call["function"]["arguments"], "");
+                    header = Some(call["function"]["name"].clone());
+                } else {
+                    let mut keys: Vec<&String> = call.as_object().expect("delta").keys().collect();
+                    keys.sort();
+                    assert_eq!(keys, ["function", "index"], "{call}");
+                    assert!(call["function"].get("name").is_none(), "{call}");
+                    pieces.push(
+                        call["function"]["arguments"]
+                            .as_str()
+                            .expect("a piece")
+                            .to_string(),
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(header, Some(json!("get_weather")), "{text}");
+    assert!(pieces.len() >= 2, "{pieces:?}");
+    assert_eq!(pieces.concat(), whole, "{text}");
+    assert_eq!(finish.as_deref(), Some("tool_calls"));
+    assert_eq!(Some(logprobs as u64), completion_tokens, "{text}");
+    s.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn ollama_chat_takes_tools_and_tool_history() {
     let (s, _dir) = server().await;
