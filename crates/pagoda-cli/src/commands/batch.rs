@@ -327,7 +327,7 @@ impl Job<'_> {
                 head("chatcmpl"),
                 choices,
                 req.logprobs,
-                chat::parses_tools(req),
+                chat::offered_tools(req),
                 tokenizer,
             )?),
             Parsed::Completion(req) => serde_json::to_string(&completions::response(

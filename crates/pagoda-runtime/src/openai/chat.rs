@@ -17,7 +17,7 @@ use pagoda_protocol::openai::chat::{
     AssistantMessage, ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
     ChatTokenLogprob, FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta,
 };
-use pagoda_protocol::openai::TopLogprob;
+use pagoda_protocol::openai::{FinishReason, TopLogprob};
 use serde_json::Value;
 
 /// Everything about `req` that can be checked without the model.
@@ -91,9 +91,20 @@ pub fn constraint_field(req: &ChatCompletionRequest) -> Option<&'static str> {
     })
 }
 
-/// Whether the output of `req` is parsed for tool calls.
-pub fn parses_tools(req: &ChatCompletionRequest) -> bool {
-    matches!(tool_set(req), Ok(Some(_)))
+/// The names of the tools whose calls the output of `req` is parsed for; `None` when it is
+/// not parsed (no tools, or `tool_choice: "none"`).
+pub fn offered_tools(req: &ChatCompletionRequest) -> Option<Vec<String>> {
+    tool_set(req).ok().flatten().map(|set| set.names())
+}
+
+/// A choice's `finish_reason` once its calls are parsed: `tool_calls` when it made any and
+/// stopped on its own; `length` stays `length` (a call cut off by `max_tokens`), as OpenAI
+/// reports it.
+pub fn finish_with_calls(reason: FinishReason, called: bool) -> FinishReason {
+    match reason {
+        FinishReason::Stop if called => FinishReason::ToolCalls,
+        other => other,
+    }
 }
 
 /// Parsed calls as OpenAI's `tool_calls`, each with a fresh id.
@@ -146,13 +157,13 @@ pub fn call_deltas(call: tools::ParsedCall, index: usize) -> [ToolCallDelta; 2] 
     ]
 }
 
-/// The whole response for collected `choices`; with `parse_tools`, each choice's text is
-/// split into content and `tool_calls` (`finish_reason: "tool_calls"` when any parsed).
+/// The whole response for collected `choices`; with `offered` tools, each choice's text is
+/// split into content and `tool_calls` ([`finish_with_calls`]).
 pub fn response(
     head: ResponseHead,
     choices: Vec<ChoiceOutput>,
     with_logprobs: bool,
-    parse_tools: bool,
+    offered: Option<Vec<String>>,
     tokenizer: &Tokenizer,
 ) -> Result<ChatCompletionResponse, Aborted> {
     let total = usage(combined_usage(choices.iter().map(|c| c.usage)));
@@ -161,12 +172,12 @@ pub fn response(
         .enumerate()
         .map(|(index, c)| {
             let mut finish = finish_reason(c.finish).ok_or(Aborted)?;
-            let (content, tool_calls) = if parse_tools {
-                let parsed = tools::parse_output(&c.text);
+            let (content, tool_calls) = if let Some(names) = &offered {
+                let parsed = tools::parse_output_offered(&c.text, names.clone());
                 if parsed.calls.is_empty() {
                     (parsed.content, None)
                 } else {
-                    finish = pagoda_protocol::openai::FinishReason::ToolCalls;
+                    finish = finish_with_calls(finish, true);
                     (parsed.content, Some(openai_calls(parsed.calls)))
                 }
             } else {

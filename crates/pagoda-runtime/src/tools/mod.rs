@@ -17,6 +17,7 @@
 //! `function_call`), with the index in its message.
 
 pub mod bare;
+pub mod output;
 pub mod parse;
 
 use crate::loader::LoadedModel;
@@ -27,6 +28,7 @@ use pagoda_protocol::openai::chat::{Tool, ToolChoice};
 use serde_json::Value;
 
 pub use bare::{parse_bare_calls, BareCallGate, Gated};
+pub use output::{parse_output_offered, OutputParser};
 pub use parse::{parse_output, ParsedCall, ParsedOutput, Piece, ToolCallParser};
 
 /// What `tool_choice` asks for, once the tools are known.
@@ -55,6 +57,11 @@ impl ToolSet {
     /// then constrained by [`forced_call`]'s grammar.
     pub fn forces_a_call(&self) -> bool {
         !matches!(self.choice, Choice::Auto)
+    }
+
+    /// The tools' names: what the output's calls may name ([`OutputParser`]).
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| function_name(t).to_string()).collect()
     }
 }
 

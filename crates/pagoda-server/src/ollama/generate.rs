@@ -21,7 +21,7 @@ use pagoda_protocol::ollama::{
 };
 use pagoda_runtime::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
 use pagoda_runtime::structured::ollama_format;
-use pagoda_runtime::tools::{self, Piece, ToolCallParser};
+use pagoda_runtime::tools::{self, OutputParser, Piece};
 use pagoda_runtime::{engine_request, Knobs, LengthRule};
 use serde_json::{Map, Value};
 use std::time::{Duration, SystemTime};
@@ -112,7 +112,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
         req.stream,
         Kind::Generate,
         load,
-        false,
+        None,
     )
     .await
 }
@@ -146,7 +146,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let prompt = tools::encode_prompt(&lease.loaded, messages, tool_set.as_ref())?;
     let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
     knobs.constraint = constraint;
-    let parse_tools = tool_set.is_some();
+    let offered = tool_set.as_ref().map(|s| s.names());
     run(
         app,
         lease,
@@ -155,7 +155,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         req.stream,
         Kind::Chat,
         load,
-        parse_tools,
+        offered,
     )
     .await
 }
@@ -278,11 +278,10 @@ fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: &mut usize) -> Stri
 }
 
 /// A whole output as Ollama's message: its content (empty when calls were made and nothing
-/// else but whitespace was written) and its calls, as [`piece_lines`] streams them.
-fn ollama_output(text: &str) -> (String, Option<Vec<ToolCall>>) {
-    let mut p = ToolCallParser::default();
-    let mut pieces = p.push(text);
-    pieces.extend(p.finish());
+/// else but whitespace was written) and its calls (of the `offered` tools), as
+/// [`piece_lines`] streams them.
+fn ollama_output(text: &str, offered: Vec<String>) -> (String, Option<Vec<ToolCall>>) {
+    let pieces = OutputParser::new(offered).parse(text);
     let (mut content, mut calls) = (String::new(), Vec::new());
     for piece in pieces.into_iter().filter_map(ollama_piece) {
         match piece {
@@ -383,7 +382,7 @@ async fn run(
     stream: bool,
     kind: Kind,
     load: Duration,
-    parse_tools: bool,
+    offered: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
     let engine_req = engine_request(
         prompt.clone(),
@@ -403,7 +402,7 @@ async fn run(
     };
     if stream {
         // The parser, and the calls sent so far.
-        let parser = parse_tools.then(|| (ToolCallParser::default(), 0usize));
+        let parser = offered.map(|names| (OutputParser::new(names), 0usize));
         let s = futures_util::stream::unfold(
             Some((generation, writer, Vec::<u32>::new(), parser)),
             |state| async move {
@@ -470,8 +469,8 @@ async fn run(
                 ..
             } => {
                 text.push_str(&t);
-                let (text, calls) = if parse_tools {
-                    ollama_output(&text)
+                let (text, calls) = if let Some(names) = offered {
+                    ollama_output(&text, names)
                 } else {
                     (text, None)
                 };
@@ -582,8 +581,10 @@ mod tests {
 
     #[test]
     fn ollama_gets_whole_calls_and_cut_off_ones_as_content() {
+        let offered = || vec!["f".to_string(), "g".to_string()];
         let (content, calls) = ollama_output(
             "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, 2]}}\n</tool_call>\n<tool_call>{\"name\": \"g\", \"parameters\": {}}</tool_call>",
+            offered(),
         );
         assert_eq!(content, "");
         let calls = calls.expect("calls");
@@ -594,7 +595,7 @@ mod tests {
         assert_eq!(calls[1].function.arguments, json!({}));
         // Cut off (num_predict): the text as written, not a call with made-up arguments.
         let cut = "I'll check. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1,";
-        let (content, calls) = ollama_output(cut);
+        let (content, calls) = ollama_output(cut, offered());
         assert_eq!(calls, None);
         assert_eq!(
             content,
@@ -607,7 +608,7 @@ mod tests {
             prompt: Vec::new(),
             load: Duration::ZERO,
         };
-        let mut p = ToolCallParser::default();
+        let mut p = OutputParser::new(offered());
         let mut sent = 0;
         let first = piece_lines(
             &w,
@@ -622,5 +623,9 @@ mod tests {
             json!([{"function": {"index": 0, "name": "f", "arguments": {"a": 1}}}])
         );
         assert_eq!(sent, 1);
+        // A bare call (no markup), as small models write them: a call of an offered tool.
+        let (content, calls) = ollama_output("{\"name\": \"g\", \"arguments\": {\"x\": 2}}", offered());
+        assert_eq!(content, "");
+        assert_eq!(calls.expect("a call")[0].function.arguments, json!({"x": 2}));
     }
 }

@@ -17,9 +17,9 @@ use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::chat::{
     ChatCompletionChunk, ChatCompletionRequest, ChatLogprobs, ChunkChoice, Delta, ToolCallDelta,
 };
-use pagoda_protocol::openai::{FinishReason, Usage};
+use pagoda_protocol::openai::Usage;
 use pagoda_runtime::openai::{chat, finish_reason, usage, ResponseHead};
-use pagoda_runtime::tools::{Piece, ToolCallParser};
+use pagoda_runtime::tools::{OutputParser, Piece};
 use pagoda_runtime::{combined_usage, engine_request, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         model: lease.served_name().to_string(),
         created: unix_now(),
     };
-    let parse_tools = chat::parses_tools(&req);
+    let offered = chat::offered_tools(&req);
     let constraint_field = chat::constraint_field(&req);
     let mut generation = Generation::start(app, lease, engine_req, head.id.clone())
         .map_err(|e| e.constraint_param(constraint_field))?;
@@ -62,7 +62,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
             head,
             n,
             include_usage,
-            parse_tools,
+            offered,
             tokenizer,
         )));
     }
@@ -71,7 +71,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         head,
         choices,
         req.logprobs,
-        parse_tools,
+        offered,
         &tokenizer,
     )?)
     .into_response())
@@ -154,7 +154,7 @@ fn stream(
     head: ResponseHead,
     n: usize,
     include_usage: bool,
-    parse_tools: bool,
+    offered: Option<Vec<String>>,
     tokenizer: Arc<Tokenizer>,
 ) -> impl futures_util::Stream<Item = String> + Send + 'static {
     let pending: VecDeque<String> = (0..n)
@@ -179,7 +179,7 @@ fn stream(
         tokenizer,
         usages: Vec::new(),
         include_usage,
-        parsers: parse_tools.then(|| (0..n).map(|_| ToolCallParser::default()).collect()),
+        parsers: offered.map(|names| (0..n).map(|_| OutputParser::new(names.clone())).collect()),
     };
     frames(merge(vec![generation]), writer, pending)
 }
@@ -190,7 +190,7 @@ struct StreamState {
     usages: Vec<pagoda_engine::Usage>,
     include_usage: bool,
     /// One tool call parser per choice when the output is parsed for calls.
-    parsers: Option<Vec<ToolCallParser>>,
+    parsers: Option<Vec<OutputParser>>,
 }
 
 impl StreamState {
@@ -300,8 +300,7 @@ impl FrameWriter for StreamState {
                 self.text_frames(index, text, None, true, out);
                 self.usages.push(usage);
                 let called = self.called(index);
-                match finish_reason(reason)
-                    .map(|r| if called { FinishReason::ToolCalls } else { r })
+                match finish_reason(reason).map(|r| chat::finish_with_calls(r, called))
                 {
                     Some(r) => out.push_back(self.head.chunk(
                         vec![ChunkChoice {
