@@ -78,9 +78,13 @@ fn visit(schema: &mut Value, close: bool) {
 
 /// Whether the object schema says what happens to keys beyond `properties`.
 fn says_what_else(map: &Map<String, Value>) -> bool {
-    ["additionalProperties", "patternProperties", "unevaluatedProperties"]
-        .iter()
-        .any(|k| map.contains_key(*k))
+    [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .any(|k| map.contains_key(*k))
         || map.contains_key("allOf")
 }
 
@@ -115,10 +119,7 @@ mod tests {
         assert_eq!(got["$defs"]["d"]["additionalProperties"], false);
         assert_eq!(got["anyOf"][0]["additionalProperties"], false);
         // A property named like a keyword is a property, not a keyword.
-        assert_eq!(
-            got["properties"]["properties"],
-            json!({"type": "string"})
-        );
+        assert_eq!(got["properties"]["properties"], json!({"type": "string"}));
         assert!(got["properties"].get("additionalProperties").is_none());
     }
 

@@ -17,8 +17,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod block_pool;
-pub mod closed_schema;
 mod choice;
+pub mod closed_schema;
 pub mod constraint;
 pub mod engine;
 pub mod error;

@@ -306,9 +306,7 @@ fn grammar(v: &Value, param: &'static str) -> Result<ConstraintSpec, RequestErro
 }
 
 /// vLLM's `structured_outputs`: one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-fn structured_outputs(
-    v: &Value,
-) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
+fn structured_outputs(v: &Value) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
     const P: &str = "structured_outputs";
     let o = object(v, P)?;
     let mut found = Vec::new();

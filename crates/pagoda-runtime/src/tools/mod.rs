@@ -61,7 +61,10 @@ impl ToolSet {
 
     /// The tools' names: what the output's calls may name ([`OutputParser`]).
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| function_name(t).to_string()).collect()
+        self.tools
+            .iter()
+            .map(|t| function_name(t).to_string())
+            .collect()
     }
 }
 

@@ -624,8 +624,12 @@ mod tests {
         );
         assert_eq!(sent, 1);
         // A bare call (no markup), as small models write them: a call of an offered tool.
-        let (content, calls) = ollama_output("{\"name\": \"g\", \"arguments\": {\"x\": 2}}", offered());
+        let (content, calls) =
+            ollama_output("{\"name\": \"g\", \"arguments\": {\"x\": 2}}", offered());
         assert_eq!(content, "");
-        assert_eq!(calls.expect("a call")[0].function.arguments, json!({"x": 2}));
+        assert_eq!(
+            calls.expect("a call")[0].function.arguments,
+            json!({"x": 2})
+        );
     }
 }

@@ -300,8 +300,7 @@ impl FrameWriter for StreamState {
                 self.text_frames(index, text, None, true, out);
                 self.usages.push(usage);
                 let called = self.called(index);
-                match finish_reason(reason).map(|r| chat::finish_with_calls(r, called))
-                {
+                match finish_reason(reason).map(|r| chat::finish_with_calls(r, called)) {
                     Some(r) => out.push_back(self.head.chunk(
                         vec![ChunkChoice {
                             index,

@@ -19,8 +19,8 @@ use pagoda_protocol::openai::completion::{
 use pagoda_protocol::openai::Usage;
 use pagoda_runtime::openai::completions::{self, PromptOutput};
 use pagoda_runtime::openai::{add_usage, finish_reason, usage, ResponseHead};
-use pagoda_runtime::{combined_usage, engine_request, LengthRule};
 use pagoda_runtime::structured::openai_constraint_field;
+use pagoda_runtime::{combined_usage, engine_request, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
 

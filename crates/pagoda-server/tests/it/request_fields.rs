@@ -305,7 +305,10 @@ async fn unknown_fields_are_a_400_naming_them_on_every_generation_route() {
         json!([{"role": "user", "content": "hi", "name": "bob"}]),
     ] {
         let r = s
-            .post("/api/chat", with(ollama_chat(), "messages", messages.clone()))
+            .post(
+                "/api/chat",
+                with(ollama_chat(), "messages", messages.clone()),
+            )
             .await;
         assert_eq!(r.status(), 400, "{messages}");
         let v: Value = r.json().await.expect("json");
