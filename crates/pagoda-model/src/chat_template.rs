@@ -415,7 +415,9 @@ mod tests {
         let s = t.render_with_tools(&[m], Some(&tools), false).unwrap();
         assert_eq!(
             s,
-            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\"}}|{\"a\": [true, null], \"b\": 1}"
+            // Maps keep their insertion order too (minijinja's preserve_order), as Python
+            // dicts and transformers' `tojson` (sort_keys=False) do.
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\"}}|{\"b\": 1, \"a\": [true, null]}"
         );
         assert!(!ChatTemplate::chatml(String::new(), String::new()).supports_tools());
     }

@@ -73,6 +73,9 @@ pub struct Tool {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionDefinition>,
+    /// Every other key, for pagoda-runtime to refuse by name.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 fn function_kind() -> String {
@@ -91,6 +94,9 @@ pub struct FunctionDefinition {
     pub parameters: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    /// Every other key, for pagoda-runtime to refuse by name.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// `tool_choice`: a mode (`"auto"`, `"none"`, `"required"`) or one named function.

@@ -96,6 +96,22 @@ pub fn check_tools(tools: &[Tool], field: &'static str) -> Result<(), RequestErr
                 format!("{field}[{i}].function is missing"),
             ));
         };
+        let unknown = t
+            .extra
+            .iter()
+            .map(|(k, v)| (format!("{field}[{i}].{k}"), v))
+            .chain(
+                f.extra
+                    .iter()
+                    .map(|(k, v)| (format!("{field}[{i}].function.{k}"), v)),
+            )
+            .find(|(_, v)| !v.is_null());
+        if let Some((key, _)) = unknown {
+            return Err(RequestError::param(
+                field,
+                format!("unknown field `{key}`; this server refuses fields it does not implement rather than ignore them"),
+            ));
+        }
         let name = f.name.as_deref().unwrap_or_default();
         if name.is_empty() {
             return Err(RequestError::param(

@@ -11,7 +11,9 @@ fn tool(name: &str, params: Value) -> Tool {
             description: Some(format!("{name} things")),
             parameters: Some(params),
             strict: None,
+            extra: Default::default(),
         }),
+        extra: Default::default(),
     }
 }
 
@@ -90,6 +92,20 @@ fn every_bad_tool_input_is_a_400_naming_the_field() {
             ),
             "tools",
             "tools[1].function.parameters",
+        ),
+        (
+            base(
+                json!({"tools": [{"type": "function", "function": {"name": "a", "examples": []}}]}),
+            ),
+            "tools",
+            "`tools[0].function.examples`",
+        ),
+        (
+            base(
+                json!({"tools": [{"type": "function", "function": {"name": "a"}, "cache_control": {}}]}),
+            ),
+            "tools",
+            "`tools[0].cache_control`",
         ),
         (
             base(json!({"tools": [w, w]})),
