@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds, here, what scripts/gpu/check.sh runs on the GPU machine, stripped, into target/gpu/:
 #   target/gpu/pagoda                      the release CLI
-#   target/gpu/pagoda_cuda_tests[_NAME]    the pagoda-cuda test executables (the kernel tests)
+#   target/gpu/pagoda_cuda_tests[_NAME]    the pagoda-cuda test executables (the kernel tests:
+#                                            unit tests, _gpu, _quantized: every tests/*.rs
+#                                            target cargo reports is picked up)
 #   target/gpu/pagoda_model_it.xz          pagoda-model's and pagoda-engine's integration tests
 #   target/gpu/pagoda_engine_it.xz           (their CUDA ones: the forward pass against the CPU,
 #                                            batched == alone, the engine on CUDA), xz-packed

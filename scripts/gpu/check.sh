@@ -30,7 +30,10 @@
 #      there); strict agreement and transformers-bf16's own distance reported beside
 #      ($OUT/<shape>/).
 #   3. kernel tests: every target/gpu/pagoda_cuda_tests* executable, one test at a time, 120 s
-#      each ($OUT/pagoda_cuda_tests*.txt).
+#      each ($OUT/pagoda_cuda_tests*.txt): the unit tests, tests/gpu.rs (pagoda_cuda_tests_gpu:
+#      every row, attention and GEMM kernel against the CPU) and tests/quantized.rs
+#      (pagoda_cuda_tests_quantized: each quantized format's GEMV at 1 and 3 rows, tiled GEMM
+#      at 64, dequantization and embedding against pagoda-kernels' dequantize-then-multiply).
 #   3b. the CUDA tests of pagoda-model (the forward pass against the CPU on every tiny
 #      architecture and LoRA, batched == alone, copy-on-write) and pagoda-engine (continuous
 #      batching with chunked prefill, preemption and the prefix cache on CUDA == each alone),

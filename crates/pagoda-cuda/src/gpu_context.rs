@@ -1,6 +1,6 @@
 //! [`GpuContext`]: one GPU ready for a forward pass: its CUDA context, the one stream all
-//! work goes on, the kernels compiled for its architecture and loaded, and cuBLAS on that
-//! stream.
+//! work goes on, the kernels compiled for its architecture and loaded (the row, attention
+//! and quantized-weight ones), and cuBLAS on that stream.
 //!
 //! Invariants: nothing calls into a CUDA library before [`Libraries::find`] has seen every
 //! one load (cudarc panics on a missing library), so a machine without them gets
@@ -17,6 +17,7 @@ use crate::gpu::Gpu;
 use crate::kernels::{arch_for, KernelCache};
 use crate::libraries::Libraries;
 use crate::ops::Kernels;
+use crate::quant::QuantKernels;
 use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ pub struct GpuContext {
     stream: Arc<CudaStream>,
     gpu: Gpu,
     kernels: Kernels,
+    quant: QuantKernels,
     blas: Blas,
 }
 
@@ -86,12 +88,14 @@ impl GpuContext {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
         let kernels = Kernels::load(&stream, cache, arch)?;
+        let quant = QuantKernels::load(&stream, cache, arch)?;
         let blas = Blas::new(&stream)?;
         Ok(GpuContext {
             ctx,
             stream,
             gpu,
             kernels,
+            quant,
             blas,
         })
     }
@@ -114,6 +118,11 @@ impl GpuContext {
 
     pub fn kernels(&self) -> &Kernels {
         &self.kernels
+    }
+
+    /// The quantized-weight kernels (GEMV, tiled GEMM, embedding).
+    pub fn quant(&self) -> &QuantKernels {
+        &self.quant
     }
 
     pub fn blas(&self) -> &Blas {

@@ -6,7 +6,9 @@
 //! disk by source hash and architecture), [`gpu_context`] (one GPU ready for a forward pass:
 //! context, stream, loaded kernels, cuBLAS), [`ops`] (the row and elementwise kernels' typed
 //! launches), [`attention`] (paged attention: the batch's device metadata and the decode /
-//! prefill kernels), [`blas`] (the bf16 GEMM), [`error`] (what is missing or failed, in words
+//! prefill kernels), [`quant`] (weights kept in their quantized block formats: the decode
+//! GEMV, the tiled dequantize-then-GEMM of prefill, the embedding lookup), [`blas`] (the
+//! bf16 GEMM), [`error`] (what is missing or failed, in words
 //! that say what to do).
 //!
 //! Architecture Invariant: nothing here links against CUDA. The libraries are opened with
@@ -26,6 +28,7 @@ pub mod gpu_context;
 pub mod kernels;
 pub mod libraries;
 pub mod ops;
+pub mod quant;
 
 pub use attention::{AttentionBatch, AttentionParams, AttentionWorkspace, SeqSpan};
 pub use blas::Blas;
@@ -37,3 +40,4 @@ pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;
 pub use ops::{GatedActivation, Kernels, RopeStyle};
+pub use quant::{QuantFormat, QuantKernels, QuantizedMatrix, GEMV_MAX_ROWS};

@@ -191,7 +191,7 @@ pub struct Kernels {
 }
 
 /// The entry points of `module`, loaded into the stream's context, in `entries` order.
-fn load_module(
+pub(crate) fn load_module(
     stream: &Arc<CudaStream>,
     cache: &KernelCache,
     arch: &'static str,

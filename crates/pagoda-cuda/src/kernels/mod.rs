@@ -2,8 +2,9 @@
 //! kept on disk, so a later start loads the PTX instead of compiling again.
 //!
 //! Owns the kernel sources ([`MODULES`]: `elementwise.cu`, the row and elementwise kernels;
-//! `attention.cu`, paged attention) with the entry points each must define, and the cache.
-//! What the kernels compute and how they are launched is `ops.rs` and `attention.rs`.
+//! `attention.cu`, paged attention; `quant.cu`, quantized weight matrices) with the entry
+//! points each must define, and the cache. What the kernels compute and how they are
+//! launched is `ops.rs`, `attention.rs` and `quant.rs`.
 //!
 //! Invariants: a cached file is named by the kernel's name, the architecture and a SHA-256
 //! of the source together with the architecture and the compile options, so an edited
@@ -69,8 +70,37 @@ pub const ATTENTION: KernelModule = KernelModule {
     entries: &["attn_decode", "attn_decode_reduce", "attn_prefill"],
 };
 
+/// The entry points of `quant.cu`: per format (in `QuantFormat::ALL` order) its GEMV,
+/// dequantize and embedding kernels.
+macro_rules! quant_entries {
+    ($($f:literal),+) => {
+        &[$(concat!("qgemv_", $f), concat!("qdequant_", $f), concat!("qembed_", $f)),+]
+    };
+}
+
+/// Quantized weight matrices (`quant.rs` launches them).
+pub const QUANT: KernelModule = KernelModule {
+    name: "quant",
+    source: include_str!("quant.cu"),
+    entries: quant_entries!(
+        "q8_0",
+        "q4_0",
+        "q4_1",
+        "q4_k",
+        "q5_k",
+        "q6_k",
+        "int8",
+        "int4_g64",
+        "int4_g64_sym",
+        "int4_g128",
+        "int4_g128_sym",
+        "nf4",
+        "nf4_dq"
+    ),
+};
+
 /// Every kernel module Pagoda loads.
-pub const MODULES: &[KernelModule] = &[ELEMENTWISE, ATTENTION];
+pub const MODULES: &[KernelModule] = &[ELEMENTWISE, ATTENTION, QUANT];
 
 /// Options every kernel is compiled with (part of the cache key).
 const OPTIONS: &[&str] = &["--std=c++17"];

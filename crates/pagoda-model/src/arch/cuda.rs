@@ -1,10 +1,14 @@
 //! The CUDA [`Backend`]: the seam's operations on an NVIDIA GPU through pagoda-cuda (NVRTC
 //! kernels, cuBLAS GEMMs), and the GPU's half of the KV cache and the pass's scratch.
 //!
-//! Layout: weights are uploaded once, as bf16 (F32/F16/BF16 converted, GGUF quantized types
-//! dequantized at load); biases and norm weights as f32. Activations are f32 in GPU memory
-//! (the residual stream keeps f32's range); a linear's input is rounded to bf16 into the
-//! pass's staging buffer and multiplied by cuBLAS with f32 accumulation and f32 output. K/V
+//! Layout: weights are uploaded once (`cuda_weights.rs`): a matrix in a block format the GPU
+//! multiplies in place (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, INT8, INT4, NF4) keeps its
+//! stored bytes, any other is converted or dequantized to bf16 at load; biases and norm
+//! weights are f32. Activations are f32 in GPU memory (the residual stream keeps f32's
+//! range); a linear's input is rounded to bf16 into the pass's staging buffer; bf16 weights
+//! are multiplied by cuBLAS with f32 accumulation and f32 output, quantized ones by
+//! pagoda-cuda's GEMV (up to 8 rows, on the f32 input, dequantizing in registers) or its
+//! tiled dequantize-then-cuBLAS GEMM (more rows, tiles in the pass's scratch). K/V
 //! are bf16, `[n_blocks * block_size, kv_dim]` per layer: the same blocks and block tables
 //! as the CPU's cache, so the scheduler, the block pool and the prefix cache never learn
 //! the device. LoRA pairs are uploaded (bf16) the first time a pass uses them and applied
@@ -16,12 +20,14 @@
 //! - Nothing here synchronizes except [`Backend::logits`], which copies the logits to the
 //!   host at the end of the pass: a failed kernel surfaces there at the latest, as a
 //!   [`ModelError::Gpu`] naming it.
-//! - Uploading a model first checks its bf16 size against the GPU's free memory, and refuses
-//!   it with both sizes rather than failing halfway.
+//! - Uploading a model first checks the GPU memory its weights will take (stored bytes of the
+//!   matrices kept quantized, bf16 for the others: `cuda_weights::device_bytes`) against the
+//!   GPU's free memory, and refuses it with both sizes rather than failing halfway.
 
 use super::adapter::LoraWeights;
 use super::backend::{Activation, Activations, Backend};
-use super::layers::{expect_shape, load_vector, Rope};
+use super::cuda_weights::{self, CudaWeight, QuantTile};
+use super::layers::{load_vector, Rope};
 use crate::config::RopeScaling;
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
@@ -32,8 +38,6 @@ use pagoda_cuda::{
 };
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::ops::RopeStyle;
-use pagoda_kernels::WeightMatrix;
-use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -69,15 +73,16 @@ impl std::fmt::Debug for Cuda {
 }
 
 impl Cuda {
-    /// The backend of GPU `ordinal`, after checking that `weights`' bf16 copy fits in its
-    /// free memory with `reserve` bytes to spare.
+    /// The backend of GPU `ordinal`, after checking that `weights` as uploaded (quantized
+    /// matrices as stored, the others as bf16) fit in its free memory with `reserve` bytes
+    /// to spare.
     pub fn for_model(ordinal: usize, weights: &Weights, reserve: u64) -> Result<Self, ModelError> {
         let gpu = context(ordinal)?;
-        let need = weights.n_parameters() * 2;
+        let need = cuda_weights::device_bytes(weights);
         let (free, total) = gpu.memory_info()?;
         if need + reserve > free {
             return Err(ModelError::Device(format!(
-                "the model needs {:.2} GiB of GPU memory for its bf16 weights (+{:.2} GiB for \
+                "the model needs {:.2} GiB of GPU memory for its weights (+{:.2} GiB for \
                  activations), but cuda:{ordinal} ({}) has {:.2} GiB free of {:.2} GiB: use a \
                  smaller model or --device cpu",
                 gib(need),
@@ -116,13 +121,13 @@ fn driver(call: &'static str, e: pagoda_cuda::cudarc::driver::DriverError) -> Mo
     })
 }
 
-/// A linear layer on the GPU: bf16 weight `[rows, cols]`, f32 bias.
+/// A linear layer on the GPU: weight `[rows, cols]` (bf16 or quantized), f32 bias.
 #[derive(Debug)]
 pub struct CudaLinear {
     name: String,
     rows: usize,
     cols: usize,
-    weight: Arc<CudaSlice<bf16>>,
+    weight: Arc<CudaWeight>,
     bias: Option<CudaSlice<f32>>,
 }
 
@@ -229,6 +234,8 @@ pub struct CudaScratch {
     workspace: AttentionWorkspace,
     /// LoRA pairs already uploaded, by (adapter load, linear name): `(r, A, B)`.
     lora_pairs: LoraPairs,
+    /// Dequantized weight tiles of the quantized GEMM.
+    quant_tile: QuantTile,
 }
 
 /// One GPU forward pass's batch.
@@ -248,6 +255,7 @@ pub(crate) struct ScratchParts<'a> {
     logits: &'a mut CudaAct,
     workspace: &'a mut AttentionWorkspace,
     lora_pairs: &'a mut LoraPairs,
+    quant_tile: &'a mut QuantTile,
 }
 
 impl CudaScratch {
@@ -262,44 +270,10 @@ impl CudaScratch {
                 logits: &mut self.logits,
                 workspace: &mut self.workspace,
                 lora_pairs: &mut self.lora_pairs,
+                quant_tile: &mut self.quant_tile,
             },
         )
     }
-}
-
-/// `weight` dequantized to bf16, row-major, rows in parallel.
-fn to_bf16(
-    weights: &Weights,
-    name: &str,
-    rows: usize,
-    cols: usize,
-) -> Result<Vec<bf16>, ModelError> {
-    let t = weights.get(name)?;
-    expect_shape(t, &[rows, cols])?;
-    let m = WeightMatrix::new(t.ty, rows, cols, t.data()).map_err(|e| ModelError::Tensor {
-        path: Default::default(),
-        tensor: name.to_string(),
-        message: e.to_string(),
-    })?;
-    let mut out = vec![bf16::ZERO; rows * cols];
-    out.par_chunks_mut(cols.max(1))
-        .enumerate()
-        .try_for_each_init(
-            || vec![0.0f32; cols],
-            |row, (r, dst)| {
-                m.dequantize_row(r, row)?;
-                for (d, &v) in dst.iter_mut().zip(row.iter()) {
-                    *d = bf16::from_f32(v);
-                }
-                Ok::<(), pagoda_kernels::KernelError>(())
-            },
-        )
-        .map_err(|e| ModelError::Tensor {
-            path: Default::default(),
-            tensor: name.to_string(),
-            message: e.to_string(),
-        })?;
-    Ok(out)
 }
 
 impl Backend for Cuda {
@@ -318,7 +292,7 @@ impl Backend for Cuda {
         rows: usize,
         cols: usize,
     ) -> Result<CudaLinear, ModelError> {
-        let host = to_bf16(weights, name, rows, cols)?;
+        let weight = cuda_weights::upload(&self.gpu, weights, name, rows, cols)?;
         let bias = match bias {
             Some(b) if weights.contains(b) => Some(self.upload(&load_vector(weights, b, rows)?)?),
             _ => None,
@@ -327,7 +301,7 @@ impl Backend for Cuda {
             name: name.to_string(),
             rows,
             cols,
-            weight: Arc::new(self.upload(&host)?),
+            weight: Arc::new(weight),
             bias,
         })
     }
@@ -412,15 +386,16 @@ impl Backend for Cuda {
         k.to_bf16(x.get()?, staging, rows * cols)?;
         for (layer, out) in layers.iter().zip(outs) {
             let y = out.resize(&self.gpu, rows * layer.rows)?;
-            blas.gemm_bf16(
-                &*staging,
-                &*layer.weight,
+            cuda_weights::multiply(
+                &self.gpu,
+                &layer.weight,
+                x.get()?,
+                staging,
                 y,
                 rows,
                 layer.rows,
                 cols,
-                1.0,
-                0.0,
+                pass.scratch.quant_tile,
             )?;
             if let Some(b) = &layer.bias {
                 k.add_bias(y, b, rows, layer.rows)?;
@@ -579,14 +554,15 @@ impl Backend for Cuda {
         let ids = self.upload(tokens)?;
         let d = table.cols;
         let x = out.resize(&self.gpu, tokens.len() * d)?;
-        Ok(self.gpu.kernels().embed(
-            &*table.weight,
-            &ids,
-            x,
-            tokens.len(),
-            d,
-            scale.unwrap_or(1.0),
-        )?)
+        let scale = scale.unwrap_or(1.0);
+        match &*table.weight {
+            CudaWeight::Bf16(w) => self
+                .gpu
+                .kernels()
+                .embed(w, &ids, x, tokens.len(), d, scale)?,
+            CudaWeight::Quantized(q) => self.gpu.quant().embed(q, &ids, x, tokens.len(), scale)?,
+        }
+        Ok(())
     }
 
     fn logits(
@@ -618,9 +594,17 @@ impl Backend for Cuda {
         kernels.to_bf16(buffers.normed.get()?, staging, n_out * d)?;
         let vocab = head.rows;
         let logits = pass.scratch.logits.resize(&self.gpu, n_out * vocab)?;
-        self.gpu
-            .blas()
-            .gemm_bf16(&*staging, &*head.weight, logits, n_out, vocab, d, 1.0, 0.0)?;
+        cuda_weights::multiply(
+            &self.gpu,
+            &head.weight,
+            buffers.normed.get()?,
+            staging,
+            logits,
+            n_out,
+            vocab,
+            d,
+            pass.scratch.quant_tile,
+        )?;
         if let Some(cap) = softcap {
             kernels.softcap(logits, n_out * vocab, cap)?;
         }
@@ -644,15 +628,16 @@ impl Backend for Cuda {
 }
 
 /// Bytes of GPU memory one pass of up to `rows` rows, `logit_rows` of them with logits,
-/// needs beside the weights and the KV cache (activations, staging, the logits, and a
-/// margin for cuBLAS's and the attention kernels' workspaces).
+/// needs beside the weights and the KV cache (activations, staging, the logits, the tile of
+/// dequantized weights of the quantized GEMM, and a margin for cuBLAS's and the attention
+/// kernels' workspaces).
 pub fn workspace_bytes(cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64 {
     let q_dim = cfg.n_heads * cfg.head_dim;
     let kv_dim = cfg.n_kv_heads * cfg.head_dim;
     let widest = cfg.hidden_size.max(cfg.ffn_dim).max(q_dim);
     let per_row = 4 * (6 * cfg.hidden_size + 2 * q_dim + 2 * kv_dim + 2 * cfg.ffn_dim) + 2 * widest;
     let logits = logit_rows * cfg.vocab_size * 4 + logit_rows * cfg.hidden_size * 8;
-    (rows * per_row + logits) as u64 + (256u64 << 20)
+    (rows * per_row + logits) as u64 + cuda_weights::tile_bytes(widest) + (256u64 << 20)
 }
 
 /// `len` zeroed bf16 values on `gpu`.

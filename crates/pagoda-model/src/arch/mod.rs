@@ -28,6 +28,7 @@ pub mod backend;
 pub mod blocks;
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod cuda_weights;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;

@@ -1,10 +1,13 @@
 //! The CUDA forward pass against the CPU's on the same files: every tiny architecture
 //! (Llama, Qwen2 with biases, Gemma 3 with QK-norm, sliding window and GeGLU) and LoRA
-//! adapters served unmerged (against PEFT's own logits). These run where a GPU is usable;
+//! adapters served unmerged (against PEFT's own logits); the tiny Llama with its matrices
+//! quantized (kept quantized in GPU memory), with and without LoRA. These run where a GPU is usable;
 //! elsewhere each prints `skipped: no GPU (...)`. Asking for a GPU that is not there is an
 //! error naming it, on every machine.
 
 use pagoda_model::arch::{Logits, LoraWeights, Model};
+use pagoda_kernels::GgmlType;
+use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::{open_model, Device, KvDtype};
 use std::path::PathBuf;
 
@@ -123,6 +126,67 @@ fn lora_adapters_on_cuda_match_the_cpu() {
             "{name}: the adapter changes the GPU's logits"
         );
         assert_agree(name, &adapted, &logits(&cpu, &tokens, Some(&on_cpu)), vocab);
+    }
+}
+
+/// `source`'s weights with every matrix whose rows are whole `ty` blocks quantized to `ty`
+/// by the CPU's reference quantizer (the others, and vectors, kept).
+fn quantized_weights(weights: &Weights, ty: GgmlType) -> Weights {
+    let mut out = Weights::new();
+    for t in weights.iter() {
+        let cols = *t.shape.last().expect("a shape");
+        let view = match ty.row_bytes(cols) {
+            Ok(row_bytes) if t.shape.len() == 2 => {
+                let x = t.to_f32().expect("f32");
+                let mut bytes = vec![0u8; t.shape[0] * row_bytes];
+                for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
+                    pagoda_kernels::quantize_row(ty, src, dst).expect("quantize");
+                }
+                TensorView::owned(t.name.clone(), ty, t.shape.clone(), bytes).expect("view")
+            }
+            _ => t.clone(),
+        };
+        out.insert(view).expect("insert");
+    }
+    out
+}
+
+#[test]
+fn cuda_logits_on_quantized_weights_match_the_cpu_with_and_without_lora() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let dense = open_model(&golden("tiny-llama")).expect("open").weights;
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Int8,
+        GgmlType::Int4G64,
+        GgmlType::Nf4,
+    ] {
+        let mut q = open_model(&golden("tiny-llama")).expect("open");
+        q.weights = quantized_weights(&dense, ty);
+        let cpu = Model::from_source(&q).expect("cpu model");
+        let cuda = Model::from_source_on(&q, gpu).expect("cuda model");
+        let vocab = cpu.config().vocab_size;
+        // 3 tokens: every linear through the GEMV; 40: the tiled GEMM.
+        for n in [3u32, 40] {
+            let tokens: Vec<u32> = (0..n).map(|i| (i * 11 + 2) % vocab as u32).collect();
+            assert_agree(
+                &format!("{ty}, {n} tokens"),
+                &logits(&cuda, &tokens, None),
+                &logits(&cpu, &tokens, None),
+                vocab,
+            );
+            let dir = golden("tiny-llama-lora").join("alpha");
+            let on_cpu = LoraWeights::open("alpha", &dir, &cpu).expect("adapter");
+            let on_gpu = LoraWeights::open("alpha", &dir, &cuda).expect("adapter");
+            assert_agree(
+                &format!("{ty} + LoRA, {n} tokens"),
+                &logits(&cuda, &tokens, Some(&on_gpu)),
+                &logits(&cpu, &tokens, Some(&on_cpu)),
+                vocab,
+            );
+        }
     }
 }
 

@@ -1,0 +1,323 @@
+//! The quantized-weight kernels (`QuantizedMatrix`, `QuantKernels`) against pagoda-kernels'
+//! CPU reference: for every format, random weights quantized by the CPU's quantizer, the GPU
+//! product equals the CPU's dequantize-then-multiply within named tolerances, for 1 and 3
+//! activation rows (the GEMV) and 64 (the tiled GEMM, with tiles that do not divide the
+//! rows), on shapes whose rows and groups are not multiples of the kernels' tiles.
+//!
+//! Without a usable GPU each GPU test prints `skipped: no GPU (<reason>)` to stderr and
+//! passes. The layout test (sizes against pagoda-kernels) and the NVRTC compile of every
+//! new kernel for sm_80 and sm_90 run everywhere (the compile needs NVRTC only:
+//! scripts/test.sh installs it).
+
+use cudarc::driver::{CudaSlice, DeviceRepr};
+use half::bf16;
+use pagoda_cuda::kernels::{KernelCache, QUANT};
+use pagoda_cuda::{
+    list_gpus, CudaError, GpuContext, Libraries, QuantFormat, QuantizedMatrix, GEMV_MAX_ROWS,
+};
+use pagoda_kernels::GgmlType;
+
+/// Largest |gpu - cpu| of the GEMV relative to `Σ_c |W[i, c] x[r, c]|`: both multiply the
+/// same f32 weights by the same f32 activations; only the order of the f32 sums differs
+/// (the reference sums in f64), about `sqrt(k) · 2^-24` of that scale for k ≤ 16640.
+const GEMV_TOLERANCE: f64 = 5e-5;
+/// The same for the GEMM path: weights and activations are rounded to bf16 (2^-9 relative
+/// each, so at most about 2 · 2^-9 per product) and summed in f32 by cuBLAS.
+const GEMM_TOLERANCE: f64 = 5e-3;
+/// Largest |gpu - cpu| / |cpu| of a dequantized bf16 value: one bf16 step (the GPU may fuse
+/// `d * q + m` into one rounding where the CPU rounds twice, which can move a value across
+/// a bf16 rounding boundary).
+const DEQUANT_TOLERANCE: f32 = 1.0 / 128.0;
+/// Largest |gpu - cpu| / max(1, |cpu|) of an embedding value (same f32 arithmetic; only a
+/// fused multiply-add may differ in the last bit).
+const EMBED_TOLERANCE: f32 = 1e-6;
+
+/// Every GPU format with the CPU type whose quantizer makes its bytes (INT4 g32 is Q4_0 /
+/// Q4_1 blocks) and a row length: whole blocks, but not a multiple of the 256 elements one
+/// GEMV warp covers per step, and NF4_DQ long enough for two second-level scales.
+const CASES: &[(QuantFormat, GgmlType, usize)] = &[
+    (QuantFormat::Q8_0, GgmlType::Q8_0, 416),
+    (QuantFormat::Q4_0, GgmlType::Q4_0, 416),
+    (QuantFormat::Q4_0, GgmlType::Int4G32Sym, 416),
+    (QuantFormat::Q4_1, GgmlType::Q4_1, 416),
+    (QuantFormat::Q4_1, GgmlType::Int4G32, 416),
+    (QuantFormat::Q4K, GgmlType::Q4_K, 768),
+    (QuantFormat::Q5K, GgmlType::Q5_K, 768),
+    (QuantFormat::Q6K, GgmlType::Q6_K, 768),
+    (QuantFormat::Int8, GgmlType::Int8, 416),
+    (QuantFormat::Int4G64, GgmlType::Int4G64, 448),
+    (QuantFormat::Int4G64Sym, GgmlType::Int4G64Sym, 448),
+    (QuantFormat::Int4G128, GgmlType::Int4G128, 384),
+    (QuantFormat::Int4G128Sym, GgmlType::Int4G128Sym, 384),
+    (QuantFormat::Nf4, GgmlType::Nf4, 448),
+    (QuantFormat::Nf4Dq, GgmlType::Nf4Dq, 448),
+    (QuantFormat::Nf4Dq, GgmlType::Nf4Dq, 257 * 64),
+];
+
+/// Weight rows: not a multiple of the GEMV's 4 rows per block nor of [`TILE_ROWS`].
+const ROWS: usize = 77;
+/// Rows per GEMM tile in these tests (77 = 2 x 30 + 17).
+const TILE_ROWS: usize = 30;
+
+/// The GPU to test on, or `None` after printing why there is none.
+fn gpu() -> Option<GpuContext> {
+    if let Err(e) = list_gpus() {
+        eprintln!("skipped: no GPU ({e})");
+        return None;
+    }
+    let cache = KernelCache::new(KernelCache::default_dir());
+    Some(GpuContext::new(0, &cache).expect("a GPU context on cuda:0"))
+}
+
+/// Deterministic values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// A random `[rows, cols]` matrix quantized to `ty` by the CPU, and its CPU dequantization.
+/// Magnitudes vary by 32-element chunk and row, so block scales and minimums differ.
+fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut r = Rng(seed);
+    let row_bytes = ty.row_bytes(cols).expect("whole blocks");
+    let mut bytes = vec![0u8; rows * row_bytes];
+    let mut deq = vec![0.0f32; rows * cols];
+    for i in 0..rows {
+        let x: Vec<f32> = (0..cols)
+            .map(|c| {
+                let amp = 0.05 * (1 + (c / 32 + i) % 7) as f32;
+                let off = if (c / 64 + i) % 3 == 0 { 0.3 * amp } else { 0.0 };
+                r.next() * amp + off
+            })
+            .collect();
+        let dst = &mut bytes[i * row_bytes..(i + 1) * row_bytes];
+        pagoda_kernels::quantize_row(ty, &x, dst).expect("quantize");
+        pagoda_kernels::dequantize_row(ty, dst, &mut deq[i * cols..(i + 1) * cols])
+            .expect("dequantize");
+    }
+    (bytes, deq)
+}
+
+fn up<T: DeviceRepr>(g: &GpuContext, v: &[T]) -> CudaSlice<T> {
+    g.stream().clone_htod(v).expect("upload")
+}
+
+fn down<T: DeviceRepr + Default + Clone>(g: &GpuContext, s: &CudaSlice<T>) -> Vec<T> {
+    let v = g.stream().clone_dtoh(s).expect("download");
+    g.synchronize().expect("synchronize");
+    v
+}
+
+#[test]
+fn row_sizes_are_pagoda_kernels_sizes() {
+    for &(format, ty, cols) in CASES {
+        for n in [cols, 2 * cols, format.block_elems()] {
+            assert_eq!(
+                format.row_bytes(n),
+                Some(ty.row_bytes(n).expect("whole blocks")),
+                "{format} vs {ty} at {n} columns"
+            );
+        }
+        assert_eq!(format.row_bytes(0), None, "{format}");
+        assert_eq!(format.row_bytes(format.block_elems() + 8), None, "{format}");
+    }
+    for format in QuantFormat::ALL {
+        assert!(
+            CASES.iter().any(|c| c.0 == format),
+            "{format} has no test case"
+        );
+    }
+}
+
+#[test]
+fn every_quant_kernel_compiles_for_sm_80_and_sm_90() {
+    if !Libraries::find().nvrtc {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "NVRTC must be found under CI"
+        );
+        eprintln!("skipped: no NVRTC");
+        return;
+    }
+    assert_eq!(QUANT.entries.len(), 3 * QuantFormat::ALL.len());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = KernelCache::new(dir.path());
+    for arch in ["sm_80", "sm_90"] {
+        let compiled = match cache.ptx(QUANT.name, QUANT.source, arch) {
+            Ok(c) => c,
+            Err(e) => panic!("quant.cu for {arch}: {e}"),
+        };
+        let text = compiled.ptx.to_src();
+        assert!(text.contains(&format!(".target {arch}")));
+        for format in QuantFormat::ALL {
+            for kind in ["qgemv", "qdequant", "qembed"] {
+                let entry = format!("{kind}_{}", format.name());
+                assert!(
+                    QUANT.entries.contains(&entry.as_str()),
+                    "{entry} is not listed"
+                );
+                assert!(
+                    text.contains(&format!(".entry {entry}(")),
+                    "quant.cu for {arch} lacks {entry}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_matmul_matches_the_cpu_dequantize_then_multiply() {
+    let Some(g) = gpu() else { return };
+    let q = g.quant();
+    for (case, &(format, ty, cols)) in CASES.iter().enumerate() {
+        let rows = if cols > 4096 { 9 } else { ROWS };
+        let (bytes, deq) = quantized(ty, rows, cols, 11 + case as u64);
+        let w = QuantizedMatrix::upload(g.stream(), format, rows, cols, &bytes).expect("upload");
+        assert_eq!(w.bytes(), bytes.len(), "{format}: GPU bytes are the stored bytes");
+        let mut rng = Rng(100 + case as u64);
+        for m in [1, 3, 64] {
+            let x = rng.vec(m * cols);
+            let x16: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+            let (xd, x16d) = (up(&g, &x), up(&g, &x16));
+            let mut out = up(&g, &vec![f32::NAN; m * rows]);
+            let mut tile = up(&g, &vec![bf16::ZERO; TILE_ROWS * cols]);
+            q.matmul(g.blas(), &w, &xd, &x16d, &mut out, m, &mut tile)
+                .expect("matmul");
+            let got = down(&g, &out);
+            let tol = if m <= GEMV_MAX_ROWS {
+                GEMV_TOLERANCE
+            } else {
+                GEMM_TOLERANCE
+            };
+            for r in 0..m {
+                for i in 0..rows {
+                    let (mut want, mut scale) = (0.0f64, 0.0f64);
+                    for c in 0..cols {
+                        let p = deq[i * cols + c] as f64 * x[r * cols + c] as f64;
+                        want += p;
+                        scale += p.abs();
+                    }
+                    let err = (got[r * rows + i] as f64 - want).abs();
+                    assert!(
+                        err <= tol * scale.max(1e-6),
+                        "{format} ({ty}) [{rows}, {cols}], {m} rows: out[{r}, {i}] = {} vs {want} \
+                         (|diff| {err}, scale {scale}, tolerance {tol})",
+                        got[r * rows + i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dequantized_tiles_are_the_cpu_values_in_bf16() {
+    let Some(g) = gpu() else { return };
+    for (case, &(format, ty, cols)) in CASES.iter().enumerate() {
+        let rows = if cols > 4096 { 9 } else { ROWS };
+        let (bytes, deq) = quantized(ty, rows, cols, 31 + case as u64);
+        let w = QuantizedMatrix::upload(g.stream(), format, rows, cols, &bytes).expect("upload");
+        let (r0, nrows) = (2, rows - 5);
+        let mut out = up(&g, &vec![bf16::from_f32(f32::NAN); nrows * cols]);
+        g.quant()
+            .dequantize(&w, r0, nrows, &mut out)
+            .expect("dequantize");
+        let got = down(&g, &out);
+        for (j, (gv, cv)) in got.iter().zip(&deq[r0 * cols..]).enumerate() {
+            let want = bf16::from_f32(*cv).to_f32();
+            let err = (gv.to_f32() - want).abs();
+            assert!(
+                err <= DEQUANT_TOLERANCE * want.abs(),
+                "{format} ({ty}): value {j} of rows {r0}..: {gv} vs {want} (cpu f32 {cv})"
+            );
+        }
+    }
+}
+
+#[test]
+fn quantized_embedding_looks_up_dequantized_rows() {
+    let Some(g) = gpu() else { return };
+    for (case, &(format, ty, cols)) in CASES.iter().enumerate() {
+        let vocab = 23;
+        let (bytes, deq) = quantized(ty, vocab, cols, 51 + case as u64);
+        let w = QuantizedMatrix::upload(g.stream(), format, vocab, cols, &bytes).expect("upload");
+        let tokens: Vec<u32> = vec![3, 0, 22, 3, 99, 17];
+        let mut out = up(&g, &vec![0.0f32; tokens.len() * cols]);
+        g.quant()
+            .embed(&w, &up(&g, &tokens), &mut out, tokens.len(), 0.5)
+            .expect("embed");
+        let got = down(&g, &out);
+        for (r, &t) in tokens.iter().enumerate() {
+            let row = &got[r * cols..(r + 1) * cols];
+            if t as usize >= vocab {
+                assert!(row.iter().all(|v| v.is_nan()), "{format}: token {t} is not NaN");
+                continue;
+            }
+            for (c, &v) in row.iter().enumerate() {
+                let want = deq[t as usize * cols + c] * 0.5;
+                assert!(
+                    (v - want).abs() <= EMBED_TOLERANCE * want.abs().max(1.0),
+                    "{format} ({ty}): token {t} value {c}: {v} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_before_anything_is_launched() {
+    let Some(g) = gpu() else { return };
+    let q = g.quant();
+    let (rows, cols) = (5, 64);
+    let (bytes, _) = quantized(GgmlType::Q8_0, rows, cols, 7);
+    let shape = |r: Result<(), CudaError>, what: &str| match r {
+        Err(CudaError::Shape { .. }) => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    shape(
+        QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, cols, &bytes[1..]).map(|_| ()),
+        "short bytes",
+    );
+    shape(
+        QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, 48, &bytes).map(|_| ()),
+        "partial block",
+    );
+    let w = QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, cols, &bytes)
+        .expect("upload");
+    let x = up(&g, &vec![0.0f32; 16 * cols]);
+    let x16 = up(&g, &vec![bf16::ZERO; 16 * cols]);
+    let mut out = up(&g, &vec![0.0f32; 16 * rows]);
+    let mut tile = up(&g, &vec![bf16::ZERO; cols]);
+    shape(q.gemv(&w, &x, &mut out, GEMV_MAX_ROWS + 1), "too many GEMV rows");
+    shape(
+        q.gemv(&w, &x.slice(0..cols), &mut out, 2),
+        "x shorter than two rows",
+    );
+    shape(
+        q.gemv(&w, &x.slice(1..), &mut out, 1),
+        "x not 16-byte aligned",
+    );
+    shape(
+        q.gemv(&w, &x, &mut out.slice_mut(0..rows - 1), 1),
+        "out too short",
+    );
+    shape(q.dequantize(&w, 3, 3, &mut tile), "rows past the end");
+    let mut small = up(&g, &vec![bf16::ZERO; cols - 1]);
+    shape(
+        q.matmul(g.blas(), &w, &x, &x16, &mut out, 16, &mut small),
+        "a tile smaller than a row",
+    );
+    q.matmul(g.blas(), &w, &x, &x16, &mut out, 16, &mut tile)
+        .expect("a one-row tile is enough");
+    g.synchronize().expect("synchronize");
+}
