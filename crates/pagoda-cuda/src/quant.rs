@@ -25,9 +25,7 @@ use crate::blas::Blas;
 use crate::error::CudaError;
 use crate::kernels::{KernelCache, QUANT};
 use crate::ops::{launch, Check};
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 use std::sync::Arc;
 
@@ -127,15 +125,13 @@ impl QuantFormat {
     /// [`QuantFormat::block_elems`] (or the size overflows).
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         let be = self.block_elems();
-        if cols == 0 || cols % be != 0 {
+        if cols == 0 || !cols.is_multiple_of(be) {
             return None;
         }
         let nb = cols / be;
         match self {
             QuantFormat::Int8 => cols.checked_add(4),
-            QuantFormat::Nf4Dq => nb
-                .checked_mul(33)?
-                .checked_add(4 + 4 * nb.div_ceil(256)),
+            QuantFormat::Nf4Dq => nb.checked_mul(33)?.checked_add(4 + 4 * nb.div_ceil(256)),
             _ => nb.checked_mul(match self {
                 QuantFormat::Q8_0 => 34,
                 QuantFormat::Q4_0 => 18,
@@ -260,7 +256,7 @@ pub struct QuantKernels {
 
 /// Whether device address `p` is a multiple of `align` bytes.
 fn aligned(c: &Check<'_>, name: &str, p: u64, align: u64) -> Result<(), CudaError> {
-    if p % align != 0 {
+    if !p.is_multiple_of(align) {
         return Err(c.shape(format!(
             "{name} is at device address {p:#x}, not {align}-byte aligned"
         )));
@@ -349,7 +345,19 @@ impl QuantKernels {
             shared_mem_bytes: 0,
         };
         let f = &self.of(w.format)?.gemv;
-        launch!(self.stream, c.kernel, f, cfg, &wp, &rb, &xp, &op, &n_i, &k_i, &m_i)
+        launch!(
+            self.stream,
+            c.kernel,
+            f,
+            cfg,
+            &wp,
+            &rb,
+            &xp,
+            &op,
+            &n_i,
+            &k_i,
+            &m_i
+        )
     }
 
     /// Rows `r0 .. r0 + nrows` of `w` as bf16 (round to nearest even) into `out`
@@ -399,7 +407,18 @@ impl QuantKernels {
                 shared_mem_bytes: 0,
             };
             let f = &self.of(w.format)?.dequant;
-            launch!(self.stream, c.kernel, f, cfg, &wp, &rb, &op, &r0_i, &nrows_i, &k_i)?;
+            launch!(
+                self.stream,
+                c.kernel,
+                f,
+                cfg,
+                &wp,
+                &rb,
+                &op,
+                &r0_i,
+                &nrows_i,
+                &k_i
+            )?;
         }
         Ok((op, guard))
     }
@@ -419,7 +438,11 @@ impl QuantKernels {
             return Ok(());
         }
         let k = w.cols;
-        let (rows_i, k_i, vocab_i) = (c.int("rows", rows)?, c.int("cols", k)?, c.int("vocab", w.rows)?);
+        let (rows_i, k_i, vocab_i) = (
+            c.int("rows", rows)?,
+            c.int("cols", k)?,
+            c.int("vocab", w.rows)?,
+        );
         let rb = w.row_bytes as i64;
         let (wp, _w) = c.input("w", &w.data, w.data.len())?;
         let (tp, _t) = c.input("tokens", tokens, rows)?;
@@ -430,7 +453,20 @@ impl QuantKernels {
             shared_mem_bytes: 0,
         };
         let f = &self.of(w.format)?.embed;
-        launch!(self.stream, c.kernel, f, cfg, &wp, &rb, &tp, &op, &rows_i, &k_i, &vocab_i, &scale)
+        launch!(
+            self.stream,
+            c.kernel,
+            f,
+            cfg,
+            &wp,
+            &rb,
+            &tp,
+            &op,
+            &rows_i,
+            &k_i,
+            &vocab_i,
+            &scale
+        )
     }
 
     /// `out = x · Wᵀ` (`x`: `[m, cols]`, `out`: `[m, rows]` f32): the GEMV for `m` ≤

@@ -96,7 +96,11 @@ fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec
         let x: Vec<f32> = (0..cols)
             .map(|c| {
                 let amp = 0.05 * (1 + (c / 32 + i) % 7) as f32;
-                let off = if (c / 64 + i) % 3 == 0 { 0.3 * amp } else { 0.0 };
+                let off = if (c / 64 + i) % 3 == 0 {
+                    0.3 * amp
+                } else {
+                    0.0
+                };
                 r.next() * amp + off
             })
             .collect();
@@ -183,7 +187,11 @@ fn quantized_matmul_matches_the_cpu_dequantize_then_multiply() {
         let rows = if cols > 4096 { 9 } else { ROWS };
         let (bytes, deq) = quantized(ty, rows, cols, 11 + case as u64);
         let w = QuantizedMatrix::upload(g.stream(), format, rows, cols, &bytes).expect("upload");
-        assert_eq!(w.bytes(), bytes.len(), "{format}: GPU bytes are the stored bytes");
+        assert_eq!(
+            w.bytes(),
+            bytes.len(),
+            "{format}: GPU bytes are the stored bytes"
+        );
         let mut rng = Rng(100 + case as u64);
         for m in [1, 3, 64] {
             let x = rng.vec(m * cols);
@@ -260,7 +268,10 @@ fn quantized_embedding_looks_up_dequantized_rows() {
         for (r, &t) in tokens.iter().enumerate() {
             let row = &got[r * cols..(r + 1) * cols];
             if t as usize >= vocab {
-                assert!(row.iter().all(|v| v.is_nan()), "{format}: token {t} is not NaN");
+                assert!(
+                    row.iter().all(|v| v.is_nan()),
+                    "{format}: token {t} is not NaN"
+                );
                 continue;
             }
             for (c, &v) in row.iter().enumerate() {
@@ -292,13 +303,16 @@ fn bad_sizes_are_refused_before_anything_is_launched() {
         QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, 48, &bytes).map(|_| ()),
         "partial block",
     );
-    let w = QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, cols, &bytes)
-        .expect("upload");
+    let w =
+        QuantizedMatrix::upload(g.stream(), QuantFormat::Q8_0, rows, cols, &bytes).expect("upload");
     let x = up(&g, &vec![0.0f32; 16 * cols]);
     let x16 = up(&g, &vec![bf16::ZERO; 16 * cols]);
     let mut out = up(&g, &vec![0.0f32; 16 * rows]);
     let mut tile = up(&g, &vec![bf16::ZERO; cols]);
-    shape(q.gemv(&w, &x, &mut out, GEMV_MAX_ROWS + 1), "too many GEMV rows");
+    shape(
+        q.gemv(&w, &x, &mut out, GEMV_MAX_ROWS + 1),
+        "too many GEMV rows",
+    );
     shape(
         q.gemv(&w, &x.slice(0..cols), &mut out, 2),
         "x shorter than two rows",

@@ -38,16 +38,6 @@ pub enum CudaWeight {
     Quantized(QuantizedMatrix),
 }
 
-impl CudaWeight {
-    /// Bytes of GPU memory it takes.
-    pub fn bytes(&self) -> usize {
-        match self {
-            CudaWeight::Bf16(w) => w.len() * 2,
-            CudaWeight::Quantized(q) => q.bytes(),
-        }
-    }
-}
-
 /// The GPU format of weights stored as `ty`, if pagoda-cuda multiplies it in place.
 pub fn gpu_format(ty: GgmlType) -> Option<QuantFormat> {
     Some(match ty {
@@ -179,14 +169,12 @@ impl QuantTile {
         let want = (n * k).min(QUANT_TILE_ELEMS.max(k));
         let cap = self.buf.as_ref().map_or(0, |b| b.len());
         if cap < want || self.buf.is_none() {
-            self.buf = Some(
-                gpu.stream()
-                    .alloc_zeros::<bf16>(want.max(1))
-                    .map_err(|e| pagoda_cuda::CudaError::Driver {
-                        call: "cuMemAlloc",
-                        message: e.to_string(),
-                    })?,
-            );
+            self.buf = Some(gpu.stream().alloc_zeros::<bf16>(want.max(1)).map_err(|e| {
+                pagoda_cuda::CudaError::Driver {
+                    call: "cuMemAlloc",
+                    message: e.to_string(),
+                }
+            })?);
         }
         self.buf
             .as_mut()
@@ -253,8 +241,11 @@ mod tests {
         let q = vec![0u8; rows * GgmlType::Q4_K.row_bytes(cols).expect("row")];
         let f = vec![0u8; rows * cols * 4];
         let mut w = Weights::new();
-        w.insert(TensorView::owned("a.weight", GgmlType::Q4_K, vec![rows, cols], q.clone()).expect("view"))
-            .expect("insert");
+        w.insert(
+            TensorView::owned("a.weight", GgmlType::Q4_K, vec![rows, cols], q.clone())
+                .expect("view"),
+        )
+        .expect("insert");
         w.insert(TensorView::owned("b.weight", GgmlType::F32, vec![rows, cols], f).expect("view"))
             .expect("insert");
         w.insert(

@@ -5,8 +5,8 @@
 //! elsewhere each prints `skipped: no GPU (...)`. Asking for a GPU that is not there is an
 //! error naming it, on every machine.
 
-use pagoda_model::arch::{Logits, LoraWeights, Model};
 use pagoda_kernels::GgmlType;
+use pagoda_model::arch::{Logits, LoraWeights, Model};
 use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::{open_model, Device, KvDtype};
 use std::path::PathBuf;
