@@ -153,20 +153,31 @@ fn quantized_weights(weights: &Weights, ty: GgmlType) -> Weights {
 
 #[test]
 fn cuda_logits_on_quantized_weights_match_the_cpu_with_and_without_lora() {
-    let Some(gpu) = gpu_or_skip() else { return };
     let dense = open_model(&golden("tiny-llama")).expect("open").weights;
-    for ty in [
+    // The quantized sources and their CPU models first: that half runs on every machine.
+    let cases: Vec<_> = [
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Int8,
         GgmlType::Int4G64,
         GgmlType::Nf4,
-    ] {
+    ]
+    .into_iter()
+    .map(|ty| {
         let mut q = open_model(&golden("tiny-llama")).expect("open");
         q.weights = quantized_weights(&dense, ty);
+        assert!(
+            q.weights.iter().any(|t| t.ty == ty),
+            "{ty}: no matrix was quantized"
+        );
         let cpu = Model::from_source(&q).expect("cpu model");
-        let cuda = Model::from_source_on(&q, gpu).expect("cuda model");
+        (ty, q, cpu)
+    })
+    .collect();
+    let Some(gpu) = gpu_or_skip() else { return };
+    for (ty, q, cpu) in &cases {
+        let cuda = Model::from_source_on(q, gpu).expect("cuda model");
         let vocab = cpu.config().vocab_size;
         // 3 tokens: every linear through the GEMV; 40: the tiled GEMM.
         for n in [3u32, 40] {
@@ -174,16 +185,16 @@ fn cuda_logits_on_quantized_weights_match_the_cpu_with_and_without_lora() {
             assert_agree(
                 &format!("{ty}, {n} tokens"),
                 &logits(&cuda, &tokens, None),
-                &logits(&cpu, &tokens, None),
+                &logits(cpu, &tokens, None),
                 vocab,
             );
             let dir = golden("tiny-llama-lora").join("alpha");
-            let on_cpu = LoraWeights::open("alpha", &dir, &cpu).expect("adapter");
+            let on_cpu = LoraWeights::open("alpha", &dir, cpu).expect("adapter");
             let on_gpu = LoraWeights::open("alpha", &dir, &cuda).expect("adapter");
             assert_agree(
                 &format!("{ty} + LoRA, {n} tokens"),
                 &logits(&cuda, &tokens, Some(&on_gpu)),
-                &logits(&cpu, &tokens, Some(&on_cpu)),
+                &logits(cpu, &tokens, Some(&on_cpu)),
                 vocab,
             );
         }
