@@ -40,4 +40,6 @@ pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;
 pub use ops::{GatedActivation, Kernels, RopeStyle};
-pub use quant::{QuantFormat, QuantKernels, QuantizedMatrix, GEMV_MAX_ROWS};
+pub use quant::{
+    QuantFormat, QuantKernels, QuantWorkspace, QuantizedMatrix, DEFAULT_TILE_ELEMS, GEMV_MAX_ROWS,
+};

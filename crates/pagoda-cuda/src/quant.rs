@@ -1,7 +1,8 @@
 //! Quantized weights in GPU memory: [`QuantizedMatrix`] (a weight matrix's rows exactly as the
 //! CPU stores them, uploaded once) and [`QuantKernels`], its typed launches: the decode GEMV
-//! (dequantize in registers), the prefill GEMM (dequantize tiles to bf16, then cuBLAS) and
-//! the embedding lookup. The kernels are `kernels/quant.cu`.
+//! (dequantize in registers; int8 `dp4a` for the 8-bit formats), the prefill GEMM
+//! (dequantize tiles to bf16, then cuBLAS) and the embedding lookup, with their scratch
+//! ([`QuantWorkspace`]). The kernels are `kernels/quant.cu`.
 //!
 //! Formats ([`QuantFormat`]): GGUF's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Pagoda's INT8
 //! (per-row f32 scale), INT4 in groups of 64 / 128 (symmetric or not; groups of 32 are Q4_0 /
@@ -14,9 +15,12 @@
 //!   tensor ([`QuantizedMatrix::bytes`]). The kernels read every format in place (each
 //!   block's fields sit at even offsets except NF4_DQ's, which is read by bytes).
 //! - [`QuantKernels::matmul`] takes the GEMV for at most [`GEMV_MAX_ROWS`] activation rows
-//!   (f32 activations, f32 products and sums: the CPU's dequantize-then-multiply up to the
-//!   order of the sums) and the tiled bf16 GEMM above (weights and activations rounded to
-//!   bf16 as the dense path's, f32 accumulation).
+//!   and the tiled bf16 GEMM above (weights and activations rounded to bf16 as the dense
+//!   path's, f32 accumulation, tiles in the caller's [`QuantWorkspace`]). The GEMV is
+//!   [`QuantKernels::gemv`] (f32 activations, f32 products and sums: the CPU's
+//!   dequantize-then-multiply up to the order of the sums) except for the 8-bit formats,
+//!   which take [`QuantKernels::gemv_int8`]: activations quantized to int8 per 32 values
+//!   (as the CPU's Q8_0 partner, with an f32 scale), `dp4a` integer dot products.
 //! - As in `ops.rs`: every size, buffer length, alignment and the buffers' context are
 //!   checked before a launch ([`CudaError::Shape`] naming the kernel); every launch is on
 //!   the context's one stream.
@@ -252,6 +256,82 @@ pub struct QuantKernels {
     stream: Arc<CudaStream>,
     /// In [`QuantFormat::ALL`] order.
     formats: Vec<FormatKernels>,
+    quantize_q8_act: CudaFunction,
+    gemv8_q8_0: CudaFunction,
+    gemv8_int8: CudaFunction,
+}
+
+/// Bf16 values of the GEMM's weight tile by default (32 MiB): large enough that each tile's
+/// GEMM keeps the GPU busy, small beside the weights.
+pub const DEFAULT_TILE_ELEMS: usize = 16 << 20;
+
+/// Scratch of the quantized products, grown when a call needs more (never shrunk): the
+/// GEMM's tile of dequantized weights (at most `tile_limit` values, or one row when a row
+/// is longer) and the int8 activations of the 8-bit GEMV with their scales.
+#[derive(Debug)]
+pub struct QuantWorkspace {
+    tile_limit: usize,
+    tile: Option<CudaSlice<bf16>>,
+    xq: Option<CudaSlice<i8>>,
+    xs: Option<CudaSlice<f32>>,
+}
+
+impl Default for QuantWorkspace {
+    fn default() -> Self {
+        Self::with_tile_limit(DEFAULT_TILE_ELEMS)
+    }
+}
+
+impl QuantWorkspace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A workspace whose GEMM tiles hold at most `elems` bf16 values (whole rows; one row
+    /// when a row is longer).
+    pub fn with_tile_limit(elems: usize) -> Self {
+        QuantWorkspace {
+            tile_limit: elems,
+            tile: None,
+            xq: None,
+            xs: None,
+        }
+    }
+
+    /// Bytes of the tile of a `[rows, cols]` matrix: what [`QuantKernels::matmul`] allocates.
+    pub fn tile_bytes(&self, rows: usize, cols: usize) -> usize {
+        rows.saturating_mul(cols).min(self.tile_limit.max(cols)) * 2
+    }
+
+    /// Device memory it holds, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.tile.as_ref().map_or(0, |t| t.len() * 2)
+            + self.xq.as_ref().map_or(0, |t| t.len())
+            + self.xs.as_ref().map_or(0, |t| t.len() * 4)
+    }
+}
+
+/// `buf` holding at least `n` values (reallocated on `stream` when shorter).
+fn grow<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    buf: &'a mut Option<CudaSlice<T>>,
+    stream: &Arc<CudaStream>,
+    n: usize,
+) -> Result<&'a mut CudaSlice<T>, CudaError> {
+    if buf.as_ref().is_none_or(|b| b.len() < n) {
+        *buf = None; // free first: the old buffer is not needed
+        *buf = Some(
+            stream
+                .alloc_zeros::<T>(n.max(1))
+                .map_err(|e| CudaError::Driver {
+                    call: "cuMemAllocAsync (quantized workspace)",
+                    message: format!("{e} ({n} values)"),
+                })?,
+        );
+    }
+    buf.as_mut().ok_or_else(|| CudaError::Driver {
+        call: "cuMemAllocAsync (quantized workspace)",
+        message: "buffer missing after allocation".to_string(),
+    })
 }
 
 /// Whether device address `p` is a multiple of `align` bytes.
@@ -272,15 +352,17 @@ impl QuantKernels {
         arch: &'static str,
     ) -> Result<Self, CudaError> {
         let functions = crate::ops::load_module(stream, cache, arch, &QUANT)?;
-        // QUANT's entries: per format in QuantFormat::ALL order, gemv, dequant, embed.
-        if functions.len() != 3 * QuantFormat::ALL.len() {
+        // QUANT's entries: per format in QuantFormat::ALL order, gemv, dequant, embed; then
+        // quantize_q8_act, qgemv8_q8_0, qgemv8_int8.
+        let per_format = 3 * QuantFormat::ALL.len();
+        let [q8_act, gemv8_q8_0, gemv8_int8] = functions.get(per_format..).unwrap_or(&[]) else {
             return Err(CudaError::Driver {
                 call: "cuModuleGetFunction",
                 message: "the quant module has another number of entry points than listed"
                     .to_string(),
             });
-        }
-        let formats = functions
+        };
+        let formats = functions[..per_format]
             .chunks_exact(3)
             .map(|f| FormatKernels {
                 gemv: f[0].clone(),
@@ -291,6 +373,9 @@ impl QuantKernels {
         Ok(QuantKernels {
             stream: stream.clone(),
             formats,
+            quantize_q8_act: q8_act.clone(),
+            gemv8_q8_0: gemv8_q8_0.clone(),
+            gemv8_int8: gemv8_int8.clone(),
         })
     }
 
@@ -353,6 +438,93 @@ impl QuantKernels {
             &wp,
             &rb,
             &xp,
+            &op,
+            &n_i,
+            &k_i,
+            &m_i
+        )
+    }
+
+    /// [`QuantKernels::gemv`] for the 8-bit formats (Q8_0, INT8) on int8 dot products: `x`
+    /// is first quantized into `ws` (per 32 values, `s = amax / 127`, `q = round(x / s)`,
+    /// as the CPU's Q8_0 activations but with an f32 scale), then two `dp4a` per 8 weights.
+    /// The activations' rounding is the only difference from [`QuantKernels::gemv`].
+    pub fn gemv_int8(
+        &self,
+        w: &QuantizedMatrix,
+        x: &impl DevicePtr<f32>,
+        out: &mut impl DevicePtrMut<f32>,
+        m: usize,
+        ws: &mut QuantWorkspace,
+    ) -> Result<(), CudaError> {
+        let (kernel, f) = match w.format {
+            QuantFormat::Q8_0 => ("qgemv8_q8_0", &self.gemv8_q8_0),
+            QuantFormat::Int8 => ("qgemv8_int8", &self.gemv8_int8),
+            other => {
+                return Err(CudaError::Shape {
+                    kernel: "qgemv8",
+                    message: format!("{other} weights: the int8 GEMV takes Q8_0 and INT8 only"),
+                })
+            }
+        };
+        let c = self.check(kernel);
+        if m == 0 {
+            return Ok(());
+        }
+        if m > GEMV_MAX_ROWS {
+            return Err(c.shape(format!(
+                "{m} activation rows: the GEMV takes at most {GEMV_MAX_ROWS}"
+            )));
+        }
+        let (n, k) = (w.rows, w.cols);
+        let (n_i, k_i, m_i) = (c.int("rows", n)?, c.int("cols", k)?, c.int("m", m)?);
+        let len = c.mul("x", m, k)?;
+        let nblocks = len / 32;
+        let xq = grow(&mut ws.xq, &self.stream, len)?;
+        let (qp, _q) = c.output("xq", xq, len)?;
+        let xs = grow(&mut ws.xs, &self.stream, nblocks)?;
+        let (sp, _s) = c.output("xs", xs, nblocks)?;
+        aligned(&c, "xq", qp, 8)?;
+        let (xp, _x) = c.input("x", x, len)?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (nblocks * 32)
+                    .div_ceil(THREADS as usize)
+                    .clamp(1, MAX_BLOCKS) as u32,
+                1,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let nblocks_l = nblocks as i64;
+        launch!(
+            self.stream,
+            "quantize_q8_act",
+            &self.quantize_q8_act,
+            cfg,
+            &xp,
+            &qp,
+            &sp,
+            &nblocks_l
+        )?;
+        let rb = w.row_bytes as i64;
+        let (wp, _w) = c.input("w", &w.data, w.data.len())?;
+        let (op, _o) = c.output("out", out, c.mul("out", m, n)?)?;
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(GEMV_WARPS) as u32, 1, 1),
+            block_dim: (GEMV_WARPS as u32 * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            self.stream,
+            c.kernel,
+            f,
+            cfg,
+            &wp,
+            &rb,
+            &qp,
+            &sp,
             &op,
             &n_i,
             &k_i,
@@ -469,11 +641,11 @@ impl QuantKernels {
         )
     }
 
-    /// `out = x · Wᵀ` (`x`: `[m, cols]`, `out`: `[m, rows]` f32): the GEMV for `m` ≤
-    /// [`GEMV_MAX_ROWS`] (reads `x`), else `W` dequantized to bf16 a tile of rows at a time
-    /// into `tile` and multiplied by cuBLAS (reads `x16`, which must hold `x` rounded to
-    /// bf16: the caller's staging, shared by the linears of one input). A tile is as many
-    /// whole rows as `tile` holds (at least one: [`CudaError::Shape`] otherwise).
+    /// `out = x · Wᵀ` (`x`: `[m, cols]`, `out`: `[m, rows]` f32). For `m` ≤
+    /// [`GEMV_MAX_ROWS`] the GEMV on `x`: [`QuantKernels::gemv_int8`] for Q8_0 and INT8,
+    /// [`QuantKernels::gemv`] for the others. Above, `W` dequantized to bf16 a tile of rows
+    /// at a time into `ws` and multiplied by cuBLAS, reading `x16`, which must hold `x`
+    /// rounded to bf16 (the caller's staging, shared by the linears of one input).
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
@@ -483,13 +655,18 @@ impl QuantKernels {
         x16: &impl DevicePtr<bf16>,
         out: &mut impl DevicePtrMut<f32>,
         m: usize,
-        tile: &mut CudaSlice<bf16>,
+        ws: &mut QuantWorkspace,
     ) -> Result<(), CudaError> {
         if m <= GEMV_MAX_ROWS {
-            return self.gemv(w, x, out, m);
+            return match w.format {
+                QuantFormat::Q8_0 | QuantFormat::Int8 => self.gemv_int8(w, x, out, m, ws),
+                _ => self.gemv(w, x, out, m),
+            };
         }
         let c = self.check("quantized gemm");
         let (n, k) = (w.rows, w.cols);
+        let tile_len = ws.tile_bytes(n, k) / 2;
+        let tile = grow(&mut ws.tile, &self.stream, tile_len)?;
         let tile_rows = (tile.len() / k).min(n);
         if tile_rows == 0 {
             return Err(c.shape(format!(

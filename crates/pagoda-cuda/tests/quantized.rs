@@ -13,7 +13,8 @@ use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
 use pagoda_cuda::kernels::{KernelCache, QUANT};
 use pagoda_cuda::{
-    list_gpus, CudaError, GpuContext, Libraries, QuantFormat, QuantizedMatrix, GEMV_MAX_ROWS,
+    list_gpus, CudaError, GpuContext, Libraries, QuantFormat, QuantWorkspace, QuantizedMatrix,
+    GEMV_MAX_ROWS,
 };
 use pagoda_kernels::GgmlType;
 
@@ -24,6 +25,11 @@ const GEMV_TOLERANCE: f64 = 5e-5;
 /// The same for the GEMM path: weights and activations are rounded to bf16 (2^-9 relative
 /// each, so at most about 2 · 2^-9 per product) and summed in f32 by cuBLAS.
 const GEMM_TOLERANCE: f64 = 5e-3;
+/// The int8 GEMV of Q8_0 / INT8 rounds each activation to a multiple of its block's
+/// `amax / 127`: at most this share of the block's amax per value (half a step, and a
+/// little for the reciprocal the quantizer multiplies by), times `|W|` summed; plus
+/// [`GEMV_TOLERANCE`] for the sums.
+const INT8_ACTIVATION_ROUNDING: f64 = 0.5 / 127.0 * 1.001;
 /// Largest |gpu - cpu| / |cpu| of a dequantized bf16 value: one bf16 step (the GPU may fuse
 /// `d * q + m` into one rounding where the CPU rounds twice, which can move a value across
 /// a bf16 rounding boundary).
@@ -153,7 +159,13 @@ fn every_quant_kernel_compiles_for_sm_80_and_sm_90() {
         eprintln!("skipped: no NVRTC");
         return;
     }
-    assert_eq!(QUANT.entries.len(), 3 * QuantFormat::ALL.len());
+    // Per format GEMV, dequantize and embedding; the int8 GEMV of Q8_0 and INT8 and its
+    // activation quantizer.
+    let extra = ["quantize_q8_act", "qgemv8_q8_0", "qgemv8_int8"];
+    assert_eq!(
+        QUANT.entries.len(),
+        3 * QuantFormat::ALL.len() + extra.len()
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let cache = KernelCache::new(dir.path());
     for arch in ["sm_80", "sm_90"] {
@@ -163,6 +175,13 @@ fn every_quant_kernel_compiles_for_sm_80_and_sm_90() {
         };
         let text = compiled.ptx.to_src();
         assert!(text.contains(&format!(".target {arch}")));
+        for entry in extra {
+            assert!(QUANT.entries.contains(&entry), "{entry} is not listed");
+            assert!(
+                text.contains(&format!(".entry {entry}(")),
+                "quant.cu for {arch} lacks {entry}"
+            );
+        }
         for format in QuantFormat::ALL {
             for kind in ["qgemv", "qdequant", "qembed"] {
                 let entry = format!("{kind}_{}", format.name());
@@ -179,50 +198,98 @@ fn every_quant_kernel_compiles_for_sm_80_and_sm_90() {
     }
 }
 
+/// Which GEMV or GEMM a product went through, for its tolerance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Path {
+    Gemv,
+    GemvInt8,
+    Gemm,
+}
+
+/// Asserts `got` (`[m, rows]`) is `x · deqᵀ` within `path`'s tolerance.
+#[allow(clippy::too_many_arguments)]
+fn assert_product(
+    what: &str,
+    path: Path,
+    got: &[f32],
+    deq: &[f32],
+    x: &[f32],
+    m: usize,
+    rows: usize,
+    cols: usize,
+) {
+    for r in 0..m {
+        let xr = &x[r * cols..(r + 1) * cols];
+        let amax: Vec<f64> = xr
+            .chunks_exact(32)
+            .map(|b| b.iter().fold(0.0f64, |a, v| a.max(v.abs() as f64)))
+            .collect();
+        for i in 0..rows {
+            let (mut want, mut scale, mut rounding) = (0.0f64, 0.0f64, 0.0f64);
+            for c in 0..cols {
+                let wv = deq[i * cols + c] as f64;
+                let p = wv * xr[c] as f64;
+                want += p;
+                scale += p.abs();
+                rounding += wv.abs() * amax[c / 32];
+            }
+            let tol = match path {
+                Path::Gemv => GEMV_TOLERANCE * scale,
+                Path::GemvInt8 => GEMV_TOLERANCE * scale + INT8_ACTIVATION_ROUNDING * rounding,
+                Path::Gemm => GEMM_TOLERANCE * scale,
+            };
+            let err = (got[r * rows + i] as f64 - want).abs();
+            assert!(
+                err <= tol.max(1e-7),
+                "{what}, {path:?}, {m} rows: out[{r}, {i}] = {} vs {want} (|diff| {err}, \
+                 tolerance {tol})",
+                got[r * rows + i]
+            );
+        }
+    }
+}
+
 #[test]
 fn quantized_matmul_matches_the_cpu_dequantize_then_multiply() {
     let Some(g) = gpu() else { return };
     let q = g.quant();
     for (case, &(format, ty, cols)) in CASES.iter().enumerate() {
         let rows = if cols > 4096 { 9 } else { ROWS };
+        let what = format!("{format} ({ty}) [{rows}, {cols}]");
         let (bytes, deq) = quantized(ty, rows, cols, 11 + case as u64);
         let w = QuantizedMatrix::upload(g.stream(), format, rows, cols, &bytes).expect("upload");
         assert_eq!(
             w.bytes(),
             bytes.len(),
-            "{format}: GPU bytes are the stored bytes"
+            "{what}: GPU bytes are the stored bytes"
         );
+        let int8 = matches!(format, QuantFormat::Q8_0 | QuantFormat::Int8);
+        let mut ws = QuantWorkspace::with_tile_limit(TILE_ROWS * cols);
         let mut rng = Rng(100 + case as u64);
         for m in [1, 3, 64] {
-            let x = rng.vec(m * cols);
+            // Block magnitudes differ, so a wrong activation scale would show.
+            let x: Vec<f32> = rng
+                .vec(m * cols)
+                .iter()
+                .enumerate()
+                .map(|(j, v)| v * 0.1 * (1 + (j / 32) % 9) as f32)
+                .collect();
             let x16: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
             let (xd, x16d) = (up(&g, &x), up(&g, &x16));
             let mut out = up(&g, &vec![f32::NAN; m * rows]);
-            let mut tile = up(&g, &vec![bf16::ZERO; TILE_ROWS * cols]);
-            q.matmul(g.blas(), &w, &xd, &x16d, &mut out, m, &mut tile)
+            q.matmul(g.blas(), &w, &xd, &x16d, &mut out, m, &mut ws)
                 .expect("matmul");
-            let got = down(&g, &out);
-            let tol = if m <= GEMV_MAX_ROWS {
-                GEMV_TOLERANCE
-            } else {
-                GEMM_TOLERANCE
+            let path = match (m <= GEMV_MAX_ROWS, int8) {
+                (true, true) => Path::GemvInt8,
+                (true, false) => Path::Gemv,
+                (false, _) => Path::Gemm,
             };
-            for r in 0..m {
-                for i in 0..rows {
-                    let (mut want, mut scale) = (0.0f64, 0.0f64);
-                    for c in 0..cols {
-                        let p = deq[i * cols + c] as f64 * x[r * cols + c] as f64;
-                        want += p;
-                        scale += p.abs();
-                    }
-                    let err = (got[r * rows + i] as f64 - want).abs();
-                    assert!(
-                        err <= tol * scale.max(1e-6),
-                        "{format} ({ty}) [{rows}, {cols}], {m} rows: out[{r}, {i}] = {} vs {want} \
-                         (|diff| {err}, scale {scale}, tolerance {tol})",
-                        got[r * rows + i]
-                    );
-                }
+            assert_product(&what, path, &down(&g, &out), &deq, &x, m, rows, cols);
+            if path == Path::GemvInt8 {
+                // The f32 GEMV works on every format, the 8-bit ones included.
+                let mut out = up(&g, &vec![f32::NAN; m * rows]);
+                q.gemv(&w, &xd, &mut out, m).expect("gemv");
+                assert_product(&what, Path::Gemv, &down(&g, &out), &deq, &x, m, rows, cols);
             }
         }
     }
@@ -309,6 +376,7 @@ fn bad_sizes_are_refused_before_anything_is_launched() {
     let x16 = up(&g, &vec![bf16::ZERO; 16 * cols]);
     let mut out = up(&g, &vec![0.0f32; 16 * rows]);
     let mut tile = up(&g, &vec![bf16::ZERO; cols]);
+    let mut ws = QuantWorkspace::new();
     shape(
         q.gemv(&w, &x, &mut out, GEMV_MAX_ROWS + 1),
         "too many GEMV rows",
@@ -326,12 +394,19 @@ fn bad_sizes_are_refused_before_anything_is_launched() {
         "out too short",
     );
     shape(q.dequantize(&w, 3, 3, &mut tile), "rows past the end");
-    let mut small = up(&g, &vec![bf16::ZERO; cols - 1]);
     shape(
-        q.matmul(g.blas(), &w, &x, &x16, &mut out, 16, &mut small),
-        "a tile smaller than a row",
+        q.gemv_int8(&w, &x, &mut out, GEMV_MAX_ROWS + 1, &mut ws),
+        "too many int8 GEMV rows",
     );
-    q.matmul(g.blas(), &w, &x, &x16, &mut out, 16, &mut tile)
-        .expect("a one-row tile is enough");
+    let (q4, _) = quantized(GgmlType::Q4_0, rows, cols, 8);
+    let w4 =
+        QuantizedMatrix::upload(g.stream(), QuantFormat::Q4_0, rows, cols, &q4).expect("upload");
+    shape(
+        q.gemv_int8(&w4, &x, &mut out, 1, &mut ws),
+        "the int8 GEMV of a 4-bit format",
+    );
+    let mut small = QuantWorkspace::with_tile_limit(cols - 1);
+    q.matmul(g.blas(), &w, &x, &x16, &mut out, 16, &mut small)
+        .expect("a tile limit under one row still takes one row per tile");
     g.synchronize().expect("synchronize");
 }

@@ -71,10 +71,16 @@ pub const ATTENTION: KernelModule = KernelModule {
 };
 
 /// The entry points of `quant.cu`: per format (in `QuantFormat::ALL` order) its GEMV,
-/// dequantize and embedding kernels.
+/// dequantize and embedding kernels, then the 8-bit formats' int8 GEMV and its activation
+/// quantizer.
 macro_rules! quant_entries {
     ($($f:literal),+) => {
-        &[$(concat!("qgemv_", $f), concat!("qdequant_", $f), concat!("qembed_", $f)),+]
+        &[
+            $(concat!("qgemv_", $f), concat!("qdequant_", $f), concat!("qembed_", $f),)+
+            "quantize_q8_act",
+            "qgemv8_q8_0",
+            "qgemv8_int8",
+        ]
     };
 }
 

@@ -23,6 +23,9 @@
 //                 cuBLAS GEMM of prefill; grid-stride.
 // - qembed_<f>:   out[r] = W[tokens[r]] * scale (f32), one block per token; a token outside
 //                 the vocabulary gives a NaN row (as embed_bf16).
+// And for the 8-bit formats (Q8_0, INT8), the GEMV on int8 dot products (dp4a): the
+// activations quantized per 32 values by quantize_q8_act, then qgemv8_<f> as qgemv_<f> with
+// two dp4a per group of 8 (see gemv8_body).
 // No fast-math intrinsics; f16 scales are converted with cvt.f32.f16 (no headers needed).
 
 typedef unsigned short bf16_t;
@@ -300,6 +303,99 @@ __device__ __forceinline__ void embed_body(const u8* w, long long row_bytes,
         for (int i = 0; i < 8; ++i) o[8 * g + i] = v[i] * scale;
     }
 }
+
+// ------------------------------------------------------- 8-bit weights: int8 dot products
+
+// Activations for the dp4a GEMV: xq = round(x / s) (half away from zero, |xq| <= 127) with
+// one scale s = amax / 127 per 32 consecutive values (xs; the rows' length k is a multiple of
+// 32, so a block never straddles two rows). One warp per block, grid-stride over blocks.
+extern "C" __global__ void quantize_q8_act(const float* x, signed char* xq, float* xs,
+                                           long long nblocks) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)blockDim.x * gridDim.x) >> 5;
+    for (long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; b < nblocks;
+         b += warps) {
+        const float v = x[b * 32 + lane];
+        float amax = fabsf(v);
+        for (int off = 16; off > 0; off >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float q = fminf(fmaxf(roundf(v * id), -127.0f), 127.0f);
+        xq[b * 32 + lane] = (signed char)(int)q;
+        if (lane == 0) xs[b] = d;
+    }
+}
+
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// Four bytes from an even address as one little-endian word (byte j = element j).
+__device__ __forceinline__ int ld4_even(const u8* p) {
+    return (int)(ld_u16(p) | (ld_u16(p + 2) << 16));
+}
+
+// As gemv_body, for Q8_0 and INT8 weights against quantize_q8_act's activations: per group
+// of 8, two dp4a give the integer sum, scaled by the weight block's d (Q8_0; INT8's row
+// scale multiplies the row's sum at the end) and the activation block's scale.
+template <int F>
+__device__ __forceinline__ void gemv8_body(const u8* w, long long row_bytes, const signed char* xq,
+                                           const float* xs, float* out, int n, int k, int m) {
+    const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (i >= n) return;
+    const u8* row = w + (long long)i * row_bytes;
+    float acc[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.0f;
+    const int groups = k >> 3, nb = k >> 5;
+    for (int g = lane; g < groups; g += 32) {
+        const u8* codes;
+        float d;
+        if constexpr (F == F_Q8_0) {
+            const u8* blk = row + (long long)(g >> 2) * 34;
+            d = ld_f16(blk);
+            codes = blk + 2 + 8 * (g & 3);
+        } else {
+            d = 1.0f;
+            codes = row + 4 + 8 * (long long)g;
+        }
+        const int w0 = ld4_even(codes), w1 = ld4_even(codes + 4);
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) {
+            if (r < m) {
+                const int2 a = *reinterpret_cast<const int2*>(xq + (long long)r * k + 8 * g);
+                const int s = dp4a(w1, a.y, dp4a(w0, a.x, 0));
+                acc[r] = fmaf((float)s, d * xs[(long long)r * nb + (g >> 2)], acc[r]);
+            }
+        }
+    }
+    const float row_scale = F == F_INT8 ? ld_f32_even(row) : 1.0f;
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r < m) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0) out[(long long)r * n + i] = s * row_scale;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    qgemv8_q8_0(const u8* w, long long row_bytes, const signed char* xq, const float* xs,
+                float* out, int n, int k, int m) {
+    gemv8_body<F_Q8_0>(w, row_bytes, xq, xs, out, n, k, m);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    qgemv8_int8(const u8* w, long long row_bytes, const signed char* xq, const float* xs,
+                float* out, int n, int k, int m) {
+    gemv8_body<F_INT8>(w, row_bytes, xq, xs, out, n, k, m);
+}
+
+// ------------------------------------------------------------------- entry points per format
 
 #define QUANT_KERNELS(name, F)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                  \

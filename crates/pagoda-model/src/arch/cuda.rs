@@ -8,7 +8,8 @@
 //! range); a linear's input is rounded to bf16 into the pass's staging buffer; bf16 weights
 //! are multiplied by cuBLAS with f32 accumulation and f32 output, quantized ones by
 //! pagoda-cuda's GEMV (up to 8 rows, on the f32 input, dequantizing in registers) or its
-//! tiled dequantize-then-cuBLAS GEMM (more rows, tiles in the pass's scratch). K/V
+//! tiled dequantize-then-cuBLAS GEMM (more rows, tiles in the pass's scratch); Q8_0 and
+//! INT8 take an int8 (`dp4a`) GEMV on activations quantized per 32 values. K/V
 //! are bf16, `[n_blocks * block_size, kv_dim]` per layer: the same blocks and block tables
 //! as the CPU's cache, so the scheduler, the block pool and the prefix cache never learn
 //! the device. LoRA pairs are uploaded (bf16) the first time a pass uses them and applied
@@ -26,7 +27,7 @@
 
 use super::adapter::LoraWeights;
 use super::backend::{Activation, Activations, Backend};
-use super::cuda_weights::{self, CudaWeight, QuantTile};
+use super::cuda_weights::{self, CudaWeight};
 use super::layers::{load_vector, Rope};
 use crate::config::RopeScaling;
 use crate::weights::Weights;
@@ -35,6 +36,7 @@ use half::bf16;
 use pagoda_cuda::cudarc::driver::CudaSlice;
 use pagoda_cuda::{
     AttentionBatch, AttentionParams, AttentionWorkspace, GatedActivation, GpuContext, KernelCache,
+    QuantWorkspace,
 };
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::ops::RopeStyle;
@@ -234,8 +236,8 @@ pub struct CudaScratch {
     workspace: AttentionWorkspace,
     /// LoRA pairs already uploaded, by (adapter load, linear name): `(r, A, B)`.
     lora_pairs: LoraPairs,
-    /// Dequantized weight tiles of the quantized GEMM.
-    quant_tile: QuantTile,
+    /// Scratch of the quantized products (GEMM tiles, int8 activations).
+    quant: QuantWorkspace,
 }
 
 /// One GPU forward pass's batch.
@@ -255,7 +257,7 @@ pub(crate) struct ScratchParts<'a> {
     logits: &'a mut CudaAct,
     workspace: &'a mut AttentionWorkspace,
     lora_pairs: &'a mut LoraPairs,
-    quant_tile: &'a mut QuantTile,
+    quant: &'a mut QuantWorkspace,
 }
 
 impl CudaScratch {
@@ -270,7 +272,7 @@ impl CudaScratch {
                 logits: &mut self.logits,
                 workspace: &mut self.workspace,
                 lora_pairs: &mut self.lora_pairs,
-                quant_tile: &mut self.quant_tile,
+                quant: &mut self.quant,
             },
         )
     }
@@ -395,7 +397,7 @@ impl Backend for Cuda {
                 rows,
                 layer.rows,
                 cols,
-                pass.scratch.quant_tile,
+                pass.scratch.quant,
             )?;
             if let Some(b) = &layer.bias {
                 k.add_bias(y, b, rows, layer.rows)?;
@@ -603,7 +605,7 @@ impl Backend for Cuda {
             n_out,
             vocab,
             d,
-            pass.scratch.quant_tile,
+            pass.scratch.quant,
         )?;
         if let Some(cap) = softcap {
             kernels.softcap(logits, n_out * vocab, cap)?;
@@ -637,7 +639,7 @@ pub fn workspace_bytes(cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64
     let widest = cfg.hidden_size.max(cfg.ffn_dim).max(q_dim);
     let per_row = 4 * (6 * cfg.hidden_size + 2 * q_dim + 2 * kv_dim + 2 * cfg.ffn_dim) + 2 * widest;
     let logits = logit_rows * cfg.vocab_size * 4 + logit_rows * cfg.hidden_size * 8;
-    (rows * per_row + logits) as u64 + cuda_weights::tile_bytes(widest) + (256u64 << 20)
+    (rows * per_row + logits) as u64 + cuda_weights::workspace_bytes(rows, widest) + (256u64 << 20)
 }
 
 /// `len` zeroed bf16 values on `gpu`.

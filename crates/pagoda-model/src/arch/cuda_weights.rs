@@ -13,21 +13,18 @@
 //!   it stays quantized, 2 bytes per element as bf16, 4 for a vector kept in f32), so the
 //!   fit check refuses a model by its real size.
 //! - [`multiply`] is `y = x · Wᵀ` whatever the kind: bf16 weights through cuBLAS on the bf16
-//!   staging copy of `x`; quantized ones through the GEMV (at most `GEMV_MAX_ROWS` rows, on
-//!   the f32 `x`) or the tiled GEMM (on the staging copy, tiles in the pass's [`QuantTile`]).
+//!   staging copy of `x`; quantized ones through pagoda-cuda's `QuantKernels::matmul`: the
+//!   GEMV (at most `GEMV_MAX_ROWS` rows, on the f32 `x`; int8 `dp4a` for Q8_0 and INT8) or
+//!   the tiled GEMM (on the staging copy, tiles in the pass's `QuantWorkspace`).
 
 use super::layers::expect_shape;
 use crate::weights::{TensorView, Weights};
 use crate::ModelError;
 use half::bf16;
 use pagoda_cuda::cudarc::driver::CudaSlice;
-use pagoda_cuda::{GpuContext, QuantFormat, QuantizedMatrix, GEMV_MAX_ROWS};
+use pagoda_cuda::{GpuContext, QuantFormat, QuantWorkspace, QuantizedMatrix, GEMV_MAX_ROWS};
 use pagoda_kernels::{GgmlType, WeightMatrix};
 use rayon::prelude::*;
-
-/// Most bf16 values of a GEMM tile of dequantized weights (32 MiB): large enough that each
-/// tile's GEMM keeps the GPU busy, small beside the weights.
-pub(crate) const QUANT_TILE_ELEMS: usize = 16 << 20;
 
 /// A weight matrix `[rows, cols]` in GPU memory.
 #[derive(Debug)]
@@ -151,37 +148,6 @@ fn to_bf16(t: &TensorView, rows: usize, cols: usize) -> Result<Vec<bf16>, ModelE
     Ok(out)
 }
 
-/// A grow-only bf16 buffer for the tiles of dequantized weights of the quantized GEMM (in the
-/// pass's scratch, so one serves every linear of a pass).
-#[derive(Debug, Default)]
-pub struct QuantTile {
-    buf: Option<CudaSlice<bf16>>,
-}
-
-impl QuantTile {
-    /// The buffer, holding at least one tile for a `[n, k]` matrix.
-    fn for_matrix(
-        &mut self,
-        gpu: &GpuContext,
-        n: usize,
-        k: usize,
-    ) -> Result<&mut CudaSlice<bf16>, ModelError> {
-        let want = (n * k).min(QUANT_TILE_ELEMS.max(k));
-        let cap = self.buf.as_ref().map_or(0, |b| b.len());
-        if cap < want || self.buf.is_none() {
-            self.buf = Some(gpu.stream().alloc_zeros::<bf16>(want.max(1)).map_err(|e| {
-                pagoda_cuda::CudaError::Driver {
-                    call: "cuMemAlloc",
-                    message: e.to_string(),
-                }
-            })?);
-        }
-        self.buf
-            .as_mut()
-            .ok_or_else(|| ModelError::Device("quantized tile buffer missing".into()))
-    }
-}
-
 /// `y = x · Wᵀ` (`x`: `[m, k]` f32 and its bf16 copy `x16`; `y`: `[m, n]` f32; `W`:
 /// `[n, k]`): see the module invariant.
 #[allow(clippy::too_many_arguments)]
@@ -194,22 +160,21 @@ pub fn multiply(
     m: usize,
     n: usize,
     k: usize,
-    tile: &mut QuantTile,
+    ws: &mut QuantWorkspace,
 ) -> Result<(), ModelError> {
     match w {
         CudaWeight::Bf16(w) => gpu.blas().gemm_bf16(x16, w, y, m, n, k, 1.0, 0.0)?,
-        CudaWeight::Quantized(q) if m <= GEMV_MAX_ROWS => gpu.quant().gemv(q, x, y, m)?,
-        CudaWeight::Quantized(q) => {
-            let tile = tile.for_matrix(gpu, n, k)?;
-            gpu.quant().matmul(gpu.blas(), q, x, x16, y, m, tile)?
-        }
+        CudaWeight::Quantized(q) => gpu.quant().matmul(gpu.blas(), q, x, x16, y, m, ws)?,
     }
     Ok(())
 }
 
-/// Bytes of the tile buffer a pass needs for matrices of at most `widest` columns.
-pub fn tile_bytes(widest: usize) -> u64 {
-    QUANT_TILE_ELEMS.max(widest) as u64 * 2
+/// Bytes of the quantized workspace a pass of `rows` rows needs for matrices of at most
+/// `widest` columns: the GEMM tile and the 8-bit GEMV's int8 activations.
+pub fn workspace_bytes(rows: usize, widest: usize) -> u64 {
+    let tile = QuantWorkspace::default().tile_bytes(usize::MAX, widest);
+    let int8 = GEMV_MAX_ROWS.min(rows) * widest * 2;
+    (tile + int8) as u64
 }
 
 #[cfg(test)]
