@@ -5,9 +5,11 @@
 //! rows), on shapes whose rows and groups are not multiples of the kernels' tiles.
 //!
 //! Without a usable GPU each GPU test prints `skipped: no GPU (<reason>)` to stderr and
-//! passes. The layout test (sizes against pagoda-kernels) and the NVRTC compile of every
-//! new kernel for sm_80 and sm_90 run everywhere (the compile needs NVRTC only:
-//! scripts/test.sh installs it).
+//! passes. Three run everywhere: the row sizes against pagoda-kernels; the NVRTC compile of
+//! every new kernel for sm_80 and sm_90 (NVRTC only: scripts/test.sh installs it); and the
+//! kernels' layout code (`dequant8` of quant.cu, every format) compiled as host C++ and run
+//! against pagoda-kernels' dequantization bit for bit (needs a C++ compiler; skipped,
+//! saying so, without one).
 
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
@@ -247,6 +249,167 @@ fn assert_product(
             );
         }
     }
+}
+
+/// Host shims for the part of quant.cu that also compiles as C++ (`PAGODA_HOST_TEST`), and
+/// a driver that runs `dequant8<F>` over every group of every row of each case file and
+/// counts values that differ from pagoda-kernels' dequantization (bit for bit: the host does
+/// the same f32 operations, unfused).
+const HOST_HARNESS: &str = r#"
+#define PAGODA_HOST_TEST
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+#define __constant__
+static float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static float __fadd_rn(float a, float b) { return a + b; }
+static float __fmul_rn(float a, float b) { return a * b; }
+static float f16_to_f32(unsigned short h) {
+    const unsigned s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? std::ldexp((float)m, -24)
+            : e == 31 ? (m ? NAN : INFINITY)
+            : std::ldexp((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+#include "quant.cu"
+
+static std::vector<char> slurp(const char* path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+template <int F> static long check(const char* bin, const char* f32, int rows, int cols, long rb) {
+    const std::vector<char> b = slurp(bin), r = slurp(f32);
+    if ((long)b.size() != rows * rb || (long)r.size() != 4L * rows * cols) return -1;
+    long bad = 0;
+    for (int i = 0; i < rows; ++i) {
+        for (int g = 0; g < cols / 8; ++g) {
+            float v[8];
+            dequant8<F>((const u8*)b.data() + i * rb, g, cols, v);
+            for (int j = 0; j < 8; ++j) {
+                float want;
+                std::memcpy(&want, r.data() + 4L * ((long)i * cols + 8 * g + j), 4);
+                if (std::memcmp(&v[j], &want, 4) != 0 && bad++ < 3)
+                    std::printf("  row %d value %d: %.9g, want %.9g\n", i, 8 * g + j, v[j], want);
+            }
+        }
+    }
+    return bad;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) return 2;
+    FILE* f = std::fopen(argv[1], "r");
+    if (!f) return 2;
+    int id, rows, cols, failed = 0;
+    long rb;
+    char bin[4096], f32[4096];
+    while (std::fscanf(f, "%d %d %d %ld %4095s %4095s", &id, &rows, &cols, &rb, bin, f32) == 6) {
+        long bad = -2;
+        switch (id) {
+            case 0: bad = check<0>(bin, f32, rows, cols, rb); break;
+            case 1: bad = check<1>(bin, f32, rows, cols, rb); break;
+            case 2: bad = check<2>(bin, f32, rows, cols, rb); break;
+            case 3: bad = check<3>(bin, f32, rows, cols, rb); break;
+            case 4: bad = check<4>(bin, f32, rows, cols, rb); break;
+            case 5: bad = check<5>(bin, f32, rows, cols, rb); break;
+            case 6: bad = check<6>(bin, f32, rows, cols, rb); break;
+            case 7: bad = check<7>(bin, f32, rows, cols, rb); break;
+            case 8: bad = check<8>(bin, f32, rows, cols, rb); break;
+            case 9: bad = check<9>(bin, f32, rows, cols, rb); break;
+            case 10: bad = check<10>(bin, f32, rows, cols, rb); break;
+            case 11: bad = check<11>(bin, f32, rows, cols, rb); break;
+            case 12: bad = check<12>(bin, f32, rows, cols, rb); break;
+        }
+        std::printf("format %d [%d, %d]: %ld values differ\n", id, rows, cols, bad);
+        failed += bad != 0;
+    }
+    return failed;
+}
+"#;
+
+/// A C++ compiler on this machine, if any.
+fn cxx() -> Option<&'static str> {
+    ["c++", "g++", "clang++"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn the_kernels_dequantization_compiled_for_the_host_matches_pagoda_kernels_bit_for_bit() {
+    let Some(cxx) = cxx() else {
+        eprintln!(
+            "skipped: no C++ compiler (c++, g++ or clang++) to run quant.cu's dequant8 on the host"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    std::fs::write(path("quant.cu"), QUANT.source).expect("write quant.cu");
+    std::fs::write(path("harness.cpp"), HOST_HARNESS).expect("write harness");
+    let mut list = String::new();
+    for (case, &(format, ty, cols)) in CASES.iter().enumerate() {
+        // Odd row counts; NF4_DQ rows of 7 blocks have an odd length (rows at odd offsets).
+        let rows = 5;
+        let (bytes, deq) = quantized(ty, rows, cols, 71 + case as u64);
+        let (bin, f32s) = (path(&format!("{case}.bin")), path(&format!("{case}.f32")));
+        std::fs::write(&bin, &bytes).expect("write blocks");
+        let le: Vec<u8> = deq.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&f32s, le).expect("write values");
+        let id = QuantFormat::ALL
+            .iter()
+            .position(|f| *f == format)
+            .expect("a format id");
+        list += &format!(
+            "{id} {rows} {cols} {} {} {}\n",
+            bytes.len() / rows,
+            bin.display(),
+            f32s.display()
+        );
+    }
+    std::fs::write(path("cases.txt"), list).expect("write cases");
+    let exe = path("harness");
+    let built = std::process::Command::new(cxx)
+        .args([
+            "-std=c++17",
+            "-O1",
+            "-ffp-contract=off",
+            "-Wno-unknown-pragmas",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(path("harness.cpp"))
+        .output()
+        .expect("run the C++ compiler");
+    assert!(
+        built.status.success(),
+        "{cxx} could not build quant.cu for the host:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let ran = std::process::Command::new(&exe)
+        .arg(path("cases.txt"))
+        .output()
+        .expect("run the harness");
+    let report = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "dequant8 differs from pagoda-kernels:\n{report}"
+    );
+    let clean = report
+        .lines()
+        .filter(|l| l.ends_with(": 0 values differ"))
+        .count();
+    assert_eq!(clean, CASES.len(), "{report}");
 }
 
 #[test]

@@ -27,6 +27,8 @@
 // activations quantized per 32 values by quantize_q8_act, then qgemv8_<f> as qgemv_<f> with
 // two dp4a per group of 8 (see gemv8_body).
 // No fast-math intrinsics; f16 scales are converted with cvt.f32.f16 (no headers needed).
+// The layout code (dequant8 and what it calls) is also compiled as host C++ by a test
+// (PAGODA_HOST_TEST), so it is executed against pagoda-kernels on machines without a GPU.
 
 typedef unsigned short bf16_t;
 typedef unsigned char u8;
@@ -57,11 +59,13 @@ __constant__ float NF4_CODEBOOK[16] = {
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236572f, 1.0f};
 
+#ifndef PAGODA_HOST_TEST
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
+#endif
 
 __device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fc00000); }
 
@@ -216,6 +220,10 @@ __device__ __forceinline__ void dequant8(const u8* row, int g, int k, float* v) 
         for (int i = 0; i < 8; ++i) v[i] = NF4_CODEBOOK[(q[i] >> shift) & 0xF] * amax;
     }
 }
+
+// Everything below runs on the GPU only; everything above also compiles as host C++ (with
+// PAGODA_HOST_TEST and the shims of tests/quantized.rs), which runs dequant8 on the CPU.
+#ifndef PAGODA_HOST_TEST
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -426,3 +434,5 @@ QUANT_KERNELS(int4_g128, F_I4_G128)
 QUANT_KERNELS(int4_g128_sym, F_I4_G128_SYM)
 QUANT_KERNELS(nf4, F_NF4)
 QUANT_KERNELS(nf4_dq, F_NF4_DQ)
+
+#endif  // PAGODA_HOST_TEST
