@@ -44,6 +44,11 @@ impl Blas {
         })
     }
 
+    /// The stream the handle is bound to.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// `out = alpha · x · wᵀ + beta · out` (`x`: `[m, k]` bf16, `w`: `[n, k]` bf16, `out`:
     /// `[m, n]` f32, all row-major; see the module doc). `beta = 1` accumulates into `out`
     /// (LoRA deltas); with `beta = 0` the old contents of `out` are ignored (even NaN).

@@ -664,6 +664,11 @@ impl QuantKernels {
             };
         }
         let c = self.check("quantized gemm");
+        if !Arc::ptr_eq(blas.stream(), &self.stream) {
+            return Err(c.shape(
+                "the cuBLAS handle is bound to another stream than these kernels'".to_string(),
+            ));
+        }
         let (n, k) = (w.rows, w.cols);
         let tile_len = ws.tile_bytes(n, k) / 2;
         let tile = grow(&mut ws.tile, &self.stream, tile_len)?;
