@@ -2,8 +2,8 @@
 //! kernels, cuBLAS GEMMs), and the GPU's half of the KV cache and the pass's scratch.
 //!
 //! Layout: weights are uploaded once (`cuda_weights.rs`): a matrix in a block format the GPU
-//! multiplies in place (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, INT8, INT4, NF4) keeps its
-//! stored bytes, any other is converted or dequantized to bf16 at load; biases and norm
+//! multiplies in place (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, INT8, INT4, NF4, NF4_DQ) keeps
+//! its stored bytes, any other is converted or dequantized to bf16 at load; biases and norm
 //! weights are f32. Activations are f32 in GPU memory (the residual stream keeps f32's
 //! range); a linear's input is rounded to bf16 into the pass's staging buffer; bf16 weights
 //! are multiplied by cuBLAS with f32 accumulation and f32 output, quantized ones by
