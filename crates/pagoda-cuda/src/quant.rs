@@ -696,3 +696,39 @@ impl QuantKernels {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tile_is_whole_rows_within_the_limit_and_at_least_one_row() {
+        let ws = QuantWorkspace::with_tile_limit(1000);
+        assert_eq!(ws.tile_bytes(3, 100), 300 * 2, "a small matrix fits whole");
+        assert_eq!(ws.tile_bytes(50, 100), 1000 * 2, "a large one: the limit");
+        assert_eq!(
+            ws.tile_bytes(50, 4096),
+            4096 * 2,
+            "a row longer than the limit"
+        );
+        assert_eq!(ws.bytes(), 0, "nothing allocated before a call");
+        let default = QuantWorkspace::default();
+        assert_eq!(default.tile_bytes(usize::MAX, 896), DEFAULT_TILE_ELEMS * 2);
+    }
+
+    #[test]
+    fn row_sizes_refuse_partial_blocks_and_overflow() {
+        for f in QuantFormat::ALL {
+            assert_eq!(f.row_bytes(0), None, "{f}");
+            assert_eq!(f.row_bytes(f.block_elems() / 2), None, "{f}");
+            assert!(f.row_bytes(f.block_elems()).is_some(), "{f}");
+        }
+        // More bytes than elements: the size overflows.
+        let huge = usize::MAX / 32 * 32;
+        assert_eq!(QuantFormat::Q8_0.row_bytes(huge), None);
+        // INT8 and NF4_DQ rows carry a header; the others are whole blocks.
+        assert_eq!(QuantFormat::Int8.row_bytes(64), Some(68));
+        assert_eq!(QuantFormat::Nf4Dq.row_bytes(576), Some(8 + 9 + 288));
+        assert_eq!(QuantFormat::Q6K.row_bytes(512), Some(420));
+    }
+}
