@@ -164,6 +164,17 @@ pub fn multiply(
 ) -> Result<(), ModelError> {
     match w {
         CudaWeight::Bf16(w) => gpu.blas().gemm_bf16(x16, w, y, m, n, k, 1.0, 0.0)?,
+        CudaWeight::Quantized(q) if (q.rows(), q.cols()) != (n, k) => {
+            return Err(pagoda_cuda::CudaError::Shape {
+                kernel: "quantized matmul",
+                message: format!(
+                    "a [{}, {}] matrix multiplied as [{n}, {k}]",
+                    q.rows(),
+                    q.cols()
+                ),
+            }
+            .into())
+        }
         CudaWeight::Quantized(q) => gpu.quant().matmul(gpu.blas(), q, x, x16, y, m, ws)?,
     }
     Ok(())
