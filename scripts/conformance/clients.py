@@ -120,13 +120,20 @@ def openai_checks(url, model, embed_model):
 
     def tools():
         # Whatever the model answers, the SDK parses it: content and/or tool_calls with JSON
-        # arguments, finish_reason tool_calls exactly when there are calls.
+        # arguments; finish_reason tool_calls only with calls, stop only without; a reply cut
+        # by max_tokens is length even after a complete call (the next may have been cut).
+        # `required` with parallel_tool_calls false is exactly one call, then tool_calls.
         for choice in ("auto", "required"):
             r = client.chat.completions.create(model=model, messages=messages, tools=weather,
-                                               tool_choice=choice, max_tokens=40, temperature=0)
-            m = r.choices[0].message
+                                               tool_choice=choice, max_tokens=40, temperature=0,
+                                               parallel_tool_calls=choice == "auto")
+            m, finish = r.choices[0].message, r.choices[0].finish_reason
             calls = m.tool_calls or []
-            assert (r.choices[0].finish_reason == "tool_calls") == bool(calls), r
+            assert finish in ("tool_calls", "stop", "length"), r
+            assert finish != "tool_calls" or calls, r
+            assert finish != "stop" or not calls, r
+            if choice == "required":
+                assert finish == "tool_calls" and len(calls) == 1, r
             for c in calls:
                 assert c.id.startswith("call_") and c.type == "function" and c.function.name
                 json.loads(c.function.arguments)
