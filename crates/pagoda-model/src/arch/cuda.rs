@@ -73,7 +73,7 @@ impl Cuda {
     /// free memory with `reserve` bytes to spare.
     pub fn for_model(ordinal: usize, weights: &Weights, reserve: u64) -> Result<Self, ModelError> {
         let gpu = context(ordinal)?;
-        let need = weights.n_parameters() * 2;
+        let need = weights_bytes(weights.n_parameters());
         let (free, total) = gpu.memory_info()?;
         if need + reserve > free {
             return Err(ModelError::Device(format!(
@@ -641,6 +641,12 @@ impl Backend for Cuda {
             .map_err(|e| step_failed(e.to_string()))?;
         Ok(host)
     }
+}
+
+/// Bytes a model of `n_parameters` takes on the GPU: every weight uploaded as bf16 (see the
+/// module's layout), whatever its type in the file. `pagoda tune` estimates with it.
+pub fn weights_bytes(n_parameters: u64) -> u64 {
+    n_parameters * std::mem::size_of::<bf16>() as u64
 }
 
 /// Bytes of GPU memory one pass of up to `rows` rows, `logit_rows` of them with logits,
