@@ -6,7 +6,12 @@
 2. Kubernetes: every manifest of deploy/k8s/ against the Kubernetes schemas
    (`kubernetes-validate --strict`, from PyPI); the kustomization lists every manifest and,
    where kubectl is installed, renders (`kubectl kustomize`) to objects that pass the schemas
-   too; the gateway config inside the ConfigMap passes `pagoda gateway check`.
+   too; the gateway config inside the ConfigMap passes `pagoda gateway check`. The GPU
+   overlay deploy/k8s-gpu is rendered by a small Python kustomize (the patch kinds it uses)
+   and, where kubectl is installed, by `kubectl kustomize` too (the two must agree); the
+   result passes the schemas and what docs/deploy.md promises of it (one GPU a pod, GPU
+   nodes, `--device=cuda`, a utilization below the GPU memory alert, an HPA on the queue and
+   GPU utilization whose external metrics prometheus-adapter's config publishes).
 3. Grafana: the dashboards are valid JSON with a Prometheus data source variable, and every
    query has an expression.
 4. Metric names: every metric named in a dashboard query or a rule expression is really
@@ -14,7 +19,9 @@
    `pagoda gateway` in front of it, sends requests that make every metric appear (a cached
    answer, a stream, a fallback, a rate-limited key, a server error), scrapes both /metrics
    and fails with the list of names that neither exports. Recording rules of rules.yml and
-   the names in EXTERNAL_METRICS are allowed without being exported.
+   the names in EXTERNAL_METRICS are allowed without being exported, and so are the GPU
+   gauges the server defines (crates/pagoda-server/src/gpu_metrics.rs) when the server has
+   no NVML to read them from (a machine without a GPU).
 
 Usage: python3 scripts/check_deploy.py --pagoda target/debug/pagoda
 Needs: promtool (Debian's `prometheus` package), kubernetes-validate and PyYAML (pip).
@@ -43,6 +50,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
+GPU_OVERLAY = DEPLOY / "k8s-gpu"
+GPU_METRICS_SOURCE = ROOT / "crates" / "pagoda-server" / "src" / "gpu_metrics.rs"
 MODEL = "smollm2:135m"
 
 # Metrics that Prometheus itself produces for every target, not Pagoda: allowed in queries.
@@ -420,6 +429,7 @@ def check_kubernetes(pagoda: str, work: Path) -> None:
     else:
         print("skipped: kubectl not installed, the kustomization itself is not rendered")
     check_server_deployment(yaml.safe_load_all((k8s / "server.yaml").read_text()))
+    check_gpu_overlay(validator, work)
     for m in manifests:
         for doc in yaml.safe_load_all((k8s / m).read_text()):
             if doc and doc.get("kind") == "ConfigMap" and "gateway.toml" in doc.get("data", {}):
@@ -427,6 +437,223 @@ def check_kubernetes(pagoda: str, work: Path) -> None:
                 path.write_text(doc["data"]["gateway.toml"])
                 run([pagoda, "gateway", "check", "--config", str(path)],
                     f"the gateway config in {m} is valid")
+
+
+# ---------------------------------------------------------------- the GPU overlay
+
+
+def merge_strategic(base, patch):
+    """Kustomize's strategic merge for the shapes our patches use: maps merge key by key,
+    lists of maps with a `name` merge item by name, any other list or value replaces."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = dict(base)
+        for k, v in patch.items():
+            out[k] = merge_strategic(base[k], v) if k in base else v
+        return out
+    if (isinstance(base, list) and isinstance(patch, list) and patch
+            and all(isinstance(x, dict) and "name" in x for x in base + patch)):
+        # Items new to the list go first, as kustomize orders them.
+        out = [dict(x) for x in base]
+        new = []
+        for item in patch:
+            i = next((i for i, x in enumerate(out) if x["name"] == item["name"]), None)
+            if i is None:
+                new.append(item)
+            else:
+                out[i] = merge_strategic(out[i], item)
+        return new + out
+    return patch
+
+
+def apply_json6902(doc, ops, where: str):
+    """RFC 6902 `replace` and `add` (the ops the overlay uses); others are refused."""
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        last = parts[-1]
+        if op["op"] == "replace":
+            if isinstance(parent, list):
+                parent[int(last)] = op["value"]
+            else:
+                if last not in parent:
+                    raise ValueError(f"{where}: replace of a missing {op['path']}")
+                parent[last] = op["value"]
+        elif op["op"] == "add":
+            if isinstance(parent, list):
+                parent.insert(len(parent) if last == "-" else int(last), op["value"])
+            else:
+                parent[last] = op["value"]
+        else:
+            raise ValueError(f"{where}: op {op['op']!r} not supported by this renderer")
+    return doc
+
+
+def render_in_python(folder: Path) -> list[dict]:
+    """A kustomization's objects (resources: files or folders; patches: strategic merge or
+    JSON 6902 with a target), without generators: enough for the GPU overlay."""
+    k = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    docs: list[dict] = []
+    for r in k.get("resources", []):
+        path = (folder / r).resolve()
+        if path.is_dir():
+            docs.extend(render_in_python(path))
+        else:
+            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    if k.get("namespace"):
+        for d in docs:
+            if d["kind"] != "Namespace":
+                d.setdefault("metadata", {})["namespace"] = k["namespace"]
+    for patch in k.get("patches", []):
+        text = (folder / patch["path"]).read_text()
+        body = yaml.safe_load(text)
+        target = patch.get("target")
+        if isinstance(body, list):  # JSON 6902: needs a target
+            if not target:
+                raise ValueError(f"{patch['path']}: a JSON 6902 patch needs a target")
+            hits = [d for d in docs if d["kind"] == target["kind"]
+                    and d["metadata"]["name"] == target["name"]]
+            if len(hits) != 1:
+                raise ValueError(f"{patch['path']}: target matches {len(hits)} objects")
+            apply_json6902(hits[0], body, patch["path"])
+        else:
+            kind, name = body["kind"], body["metadata"]["name"]
+            i = next((i for i, d in enumerate(docs)
+                      if d["kind"] == kind and d["metadata"]["name"] == name), None)
+            if i is None:
+                raise ValueError(f"{patch['path']}: no {kind} {name} in the base")
+            docs[i] = merge_strategic(docs[i], body)
+    return docs
+
+
+def self_test_render() -> None:
+    """The Python renderer on the merge rules it relies on."""
+    base = {"a": {"b": 1, "l": [{"name": "x", "v": 1}, {"name": "y"}]}, "s": [1, 2]}
+    got = merge_strategic(base, {"a": {"c": 2, "l": [{"name": "x", "w": 2}]}, "s": [3]})
+    want = {"a": {"b": 1, "c": 2, "l": [{"name": "x", "v": 1, "w": 2}, {"name": "y"}]}, "s": [3]}
+    if merge_strategic([{"name": "a"}], [{"name": "b"}]) != [{"name": "b"}, {"name": "a"}]:
+        fail("self-test: merge_strategic does not put new list items first")
+    if got != want:
+        fail(f"self-test: merge_strategic gave {got}, want {want}")
+    doc = {"spec": {"c": [{"args": ["a"]}]}}
+    apply_json6902(doc, [{"op": "replace", "path": "/spec/c/0/args", "value": ["b"]}], "self-test")
+    if doc != {"spec": {"c": [{"args": ["b"]}]}}:
+        fail(f"self-test: apply_json6902 gave {doc}")
+
+
+def find(docs: list[dict], kind: str, name: str) -> dict | None:
+    return next((d for d in docs if d and d["kind"] == kind and d["metadata"]["name"] == name), None)
+
+
+def gpu_alert_threshold() -> float | None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    expr = next((str(r["expr"]) for g in rules["groups"] for r in g["rules"]
+                 if r.get("alert") == "PagodaGPUMemoryHigh"), "")
+    m = re.search(r">\s*([0-9.]+)\s*$", expr.strip())
+    return float(m.group(1)) if m else None
+
+
+def adapter_external_metrics() -> set[str]:
+    cfg = yaml.safe_load((DEPLOY / "prometheus" / "adapter-config.yaml").read_text())
+    return {r["name"]["as"] for r in cfg.get("externalRules") or []}
+
+
+def check_gpu_overlay_objects(docs: list[dict]) -> None:
+    """What docs/deploy.md promises of the GPU overlay."""
+    failures_before = len(FAILURES)
+    dep = find(docs, "Deployment", "pagoda-server")
+    hpa = find(docs, "HorizontalPodAutoscaler", "pagoda-server")
+    if not dep or not hpa:
+        fail("k8s-gpu: no pagoda-server Deployment or HorizontalPodAutoscaler")
+        return
+    pod = dep["spec"]["template"]["spec"]
+    c = next((c for c in pod["containers"] if c["name"] == "pagoda"), None)
+    if c is None:
+        fail("k8s-gpu: no `pagoda` container")
+        return
+    res = c.get("resources", {})
+    for part in ("requests", "limits"):
+        if str(res.get(part, {}).get("nvidia.com/gpu")) != "1":
+            fail(f"k8s-gpu: the server container's resources.{part} has no nvidia.com/gpu: 1")
+    if not pod.get("nodeSelector"):
+        fail("k8s-gpu: no nodeSelector for GPU nodes")
+    if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])):
+        fail("k8s-gpu: no toleration of the nvidia.com/gpu taint")
+    args = c.get("args", [])
+    if "--device=cuda" not in args:
+        fail(f"k8s-gpu: the server's args have no --device=cuda: {args}")
+    if any(a.startswith("--kv-cache-memory") for a in args):
+        fail("k8s-gpu: --kv-cache-memory would override --gpu-memory-utilization on a GPU")
+    util = next((float(a.split("=", 1)[1]) for a in args
+                 if a.startswith("--gpu-memory-utilization=")), 0.9)
+    threshold = gpu_alert_threshold()
+    if threshold is None:
+        fail("rules.yml: no PagodaGPUMemoryHigh alert with a `> threshold` expression")
+    elif util >= threshold:
+        fail(f"k8s-gpu: --gpu-memory-utilization {util} is not below PagodaGPUMemoryHigh's "
+             f"{threshold}: the alert would fire on every healthy GPU pod")
+    external = {m["external"]["metric"]["name"] for m in hpa["spec"].get("metrics", [])
+                if m.get("type") == "External"}
+    for want in ("pagoda_num_requests_waiting", "pagoda_gpu_utilization_perc"):
+        if want not in external:
+            fail(f"k8s-gpu: the HPA does not scale on {want}")
+    unpublished = external - adapter_external_metrics()
+    if unpublished:
+        fail(f"k8s-gpu: the HPA reads {sorted(unpublished)}, which adapter-config.yaml does "
+             "not publish")
+    if len(FAILURES) == failures_before:
+        print(f"ok: k8s-gpu asks one GPU a pod on GPU nodes, --device=cuda, utilization {util} "
+              f"below the {threshold} alert, HPA on {sorted(external)}")
+
+
+def check_gpu_overlay(validator: list[str] | None, work: Path) -> None:
+    step("Kubernetes GPU overlay (deploy/k8s-gpu)")
+    self_test_render()
+    try:
+        docs = render_in_python(GPU_OVERLAY)
+    except (ValueError, KeyError, IndexError, OSError) as e:
+        fail(f"k8s-gpu: rendering in Python failed: {e}")
+        return
+    rendered = work / "k8s-gpu-python.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    if validator:
+        run([*validator, "--strict", "--quiet", str(rendered)],
+            f"the GPU overlay (Python render: {len(docs)} objects) matches the schemas")
+    check_gpu_overlay_objects(docs)
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        print("skipped: kubectl not installed, the GPU overlay is rendered in Python only")
+        return
+    # kustomize reads only inside its folders: copies of base and overlay, side by side.
+    copy = work / "gpu-tree"
+    shutil.copytree(DEPLOY / "k8s", copy / "k8s")
+    shutil.copytree(GPU_OVERLAY, copy / "k8s-gpu")
+    (copy / "k8s" / "admin-key.txt").write_text("check-deploy-admin-key")
+    p = subprocess.run([kubectl, "kustomize", str(copy / "k8s-gpu")], capture_output=True, text=True)
+    if p.returncode != 0:
+        fail(f"`kubectl kustomize deploy/k8s-gpu` failed:\n{p.stderr}")
+        return
+    (work / "k8s-gpu.yaml").write_text(p.stdout)
+    kdocs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    if validator:
+        run([*validator, "--strict", "--quiet", str(work / "k8s-gpu.yaml")],
+            "`kubectl kustomize deploy/k8s-gpu` output matches the schemas")
+    check_gpu_overlay_objects(kdocs)
+    # The Python renderer must say what kustomize says, or its checks mean nothing.
+    for kind in ("Deployment", "HorizontalPodAutoscaler"):
+        ours, theirs = find(docs, kind, "pagoda-server"), find(kdocs, kind, "pagoda-server")
+        if ours is None or theirs is None or ours["spec"] != theirs["spec"]:
+            fail(f"k8s-gpu: the Python render of the {kind} differs from kubectl kustomize's")
+        else:
+            print(f"ok: the Python render of the {kind} equals kubectl kustomize's")
+
+
+
+def gpu_metric_names() -> set[str]:
+    """The GPU gauges the server defines (string literals in gpu_metrics.rs outside tests)."""
+    text = GPU_METRICS_SOURCE.read_text().split("#[cfg(test)]")[0]
+    return set(re.findall(r'"(pagoda:gpu_[a-z_]+)"', text))
 
 
 def check_metric_names(pagoda: str, work: Path) -> None:
@@ -440,10 +667,16 @@ def check_metric_names(pagoda: str, work: Path) -> None:
             referenced.setdefault(name, []).append(where)
     step("metric names against a running pagoda serve and pagoda gateway")
     exported = exported_metrics(pagoda, work)
+    gpu = gpu_metric_names()
+    if len(gpu) != 3:
+        fail(f"{GPU_METRICS_SOURCE.name} defines {sorted(gpu)}, not the three GPU gauges")
+    # Exported only where NVML loads; on a machine without a GPU, their definition stands in.
+    gpu_absent = gpu - exported
 
     def unexported(refs: dict[str, list[str]]) -> dict[str, list[str]]:
         return {n: w for n, w in refs.items()
-                if n not in exported and n not in records and n not in EXTERNAL_METRICS}
+                if n not in exported and n not in records and n not in EXTERNAL_METRICS
+                and n not in gpu_absent}
 
     # Self-test: a made-up name in a query must be caught, a recording rule must not.
     probe = {n: ["self-test"] for n in metric_names(
@@ -458,6 +691,9 @@ def check_metric_names(pagoda: str, work: Path) -> None:
     if not missing:
         print(f"ok: all {len(referenced)} metric names used are exported "
               f"(or are recording rules / {sorted(EXTERNAL_METRICS)})")
+    if gpu_absent:
+        print(f"note: {sorted(gpu_absent)} not exported here (no NVML: no GPU); checked "
+              f"against their definition in {GPU_METRICS_SOURCE.relative_to(ROOT)}")
 
 
 def main() -> int:

@@ -2013,6 +2013,28 @@ fn tune_bad_settings_are_clear_errors() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-num-seqs needs positive values"));
 }
 
+#[test]
+fn tune_on_cuda_without_a_gpu_names_what_is_missing_before_any_model() {
+    if pagoda_cuda::list_gpus().is_ok_and(|g| !g.is_empty()) {
+        eprintln!("skipping: this machine has a GPU (the unit tests check its estimate)");
+        return;
+    }
+    let env = Env::new();
+    // A model that is not in the store: the device is checked first, so nothing is pulled.
+    let o = env.run(&[
+        "tune",
+        "no-such-model:1b",
+        "--device",
+        "cuda:0",
+        "--estimate-only",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--device cuda:0"), "{e}");
+    assert!(e.contains("needs one"), "{e}");
+    assert!(!e.contains("no-such-model"), "the device fails first: {e}");
+}
+
 // ---- `pagoda merge-lora` and the QLoRA refusal at load ----
 
 fn lora_golden_adapter() -> PathBuf {

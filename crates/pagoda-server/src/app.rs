@@ -146,7 +146,7 @@ pub struct BoundServer {
 impl BoundServer {
     /// Binds the configured address and builds the shared state.
     pub async fn bind(mut config: ServerConfig, store: Arc<Store>) -> Result<Self, ServerError> {
-        let metrics = Metrics::new()?;
+        let metrics = Metrics::with_gpu(crate::gpu_metrics::nvml_probe())?;
         if config.memory_budget.is_none() {
             config.memory_budget = crate::state::default_memory_budget();
         }

@@ -4,7 +4,7 @@
 //! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
 //! [`generation`] (one request through the engine, shared by both), [`registry`] (loaded
 //! models, keep-alive, memory budget, hot reload), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
-//! [`metrics`] (Prometheus), [`error`] (the one error → status mapping), [`body`] (bounded
+//! [`metrics`] (Prometheus; [`gpu_metrics`], its GPU gauges through NVML), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
 //! (what a client may make the server download).
@@ -26,6 +26,7 @@ pub mod clock;
 pub mod embedders;
 pub mod error;
 pub mod generation;
+pub mod gpu_metrics;
 pub mod metrics;
 pub mod names;
 pub mod ollama;

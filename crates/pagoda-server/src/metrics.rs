@@ -1,12 +1,14 @@
 //! Prometheus metrics with vLLM's meanings under the `pagoda:` prefix, so dashboards made
 //! for vLLM adapt by renaming. Request-level histograms are observed as requests run;
 //! engine-level gauges and counters are read from each loaded model's `EngineStats` at
-//! scrape time. Every series carries `model_name`.
+//! scrape time. Every request and engine series carries `model_name`; the GPU gauges
+//! ([`crate::gpu_metrics`], read at scrape time too) carry `gpu` and `gpu_name` instead.
 //!
 //! Invariants: counters only go up — an engine's cumulative figures are turned into
 //! increments against the last value seen for that model version (a new version starts
 //! from its own zero); gauges of unloaded models are removed.
 
+use crate::gpu_metrics::{GpuGauges, GpuProbe};
 use crate::registry::ServedModel;
 use pagoda_engine::{EngineStats, FinishReason, RequestTimings};
 use prometheus::{
@@ -48,6 +50,8 @@ pub struct Metrics {
     spec_mean_length: GaugeVec,
     success: IntCounterVec,
     errors: IntCounterVec,
+    /// The GPU gauges, when a probe was given (none without NVML).
+    gpus: Option<GpuGauges>,
     /// Last cumulative engine figures seen, per (model, version).
     seen: Mutex<HashMap<(String, String), EngineStats>>,
 }
@@ -58,7 +62,13 @@ pub struct Metrics {
 pub struct MetricsError(#[from] prometheus::Error);
 
 impl Metrics {
+    /// The metrics without GPU gauges.
     pub fn new() -> Result<Arc<Self>, MetricsError> {
+        Self::with_gpu(None)
+    }
+
+    /// The metrics, with GPU gauges read from `gpu` at each scrape when given.
+    pub fn with_gpu(gpu: Option<Box<dyn GpuProbe>>) -> Result<Arc<Self>, MetricsError> {
         let registry = Registry::new();
         let hist =
             |name: &str, help: &str, buckets: &[f64]| -> Result<HistogramVec, MetricsError> {
@@ -93,7 +103,11 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        let gpus = gpu
+            .map(|probe| GpuGauges::register(&registry, probe))
+            .transpose()?;
         let m = Metrics {
+            gpus,
             ttft: hist(
                 "pagoda:time_to_first_token_seconds",
                 "Time from arrival to the first generated token",
@@ -204,6 +218,9 @@ impl Metrics {
     /// The text exposition, after folding in the engines' current figures.
     pub fn render(&self, loaded: &[Arc<ServedModel>]) -> String {
         self.refresh_engines(loaded);
+        if let Some(g) = &self.gpus {
+            g.refresh();
+        }
         let mut out = Vec::new();
         let encoder = TextEncoder::new();
         if let Err(e) = encoder.encode(&self.registry.gather(), &mut out) {

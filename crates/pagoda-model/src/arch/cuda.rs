@@ -80,7 +80,7 @@ impl Cuda {
     /// to spare.
     pub fn for_model(ordinal: usize, weights: &Weights, reserve: u64) -> Result<Self, ModelError> {
         let gpu = context(ordinal)?;
-        let need = cuda_weights::device_bytes(weights);
+        let need = weights_bytes(weights);
         let (free, total) = gpu.memory_info()?;
         if need + reserve > free {
             return Err(ModelError::Device(format!(
@@ -627,6 +627,13 @@ impl Backend for Cuda {
             .map_err(|e| step_failed(e.to_string()))?;
         Ok(host)
     }
+}
+
+/// Bytes `weights` take on the GPU once uploaded: quantized matrices as stored, the others
+/// as bf16 (see [`cuda_weights::device_bytes`]). The upload check and `pagoda tune`'s
+/// estimate both use it.
+pub fn weights_bytes(weights: &Weights) -> u64 {
+    cuda_weights::device_bytes(weights)
 }
 
 /// Bytes of GPU memory one pass of up to `rows` rows, `logit_rows` of them with logits,

@@ -278,6 +278,13 @@ async fn models_list_and_metrics_name_the_model() {
         .expect("value");
     assert!(value >= 1.0, "{line}");
     assert!(m.contains("pagoda:request_success_total{finished_reason="));
+    // GPU gauges: present exactly where NVML loads; on a machine without it (CI) absent,
+    // and the server still started and serves.
+    if pagoda_server::gpu_metrics::NvmlProbe::open().is_ok() {
+        assert!(m.contains("pagoda:gpu_memory_total_bytes{gpu=\"0\""), "{m}");
+    } else {
+        assert!(!m.contains("pagoda:gpu_"), "no NVML, no GPU series:\n{m}");
+    }
     s.stop().await.expect("clean stop");
 }
 
