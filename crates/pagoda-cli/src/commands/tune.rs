@@ -290,9 +290,9 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         }
         Some(g) => {
             eprintln!(
-                "GPU memory per setting ({}: {} parameters as bf16, KV {} per token, max-model-len {max_model_len}) on {} ({}, {}) x {} = {} for Pagoda:",
+                "GPU memory per setting ({}: weights {} as uploaded, KV {} per token, max-model-len {max_model_len}) on {} ({}, {}) x {} = {} for Pagoda:",
                 args.model,
-                n_parameters,
+                human_size(gpu_weights_bytes),
                 human_size(kv_per_token),
                 g.device,
                 g.name,
