@@ -8,7 +8,8 @@
 //! measures the TTFT of a request whose ~1000-token prefix is cached against a cold one.
 
 use crate::commands::bench_workload::{
-    closed_loop, workload, RequestResult, WorkItem, PROMPT_TEXT,
+    closed_loop, long_tail_length, workload, LengthDistribution, RequestResult, WorkItem,
+    PROMPT_TEXT,
 };
 use crate::commands::engine_args::EngineArgs;
 use crate::commands::llama_server::LlamaServer;
@@ -51,6 +52,10 @@ pub struct BenchBatchingArgs {
     /// Output lengths (max_tokens, EOS ignored) of the workload, MIN-MAX (uniform).
     #[arg(long, value_parser = parse_range, default_value = "16-256")]
     pub output_len: (usize, usize),
+    /// How output lengths are drawn in their range: `uniform`, or `long-tail` (most short, a
+    /// few near MAX, as chat logs; use a wide range such as --output-len 16-2048).
+    #[arg(long, value_enum, default_value_t = LengthDistribution::Uniform)]
+    pub output_dist: LengthDistribution,
     /// Measure TTFT with a cached ~1000-token prefix against an uncached one instead.
     #[arg(long)]
     pub prefix_test: bool,
@@ -164,6 +169,7 @@ pub fn run(args: BenchBatchingArgs) -> anyhow::Result<()> {
             args.seed,
             args.prompt_len,
             args.output_len,
+            args.output_dist,
         );
         let mut row = Vec::new();
         for &mode in &args.modes {
@@ -274,27 +280,83 @@ mod tests {
     #[test]
     fn workload_is_seeded_and_in_range() {
         let text: Vec<u32> = (0..4000).collect();
-        let a = workload(&text, 50, 3, (32, 512), (16, 256));
+        let a = workload(
+            &text,
+            50,
+            3,
+            (32, 512),
+            (16, 256),
+            LengthDistribution::Uniform,
+        );
         assert_eq!(a.len(), 50);
         for w in &a {
             assert!((32..=512).contains(&w.prompt.len()));
             assert!((16..=256).contains(&w.max_tokens));
         }
-        let b = workload(&text, 50, 3, (32, 512), (16, 256));
+        let b = workload(
+            &text,
+            50,
+            3,
+            (32, 512),
+            (16, 256),
+            LengthDistribution::Uniform,
+        );
         assert!(a
             .iter()
             .zip(&b)
             .all(|(x, y)| x.prompt == y.prompt && x.max_tokens == y.max_tokens));
-        let c = workload(&text, 50, 4, (32, 512), (16, 256));
-        assert!(workload(&text, 20, 1, (8, 8), (300, 400))
-            .iter()
-            .all(|w| w.prompt.len() == 8 && (300..=400).contains(&w.max_tokens)));
+        let c = workload(
+            &text,
+            50,
+            4,
+            (32, 512),
+            (16, 256),
+            LengthDistribution::Uniform,
+        );
+        assert!(workload(
+            &text,
+            20,
+            1,
+            (8, 8),
+            (300, 400),
+            LengthDistribution::Uniform
+        )
+        .iter()
+        .all(|w| w.prompt.len() == 8 && (300..=400).contains(&w.max_tokens)));
         assert_eq!(parse_range("16-128"), Ok((16, 128)));
         assert_eq!(parse_range("64"), Ok((64, 64)));
         assert!(
             parse_range("9-3").is_err() && parse_range("x").is_err() && parse_range("0-4").is_err()
         );
         assert!(a.iter().zip(&c).any(|(x, y)| x.prompt != y.prompt));
+    }
+
+    #[test]
+    fn long_tail_lengths_are_mostly_short_with_a_few_near_the_maximum() {
+        assert_eq!(long_tail_length(16, 2048, 0.0), 16);
+        assert_eq!(long_tail_length(16, 2048, 0.999_999_9), 2048);
+        let text: Vec<u32> = (0..4000).collect();
+        let work = workload(
+            &text,
+            2000,
+            7,
+            (32, 64),
+            (16, 2048),
+            LengthDistribution::LongTail,
+        );
+        let mut lengths: Vec<usize> = work.iter().map(|w| w.max_tokens).collect();
+        lengths.sort_unstable();
+        assert!(lengths.iter().all(|l| (16..=2048).contains(l)));
+        // P(length > x) = (16/x - 16/2049) / (1 - 16/2049): median ~32, ~2.4 % above 512.
+        let median = lengths[lengths.len() / 2];
+        assert!((28..=37).contains(&median), "median {median}");
+        let above_512 = lengths.iter().filter(|&&l| l > 512).count();
+        assert!(
+            (20..=80).contains(&above_512),
+            "{above_512} of 2000 above 512"
+        );
+        let longest = lengths[lengths.len() - 1];
+        assert!(longest > 1000, "longest {longest}");
     }
 
     #[test]

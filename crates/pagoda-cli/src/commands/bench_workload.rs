@@ -31,13 +31,36 @@ pub struct RequestResult {
     pub tpot: Option<Duration>,
 }
 
-/// The seeded mixed-length workload: prompt and output lengths uniform in their ranges.
+/// How output lengths are drawn between their MIN and MAX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LengthDistribution {
+    /// Every length in the range equally likely.
+    #[default]
+    Uniform,
+    /// A bounded Pareto (shape 1) on the range, as chat logs' output lengths are: most
+    /// requests short (the median is about twice MIN), a few near MAX (P(length > x) falls
+    /// as MIN/x). Static batching waits for a batch's longest request, so this is the mix
+    /// on which continuous batching pays most.
+    LongTail,
+}
+
+/// A length in `lo..=hi` from the bounded Pareto of shape 1 on that range, for `u` uniform in
+/// [0, 1) (its inverse CDF).
+pub fn long_tail_length(lo: usize, hi: usize, u: f64) -> usize {
+    let (l, h) = (lo as f64, hi as f64 + 1.0);
+    ((l / (1.0 - u * (1.0 - l / h))) as usize).clamp(lo, hi)
+}
+
+/// The seeded mixed-length workload: prompt lengths uniform in their range, output lengths
+/// drawn from theirs by `output_dist`.
 pub fn workload(
     text_tokens: &[u32],
     n: usize,
     seed: u64,
     prompt_len: (usize, usize),
     output_len: (usize, usize),
+    output_dist: LengthDistribution,
 ) -> Vec<WorkItem> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move |lo: usize, hi: usize| {
@@ -50,9 +73,16 @@ pub fn workload(
         .map(|_| {
             let len = next(prompt_len.0, prompt_len.1).min(text_tokens.len().saturating_sub(1));
             let offset = next(0, text_tokens.len() - len - 1);
+            let max_tokens = match output_dist {
+                LengthDistribution::Uniform => next(output_len.0, output_len.1),
+                LengthDistribution::LongTail => {
+                    let u = next(0, (1 << 30) - 1) as f64 / (1u64 << 30) as f64;
+                    long_tail_length(output_len.0, output_len.1, u)
+                }
+            };
             WorkItem {
                 prompt: text_tokens[offset..offset + len].to_vec(),
-                max_tokens: next(output_len.0, output_len.1),
+                max_tokens,
             }
         })
         .collect()
