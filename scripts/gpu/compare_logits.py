@@ -127,6 +127,11 @@ def main():
     )
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--name", default="", help="label (the model shape) for the output")
+    ap.add_argument(
+        "--reference-name",
+        default="transformers bf16",
+        help="what REFERENCE is, for the output (e.g. 'pagoda on the cpu')",
+    )
     ap.add_argument("--min-agreement", type=float, default=MIN_AGREEMENT)
     ap.add_argument("--max-diff", type=float, default=MAX_DIFF)
     ap.add_argument("--tie-eps", type=float, default=TIE_EPS)
@@ -140,7 +145,7 @@ def main():
         sys.exit(f"error: shapes differ: reference {ref.shape}, pagoda {got.shape}")
     per_prompt, total = compare(ref, got, args.tie_eps)
     extra = {}
-    gated, gated_name = total, "reference (transformers bf16)"
+    gated, gated_name = total, f"reference ({args.reference_name})"
     if args.reference_f32:
         exact = load(args.reference_f32)
         if exact.shape != ref.shape:
