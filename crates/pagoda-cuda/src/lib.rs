@@ -36,4 +36,4 @@ pub use gpu::{list_gpus, Gpu};
 pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;
-pub use ops::{GatedActivation, Kernels, RopeStyle};
+pub use ops::{Fp8Scales, GatedActivation, Kernels, RopeStyle};
