@@ -344,15 +344,17 @@ fn every_isa_gives_the_scalar_result_on_fp8_with_nan_codes_kept() {
     row[3] = f32::NAN;
     values.write(&b.tables[0], 50, &row);
     for isa in available_isas() {
+        // Row 0, query head 0 (kv head 0), dimension 3.
         let out = run(&values, isa);
-        assert!(out[0].is_nan(), "{isa}: a NaN value read as {}", out[0]);
+        assert!(out[3].is_nan(), "{isa}: a NaN value read as {}", out[3]);
     }
 }
 
 /// FP8 (E4M3, scale 1) K/V against F16 K/V on the same inputs: keys in ±2, values in ±1,
-/// outputs in ±1. E4M3 keeps 3 mantissa bits (relative error ≤ 2^-4 per value); over the
-/// shapes below the largest output difference measured 0.03, this bound leaves room for
-/// other seeds and ISAs while failing a decode that misreads codes (errors ~0.5).
+/// outputs in ±1. E4M3 keeps 3 mantissa bits (relative error ≤ 2^-4 per value). Measured
+/// largest output differences over the shapes below: 0.045 (9/3 x 64), 0.042 (12/2 x 128),
+/// 0.022 (4/1 x 256), the same on every ISA; the bound leaves room for other seeds while
+/// failing a decode that misreads codes.
 const FP8_VS_F16_TOLERANCE: f32 = 0.08;
 
 #[test]
