@@ -404,7 +404,16 @@ impl Kernels {
         workspace: &mut AttentionWorkspace,
     ) -> Result<(), CudaError> {
         let scales = scales.check("paged_attention_fp8")?;
-        self.attention_on(batch, q, k_cache, v_cache, out, params, workspace, Some(scales))
+        self.attention_on(
+            batch,
+            q,
+            k_cache,
+            v_cache,
+            out,
+            params,
+            workspace,
+            Some(scales),
+        )
     }
 
     /// The body of both: `fp8` is `Some` for caches of E4M3 codes (`T` = `u8`), `None` for

@@ -214,7 +214,11 @@ mod tests {
         for c in 0u8..0x7E {
             let (lo, hi) = (E4m3(c).to_f32(), E4m3(c + 1).to_f32());
             let mid = ((lo as f64 + hi as f64) / 2.0) as f32;
-            assert_eq!((mid as f64), (lo as f64 + hi as f64) / 2.0, "midpoint exact");
+            assert_eq!(
+                (mid as f64),
+                (lo as f64 + hi as f64) / 2.0,
+                "midpoint exact"
+            );
             let even = if c & 1 == 0 { c } else { c + 1 };
             for s in [0u8, 0x80] {
                 let sg = if s == 0 { 1.0 } else { -1.0 };
@@ -229,7 +233,16 @@ mod tests {
 
     #[test]
     fn saturates_at_448_and_keeps_nan_and_signed_zero() {
-        for x in [448.0f32, 449.0, 463.9, 464.0, 480.0, 1e6, f32::MAX, f32::INFINITY] {
+        for x in [
+            448.0f32,
+            449.0,
+            463.9,
+            464.0,
+            480.0,
+            1e6,
+            f32::MAX,
+            f32::INFINITY,
+        ] {
             assert_eq!(E4m3::from_f32(x), E4m3::MAX, "{x}");
             assert_eq!(E4m3::from_f32(-x), E4m3(0xFE), "-{x}");
         }

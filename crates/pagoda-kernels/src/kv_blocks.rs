@@ -316,7 +316,10 @@ mod tests {
                     let max = fp8::E4M3_MAX * scale;
                     let want = x.clamp(-max, max);
                     let step = (want.abs() / 16.0).max(scale * 2f32.powi(-10));
-                    assert!((got - want).abs() <= step, "scale {scale} p {p} d {d}: {got} vs {x}");
+                    assert!(
+                        (got - want).abs() <= step,
+                        "scale {scale} p {p} d {d}: {got} vs {x}"
+                    );
                 }
             }
             s.copy_block(3, 0);

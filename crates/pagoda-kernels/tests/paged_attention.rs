@@ -360,7 +360,11 @@ const FP8_VS_F16_TOLERANCE: f32 = 0.08;
 #[test]
 fn fp8_kv_stays_within_a_named_tolerance_of_f16_kv() {
     for (shape, bs, seqs) in [
-        (shape(9, 3, 64, None, None), 16, vec![(200, 1), (0, 40), (31, 3)]),
+        (
+            shape(9, 3, 64, None, None),
+            16,
+            vec![(200, 1), (0, 40), (31, 3)],
+        ),
         (shape(12, 2, 128, None, None), 16, vec![(500, 1), (17, 20)]),
         (shape(4, 1, 256, Some(30.0), Some(64)), 8, vec![(300, 1)]),
     ] {
@@ -386,8 +390,16 @@ fn fp8_kv_stays_within_a_named_tolerance_of_f16_kv() {
         for isa in available_isas() {
             let mut f16_out = vec![0.0; bf.q.len()];
             let mut fp8_out = vec![0.0; bf.q.len()];
-            paged_attention_with_isa(isa, &c.shape, &bf.q, &bf.keys, &bf.values, &seqs, &mut f16_out)
-                .unwrap();
+            paged_attention_with_isa(
+                isa,
+                &c.shape,
+                &bf.q,
+                &bf.keys,
+                &bf.values,
+                &seqs,
+                &mut f16_out,
+            )
+            .unwrap();
             paged_attention_with_isa(isa, &c.shape, &bf.q, &k8, &v8, &seqs, &mut fp8_out).unwrap();
             let worst = f16_out
                 .iter()

@@ -155,7 +155,9 @@ impl PagedKvCache {
                 .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
                 .sum(),
             // bf16 for f16: the same bytes per value as the dtype says.
-            KvStore::Cuda { layers, .. } => layers.len() * 2 * self.layer_values() * self.dtype.bytes(),
+            KvStore::Cuda { layers, .. } => {
+                layers.len() * 2 * self.layer_values() * self.dtype.bytes()
+            }
         }
     }
 

@@ -162,7 +162,10 @@ fn fp8_kv_plans_twice_the_blocks_of_f16_in_the_same_memory() {
     let fp8_layout = pagoda_engine::KvLayout::plan(&model, &fp8).expect("fp8 plan");
     assert_eq!(f16_layout.n_blocks, 40);
     assert_eq!(fp8_layout.n_blocks, 2 * f16_layout.n_blocks);
-    assert_eq!(fp8_layout.capacity_tokens(), 2 * f16_layout.capacity_tokens());
+    assert_eq!(
+        fp8_layout.capacity_tokens(),
+        2 * f16_layout.capacity_tokens()
+    );
     assert_eq!(fp8_layout.bytes, f16_layout.bytes);
     assert_eq!(fp8_layout.dtype, KvDtype::Fp8E4m3);
     // And the engine runs on it: a greedy request finishes with its tokens.

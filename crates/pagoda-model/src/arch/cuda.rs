@@ -33,8 +33,8 @@ use pagoda_cuda::{
     AttentionBatch, AttentionParams, AttentionWorkspace, Fp8Scales, GatedActivation, GpuContext,
     KernelCache,
 };
-use pagoda_kernels::kv_blocks::FP8_DEFAULT_SCALE;
 use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::kv_blocks::FP8_DEFAULT_SCALE;
 use pagoda_kernels::ops::RopeStyle;
 use pagoda_kernels::WeightMatrix;
 use rayon::prelude::*;
@@ -594,15 +594,9 @@ impl Backend for Cuda {
         )?;
         let kv_dim = shape.n_kv_heads * hd;
         match kv {
-            CudaKvLayer::Bf16 { k: kc, v: vc } => kernels.kv_write(
-                k.get()?,
-                v.get()?,
-                kc,
-                vc,
-                pass.batch.slots(),
-                rows,
-                kv_dim,
-            )?,
+            CudaKvLayer::Bf16 { k: kc, v: vc } => {
+                kernels.kv_write(k.get()?, v.get()?, kc, vc, pass.batch.slots(), rows, kv_dim)?
+            }
             CudaKvLayer::Fp8 {
                 k: kc,
                 v: vc,

@@ -355,7 +355,11 @@ fn paged_cache_sizes() {
     assert_eq!(f16.capacity(), 100);
     assert_eq!(2 * f16.memory_bytes(), f32.memory_bytes());
     let fp8 = model.new_cache_with(100, KvDtype::Fp8E4m3);
-    assert_eq!(2 * fp8.memory_bytes(), f16.memory_bytes(), "FP8 halves f16's bytes");
+    assert_eq!(
+        2 * fp8.memory_bytes(),
+        f16.memory_bytes(),
+        "FP8 halves f16's bytes"
+    );
     assert_eq!(
         2 * PagedKvCache::bytes_per_block(cfg, 16, KvDtype::Fp8E4m3),
         PagedKvCache::bytes_per_block(cfg, 16, KvDtype::F16)
