@@ -106,7 +106,8 @@ pub(crate) enum BlockRows<'a> {
 }
 
 impl KvBlockStorage {
-    /// Zeroed storage (the allocation is lazy: untouched pages cost no RAM).
+    /// Zeroed storage (the allocation is lazy: untouched pages cost no RAM); FP8 under
+    /// [`FP8_DEFAULT_SCALE`] ([`KvBlockStorage::new_fp8`] takes another).
     pub fn new(dtype: KvDtype, n_blocks: usize, block_size: usize, kv_dim: usize) -> Self {
         let len = n_blocks * block_size * kv_dim;
         let data = match dtype {
@@ -117,7 +118,12 @@ impl KvBlockStorage {
         };
         KvBlockStorage {
             data,
-            scale: 1.0,
+            // f16 and f32 are stored as themselves.
+            scale: if dtype == KvDtype::Fp8E4m3 {
+                FP8_DEFAULT_SCALE
+            } else {
+                1.0
+            },
             n_blocks,
             block_size,
             kv_dim,
