@@ -6,8 +6,9 @@
 //! Semantics are `pagoda_kernels::paged_attention`'s: row `r` of a sequence sits at position
 //! `start + (r - first_row)` and attends to `first_visible(window, pos) ..= pos` of its own
 //! sequence (`max(0, pos + 1 - window)`, 0 without a window), K/V of position `t` at slot
-//! `block_table[t / block_size] * block_size + t % block_size` of the bf16 caches
-//! (`[n_slots, n_kv_heads * head_dim]`), query head `h` on kv head `h / (n_heads /
+//! `block_table[t / block_size] * block_size + t % block_size` of the bf16 or FP8 E4M3
+//! caches (`[n_slots, n_kv_heads * head_dim]`; [`Kernels::paged_attention_fp8`] reads codes
+//! under static [`Fp8Scales`], widened in registers by software on every architecture), query head `h` on kv head `h / (n_heads /
 //! n_kv_heads)`, scores `scale · q·k`, soft-capped (`cap · tanh(s / cap)`) when set, softmax
 //! and output in f32.
 //!
@@ -22,12 +23,12 @@
 //! Invariants: [`AttentionBatch::upload`] checks that the sequences tile their rows in order
 //! and that each block table covers its positions; [`Kernels::paged_attention`] checks the
 //! parameters, the buffers' lengths, that every block the batch names lies inside both
-//! caches and that the caches are 16-byte aligned (the kernels read K/V rows in 16-byte
-//! chunks), before launching anything.
+//! caches and that the caches are 16-byte aligned (8-byte for FP8: the kernels read K/V rows
+//! in chunks of 8 values), before launching anything.
 
 use crate::error::CudaError;
 use crate::gpu_context::GpuContext;
-use crate::ops::{launch, Check, Kernels};
+use crate::ops::{launch, Check, Fp8Scales, Kernels};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 use std::sync::Arc;
@@ -385,8 +386,56 @@ impl Kernels {
         params: AttentionParams,
         workspace: &mut AttentionWorkspace,
     ) -> Result<(), CudaError> {
+        self.attention_on(batch, q, k_cache, v_cache, out, params, workspace, None)
+    }
+
+    /// As [`Kernels::paged_attention`] over FP8 E4M3 caches (codes as `u8`) read as
+    /// `code · scale` (`pagoda_kernels::paged_attention` over FP8 storage).
+    #[allow(clippy::too_many_arguments)]
+    pub fn paged_attention_fp8(
+        &self,
+        batch: &AttentionBatch,
+        q: &impl DevicePtr<f32>,
+        k_cache: &impl DevicePtr<u8>,
+        v_cache: &impl DevicePtr<u8>,
+        out: &mut impl DevicePtrMut<f32>,
+        params: AttentionParams,
+        scales: Fp8Scales,
+        workspace: &mut AttentionWorkspace,
+    ) -> Result<(), CudaError> {
+        let scales = scales.check("paged_attention_fp8")?;
+        self.attention_on(
+            batch,
+            q,
+            k_cache,
+            v_cache,
+            out,
+            params,
+            workspace,
+            Some(scales),
+        )
+    }
+
+    /// The body of both: `fp8` is `Some` for caches of E4M3 codes (`T` = `u8`), `None` for
+    /// bf16 ones.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_on<T>(
+        &self,
+        batch: &AttentionBatch,
+        q: &impl DevicePtr<f32>,
+        k_cache: &impl DevicePtr<T>,
+        v_cache: &impl DevicePtr<T>,
+        out: &mut impl DevicePtrMut<f32>,
+        params: AttentionParams,
+        workspace: &mut AttentionWorkspace,
+        fp8: Option<Fp8Scales>,
+    ) -> Result<(), CudaError> {
         let c = Check {
-            kernel: "paged_attention",
+            kernel: if fp8.is_some() {
+                "paged_attention_fp8"
+            } else {
+                "paged_attention"
+            },
             stream: &self.stream,
         };
         let p = params;
@@ -445,16 +494,22 @@ impl Kernels {
         }
         let (nh_i, nkv_i, hd_i) = (nh as i32, c.int("n_kv_heads", nkv)?, hd as i32);
         let bs_i = batch.block_size as i32;
-        let scale = p.scale;
+        // The keys' scale folds into the score scale (q · (code · s) = (q · code) · s); the
+        // values' is applied by the kernels to the output.
+        let (scale, v_scale) = match fp8 {
+            Some(s) => (p.scale * s.k, s.v),
+            None => (p.scale, 1.0f32),
+        };
         let (qp, _q) = c.input("q", q, q_len)?;
         let (kp, _k) = c.input("k_cache", k_cache, n_slots * kv_dim)?;
         let (vp, _v) = c.input("v_cache", v_cache, n_slots * kv_dim)?;
-        if kp % 16 != 0 || vp % 16 != 0 {
-            return Err(c.shape(
-                "k_cache and v_cache must start 16-byte aligned (a whole allocation, or a \
+        // Eight values per chunk read: 16 bytes of bf16, 8 of FP8.
+        let align = 8 * std::mem::size_of::<T>() as u64;
+        if kp % align != 0 || vp % align != 0 {
+            return Err(c.shape(format!(
+                "k_cache and v_cache must start {align}-byte aligned (a whole allocation, or a \
                  view starting at a multiple of 8 values)"
-                    .to_string(),
-            ));
+            )));
         }
         let (meta, _m) = c.input("batch metadata", &batch.meta, batch.meta.len())?;
         let at = |off: usize| meta + 4 * off as u64;
@@ -474,29 +529,56 @@ impl Kernels {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            launch!(
-                self.stream,
-                "attn_prefill",
-                &self.attn_prefill,
-                cfg,
-                &qp,
-                &kp,
-                &vp,
-                &op,
-                &tiles,
-                &first_row,
-                &rows,
-                &start,
-                &table_off,
-                &tables,
-                &nh_i,
-                &nkv_i,
-                &hd_i,
-                &bs_i,
-                &scale,
-                &softcap,
-                &window
-            )?;
+            if fp8.is_some() {
+                launch!(
+                    self.stream,
+                    "attn_prefill_fp8",
+                    &self.attn_prefill_fp8,
+                    cfg,
+                    &qp,
+                    &kp,
+                    &vp,
+                    &op,
+                    &tiles,
+                    &first_row,
+                    &rows,
+                    &start,
+                    &table_off,
+                    &tables,
+                    &nh_i,
+                    &nkv_i,
+                    &hd_i,
+                    &bs_i,
+                    &scale,
+                    &softcap,
+                    &window,
+                    &v_scale
+                )?;
+            } else {
+                launch!(
+                    self.stream,
+                    "attn_prefill",
+                    &self.attn_prefill,
+                    cfg,
+                    &qp,
+                    &kp,
+                    &vp,
+                    &op,
+                    &tiles,
+                    &first_row,
+                    &rows,
+                    &start,
+                    &table_off,
+                    &tables,
+                    &nh_i,
+                    &nkv_i,
+                    &hd_i,
+                    &bs_i,
+                    &scale,
+                    &softcap,
+                    &window
+                )?;
+            }
         }
 
         if batch.n_decode > 0 {
@@ -547,32 +629,62 @@ impl Kernels {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            launch!(
-                self.stream,
-                "attn_decode",
-                &self.attn_decode,
-                cfg,
-                &qp,
-                &kp,
-                &vp,
-                &op,
-                &acc_p,
-                &ml_p,
-                &decode_seqs,
-                &first_row,
-                &start,
-                &table_off,
-                &tables,
-                &nh_i,
-                &nkv_i,
-                &hd_i,
-                &bs_i,
-                &scale,
-                &softcap,
-                &window,
-                &split_len_i,
-                &n_splits_i
-            )?;
+            if fp8.is_some() {
+                launch!(
+                    self.stream,
+                    "attn_decode_fp8",
+                    &self.attn_decode_fp8,
+                    cfg,
+                    &qp,
+                    &kp,
+                    &vp,
+                    &op,
+                    &acc_p,
+                    &ml_p,
+                    &decode_seqs,
+                    &first_row,
+                    &start,
+                    &table_off,
+                    &tables,
+                    &nh_i,
+                    &nkv_i,
+                    &hd_i,
+                    &bs_i,
+                    &scale,
+                    &softcap,
+                    &window,
+                    &split_len_i,
+                    &n_splits_i,
+                    &v_scale
+                )?;
+            } else {
+                launch!(
+                    self.stream,
+                    "attn_decode",
+                    &self.attn_decode,
+                    cfg,
+                    &qp,
+                    &kp,
+                    &vp,
+                    &op,
+                    &acc_p,
+                    &ml_p,
+                    &decode_seqs,
+                    &first_row,
+                    &start,
+                    &table_off,
+                    &tables,
+                    &nh_i,
+                    &nkv_i,
+                    &hd_i,
+                    &bs_i,
+                    &scale,
+                    &softcap,
+                    &window,
+                    &split_len_i,
+                    &n_splits_i
+                )?;
+            }
             if n_splits > 1 {
                 let cfg = LaunchConfig {
                     grid_dim: (n_decode_i as u32, nh as u32, 1),

@@ -39,7 +39,7 @@ pub use gpu::{list_gpus, Gpu};
 pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
 pub use libraries::Libraries;
-pub use ops::{GatedActivation, Kernels, RopeStyle};
+pub use ops::{Fp8Scales, GatedActivation, Kernels, RopeStyle};
 pub use quant::{
     QuantFormat, QuantKernels, QuantWorkspace, QuantizedMatrix, DEFAULT_TILE_ELEMS, GEMV_MAX_ROWS,
 };

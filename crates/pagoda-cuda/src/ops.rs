@@ -185,9 +185,38 @@ pub struct Kernels {
     gather_rows: CudaFunction,
     rope: CudaFunction,
     kv_write: CudaFunction,
+    kv_write_fp8: CudaFunction,
     pub(crate) attn_decode: CudaFunction,
     pub(crate) attn_decode_reduce: CudaFunction,
     pub(crate) attn_prefill: CudaFunction,
+    pub(crate) attn_decode_fp8: CudaFunction,
+    pub(crate) attn_prefill_fp8: CudaFunction,
+}
+
+/// The static scales of an FP8 E4M3 K/V cache: a value `x` is stored as the code nearest
+/// `x / scale` (saturating at ±448) and read as `code · scale` (`pagoda_kernels::kv_blocks`'
+/// FP8 storage, whose bits the kernels reproduce).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fp8Scales {
+    pub k: f32,
+    pub v: f32,
+}
+
+impl Fp8Scales {
+    /// An error naming `kernel` unless both scales are finite and positive.
+    pub(crate) fn check(self, kernel: &'static str) -> Result<Self, CudaError> {
+        if [self.k, self.v].iter().all(|s| s.is_finite() && *s > 0.0) {
+            Ok(self)
+        } else {
+            Err(CudaError::Shape {
+                kernel,
+                message: format!(
+                    "FP8 scales k {} and v {} must be finite and positive",
+                    self.k, self.v
+                ),
+            })
+        }
+    }
 }
 
 /// The entry points of `module`, loaded into the stream's context, in `entries` order.
@@ -251,9 +280,12 @@ impl Kernels {
             gather_rows: next(&mut e)?,
             rope: next(&mut e)?,
             kv_write: next(&mut e)?,
+            kv_write_fp8: next(&mut e)?,
             attn_decode: next(&mut a)?,
             attn_decode_reduce: next(&mut a)?,
             attn_prefill: next(&mut a)?,
+            attn_decode_fp8: next(&mut a)?,
+            attn_prefill_fp8: next(&mut a)?,
         })
     }
 
@@ -638,6 +670,53 @@ impl Kernels {
             &rows_i,
             &kv_i,
             &n_slots_i
+        )
+    }
+
+    /// As [`Kernels::kv_write`] into FP8 E4M3 caches (codes as `u8`): each value stored as
+    /// the code nearest `x / scale`, ties to even, saturating at ±448, NaN kept
+    /// (`pagoda_kernels::fp8::E4m3::from_f32` bit for bit).
+    #[allow(clippy::too_many_arguments)]
+    pub fn kv_write_fp8(
+        &self,
+        k: &impl DevicePtr<f32>,
+        v: &impl DevicePtr<f32>,
+        k_cache: &mut impl DevicePtrMut<u8>,
+        v_cache: &mut impl DevicePtrMut<u8>,
+        slots: &impl DevicePtr<i32>,
+        rows: usize,
+        kv_dim: usize,
+        scales: Fp8Scales,
+    ) -> Result<(), CudaError> {
+        let c = self.check("kv_write_fp8");
+        let scales = scales.check("kv_write_fp8")?;
+        if rows == 0 || kv_dim == 0 {
+            return Ok(());
+        }
+        let n = c.mul("k", rows, kv_dim)?;
+        let n_slots = (k_cache.len().min(v_cache.len()) / kv_dim).min(i32::MAX as usize);
+        let (rows_i, kv_i) = (c.int("rows", rows)?, c.int("kv_dim", kv_dim)?);
+        let n_slots_i = n_slots as i32;
+        let (kp, _k) = c.input("k", k, n)?;
+        let (vp, _v) = c.input("v", v, n)?;
+        let (s, _s) = c.input("slots", slots, rows)?;
+        let (kc, _kc) = c.output("k_cache", k_cache, n_slots * kv_dim)?;
+        let (vc, _vc) = c.output("v_cache", v_cache, n_slots * kv_dim)?;
+        launch!(
+            self.stream,
+            c.kernel,
+            &self.kv_write_fp8,
+            grid_rows(rows_i, kv_dim, 256),
+            &kp,
+            &vp,
+            &kc,
+            &vc,
+            &s,
+            &rows_i,
+            &kv_i,
+            &n_slots_i,
+            &scales.k,
+            &scales.v
         )
     }
 }

@@ -7,10 +7,11 @@
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
 use pagoda_cuda::{
-    list_gpus, AttentionBatch, AttentionParams, AttentionWorkspace, GatedActivation, GpuContext,
-    KernelCache, RopeStyle, SeqSpan,
+    list_gpus, AttentionBatch, AttentionParams, AttentionWorkspace, Fp8Scales, GatedActivation,
+    GpuContext, KernelCache, RopeStyle, SeqSpan,
 };
 use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::fp8::E4m3;
 use pagoda_kernels::kv_blocks::{KvBlockStorage, KvDtype};
 use pagoda_kernels::ops;
 use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
@@ -354,6 +355,18 @@ struct Seq {
 }
 
 fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64) {
+    attention_case_as(g, shape, seqs, seed, None)
+}
+
+/// As [`attention_case`], over FP8 caches under `fp8`'s scales when given (the CPU reference
+/// reads FP8 storage made with the same scales, so both see the same codes).
+fn attention_case_as(
+    g: &GpuContext,
+    shape: AttentionShape,
+    seqs: &[Seq],
+    seed: u64,
+    fp8: Option<Fp8Scales>,
+) {
     let mut r = Rng(seed);
     let bs = 16;
     let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
@@ -375,10 +388,23 @@ fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64
         at += n;
     }
     // K/V of every position 0..start + rows, bf16-rounded, in both caches.
-    let mut keys = KvBlockStorage::new(KvDtype::F32, n_blocks, bs, kv_dim);
-    let mut values = KvBlockStorage::new(KvDtype::F32, n_blocks, bs, kv_dim);
+    let (mut keys, mut values) = match fp8 {
+        Some(sc) => (
+            KvBlockStorage::new_fp8(n_blocks, bs, kv_dim, sc.k),
+            KvBlockStorage::new_fp8(n_blocks, bs, kv_dim, sc.v),
+        ),
+        None => (
+            KvBlockStorage::new(KvDtype::F32, n_blocks, bs, kv_dim),
+            KvBlockStorage::new(KvDtype::F32, n_blocks, bs, kv_dim),
+        ),
+    };
     let mut kc = vec![bf16::ZERO; n_blocks * bs * kv_dim];
     let mut vc = vec![bf16::ZERO; n_blocks * bs * kv_dim];
+    let mut kc8 = vec![0u8; n_blocks * bs * kv_dim];
+    let mut vc8 = vec![0u8; n_blocks * bs * kv_dim];
+    let codes = |x: &[f32], scale: f32| -> Vec<u8> {
+        x.iter().map(|&x| E4m3::from_f32(x / scale).0).collect()
+    };
     for (s, table) in seqs.iter().zip(&tables) {
         let len = s.start + s.rows;
         let (k, v) = (rounded(&r.vec(len * kv_dim)), rounded(&r.vec(len * kv_dim)));
@@ -386,8 +412,13 @@ fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64
         values.write(table, 0, &v);
         for p in 0..len {
             let slot = table[p / bs] as usize * bs + p % bs;
-            kc[slot * kv_dim..][..kv_dim].copy_from_slice(&bf16s(&k[p * kv_dim..][..kv_dim]));
-            vc[slot * kv_dim..][..kv_dim].copy_from_slice(&bf16s(&v[p * kv_dim..][..kv_dim]));
+            let (kr, vr) = (&k[p * kv_dim..][..kv_dim], &v[p * kv_dim..][..kv_dim]);
+            kc[slot * kv_dim..][..kv_dim].copy_from_slice(&bf16s(kr));
+            vc[slot * kv_dim..][..kv_dim].copy_from_slice(&bf16s(vr));
+            if let Some(sc) = fp8 {
+                kc8[slot * kv_dim..][..kv_dim].copy_from_slice(&codes(kr, sc.k));
+                vc8[slot * kv_dim..][..kv_dim].copy_from_slice(&codes(vr, sc.v));
+            }
         }
     }
     let total: usize = seqs.iter().map(|s| s.rows).sum();
@@ -430,8 +461,8 @@ fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64
         softcap: shape.softcap,
         window: shape.window,
     };
-    g.kernels()
-        .paged_attention(
+    match fp8 {
+        None => g.kernels().paged_attention(
             &batch,
             &up(g, &q),
             &up(g, &kc),
@@ -439,10 +470,21 @@ fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64
             &mut out,
             params,
             &mut ws,
-        )
-        .expect("paged_attention");
+        ),
+        Some(sc) => g.kernels().paged_attention_fp8(
+            &batch,
+            &up(g, &q),
+            &up(g, &kc8),
+            &up(g, &vc8),
+            &mut out,
+            params,
+            sc,
+            &mut ws,
+        ),
+    }
+    .expect("paged_attention");
     assert_close(
-        &format!("paged attention {shape:?}"),
+        &format!("paged attention {shape:?} fp8 {fp8:?}"),
         &down(g, &out),
         &want,
         ATTENTION_TOLERANCE,
@@ -494,6 +536,127 @@ fn paged_attention_matches_the_cpu_for_decode_and_prefill_rows() {
             }
         }
     }
+}
+
+/// The FP8 kernels (decode, split decode, prefill) against the CPU over the same codes.
+#[test]
+fn fp8_paged_attention_matches_the_cpu_for_decode_and_prefill_rows() {
+    let Some(g) = gpu() else { return };
+    let seqs = [
+        Seq {
+            rows: 1,
+            start: 700,
+        },
+        Seq {
+            rows: 37,
+            start: 50,
+        },
+        Seq { rows: 1, start: 0 },
+        Seq {
+            rows: 1,
+            start: 2100,
+        },
+        Seq {
+            rows: 16,
+            start: 16,
+        },
+    ];
+    let mut seed = 200;
+    for scales in [
+        Fp8Scales { k: 1.0, v: 1.0 },
+        Fp8Scales {
+            k: 1.0 / 64.0,
+            v: 1.0 / 128.0,
+        },
+    ] {
+        for head_dim in [64, 128, 256] {
+            for (n_heads, n_kv_heads, window, softcap) in
+                [(8, 2, None, None), (4, 4, Some(20), Some(5.0))]
+            {
+                let shape = AttentionShape {
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    scale: 1.0 / (head_dim as f32).sqrt() * 2.0,
+                    softcap,
+                    window,
+                };
+                seed += 1;
+                attention_case_as(&g, shape, &seqs, seed, Some(scales));
+            }
+        }
+    }
+}
+
+/// `kv_write_fp8` stores exactly `E4m3::from_f32(x / scale)`: rounding ties, subnormals,
+/// saturation, infinities and NaN, for two scales.
+#[test]
+fn kv_write_fp8_stores_the_cpu_codes_at_their_slots() {
+    let Some(g) = gpu() else { return };
+    let mut r = Rng(8);
+    let kv_dim = 64;
+    let specials = [
+        0.0f32,
+        -0.0,
+        448.0,
+        -449.0,
+        464.0,
+        1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        2f32.powi(-10),
+        3.0 * 2f32.powi(-10),
+        1.0625,
+        1.1875,
+        -0.015_625,
+        0.014,
+        1e-30,
+    ];
+    let mut k: Vec<f32> = specials.to_vec();
+    k.extend(r.vec(3 * kv_dim - specials.len()).iter().map(|x| x * 300.0));
+    let v: Vec<f32> = r.vec(3 * kv_dim).iter().map(|x| x * 0.01).collect();
+    let slots: Vec<i32> = vec![4, -1, 0];
+    let n_slots = 6;
+    let scales = Fp8Scales { k: 0.5, v: 2.0 };
+    let mut kc = up(&g, &vec![0u8; n_slots * kv_dim]);
+    let mut vc = up(&g, &vec![0u8; n_slots * kv_dim]);
+    g.kernels()
+        .kv_write_fp8(
+            &up(&g, &k),
+            &up(&g, &v),
+            &mut kc,
+            &mut vc,
+            &up(&g, &slots),
+            3,
+            kv_dim,
+            scales,
+        )
+        .expect("kv_write_fp8");
+    for (cache, src, scale) in [(down(&g, &kc), &k, scales.k), (down(&g, &vc), &v, scales.v)] {
+        let mut want = vec![0u8; n_slots * kv_dim];
+        for (row, &s) in slots.iter().enumerate() {
+            if s >= 0 {
+                for (d, &x) in src[row * kv_dim..][..kv_dim].iter().enumerate() {
+                    want[s as usize * kv_dim + d] = E4m3::from_f32(x / scale).0;
+                }
+            }
+        }
+        assert_eq!(cache, want, "scale {scale}");
+    }
+    assert!(g
+        .kernels()
+        .kv_write_fp8(
+            &up(&g, &k),
+            &up(&g, &v),
+            &mut kc,
+            &mut vc,
+            &up(&g, &slots),
+            3,
+            kv_dim,
+            Fp8Scales { k: 0.0, v: 1.0 },
+        )
+        .is_err());
 }
 
 #[test]

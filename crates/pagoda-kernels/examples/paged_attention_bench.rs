@@ -2,7 +2,7 @@
 //! 64 x 256, one new row each at the last position; 1 x 2048, where decode tasks are split
 //! along their positions) and a prefill chunk (256 rows after a
 //! 256-row prefix), for the SmolLM2-135M layer shape (9 query / 3 kv heads of 64) and Qwen2.5-1.5B's
-//! (12 / 2 of 128), F16 and F32 blocks of 16 slots, on every ISA path; plus the contiguous
+//! (12 / 2 of 128), F16, FP8 E4M3 and F32 blocks of 16 slots, on every ISA path; plus the contiguous
 //! `causal_attention` over the same K/V (one call per sequence) for reference.
 //!
 //! `cargo run --release -p pagoda-kernels --example paged_attention_bench [-- ISA,ISA..]`
@@ -132,7 +132,7 @@ fn main() {
             ("decode 1 x ctx 2048", &decode1),
             ("prefill 256 after 256", &prefill),
         ] {
-            for dtype in [KvDtype::F16, KvDtype::F32] {
+            for dtype in [KvDtype::F16, KvDtype::Fp8E4m3, KvDtype::F32] {
                 let s = setup(heads, dtype, seqs);
                 let q_dim = heads.0 * heads.2;
                 let mut out = vec![0.0; s.q.len()];

@@ -26,8 +26,8 @@
 //! - `ops`, `attention`: row operations and attention of a transformer layer;
 //!   `attention_shape`: the [`attention::AttentionShape`] and sliding-window rule every
 //!   attention kernel shares.
-//! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16 or
-//!   F32) and attention of a batch of sequences through their block tables;
+//! - `kv_blocks`, `paged_attention`: paged K/V storage ([`kv_blocks::KvBlockStorage`], F16,
+//!   F32 or FP8 E4M3 with a static scale: `fp8`, the E4M3 codec) and attention of a batch of sequences through their block tables;
 //!   `paged_attention/decode.rs`: the decode tile primitives, their scalar bodies and the
 //!   driver generic over them, which `simd/attn.rs` implements.
 //!
@@ -52,6 +52,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod f32_gemm;
+pub mod fp8;
 pub mod hot_pool;
 pub mod kv_blocks;
 pub mod matmul;

@@ -3,7 +3,9 @@
 //!
 //! Layout: per layer a K and a V [`KvBlockStorage`] of `n_blocks` blocks of `block_size` token
 //! rows of `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`), stored
-//! as f16 or f32 ([`KvDtype`]). A sequence's position `p` lives in block `table[p / block_size]`,
+//! as f16, f32 or FP8 E4M3 with a static scale ([`KvDtype`]; on a GPU f16 is kept as bf16,
+//! FP8 as the same codes). A block's bytes follow the dtype ([`PagedKvCache::bytes_per_block`]),
+//! so FP8 holds twice f16's blocks in the same memory. A sequence's position `p` lives in block `table[p / block_size]`,
 //! slot `p % block_size`; which blocks a sequence owns is the caller's policy (the engine's
 //! block pool), never this module's.
 //!
@@ -80,7 +82,7 @@ impl PagedKvCache {
     }
 
     /// `n_blocks` blocks of `block_size` positions for every layer, in `gpu`'s memory, K/V
-    /// as bf16 (a 16-bit `dtype` is stored as bf16 there; f32 is refused).
+    /// as bf16 (a 16-bit `dtype` is stored as bf16 there) or FP8 E4M3 codes; f32 is refused.
     pub(crate) fn new_cuda(
         cfg: &ModelConfig,
         n_blocks: usize,
@@ -88,21 +90,20 @@ impl PagedKvCache {
         dtype: KvDtype,
         gpu: &Arc<GpuContext>,
     ) -> Result<Self, ModelError> {
-        if dtype != KvDtype::F16 {
-            return Err(ModelError::InvalidConfig(format!(
-                "a KV cache of {dtype} on the GPU: the CUDA path stores K/V as bf16; use \
-                 --kv-cache-dtype f16 (16-bit, kept as bf16 on the GPU)"
-            )));
-        }
+        let fp8 = match dtype {
+            KvDtype::F16 => false,
+            KvDtype::Fp8E4m3 => true,
+            KvDtype::F32 => {
+                return Err(ModelError::InvalidConfig(format!(
+                    "a KV cache of {dtype} on the GPU: the CUDA path stores K/V as bf16 or \
+                     FP8; use --kv-cache-dtype f16 (kept as bf16 on the GPU) or fp8"
+                )))
+            }
+        };
         let kv_dim = cfg.n_kv_heads * cfg.head_dim;
         let len = n_blocks * block_size * kv_dim;
         let layers = (0..cfg.n_layers)
-            .map(|_| {
-                Ok(CudaKvLayer {
-                    k: crate::arch::cuda::zeros(gpu, len)?,
-                    v: crate::arch::cuda::zeros(gpu, len)?,
-                })
-            })
+            .map(|_| CudaKvLayer::zeroed(gpu, len, fp8))
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(PagedKvCache {
             n_blocks,
@@ -153,7 +154,10 @@ impl PagedKvCache {
                 .iter()
                 .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
                 .sum(),
-            KvStore::Cuda { layers, .. } => layers.len() * 2 * self.layer_values() * 2,
+            // bf16 for f16: the same bytes per value as the dtype says.
+            KvStore::Cuda { layers, .. } => {
+                layers.len() * 2 * self.layer_values() * self.dtype.bytes()
+            }
         }
     }
 
@@ -181,8 +185,7 @@ impl PagedKvCache {
                 let (src, dst) = (src as usize * block, dst as usize * block);
                 if src != dst {
                     for layer in layers {
-                        crate::arch::cuda::copy_within(gpu, &mut layer.k, src, dst, block)?;
-                        crate::arch::cuda::copy_within(gpu, &mut layer.v, src, dst, block)?;
+                        layer.copy_within(gpu, src, dst, block)?;
                     }
                 }
             }
@@ -234,11 +237,18 @@ impl PagedKvCache {
         self.n_blocks * self.block_size * self.kv_dim
     }
 
-    /// Where the K/V live and as what, for reports: `f16`, `f32`, `bf16 on cuda:0`.
+    /// Where the K/V live and as what, for reports: `f16`, `f32`, `fp8`, `bf16 on cuda:0`,
+    /// `fp8 on cuda:0`.
     pub fn storage(&self) -> String {
         match &self.store {
             KvStore::Cpu { .. } => self.dtype.to_string(),
-            KvStore::Cuda { gpu, .. } => format!("bf16 on cuda:{}", gpu.gpu().ordinal),
+            KvStore::Cuda { gpu, .. } => {
+                let kind = match self.dtype {
+                    KvDtype::Fp8E4m3 => "fp8",
+                    _ => "bf16",
+                };
+                format!("{kind} on cuda:{}", gpu.gpu().ordinal)
+            }
         }
     }
 

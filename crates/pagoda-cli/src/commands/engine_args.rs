@@ -115,7 +115,9 @@ pub struct EngineArgs {
     /// --max-num-seqs full-length sequences need).
     #[arg(long, value_parser = parse_size)]
     pub kv_cache_memory: Option<u64>,
-    /// KV cache element type: f16 or f32.
+    /// KV cache element type: f16, f32 (CPU only) or fp8 (E4M3 with a static scale of 1, as
+    /// vLLM's `--kv-cache-dtype fp8`: half f16's bytes, so twice the KV blocks in the same
+    /// memory, at some accuracy cost; docs/benchmarks.md measures it).
     #[arg(long, default_value = "f16")]
     pub kv_cache_dtype: KvDtype,
     /// Tokens per KV block.
@@ -215,5 +217,41 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3 parsecs").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    /// The engine flags as `serve` parses them.
+    #[derive(Debug, clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    #[test]
+    fn kv_cache_dtype_accepts_fp8_and_refuses_unknown_values_by_name() {
+        use clap::Parser;
+        let parse = |v: &str| Flags::try_parse_from(["serve", "--kv-cache-dtype", v]);
+        for (v, want) in [
+            ("fp8", KvDtype::Fp8E4m3),
+            ("fp8_e4m3", KvDtype::Fp8E4m3),
+            ("f16", KvDtype::F16),
+            ("f32", KvDtype::F32),
+        ] {
+            let flags = parse(v).unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert_eq!(flags.engine.kv_cache_dtype, want, "{v}");
+        }
+        assert_eq!(
+            Flags::try_parse_from(["serve"])
+                .expect("defaults")
+                .engine
+                .kv_cache_dtype,
+            KvDtype::F16
+        );
+        let err = parse("int4").expect_err("unknown dtype").to_string();
+        assert!(
+            err.contains("--kv-cache-dtype") && err.contains("`int4`") && err.contains("fp8"),
+            "{err}"
+        );
+        let err = parse("fp8_e5m2").expect_err("e5m2").to_string();
+        assert!(err.contains("E4M3"), "{err}");
     }
 }

@@ -144,7 +144,8 @@ impl EvalModelArgs {
 /// Flags of the subcommands that score with the forward pass (`perplexity`, `mc`).
 #[derive(Debug, Args)]
 pub struct ScoringArgs {
-    /// KV cache element type: f16 (what the engine serves with) or f32.
+    /// KV cache element type: f16 (what the engine serves with by default), f32, or fp8
+    /// (E4M3 with a static scale of 1: measures what `--kv-cache-dtype fp8` costs).
     #[arg(long, default_value = "f16")]
     pub kv_cache_dtype: KvDtype,
     /// Print one JSON object instead of a table.

@@ -53,7 +53,7 @@ pub struct LogitsArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
     /// KV cache element type: f16 (what the engine serves with; on a GPU, 16-bit K/V are
-    /// kept as bf16) or f32 (the CPU only).
+    /// kept as bf16), f32 (the CPU only) or fp8 (E4M3, scale 1, on either device).
     #[arg(long, default_value = "f16")]
     pub kv_cache_dtype: KvDtype,
     /// Print one JSON object instead of the summary line.

@@ -73,7 +73,7 @@ pub struct TuneArgs {
     /// Longest sequence the server admits (prompt + output); sizes the KV cache.
     #[arg(long, default_value_t = 2048)]
     pub max_model_len: usize,
-    /// KV cache element type: f16 or f32.
+    /// KV cache element type: f16, f32 or fp8 (E4M3, half f16's bytes per token).
     #[arg(long, default_value = "f16")]
     pub kv_cache_dtype: KvDtype,
     /// Measured requests per setting (default max(8, 3 x max-num-seqs)).
@@ -270,7 +270,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     match &gpu {
         None => {
             eprintln!(
-                "memory per setting ({}: weights {}, KV {} per token in {:?}, max-model-len {max_model_len}):",
+                "memory per setting ({}: weights {}, KV {} per token in {}, max-model-len {max_model_len}):",
                 args.model,
                 human_size(weights),
                 human_size(kv_per_token),
@@ -300,7 +300,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
                 g.utilization,
                 human_size(g.share_bytes)
             );
-            println!("| max-num-seqs | token budget | weights (bf16) | KV cache | workspace | total | of the share | fits |");
+            println!("| max-num-seqs | token budget | weights | KV cache | workspace | total | of the share | fits |");
             println!("|---:|---:|---:|---:|---:|---:|---:|---|");
             for &n in &seqs {
                 for &b in &budgets {
@@ -505,7 +505,7 @@ impl Server {
             .args(["--max-num-batched-tokens", &budget.to_string()])
             .args(["--max-model-len", &max_model_len.to_string()])
             .args(["--kv-cache-memory", &kv_bytes.max(1 << 20).to_string()])
-            .args(["--kv-cache-dtype", &format!("{dtype:?}").to_lowercase()])
+            .args(["--kv-cache-dtype", &dtype.to_string()])
             .args(["--device", &device.to_string()])
             .args([
                 "--gpu-memory-utilization",

@@ -1,8 +1,8 @@
-// Paged attention over a bf16 K/V cache (launched by attention.rs, which checks every size,
-// the block tables and the cache's alignment first).
+// Paged attention over a bf16 or FP8 E4M3 K/V cache (launched by attention.rs, which checks
+// every size, the block tables and the cache's alignment first).
 //
-// Layout: q and out are f32 [rows, n_heads * head_dim]; k_cache / v_cache are bf16
-// [n_slots, n_kv_heads * head_dim], position t of a sequence at slot
+// Layout: q and out are f32 [rows, n_heads * head_dim]; k_cache / v_cache are bf16 or E4M3
+// codes [n_slots, n_kv_heads * head_dim], position t of a sequence at slot
 // table[t / block_size] * block_size + t % block_size. Query row r of a sequence sits at
 // position start + (r - first_row) and sees positions first_visible(pos) ..= pos
 // (first_visible = max(0, pos + 1 - window), 0 without a window); head h reads kv head
@@ -13,6 +13,15 @@
 // of the sequence's block table in `tables`). head_dim is a multiple of 32, at most 256, so a
 // K/V row of a head is head_dim / 8 16-byte chunks (<= 32), 16-byte aligned (the host checks
 // the cache pointers' alignment).
+//
+// Element types: each kernel body is a template over the cache's element (KvBf16, KvFp8), with
+// one entry point per type (`attn_decode` / `attn_decode_fp8`, ...). An FP8 code is widened
+// in registers by hand (no cuda_fp8.h under NVRTC; the same on sm_80 as on sm_89+) to its
+// exact value; the caches' static scales are applied outside the inner loops: the keys'
+// folded by the host into `scale`, the values' (`v_scale`) on the output (1 for bf16, so
+// the bf16 kernels compute exactly what they did before FP8 existed). FP8 rows are read 8
+// bytes per lane (8-byte aligned); the prefill kernel widens FP8 tiles to bf16 in shared
+// memory (exact: E4M3 values are bf16 values).
 //
 // Kernels:
 // - attn_decode: one block per (decode sequence, query head, split) over a split of the
@@ -46,6 +55,65 @@ __device__ __forceinline__ long long slot_of(const int* table, int block_size, i
     return (long long)table[p / block_size] * block_size + p % block_size;
 }
 
+typedef unsigned char fp8_t;
+
+// The exact value of an E4M3 code (pagoda_kernels::fp8::E4m3::to_f32): s eeee mmm, bias 7,
+// subnormal m * 2^-9 below exponent 1, NaN for s 1111 111.
+__device__ __forceinline__ float e4m3_to_f32(unsigned int b) {
+    const unsigned int sign = (b & 0x80u) << 24;
+    const unsigned int em = b & 0x7fu;
+    if (em == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);
+    const float mag =
+        em < 8u ? (float)em * 0.001953125f : __uint_as_float((em << 20) + (120u << 23));
+    return __uint_as_float(__float_as_uint(mag) | sign);
+}
+
+// bf16 bits of an E4M3 code's value (exact: 3 mantissa bits, exponents within bf16's).
+__device__ __forceinline__ unsigned int e4m3_to_bf16_bits(unsigned int b) {
+    return __float_as_uint(e4m3_to_f32(b)) >> 16;
+}
+
+// Eight consecutive K/V values of a bf16 cache (16 bytes, 16-byte aligned).
+struct KvBf16 {
+    typedef bf16_t T;
+    __device__ static __forceinline__ void load8(const T* p, float v[8]) {
+        const uint4 w = *reinterpret_cast<const uint4*>(p);
+        v[0] = bf16_lo(w.x);
+        v[1] = bf16_hi(w.x);
+        v[2] = bf16_lo(w.y);
+        v[3] = bf16_hi(w.y);
+        v[4] = bf16_lo(w.z);
+        v[5] = bf16_hi(w.z);
+        v[6] = bf16_lo(w.w);
+        v[7] = bf16_hi(w.w);
+    }
+    // The same eight values as bf16 pairs.
+    __device__ static __forceinline__ uint4 load8_bf16(const T* p) {
+        return *reinterpret_cast<const uint4*>(p);
+    }
+};
+
+// Eight consecutive K/V codes of an FP8 E4M3 cache (8 bytes, 8-byte aligned).
+struct KvFp8 {
+    typedef fp8_t T;
+    __device__ static __forceinline__ void load8(const T* p, float v[8]) {
+        const uint2 w = *reinterpret_cast<const uint2*>(p);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[j] = e4m3_to_f32((w.x >> (8 * j)) & 0xffu);
+            v[4 + j] = e4m3_to_f32((w.y >> (8 * j)) & 0xffu);
+        }
+    }
+    __device__ static __forceinline__ unsigned int pair(unsigned int w, int j) {
+        return e4m3_to_bf16_bits((w >> (16 * j)) & 0xffu) |
+               (e4m3_to_bf16_bits((w >> (16 * j + 8)) & 0xffu) << 16);
+    }
+    __device__ static __forceinline__ uint4 load8_bf16(const T* p) {
+        const uint2 w = *reinterpret_cast<const uint2*>(p);
+        return make_uint4(pair(w.x, 0), pair(w.x, 1), pair(w.y, 0), pair(w.y, 1));
+    }
+};
+
 // ---------------------------------------------------------------------------------- decode
 
 #define DEC_THREADS 128
@@ -63,12 +131,13 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-extern "C" __global__ void __launch_bounds__(DEC_THREADS)
-attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float* out,
-            float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
-            const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
-            int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
-            int window, int split_len, int n_splits) {
+template <class KV>
+__device__ __forceinline__ void attn_decode_body(
+    const float* q, const typename KV::T* k_cache, const typename KV::T* v_cache, float* out,
+    float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
+    const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, float scale, float softcap, int window,
+    int split_len, int n_splits, float v_scale) {
     __shared__ __align__(16) float q_sh[MAX_HD];
     __shared__ float logits[DEC_SPLIT_MAX];
     __shared__ float red[DEC_WARPS];
@@ -85,8 +154,8 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
     const int kvh = h / (n_heads / n_kv_heads);
     const long long kv_dim = (long long)n_kv_heads * head_dim;
     const int* table = tables + seq_table_off[seq];
-    const bf16_t* kbase = k_cache + (long long)kvh * head_dim;
-    const bf16_t* vbase = v_cache + (long long)kvh * head_dim;
+    const typename KV::T* kbase = k_cache + (long long)kvh * head_dim;
+    const typename KV::T* vbase = v_cache + (long long)kvh * head_dim;
     const long long q_off = (long long)row * n_heads * head_dim + (long long)h * head_dim;
 
     for (int d = tid; d < head_dim; d += DEC_THREADS) q_sh[d] = q[q_off + d];
@@ -108,12 +177,12 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
         float dot = 0.0f;
         if (t < n && has_chunk) {
             const long long slot = slot_of(table, block_size, begin + t);
-            const uint4 kk = *reinterpret_cast<const uint4*>(kbase + slot * kv_dim + c * 8);
+            float kk[8];
+            KV::load8(kbase + slot * kv_dim + c * 8, kk);
             const float4 qa = *reinterpret_cast<const float4*>(q_sh + c * 8);
             const float4 qb = *reinterpret_cast<const float4*>(q_sh + c * 8 + 4);
-            dot = qa.x * bf16_lo(kk.x) + qa.y * bf16_hi(kk.x) + qa.z * bf16_lo(kk.y) +
-                  qa.w * bf16_hi(kk.y) + qb.x * bf16_lo(kk.z) + qb.y * bf16_hi(kk.z) +
-                  qb.z * bf16_lo(kk.w) + qb.w * bf16_hi(kk.w);
+            dot = qa.x * kk[0] + qa.y * kk[1] + qa.z * kk[2] + qa.w * kk[3] + qb.x * kk[4] +
+                  qb.y * kk[5] + qb.z * kk[6] + qb.w * kk[7];
         }
         for (int off = L >> 1; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (t < n && c == 0) {
@@ -150,16 +219,11 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
         const int t = base + sub;
         if (t < n && has_chunk) {
             const long long slot = slot_of(table, block_size, begin + t);
-            const uint4 vv = *reinterpret_cast<const uint4*>(vbase + slot * kv_dim + c * 8);
+            float vv[8];
+            KV::load8(vbase + slot * kv_dim + c * 8, vv);
             const float p = logits[t];
-            acc[0] += p * bf16_lo(vv.x);
-            acc[1] += p * bf16_hi(vv.x);
-            acc[2] += p * bf16_lo(vv.y);
-            acc[3] += p * bf16_hi(vv.y);
-            acc[4] += p * bf16_lo(vv.z);
-            acc[5] += p * bf16_hi(vv.z);
-            acc[6] += p * bf16_lo(vv.w);
-            acc[7] += p * bf16_hi(vv.w);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[j] += p * vv[j];
         }
     }
     // Lanes with the same chunk (lane % L) hold different positions: sum them.
@@ -175,7 +239,7 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
 
     if (n_splits == 1) {
         // n >= 1 here (the query sees its own position), so sum > 0.
-        const float inv = 1.0f / sum;
+        const float inv = 1.0f / sum * v_scale;
         for (int d = tid; d < head_dim; d += DEC_THREADS) {
             float a = 0.0f;
             for (int w = 0; w < DEC_WARPS; ++w) a += acc_sh[w][d];
@@ -186,13 +250,38 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
         for (int d = tid; d < head_dim; d += DEC_THREADS) {
             float a = 0.0f;
             for (int w = 0; w < DEC_WARPS; ++w) a += acc_sh[w][d];
-            ws_acc[part * head_dim + d] = a;
+            ws_acc[part * head_dim + d] = a * v_scale;
         }
         if (tid == 0) {
             ws_ml[part * 2] = mx;  // -inf for an empty split
             ws_ml[part * 2 + 1] = sum;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(DEC_THREADS)
+attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float* out,
+            float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
+            const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
+            int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
+            int window, int split_len, int n_splits) {
+    attn_decode_body<KvBf16>(q, k_cache, v_cache, out, ws_acc, ws_ml, decode_seqs,
+                             seq_first_row, seq_start, seq_table_off, tables, n_heads,
+                             n_kv_heads, head_dim, block_size, scale, softcap, window,
+                             split_len, n_splits, 1.0f);
+}
+
+// `scale` already holds the keys' scale (q . k_scale code = (q . code) k_scale).
+extern "C" __global__ void __launch_bounds__(DEC_THREADS)
+attn_decode_fp8(const float* q, const fp8_t* k_cache, const fp8_t* v_cache, float* out,
+                float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
+                const int* seq_start, const int* seq_table_off, const int* tables,
+                int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
+                float softcap, int window, int split_len, int n_splits, float v_scale) {
+    attn_decode_body<KvFp8>(q, k_cache, v_cache, out, ws_acc, ws_ml, decode_seqs,
+                            seq_first_row, seq_start, seq_table_off, tables, n_heads,
+                            n_kv_heads, head_dim, block_size, scale, softcap, window,
+                            split_len, n_splits, v_scale);
 }
 
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
@@ -230,12 +319,12 @@ attn_decode_reduce(const float* ws_acc, const float* ws_ml, float* out, const in
 #define PF_DIMS (MAX_HD / PF_THREADS)  // output dims per thread
 
 // tiles: pairs (sequence, first row of the tile within the sequence).
-extern "C" __global__ void __launch_bounds__(PF_THREADS)
-attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float* out,
-             const int* tiles, const int* seq_first_row, const int* seq_rows,
-             const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
-             int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
-             int window) {
+template <class KV>
+__device__ __forceinline__ void attn_prefill_body(
+    const float* q, const typename KV::T* k_cache, const typename KV::T* v_cache, float* out,
+    const int* tiles, const int* seq_first_row, const int* seq_rows, const int* seq_start,
+    const int* seq_table_off, const int* tables, int n_heads, int n_kv_heads, int head_dim,
+    int block_size, float scale, float softcap, int window, float v_scale) {
     __shared__ __align__(16) float q_sh[PF_BQ][MAX_HD];
     __shared__ __align__(16) bf16_t kv_sh[PF_BK][PF_KV_STRIDE];
     __shared__ float s_sh[PF_BQ][PF_BK + 1];
@@ -253,8 +342,8 @@ attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float
     const long long kv_dim = (long long)n_kv_heads * head_dim;
     const long long q_stride = (long long)n_heads * head_dim;
     const int* table = tables + seq_table_off[seq];
-    const bf16_t* kbase = k_cache + (long long)kvh * head_dim;
-    const bf16_t* vbase = v_cache + (long long)kvh * head_dim;
+    const typename KV::T* kbase = k_cache + (long long)kvh * head_dim;
+    const typename KV::T* vbase = v_cache + (long long)kvh * head_dim;
     const int chunks = head_dim >> 3;
 
     for (int idx = tid; idx < PF_BQ * head_dim; idx += PF_THREADS) {
@@ -284,7 +373,7 @@ attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float
             const int p = kt + j;
             uint4 val = make_uint4(0u, 0u, 0u, 0u);
             if (p <= p_last) {
-                val = *reinterpret_cast<const uint4*>(kbase + slot_of(table, block_size, p) * kv_dim + c * 8);
+                val = KV::load8_bf16(kbase + slot_of(table, block_size, p) * kv_dim + c * 8);
             }
             unsigned int* dst = reinterpret_cast<unsigned int*>(&kv_sh[j][c * 8]);
             dst[0] = val.x;
@@ -319,7 +408,7 @@ attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float
             const int p = kt + j;
             uint4 val = make_uint4(0u, 0u, 0u, 0u);
             if (p <= p_last) {
-                val = *reinterpret_cast<const uint4*>(vbase + slot_of(table, block_size, p) * kv_dim + c * 8);
+                val = KV::load8_bf16(vbase + slot_of(table, block_size, p) * kv_dim + c * 8);
             }
             unsigned int* dst = reinterpret_cast<unsigned int*>(&kv_sh[j][c * 8]);
             dst[0] = val.x;
@@ -368,9 +457,31 @@ attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float
             for (int i = 0; i < PF_BQ; ++i) {
                 if (i < nq) {
                     out[(long long)(row0 + i) * q_stride + (long long)h * head_dim + d] =
-                        acc[i][k] / l_sh[i];
+                        acc[i][k] / l_sh[i] * v_scale;
                 }
             }
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float* out,
+             const int* tiles, const int* seq_first_row, const int* seq_rows,
+             const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
+             int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
+             int window) {
+    attn_prefill_body<KvBf16>(q, k_cache, v_cache, out, tiles, seq_first_row, seq_rows,
+                              seq_start, seq_table_off, tables, n_heads, n_kv_heads, head_dim,
+                              block_size, scale, softcap, window, 1.0f);
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+attn_prefill_fp8(const float* q, const fp8_t* k_cache, const fp8_t* v_cache, float* out,
+                 const int* tiles, const int* seq_first_row, const int* seq_rows,
+                 const int* seq_start, const int* seq_table_off, const int* tables,
+                 int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
+                 float softcap, int window, float v_scale) {
+    attn_prefill_body<KvFp8>(q, k_cache, v_cache, out, tiles, seq_first_row, seq_rows,
+                             seq_start, seq_table_off, tables, n_heads, n_kv_heads, head_dim,
+                             block_size, scale, softcap, window, v_scale);
 }

@@ -171,3 +171,38 @@ extern "C" __global__ void kv_write(const float* k, const float* v, bf16_t* k_ca
         v_cache[dst + c] = f32_to_bf16(v[src + c]);
     }
 }
+
+// The FP8 E4M3 code nearest to x, ties to even, saturating to +-448 (inf included), NaN kept:
+// pagoda_kernels::fp8::E4m3::from_f32 bit for bit. Written out rather than taken from
+// cuda_fp8.h (NVRTC has no headers here) and the same on every architecture (sm_89+'s
+// cvt.rn.satfinite.e4m3x2 gives the same codes; this runs on sm_80 too).
+__device__ __forceinline__ unsigned char f32_to_e4m3(float x) {
+    const unsigned int bits = __float_as_uint(x);
+    const unsigned int sign = (bits >> 24) & 0x80u;
+    const unsigned int ab = bits & 0x7fffffffu;
+    if (ab > 0x7f800000u) return (unsigned char)(sign | 0x7fu);  // NaN
+    const float a = __uint_as_float(ab);
+    if (a >= 448.0f) return (unsigned char)(sign | 0x7eu);
+    // Subnormal codes are the integers a * 2^9 (exact), rounded to even.
+    if (a < 0.015625f) return (unsigned char)(sign | (unsigned int)rintf(a * 512.0f));
+    // Keep 3 of the 23 mantissa bits, ties to even; a carry moves into the exponent.
+    const unsigned int code = ((ab + 0x7ffffu + ((ab >> 20) & 1u)) >> 20) - (120u << 3);
+    return (unsigned char)(sign | min(code, 0x7eu));
+}
+
+// As kv_write into FP8 E4M3 caches: code = e4m3(x / scale), one static scale for K and one
+// for V (pagoda_kernels::kv_blocks' FP8 storage).
+extern "C" __global__ void kv_write_fp8(const float* k, const float* v, unsigned char* k_cache,
+                                        unsigned char* v_cache, const int* slots, int rows,
+                                        int kv_dim, int n_slots, float k_scale, float v_scale) {
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const int slot = slots[r];
+    if (slot < 0 || slot >= n_slots) return;
+    const long long src = (long long)r * kv_dim;
+    const long long dst = (long long)slot * kv_dim;
+    for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) {
+        k_cache[dst + c] = f32_to_e4m3(k[src + c] / k_scale);
+        v_cache[dst + c] = f32_to_e4m3(v[src + c] / v_scale);
+    }
+}

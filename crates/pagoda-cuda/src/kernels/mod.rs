@@ -60,6 +60,7 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
         "gather_rows",
         "rope",
         "kv_write",
+        "kv_write_fp8",
     ],
 };
 
@@ -67,7 +68,13 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
 pub const ATTENTION: KernelModule = KernelModule {
     name: "attention",
     source: include_str!("attention.cu"),
-    entries: &["attn_decode", "attn_decode_reduce", "attn_prefill"],
+    entries: &[
+        "attn_decode",
+        "attn_decode_reduce",
+        "attn_prefill",
+        "attn_decode_fp8",
+        "attn_prefill_fp8",
+    ],
 };
 
 /// The entry points of `quant.cu`: per format (in `QuantFormat::ALL` order) its GEMV,

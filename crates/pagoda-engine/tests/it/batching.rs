@@ -147,6 +147,40 @@ fn small_config(model_dir: &Path, blocks: usize) -> EngineConfig {
 
 const LENGTHS: [usize; 7] = [5, 40, 17, 63, 2, 30, 9];
 
+/// An FP8 block takes half an f16 block's bytes, so the same `--kv-cache-memory` plans twice
+/// the blocks (and twice the positions), in the same bytes.
+#[test]
+fn fp8_kv_plans_twice_the_blocks_of_f16_in_the_same_memory() {
+    let dir = golden("tiny-llama");
+    let (model, tokenizer) = load(&dir);
+    let f16 = small_config(&dir, 40);
+    let fp8 = EngineConfig {
+        kv_dtype: KvDtype::Fp8E4m3,
+        ..f16.clone()
+    };
+    let f16_layout = pagoda_engine::KvLayout::plan(&model, &f16).expect("f16 plan");
+    let fp8_layout = pagoda_engine::KvLayout::plan(&model, &fp8).expect("fp8 plan");
+    assert_eq!(f16_layout.n_blocks, 40);
+    assert_eq!(fp8_layout.n_blocks, 2 * f16_layout.n_blocks);
+    assert_eq!(
+        fp8_layout.capacity_tokens(),
+        2 * f16_layout.capacity_tokens()
+    );
+    assert_eq!(fp8_layout.bytes, f16_layout.bytes);
+    assert_eq!(fp8_layout.dtype, KvDtype::Fp8E4m3);
+    // And the engine runs on it: a greedy request finishes with its tokens.
+    let engine = EngineHandle::start(model.clone(), tokenizer, fp8).expect("engine starts");
+    let prompt = prompts(model.config().vocab_size, &[20]).remove(0);
+    let mut req = EngineRequest::new(prompt, SamplingParams::greedy(), 8);
+    req.ignore_eos = true;
+    let (tokens, reason, usage) = collect(engine.submit(req).expect("submits"));
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(reason, FinishReason::Length);
+    assert_eq!(usage.completion_tokens, 8);
+    wait_idle(&engine);
+    engine.shutdown();
+}
+
 #[test]
 fn llama_batch_with_chunked_prefill_equals_each_alone() {
     let dir = golden("tiny-llama");

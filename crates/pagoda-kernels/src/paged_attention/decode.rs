@@ -32,7 +32,9 @@ fn tile_len(head_dim: usize) -> usize {
 }
 
 /// `rows` rows of one kv head's `head_dim` values, `stride` apart, in the storage's type.
-/// Built only by [`Rows::new`], which checks that every row lies inside the data.
+/// Built only by [`Rows::new`], which checks that every row lies inside the data. FP8 rows are
+/// read as their codes' values: the primitives never see a storage scale (the driver folds
+/// the keys' into the score scale, the caller the values' into the output).
 #[derive(Clone, Copy)]
 pub(crate) struct Rows<'a> {
     data: BlockRows<'a>,
@@ -58,6 +60,7 @@ impl<'a> Rows<'a> {
         let data = match data {
             BlockRows::F16(d) => BlockRows::F16(&d[off..off + span]),
             BlockRows::F32(d) => BlockRows::F32(&d[off..off + span]),
+            BlockRows::Fp8(d) => BlockRows::Fp8(&d[off..off + span]),
         };
         Rows {
             data,
@@ -95,6 +98,17 @@ impl<'a> Rows<'a> {
                 }
                 sum
             }
+            BlockRows::Fp8(d) => {
+                let mut buf = [0.0f32; SCALAR_CHUNK];
+                let row = &d[at..at + self.head_dim];
+                let mut sum = 0.0;
+                for (k, q) in row.chunks(SCALAR_CHUNK).zip(q.chunks(SCALAR_CHUNK)) {
+                    let b = &mut buf[..k.len()];
+                    crate::fp8::decode_scaled(k, 1.0, b);
+                    sum += ops::dot_f32(q, b);
+                }
+                sum
+            }
         }
     }
 
@@ -109,6 +123,15 @@ impl<'a> Rows<'a> {
                 for (v, a) in row.chunks(SCALAR_CHUNK).zip(acc.chunks_mut(SCALAR_CHUNK)) {
                     let b = &mut buf[..v.len()];
                     half::slice::HalfFloatSliceExt::convert_to_f32_slice(v, b);
+                    ops::axpy(a, p, b);
+                }
+            }
+            BlockRows::Fp8(d) => {
+                let mut buf = [0.0f32; SCALAR_CHUNK];
+                let row = &d[at..at + self.head_dim];
+                for (v, a) in row.chunks(SCALAR_CHUNK).zip(acc.chunks_mut(SCALAR_CHUNK)) {
+                    let b = &mut buf[..v.len()];
+                    crate::fp8::decode_scaled(v, 1.0, b);
                     ops::axpy(a, p, b);
                 }
             }
@@ -269,7 +292,8 @@ pub(crate) struct DecodeScratch {
 /// A decode task body on one ISA: leaves the unnormalised softmax state of the task's rows
 /// and group heads over its positions in `scratch` (`acc`: `[n, group * head_dim]`, `max`,
 /// `sum`: `[n, group]`; a row that sees none of the positions has max `-inf`, sum and
-/// accumulator 0).
+/// accumulator 0). The accumulator is in the values' stored units: the caller multiplies by
+/// `values.scale()`.
 pub(crate) type DecodeFn = unsafe fn(&DecodeArgs<'_>, &mut DecodeScratch);
 
 /// One run of a tile's positions that lies in one block.
@@ -300,6 +324,8 @@ pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut Dec
     let bs = a.keys.block_size();
     let n = a.rows.len();
     let tile = tile_len(hd);
+    // q · (code · k_scale) = (q · code) · k_scale; exactly `shape.scale` when the scale is 1.
+    let score_scale = shape.scale * a.keys.scale();
     let states = n * group;
     sc.acc.clear();
     sc.acc.resize(states * hd, 0.0);
@@ -353,7 +379,7 @@ pub(crate) unsafe fn decode_group<O: DecodeOps>(a: &DecodeArgs<'_>, sc: &mut Dec
             for (block, from, rows, off) in parts.clone() {
                 let k = Rows::new(a.keys.block(block), off, kv_dim, rows, hd);
                 // SAFETY: O's ISA is available (caller); the primitives check lengths.
-                unsafe { O::scores(q_group, hd, k, shape.scale, &mut sc.p[from..], tile) };
+                unsafe { O::scores(q_group, hd, k, score_scale, &mut sc.p[from..], tile) };
             }
             for g in 0..group {
                 let st = t * group + g;

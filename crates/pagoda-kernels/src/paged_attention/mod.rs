@@ -347,6 +347,12 @@ fn prefill_group(a: &CallArgs<'_>, seq: &SeqAttention<'_>, kv_head: usize) {
         a.keys.block(block).to_f32(off, &mut k[i..i + hd]);
         a.values.block(block).to_f32(off, &mut v[i..i + hd]);
     }
+    // FP8 storages' scales (1 otherwise: nothing to do).
+    for (data, scale) in [(&mut k, a.keys.scale()), (&mut v, a.values.scale())] {
+        if scale != 1.0 {
+            ops::scale_inplace(data, scale);
+        }
+    }
     (0..group).into_par_iter().for_each(|g| {
         let h = kv_head * group + g;
         let rows = HeadRows {
@@ -441,8 +447,10 @@ fn decode_task(
                 sum: sc.sum.clone(),
             });
         }
+        // The values' scale (FP8; 1 otherwise) is folded into the normalisation.
+        let v_scale = a.values.scale();
         for (acc, &sum) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum) {
-            ops::scale_inplace(acc, 1.0 / sum);
+            ops::scale_inplace(acc, v_scale / sum);
         }
         for (t, row) in sc.acc.chunks_exact(gd).enumerate() {
             // SAFETY: cells (row t of this sequence, heads of kv_head's group) belong to
@@ -480,7 +488,7 @@ fn merge_partials(a: &CallArgs<'_>, seq: &SeqAttention<'_>, parts: &[Partial]) {
             sum += w * p.sum[st];
             ops::axpy(out, w, &p.acc[st * hd..(st + 1) * hd]);
         }
-        ops::scale_inplace(out, 1.0 / sum);
+        ops::scale_inplace(out, a.values.scale() / sum);
     }
     for (t, row) in acc.chunks_exact(gd).enumerate() {
         // SAFETY: the parts' tasks are done; these cells belong to this (seq, kv head).

@@ -9,8 +9,9 @@
 //!   rows of a segment; each value chunk is loaded (widened) once and FMA'd with each head's
 //!   probability broadcast.
 //!
-//! The bodies are written once over [`Simd`] (8 or 16 f32 lanes) and [`Elem`] (f16 or f32
-//! storage); sub-group sizes are chosen so accumulators, loaded rows and the query / broadcast
+//! The bodies are written once over [`Simd`] (8 or 16 f32 lanes) and [`Elem`] (f16, f32 or
+//! FP8 E4M3 storage: a code `s eeee mmm` becomes the f16 `s 0eeee mmm0000000` times 2^8, exact
+//! for every code, subnormals included, widened by `vcvtph2ps`; the NaN codes become NaN); sub-group sizes are chosen so accumulators, loaded rows and the query / broadcast
 //! operand fit the register file (16 ymm, 32 zmm).
 //!
 //! Invariant: the entry points are reached only through `paged_attention`'s `decode_fn` for an
@@ -26,6 +27,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use crate::fp8::E4m3;
 use crate::kv_blocks::BlockRows;
 use crate::paged_attention::decode::{
     check_accumulate, check_scores, decode_group, DecodeArgs, DecodeOps, DecodeScratch, Rows,
@@ -133,6 +135,8 @@ pub(crate) trait Simd: Copy {
     unsafe fn load(p: *const f32, n: usize) -> Self::V;
     /// `n <= LANES` f16 from `p` widened, zeros above.
     unsafe fn load_f16(p: *const f16, n: usize) -> Self::V;
+    /// `n <= LANES` E4M3 codes from `p` as their exact values, zeros above.
+    unsafe fn load_e4m3(p: *const E4m3, n: usize) -> Self::V;
     /// The low `n <= LANES` lanes to `p`.
     unsafe fn store(p: *mut f32, v: Self::V, n: usize);
     /// `a * b + c`.
@@ -177,6 +181,35 @@ impl Elem for f16 {
         // SAFETY: forwarded contract.
         unsafe { S::load_f16(p, n) }
     }
+}
+
+impl Elem for E4m3 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(p: *const E4m3, n: usize) -> S::V {
+        // SAFETY: forwarded contract.
+        unsafe { S::load_e4m3(p, n) }
+    }
+}
+
+/// `E4M3 code · 2^8` as f16 bits (`w`: 8 codes zero-extended to 16-bit lanes): the exponent
+/// and mantissa move to the top of f16's (bias 15 = 7 + 8), the NaN codes to f16's NaN.
+#[inline(always)]
+unsafe fn e4m3_f16_bits_128(w: __m128i) -> __m128i {
+    let sign = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
+    let mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), 7);
+    let nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F << 7));
+    let mag = _mm_blendv_epi8(mag, _mm_set1_epi16(0x7E00), nan);
+    _mm_or_si128(sign, mag)
+}
+
+/// As [`e4m3_f16_bits_128`] for 16 codes.
+#[inline(always)]
+unsafe fn e4m3_f16_bits_256(w: __m256i) -> __m256i {
+    let sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
+    let mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), 7);
+    let nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F << 7));
+    let mag = _mm256_mask_mov_epi16(mag, nan, _mm256_set1_epi16(0x7E00));
+    _mm256_or_si256(sign, mag)
 }
 
 /// Four 8-lane sums at once.
@@ -230,6 +263,26 @@ impl Simd for Avx2 {
                 std::ptr::copy_nonoverlapping(p as *const u16, buf.as_mut_ptr(), n);
                 _mm256_cvtph_ps(_mm_loadu_si128(buf.as_ptr() as *const __m128i))
             }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_e4m3(p: *const E4m3, n: usize) -> __m256 {
+        let bytes = if n == 8 {
+            // SAFETY: 8 codes at p (caller).
+            unsafe { _mm_loadl_epi64(p as *const __m128i) }
+        } else {
+            let mut buf = [0u8; 16];
+            // SAFETY: n <= 8 codes at p (caller) into a 16-byte buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p as *const u8, buf.as_mut_ptr(), n);
+                _mm_loadu_si128(buf.as_ptr() as *const __m128i)
+            }
+        };
+        // SAFETY: register operations of the enabled ISA.
+        unsafe {
+            let h = e4m3_f16_bits_128(_mm_cvtepu8_epi16(bytes));
+            _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0))
         }
     }
 
@@ -359,6 +412,16 @@ impl Simd for Avx512 {
     unsafe fn load_f16(p: *const f16, n: usize) -> __m512 {
         // SAFETY: as above.
         unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask16(n), p as *const i16)) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_e4m3(p: *const E4m3, n: usize) -> __m512 {
+        // SAFETY: n codes at p (caller); masked-off bytes are not read.
+        unsafe {
+            let bytes = _mm_maskz_loadu_epi8(mask16(n), p as *const i8);
+            let h = e4m3_f16_bits_256(_mm256_cvtepu8_epi16(bytes));
+            _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0))
+        }
     }
 
     #[inline(always)]
@@ -791,6 +854,18 @@ impl<S: Tuning> DecodeOps for S {
                         };
                         with_heads!(cnt, G => scores_group::<S, f32, G>(o, rows))
                     }
+                    BlockRows::Fp8(d) => {
+                        let o = ScoreOps {
+                            q,
+                            hd,
+                            k: d.as_ptr(),
+                            stride,
+                            scale,
+                            out,
+                            out_stride,
+                        };
+                        with_heads!(cnt, G => scores_group::<S, E4m3, G>(o, rows))
+                    }
                 }
             }
         }
@@ -886,6 +961,19 @@ impl<S: Tuning> DecodeOps for S {
                             rows,
                         };
                         with_heads!(cnt, G => accumulate_group::<S, f32, G, ACC_COLS>(o))
+                    }
+                    BlockRows::Fp8(d) => {
+                        let o = AccOps {
+                            acc,
+                            hd,
+                            c,
+                            p,
+                            p_stride,
+                            v: d.as_ptr(),
+                            stride,
+                            rows,
+                        };
+                        with_heads!(cnt, G => accumulate_group::<S, E4m3, G, ACC_COLS>(o))
                     }
                 }
             }

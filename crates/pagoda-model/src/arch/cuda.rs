@@ -9,9 +9,12 @@
 //! are multiplied by cuBLAS with f32 accumulation and f32 output, quantized ones by
 //! pagoda-cuda's GEMV (up to 8 rows, on the f32 input, dequantizing in registers) or its
 //! tiled dequantize-then-cuBLAS GEMM (more rows, tiles in the pass's scratch); Q8_0 and
-//! INT8 take an int8 (`dp4a`) GEMV on activations quantized per 32 values. K/V
-//! are bf16, `[n_blocks * block_size, kv_dim]` per layer: the same blocks and block tables
-//! as the CPU's cache, so the scheduler, the block pool and the prefix cache never learn
+//! INT8 take an int8 (`dp4a`) GEMV on activations quantized per 32 values. K/V are bf16
+//! (`--kv-cache-dtype f16`) or FP8 E4M3 codes (`fp8`: written with the CPU cache's static
+//! scale, `FP8_DEFAULT_SCALE`, and its rounding, read by the FP8 attention kernels; software
+//! conversion, so any GPU the backend runs on takes it), `[n_blocks * block_size, kv_dim]`
+//! per layer: the same blocks and block tables as the CPU's cache, so the scheduler, the
+//! block pool and the prefix cache never learn
 //! the device. LoRA pairs are uploaded (bf16) the first time a pass uses them and applied
 //! unmerged with two small GEMMs per adapted linear and span of rows.
 //!
@@ -33,12 +36,13 @@ use crate::config::RopeScaling;
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 use half::bf16;
-use pagoda_cuda::cudarc::driver::CudaSlice;
+use pagoda_cuda::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use pagoda_cuda::{
-    AttentionBatch, AttentionParams, AttentionWorkspace, GatedActivation, GpuContext, KernelCache,
-    QuantWorkspace,
+    AttentionBatch, AttentionParams, AttentionWorkspace, Fp8Scales, GatedActivation, GpuContext,
+    KernelCache, QuantWorkspace,
 };
 use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::kv_blocks::FP8_DEFAULT_SCALE;
 use pagoda_kernels::ops::RopeStyle;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -215,11 +219,61 @@ impl Staging {
     }
 }
 
-/// One layer's K and V in GPU memory, bf16 `[n_blocks * block_size, kv_dim]` each.
+/// One layer's K and V in GPU memory, `[n_blocks * block_size, kv_dim]` each: bf16, or FP8
+/// E4M3 codes under static scales (every layer of a cache the same kind).
 #[derive(Debug)]
-pub struct CudaKvLayer {
-    pub(crate) k: CudaSlice<bf16>,
-    pub(crate) v: CudaSlice<bf16>,
+pub enum CudaKvLayer {
+    Bf16 {
+        k: CudaSlice<bf16>,
+        v: CudaSlice<bf16>,
+    },
+    Fp8 {
+        k: CudaSlice<u8>,
+        v: CudaSlice<u8>,
+        scales: Fp8Scales,
+    },
+}
+
+impl CudaKvLayer {
+    /// Zeroed K and V of `len` values each, as `dtype` (f16 is kept as bf16; f32 refused by
+    /// the caller).
+    pub(crate) fn zeroed(gpu: &GpuContext, len: usize, fp8: bool) -> Result<Self, ModelError> {
+        Ok(if fp8 {
+            CudaKvLayer::Fp8 {
+                k: zeros::<u8>(gpu, len)?,
+                v: zeros::<u8>(gpu, len)?,
+                scales: Fp8Scales {
+                    k: FP8_DEFAULT_SCALE,
+                    v: FP8_DEFAULT_SCALE,
+                },
+            }
+        } else {
+            CudaKvLayer::Bf16 {
+                k: zeros::<bf16>(gpu, len)?,
+                v: zeros::<bf16>(gpu, len)?,
+            }
+        })
+    }
+
+    /// Copies `len` values of K and of V from `src` to `dst` (non-overlapping ranges).
+    pub(crate) fn copy_within(
+        &mut self,
+        gpu: &GpuContext,
+        src: usize,
+        dst: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        match self {
+            CudaKvLayer::Bf16 { k, v } => {
+                copy_within(gpu, k, src, dst, len)?;
+                copy_within(gpu, v, src, dst, len)
+            }
+            CudaKvLayer::Fp8 { k, v, .. } => {
+                copy_within(gpu, k, src, dst, len)?;
+                copy_within(gpu, v, src, dst, len)
+            }
+        }
+    }
 }
 
 /// LoRA pairs on the GPU by (adapter load, linear name): `(r, A [r, cols], B·s [rows, r])`.
@@ -516,15 +570,25 @@ impl Backend for Cuda {
             rope.mscale,
         )?;
         let kv_dim = shape.n_kv_heads * hd;
-        kernels.kv_write(
-            k.get()?,
-            v.get()?,
-            &mut kv.k,
-            &mut kv.v,
-            pass.batch.slots(),
-            rows,
-            kv_dim,
-        )?;
+        match kv {
+            CudaKvLayer::Bf16 { k: kc, v: vc } => {
+                kernels.kv_write(k.get()?, v.get()?, kc, vc, pass.batch.slots(), rows, kv_dim)?
+            }
+            CudaKvLayer::Fp8 {
+                k: kc,
+                v: vc,
+                scales,
+            } => kernels.kv_write_fp8(
+                k.get()?,
+                v.get()?,
+                kc,
+                vc,
+                pass.batch.slots(),
+                rows,
+                kv_dim,
+                *scales,
+            )?,
+        }
         let o = out.resize(&self.gpu, rows * shape.n_heads * hd)?;
         let params = AttentionParams {
             n_heads: shape.n_heads,
@@ -535,15 +599,28 @@ impl Backend for Cuda {
             softcap: shape.softcap,
             window: shape.window,
         };
-        Ok(kernels.paged_attention(
-            &pass.batch,
-            q.get()?,
-            &kv.k,
-            &kv.v,
-            o,
-            params,
-            pass.scratch.workspace,
-        )?)
+        match kv {
+            CudaKvLayer::Bf16 { k, v } => kernels.paged_attention(
+                &pass.batch,
+                q.get()?,
+                k,
+                v,
+                o,
+                params,
+                pass.scratch.workspace,
+            )?,
+            CudaKvLayer::Fp8 { k, v, scales } => kernels.paged_attention_fp8(
+                &pass.batch,
+                q.get()?,
+                k,
+                v,
+                o,
+                params,
+                *scales,
+                pass.scratch.workspace,
+            )?,
+        }
+        Ok(())
     }
 
     fn embed(
@@ -649,17 +726,20 @@ pub fn workspace_bytes(cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64
     (rows * per_row + logits) as u64 + cuda_weights::workspace_bytes(rows, widest) + (256u64 << 20)
 }
 
-/// `len` zeroed bf16 values on `gpu`.
-pub(crate) fn zeros(gpu: &GpuContext, len: usize) -> Result<CudaSlice<bf16>, ModelError> {
+/// `len` zeroed values on `gpu`.
+pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &GpuContext,
+    len: usize,
+) -> Result<CudaSlice<T>, ModelError> {
     gpu.stream()
-        .alloc_zeros::<bf16>(len.max(1))
+        .alloc_zeros::<T>(len.max(1))
         .map_err(|e| driver("cuMemAlloc", e))
 }
 
 /// Copies `len` values of `slice` from `src` to `dst` (non-overlapping ranges).
-pub(crate) fn copy_within(
+fn copy_within<T: DeviceRepr>(
     gpu: &GpuContext,
-    slice: &mut CudaSlice<bf16>,
+    slice: &mut CudaSlice<T>,
     src: usize,
     dst: usize,
     len: usize,

@@ -107,6 +107,38 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
     }
 }
 
+/// FP8 K/V on the GPU against FP8 K/V on the CPU (the same codes and scales), prefill then
+/// decode one token at a time through the cache: the FP8 kernels' reads and writes on a real
+/// forward pass, within the same bf16-GEMM tolerance as the 16-bit cache.
+#[test]
+fn cuda_with_fp8_kv_matches_the_cpu_with_fp8_kv() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+        let source = open_model(&golden(name)).expect("open");
+        let cpu = Model::from_source(&source).expect("cpu model");
+        let cuda = Model::from_source_on(&source, gpu).expect("cuda model");
+        let vocab = cpu.config().vocab_size;
+        let tokens: Vec<u32> = (0..40u32).map(|i| (i * 11 + 5) % vocab as u32).collect();
+        let run = |model: &Model| {
+            let mut cache = model
+                .try_new_cache(tokens.len(), KvDtype::Fp8E4m3)
+                .expect("an fp8 cache");
+            let mut all = model
+                .forward(&tokens[..32], 0, &mut cache, Logits::All)
+                .expect("prefill");
+            for (t, &tok) in tokens.iter().enumerate().skip(32) {
+                all.extend(
+                    model
+                        .forward(&[tok], t, &mut cache, Logits::Last)
+                        .expect("decode"),
+                );
+            }
+            all
+        };
+        assert_agree(&format!("{name} fp8"), &run(&cuda), &run(&cpu), vocab);
+    }
+}
+
 #[test]
 fn lora_adapters_on_cuda_match_the_cpu() {
     let Some(gpu) = gpu_or_skip() else { return };

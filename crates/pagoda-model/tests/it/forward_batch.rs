@@ -337,7 +337,7 @@ fn check_fork_matches_alone(model: &Model) {
 fn paged_cache_sizes() {
     let model = load("tiny-llama");
     let cfg = model.config();
-    for dtype in [KvDtype::F16, KvDtype::F32] {
+    for dtype in [KvDtype::F16, KvDtype::F32, KvDtype::Fp8E4m3] {
         let cache = model.new_paged_cache(10, 16, dtype);
         assert_eq!(cache.n_blocks(), 10);
         assert_eq!(cache.block_size(), 16);
@@ -354,6 +354,16 @@ fn paged_cache_sizes() {
     assert_eq!(f16.dtype(), KvDtype::F16, "llama.cpp's default");
     assert_eq!(f16.capacity(), 100);
     assert_eq!(2 * f16.memory_bytes(), f32.memory_bytes());
+    let fp8 = model.new_cache_with(100, KvDtype::Fp8E4m3);
+    assert_eq!(
+        2 * fp8.memory_bytes(),
+        f16.memory_bytes(),
+        "FP8 halves f16's bytes"
+    );
+    assert_eq!(
+        2 * PagedKvCache::bytes_per_block(cfg, 16, KvDtype::Fp8E4m3),
+        PagedKvCache::bytes_per_block(cfg, 16, KvDtype::F16)
+    );
 }
 
 /// A segment asking for its last row's logits.
