@@ -232,7 +232,10 @@ pub fn plan(
                 return Ok(Placement::last(
                     n,
                     n,
-                    format!("all {n} layers on {free} (the model needs {:.2} GiB)", gib(whole)),
+                    format!(
+                        "all {n} layers on {free} (the model needs {:.2} GiB)",
+                        gib(whole)
+                    ),
                 ));
             }
             // The longest suffix of layers that fits beside the head and the workspace.
@@ -395,7 +398,12 @@ mod tests {
     fn device_cuda_never_splits_and_names_both_sizes_and_device_auto() {
         let e = plan(&sizes(), &gpu(11.5, 20), PlacementRequest::AllOnGpu).expect_err("too big");
         let text = e.to_string();
-        for want in ["11.00 GiB", "+1.00 GiB", "11.50 GiB free of 20.00 GiB", "--device auto"] {
+        for want in [
+            "11.00 GiB",
+            "+1.00 GiB",
+            "11.50 GiB free of 20.00 GiB",
+            "--device auto",
+        ] {
             assert!(text.contains(want), "{want}: {text}");
         }
         // Today's check: weights and workspace against the free memory (no K/V floor, no

@@ -310,9 +310,8 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         Some(target) => Some(quantize_source(&mut source, target)?),
         None => None,
     };
-    let (model, placement) =
-        Model::from_source_placed(&source, options.device, options.gpu_layers)
-            .map_err(model_error)?;
+    let (model, placement) = Model::from_source_placed(&source, options.device, options.gpu_layers)
+        .map_err(model_error)?;
     tracing::info!(device = %model.device(), "{}", placement.reason);
     let chat_template = source.chat_template_or_default();
     let mut default_sampling = SamplingParams::default();

@@ -81,9 +81,14 @@ impl<B: Backend> LlamaLayers<B> {
         for i in layers {
             let layer = &self.layers[i - self.first];
             backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
-            layer
-                .attn
-                .forward(backend, &shape, &self.rope, &mut kv[i - self.first], a, pass)?;
+            layer.attn.forward(
+                backend,
+                &shape,
+                &self.rope,
+                &mut kv[i - self.first],
+                a,
+                pass,
+            )?;
             backend.add(&mut a.x, &a.branch)?;
             backend.rms_norm(&layer.ffn_norm, &a.x, &mut a.normed)?;
             layer.mlp.forward(backend, a, pass)?;

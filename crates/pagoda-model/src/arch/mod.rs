@@ -42,9 +42,9 @@ use crate::weights::Weights;
 use crate::{Architecture, KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
 use backend::{Activations, Backend};
 use cpu::{Cpu, CpuPass};
-use pass::OnCache;
 use layers::Linear;
 use pagoda_kernels::paged_attention::SeqAttention;
+use pass::OnCache;
 use std::ops::Range;
 
 /// Which positions of a forward pass need logits.

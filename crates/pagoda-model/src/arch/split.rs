@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 /// A model's layers `0..k` (and embedding) on the CPU, `k..n` (and head) on backend `G`.
 #[derive(Debug)]
-pub struct Split<G: Backend> {
+pub(crate) struct Split<G: Backend> {
     front: Parts<Cpu>,
     back: Parts<G>,
 }
@@ -80,7 +80,7 @@ impl<G: Backend> Split<G> {
     }
 
     /// The layers on the second device.
-    pub fn back_layers(&self) -> Range<usize> {
+    pub(crate) fn back_layers(&self) -> Range<usize> {
         self.back.layers.clone()
     }
 
@@ -377,9 +377,7 @@ mod tests {
                 let split = Split::load(&cfg, &source.weights, Cpu, k).expect("split");
                 assert_eq!(split.back_layers(), k..n);
                 let mut cache = split
-                    .cache_with(&cfg, 8, 4, dtype, |c| {
-                        Ok(PagedKvCache::new(c, 8, 4, dtype))
-                    })
+                    .cache_with(&cfg, 8, 4, dtype, |c| Ok(PagedKvCache::new(c, 8, 4, dtype)))
                     .expect("split cache");
                 assert_eq!(cache.n_layers(), n);
                 let got = two_steps(vocab, &mut cache, |segments, c| {
@@ -392,7 +390,10 @@ mod tests {
                     .iter()
                     .zip(&expected)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{name}, split at {k}: logits differ from the unsplit model");
+                assert!(
+                    same,
+                    "{name}, split at {k}: logits differ from the unsplit model"
+                );
                 // The CPU half's K/V are the unsplit cache's.
                 if k > 0 {
                     let (kk, _) = cache.layer(0).expect("layer 0 on the CPU");
@@ -441,7 +442,9 @@ mod tests {
             .run(&cfg, &seg, &seqs, &rows, &mut plain)
             .expect_err("not split");
         assert!(e.to_string().contains("split model"), "{e}");
-        let e = model.forward_batch(&seg, &mut wrong).expect_err("split cache");
+        let e = model
+            .forward_batch(&seg, &mut wrong)
+            .expect_err("split cache");
         assert!(e.to_string().contains("split between"), "{e}");
         // Halves of different shapes are refused.
         let e = PagedKvCache::split(
@@ -466,7 +469,10 @@ mod tests {
         );
         // Q, K, V, O and gate, up, down as bf16; two norms as f32 (no biases in Llama).
         let layer = 2 * (d * q + 2 * d * kv + q * d + 3 * d * f) + 4 * 2 * d;
-        assert!(sizes.layers.iter().all(|&b| b == layer), "{sizes:?} vs {layer}");
+        assert!(
+            sizes.layers.iter().all(|&b| b == layer),
+            "{sizes:?} vs {layer}"
+        );
         let table = 2 * cfg.vocab_size as u64 * d;
         let tied = !source.weights.contains("output.weight") || cfg.tie_word_embeddings;
         if tied {
@@ -500,7 +506,11 @@ mod tests {
             Ok(gpus) if !gpus.is_empty() => assert!(!placement.all_cpu(), "{placement:?}"),
             _ => {
                 assert_eq!(model.device(), Device::Cpu);
-                assert!(placement.reason.starts_with("cpu: "), "{}", placement.reason);
+                assert!(
+                    placement.reason.starts_with("cpu: "),
+                    "{}",
+                    placement.reason
+                );
             }
         }
     }
