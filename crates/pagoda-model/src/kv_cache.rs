@@ -7,6 +7,9 @@
 //! slot `p % block_size`; which blocks a sequence owns is the caller's policy (the engine's
 //! block pool), never this module's.
 //!
+//! A model split between the CPU and a GPU gets a cache of two caches ([`PagedKvCache::split`]):
+//! its CPU layers' K/V in host memory, its GPU layers' in the GPU's, one set of blocks.
+//!
 //! Invariants: every layer's K and V storages share the cache's shape and dtype; a
 //! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them
 //! returned; `truncate` only shortens (a conversation that diverges recomputes from the common

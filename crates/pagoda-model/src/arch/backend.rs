@@ -149,7 +149,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// `out = host` (`[rows, width]` f32 in host memory): the hidden state a part of a split
     /// model hands to the part on this device ([`super::split`]).
-    fn from_host(&self, host: &[f32], out: &mut Self::Act) -> Result<(), ModelError>;
+    fn copy_from_host(&self, host: &[f32], out: &mut Self::Act) -> Result<(), ModelError>;
 
     /// The logits of the rows `rows` of `x` (final norm, output head, soft-cap when set), on
     /// the host: `[Σ rows, vocab]`.

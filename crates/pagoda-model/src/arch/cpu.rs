@@ -177,7 +177,7 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn from_host(&self, host: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn copy_from_host(&self, host: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
         out.clear();
         out.extend_from_slice(host);
         Ok(())

@@ -578,7 +578,7 @@ impl Backend for Cuda {
         )?)
     }
 
-    fn from_host(&self, host: &[f32], out: &mut CudaAct) -> Result<(), ModelError> {
+    fn copy_from_host(&self, host: &[f32], out: &mut CudaAct) -> Result<(), ModelError> {
         let x = out.resize(&self.gpu, host.len())?;
         self.gpu
             .stream()

@@ -1,7 +1,8 @@
 //! Forward passes: token ids at positions in, logits out, over a paged KV cache.
 //!
 //! [`Model`] holds the parts every architecture shares (token embedding, final norm, output
-//! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]).
+//! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]),
+//! all on one device, or split between the CPU and a GPU by layers ([`split`]).
 //! Weights stay borrowed from the model file's mmap, in its own block formats (or, after
 //! online quantization at load, in owned buffers of the chosen format: the forward pass
 //! cannot tell the two apart); linears of the packable types are copied at load into 16-row
@@ -335,7 +336,7 @@ enum OnDevice {
     Cpu(Parts<Cpu>),
     Cuda(Parts<cuda::Cuda>),
     /// The first layers (and the embedding) on the CPU, the rest (and the head) on a GPU.
-    Split(split::Split<cuda::Cuda>),
+    Split(Box<split::Split<cuda::Cuda>>),
 }
 
 /// A model ready to run: config plus shape-checked weights on one device.

@@ -140,7 +140,7 @@ impl<G: OnCache> Split<G> {
         back_parts
             .backend
             .with_pass(back, segments, seqs, |kv, a, pass| {
-                back_parts.backend.from_host(&hidden, &mut a.x)?;
+                back_parts.backend.copy_from_host(&hidden, &mut a.x)?;
                 back_parts.run_layers(cfg, kv, a, pass)?;
                 back_parts.run_head(cfg, logit_rows, a, pass)
             })
@@ -274,7 +274,7 @@ impl Model {
                     .map_err(|e| super::with_path(source, e))?;
                     Model {
                         config: cfg.clone(),
-                        weights: OnDevice::Split(split),
+                        weights: OnDevice::Split(Box::new(split)),
                     }
                 }
             }
