@@ -78,8 +78,10 @@ impl ModelSizes {
 /// The memory of the GPU the plan is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuMemory {
-    /// `cuda:0 (NVIDIA H200)`: how the reason names the card.
-    pub label: String,
+    /// `cuda:0`.
+    pub device: String,
+    /// `NVIDIA H200`.
+    pub name: String,
     pub free: u64,
     pub total: u64,
 }
@@ -170,8 +172,13 @@ pub fn plan(
 ) -> Result<Placement, ModelError> {
     let n = sizes.layers.len();
     let usable = gpu.usable();
-    let label = &gpu.label;
-    let free = format!("{label}, {:.2} GiB free", gib(gpu.free));
+    let label = format!("{} ({})", gpu.device, gpu.name);
+    let free = format!(
+        "{} ({}, {:.2} GiB free)",
+        gpu.device,
+        gpu.name,
+        gib(gpu.free)
+    );
     match request {
         PlacementRequest::AllOnGpu => {
             let need = sizes.weights() + sizes.workspace;
@@ -190,7 +197,7 @@ pub fn plan(
             Ok(Placement::last(
                 n,
                 n,
-                format!("all {n} layers on {free} (--device {})", device_flag(label)),
+                format!("all {n} layers on {free}: --device {}", gpu.device),
             ))
         }
         PlacementRequest::Layers(k) => {
@@ -233,7 +240,7 @@ pub fn plan(
                     n,
                     n,
                     format!(
-                        "all {n} layers on {free} (the model needs {:.2} GiB)",
+                        "all {n} layers on {free}: the model needs {:.2} GiB",
                         gib(whole)
                     ),
                 ));
@@ -279,11 +286,6 @@ pub fn plan(
     }
 }
 
-/// `cuda:0` out of a label `cuda:0 (NVIDIA H200)`.
-fn device_flag(label: &str) -> &str {
-    label.split(' ').next().unwrap_or(label)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,7 +307,8 @@ mod tests {
     /// A card of `total` GiB with `free` GiB free.
     fn gpu(free: f64, total: u64) -> GpuMemory {
         GpuMemory {
-            label: "cuda:0 (Test GPU)".into(),
+            device: "cuda:0".into(),
+            name: "Test GPU".into(),
             free: (free * GIB as f64) as u64,
             total: total * GIB,
         }
@@ -328,7 +331,7 @@ mod tests {
         assert_eq!(p.cpu_layers(), 0..3);
         assert!(!p.embedding_on_gpu && !p.all_gpu() && !p.all_cpu());
         assert!(
-            p.reason.starts_with("placing 7 of 10 layers on cuda:0 (Test GPU), 12.00 GiB free; 3 on the CPU: the model needs 13.00 GiB"),
+            p.reason.starts_with("placing 7 of 10 layers on cuda:0 (Test GPU, 12.00 GiB free); 3 on the CPU: the model needs 13.00 GiB"),
             "{}",
             p.reason
         );
@@ -410,7 +413,10 @@ mod tests {
         // share), so a model that loaded before still loads.
         let p = plan(&sizes(), &gpu(16.0, 20), PlacementRequest::AllOnGpu).expect("fits");
         assert!(p.all_gpu());
-        assert!(p.reason.contains("--device cuda:0"), "{}", p.reason);
+        assert_eq!(
+            p.reason,
+            "all 10 layers on cuda:0 (Test GPU, 16.00 GiB free): --device cuda:0"
+        );
     }
 
     #[test]

@@ -248,7 +248,8 @@ impl Model {
                 let gpu = cuda::context(ordinal)?;
                 let (free, total) = gpu.memory_info()?;
                 let memory = GpuMemory {
-                    label: format!("cuda:{ordinal} ({})", gpu.gpu().name),
+                    device: format!("cuda:{ordinal}"),
+                    name: gpu.gpu().name.clone(),
                     free,
                     total,
                 };
