@@ -224,14 +224,15 @@ pub fn plan(
             } else {
                 String::new()
             };
-            Ok(Placement::last(
-                n,
-                k,
+            let reason = if k == n {
+                format!("all {n} layers on {free}: --gpu-layers {k}{warning}")
+            } else {
                 format!(
                     "placing {k} of {n} layers on {free}; {} on the CPU: --gpu-layers {k}{warning}",
                     n - k
-                ),
-            ))
+                )
+            };
+            Ok(Placement::last(n, k, reason))
         }
         PlacementRequest::Auto => {
             let whole = sizes.all_on_gpu();
@@ -423,13 +424,18 @@ mod tests {
     fn gpu_layers_overrides_the_plan_and_is_refused_above_the_layer_count() {
         let p = plan(&sizes(), &gpu(80.0, 80), PlacementRequest::Layers(4)).expect("plan");
         assert_eq!(p.gpu_layers, 6..10);
-        assert!(p.reason.contains("--gpu-layers 4"), "{}", p.reason);
+        assert_eq!(
+            p.reason,
+            "placing 4 of 10 layers on cuda:0 (Test GPU, 80.00 GiB free); 6 on the CPU: \
+             --gpu-layers 4"
+        );
         assert!(!p.reason.contains("may fail"), "{}", p.reason);
         let p = plan(&sizes(), &gpu(2.0, 10), PlacementRequest::Layers(4)).expect("forced");
         assert_eq!(p.gpu_layers, 6..10);
         assert!(p.reason.contains("may fail"), "{}", p.reason);
         let p = plan(&sizes(), &gpu(80.0, 80), PlacementRequest::Layers(10)).expect("all");
         assert!(p.all_gpu());
+        assert!(p.reason.starts_with("all 10 layers on"), "{}", p.reason);
         let p = plan(&sizes(), &gpu(80.0, 80), PlacementRequest::Layers(0)).expect("none");
         assert!(p.all_cpu());
         let e = plan(&sizes(), &gpu(80.0, 80), PlacementRequest::Layers(11)).expect_err("11");

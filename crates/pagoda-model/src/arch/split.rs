@@ -210,58 +210,72 @@ pub fn model_sizes(cfg: &ModelConfig, weights: &Weights) -> ModelSizes {
     }
 }
 
+/// Where `source`'s model would go for `device` and `gpu_layers` (`--device`,
+/// `--gpu-layers`), without building it: the device resolved and the [`Placement`], with the
+/// reason for the start-up report (see [`crate::placement`]). `auto` puts as many layers on
+/// the GPU as fit and the rest on the CPU; `cuda` all on the GPU or an error; `cpu` the CPU.
+///
+/// Errors: `--gpu-layers` above the layer count or with `--device cpu`; `cuda` without the
+/// GPU, or with a model that does not fit it.
+pub fn place(
+    source: &ModelSource,
+    device: DeviceChoice,
+    gpu_layers: Option<usize>,
+) -> Result<(Device, Placement), ModelError> {
+    let cfg = &source.config;
+    cfg.validate()?;
+    let n = cfg.n_layers;
+    if let (DeviceChoice::Cpu, Some(k @ 1..)) = (device, gpu_layers) {
+        return Err(ModelError::InvalidConfig(format!(
+            "--gpu-layers {k} with --device cpu: use --device auto or cuda to put layers on a \
+             GPU"
+        )));
+    }
+    let resolved = device.resolve()?;
+    let placement = match resolved.device {
+        Device::Cpu => {
+            let why = resolved
+                .cpu_because
+                .unwrap_or_else(|| format!("--device {device}"));
+            let ignored = match gpu_layers {
+                Some(k @ 1..) => format!(" (--gpu-layers {k} needs one)"),
+                _ => String::new(),
+            };
+            Placement::cpu(n, format!("cpu: {why}{ignored}"))
+        }
+        Device::Cuda(ordinal) => {
+            let gpu = cuda::context(ordinal)?;
+            let (free, total) = gpu.memory_info()?;
+            let memory = GpuMemory {
+                device: format!("cuda:{ordinal}"),
+                name: gpu.gpu().name.clone(),
+                free,
+                total,
+            };
+            let request = match (gpu_layers, device) {
+                (Some(k), _) => PlacementRequest::Layers(k),
+                (None, DeviceChoice::Auto) => PlacementRequest::Auto,
+                (None, _) => PlacementRequest::AllOnGpu,
+            };
+            placement::plan(&model_sizes(cfg, &source.weights), &memory, request)?
+        }
+    };
+    Ok((resolved.device, placement))
+}
+
 impl Model {
-    /// Builds the forward pass for `source` where `device` and `gpu_layers` (`--device`,
-    /// `--gpu-layers`) say, and returns how it was placed, with the reason for the start-up
-    /// report (see [`crate::placement`]): `auto` puts as many layers on the GPU as fit and
-    /// the rest on the CPU; `cuda` all on the GPU or an error; `cpu` the CPU.
+    /// Builds the forward pass for `source` where `device` and `gpu_layers` say ([`place`]),
+    /// and returns how it was placed.
     ///
-    /// Errors: `--gpu-layers` above the layer count or with `--device cpu`; `cuda` without
-    /// the GPU, or with a model that does not fit it; the build's own errors.
+    /// Errors: [`place`]'s, and the build's own.
     pub fn from_source_placed(
         source: &ModelSource,
         device: DeviceChoice,
         gpu_layers: Option<usize>,
     ) -> Result<(Model, Placement), ModelError> {
         let cfg = &source.config;
-        cfg.validate()?;
-        let n = cfg.n_layers;
-        if let (DeviceChoice::Cpu, Some(k @ 1..)) = (device, gpu_layers) {
-            return Err(ModelError::InvalidConfig(format!(
-                "--gpu-layers {k} with --device cpu: use --device auto or cuda to put layers on \
-                 a GPU"
-            )));
-        }
-        let resolved = device.resolve()?;
-        let placement = match resolved.device {
-            Device::Cpu => {
-                let why = resolved
-                    .cpu_because
-                    .unwrap_or_else(|| format!("--device {device}"));
-                let ignored = match gpu_layers {
-                    Some(k @ 1..) => format!(" (--gpu-layers {k} needs one)"),
-                    _ => String::new(),
-                };
-                Placement::cpu(n, format!("cpu: {why}{ignored}"))
-            }
-            Device::Cuda(ordinal) => {
-                let gpu = cuda::context(ordinal)?;
-                let (free, total) = gpu.memory_info()?;
-                let memory = GpuMemory {
-                    device: format!("cuda:{ordinal}"),
-                    name: gpu.gpu().name.clone(),
-                    free,
-                    total,
-                };
-                let request = match (gpu_layers, device) {
-                    (Some(k), _) => PlacementRequest::Layers(k),
-                    (None, DeviceChoice::Auto) => PlacementRequest::Auto,
-                    (None, _) => PlacementRequest::AllOnGpu,
-                };
-                placement::plan(&model_sizes(cfg, &source.weights), &memory, request)?
-            }
-        };
-        let model = match resolved.device {
+        let (device, placement) = place(source, device, gpu_layers)?;
+        let model = match device {
             Device::Cuda(ordinal) if !placement.all_cpu() => {
                 if placement.all_gpu() {
                     Model::from_source_on(source, Device::Cuda(ordinal))?
