@@ -681,8 +681,21 @@ fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
         let a = args(device);
         env.run(&a.iter().map(String::as_str).collect::<Vec<_>>())
     };
+    let with_gpu_layers = |device: &str, n: &str| {
+        let mut a = args(device);
+        a.extend(["--gpu-layers".to_string(), n.to_string()]);
+        env.run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
     let cpu = run("cpu");
     ok(&cpu);
+    // Layers on a GPU and --device cpu contradict each other.
+    let both = with_gpu_layers("cpu", "1");
+    assert_eq!(both.status.code(), Some(1), "{}", stderr(&both));
+    assert!(
+        stderr(&both).contains("--gpu-layers 1 with --device cpu"),
+        "{}",
+        stderr(&both)
+    );
     // auto never fails: the CPU here unless a GPU is usable.
     let auto = run("auto");
     ok(&auto);
@@ -695,6 +708,19 @@ fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
         // No usable GPU: auto ran on the CPU (same output), cuda is an error naming why.
         assert_eq!(stdout(&auto), stdout(&cpu));
         let why = report["gpu_unavailable"].as_str().unwrap();
+        // The start-up line says why.
+        assert!(
+            stderr(&auto).contains(&format!("cpu: {why}")),
+            "{}",
+            stderr(&auto)
+        );
+        let asked = with_gpu_layers("auto", "1");
+        ok(&asked);
+        assert!(
+            stderr(&asked).contains("--gpu-layers 1 needs one"),
+            "{}",
+            stderr(&asked)
+        );
         for device in ["cuda", "cuda:1"] {
             let o = run(device);
             let err = stderr(&o);
@@ -708,9 +734,24 @@ fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
         let gpu = run("cuda");
         ok(&gpu);
         assert!(
-            stderr(&gpu).contains("running on cuda:0"),
+            stderr(&gpu).contains("layers on cuda:0"),
             "{}",
             stderr(&gpu)
+        );
+        // A split (the last layer on the GPU) runs; more layers than the model has do not.
+        let split = with_gpu_layers("auto", "1");
+        ok(&split);
+        assert!(
+            stderr(&split).contains("placing 1 of"),
+            "{}",
+            stderr(&split)
+        );
+        let too_many = with_gpu_layers("auto", "99");
+        assert_eq!(too_many.status.code(), Some(1), "{}", stderr(&too_many));
+        assert!(
+            stderr(&too_many).contains("--gpu-layers 99"),
+            "{}",
+            stderr(&too_many)
         );
     }
 }

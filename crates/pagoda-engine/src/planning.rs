@@ -88,7 +88,7 @@ impl KvLayout {
             .unwrap_or(cfg.context_length)
             .min(cfg.context_length)
             .max(2);
-        let mut per_block = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
+        let all_layers = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
         let blocks_per_seq = max_model_len.div_ceil(config.block_size);
         let util = config.gpu_memory_utilization;
         if !(util > 0.0 && util <= 1.0) {
@@ -98,6 +98,16 @@ impl KvLayout {
             )));
         }
         let gpu = model.gpu_memory()?;
+        // A model split between the CPU and a GPU keeps its CPU layers' K/V in host memory:
+        // only its GPU layers' count against the card, the rest against RAM.
+        let host_per_block = match gpu {
+            Some(_) => {
+                all_layers / cfg.n_layers.max(1)
+                    * cfg.n_layers.saturating_sub(model.kv_layers_on_gpu())
+            }
+            None => 0,
+        };
+        let mut per_block = all_layers - host_per_block;
         if gpu.is_none() && (util - EngineConfig::default().gpu_memory_utilization).abs() > 1e-9 {
             tracing::warn!(
                 gpu_memory_utilization = util,
@@ -117,7 +127,7 @@ impl KvLayout {
             }
         }
         let n_blocks = match (config.kv_cache_memory, gpu) {
-            (Some(bytes), _) => (bytes / per_block as u64) as usize,
+            (Some(bytes), _) => (bytes / (per_block + host_per_block) as u64) as usize,
             (None, Some((free, total))) => {
                 let workspace = model.workspace_bytes(
                     config.max_num_batched_tokens.max(1),
@@ -149,7 +159,14 @@ impl KvLayout {
                         gib(budget)
                     )));
                 }
-                (budget / per_block as u64) as usize
+                let on_gpu = (budget / per_block.max(1) as u64) as usize;
+                if host_per_block > 0 {
+                    let host = crate::memory::available_memory()
+                        .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
+                    on_gpu.min((host / host_per_block as u64) as usize)
+                } else {
+                    on_gpu
+                }
             }
             (None, None) => {
                 let budget = crate::memory::available_memory()
@@ -169,7 +186,7 @@ impl KvLayout {
             n_blocks,
             block_size: config.block_size,
             dtype: config.kv_dtype,
-            bytes: n_blocks * per_block,
+            bytes: n_blocks * (per_block + host_per_block),
             max_model_len,
         })
     }

@@ -9,6 +9,9 @@
 //! slot `p % block_size`; which blocks a sequence owns is the caller's policy (the engine's
 //! block pool), never this module's.
 //!
+//! A model split between the CPU and a GPU gets a cache of two caches ([`PagedKvCache::split`]):
+//! its CPU layers' K/V in host memory, its GPU layers' in the GPU's, one set of blocks.
+//!
 //! Invariants: every layer's K and V storages share the cache's shape and dtype; a
 //! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them
 //! returned; `truncate` only shortens (a conversation that diverges recomputes from the common
@@ -57,6 +60,13 @@ enum KvStore {
         /// The GPU forward pass's reusable state.
         scratch: Box<CudaScratch>,
         gpu: Arc<GpuContext>,
+    },
+    /// A model split between devices (`arch::split`): the first layers' K/V in `front` (host
+    /// memory), the rest in `back` (the GPU's); one set of blocks, indexed by the same block
+    /// tables in both.
+    Split {
+        front: Box<PagedKvCache>,
+        back: Box<PagedKvCache>,
     },
 }
 
@@ -119,6 +129,46 @@ impl PagedKvCache {
         })
     }
 
+    /// One cache of `front`'s layers followed by `back`'s, for a model split between
+    /// devices (`arch::split`): both must have the same blocks, block size and K/V width, so
+    /// one block table indexes both.
+    pub(crate) fn split(front: PagedKvCache, back: PagedKvCache) -> Result<Self, ModelError> {
+        let shape = |c: &PagedKvCache| (c.n_blocks, c.block_size, c.kv_dim);
+        if shape(&front) != shape(&back) {
+            return Err(ModelError::InvalidConfig(format!(
+                "the two halves of a split KV cache differ: (blocks, block size, K/V width) \
+                 {:?} and {:?}",
+                shape(&front),
+                shape(&back)
+            )));
+        }
+        Ok(PagedKvCache {
+            n_blocks: front.n_blocks,
+            block_size: front.block_size,
+            dtype: front.dtype,
+            kv_dim: front.kv_dim,
+            n_layers: front.n_layers + back.n_layers,
+            store: KvStore::Split {
+                front: Box::new(front),
+                back: Box::new(back),
+            },
+        })
+    }
+
+    /// The halves of a split cache: the first layers', and the rest's.
+    pub(crate) fn split_mut(
+        &mut self,
+    ) -> Result<(&mut PagedKvCache, &mut PagedKvCache), ModelError> {
+        match &mut self.store {
+            KvStore::Split { front, back } => Ok((&mut **front, &mut **back)),
+            _ => Err(ModelError::InvalidBatch(
+                "a split model's forward pass over a KV cache on one device: make the cache \
+                 with the model's try_new_paged_cache"
+                    .into(),
+            )),
+        }
+    }
+
     /// Bytes one block takes over all layers, K and V together.
     pub fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: KvDtype) -> usize {
         2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * dtype.bytes()
@@ -158,6 +208,7 @@ impl PagedKvCache {
             KvStore::Cuda { layers, .. } => {
                 layers.len() * 2 * self.layer_values() * self.dtype.bytes()
             }
+            KvStore::Split { front, back } => front.memory_bytes() + back.memory_bytes(),
         }
     }
 
@@ -189,16 +240,21 @@ impl PagedKvCache {
                     }
                 }
             }
+            KvStore::Split { front, back } => {
+                front.copy_block(src, dst)?;
+                back.copy_block(src, dst)?;
+            }
         }
         Ok(())
     }
 
     /// Keys and values of `layer` of a CPU cache (reading back positions in tests and
-    /// debugging); `None` for a cache in GPU memory.
+    /// debugging); `None` for a cache in GPU memory (and a split cache's GPU layers).
     pub fn layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
         match &self.store {
             KvStore::Cpu { layers, .. } => layers.get(layer).map(|(k, v)| (k, v)),
             KvStore::Cuda { .. } => None,
+            KvStore::Split { front, .. } => front.layer(layer),
         }
     }
 
@@ -213,6 +269,7 @@ impl PagedKvCache {
                  the model's try_new_paged_cache",
                 gpu.gpu().name
             ))),
+            KvStore::Split { .. } => Err(split_cache_error("CPU")),
         }
     }
 
@@ -229,6 +286,7 @@ impl PagedKvCache {
                  model's try_new_paged_cache"
                     .into(),
             )),
+            KvStore::Split { .. } => Err(split_cache_error("GPU")),
         }
     }
 
@@ -249,6 +307,12 @@ impl PagedKvCache {
                 };
                 format!("{kind} on cuda:{}", gpu.gpu().ordinal)
             }
+            KvStore::Split { front, back } => format!(
+                "{} for layers 0..{}, {} for the rest",
+                front.storage(),
+                front.n_layers,
+                back.storage()
+            ),
         }
     }
 
@@ -263,6 +327,7 @@ impl PagedKvCache {
                 scratch.observer = crate::arch::layers::ObserverSlot(observer)
             }
             KvStore::Cuda { .. } => {}
+            KvStore::Split { front, .. } => front.set_observer(observer),
         }
     }
 
@@ -288,6 +353,14 @@ impl PagedKvCache {
         }
         Ok(())
     }
+}
+
+/// The error of a one-device forward pass over a split cache.
+fn split_cache_error(device: &str) -> ModelError {
+    ModelError::InvalidBatch(format!(
+        "a {device} forward pass over a KV cache split between the CPU and a GPU: make the \
+         cache with the model's try_new_paged_cache"
+    ))
 }
 
 /// Keys and values of one sequence, for every layer: a [`PagedKvCache`] whose blocks all

@@ -22,6 +22,7 @@ pub mod hf;
 pub mod hf_quant;
 pub mod kv_cache;
 pub mod lora;
+pub mod placement;
 pub mod rope_order;
 pub mod safetensors;
 pub mod source;

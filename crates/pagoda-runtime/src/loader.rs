@@ -62,9 +62,12 @@ pub struct LoadOptions {
     /// Quantize the weights in memory to this type before building the model (online
     /// quantization; see `pagoda_compress::quantize`). `None`: serve the file's own types.
     pub quantize: Option<QuantTarget>,
-    /// Where the weights go and the forward pass runs (`auto`: a usable NVIDIA GPU, else the
-    /// CPU).
+    /// Where the weights go and the forward pass runs (`auto`: a usable NVIDIA GPU, as many
+    /// layers on it as fit and the rest on the CPU; else the CPU).
     pub device: DeviceChoice,
+    /// `--gpu-layers N`: the last `N` decoder layers on the GPU whatever the plan says
+    /// (`pagoda_model::placement`).
+    pub gpu_layers: Option<usize>,
 }
 
 /// Whether [`resolve`] may download a missing catalog model.
@@ -116,6 +119,9 @@ pub struct LoadedModel {
     /// The Modelfile's ADAPTER (a PEFT LoRA folder), applied unmerged to every request that
     /// names no other adapter.
     pub adapter: Option<LoraWeights>,
+    /// Where the model was placed and why (`placing 20 of 28 layers on cuda:0 ...`,
+    /// `cpu: no NVIDIA GPU found`): the start-up report's line.
+    pub placement: String,
 }
 
 impl LoadedModel {
@@ -304,18 +310,9 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         Some(target) => Some(quantize_source(&mut source, target)?),
         None => None,
     };
-    let device = options.device.resolve().map_err(model_error)?;
-    match (&device.gpu, &device.cpu_because) {
-        (Some(gpu), _) => tracing::info!(
-            device = %device.device,
-            gpu = %gpu.name,
-            memory_gib = gpu.memory_bytes as f64 / (1u64 << 30) as f64,
-            "running on the GPU"
-        ),
-        (None, Some(why)) => tracing::info!(device = "cpu", reason = %why, "running on the CPU"),
-        (None, None) => tracing::info!(device = "cpu", "running on the CPU"),
-    }
-    let model = Model::from_source_on(&source, device.device).map_err(model_error)?;
+    let (model, placement) = Model::from_source_placed(&source, options.device, options.gpu_layers)
+        .map_err(model_error)?;
+    tracing::info!(device = %model.device(), "{}", placement.reason);
     let chat_template = source.chat_template_or_default();
     let mut default_sampling = SamplingParams::default();
     apply_generation_defaults(&mut default_sampling, &source.generation);
@@ -345,6 +342,7 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         quantization,
         checkpoint_quant: source.checkpoint_quant.clone(),
         adapter: None,
+        placement: placement.reason,
     })
 }
 
@@ -558,6 +556,7 @@ mod tests {
         let options = LoadOptions {
             quantize: Some("q8_0".parse().unwrap()),
             device: DeviceChoice::Cpu,
+            gpu_layers: None,
         };
         let m = load_with(&r, "derived:1", &options).unwrap();
         let report = m.quantization.as_ref().expect("a report");
@@ -619,6 +618,7 @@ mod tests {
         let options = LoadOptions {
             quantize: Some("q4_0".parse().unwrap()),
             device: DeviceChoice::Cpu,
+            gpu_layers: None,
         };
         let e = load_with(&resolved, "x", &options).err().expect("an error");
         assert!(matches!(e, LoadError::Quantize { .. }), "{e:?}");

@@ -64,6 +64,7 @@ impl SpecArgs {
                     &LoadArgs {
                         quantize: None,
                         device,
+                        gpu_layers: None,
                     },
                 )?;
                 ProposerConfig::Draft {

@@ -247,8 +247,15 @@ fn answer_all(
     prompts: &[ComparePrompt],
     settings: &GenerationSettings,
 ) -> anyhow::Result<Vec<String>> {
-    let loaded = load_for_generation(&variant.model, &LoadArgs { quantize, device })
-        .with_context(|| format!("loading variant {label} ({variant})"))?;
+    let loaded = load_for_generation(
+        &variant.model,
+        &LoadArgs {
+            quantize,
+            device,
+            gpu_layers: None,
+        },
+    )
+    .with_context(|| format!("loading variant {label} ({variant})"))?;
     let (engine, bounds) = single::start(&loaded, None)?;
     let bar = ProgressBar::new(prompts.len() as u64);
     bar.set_style(

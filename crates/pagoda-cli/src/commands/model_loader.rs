@@ -1,12 +1,12 @@
 //! Finding, loading and preparing a model for the CLI commands (`run`, `batch`, `bench`):
 //! the server's loader, pulling missing catalog models, with a spinner while it maps the
 //! weights; [`LoadArgs`] holds the load flags every such command (and `serve`) shares
-//! (`--quantize`, `--device`).
+//! (`--quantize`, `--device`, `--gpu-layers`).
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::QuantTarget;
-use pagoda_model::{Device, DeviceChoice};
+use pagoda_model::DeviceChoice;
 use pagoda_runtime::loader::{self, LoadOptions, Pull};
 use std::time::Duration;
 
@@ -39,6 +39,12 @@ pub struct LoadArgs {
     /// missing. `pagoda devices` lists what this machine has.
     #[arg(long, value_name = "DEVICE", default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Put the last N decoder layers (and the output head) on the GPU and run the rest on
+    /// the CPU, whatever the fit says (llama.cpp's -ngl, Ollama's num_gpu). Without it,
+    /// `--device auto` places as many layers as fit (all of them when the model fits);
+    /// 0 keeps the model on the CPU. More than the model's layers is an error.
+    #[arg(long, value_name = "N")]
+    pub gpu_layers: Option<usize>,
 }
 
 impl LoadArgs {
@@ -47,6 +53,7 @@ impl LoadArgs {
         LoadOptions {
             quantize: self.quantize,
             device: self.device,
+            gpu_layers: self.gpu_layers,
         }
     }
 }
@@ -69,11 +76,10 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     let loaded = loader::load_with(&resolved, name, &args.options());
     spinner.finish_and_clear();
     let loaded = loaded?;
-    if let Device::Cuda(_) = loaded.model.device() {
-        eprintln!(
-            "running on {} (--device cpu to stay on the CPU)",
-            loaded.model.device()
-        );
+    // Where it runs and why: `placing 20 of 28 layers on cuda:0 (...)`, `cpu: no NVIDIA GPU
+    // found`; asked for explicitly, the CPU goes without saying.
+    if args.device != DeviceChoice::Cpu {
+        eprintln!("{}", loaded.placement);
     }
     if let Some(report) = &loaded.checkpoint_quant {
         eprintln!("{report}");

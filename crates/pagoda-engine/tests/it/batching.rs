@@ -91,6 +91,17 @@ fn check_batch_equals_alone_on(
     max_tokens: usize,
 ) {
     let (model, tok) = load_on(model_dir, device);
+    check_batch_equals_alone_with(model, tok, config, lengths, max_tokens);
+}
+
+/// [`check_batch_equals_alone_on`] for a model already loaded (a split one).
+fn check_batch_equals_alone_with(
+    model: Arc<Model>,
+    tok: Arc<Tokenizer>,
+    config: EngineConfig,
+    lengths: &[usize],
+    max_tokens: usize,
+) {
     let vocab = model.config().vocab_size;
     let prompts = prompts(vocab, lengths);
     let want: Vec<Vec<u32>> = prompts
@@ -220,6 +231,36 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         let mut config = small_config(&dir, blocks);
         config.prefix_caching = prefix_caching;
         check_batch_equals_alone_on(gpu, &dir, config, &LENGTHS, 10);
+    }
+}
+
+#[test]
+fn batches_on_a_model_split_between_cpu_and_gpu_equal_each_alone() {
+    if let Err(e) = pagoda_model::DeviceChoice::Cuda(None).resolve() {
+        return eprintln!("skipped: no GPU ({e})");
+    }
+    for (name, blocks) in [("tiny-llama", 12), ("tiny-gemma3", 14)] {
+        let dir = golden(name);
+        let source = open_model(&dir).expect("model opens");
+        let n = source.config.n_layers;
+        // The last half of the layers (at least one) on the GPU, the rest on the CPU.
+        let (model, placement) = Model::from_source_placed(
+            &source,
+            pagoda_model::DeviceChoice::Cuda(None),
+            Some(n.div_ceil(2)),
+        )
+        .expect("split model builds");
+        assert!(
+            !placement.all_gpu() && !placement.all_cpu(),
+            "{placement:?}"
+        );
+        check_batch_equals_alone_with(
+            Arc::new(model),
+            Arc::new(source.tokenizer),
+            small_config(&dir, blocks),
+            &LENGTHS,
+            10,
+        );
     }
 }
 

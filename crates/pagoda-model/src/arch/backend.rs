@@ -147,6 +147,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
         out: &mut Self::Act,
     ) -> Result<(), ModelError>;
 
+    /// `out = host` (`[rows, width]` f32 in host memory): the hidden state a part of a split
+    /// model hands to the part on this device ([`super::split`]).
+    fn copy_from_host(&self, host: &[f32], out: &mut Self::Act) -> Result<(), ModelError>;
+
     /// The logits of the rows `rows` of `x` (final norm, output head, soft-cap when set), on
     /// the host: `[Σ rows, vocab]`.
     #[allow(clippy::too_many_arguments)]

@@ -177,6 +177,12 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn copy_from_host(&self, host: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
+        out.clear();
+        out.extend_from_slice(host);
+        Ok(())
+    }
+
     fn embed(
         &self,
         table: &Linear,

@@ -89,8 +89,9 @@ impl Cuda {
         if need + reserve > free {
             return Err(ModelError::Device(format!(
                 "the model needs {:.2} GiB of GPU memory for its weights (+{:.2} GiB for \
-                 activations), but cuda:{ordinal} ({}) has {:.2} GiB free of {:.2} GiB: use a \
-                 smaller model or --device cpu",
+                 activations), but cuda:{ordinal} ({}) has {:.2} GiB free of {:.2} GiB: use \
+                 --device auto to run the layers that do not fit on the CPU, a smaller model, \
+                 or --device cpu",
                 gib(need),
                 gib(reserve),
                 gpu.gpu().name,
@@ -99,6 +100,14 @@ impl Cuda {
             )));
         }
         Ok(Cuda { gpu })
+    }
+
+    /// The backend of GPU `ordinal` without a size check: the GPU part of a split model,
+    /// whose size [`crate::placement`] planned.
+    pub fn on(ordinal: usize) -> Result<Self, ModelError> {
+        Ok(Cuda {
+            gpu: context(ordinal)?,
+        })
     }
 
     pub fn gpu(&self) -> &Arc<GpuContext> {
@@ -621,6 +630,14 @@ impl Backend for Cuda {
             )?,
         }
         Ok(())
+    }
+
+    fn copy_from_host(&self, host: &[f32], out: &mut CudaAct) -> Result<(), ModelError> {
+        let x = out.resize(&self.gpu, host.len())?;
+        self.gpu
+            .stream()
+            .memcpy_htod(host, &mut x.slice_mut(0..host.len()))
+            .map_err(|e| driver("cuMemcpyHtoD", e))
     }
 
     fn embed(

@@ -78,14 +78,17 @@ fn kept_format(t: &TensorView) -> Option<QuantFormat> {
 
 /// Bytes of GPU memory the model's weights take once uploaded (see the module invariant).
 pub fn device_bytes(weights: &Weights) -> u64 {
-    weights
-        .iter()
-        .map(|t| match kept_format(t) {
-            Some(_) => t.n_bytes() as u64,
-            None if t.shape.len() >= 2 => t.n_elements() as u64 * 2,
-            None => t.n_elements() as u64 * 4,
-        })
-        .sum()
+    weights.iter().map(tensor_device_bytes).sum()
+}
+
+/// Bytes of GPU memory one tensor takes once uploaded: its stored bytes when it stays
+/// quantized, 2 per element for a matrix uploaded as bf16, 4 for a vector kept as f32.
+pub fn tensor_device_bytes(t: &TensorView) -> u64 {
+    match kept_format(t) {
+        Some(_) => t.n_bytes() as u64,
+        None if t.shape.len() >= 2 => t.n_elements() as u64 * 2,
+        None => t.n_elements() as u64 * 4,
+    }
 }
 
 fn tensor_error(name: &str, message: String) -> ModelError {

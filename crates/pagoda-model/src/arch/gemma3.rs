@@ -10,6 +10,7 @@ use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
 use crate::config::RopeScaling;
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
+use std::ops::Range;
 
 #[derive(Debug)]
 struct Gemma3Layer<B: Backend> {
@@ -25,17 +26,27 @@ struct Gemma3Layer<B: Backend> {
 /// The decoder stack of a Gemma 3 model.
 #[derive(Debug)]
 pub struct Gemma3Layers<B: Backend> {
+    /// The first layer held: `layers[j]` is the model's layer `first + j`.
+    first: usize,
     layers: Vec<Gemma3Layer<B>>,
     rope_global: B::Rope,
     rope_local: B::Rope,
 }
 
 impl<B: Backend> Gemma3Layers<B> {
-    pub fn load(backend: &B, weights: &Weights, cfg: &ModelConfig) -> Result<Self, ModelError> {
+    /// Loads the decoder layers `owned` (all of `0..n_layers` for a model on one device; a
+    /// part of a split model loads only its own).
+    pub fn load(
+        backend: &B,
+        weights: &Weights,
+        cfg: &ModelConfig,
+        owned: Range<usize>,
+    ) -> Result<Self, ModelError> {
         let d = cfg.hidden_size;
         let norm =
             |i: usize, t: &str| backend.load_norm(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
-        let layers = (0..cfg.n_layers)
+        let first = owned.start;
+        let layers = owned
             .map(|i| {
                 Ok(Gemma3Layer {
                     attn_norm: norm(i, "attn_norm")?,
@@ -50,6 +61,7 @@ impl<B: Backend> Gemma3Layers<B> {
             .collect::<Result<Vec<_>, ModelError>>()?;
         let local_theta = cfg.rope_theta_local.unwrap_or(cfg.rope_theta);
         Ok(Gemma3Layers {
+            first,
             layers,
             rope_global: backend.load_rope(
                 weights,
@@ -69,9 +81,10 @@ impl<B: Backend> Gemma3Layers<B> {
             .flat_map(|l| l.attn.linears().into_iter().chain(l.mlp.linears()))
     }
 
-    /// Runs the layers `layers` (all of them for a full forward pass) over the batch `a.x`
-    /// (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i]`. `layers` is
-    /// within `0..n_layers` (the caller checks).
+    /// Runs the layers `layers` (all the stack owns for a full forward pass) over the batch
+    /// `a.x` (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i - first]`
+    /// (`kv` holds the owned layers' K/V, `first` the first owned layer). `layers` is within
+    /// the owned layers (the caller checks).
     pub fn forward(
         &self,
         backend: &B,
@@ -82,7 +95,7 @@ impl<B: Backend> Gemma3Layers<B> {
         pass: &mut B::Pass<'_>,
     ) -> Result<(), ModelError> {
         for i in layers {
-            let layer = &self.layers[i];
+            let layer = &self.layers[i - self.first];
             let (rope, window) = if layer.sliding {
                 (&self.rope_local, cfg.sliding_window)
             } else {
@@ -92,7 +105,7 @@ impl<B: Backend> Gemma3Layers<B> {
             backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
             layer
                 .attn
-                .forward(backend, &shape, rope, &mut kv[i], a, pass)?;
+                .forward(backend, &shape, rope, &mut kv[i - self.first], a, pass)?;
             backend.rms_norm(&layer.post_attn_norm, &a.branch, &mut a.post)?;
             backend.add(&mut a.x, &a.post)?;
             backend.rms_norm(&layer.ffn_norm, &a.x, &mut a.normed)?;

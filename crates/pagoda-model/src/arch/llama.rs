@@ -8,6 +8,7 @@ use super::backend::{Activation, Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
+use std::ops::Range;
 
 #[derive(Debug)]
 struct LlamaLayer<B: Backend> {
@@ -20,16 +21,26 @@ struct LlamaLayer<B: Backend> {
 /// The decoder stack of a Llama-family model.
 #[derive(Debug)]
 pub struct LlamaLayers<B: Backend> {
+    /// The first layer held: `layers[j]` is the model's layer `first + j`.
+    first: usize,
     layers: Vec<LlamaLayer<B>>,
     rope: B::Rope,
 }
 
 impl<B: Backend> LlamaLayers<B> {
-    pub fn load(backend: &B, weights: &Weights, cfg: &ModelConfig) -> Result<Self, ModelError> {
+    /// Loads the decoder layers `owned` (all of `0..n_layers` for a model on one device; a
+    /// part of a split model loads only its own).
+    pub fn load(
+        backend: &B,
+        weights: &Weights,
+        cfg: &ModelConfig,
+        owned: Range<usize>,
+    ) -> Result<Self, ModelError> {
         let d = cfg.hidden_size;
         let norm =
             |i: usize, t: &str| backend.load_norm(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
-        let layers = (0..cfg.n_layers)
+        let first = owned.start;
+        let layers = owned
             .map(|i| {
                 Ok(LlamaLayer {
                     attn_norm: norm(i, "attn_norm")?,
@@ -40,6 +51,7 @@ impl<B: Backend> LlamaLayers<B> {
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(LlamaLayers {
+            first,
             layers,
             rope: backend.load_rope(weights, cfg, cfg.rope_theta, &cfg.rope_scaling, true)?,
         })
@@ -52,9 +64,10 @@ impl<B: Backend> LlamaLayers<B> {
             .flat_map(|l| l.attn.linears().into_iter().chain(l.mlp.linears()))
     }
 
-    /// Runs the layers `layers` (all of them for a full forward pass) over the batch `a.x`
-    /// (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i]`. `layers` is
-    /// within `0..n_layers` (the caller checks).
+    /// Runs the layers `layers` (all the stack owns for a full forward pass) over the batch
+    /// `a.x` (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i - first]`
+    /// (`kv` holds the owned layers' K/V, `first` the first owned layer). `layers` is within
+    /// the owned layers (the caller checks).
     pub fn forward(
         &self,
         backend: &B,
@@ -66,11 +79,16 @@ impl<B: Backend> LlamaLayers<B> {
     ) -> Result<(), ModelError> {
         let shape = attention_shape(cfg, None);
         for i in layers {
-            let layer = &self.layers[i];
+            let layer = &self.layers[i - self.first];
             backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
-            layer
-                .attn
-                .forward(backend, &shape, &self.rope, &mut kv[i], a, pass)?;
+            layer.attn.forward(
+                backend,
+                &shape,
+                &self.rope,
+                &mut kv[i - self.first],
+                a,
+                pass,
+            )?;
             backend.add(&mut a.x, &a.branch)?;
             backend.rms_norm(&layer.ffn_norm, &a.x, &mut a.normed)?;
             layer.mlp.forward(backend, a, pass)?;

@@ -1,7 +1,8 @@
 //! Forward passes: token ids at positions in, logits out, over a paged KV cache.
 //!
 //! [`Model`] holds the parts every architecture shares (token embedding, final norm, output
-//! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]).
+//! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]),
+//! all on one device, or split between the CPU and a GPU by layers ([`split`]).
 //! Weights stay borrowed from the model file's mmap, in its own block formats (or, after
 //! online quantization at load, in owned buffers of the chosen format: the forward pass
 //! cannot tell the two apart); linears of the packable types are copied at load into 16-row
@@ -32,6 +33,8 @@ pub(crate) mod cuda_weights;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
+mod pass;
+pub mod split;
 
 pub use adapter::LoraWeights;
 
@@ -43,6 +46,7 @@ use backend::{Activations, Backend};
 use cpu::{Cpu, CpuPass};
 use layers::Linear;
 use pagoda_kernels::paged_attention::SeqAttention;
+use pass::OnCache;
 use std::ops::Range;
 
 /// Which positions of a forward pass need logits.
@@ -103,13 +107,19 @@ enum Stack<B: Backend> {
 }
 
 impl<B: Backend> Stack<B> {
-    fn load(backend: &B, cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
+    /// Loads the decoder layers `owned` (within `0..n_layers`: the caller checks).
+    fn load(
+        backend: &B,
+        cfg: &ModelConfig,
+        weights: &Weights,
+        owned: Range<usize>,
+    ) -> Result<Self, ModelError> {
         Ok(match cfg.arch {
             Architecture::Llama | Architecture::Qwen2 => {
-                Stack::Llama(llama::LlamaLayers::load(backend, weights, cfg)?)
+                Stack::Llama(llama::LlamaLayers::load(backend, weights, cfg, owned)?)
             }
             Architecture::Gemma3 => {
-                Stack::Gemma3(gemma3::Gemma3Layers::load(backend, weights, cfg)?)
+                Stack::Gemma3(gemma3::Gemma3Layers::load(backend, weights, cfg, owned)?)
             }
         })
     }
@@ -137,39 +147,171 @@ impl<B: Backend> Stack<B> {
     }
 }
 
-/// A model's weights on backend `B`: the parts every architecture shares (token embedding,
-/// final norm, output head) and its decoder stack.
+/// A model's weights on backend `B`, or the part of them one device holds: the decoder
+/// layers `layers` and, in the part that runs first, the token embedding, in the part that
+/// runs last, the final norm and output head. A model on one device is one `Parts` holding
+/// everything; a split model ([`split`]) is two.
 #[derive(Debug)]
 pub(crate) struct Parts<B: Backend> {
     pub(crate) backend: B,
-    embedding: B::Linear,
-    output_norm: B::Norm,
-    output: B::Linear,
+    embedding: Option<B::Linear>,
+    /// The final norm and the output head.
+    head: Option<(B::Norm, B::Linear)>,
+    /// The decoder layers held, within `0..n_layers`.
+    layers: Range<usize>,
     stack: Stack<B>,
+}
+
+/// Which parts of a model one [`Parts`] loads.
+#[derive(Debug, Clone)]
+pub(crate) struct PartSpec {
+    pub(crate) layers: Range<usize>,
+    pub(crate) embedding: bool,
+    pub(crate) head: bool,
+}
+
+impl PartSpec {
+    /// Everything: a model on one device.
+    pub(crate) fn whole(cfg: &ModelConfig) -> Self {
+        PartSpec {
+            layers: 0..cfg.n_layers,
+            embedding: true,
+            head: true,
+        }
+    }
 }
 
 impl<B: Backend> Parts<B> {
     fn load(backend: B, cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
+        Self::load_part(backend, cfg, weights, &PartSpec::whole(cfg))
+    }
+
+    /// Loads only what `spec` names (the layers a part owns, its embedding or head).
+    pub(crate) fn load_part(
+        backend: B,
+        cfg: &ModelConfig,
+        weights: &Weights,
+        spec: &PartSpec,
+    ) -> Result<Self, ModelError> {
+        if spec.layers.start > spec.layers.end || spec.layers.end > cfg.n_layers {
+            return Err(ModelError::InvalidConfig(format!(
+                "layers {:?} of a model with {} layers",
+                spec.layers, cfg.n_layers
+            )));
+        }
         let (v, d) = (cfg.vocab_size, cfg.hidden_size);
-        let (embedding, output) = if weights.contains("output.weight") && !cfg.tie_word_embeddings {
-            // The embedding is only looked up by row: it keeps the file's layout.
-            (
-                backend.load_rows(weights, "token_embd.weight", v, d)?,
-                backend.load_linear(weights, "output.weight", None, v, d)?,
-            )
-        } else {
-            let tied = backend.load_linear(weights, "token_embd.weight", None, v, d)?;
-            (backend.share(&tied), tied)
+        let own_head = weights.contains("output.weight") && !cfg.tie_word_embeddings;
+        let (embedding, output) = match (spec.embedding, spec.head) {
+            // The embedding is only looked up by row: alone, it keeps the file's layout.
+            (true, true) if own_head => (
+                Some(backend.load_rows(weights, "token_embd.weight", v, d)?),
+                Some(backend.load_linear(weights, "output.weight", None, v, d)?),
+            ),
+            (true, true) => {
+                let tied = backend.load_linear(weights, "token_embd.weight", None, v, d)?;
+                (Some(backend.share(&tied)), Some(tied))
+            }
+            (true, false) => (
+                Some(backend.load_rows(weights, "token_embd.weight", v, d)?),
+                None,
+            ),
+            (false, true) => {
+                let name = if own_head {
+                    "output.weight"
+                } else {
+                    "token_embd.weight"
+                };
+                (None, Some(backend.load_linear(weights, name, None, v, d)?))
+            }
+            (false, false) => (None, None),
         };
-        let stack = Stack::load(&backend, cfg, weights)?;
-        let output_norm = backend.load_norm(weights, "output_norm.weight", d, cfg)?;
+        let stack = Stack::load(&backend, cfg, weights, spec.layers.clone())?;
+        let head = match output {
+            Some(output) => Some((
+                backend.load_norm(weights, "output_norm.weight", d, cfg)?,
+                output,
+            )),
+            None => None,
+        };
         Ok(Parts {
             backend,
             embedding,
-            output_norm,
-            output,
+            head,
+            layers: spec.layers.clone(),
             stack,
         })
+    }
+
+    /// The token embedding (a part without one is a bug of the caller, reported as such).
+    fn embedding(&self) -> Result<&B::Linear, ModelError> {
+        self.embedding.as_ref().ok_or_else(|| {
+            ModelError::InvalidConfig("this part of a split model has no token embedding".into())
+        })
+    }
+
+    /// The final norm and output head.
+    fn head(&self) -> Result<(&B::Norm, &B::Linear), ModelError> {
+        self.head.as_ref().map(|(n, h)| (n, h)).ok_or_else(|| {
+            ModelError::InvalidConfig("this part of a split model has no output head".into())
+        })
+    }
+
+    /// The embedding rows of every segment's tokens into `a.x` (`[total, hidden]`).
+    fn embed_segments(
+        &self,
+        cfg: &ModelConfig,
+        segments: &[BatchSegment<'_>],
+        a: &mut Activations<B::Act>,
+    ) -> Result<(), ModelError> {
+        let tokens: Vec<u32> = segments
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
+        self.backend
+            .embed(self.embedding()?, &tokens, cfg.embedding_scale, &mut a.x)
+    }
+
+    /// This part's decoder layers over `a.x`, in place; `kv` holds their K/V, in order.
+    fn run_layers(
+        &self,
+        cfg: &ModelConfig,
+        kv: &mut [B::KvLayer],
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<(), ModelError> {
+        if kv.len() != self.layers.len() {
+            return Err(ModelError::InvalidBatch(format!(
+                "a KV cache of {} layers for the {} layers {:?}",
+                kv.len(),
+                self.layers.len(),
+                self.layers
+            )));
+        }
+        self.stack
+            .forward(&self.backend, cfg, self.layers.clone(), kv, a, pass)
+    }
+
+    /// The logits of the rows `logit_rows` of `a.x` (final norm, head, soft-cap).
+    fn run_head(
+        &self,
+        cfg: &ModelConfig,
+        logit_rows: &[Range<usize>],
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let (norm, output) = self.head()?;
+        let x = std::mem::take(&mut a.x);
+        let out = self.backend.logits(
+            norm,
+            output,
+            &x,
+            logit_rows,
+            cfg.final_logit_softcap,
+            a,
+            pass,
+        );
+        a.x = x;
+        out
     }
 
     /// The forward pass of a validated batch: embeddings of every segment's tokens, the
@@ -183,25 +325,9 @@ impl<B: Backend> Parts<B> {
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<Vec<f32>, ModelError> {
-        let b = &self.backend;
-        let tokens: Vec<u32> = segments
-            .iter()
-            .flat_map(|s| s.tokens.iter().copied())
-            .collect();
-        b.embed(&self.embedding, &tokens, cfg.embedding_scale, &mut a.x)?;
-        self.stack.forward(b, cfg, 0..cfg.n_layers, kv, a, pass)?;
-        let x = std::mem::take(&mut a.x);
-        let out = b.logits(
-            &self.output_norm,
-            &self.output,
-            &x,
-            logit_rows,
-            cfg.final_logit_softcap,
-            a,
-            pass,
-        );
-        a.x = x;
-        out
+        self.embed_segments(cfg, segments, a)?;
+        self.run_layers(cfg, kv, a, pass)?;
+        self.run_head(cfg, logit_rows, a, pass)
     }
 }
 
@@ -210,6 +336,8 @@ impl<B: Backend> Parts<B> {
 enum OnDevice {
     Cpu(Parts<Cpu>),
     Cuda(Parts<cuda::Cuda>),
+    /// The first layers (and the embedding) on the CPU, the rest (and the head) on a GPU.
+    Split(Box<split::Split<cuda::Cuda>>),
 }
 
 /// A model ready to run: config plus shape-checked weights on one device.
@@ -228,21 +356,7 @@ impl Model {
 
     /// [`Model::from_source`] with the weights on `device`.
     pub fn from_source_on(source: &ModelSource, device: Device) -> Result<Self, ModelError> {
-        Self::build(&source.config, &source.weights, device).map_err(|e| match e {
-            ModelError::Tensor {
-                tensor, message, ..
-            } => ModelError::Tensor {
-                path: source.path.clone(),
-                tensor,
-                message,
-            },
-            ModelError::MissingTensor(t) => ModelError::Tensor {
-                path: source.path.clone(),
-                tensor: t,
-                message: "missing from the model file".into(),
-            },
-            other => other,
-        })
+        Self::build(&source.config, &source.weights, device).map_err(|e| with_path(source, e))
     }
 
     /// Checks that [`Model::from_source`] would succeed — every tensor the architecture needs
@@ -283,6 +397,7 @@ impl Model {
         match &self.weights {
             OnDevice::Cpu(_) => Device::Cpu,
             OnDevice::Cuda(p) => Device::Cuda(p.backend.gpu().gpu().ordinal),
+            OnDevice::Split(s) => Device::Cuda(s.gpu().gpu().ordinal),
         }
     }
 
@@ -290,7 +405,7 @@ impl Model {
     fn cpu_parts(&self, what: &str) -> Result<&Parts<Cpu>, ModelError> {
         match &self.weights {
             OnDevice::Cpu(p) => Ok(p),
-            OnDevice::Cuda(_) => Err(ModelError::InvalidConfig(format!(
+            OnDevice::Cuda(_) | OnDevice::Split(_) => Err(ModelError::InvalidConfig(format!(
                 "{what} runs on the CPU only, and this model is on {}",
                 self.device()
             ))),
@@ -306,6 +421,7 @@ impl Model {
         match &self.weights {
             OnDevice::Cpu(_) => Ok(None),
             OnDevice::Cuda(p) => Ok(Some(p.backend.gpu().memory_info()?)),
+            OnDevice::Split(s) => Ok(Some(s.gpu().memory_info()?)),
         }
     }
 
@@ -315,7 +431,9 @@ impl Model {
     pub fn workspace_bytes(&self, rows: usize, logit_rows: usize) -> u64 {
         match &self.weights {
             OnDevice::Cpu(_) => 0,
-            OnDevice::Cuda(_) => cuda::workspace_bytes(&self.config, rows, logit_rows),
+            OnDevice::Cuda(_) | OnDevice::Split(_) => {
+                cuda::workspace_bytes(&self.config, rows, logit_rows)
+            }
         }
     }
 
@@ -339,6 +457,7 @@ impl Model {
             OnDevice::Cuda(p) => {
                 PagedKvCache::new_cuda(&self.config, n_blocks, block_size, dtype, p.backend.gpu())
             }
+            OnDevice::Split(s) => s.new_cache(&self.config, n_blocks, block_size, dtype),
         }
     }
 
@@ -430,67 +549,23 @@ impl Model {
     ) -> Result<Vec<f32>, ModelError> {
         let seqs = self.plan_batch(segments, cache)?;
         let logit_rows = logit_rows(segments, &seqs);
+        let cfg = &self.config;
         match &self.weights {
             OnDevice::Cpu(parts) => {
-                let (kv, scratch) = cache.cpu_parts_mut()?;
-                // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the
-                // kernels' rayon pool, with the hot pool's helpers polling between its
-                // parallel loops instead of parking, so no kernel call waits for a sleeping
-                // thread (or a halted vCPU) to wake. A caller already inside a pass runs it
-                // in place.
-                pagoda_kernels::hot_pool::run_hot(|| {
-                    scratch.lora.clear();
-                    for (seg, seq) in segments.iter().zip(&seqs) {
-                        if let Some(a) = seg.adapter {
-                            scratch.lora.push(seq.rows.clone(), a.clone());
-                        }
-                    }
-                    let mut pass = CpuPass {
-                        seqs: &seqs,
-                        lora: &mut scratch.lora,
-                        observer: &scratch.observer,
-                    };
-                    let out = parts.run(
-                        &self.config,
-                        segments,
-                        &logit_rows,
-                        kv,
-                        &mut scratch.act,
-                        &mut pass,
-                    );
-                    // The output head is never adapted (LoraWeights refuses lm_head targets).
-                    scratch.lora.clear();
-                    out
-                })
+                parts
+                    .backend
+                    .with_pass(cache, segments, &seqs, |kv, a, pass| {
+                        parts.run(cfg, segments, &logit_rows, kv, a, pass)
+                    })
             }
             OnDevice::Cuda(parts) => {
-                let block_size = cache.block_size();
-                let (kv, scratch) = cache.cuda_parts_mut()?;
-                let spans: Vec<pagoda_cuda::SeqSpan<'_>> = seqs
-                    .iter()
-                    .map(|s| pagoda_cuda::SeqSpan {
-                        first_row: s.rows.start,
-                        rows: s.rows.len(),
-                        start: s.start,
-                        block_table: s.block_table,
+                parts
+                    .backend
+                    .with_pass(cache, segments, &seqs, |kv, a, pass| {
+                        parts.run(cfg, segments, &logit_rows, kv, a, pass)
                     })
-                    .collect();
-                let batch =
-                    pagoda_cuda::AttentionBatch::upload(parts.backend.gpu(), &spans, block_size)?;
-                let lora = segments
-                    .iter()
-                    .zip(&seqs)
-                    .filter_map(|(seg, seq)| Some((seq.rows.clone(), seg.adapter?.clone())))
-                    .collect();
-                let (act, parts_of_scratch) = scratch.split();
-                let mut pass = cuda::CudaPass {
-                    batch,
-                    block_size,
-                    lora,
-                    scratch: parts_of_scratch,
-                };
-                parts.run(&self.config, segments, &logit_rows, kv, act, &mut pass)
             }
+            OnDevice::Split(split) => split.run(cfg, segments, &seqs, &logit_rows, cache),
         }
     }
 
@@ -571,7 +646,7 @@ impl Model {
         let mut x = Vec::new();
         parts
             .backend
-            .embed(&parts.embedding, tokens, cfg.embedding_scale, &mut x)?;
+            .embed(parts.embedding()?, tokens, cfg.embedding_scale, &mut x)?;
         Ok(x)
     }
 
@@ -670,13 +745,14 @@ impl Model {
         }
         let d = self.config.hidden_size;
         let last = &x[x.len() - d..];
+        let (output_norm, output) = parts.head()?;
         let mut normed = Vec::new();
-        parts.output_norm.forward(last, &mut normed);
+        output_norm.forward(last, &mut normed);
         if !finite(&normed) {
             return Ok(Some(NonFiniteStage::OutputNorm));
         }
         let mut logits = Vec::new();
-        parts.output.forward(&normed, 1, &mut logits)?;
+        output.forward(&normed, 1, &mut logits)?;
         if let Some(cap) = self.config.final_logit_softcap {
             pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
         }
@@ -703,7 +779,27 @@ impl Model {
         match &self.weights {
             OnDevice::Cpu(p) => find(p, name),
             OnDevice::Cuda(p) => find(p, name),
+            OnDevice::Split(s) => find(s.front(), name).or_else(|| find(s.back(), name)),
         }
+    }
+}
+
+/// A build error with the model file's path in it (the build itself knows no path).
+fn with_path(source: &ModelSource, e: ModelError) -> ModelError {
+    match e {
+        ModelError::Tensor {
+            tensor, message, ..
+        } => ModelError::Tensor {
+            path: source.path.clone(),
+            tensor,
+            message,
+        },
+        ModelError::MissingTensor(t) => ModelError::Tensor {
+            path: source.path.clone(),
+            tensor: t,
+            message: "missing from the model file".into(),
+        },
+        other => other,
     }
 }
 

@@ -1,14 +1,16 @@
 //! The CUDA forward pass against the CPU's on the same files: every tiny architecture
 //! (Llama, Qwen2 with biases, Gemma 3 with QK-norm, sliding window and GeGLU) and LoRA
 //! adapters served unmerged (against PEFT's own logits); the tiny Llama with its matrices
-//! quantized (kept quantized in GPU memory), with and without LoRA. These run where a GPU is usable;
+//! quantized (kept quantized in GPU memory), with and without LoRA; models split between the
+//! CPU and the GPU (`--gpu-layers`) against the same model wholly on the GPU. These run where
+//! a GPU is usable;
 //! elsewhere each prints `skipped: no GPU (...)`. Asking for a GPU that is not there is an
 //! error naming it, on every machine.
 
 use pagoda_kernels::GgmlType;
 use pagoda_model::arch::{Logits, LoraWeights, Model};
 use pagoda_model::weights::{TensorView, Weights};
-use pagoda_model::{open_model, Device, KvDtype};
+use pagoda_model::{open_model, Device, DeviceChoice, KvDtype};
 use std::path::PathBuf;
 
 /// `max|cuda - cpu| / max(1, max|cpu|)` over a row. The GPU multiplies bf16 weights by
@@ -227,6 +229,61 @@ fn cuda_logits_on_quantized_weights_match_the_cpu_with_and_without_lora() {
                 &format!("{ty} + LoRA, {n} tokens"),
                 &logits(&cuda, &tokens, Some(&on_gpu)),
                 &logits(cpu, &tokens, Some(&on_cpu)),
+                vocab,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_model_split_between_cpu_and_gpu_matches_it_wholly_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let Device::Cuda(ordinal) = gpu else { return };
+    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+        let source = open_model(&golden(name)).expect("open");
+        let whole = Model::from_source_on(&source, gpu).expect("cuda model");
+        let n = whole.config().n_layers;
+        let vocab = whole.config().vocab_size;
+        let tokens: Vec<u32> = (0..40u32).map(|i| (i * 11 + 5) % vocab as u32).collect();
+        let expected = logits(&whole, &tokens, None);
+        for k in 0..=n {
+            let (split, placement) =
+                Model::from_source_placed(&source, DeviceChoice::Cuda(Some(ordinal)), Some(k))
+                    .expect("split model");
+            assert_eq!(placement.gpu_layers, n - k..n, "{name}");
+            assert_eq!(split.kv_layers_on_gpu(), k, "{name}");
+            if k == 0 {
+                assert_eq!(split.device(), Device::Cpu);
+                continue;
+            }
+            assert_eq!(split.device(), gpu);
+            if k < n {
+                assert!(
+                    placement
+                        .reason
+                        .contains(&format!("placing {k} of {n} layers")),
+                    "{}",
+                    placement.reason
+                );
+            }
+            // A prefill, then decode rows one at a time over the split cache.
+            let mut cache = split
+                .try_new_cache(tokens.len(), KvDtype::F16)
+                .expect("cache");
+            let mut got = split
+                .forward(&tokens[..30], 0, &mut cache, Logits::All)
+                .expect("prefill");
+            for (i, &t) in tokens[30..].iter().enumerate() {
+                got.extend(
+                    split
+                        .forward(&[t], 30 + i, &mut cache, Logits::Last)
+                        .expect("decode"),
+                );
+            }
+            assert_agree(
+                &format!("{name}, {k} of {n} on the GPU"),
+                &got,
+                &expected,
                 vocab,
             );
         }
