@@ -12,3 +12,5 @@ mod offline_tiny_llama;
 mod quantize_bad_input;
 mod quantize_bounds;
 mod quantize_tiny_llama;
+mod prune_golden;
+mod prune_tiny_llama;
