@@ -10,8 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
     batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
-    merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
-    tune::TuneArgs,
+    merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs, run::RunArgs,
+    serve::ServeArgs, tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\

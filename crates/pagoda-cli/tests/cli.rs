@@ -1829,7 +1829,11 @@ fn prune_writes_a_gguf_that_runs_and_refuses_bad_input() {
         ("p2.gguf", vec!["--sparsity", "-0.5"], "outside [0, 1)"),
         ("p3.gguf", vec!["--pattern", "4:4"], "less than M"),
         ("p4.gguf", vec!["--pattern", "8:4"], "less than M"),
-        ("p5.gguf", vec!["--method", "obs"], "unknown pruning method `obs`"),
+        (
+            "p5.gguf",
+            vec!["--method", "obs"],
+            "unknown pruning method `obs`",
+        ),
         ("p6.gguf", vec!["--calibration", &missing], "nope.txt"),
         ("p7.gguf", vec!["--calibration", &bad_jsonl], "line 2"),
         ("pruned.gguf", vec![], "already exists"),
@@ -1839,14 +1843,22 @@ fn prune_writes_a_gguf_that_runs_and_refuses_bad_input() {
         let existed = o_path.exists();
         let o = env.run(
             &[
-                &["prune", dir.to_str().unwrap(), "-o", o_path.to_str().unwrap()][..],
+                &[
+                    "prune",
+                    dir.to_str().unwrap(),
+                    "-o",
+                    o_path.to_str().unwrap(),
+                ][..],
                 &flags[..],
             ]
             .concat(),
         );
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{flags:?}: {err}");
-        assert!(err.contains(needle), "{flags:?}: stderr lacks {needle:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{flags:?}: stderr lacks {needle:?}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
         assert_eq!(o_path.exists(), existed, "{flags:?}");
         assert!(!env.dir.path().join(format!("{name}.partial")).exists());

@@ -104,7 +104,10 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
         );
     }
     if args.output.is_dir() {
-        bail!("{} is a folder; prune writes one GGUF file", args.output.display());
+        bail!(
+            "{} is a folder; prune writes one GGUF file",
+            args.output.display()
+        );
     }
     let text = match &args.calibration {
         Some(p) => calibration_text(p)?,

@@ -31,7 +31,8 @@ use pagoda_model::{open_model, Model, ModelFormat};
 use pagoda_runtime::loader::{self, Pull};
 
 /// The calibration text shipped with Pagoda (mixed prose, chat, code and arithmetic).
-pub(crate) const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/calibration.txt");
+pub(crate) const DEFAULT_CALIBRATION: &str =
+    include_str!("../../../pagoda-compress/data/calibration.txt");
 
 /// Arguments of `pagoda quantize`.
 #[derive(Debug, Args)]

@@ -47,7 +47,11 @@ fn row_mask(scores: &[f32], pattern: Pattern, sparsity: f64, mask: &mut [bool]) 
         Pattern::NM { n, m } => {
             for (g, s) in scores.chunks(m).enumerate() {
                 // A short tail group (cols not a multiple of M) prunes proportionally.
-                let k = if s.len() == m { m - n } else { s.len() * (m - n) / m };
+                let k = if s.len() == m {
+                    m - n
+                } else {
+                    s.len() * (m - n) / m
+                };
                 for i in smallest(s, k) {
                     mask[g * m + i] = true;
                 }
@@ -58,11 +62,11 @@ fn row_mask(scores: &[f32], pattern: Pattern, sparsity: f64, mask: &mut [bool]) 
 
 /// The row-wise mask of a score matrix.
 fn rowwise(scores: &[f32], rows: usize, cols: usize, opts: &PruneOptions) -> Vec<bool> {
+    debug_assert_eq!(scores.len(), rows * cols);
     let mut mask = vec![false; rows * cols];
     mask.par_chunks_mut(cols.max(1))
         .zip(scores.par_chunks(cols.max(1)))
         .for_each(|(m, s)| row_mask(s, opts.pattern, opts.sparsity, m));
-    let _ = rows;
     mask
 }
 

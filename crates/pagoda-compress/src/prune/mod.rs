@@ -19,6 +19,9 @@
 //! ([`PruneOptions::validate`]); every mask prunes an exact count (see [`mask`]), so the
 //! achieved sparsity is the requested one up to the floor of each row or block.
 
+// `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
+#![allow(clippy::manual_is_multiple_of)]
+
 pub mod mask;
 
 use std::collections::BTreeMap;
@@ -259,9 +262,9 @@ impl PruneReport {
 
     /// (method's, magnitude's) summed calibration output errors.
     pub fn total_errors(&self) -> (f64, f64) {
-        self.matrices.iter().fold((0.0, 0.0), |(a, b), m| {
-            (a + m.error, b + m.magnitude_error)
-        })
+        self.matrices
+            .iter()
+            .fold((0.0, 0.0), |(a, b), m| (a + m.error, b + m.magnitude_error))
     }
 }
 
@@ -421,7 +424,10 @@ mod tests {
             let e = s.parse::<Pattern>().unwrap_err().to_string();
             assert!(e.contains(needle), "{s}: {e}");
         }
-        assert_eq!("4:8".parse::<Pattern>().unwrap(), Pattern::NM { n: 4, m: 8 });
+        assert_eq!(
+            "4:8".parse::<Pattern>().unwrap(),
+            Pattern::NM { n: 4, m: 8 }
+        );
         for s in [1.0, -0.1, 1.5, f64::NAN] {
             let e = PruneOptions::new(PruneMethod::Wanda, Pattern::Unstructured, Some(s))
                 .unwrap_err()

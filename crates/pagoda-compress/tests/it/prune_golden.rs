@@ -16,7 +16,8 @@ use pagoda_compress::quantize::gptq::Hessian;
 use serde_json::Value;
 
 fn golden() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/prune_layer.json");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/prune_layer.json");
     let text = std::fs::read_to_string(&path).expect("tests/golden/prune_layer.json");
     serde_json::from_str(&text).expect("valid JSON")
 }

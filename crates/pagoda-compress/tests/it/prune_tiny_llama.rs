@@ -45,7 +45,8 @@ fn pruned_tiny_llama_has_the_sparsity_runs_and_wanda_sparsegpt_beat_magnitude() 
             PruneMethod::SparseGpt,
         ] {
             let opts = PruneOptions::new(method, pattern, Some(0.5)).unwrap();
-            let (w, report) = prune_model(&src.weights, &src.config, &seq, &opts, |_, _| {}).unwrap();
+            let (w, report) =
+                prune_model(&src.weights, &src.config, &seq, &opts, |_, _| {}).unwrap();
             assert_eq!(report.calibration_tokens, 512);
             assert_eq!(report.matrices.len(), 7 * src.config.n_layers);
             // Every pruned matrix: exactly half its weights zero (no tiny-llama weight is 0).
@@ -74,7 +75,9 @@ fn pruned_tiny_llama_has_the_sparsity_runs_and_wanda_sparsegpt_beat_magnitude() 
             // It loads and runs, finite.
             let model = Model::from_weights(&src.config, &w).unwrap();
             let mut cache = model.new_cache_with(64, KvDtype::F32);
-            let logits = model.forward(&held_out, 0, &mut cache, Logits::All).unwrap();
+            let logits = model
+                .forward(&held_out, 0, &mut cache, Logits::All)
+                .unwrap();
             assert!(logits.iter().all(|x| x.is_finite()));
             // Deterministic.
             let (w2, _) = prune_model(&src.weights, &src.config, &seq, &opts, |_, _| {}).unwrap();
