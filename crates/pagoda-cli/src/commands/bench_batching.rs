@@ -8,8 +8,7 @@
 //! measures the TTFT of a request whose ~1000-token prefix is cached against a cold one.
 
 use crate::commands::bench_workload::{
-    closed_loop, long_tail_length, workload, LengthDistribution, RequestResult, WorkItem,
-    PROMPT_TEXT,
+    closed_loop, workload, LengthDistribution, RequestResult, WorkItem, PROMPT_TEXT,
 };
 use crate::commands::engine_args::EngineArgs;
 use crate::commands::llama_server::LlamaServer;
@@ -276,6 +275,7 @@ fn prefix_test(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::bench_workload::long_tail_length;
 
     #[test]
     fn workload_is_seeded_and_in_range() {
