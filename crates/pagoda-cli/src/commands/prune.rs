@@ -41,7 +41,7 @@ pub struct PruneArgs {
     pub method: String,
     /// Fraction of each matrix's weights to remove, in [0, 1) (default 0.5; fixed by an N:M
     /// pattern).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub sparsity: Option<f64>,
     /// unstructured, or N:M — at most N non-zero weights in every M consecutive inputs of a
     /// row (2:4, 4:8).
