@@ -10,8 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
     batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
-    merge_lora::MergeLoraArgs, quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs,
-    tune::TuneArgs,
+    merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs, run::RunArgs,
+    serve::ServeArgs, tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -115,6 +115,11 @@ pub enum Command {
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
 
+    /// Prune a model: zero half (or any fraction) of every layer's linear weights,
+    /// unstructured or N:M (2:4), by magnitude, Wanda or SparseGPT (calibrated), into a GGUF.
+    #[command(after_help = PRUNE_HELP)]
+    Prune(PruneArgs),
+
     /// Merge a PEFT LoRA (or QLoRA) adapter into its base model (W += scaling · B·A) and write
     /// a plain model: GGUF for a GGUF base, a Hugging Face folder for a folder base.
     #[command(after_help = MERGE_LORA_HELP)]
@@ -141,6 +146,24 @@ Output format: --format gguf|gptq|awq; without it, OUT ending in .gguf means ggu
 the layout of --method (gptq, awq; rtn needs --format). AWQ output is 4-bit; GPTQ 4 or 8-bit;
 group sizes are multiples of 32 (0 = one group per row). An existing OUT is kept unless --force.
 Then: pagoda run ./smol-gptq4.gguf (or ./smol-gptq4/), pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
+
+const PRUNE_HELP: &str = "\
+Examples:
+  pagoda prune smollm2:135m -o smol-wanda50.gguf --method wanda --sparsity 0.5
+  pagoda prune smollm2:135m -o smol-sgpt24.gguf --method sparsegpt --pattern 2:4
+  pagoda prune ./hf-model -o m-mag.gguf --method magnitude --sparsity 0.3
+Methods: magnitude (smallest |W| per output row), wanda (smallest |W|·‖X‖₂ per output row,
+Sun et al. 2023), sparsegpt (OBS-style pruning with Hessian-inverse error compensation,
+Frantar & Alistarh 2023). All run the calibration text layer by layer through the layers
+already pruned, as `pagoda quantize` does; magnitude uses it only for the error report.
+Patterns: unstructured (--sparsity S in [0, 1), default 0.5) or N:M (at most N non-zero
+weights in every M consecutive inputs: 2:4 and 4:8 prune half; --sparsity may be left out).
+The Q/K/V/O and gate/up/down matrices are pruned and written as F16; embeddings, the output
+head and norms are copied as they are. An existing OUT is kept unless --force.
+Sparse weights are not faster by themselves: Pagoda's kernels are dense, so a pruned model
+runs at the speed of its F16 size (see docs/compression.md). Quantize it after pruning to
+make it smaller: pagoda quantize smol-wanda50.gguf -o smol-wanda50-q8.gguf --method rtn --bits 8 --sym.
+Structured pruning (--method layers|width) and distillation are not available yet.";
 
 const MERGE_LORA_HELP: &str = "\
 Examples:
@@ -357,6 +380,7 @@ impl Cli {
             | Command::Serve(_)
             | Command::Eval(_)
             | Command::Quantize(_)
+            | Command::Prune(_)
             | Command::MergeLora(_)
             | Command::Gateway(_)
             | Command::Tune(_) => 0,

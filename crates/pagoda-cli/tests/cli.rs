@@ -1827,6 +1827,85 @@ fn quantize_refuses_what_the_output_cannot_hold_and_leaves_nothing() {
     }
 }
 
+/// `pagoda prune` of the tiny Llama folder into a GGUF file that `pagoda run` loads, with the
+/// per-tensor summary; every bad input is refused with the reason and leaves nothing behind.
+#[test]
+fn prune_writes_a_gguf_that_runs_and_refuses_bad_input() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let out = env.dir.path().join("pruned.gguf");
+    for (method, pattern) in [("sparsegpt", "2:4"), ("wanda", "unstructured")] {
+        let o = env.run(&[
+            "prune",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--method",
+            method,
+            "--pattern",
+            pattern,
+            "--force",
+        ]);
+        ok(&o);
+        let err = stderr(&o);
+        assert!(err.contains("ffn_down") && err.contains("50.00%"), "{err}");
+        assert!(err.contains("of magnitude pruning's"), "{err}");
+        assert!(!env.dir.path().join("pruned.gguf.partial").exists());
+        let r = env.run(&[
+            "run",
+            out.to_str().unwrap(),
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "3",
+        ]);
+        ok(&r);
+    }
+    let missing = env.dir.path().join("nope.txt");
+    let bad_jsonl = env.file("bad.jsonl", b"{\"text\": \"fine\"}\n{\"text\": 3}\n");
+    let missing = missing.to_str().unwrap().to_string();
+    let bad_jsonl = bad_jsonl.to_str().unwrap().to_string();
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("p1.gguf", vec!["--sparsity", "1.0"], "outside [0, 1)"),
+        ("p2.gguf", vec!["--sparsity", "-0.5"], "outside [0, 1)"),
+        ("p3.gguf", vec!["--pattern", "4:4"], "less than M"),
+        ("p4.gguf", vec!["--pattern", "8:4"], "less than M"),
+        (
+            "p5.gguf",
+            vec!["--method", "obs"],
+            "unknown pruning method `obs`",
+        ),
+        ("p6.gguf", vec!["--calibration", &missing], "nope.txt"),
+        ("p7.gguf", vec!["--calibration", &bad_jsonl], "line 2"),
+        ("pruned.gguf", vec![], "already exists"),
+    ];
+    for (name, flags, needle) in cases {
+        let o_path = env.dir.path().join(name);
+        let existed = o_path.exists();
+        let o = env.run(
+            &[
+                &[
+                    "prune",
+                    dir.to_str().unwrap(),
+                    "-o",
+                    o_path.to_str().unwrap(),
+                ][..],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{flags:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(o_path.exists(), existed, "{flags:?}");
+        assert!(!env.dir.path().join(format!("{name}.partial")).exists());
+    }
+}
+
 // ---- `pagoda bench serve`: the load generator against a real server on loopback ----
 
 /// A `pagoda serve` child on an ephemeral port; killed when dropped.

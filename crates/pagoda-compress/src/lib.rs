@@ -6,6 +6,8 @@
 //! knows nothing of scheduling or serving.
 //!
 //! - [`quantize`] — weight quantization: target formats, round-to-nearest over a whole model.
+//! - [`prune`] — unstructured and N:M pruning (magnitude, Wanda, SparseGPT), calibrated as
+//!   quantization is.
 //! - [`merge`] — a PEFT LoRA adapter merged into a base model, written as GGUF or an HF folder.
 //! - [`eval`] — accuracy evaluation of a loaded model.
 
@@ -13,6 +15,7 @@
 pub mod error;
 pub mod eval;
 pub mod merge;
+pub mod prune;
 pub mod quantize;
 
 pub use error::CompressError;

@@ -24,6 +24,7 @@ pub mod list;
 pub mod llama_server;
 pub mod merge_lora;
 pub mod model_loader;
+pub mod prune;
 pub mod ps;
 pub mod pull;
 pub mod quantize;

@@ -31,7 +31,8 @@ use pagoda_model::{open_model, Model, ModelFormat};
 use pagoda_runtime::loader::{self, Pull};
 
 /// The calibration text shipped with Pagoda (mixed prose, chat, code and arithmetic).
-const DEFAULT_CALIBRATION: &str = include_str!("../../../pagoda-compress/data/calibration.txt");
+pub(crate) const DEFAULT_CALIBRATION: &str =
+    include_str!("../../../pagoda-compress/data/calibration.txt");
 
 /// Arguments of `pagoda quantize`.
 #[derive(Debug, Args)]
@@ -104,7 +105,7 @@ pub struct QuantizeArgs {
 }
 
 /// Reads a calibration file: JSONL lines with "text" (or "prompt"/"content"), else plain text.
-fn calibration_text(path: &std::path::Path) -> anyhow::Result<String> {
+pub(crate) fn calibration_text(path: &std::path::Path) -> anyhow::Result<String> {
     let raw = std::fs::read_to_string(path)
         .with_context(|| format!("reading the calibration file {}", path.display()))?;
     let is_jsonl = path.extension().is_some_and(|e| e == "jsonl");
@@ -133,7 +134,7 @@ fn calibration_text(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(texts.join("\n\n"))
 }
 
-fn bar(len: usize, what: &str) -> ProgressBar {
+pub(crate) fn bar(len: usize, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {elapsed}")

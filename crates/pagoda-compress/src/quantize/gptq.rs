@@ -200,6 +200,14 @@ impl GptqFactor {
     }
 }
 
+impl GptqFactor {
+    /// `U` (`[cols, cols]`, row-major) and the dead columns, when the columns are in their
+    /// natural order (no act-order): what SparseGPT's compensation runs on.
+    pub(crate) fn natural_order(&self) -> Option<(&[f32], &[bool])> {
+        (!self.act_order).then_some((self.u.as_slice(), self.dead.as_slice()))
+    }
+}
+
 /// Quantizes `w: [rows, cols]` with GPTQ against `hessian`.
 pub fn gptq(
     w: &[f32],
