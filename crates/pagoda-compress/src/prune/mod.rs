@@ -26,14 +26,13 @@ pub mod mask;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use half::f16;
 use pagoda_kernels::GgmlType;
 use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::{Model, ModelConfig};
 
-use crate::quantize::calibrate::{calibration_windows, CalibrationStats, Recorder};
+use crate::quantize::calibrate::{calibration_windows, record_layer};
 use crate::quantize::layer::merge_weights;
 use crate::quantize::sequential::SequentialCalibration;
 use crate::CompressError;
@@ -362,17 +361,8 @@ pub fn prune_model(
     };
     let mut replaced: BTreeMap<String, TensorView> = BTreeMap::new();
     for layer in 0..cfg.n_layers {
-        let recorder = Arc::new(Recorder::default());
-        cache.set_observer(Some(recorder.clone()));
-        for h in &hidden {
-            let mut x = h.clone();
-            model.forward_layer(layer, &mut x, &mut cache)?;
-        }
-        cache.set_observer(None);
-        let stats = CalibrationStats {
-            sites: Recorder::finish(recorder)?,
-            tokens: used,
-        };
+        // This layer's input statistics, from the pruned layers before it.
+        let stats = record_layer(&model, layer, &hidden, &mut cache, used)?;
         for t in MATRICES {
             let name = format!("blk.{layer}.{t}.weight");
             let view = weights.get(&name)?;

@@ -81,6 +81,30 @@ impl Recorder {
     }
 }
 
+/// Layer `layer`'s input statistics over the calibration windows `hidden` (each the hidden
+/// state entering that layer): the layer runs once per window with a [`Recorder`] observing
+/// its linears; `hidden` is left unchanged. Layer-by-layer quantization and pruning share it.
+pub(crate) fn record_layer(
+    model: &pagoda_model::Model,
+    layer: usize,
+    hidden: &[Vec<f32>],
+    cache: &mut pagoda_model::KvCache,
+    tokens: usize,
+) -> Result<CalibrationStats, CompressError> {
+    let recorder = Arc::new(Recorder::default());
+    cache.set_observer(Some(recorder.clone()));
+    let run = hidden.iter().try_for_each(|h| {
+        let mut x = h.clone();
+        model.forward_layer(layer, &mut x, cache)
+    });
+    cache.set_observer(None);
+    run?;
+    Ok(CalibrationStats {
+        sites: Recorder::finish(recorder)?,
+        tokens,
+    })
+}
+
 impl LinearObserver for Recorder {
     fn observe(&self, weights: &[&str], x: &[f32], n: usize) {
         let Some(first) = weights.first() else {

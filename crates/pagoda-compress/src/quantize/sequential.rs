@@ -22,13 +22,12 @@
 //! so GGUF and GPTQ/AWQ folder outputs both get it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use pagoda_kernels::GgmlType;
 use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::{Model, ModelConfig};
 
-use super::calibrate::{calibration_windows, CalibrationStats, Recorder};
+use super::calibrate::{calibration_windows, record_layer};
 use super::layer::{
     merge_weights, quantize_layer, quantized_view, to_gguf_blocks, OfflineOptions, OfflineReport,
     Quantized,
@@ -74,17 +73,7 @@ pub(crate) fn quantize_layers_sequential(
     };
     for layer in 0..cfg.n_layers {
         // This layer's input statistics, from the quantized layers before it.
-        let recorder = Arc::new(Recorder::default());
-        cache.set_observer(Some(recorder.clone()));
-        for h in &hidden {
-            let mut x = h.clone();
-            model.forward_layer(layer, &mut x, &mut cache)?;
-        }
-        cache.set_observer(None);
-        let stats = CalibrationStats {
-            sites: Recorder::finish(recorder)?,
-            tokens: used,
-        };
+        let stats = record_layer(&model, layer, &hidden, &mut cache, used)?;
         let mut layer_views: BTreeMap<String, TensorView> = BTreeMap::new();
         let last = layer + 1 == cfg.n_layers;
         quantize_layer(
