@@ -115,8 +115,9 @@ pub enum Command {
     #[command(after_help = QUANTIZE_HELP)]
     Quantize(QuantizeArgs),
 
-    /// Prune a model: zero half (or any fraction) of every layer's linear weights,
-    /// unstructured or N:M (2:4), by magnitude, Wanda or SparseGPT (calibrated), into a GGUF.
+    /// Prune a model into a GGUF: zero half (or any fraction) of every layer's linear weights,
+    /// unstructured or N:M (2:4), by magnitude, Wanda or SparseGPT; or make it smaller by
+    /// removing whole layers (ShortGPT) or neurons, heads and channels (Minitron).
     #[command(after_help = PRUNE_HELP)]
     Prune(PruneArgs),
 
@@ -160,6 +161,18 @@ Patterns: unstructured (--sparsity S in [0, 1), default 0.5) or N:M (at most N n
 weights in every M consecutive inputs: 2:4 and 4:8 prune half; --sparsity may be left out).
 The Q/K/V/O and gate/up/down matrices are pruned and written as F16; embeddings, the output
 head and norms are copied as they are. An existing OUT is kept unless --force.
+Structured pruning writes a smaller model (GGUF with its shape metadata set anew):
+  pagoda prune qwen2.5-coder:0.5b -o q-18l.gguf --method layers --drop 6      ShortGPT block influence
+  pagoda prune smollm2:135m -o s.gguf --method layers --drop 4 --rank perplexity
+  pagoda prune smollm2:135m -o s-narrow.gguf --method width --ffn-dim 1024 --heads 6 --hidden 512
+--method layers removes the --drop N layers that turn the residual stream least (1 - cos of
+a layer's input and output over the calibration text; --rank perplexity: the calibration
+perplexity with the layer removed, one evaluation per layer). Kept layers keep their bytes.
+--method width keeps, in every layer, the MLP neurons (--ffn-dim) and query heads (--heads,
+a multiple of the KV heads kept) with the largest activations, whole KV groups (--kv-heads)
+by their heads' sum, and the residual channels (--hidden) most active after the norms; cut
+matrices are written F16 (F32 if they were). Either loses quality that distillation
+(`pagoda distill`) recovers.
 Sparse weights are not faster by themselves: Pagoda's kernels are dense, so a pruned model
 runs at the speed of its F16 size (see docs/compression.md). Quantize it after pruning to
 make it smaller: pagoda quantize smol-wanda50.gguf -o smol-wanda50-q8.gguf --method rtn --bits 8 --sym.

@@ -1906,6 +1906,137 @@ fn prune_writes_a_gguf_that_runs_and_refuses_bad_input() {
     }
 }
 
+/// Structured `pagoda prune` (layers, width) of the tiny Llama folder writes a smaller GGUF
+/// whose metadata says its new shape and that `pagoda run` loads; a real GGUF (SmolLM2,
+/// Gemma 3 with its sliding-window layers) likewise when the test store has them; bad targets
+/// are refused naming the numbers, leaving nothing behind.
+#[test]
+fn structured_prune_writes_smaller_models_that_load() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let dir = dir.to_str().unwrap().to_string();
+    let prune_and_run = |source: &str, name: &str, flags: &[&str], shape: &[&str]| {
+        let out = env.dir.path().join(name);
+        let out = out.to_str().unwrap();
+        let o = env.run(&[&["prune", source, "-o", out, "--force"][..], flags].concat());
+        ok(&o);
+        let show = env.run(&["show", out]);
+        ok(&show);
+        let text = stdout(&show);
+        for s in shape {
+            assert!(
+                text.lines().any(|l| l
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .contains(s)),
+                "{flags:?}: `{s}` not in {text}"
+            );
+        }
+        let r = env.run(&["run", out, "--raw", "hello", "--max-tokens", "3"]);
+        ok(&r);
+        stderr(&o)
+    };
+    let err = prune_and_run(
+        &dir,
+        "drop1.gguf",
+        &["--method", "layers", "--drop", "1"],
+        &["layers 1"],
+    );
+    assert!(
+        err.contains("block influence") && err.contains("dropped"),
+        "{err}"
+    );
+    prune_and_run(
+        &dir,
+        "drop1-ppl.gguf",
+        &["--method", "layers", "--drop", "1", "--rank", "perplexity"],
+        &["layers 1"],
+    );
+    prune_and_run(
+        &dir,
+        "narrow.gguf",
+        &[
+            "--method",
+            "width",
+            "--ffn-dim",
+            "64",
+            "--heads",
+            "2",
+            "--hidden",
+            "48",
+        ],
+        &["embedding 48", "heads 2 (kv 2, dim 16)"],
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--method", "layers", "--drop", "2"], "every layer"),
+        (
+            vec!["--method", "layers", "--drop", "0"],
+            "removes no layer",
+        ),
+        (vec!["--method", "layers"], "needs --drop"),
+        (vec!["--method", "width", "--heads", "3"], "split evenly"),
+        (
+            vec!["--method", "width", "--kv-heads", "1", "--heads", "4"],
+            "only 2",
+        ),
+        (
+            vec!["--method", "width", "--ffn-dim", "999"],
+            "pruning only removes",
+        ),
+        (
+            vec!["--method", "width", "--drop", "1"],
+            "--drop only applies",
+        ),
+        (
+            vec!["--method", "layers", "--drop", "1", "--sparsity", "0.5"],
+            "--sparsity only applies",
+        ),
+    ];
+    for (flags, needle) in cases {
+        let out = env.dir.path().join("bad.gguf");
+        let o = env.run(
+            &[
+                &["prune", &dir, "-o", out.to_str().unwrap()][..],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{flags:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists() && !env.dir.path().join("bad.gguf.partial").exists());
+    }
+    for (var, flags, shape) in [
+        (
+            "PAGODA_TEST_SMOLLM2",
+            vec!["--method", "layers", "--drop", "6"],
+            vec!["layers 24"],
+        ),
+        (
+            "PAGODA_TEST_GEMMA3",
+            vec!["--method", "layers", "--drop", "4"],
+            vec!["layers 14"],
+        ),
+        (
+            "PAGODA_TEST_SMOLLM2",
+            vec!["--method", "width", "--ffn-dim", "1024", "--heads", "6"],
+            vec!["heads 6 (kv 3, dim 64)"],
+        ),
+    ] {
+        match std::env::var(var) {
+            Ok(path) => {
+                prune_and_run(&path, "real.gguf", &flags, &shape);
+            }
+            Err(_) => eprintln!("skipping the {var} case: set it to run"),
+        }
+    }
+}
+
 // ---- `pagoda bench serve`: the load generator against a real server on loopback ----
 
 /// A `pagoda serve` child on an ephemeral port; killed when dropped.

@@ -1,24 +1,40 @@
-//! `pagoda prune`: unstructured or N:M pruning of a GGUF model or a Hugging Face folder by
-//! magnitude, Wanda or SparseGPT, calibrated layer by layer on the same text and windows as
-//! `pagoda quantize`, into a GGUF file (pruned matrices F16, everything else as it was). The
-//! work is pagoda-compress's (`prune`); this module parses, reports and writes.
+//! `pagoda prune`: pruning a GGUF model or a Hugging Face folder into a GGUF file, calibrated
+//! on the same text and windows as `pagoda quantize`:
+//! - unstructured or N:M sparsity by magnitude, Wanda or SparseGPT, layer by layer (pruned
+//!   matrices F16, everything else as it was);
+//! - structured: `--method layers --drop N` (whole decoder layers by block influence or
+//!   perplexity impact) and `--method width` (MLP neurons, attention heads by KV group,
+//!   residual channels by activation), written as a smaller model with its shape metadata
+//!   set anew.
 //!
-//! Invariant: every bad option (method, pattern, sparsity), an unreadable or malformed
-//! calibration file, and an existing OUT without `--force` are refused before any work;
-//! nothing named OUT (or `OUT.partial`) is left behind by a failed run.
+//! The work is pagoda-compress's (`prune`); this module parses, reports and writes.
+//!
+//! Invariant: every bad option (method, pattern, sparsity, drop count, widths, options of
+//! another method), an unreadable or malformed calibration file, and an existing OUT without
+//! `--force` are refused before any work; nothing named OUT (or `OUT.partial`) is left behind
+//! by a failed run.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use pagoda_compress::prune::layers::{
+    block_influence, check_drop, choose_dropped, keep_without, perplexity_impact, LayerRanking,
+    LayerScore,
+};
+use pagoda_compress::prune::reshape::{reshape, Keep};
+use pagoda_compress::prune::width::{plan_width, width_importance, WidthTarget};
 use pagoda_compress::prune::{prune_model, Pattern, PruneMethod, PruneOptions, PruneReport};
+use pagoda_compress::quantize::calibrate::calibration_windows;
 use pagoda_compress::quantize::gguf_meta::{hf_gguf_metadata, HfGgufSource};
 use pagoda_compress::quantize::sequential::SequentialCalibration;
-use pagoda_compress::quantize::write::{write_gguf, write_gguf_from_hf};
+use pagoda_compress::quantize::write::{write_gguf, write_gguf_from_hf, write_gguf_reshaped};
 use pagoda_kernels::GgmlType;
 use pagoda_model::gguf::GgufFile;
+use pagoda_model::weights::Weights;
 use pagoda_model::{open_model, ModelFormat};
+use pagoda_model::{Model, ModelConfig};
 use pagoda_runtime::loader::{self, Pull};
 
 use super::quantize::{bar, calibration_text, DEFAULT_CALIBRATION};
@@ -36,17 +52,39 @@ pub struct PruneArgs {
     #[arg(long)]
     pub force: bool,
     /// magnitude (smallest |W| per output row), wanda (smallest |W|·‖X‖₂ per output row)
-    /// or sparsegpt (Hessian-based error compensation, as GPTQ).
+    /// or sparsegpt (Hessian-based error compensation, as GPTQ): weights set to zero;
+    /// layers (remove --drop N whole decoder layers) or width (remove MLP neurons, heads,
+    /// residual channels): a smaller model.
     #[arg(long, default_value = "wanda")]
     pub method: String,
+    /// --method layers: how many decoder layers to remove.
+    #[arg(long)]
+    pub drop: Option<usize>,
+    /// --method layers: how layers are ranked — influence (ShortGPT's block influence,
+    /// 1 − cos(input, output); one pass) or perplexity (calibration perplexity with the layer
+    /// removed; one evaluation per layer).
+    #[arg(long, default_value = "influence")]
+    pub rank: String,
+    /// --method width: MLP neurons each layer keeps.
+    #[arg(long)]
+    pub ffn_dim: Option<usize>,
+    /// --method width: query heads each layer keeps (a multiple of the KV heads kept).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// --method width: KV heads (whole GQA groups) each layer keeps.
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    /// --method width: residual-stream channels kept (the embedding width).
+    #[arg(long)]
+    pub hidden: Option<usize>,
     /// Fraction of each matrix's weights to remove, in [0, 1) (default 0.5; fixed by an N:M
     /// pattern).
     #[arg(long, allow_negative_numbers = true)]
     pub sparsity: Option<f64>,
     /// unstructured, or N:M — at most N non-zero weights in every M consecutive inputs of a
     /// row (2:4, 4:8).
-    #[arg(long, default_value = "unstructured")]
-    pub pattern: String,
+    #[arg(long)]
+    pub pattern: Option<String>,
     /// SparseGPT dampening, as a fraction of the mean Hessian diagonal.
     #[arg(long, default_value_t = 0.01)]
     pub damp: f64,
@@ -62,14 +100,150 @@ pub struct PruneArgs {
     pub max_windows: usize,
 }
 
-/// The parsed, checked options.
-fn options(args: &PruneArgs) -> anyhow::Result<PruneOptions> {
-    let method: PruneMethod = args.method.parse()?;
-    let pattern: Pattern = args.pattern.parse()?;
-    let mut opts = PruneOptions::new(method, pattern, args.sparsity)?;
-    opts.damp = args.damp;
-    opts.validate()?;
-    Ok(opts)
+/// What a run does.
+#[derive(Debug, Clone, PartialEq)]
+enum Plan {
+    /// Zeros by a mask method.
+    Sparse(PruneOptions),
+    /// Remove `drop` whole layers ranked by `rank`.
+    Layers { drop: usize, rank: LayerRanking },
+    /// Narrow every layer to `target`.
+    Width(WidthTarget),
+}
+
+/// The parsed, checked plan; options of another method than the one chosen are refused
+/// (naming them), never ignored.
+fn plan(args: &PruneArgs) -> anyhow::Result<Plan> {
+    let method = args.method.trim().to_ascii_lowercase();
+    let given = |flags: &[(&str, bool)]| -> Vec<String> {
+        flags
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(f, _)| f.to_string())
+            .collect()
+    };
+    let sparse_flags = given(&[
+        ("--sparsity", args.sparsity.is_some()),
+        ("--pattern", args.pattern.is_some()),
+    ]);
+    let layer_flags = given(&[("--drop", args.drop.is_some())]);
+    let width_flags = given(&[
+        ("--ffn-dim", args.ffn_dim.is_some()),
+        ("--heads", args.heads.is_some()),
+        ("--kv-heads", args.kv_heads.is_some()),
+        ("--hidden", args.hidden.is_some()),
+    ]);
+    let refuse = |flags: Vec<String>, which: &str| -> anyhow::Result<()> {
+        if flags.is_empty() {
+            Ok(())
+        } else {
+            bail!(
+                "{} only applies to --method {which}, not --method {method}",
+                flags.join(", ")
+            )
+        }
+    };
+    match method.as_str() {
+        "layers" => {
+            refuse(sparse_flags, "magnitude|wanda|sparsegpt")?;
+            refuse(width_flags, "width")?;
+            let Some(drop) = args.drop else {
+                bail!("--method layers needs --drop N: how many decoder layers to remove");
+            };
+            Ok(Plan::Layers {
+                drop,
+                rank: args.rank.parse()?,
+            })
+        }
+        "width" => {
+            refuse(sparse_flags, "magnitude|wanda|sparsegpt")?;
+            refuse(layer_flags, "layers")?;
+            let target = WidthTarget {
+                ffn_dim: args.ffn_dim,
+                n_heads: args.heads,
+                n_kv_heads: args.kv_heads,
+                hidden: args.hidden,
+            };
+            if target == WidthTarget::default() {
+                bail!(
+                    "--method width needs a target: --ffn-dim, --heads, --kv-heads and/or --hidden"
+                );
+            }
+            Ok(Plan::Width(target))
+        }
+        _ => {
+            refuse(layer_flags, "layers")?;
+            refuse(width_flags, "width")?;
+            let method: PruneMethod = args.method.parse()?;
+            let pattern: Pattern = args.pattern.as_deref().unwrap_or("unstructured").parse()?;
+            let mut opts = PruneOptions::new(method, pattern, args.sparsity)?;
+            opts.damp = args.damp;
+            opts.validate()?;
+            Ok(Plan::Sparse(opts))
+        }
+    }
+}
+
+/// The layer scores, lowest first, with the dropped ones marked.
+fn layer_summary(scores: &[LayerScore], dropped: &[usize], rank: LayerRanking) -> String {
+    let what = match rank {
+        LayerRanking::Influence => "block influence",
+        LayerRanking::Perplexity => "perplexity without it",
+    };
+    let mut order: Vec<&LayerScore> = scores.iter().collect();
+    order.sort_by(|a, b| a.score.total_cmp(&b.score));
+    let mut out = format!("{:<6} {:>22}\n", "layer", what);
+    for s in order {
+        let mark = if dropped.contains(&s.layer) {
+            "  dropped"
+        } else {
+            ""
+        };
+        out.push_str(&format!("{:<6} {:>22.6}{mark}\n", s.layer, s.score));
+    }
+    out
+}
+
+/// What structured pruning of `cfg` keeps under `plan` (calibrated on `tokens`), with the
+/// report lines to print.
+fn structured_keep(
+    plan: &Plan,
+    weights: &Weights,
+    cfg: &ModelConfig,
+    seq: &SequentialCalibration<'_>,
+) -> anyhow::Result<(Keep, String)> {
+    let model = Model::from_weights(cfg, weights)?;
+    let windows = calibration_windows(&model, seq.tokens, seq.window, seq.max_windows)?;
+    match plan {
+        Plan::Layers { drop, rank } => {
+            check_drop(*drop, cfg.n_layers)?;
+            let pb = bar(cfg.n_layers, "layers");
+            let scores = match rank {
+                LayerRanking::Influence => {
+                    block_influence(&model, &windows, |d, _| pb.set_position(d as u64))?
+                }
+                LayerRanking::Perplexity => {
+                    let used = &seq.tokens[..windows.iter().map(|w| w.len()).sum::<usize>()];
+                    perplexity_impact(weights, cfg, used, seq.window, |d, _| {
+                        pb.set_position(d as u64)
+                    })?
+                }
+            };
+            pb.finish_and_clear();
+            let dropped = choose_dropped(&scores, *drop);
+            let summary = layer_summary(&scores, &dropped, *rank);
+            Ok((keep_without(cfg, &dropped), summary))
+        }
+        Plan::Width(target) => {
+            target.resolve(cfg)?;
+            let pb = bar(windows.len(), "windows");
+            let imp = width_importance(&model, &windows, |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            let keep = plan_width(cfg, &imp, target)?;
+            Ok((keep, String::new()))
+        }
+        Plan::Sparse(_) => bail!("not a structured plan"),
+    }
 }
 
 /// The summary: sparsity and calibration error per matrix kind, then in total.
@@ -96,7 +270,7 @@ fn summary(report: &PruneReport, method: PruneMethod) -> String {
 
 /// Runs `pagoda prune`.
 pub fn run(args: PruneArgs) -> anyhow::Result<()> {
-    let opts = options(&args)?;
+    let plan = plan(&args)?;
     if args.output.exists() && !args.force {
         bail!(
             "{} already exists; choose another output or pass --force to replace it",
@@ -127,27 +301,77 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("{}: not valid JSON", path.display()))?,
         )
     };
-    let hf_gguf = match &config_json {
-        Some(config_json) => {
-            let src = HfGgufSource {
-                dir: &resolved.path,
-                config_json,
-                cfg: &source.config,
-                tokenizer: &source.tokenizer,
-                chat_template: source.chat_template.as_ref().map(|t| t.source()),
-            };
-            // Refuse what GGUF cannot hold (architecture, tokenizer) before any work.
-            hf_gguf_metadata(&src)?;
-            Some(src)
-        }
-        None => None,
+    let hf_source = |cfg| {
+        config_json.as_ref().map(|config_json| HfGgufSource {
+            dir: &resolved.path,
+            config_json,
+            cfg,
+            tokenizer: &source.tokenizer,
+            chat_template: source.chat_template.as_ref().map(|t| t.source()),
+        })
     };
+    if let Some(src) = hf_source(&source.config) {
+        // Refuse what GGUF cannot hold (architecture, tokenizer) before any work.
+        hf_gguf_metadata(&src)?;
+    }
     let started = Instant::now();
     let tokens = source.tokenizer.encode(&text, true)?;
     let seq = SequentialCalibration {
         tokens: &tokens,
         window: args.window,
         max_windows: args.max_windows,
+    };
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let opts = match plan {
+        Plan::Sparse(opts) => opts,
+        structured => {
+            let (keep, summary) =
+                structured_keep(&structured, &source.weights, &source.config, &seq)?;
+            let (weights, cfg) = reshape(&source.weights, &source.config, &keep)?;
+            let (name, main_type) = match &structured {
+                Plan::Layers { drop, rank } => (format!("layers drop {drop} by {}", rank.as_str()), None),
+                _ => ("width".to_string(), Some(GgmlType::F16)),
+            };
+            let note = format!("prune {name}");
+            let written = match hf_source(&cfg) {
+                Some(src) => write_gguf_from_hf(
+                    &src,
+                    &weights,
+                    main_type.unwrap_or(GgmlType::F16),
+                    &note,
+                    &args.output,
+                )?,
+                None => {
+                    let gguf = GgufFile::open(&resolved.path)?;
+                    write_gguf_reshaped(&gguf, &cfg, &weights, main_type, &note, &args.output)?
+                }
+            };
+            if !summary.is_empty() {
+                eprint!("{summary}");
+            }
+            let params = |w: &Weights| w.n_parameters() as f64 / 1e6;
+            eprintln!(
+                "{}: {} -> {} layers, hidden {} -> {}, heads {}/{} -> {}/{}, MLP {} -> {}; \
+                 {:.1}M -> {:.1}M parameters in {:.1} s; wrote {} ({:.1} MiB)",
+                name,
+                source.config.n_layers,
+                cfg.n_layers,
+                source.config.hidden_size,
+                cfg.hidden_size,
+                source.config.n_heads,
+                source.config.n_kv_heads,
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                source.config.ffn_dim,
+                cfg.ffn_dim,
+                params(&source.weights),
+                params(&weights),
+                started.elapsed().as_secs_f64(),
+                args.output.display(),
+                mib(written)
+            );
+            return Ok(());
+        }
     };
     let pb = bar(source.config.n_layers, "layers");
     let (weights, report) = prune_model(&source.weights, &source.config, &seq, &opts, |d, _| {
@@ -160,14 +384,13 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
         opts.pattern,
         opts.sparsity
     );
-    let written = match &hf_gguf {
-        Some(src) => write_gguf_from_hf(src, &weights, GgmlType::F16, &note, &args.output)?,
+    let written = match hf_source(&source.config) {
+        Some(src) => write_gguf_from_hf(&src, &weights, GgmlType::F16, &note, &args.output)?,
         None => {
             let gguf = GgufFile::open(&resolved.path)?;
             write_gguf(&gguf, &weights, GgmlType::F16, &note, &args.output)?
         }
     };
-    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     eprintln!(
         "calibration: {} tokens, layer by layer",
         report.calibration_tokens
@@ -192,14 +415,20 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn args(method: &str, pattern: &str, sparsity: Option<f64>) -> PruneArgs {
+    fn args(method: &str, pattern: Option<&str>, sparsity: Option<f64>) -> PruneArgs {
         PruneArgs {
             model: "m".into(),
             output: "out.gguf".into(),
             force: false,
             method: method.into(),
+            drop: None,
+            rank: "influence".into(),
+            ffn_dim: None,
+            heads: None,
+            kv_heads: None,
+            hidden: None,
             sparsity,
-            pattern: pattern.into(),
+            pattern: pattern.map(str::to_string),
             damp: 0.01,
             calibration: None,
             window: 512,
@@ -209,19 +438,54 @@ mod tests {
 
     #[test]
     fn prune_options_refuse_bad_input_with_the_reason() {
+        let layers = |drop: Option<usize>, rank: &str| PruneArgs {
+            drop,
+            rank: rank.into(),
+            ..args("layers", None, None)
+        };
+        let width = |ffn: Option<usize>| PruneArgs {
+            ffn_dim: ffn,
+            ..args("width", None, None)
+        };
         for (a, needle) in [
-            (args("obs", "unstructured", None), "unknown pruning method"),
-            (args("wanda", "unstructured", Some(1.0)), "outside [0, 1)"),
-            (args("wanda", "unstructured", Some(-0.2)), "outside [0, 1)"),
-            (args("wanda", "4:4", None), "less than M"),
-            (args("wanda", "8:4", None), "less than M"),
-            (args("sparsegpt", "2:4", Some(0.3)), "contradicts"),
-            (args("layers", "unstructured", None), "not available yet"),
+            (args("obs", None, None), "unknown pruning method"),
+            (args("wanda", None, Some(1.0)), "outside [0, 1)"),
+            (args("wanda", None, Some(-0.2)), "outside [0, 1)"),
+            (args("wanda", Some("4:4"), None), "less than M"),
+            (args("wanda", Some("8:4"), None), "less than M"),
+            (args("sparsegpt", Some("2:4"), Some(0.3)), "contradicts"),
+            (args("layers", None, None), "needs --drop N"),
+            (args("layers", Some("2:4"), None), "--pattern only applies"),
+            (layers(Some(2), "shortgpt"), "unknown layer ranking"),
+            (width(None), "needs a target"),
+            (
+                PruneArgs {
+                    drop: Some(2),
+                    ..width(Some(64))
+                },
+                "--drop only applies to --method layers",
+            ),
+            (
+                PruneArgs {
+                    heads: Some(4),
+                    ..args("wanda", None, None)
+                },
+                "--heads only applies to --method width",
+            ),
         ] {
-            let e = options(&a).unwrap_err().to_string();
+            let e = plan(&a).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
-        let o = options(&args("sparsegpt", "2:4", None)).unwrap();
+        let Plan::Sparse(o) = plan(&args("sparsegpt", Some("2:4"), None)).unwrap() else {
+            panic!("a mask method gives a sparse plan");
+        };
         assert_eq!((o.sparsity, o.method), (0.5, PruneMethod::SparseGpt));
+        assert_eq!(
+            plan(&layers(Some(3), "perplexity")).unwrap(),
+            Plan::Layers {
+                drop: 3,
+                rank: LayerRanking::Perplexity
+            }
+        );
     }
 }

@@ -5,6 +5,9 @@
 //! [`sequential`](crate::quantize::sequential) path.
 //!
 //! - [`PruneOptions`] (method, sparsity, [`Pattern`]) and their checks.
+//! - Structured pruning, which makes the model smaller rather than sparser: [`layers`]
+//!   (dropping whole decoder layers), [`width`] (MLP neurons, attention heads by GQA group,
+//!   residual channels), both cut by [`reshape`].
 //! - [`prune_model`] — the driver; [`PruneReport`] — zeros and calibration output error of
 //!   every matrix, against magnitude pruning at the same pattern.
 //!
@@ -22,7 +25,10 @@
 // `usize::is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod layers;
 pub mod mask;
+pub mod reshape;
+pub mod width;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -65,12 +71,8 @@ impl FromStr for PruneMethod {
             "magnitude" => Ok(PruneMethod::Magnitude),
             "wanda" => Ok(PruneMethod::Wanda),
             "sparsegpt" => Ok(PruneMethod::SparseGpt),
-            "layers" | "width" => Err(CompressError::InvalidInput(format!(
-                "structured pruning (--method {s}) is not available yet; choose magnitude, \
-                 wanda or sparsegpt"
-            ))),
             other => Err(CompressError::InvalidInput(format!(
-                "unknown pruning method `{other}`; choose magnitude, wanda or sparsegpt"
+                "unknown pruning method `{other}`; choose magnitude, wanda or sparsegpt (or layers / width: structured pruning)"
             ))),
         }
     }
@@ -308,7 +310,11 @@ pub fn prune_matrix(
 }
 
 /// `values` (`shape`) as an F16 tensor named `name`, or why F16 cannot hold them.
-fn f16_view(name: &str, shape: &[usize], values: &[f32]) -> Result<TensorView, CompressError> {
+pub(crate) fn f16_view(
+    name: &str,
+    shape: &[usize],
+    values: &[f32],
+) -> Result<TensorView, CompressError> {
     let mut bytes = Vec::with_capacity(values.len() * 2);
     for (i, &v) in values.iter().enumerate() {
         if !v.is_finite() || v.abs() > f16::MAX.to_f32() {
@@ -432,7 +438,5 @@ mod tests {
         assert_eq!(o.sparsity, 0.75);
         let e = "obs".parse::<PruneMethod>().unwrap_err().to_string();
         assert!(e.contains("magnitude, wanda or sparsegpt"), "{e}");
-        let e = "layers".parse::<PruneMethod>().unwrap_err().to_string();
-        assert!(e.contains("not available yet"), "{e}");
     }
 }

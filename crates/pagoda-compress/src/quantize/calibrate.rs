@@ -139,7 +139,7 @@ impl LinearObserver for Recorder {
 
 /// `tokens` cut into up to `max_windows` windows of `window` tokens (at most the context), or
 /// why the text is too short.
-pub(crate) fn calibration_windows<'a>(
+pub fn calibration_windows<'a>(
     model: &Model,
     tokens: &'a [u32],
     window: usize,

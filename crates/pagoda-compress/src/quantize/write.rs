@@ -76,6 +76,106 @@ pub fn write_gguf(
     write_atomically(&w, &tensors, out)
 }
 
+/// The metadata keys that carry a model's shape, under `{arch}.`: replaced, never copied,
+/// by [`write_gguf_reshaped`].
+const SHAPE_KEYS: [&str; 8] = [
+    "block_count",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.sliding_window_pattern",
+];
+
+/// Writes `weights` of a model reshaped by structured pruning to `cfg` with `source`'s
+/// metadata, its shape keys set from `cfg`: layer count, widths, head counts, `key_length`
+/// and `value_length` (always: llama.cpp would otherwise take `hidden / heads` as the head
+/// size), and for Gemma 3 the per-layer sliding-window flags as a bool array (gguf-py's
+/// form) when they are not the default pattern of 6. Tensors are written in llama.cpp's
+/// order, in their own types. `main_type` sets `general.file_type` (`None`: the source's).
+pub fn write_gguf_reshaped(
+    source: &GgufFile,
+    cfg: &pagoda_model::ModelConfig,
+    weights: &Weights,
+    main_type: Option<GgmlType>,
+    note: &str,
+    out: &Path,
+) -> Result<u64, CompressError> {
+    let arch = source.get_str("general.architecture")?.to_string();
+    let shape_key = |key: &str| {
+        key.strip_prefix(arch.as_str())
+            .and_then(|k| k.strip_prefix('.'))
+            .is_some_and(|k| SHAPE_KEYS.contains(&k))
+    };
+    let mut w = GgufWriter::new();
+    for (key, value) in source.metadata() {
+        let retyped = key == "general.file_type" && main_type.is_some();
+        if retyped || key == "general.quantized_by" || shape_key(key) {
+            continue;
+        }
+        w.add_metadata(key.clone(), value.clone());
+    }
+    let u32_of = |what: &str, v: usize| {
+        u32::try_from(v)
+            .map_err(|_| CompressError::InvalidInput(format!("{what} {v} is too large")))
+    };
+    w.add_u32(
+        format!("{arch}.block_count"),
+        u32_of("layers", cfg.n_layers)?,
+    )
+    .add_u32(
+        format!("{arch}.embedding_length"),
+        u32_of("width", cfg.hidden_size)?,
+    )
+    .add_u32(
+        format!("{arch}.feed_forward_length"),
+        u32_of("MLP width", cfg.ffn_dim)?,
+    )
+    .add_u32(
+        format!("{arch}.attention.head_count"),
+        u32_of("heads", cfg.n_heads)?,
+    )
+    .add_u32(
+        format!("{arch}.attention.head_count_kv"),
+        u32_of("KV heads", cfg.n_kv_heads)?,
+    )
+    .add_u32(
+        format!("{arch}.attention.key_length"),
+        u32_of("head size", cfg.head_dim)?,
+    )
+    .add_u32(
+        format!("{arch}.attention.value_length"),
+        u32_of("head size", cfg.head_dim)?,
+    );
+    if cfg.arch == pagoda_model::Architecture::Gemma3
+        && cfg.sliding_window.is_some()
+        && cfg.layer_is_sliding
+            != (0..cfg.n_layers)
+                .map(|i| (i + 1) % 6 != 0)
+                .collect::<Vec<_>>()
+    {
+        w.add_metadata(
+            format!("{arch}.attention.sliding_window_pattern"),
+            GgufValue::Array(pagoda_model::gguf::GgufArray::Bool(
+                cfg.layer_is_sliding.clone(),
+            )),
+        );
+    }
+    if let Some(id) = main_type.and_then(file_type_id) {
+        w.add_metadata("general.file_type", GgufValue::U32(id));
+    }
+    w.add_str("general.quantized_by", format!("pagoda {note}"));
+    let mut views: Vec<_> = weights.iter().collect();
+    views.sort_by_key(|v| tensor_rank(&v.name));
+    let tensors: Vec<(&str, GgmlType, &[usize], &[u8])> = views
+        .iter()
+        .map(|v| (v.name.as_str(), v.ty, v.shape.as_slice(), v.data()))
+        .collect();
+    write_atomically(&w, &tensors, out)
+}
+
 /// Streams `w`'s metadata and `tensors` to `OUT.partial`, then renames it to `out`; on any
 /// error the partial file is removed.
 fn write_atomically(

@@ -11,6 +11,7 @@ mod hf_gguf;
 mod merge_lora;
 mod offline_tiny_llama;
 mod prune_golden;
+mod prune_structured;
 mod prune_tiny_llama;
 mod quantize_bad_input;
 mod quantize_bounds;
