@@ -329,7 +329,9 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
                 structured_keep(&structured, &source.weights, &source.config, &seq)?;
             let (weights, cfg) = reshape(&source.weights, &source.config, &keep)?;
             let (name, main_type) = match &structured {
-                Plan::Layers { drop, rank } => (format!("layers drop {drop} by {}", rank.as_str()), None),
+                Plan::Layers { drop, rank } => {
+                    (format!("layers drop {drop} by {}", rank.as_str()), None)
+                }
                 _ => ("width".to_string(), Some(GgmlType::F16)),
             };
             let note = format!("prune {name}");
