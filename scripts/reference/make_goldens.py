@@ -9,6 +9,7 @@ CI never runs this script: its outputs are committed. Regenerate with (see docs/
     $PY scripts/reference/make_goldens.py chat            # chat template renderings (jinja2, as transformers)
     $PY scripts/reference/make_goldens.py tokenizer       # llama.cpp tokenizer ids (vocab_only)
     $PY scripts/reference/make_goldens.py llamacpp        # llama.cpp logits + greedy continuations
+    $PY scripts/reference/make_goldens.py pruned          # llama.cpp logits of `pagoda prune` outputs ($PAGODA)
     $PY scripts/reference/make_goldens.py all
     $PY scripts/reference/make_goldens.py hfcheck         # optional: llama.cpp goldens vs transformers(GGUF)
 
@@ -601,82 +602,121 @@ def greedy(m, ids: list[int], n: int) -> list[int]:
 
 
 def cmd_llamacpp(crosscheck: bool = True):
+    for key, name in (("smollm2", SMOLLM2), ("gemma3", GEMMA3)):
+        write_json(GOLDEN / f"llamacpp_{key}.json", llamacpp_golden(model_path(name), key, crosscheck))
+
+
+def llamacpp_golden(path: Path, key: str, crosscheck: bool = True, prompt_names=None) -> dict:
+    """llama.cpp's logits (first N_POS positions and the last), greedy continuation, of PROMPTS
+    (or those named) on the GGUF file `path`."""
     import numpy as np
     import llama_cpp
 
-    for key, name in (("smollm2", SMOLLM2), ("gemma3", GEMMA3)):
-        path = model_path(name)
-        prompts = []
-        for pname, text in PROMPTS.items():
-            from llama_cpp import Llama
+    name = path.name
+    prompts = []
+    for pname, text in PROMPTS.items():
+        if prompt_names is not None and pname not in prompt_names:
+            continue
+        from llama_cpp import Llama
 
-            vocab = Llama(str(path), vocab_only=True, verbose=False)
-            ids = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-            n_vocab = vocab.n_vocab()
-            del vocab
-            m, scores = llamacpp_eval(path, ids, 2)
-            assert scores.shape == (len(ids), n_vocab)
-            rng = random.Random(1234)
-            sample_ids = sorted(rng.sample(range(n_vocab), N_SAMPLE))
-            positions = []
-            for pos in range(min(N_POS, len(ids))):
-                row = scores[pos]
-                top = np.argsort(-row, kind="stable")[:N_TOP]
-                positions.append(
-                    {
-                        "pos": pos,
-                        "argmax": int(row.argmax()),
-                        "top_ids": [int(i) for i in top],
-                        "top_logits": f32_list(row[top]),
-                        "sample_logits": f32_list(row[sample_ids]),
-                    }
-                )
-            last = scores[len(ids) - 1]
-            top_last = np.argsort(-last, kind="stable")[:N_TOP]
-            gen = greedy(m, ids, N_GEN)
-            gen_text = m.detokenize(gen).decode("utf-8", "replace")
-            entry = {
-                "name": pname,
-                "text": text,
-                "prompt_ids": ids,
-                "positions": positions,
-                "last_pos": {
-                    "pos": len(ids) - 1,
-                    "argmax": int(last.argmax()),
-                    "top_ids": [int(i) for i in top_last],
-                    "top_logits": f32_list(last[top_last]),
-                    "sample_logits": f32_list(last[sample_ids]),
-                },
-                "greedy_ids": gen,
-                "greedy_text": gen_text,
-            }
-            # the greedy continuation's first token must be the prompt's last-position argmax
-            assert not gen or gen[0] == int(last.argmax()), (gen[0], int(last.argmax()))
-            if crosscheck:
-                m1, s1 = llamacpp_eval(path, ids, 1)
-                diff = float(np.abs(s1 - scores).max())
-                same_argmax = bool((s1.argmax(-1) == scores.argmax(-1)).all())
-                entry["crosscheck_threads1_max_abs_diff"] = f32(diff)
-                entry["crosscheck_threads1_same_argmax"] = same_argmax
-                print(f"{key}/{pname}: threads=1 vs 2 max|diff|={diff:.3g} same argmax={same_argmax}")
-                del m1
-            prompts.append(entry)
-            print(f"{key}/{pname}: {len(ids)} prompt tokens, greedy: {gen_text!r}")
-            del m
-        out = {
-            "model": name,
-            "model_sha256": sha256_file(path),
-            "source": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp vendored), CPU, n_threads=2, "
-            "n_ctx=512, one llama_decode over the whole prompt with logits for every position",
-            "system_info": llama_cpp.llama_print_system_info().decode(),
-            "n_vocab": n_vocab,
-            "sample_ids_seed": "random.Random(1234).sample(range(n_vocab), 256), sorted",
-            "sample_ids": sample_ids,
-            "greedy": {"max_tokens": N_GEN, "top_k": 1, "temperature": 0.0, "repeat_penalty": 1.0,
-                       "stops_at_eos": True},
-            "prompts": prompts,
+        vocab = Llama(str(path), vocab_only=True, verbose=False)
+        ids = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        n_vocab = vocab.n_vocab()
+        del vocab
+        m, scores = llamacpp_eval(path, ids, 2)
+        assert scores.shape == (len(ids), n_vocab)
+        rng = random.Random(1234)
+        sample_ids = sorted(rng.sample(range(n_vocab), N_SAMPLE))
+        positions = []
+        for pos in range(min(N_POS, len(ids))):
+            row = scores[pos]
+            top = np.argsort(-row, kind="stable")[:N_TOP]
+            positions.append(
+                {
+                    "pos": pos,
+                    "argmax": int(row.argmax()),
+                    "top_ids": [int(i) for i in top],
+                    "top_logits": f32_list(row[top]),
+                    "sample_logits": f32_list(row[sample_ids]),
+                }
+            )
+        last = scores[len(ids) - 1]
+        top_last = np.argsort(-last, kind="stable")[:N_TOP]
+        gen = greedy(m, ids, N_GEN)
+        gen_text = m.detokenize(gen).decode("utf-8", "replace")
+        entry = {
+            "name": pname,
+            "text": text,
+            "prompt_ids": ids,
+            "positions": positions,
+            "last_pos": {
+                "pos": len(ids) - 1,
+                "argmax": int(last.argmax()),
+                "top_ids": [int(i) for i in top_last],
+                "top_logits": f32_list(last[top_last]),
+                "sample_logits": f32_list(last[sample_ids]),
+            },
+            "greedy_ids": gen,
+            "greedy_text": gen_text,
         }
-        write_json(GOLDEN / f"llamacpp_{key}.json", out)
+        # the greedy continuation's first token must be the prompt's last-position argmax
+        assert not gen or gen[0] == int(last.argmax()), (gen[0], int(last.argmax()))
+        if crosscheck:
+            m1, s1 = llamacpp_eval(path, ids, 1)
+            diff = float(np.abs(s1 - scores).max())
+            same_argmax = bool((s1.argmax(-1) == scores.argmax(-1)).all())
+            entry["crosscheck_threads1_max_abs_diff"] = f32(diff)
+            entry["crosscheck_threads1_same_argmax"] = same_argmax
+            print(f"{key}/{pname}: threads=1 vs 2 max|diff|={diff:.3g} same argmax={same_argmax}")
+            del m1
+        prompts.append(entry)
+        print(f"{key}/{pname}: {len(ids)} prompt tokens, greedy: {gen_text!r}")
+        del m
+    out = {
+        "model": name,
+        "model_sha256": sha256_file(path),
+        "source": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp vendored), CPU, n_threads=2, "
+        "n_ctx=512, one llama_decode over the whole prompt with logits for every position",
+        "system_info": llama_cpp.llama_print_system_info().decode(),
+        "n_vocab": n_vocab,
+        "sample_ids_seed": "random.Random(1234).sample(range(n_vocab), 256), sorted",
+        "sample_ids": sample_ids,
+        "greedy": {"max_tokens": N_GEN, "top_k": 1, "temperature": 0.0, "repeat_penalty": 1.0,
+                   "stops_at_eos": True},
+        "prompts": prompts,
+    }
+    return out
+
+
+# Pruned models (issue 24): `pagoda prune` variants of the reference files, each scored by
+# llama.cpp; crates/pagoda-compress/tests/it/prune_llamacpp.rs prunes the same way (same
+# calibration, deterministic) and compares Pagoda's logits on the result.
+PRUNED = [
+    ("smollm2_drop6", SMOLLM2, ["--method", "layers", "--drop", "6"]),
+    ("smollm2_width", SMOLLM2, ["--method", "width", "--ffn-dim", "1024", "--heads", "6", "--hidden", "512"]),
+    ("smollm2_wanda24", SMOLLM2, ["--method", "wanda", "--pattern", "2:4"]),
+    ("gemma3_drop4", GEMMA3, ["--method", "layers", "--drop", "4"]),
+]
+
+
+def cmd_pruned():
+    import subprocess
+    import tempfile
+
+    pagoda = os.environ.get("PAGODA", str(ROOT / "target" / "debug" / "pagoda"))
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for key, name, flags in PRUNED:
+            pruned = Path(tmp) / f"{key}.gguf"
+            subprocess.run([pagoda, "prune", str(model_path(name)), "-o", str(pruned), *flags],
+                           check=True)
+            g = llamacpp_golden(pruned, key, crosscheck=False, prompt_names=["short", "long"])
+            g["source_model"] = name
+            g["source_model_sha256"] = sha256_file(model_path(name))
+            g["prune_flags"] = flags
+            out[key] = g
+            print(f"{key}: {pruned.stat().st_size} bytes, sha256 {g['model_sha256'][:16]}")
+    write_json(GOLDEN / "llamacpp_pruned.json", out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -728,13 +768,15 @@ def main(argv):
             cmd_llamacpp()
         elif c == "hfcheck":
             cmd_hfcheck()
+        elif c == "pruned":
+            cmd_pruned()
         elif c == "all":
             cmd_tiny()
             cmd_chat()
             cmd_tokenizer()
             cmd_llamacpp()
         else:
-            raise SystemExit(f"unknown command {c}; use tiny|chat|tokenizer|llamacpp|hfcheck|all")
+            raise SystemExit(f"unknown command {c}; use tiny|chat|tokenizer|llamacpp|pruned|hfcheck|all")
 
 
 if __name__ == "__main__":

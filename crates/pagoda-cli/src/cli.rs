@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchArgs, bench::BenchArgs, eval::EvalArgs, gateway::GatewayArgs,
-    merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs, run::RunArgs,
-    serve::ServeArgs, tune::TuneArgs,
+    batch::BatchArgs, bench::BenchArgs, compress::CompressArgs, eval::EvalArgs,
+    gateway::GatewayArgs, merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs,
+    run::RunArgs, serve::ServeArgs, tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -121,6 +121,12 @@ pub enum Command {
     #[command(after_help = PRUNE_HELP)]
     Prune(PruneArgs),
 
+    /// Run a compression pipeline — distill, prune, quantize stages in the order given, each on
+    /// the previous stage's output — and report size, memory, speed and quality of every
+    /// stage against the source (table, JSON, plot).
+    #[command(after_help = COMPRESS_HELP)]
+    Compress(CompressArgs),
+
     /// Merge a PEFT LoRA (or QLoRA) adapter into its base model (W += scaling · B·A) and write
     /// a plain model: GGUF for a GGUF base, a Hugging Face folder for a folder base.
     #[command(after_help = MERGE_LORA_HELP)]
@@ -147,6 +153,25 @@ Output format: --format gguf|gptq|awq; without it, OUT ending in .gguf means ggu
 the layout of --method (gptq, awq; rtn needs --format). AWQ output is 4-bit; GPTQ 4 or 8-bit;
 group sizes are multiples of 32 (0 = one group per row). An existing OUT is kept unless --force.
 Then: pagoda run ./smol-gptq4.gguf (or ./smol-gptq4/), pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
+
+const COMPRESS_HELP: &str = "\
+Examples:
+  pagoda compress qwen2.5-coder:0.5b -o q-small/ \\
+      --stage \"prune --method layers --drop 6\" \\
+      --stage \"distill --teacher qwen2.5-coder:1.5b --data train.jsonl --steps 300 --lora-rank 16\" \\
+      --stage \"quantize --method gptq --bits 4\" \\
+      --report \"--mc --gsm8k 20\"
+  pagoda compress smollm2:135m -o s/ --stage \"prune --method wanda --pattern 2:4\" \\
+      --stage \"quantize --method rtn --bits 8 --sym\" --no-report
+Each --stage is the command line of `pagoda prune`, `pagoda distill` or `pagoda quantize`
+without the input model and -o: the pipeline gives each stage the previous stage's output
+(distill gets it as --student) and writes OUT/1-<stage>.gguf, OUT/2-<stage>.gguf, ... Every
+stage is checked before the first runs. A stage whose output exists is reused, so rerunning
+the same command resumes an interrupted pipeline (--force runs everything again). Then
+`pagoda eval report` (options from --report) measures the source and each stage: file size,
+peak RSS, prefill and decode tokens/s, perplexity, multiple-choice accuracy, GSM8K, into
+OUT/report.md, report.json and report.svg; OUT/stages.md and stages.json hold each stage's
+command, time and peak RSS.";
 
 const PRUNE_HELP: &str = "\
 Examples:
@@ -394,6 +419,7 @@ impl Cli {
             | Command::Eval(_)
             | Command::Quantize(_)
             | Command::Prune(_)
+            | Command::Compress(_)
             | Command::MergeLora(_)
             | Command::Gateway(_)
             | Command::Tune(_) => 0,

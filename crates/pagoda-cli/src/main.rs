@@ -44,10 +44,15 @@ fn main() -> ExitCode {
         Command::Eval(args) => commands::eval::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Prune(args) => commands::prune::run(args),
+        Command::Compress(args) => commands::compress::run(args),
         Command::MergeLora(args) => commands::merge_lora::run(args),
         Command::Gateway(args) => commands::gateway::run(args),
         Command::Tune(args) => commands::tune::run(args),
     };
+    if let Some(path) = std::env::var_os(commands::compress::PEAK_RSS_FILE_ENV) {
+        // Asked by `pagoda compress`, which runs this process as a stage.
+        let _ = std::fs::write(path, format!("{:.1}", commands::bench::peak_rss_mb()));
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -2037,6 +2037,191 @@ fn structured_prune_writes_smaller_models_that_load() {
     }
 }
 
+/// `pagoda compress` runs its stages in order on the previous stage's output, writes the
+/// report with one row per stage and the stage table, reuses finished stages on a rerun, and
+/// refuses a bad stage before any work.
+#[test]
+fn compress_runs_stages_reports_and_resumes() {
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let text = env.file(
+        "eval.txt",
+        "The quick brown fox jumps over the lazy dog. "
+            .repeat(40)
+            .as_bytes(),
+    );
+    let out = env.dir.path().join("pipeline");
+    let argv = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "compress",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--stage",
+            "prune --method layers --drop 1",
+            "--stage",
+            "quantize --method rtn --bits 8 --sym",
+            "--report",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.push(format!(
+            "--ppl-text {} --repeat 1 --prompt-tokens 8 --gen-tokens 2",
+            text.display()
+        ));
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |extra: &[&str]| {
+        let a = argv(extra);
+        env.run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let o = run(&[]);
+    ok(&o);
+    for f in [
+        "1-prune.gguf",
+        "2-quantize.gguf",
+        "report.md",
+        "report.json",
+        "report.svg",
+        "stages.json",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let report = fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("1-prune.gguf") && report.contains("2-quantize.gguf"),
+        "{report}"
+    );
+    assert!(
+        report.contains("## Stages") && report.contains("--drop 1"),
+        "{report}"
+    );
+    let stages: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("stages.json")).unwrap()).unwrap();
+    assert_eq!(stages.as_array().unwrap().len(), 2);
+    assert!(
+        stages[0]["peak_rss_mib"].as_f64().unwrap() > 0.0,
+        "{stages}"
+    );
+    let shown = stdout(&env.run(&["show", out.join("2-quantize.gguf").to_str().unwrap()]));
+    assert!(shown.contains("layers          1"), "{shown}");
+    // A rerun reuses both stages.
+    let again = run(&["--no-report"]);
+    ok(&again);
+    assert_eq!(
+        stderr(&again).matches("reusing").count(),
+        2,
+        "{}",
+        stderr(&again)
+    );
+    // A bad stage is refused before anything runs or is written.
+    let bad = env.dir.path().join("bad-pipeline");
+    for (stage, needle) in [
+        ("train --steps 2", "not a pipeline stage"),
+        (
+            "prune --method layers --drop 1 -o x.gguf",
+            "set by the pipeline",
+        ),
+        ("quantize --bitz 4", "--bitz"),
+    ] {
+        let o = env.run(&[
+            "compress",
+            dir.to_str().unwrap(),
+            "-o",
+            bad.to_str().unwrap(),
+            "--stage",
+            "prune --method layers --drop 1",
+            "--stage",
+            stage,
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{stage}");
+        assert!(stderr(&o).contains(needle), "{stage}: {}", stderr(&o));
+        assert!(!bad.exists(), "{stage}: the pipeline started");
+    }
+}
+
+/// Pruned GGUFs load in llama.cpp and give the same logits as in Pagoda: each variant of
+/// `tests/golden/llamacpp_pruned.json` (written by `scripts/reference/make_goldens.py
+/// pruned` from llama-cpp-python on `pagoda prune`'s output) is pruned again here the same
+/// way, and Pagoda's logits on it are compared with llama.cpp's within the tolerance of the
+/// unpruned real-model tests (both engines round activations to 8 bits for quantized
+/// weights). The argmax must agree wherever llama.cpp's margin exceeds twice the tolerance.
+#[test]
+fn pruned_models_match_llama_cpp() {
+    use pagoda_model::arch::{Logits, Model};
+    let golden_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/llamacpp_pruned.json");
+    let golden: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&golden_path).expect("golden file")).unwrap();
+    let env = Env::new();
+    for (key, variant) in golden.as_object().expect("variants") {
+        let var = if key.starts_with("gemma3") {
+            "PAGODA_TEST_GEMMA3"
+        } else {
+            "PAGODA_TEST_SMOLLM2"
+        };
+        let Ok(source) = std::env::var(var) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{var} must be set under CI"
+            );
+            eprintln!("skipping {key}: set {var}");
+            continue;
+        };
+        let tolerance = if key.starts_with("gemma3") { 1.25 } else { 1.0 };
+        let flags: Vec<String> = serde_json::from_value(variant["prune_flags"].clone()).unwrap();
+        let out = env.dir.path().join(format!("{key}.gguf"));
+        let o = env.run(
+            &[
+                &["prune", source.as_str(), "-o", out.to_str().unwrap()][..],
+                &flags.iter().map(String::as_str).collect::<Vec<_>>()[..],
+            ]
+            .concat(),
+        );
+        ok(&o);
+        let src = pagoda_model::open_model(&out).expect("the pruned model opens");
+        let model = Model::from_source(&src).expect("the pruned model builds");
+        let vocab = model.config().vocab_size;
+        let sample_ids: Vec<usize> = serde_json::from_value(variant["sample_ids"].clone()).unwrap();
+        for prompt in variant["prompts"].as_array().expect("prompts") {
+            let ids: Vec<u32> = serde_json::from_value(prompt["prompt_ids"].clone()).unwrap();
+            let mut cache = model.new_cache(ids.len() + 1);
+            let logits = model.forward(&ids, 0, &mut cache, Logits::All).unwrap();
+            let mut worst = 0.0f32;
+            let positions = prompt["positions"].as_array().unwrap().iter();
+            for pos in positions.chain(std::iter::once(&prompt["last_pos"])) {
+                let p = pos["pos"].as_u64().unwrap() as usize;
+                let row = &logits[p * vocab..(p + 1) * vocab];
+                let top_ids: Vec<usize> = serde_json::from_value(pos["top_ids"].clone()).unwrap();
+                let top: Vec<f32> = serde_json::from_value(pos["top_logits"].clone()).unwrap();
+                let sample: Vec<f32> =
+                    serde_json::from_value(pos["sample_logits"].clone()).unwrap();
+                if top[0] - top[1] > 2.0 * tolerance {
+                    let argmax = (0..vocab)
+                        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                        .unwrap();
+                    assert_eq!(argmax, top_ids[0], "{key}: argmax at position {p}");
+                }
+                for (&id, &want) in top_ids
+                    .iter()
+                    .zip(&top)
+                    .chain(sample_ids.iter().zip(&sample))
+                {
+                    worst = worst.max((row[id] - want).abs());
+                }
+            }
+            let name = prompt["name"].as_str().unwrap_or("?");
+            eprintln!("{key}/{name}: max logit difference vs llama.cpp {worst}");
+            assert!(
+                worst < tolerance,
+                "{key}/{name}: max logit difference {worst}"
+            );
+        }
+    }
+}
+
 // ---- `pagoda bench serve`: the load generator against a real server on loopback ----
 
 /// A `pagoda serve` child on an ephemeral port; killed when dropped.

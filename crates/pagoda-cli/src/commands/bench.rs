@@ -243,7 +243,7 @@ fn tempfile_path(name: &str) -> PathBuf {
 }
 
 /// Peak resident set size of this process, in MiB (Linux `VmHWM`; 0 elsewhere).
-fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bench_batching;
 pub mod bench_serve;
 pub mod bench_workload;
+pub mod compress;
 pub mod cp;
 pub mod create;
 pub mod dataset;
