@@ -22,6 +22,12 @@ set -euo pipefail
 VENV="${PAGODA_REF_VENV:-/root/.venvs/pagoda-ref}"
 MODELS="${PAGODA_MODELS:-/root/models/ref}"
 LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+# On a CPU with AMX (Sapphire Rapids and later) the native build segfaults at the first
+# llama_decode (seen again 2026-12-05 on an Intel Xeon with amx_tile/amx_int8); build without
+# AMX and weight repacking there. Everywhere else: native.
+if [ -z "${LLAMA_CPP_CMAKE_ARGS:-}" ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_CPU_REPACK=OFF"
+fi
 LLAMA_CPP_CMAKE_ARGS="${LLAMA_CPP_CMAKE_ARGS:--DGGML_NATIVE=ON}"
 WANT_QWEN=0
 for a in "$@"; do
