@@ -129,6 +129,17 @@ pub struct LossParts {
 
 /// Per-position KD `[n]` of logits `[n, vocab]` (not masked, times `T²`).
 pub fn kd_per_position(logits: &Tensor, t: &Targets, spec: &LossSpec) -> Result<Tensor> {
+    kd_with(logits, None, t, spec)
+}
+
+/// [`kd_per_position`], reusing `log_softmax(logits)` when given and `T = 1` (one
+/// full-vocabulary log-softmax for both terms).
+fn kd_with(
+    logits: &Tensor,
+    log_sm: Option<&Tensor>,
+    t: &Targets,
+    spec: &LossSpec,
+) -> Result<Tensor> {
     let temp = spec.temperature;
     // Teacher renormalised over its support (constants: no gradient).
     let lt = t.top_logprobs.detach();
@@ -137,7 +148,11 @@ pub fn kd_per_position(logits: &Tensor, t: &Targets, spec: &LossSpec) -> Result<
     let scaled = (logits / temp)?;
     let kd = match spec.divergence {
         Divergence::Forward => {
-            let log_q = log_softmax_last(&scaled)?.gather(&t.top_ids, 1)?;
+            let full = match log_sm {
+                Some(l) if temp == 1.0 => l.clone(),
+                _ => log_softmax_last(&scaled)?,
+            };
+            let log_q = full.gather(&t.top_ids, 1)?;
             (&p * (&log_p - log_q)?)?.sum(D::Minus1)?
         }
         Divergence::Reverse => {
@@ -157,8 +172,12 @@ pub fn kd_per_position(logits: &Tensor, t: &Targets, spec: &LossSpec) -> Result<
 
 /// Per-position hard-label CE `[n]` (not masked).
 pub fn ce_per_position(logits: &Tensor, t: &Targets) -> Result<Tensor> {
+    ce_from_log_softmax(&log_softmax_last(logits)?, t)
+}
+
+fn ce_from_log_softmax(log_sm: &Tensor, t: &Targets) -> Result<Tensor> {
     let n = t.next.dim(0)?;
-    let log_q = log_softmax_last(logits)?.gather(&t.next.reshape((n, 1))?, 1)?;
+    let log_q = log_sm.gather(&t.next.reshape((n, 1))?, 1)?;
     Ok(log_q.squeeze(1)?.neg()?)
 }
 
@@ -172,17 +191,18 @@ pub fn loss(
     ce_count: f64,
 ) -> Result<LossParts> {
     let lambda = spec.hard_weight;
-    let kd = (kd_per_position(logits, targets, spec)? * &targets.kd_mask)?.sum_all()?;
+    let log_sm = log_softmax_last(logits)?;
+    let kd = (kd_with(logits, Some(&log_sm), targets, spec)? * &targets.kd_mask)?.sum_all()?;
     let kd_sum = kd.to_scalar::<f32>()? as f64;
     let mut total = (kd * ((1.0 - lambda) / kd_count.max(1.0)))?;
-    let mut ce_sum = 0.0;
+    let ce_sum;
     // CE is computed for logging even when λ = 0, but only differentiated when it counts.
-    let ce = (ce_per_position(logits, targets)? * &targets.ce_mask)?.sum_all()?;
+    let ce = (ce_from_log_softmax(&log_sm, targets)? * &targets.ce_mask)?.sum_all()?;
     if lambda > 0.0 {
         ce_sum = ce.to_scalar::<f32>()? as f64;
         total = (total + (ce * (lambda / ce_count.max(1.0)))?)?;
     } else {
-        ce_sum += ce.detach().to_scalar::<f32>()? as f64;
+        ce_sum = ce.detach().to_scalar::<f32>()? as f64;
     }
     Ok(LossParts {
         total,

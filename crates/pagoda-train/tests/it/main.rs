@@ -3,5 +3,6 @@
 //! golden models (loss decreases, determinism, resume, bad input).
 
 mod common;
+mod distill;
 mod golden_step;
 mod student_logits;
