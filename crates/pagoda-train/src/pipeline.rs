@@ -325,8 +325,22 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
     let mut last = None;
     let started = Instant::now();
     let mut tokens = 0usize;
+    let mut record_eval =
+        |e: EvalStats, log: &mut Vec<serde_json::Value>, obs: &mut dyn Observer| {
+            log.push(json!({"step": e.step, "eval_perplexity": e.perplexity,
+                        "eval_top1_agreement": e.top1_agreement, "eval_kd": e.kd,
+                        "eval_positions": e.positions}));
+            obs.eval(&e);
+            evals.push(e);
+        };
     obs.phase("training", total);
     obs.progress(trainer.step);
+    if trainer.step == 0 && end > 0 {
+        // The starting point, so every later evaluation has something to be compared with.
+        if let Some(e) = trainer.evaluate()? {
+            record_eval(e, &mut log, obs);
+        }
+    }
     while trainer.step < end {
         let s = trainer.step()?;
         tokens += s.tokens;
@@ -340,11 +354,7 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
         let at_end = trainer.step == end;
         if cfg.eval_every > 0 && trainer.step % cfg.eval_every == 0 || at_end {
             if let Some(e) = trainer.evaluate()? {
-                log.push(json!({"step": e.step, "eval_perplexity": e.perplexity,
-                                "eval_top1_agreement": e.top1_agreement, "eval_kd": e.kd,
-                                "eval_positions": e.positions}));
-                obs.eval(&e);
-                evals.push(e);
+                record_eval(e, &mut log, obs);
             }
         }
         if cfg.save_every > 0 && trainer.step % cfg.save_every == 0 || at_end {
