@@ -14,6 +14,7 @@ pub mod cp;
 pub mod create;
 pub mod dataset;
 pub mod devices;
+pub mod distill;
 pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;
