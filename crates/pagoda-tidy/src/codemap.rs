@@ -92,11 +92,6 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
 /// Backticked names in ARCHITECTURE.md that are made at run time, not files of the tree.
 pub const RUNTIME_PATHS: &[&str] = &[
     "OUT.partial/",
-    "OUT.labels",
-    "OUT.checkpoint",
-    "OUT.report.jsonl",
-    "trainable.safetensors",
-    "optimizer.safetensors",
     "state.json",
     "blobs/",
     "tmp/",
