@@ -20,6 +20,8 @@
 //! - [`error`] — [`TrainError`].
 
 #![deny(clippy::unwrap_used)]
+// `u64::is_multiple_of` is newer than the workspace's rust-version (1.85).
+#![allow(clippy::manual_is_multiple_of)]
 
 pub mod checkpoint;
 pub mod data;

@@ -184,6 +184,8 @@ impl Bars {
     }
 }
 
+// `u64::is_multiple_of` is newer than the workspace's rust-version (1.85).
+#[allow(clippy::manual_is_multiple_of)]
 impl Observer for Bars {
     fn phase(&mut self, what: &str, total: u64) {
         self.finish();
@@ -213,11 +215,20 @@ impl Observer for Bars {
     fn step(&mut self, s: &StepStats) {
         self.tokens += s.tokens;
         let rate = self.tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-        if let Some(b) = &self.bar {
-            b.set_prefix(format!(
-                "loss {:.4} (kd {:.4}, ce {:.3}) lr {:.2e} {rate:.0} tok/s",
-                s.loss, s.kd, s.ce, s.lr
-            ));
+        let line = format!(
+            "loss {:.4} (kd {:.4}, ce {:.3}) lr {:.2e} {rate:.0} tok/s",
+            s.loss, s.kd, s.ce, s.lr
+        );
+        match &self.bar {
+            Some(b) if !b.is_hidden() => b.set_prefix(line),
+            // No terminal: a line every twentieth of the run instead of the bar.
+            Some(b) => {
+                let every = b.length().unwrap_or(1).div_ceil(20).max(1);
+                if s.step % every == 0 || Some(s.step) == b.length() {
+                    eprintln!("step {}/{}: {line}", s.step, b.length().unwrap_or(0));
+                }
+            }
+            None => {}
         }
     }
 
@@ -229,16 +240,14 @@ impl Observer for Bars {
             100.0 * e.top1_agreement,
             e.positions
         );
-        match &self.bar {
-            Some(b) => b.println(line),
-            None => eprintln!("{line}"),
-        }
+        self.note(&line);
     }
 
     fn note(&mut self, message: &str) {
+        // A hidden bar (stderr not a terminal) prints nothing: say it plainly then.
         match &self.bar {
-            Some(b) => b.println(message),
-            None => eprintln!("{message}"),
+            Some(b) if !b.is_hidden() => b.println(message),
+            _ => eprintln!("{message}"),
         }
     }
 }
