@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchArgs, bench::BenchArgs, compress::CompressArgs, eval::EvalArgs,
-    gateway::GatewayArgs, merge_lora::MergeLoraArgs, prune::PruneArgs, quantize::QuantizeArgs,
-    run::RunArgs, serve::ServeArgs, tune::TuneArgs,
+    batch::BatchArgs, bench::BenchArgs, compress::CompressArgs, distill::DistillArgs,
+    eval::EvalArgs, gateway::GatewayArgs, merge_lora::MergeLoraArgs, prune::PruneArgs,
+    quantize::QuantizeArgs, run::RunArgs, serve::ServeArgs, tune::TuneArgs,
 };
 
 const EXAMPLES: &str = "\
@@ -121,6 +121,11 @@ pub enum Command {
     #[command(after_help = PRUNE_HELP)]
     Prune(PruneArgs),
 
+    /// Distil a teacher into a student on the CPU: the student (full fine-tune or LoRA) learns
+    /// the teacher's soft labels (top-k log-probabilities, computed by Pagoda's engine).
+    #[command(after_help = DISTILL_HELP)]
+    Distill(Box<DistillArgs>),
+
     /// Run a compression pipeline — distill, prune, quantize stages in the order given, each on
     /// the previous stage's output — and report size, memory, speed and quality of every
     /// stage against the source (table, JSON, plot).
@@ -210,6 +215,21 @@ Sparse weights are not faster by themselves: Pagoda's kernels are dense, so a pr
 runs at the speed of its F16 size (see docs/compression.md). Quantize it after pruning to
 make it smaller: pagoda quantize smol-wanda50.gguf -o smol-wanda50-q8.gguf --method rtn --bits 8 --sym.
 Structured pruning (--method layers|width) and distillation are not available yet.";
+
+const DISTILL_HELP: &str = "\
+Examples:
+  pagoda distill --teacher qwen2.5-coder:1.5b --student qwen2.5-coder:0.5b -o coder-kd.gguf --data code.jsonl
+  pagoda distill --teacher T --student S -o out.gguf --data chats.jsonl --lora-rank 16 --lr 2e-4
+  pagoda distill --teacher T --student S -o out.gguf --prompts prompts.jsonl --gen-tokens 128
+  pagoda distill ... --stop-after 200            then the same command with --resume out.gguf.checkpoint
+Steps: the data is tokenized with the student's tokenizer (the teacher must share it), the
+teacher labels every position with its top-k log-probabilities at --temperature (cached in
+OUT.labels; a rerun reuses them), then the student trains on
+  loss = λ·CE(hard labels) + (1−λ)·T²·KL  (λ = --hard-weight; KL forward, reverse or skew
+on the teacher's top-k) with AdamW, linear warm-up and cosine decay, gradient accumulation and
+clipping; checkpoints go to OUT.checkpoint, evaluations (held-out perplexity, top-1 agreement
+with the teacher) to the screen and OUT.report.jsonl. An existing OUT is kept unless --force.
+Then: pagoda run ./out.gguf, pagoda eval perplexity ./out.gguf --file text.txt";
 
 const MERGE_LORA_HELP: &str = "\
 Examples:
@@ -427,6 +447,7 @@ impl Cli {
             | Command::Eval(_)
             | Command::Quantize(_)
             | Command::Prune(_)
+            | Command::Distill(_)
             | Command::Compress(_)
             | Command::MergeLora(_)
             | Command::Gateway(_)

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => commands::eval::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Prune(args) => commands::prune::run(args),
+        Command::Distill(args) => commands::distill::run(*args),
         Command::Compress(args) => commands::compress::run(args, cli::check_argv),
         Command::MergeLora(args) => commands::merge_lora::run(args),
         Command::Gateway(args) => commands::gateway::run(args),

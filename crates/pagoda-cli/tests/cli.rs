@@ -2591,3 +2591,6 @@ fn run_of_a_qlora_checkpoint_or_an_adapter_says_merge_then_quantize() {
     needles.extend(deploy);
     run_fails_naming(&env, &lora_golden_adapter(), &needles);
 }
+
+#[path = "cli/distill.rs"]
+mod distill;

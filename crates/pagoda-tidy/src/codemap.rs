@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 /// From ARCHITECTURE.md: kernels ◄ model ◄ engine ◄ runtime ◄ server / cli; compress on model
 /// and kernels only; runtime (the one request path between the front ends and the engine) on
 /// engine, model, store, compress, protocol and kernels; store, protocol and http on none;
-/// the gateway on protocol and http; bench on protocol only; cuda (NVIDIA GPUs reached at run
+/// the gateway on protocol and http; bench on protocol only; train on model and compress
+/// (kernels in its tests); cuda (NVIDIA GPUs reached at run
 /// time) on kernels only as a dev-dependency (its GPU kernels are tested against kernels'
 /// CPU reference), used by model (the CUDA backend of the forward pass) and the cli. The
 /// server does not depend on compress (quantize-at-load is the runtime's). pagoda-tidy reads
@@ -76,7 +77,14 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "pagoda-http",
             "pagoda-gateway",
             "pagoda-bench",
+            "pagoda-train",
         ],
+    ),
+    // Training (distillation): the teacher's forward pass and the student's file from model,
+    // the writers and the LoRA merge from compress; kernels only in its tests.
+    (
+        "pagoda-train",
+        &["pagoda-model", "pagoda-compress", "pagoda-kernels"],
     ),
     ("pagoda-tidy", &[]),
 ];
@@ -84,6 +92,7 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
 /// Backticked names in ARCHITECTURE.md that are made at run time, not files of the tree.
 pub const RUNTIME_PATHS: &[&str] = &[
     "OUT.partial/",
+    "state.json",
     "blobs/",
     "tmp/",
     "target/test-store",

@@ -15,6 +15,7 @@ pub mod cp;
 pub mod create;
 pub mod dataset;
 pub mod devices;
+pub mod distill;
 pub mod engine_args;
 pub mod eval;
 pub mod eval_compare;

@@ -34,7 +34,7 @@ use pagoda_model::ModelConfig;
 use crate::quantize::hf_write::row_order_for;
 use crate::CompressError;
 
-pub use write::{merge_lora, MergeReport, OutputKind};
+pub use write::{merge_lora, write_edited, MergeReport, OutputKind, Replaced, TensorEdits};
 
 /// The type merged tensors are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,11 +2,14 @@
 //! base to the output — a GGUF file (the base's metadata, untouched tensors byte for byte in
 //! their own types) or a Hugging Face folder (one `model.safetensors` under the HF names,
 //! config.json without its `quantization_config`, the tokenizer files copied).
+//! [`write_edited`] is the same writer for any [`TensorEdits`] (pagoda-train writes a fully
+//! fine-tuned student through it, with [`Replaced`] tensors).
 //!
 //! Invariants: nothing is written before the plan passed (an adapter that does not fit the
 //! base leaves no file); the output appears only when complete (`OUT.partial`, renamed; on any
 //! error removed); one tensor is made at a time, so peak memory is the mapped base plus one
-//! tensor in f32 and its encoded copy.
+//! tensor in f32 and its encoded copy; an edited 1-D tensor (a norm, a bias) is written in
+//! F32 whatever the dtype, as llama.cpp's converter writes them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -25,6 +28,58 @@ use super::{encode, MergeBase, MergeDtype, MergePlan, PlannedModule};
 use crate::quantize::hf_write::{io_error, write_folder_atomically, write_json, TOKENIZER_FILES};
 use crate::quantize::write::{file_type_id, write_file_atomically};
 use crate::CompressError;
+
+/// What a written model changes of its base: LoRA modules merged in ([`MergePlan`]), or
+/// whole tensors replaced ([`Replaced`]).
+pub trait TensorEdits {
+    /// Whether the base tensor `name` (canonical) is changed.
+    fn touches(&self, name: &str) -> bool;
+    /// `view`'s new values in f32, `None` for a tensor left as it is.
+    fn edited(&self, view: &TensorView) -> Result<Option<Vec<f32>>, CompressError>;
+}
+
+impl TensorEdits for MergePlan {
+    fn touches(&self, name: &str) -> bool {
+        MergePlan::touches(self, name)
+    }
+
+    fn edited(&self, view: &TensorView) -> Result<Option<Vec<f32>>, CompressError> {
+        self.merged(view)
+    }
+}
+
+/// Whole tensors replaced by new f32 values (canonical name → values in the base's row
+/// order and shape).
+#[derive(Debug, Default)]
+pub struct Replaced(pub BTreeMap<String, Vec<f32>>);
+
+impl TensorEdits for Replaced {
+    fn touches(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    fn edited(&self, view: &TensorView) -> Result<Option<Vec<f32>>, CompressError> {
+        match self.0.get(&view.name) {
+            None => Ok(None),
+            Some(v) if v.len() != view.n_elements() => Err(CompressError::InvalidInput(format!(
+                "{}: {} new values for a tensor of shape {:?}",
+                view.name,
+                v.len(),
+                view.shape
+            ))),
+            Some(v) => Ok(Some(v.clone())),
+        }
+    }
+}
+
+/// The type an edited tensor is written in: `dtype`, but F32 for vectors.
+fn edited_type(view: &TensorView, dtype: MergeDtype) -> GgmlType {
+    if view.shape.len() <= 1 {
+        GgmlType::F32
+    } else {
+        dtype.ggml()
+    }
+}
 
 /// What the merged model is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,15 +144,9 @@ pub fn merge_lora(
         )));
     }
     let plan = MergePlan::new(adapter, base.weights(), base.config(), base.is_gguf())?;
-    let (bytes, tensors, converted) = match base {
-        MergeBase::Gguf { file, weights, .. } => {
-            let (bytes, n) = write_gguf(file, weights, &plan, adapter, dtype, out, &mut progress)?;
-            (bytes, n, 0)
-        }
-        MergeBase::HfFolder(folder) => write_folder_atomically(out, force, |dir| {
-            write_hf(folder, &plan, dtype, dir, &mut progress)
-        })?,
-    };
+    let note = ("pagoda.lora_merged", adapter_note(adapter));
+    let (bytes, tensors, converted) =
+        write_output(base, &plan, dtype, out, force, note, &mut progress)?;
     Ok(MergeReport {
         output,
         modules: plan.modules().cloned().collect(),
@@ -107,14 +156,59 @@ pub fn merge_lora(
     })
 }
 
+/// Writes `base` with `edits` applied to `out` (the kind [`OutputKind::choose`] picks),
+/// edited tensors in `dtype` (vectors in F32), untouched ones as [`merge_lora`] writes them;
+/// a GGUF gets the metadata `note` (key, value). An existing `out` is an error unless
+/// `force`. Returns (kind, weight bytes, tensors written, tensors converted).
+pub fn write_edited(
+    base: &MergeBase,
+    edits: &dyn TensorEdits,
+    dtype: MergeDtype,
+    out: &Path,
+    force: bool,
+    note: (&str, String),
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(OutputKind, u64, usize, usize), CompressError> {
+    let output = OutputKind::choose(base, out)?;
+    if out.exists() && !force {
+        return Err(CompressError::InvalidInput(format!(
+            "{} already exists; choose another output or pass --force to replace it",
+            out.display()
+        )));
+    }
+    let (bytes, tensors, converted) =
+        write_output(base, edits, dtype, out, force, note, &mut progress)?;
+    Ok((output, bytes, tensors, converted))
+}
+
+fn write_output(
+    base: &MergeBase,
+    edits: &dyn TensorEdits,
+    dtype: MergeDtype,
+    out: &Path,
+    force: bool,
+    note: (&str, String),
+    progress: &mut impl FnMut(usize, usize),
+) -> Result<(u64, usize, usize), CompressError> {
+    Ok(match base {
+        MergeBase::Gguf { file, weights, .. } => {
+            let (bytes, n) = write_gguf(file, weights, edits, note, dtype, out, progress)?;
+            (bytes, n, 0)
+        }
+        MergeBase::HfFolder(folder) => write_folder_atomically(out, force, |dir| {
+            write_hf(folder, edits, dtype, dir, progress)
+        })?,
+    })
+}
+
 /// The bytes of `view` in the output: merged and encoded in `ty` when the plan touches it,
 /// else re-encoded when `ty` differs from its own, else borrowed.
 fn tensor_bytes<'a>(
     view: &'a TensorView,
-    plan: &MergePlan,
+    plan: &dyn TensorEdits,
     ty: GgmlType,
 ) -> Result<Cow<'a, [u8]>, CompressError> {
-    if let Some(values) = plan.merged(view)? {
+    if let Some(values) = plan.edited(view)? {
         return Ok(Cow::Owned(encode(&values, view.cols(), ty)?));
     }
     if view.ty == ty {
@@ -143,8 +237,8 @@ fn adapter_note(adapter: &LoraAdapter) -> String {
 fn write_gguf(
     file: &GgufFile,
     weights: &Weights,
-    plan: &MergePlan,
-    adapter: &LoraAdapter,
+    plan: &dyn TensorEdits,
+    note: (&str, String),
     dtype: MergeDtype,
     out: &Path,
     progress: &mut impl FnMut(usize, usize),
@@ -155,7 +249,7 @@ fn write_gguf(
     for info in file.tensors() {
         let view = weights.get(&info.name)?;
         let ty = if plan.touches(&view.name) {
-            dtype.ggml()
+            edited_type(view, dtype)
         } else {
             view.ty
         };
@@ -177,7 +271,7 @@ fn write_gguf(
     if let Some(id) = main.and_then(file_type_id) {
         w.add_metadata("general.file_type", GgufValue::U32(id));
     }
-    w.add_str("pagoda.lora_merged", adapter_note(adapter));
+    w.add_str(note.0, note.1);
     let total = infos.len();
     let n = write_file_atomically(out, |buf| {
         w.write_streamed(&infos, buf, |i| {
@@ -192,7 +286,7 @@ fn write_gguf(
 /// Writes the merged folder's files into `dir`; returns (weights bytes, tensors, converted).
 fn write_hf(
     folder: &HfFolder,
-    plan: &MergePlan,
+    plan: &dyn TensorEdits,
     dtype: MergeDtype,
     dir: &Path,
     progress: &mut impl FnMut(usize, usize),
@@ -212,7 +306,7 @@ fn write_hf(
             ))
         })?;
         let ty = match view.ty {
-            _ if plan.touches(&view.name) => dtype.ggml(),
+            _ if plan.touches(&view.name) => edited_type(view, dtype),
             t @ (GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) => t,
             _ => {
                 converted += 1;
