@@ -364,12 +364,8 @@ pub fn run(args: DistillArgs) -> anyhow::Result<()> {
     let result = pipeline::run(&cfg, &mut bars);
     bars.finish();
     let report = result?;
+    // Stopped early (--stop-after): the pipeline said where to resume from.
     let Some(bytes) = report.output_bytes else {
-        eprintln!(
-            "stopped at step {}; continue with --resume {}",
-            report.steps,
-            report.checkpoint.display()
-        );
         return Ok(());
     };
     let last = report
