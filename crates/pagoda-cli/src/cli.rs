@@ -214,7 +214,7 @@ matrices are written F16 (F32 if they were). Either loses quality that distillat
 Sparse weights are not faster by themselves: Pagoda's kernels are dense, so a pruned model
 runs at the speed of its F16 size (see docs/compression.md). Quantize it after pruning to
 make it smaller: pagoda quantize smol-wanda50.gguf -o smol-wanda50-q8.gguf --method rtn --bits 8 --sym.
-Structured pruning (--method layers|width) and distillation are not available yet.";
+`pagoda compress` chains prune, distill and quantize with a report.";
 
 const DISTILL_HELP: &str = "\
 Examples:
