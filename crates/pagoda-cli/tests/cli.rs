@@ -2050,6 +2050,20 @@ fn compress_runs_stages_reports_and_resumes() {
             .repeat(40)
             .as_bytes(),
     );
+    let data = env.file(
+        "train.jsonl",
+        (0..12)
+            .map(|i| {
+                format!("{{\"text\": \"The quick brown fox jumps over the lazy dog {i}.\"}}\n")
+            })
+            .collect::<String>()
+            .as_bytes(),
+    );
+    let distill = format!(
+        "distill --teacher {} --data {} --steps 2 --seq-len 32 --batch-size 2",
+        dir.display(),
+        data.display()
+    );
     let out = env.dir.path().join("pipeline");
     let argv = |extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = [
@@ -2057,6 +2071,8 @@ fn compress_runs_stages_reports_and_resumes() {
             dir.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),
+            "--stage",
+            &distill,
             "--stage",
             "prune --method layers --drop 1",
             "--stage",
@@ -2080,8 +2096,9 @@ fn compress_runs_stages_reports_and_resumes() {
     let o = run(&[]);
     ok(&o);
     for f in [
-        "1-prune.gguf",
-        "2-quantize.gguf",
+        "1-distill",
+        "2-prune.gguf",
+        "3-quantize.gguf",
         "report.md",
         "report.json",
         "report.svg",
@@ -2091,7 +2108,7 @@ fn compress_runs_stages_reports_and_resumes() {
     }
     let report = fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
-        report.contains("1-prune.gguf") && report.contains("2-quantize.gguf"),
+        report.contains("1-distill") && report.contains("3-quantize.gguf"),
         "{report}"
     );
     assert!(
@@ -2100,19 +2117,19 @@ fn compress_runs_stages_reports_and_resumes() {
     );
     let stages: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(out.join("stages.json")).unwrap()).unwrap();
-    assert_eq!(stages.as_array().unwrap().len(), 2);
+    assert_eq!(stages.as_array().unwrap().len(), 3);
     assert!(
         stages[0]["peak_rss_mib"].as_f64().unwrap() > 0.0,
         "{stages}"
     );
-    let shown = stdout(&env.run(&["show", out.join("2-quantize.gguf").to_str().unwrap()]));
+    let shown = stdout(&env.run(&["show", out.join("3-quantize.gguf").to_str().unwrap()]));
     assert!(shown.contains("layers          1"), "{shown}");
-    // A rerun reuses both stages.
+    // A rerun reuses every stage.
     let again = run(&["--no-report"]);
     ok(&again);
     assert_eq!(
         stderr(&again).matches("reusing").count(),
-        2,
+        3,
         "{}",
         stderr(&again)
     );
