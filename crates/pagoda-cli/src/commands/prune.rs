@@ -62,9 +62,9 @@ pub struct PruneArgs {
     pub drop: Option<usize>,
     /// --method layers: how layers are ranked — influence (ShortGPT's block influence,
     /// 1 − cos(input, output); one pass) or perplexity (calibration perplexity with the layer
-    /// removed; one evaluation per layer).
-    #[arg(long, default_value = "influence")]
-    pub rank: String,
+    /// removed; one evaluation per layer). Default: influence.
+    #[arg(long)]
+    pub rank: Option<String>,
     /// --method width: MLP neurons each layer keeps.
     #[arg(long)]
     pub ffn_dim: Option<usize>,
@@ -85,9 +85,9 @@ pub struct PruneArgs {
     /// row (2:4, 4:8).
     #[arg(long)]
     pub pattern: Option<String>,
-    /// SparseGPT dampening, as a fraction of the mean Hessian diagonal.
-    #[arg(long, default_value_t = 0.01)]
-    pub damp: f64,
+    /// SparseGPT dampening, as a fraction of the mean Hessian diagonal (default 0.01).
+    #[arg(long)]
+    pub damp: Option<f64>,
     /// Calibration data: a text file, or JSONL with a "text" field per line (default: the
     /// built-in mixed text, about 1,700 tokens).
     #[arg(long)]
@@ -125,8 +125,12 @@ fn plan(args: &PruneArgs) -> anyhow::Result<Plan> {
     let sparse_flags = given(&[
         ("--sparsity", args.sparsity.is_some()),
         ("--pattern", args.pattern.is_some()),
+        ("--damp", args.damp.is_some()),
     ]);
-    let layer_flags = given(&[("--drop", args.drop.is_some())]);
+    let layer_flags = given(&[
+        ("--drop", args.drop.is_some()),
+        ("--rank", args.rank.is_some()),
+    ]);
     let width_flags = given(&[
         ("--ffn-dim", args.ffn_dim.is_some()),
         ("--heads", args.heads.is_some()),
@@ -152,7 +156,7 @@ fn plan(args: &PruneArgs) -> anyhow::Result<Plan> {
             };
             Ok(Plan::Layers {
                 drop,
-                rank: args.rank.parse()?,
+                rank: args.rank.as_deref().unwrap_or("influence").parse()?,
             })
         }
         "width" => {
@@ -177,7 +181,9 @@ fn plan(args: &PruneArgs) -> anyhow::Result<Plan> {
             let method: PruneMethod = args.method.parse()?;
             let pattern: Pattern = args.pattern.as_deref().unwrap_or("unstructured").parse()?;
             let mut opts = PruneOptions::new(method, pattern, args.sparsity)?;
-            opts.damp = args.damp;
+            if let Some(damp) = args.damp {
+                opts.damp = damp;
+            }
             opts.validate()?;
             Ok(Plan::Sparse(opts))
         }
@@ -424,14 +430,14 @@ mod tests {
             force: false,
             method: method.into(),
             drop: None,
-            rank: "influence".into(),
+            rank: None,
             ffn_dim: None,
             heads: None,
             kv_heads: None,
             hidden: None,
             sparsity,
             pattern: pattern.map(str::to_string),
-            damp: 0.01,
+            damp: None,
             calibration: None,
             window: 512,
             max_windows: 16,
@@ -442,7 +448,7 @@ mod tests {
     fn prune_options_refuse_bad_input_with_the_reason() {
         let layers = |drop: Option<usize>, rank: &str| PruneArgs {
             drop,
-            rank: rank.into(),
+            rank: Some(rank.into()),
             ..args("layers", None, None)
         };
         let width = |ffn: Option<usize>| PruneArgs {
@@ -459,6 +465,13 @@ mod tests {
             (args("layers", None, None), "needs --drop N"),
             (args("layers", Some("2:4"), None), "--pattern only applies"),
             (layers(Some(2), "shortgpt"), "unknown layer ranking"),
+            (
+                PruneArgs {
+                    rank: Some("perplexity".into()),
+                    ..width(Some(64))
+                },
+                "--rank only applies to --method layers",
+            ),
             (width(None), "needs a target"),
             (
                 PruneArgs {
