@@ -167,6 +167,13 @@ def dashboard_exprs() -> list[tuple[str, str]]:
                 if not expr.strip():
                     fail(f"{path.name}: panel {p.get('title')!r} query {t.get('refId')} has no expr")
                 out.append((f"{path.name} panel {p.get('title')!r}", expr))
+            # A latency panel shows P50, P95 and P99 together (issue 25: P95 beside the others).
+            quantiles = {m.group(1) for t in targets
+                         for m in [re.match(r"\s*histogram_quantile\(\s*([0-9.]+)", t.get("expr", ""))] if m}
+            if quantiles & {"0.5", "0.50", "0.99"} and not {"0.5", "0.95", "0.99"} <= quantiles | (
+                    {"0.5"} if "0.50" in quantiles else set()):
+                fail(f"{path.name}: panel {p.get('title')!r} shows quantiles {sorted(quantiles)}, "
+                     "not P50, P95 and P99")
         print(f"ok: {path.name} is a dashboard ({len(out)} queries so far)")
     return out
 

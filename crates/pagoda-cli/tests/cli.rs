@@ -2611,3 +2611,29 @@ fn run_of_a_qlora_checkpoint_or_an_adapter_says_merge_then_quantize() {
 
 #[path = "cli/distill.rs"]
 mod distill;
+
+#[test]
+fn serve_refuses_key_files_with_plaintext_keys_before_doing_anything() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    fs::write(&keys, "# ops\npk-plaintext-key\n").unwrap();
+    let o = env.run(&[
+        "serve",
+        "--model",
+        "no-such-model:1b",
+        "--api-key-file",
+        keys.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("keys.txt, line 2"), "{err}");
+    assert!(err.contains("pagoda gateway keys hash"), "{err}");
+    assert!(
+        !err.contains("pk-plaintext-key"),
+        "the key is not echoed: {err}"
+    );
+    let o = env.run(&["serve", "--model", "no-such-model:1b", "--api-key", " "]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("empty --api-key"), "{}", stderr(&o));
+}

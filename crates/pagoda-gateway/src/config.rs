@@ -590,8 +590,7 @@ impl GatewayConfig {
             if !key_names.insert(k.name.as_str()) {
                 return bad(format!("key '{}' is declared twice", k.name));
             }
-            let hex_part = k.key_sha256.strip_prefix("sha256:").unwrap_or("");
-            if hex_part.len() != 64 || !hex_part.chars().all(|c| c.is_ascii_hexdigit()) {
+            if !pagoda_http::api_key::is_key_hash(&k.key_sha256) {
                 return bad(format!(
                     "key '{}': key_sha256 must be `sha256:` and 64 hex digits (see `pagoda gateway keys hash`)",
                     k.name

@@ -14,11 +14,11 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pagoda_http::api_key::BearerError;
 use rand::distributions::Alphanumeric;
 use rand::Rng;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::config::{KeyLimits, StaticKeyConfig};
 
@@ -125,13 +125,7 @@ pub struct NewKey {
     pub limits: KeyLimits,
 }
 
-/// `sha256:<64 hex>` of a key's plaintext: the only form in which keys are stored.
-pub fn hash_key(plaintext: &str) -> String {
-    format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(plaintext.as_bytes()))
-    )
-}
+pub use pagoda_http::api_key::hash_key;
 
 /// A new random key: `pk-` and 40 alphanumeric characters (about 238 bits).
 pub fn generate_key() -> String {
@@ -145,16 +139,10 @@ pub fn generate_key() -> String {
 
 /// The token of an `Authorization: Bearer <token>` header value.
 pub fn parse_bearer(header_value: Option<&str>) -> Result<&str, AuthError> {
-    let value = header_value.ok_or(AuthError::Missing)?.trim();
-    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer")
-        || token.is_empty()
-        || token.contains(char::is_whitespace)
-    {
-        return Err(AuthError::Malformed);
-    }
-    Ok(token)
+    pagoda_http::api_key::parse_bearer(header_value).map_err(|e| match e {
+        BearerError::Missing => AuthError::Missing,
+        BearerError::Malformed => AuthError::Malformed,
+    })
 }
 
 fn now_unix() -> u64 {

@@ -194,7 +194,7 @@ impl Gateway {
     pub fn is_admin(&self, presented: &str) -> bool {
         self.admin_key_hash
             .as_deref()
-            .is_some_and(|h| h == hash_key(presented))
+            .is_some_and(|h| pagoda_http::api_key::constant_time_eq(h, &hash_key(presented)))
     }
 
     pub fn admin_enabled(&self) -> bool {

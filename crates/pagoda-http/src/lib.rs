@@ -1,12 +1,14 @@
 //! pagoda-http: how Pagoda's two HTTP front doors — `pagoda serve` and `pagoda gateway` —
 //! accept connections. [`serve`] runs an axum router over HTTP/1.1 connections under
-//! [`ConnectionLimits`]; [`request_id`] holds what both say about `x-request-id`.
+//! [`ConnectionLimits`]; [`request_id`] holds what both say about `x-request-id`, and
+//! [`api_key`] how both hash and read API keys.
 //!
 //! Architecture Invariant: this crate knows nothing of models, routes or wire types; it
 //! depends on no other Pagoda crate, so the gateway can use it and still speak to any
 //! OpenAI-compatible backend.
 
 #![deny(clippy::unwrap_used)]
+pub mod api_key;
 mod listener;
 pub mod request_id;
 

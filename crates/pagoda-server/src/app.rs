@@ -64,6 +64,7 @@ pub fn router(app: AppState) -> Router {
             app.clone(),
             count_rejections,
         ))
+        .layer(middleware::from_fn_with_state(app.clone(), require_key))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(middleware::from_fn(crate::request_id::layer))
         .with_state(app)
@@ -91,7 +92,14 @@ async fn ready(State(app): State<AppState>) -> Response {
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
-    let text = app.metrics.render(&app.registry.loaded());
+    let adapters: Vec<String> = app
+        .registry
+        .adapters
+        .list()
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    let text = app.metrics.render(&app.registry.loaded(), &adapters);
     (
         [(
             header::CONTENT_TYPE,
@@ -121,6 +129,23 @@ fn in_the_shape_of(path: &str, e: ApiError) -> Response {
         crate::error::OllamaError(e).into_response()
     } else {
         e.into_response()
+    }
+}
+
+/// API keys (`--api-key`): a request [`crate::auth::check`] refuses gets its 401 in the
+/// route's error shape with `WWW-Authenticate: Bearer`, counted as an error.
+async fn require_key(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    match crate::auth::check(&app.config.api_keys, path, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => {
+            app.metrics.count_error(e.status.as_u16());
+            let mut response = in_the_shape_of(path, e);
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
     }
 }
 

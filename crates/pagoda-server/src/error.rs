@@ -93,6 +93,12 @@ impl ApiError {
         )
     }
 
+    /// 401: no API key, or not one of the server's (`pagoda serve --api-key`).
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message)
+            .with_code("invalid_api_key")
+    }
+
     /// 403: the server is set up not to do this for clients.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "permission_error", message)

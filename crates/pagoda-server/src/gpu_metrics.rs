@@ -290,7 +290,7 @@ mod tests {
         let metrics =
             crate::metrics::Metrics::with_gpu(Some(Box::new(Fake(state)))).expect("metrics");
         metrics.count_error(503);
-        let t = metrics.render(&[]);
+        let t = metrics.render(&[], &[]);
         for line in [
             r#"pagoda:request_errors_total{status="503"} 1"#,
             r#"pagoda:gpu_memory_used_bytes{gpu="0",gpu_name="NVIDIA H200"} 7516192768"#,
@@ -301,7 +301,7 @@ mod tests {
         }
         // Without a probe: none of them.
         let plain = crate::metrics::Metrics::new().expect("metrics");
-        assert!(!plain.render(&[]).contains("pagoda:gpu_"));
+        assert!(!plain.render(&[], &[]).contains("pagoda:gpu_"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! [`metrics`] (Prometheus; [`gpu_metrics`], its GPU gauges through NVML), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
-//! (what a client may make the server download).
+//! (what a client may make the server download), [`auth`] (API keys on the server itself).
 //!
 //! Loading models, request knobs → engine requests and engine events → choices are
 //! pagoda-runtime's (shared with the CLI); the server adds HTTP, streaming, leases and
@@ -20,6 +20,7 @@
 
 pub mod adapters;
 pub mod app;
+pub mod auth;
 pub mod body;
 pub mod chat_page;
 pub mod clock;

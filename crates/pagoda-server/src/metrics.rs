@@ -38,6 +38,7 @@ pub struct Metrics {
     running: IntGaugeVec,
     waiting: IntGaugeVec,
     kv_usage: GaugeVec,
+    lora_info: GaugeVec,
     prompt_tokens: IntCounterVec,
     generation_tokens: IntCounterVec,
     preemptions: IntCounterVec,
@@ -99,6 +100,18 @@ impl Metrics {
             "pagoda:kv_cache_usage_perc",
             "KV cache usage: share of KV blocks in use (1 = 100%)",
         )?;
+        // The Gateway API Inference Extension's LoRA metric (vLLM's `lora_requests_info`):
+        // one series whose labels list the adapters and whose value is when it was last
+        // updated, so an endpoint picker can route an adapter's requests to replicas that hold
+        // it. Every loaded adapter serves in any batch here, so all are running and none wait.
+        let lora_info = GaugeVec::new(
+            Opts::new(
+                "pagoda:lora_requests_info",
+                "LoRA adapters: running_lora_adapters (loaded, servable in any batch), waiting_lora_adapters (none: adapters never wait for a slot), max_lora (adapters loaded); value: unix time of this reading",
+            ),
+            &["running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+        )?;
+        registry.register(Box::new(lora_info.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -137,6 +150,7 @@ impl Metrics {
                 "Sequences waiting to be scheduled",
             )?,
             kv_usage,
+            lora_info,
             prompt_tokens: counter(
                 "pagoda:prompt_tokens_total",
                 "Prompt tokens processed (prefilled or found cached)",
@@ -216,8 +230,14 @@ impl Metrics {
     }
 
     /// The text exposition, after folding in the engines' current figures.
-    pub fn render(&self, loaded: &[Arc<ServedModel>]) -> String {
+    /// The text exposition, after reading every engine's figures from `loaded` and the LoRA
+    /// adapters' names from `adapters`.
+    pub fn render(&self, loaded: &[Arc<ServedModel>], adapters: &[String]) -> String {
         self.refresh_engines(loaded);
+        self.lora_info.reset();
+        self.lora_info
+            .with_label_values(&[&adapters.join(","), "", &adapters.len().to_string()])
+            .set(crate::clock::unix_now() as f64);
         if let Some(g) = &self.gpus {
             g.refresh();
         }

@@ -59,6 +59,8 @@ pub struct ServerConfig {
     /// Most output tokens per choice (`--max-tokens-limit`); a request without `max_tokens`
     /// gets the smaller of this and the context left. `None`: the context is the limit.
     pub max_tokens_limit: Option<usize>,
+    /// Keys every route but the probes needs (`--api-key`, `--api-key-file`); none: open.
+    pub api_keys: crate::auth::ApiKeys,
 }
 
 /// What clients may make the server download through `POST /api/pull`.
@@ -135,6 +137,7 @@ impl Default for ServerConfig {
             pull: PullPolicy::default(),
             connections: ConnectionLimits::default(),
             max_tokens_limit: None,
+            api_keys: crate::auth::ApiKeys::default(),
         }
     }
 }

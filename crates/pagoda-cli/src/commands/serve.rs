@@ -78,6 +78,22 @@ pub struct ServeArgs {
     /// On SIGTERM/Ctrl-C, how long requests in flight may take to finish (seconds).
     #[arg(long, default_value_t = 30.0)]
     pub drain_grace: f64,
+    /// Require this API key (`Authorization: Bearer KEY`) on every route but /health, /ready,
+    /// /metrics and the chat page; 401 otherwise. Repeat for several. Held hashed in memory;
+    /// prefer the environment variable or --api-key-file over the command line, which other
+    /// users of the machine can read.
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "PAGODA_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// Require one of the keys in FILE, held hashed at rest: one `sha256:<hex>` per line
+    /// (from `pagoda gateway keys hash KEY`), optionally followed by a label; `#` comments.
+    /// Repeat for several files.
+    #[arg(long = "api-key-file", value_name = "FILE")]
+    pub api_key_files: Vec<std::path::PathBuf>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -94,6 +110,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
+    let api_keys = pagoda_server::auth::ApiKeys::new(&args.api_keys, &args.api_key_files)?;
     let store = Arc::new(crate::commands::open_store()?);
     for name in &args.models {
         pagoda_runtime::loader::resolve(&store, name, pagoda_runtime::loader::Pull::IfMissing)
@@ -130,6 +147,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_connections: args.max_connections.max(1),
         },
         max_tokens_limit: args.limits.max_tokens_limit(),
+        api_keys,
         ..ServerConfig::default()
     };
     for source in &config.pull.allowed_sources {

@@ -22,6 +22,31 @@ async fn complete(s: &crate::harness::TestServer, model: &str) -> (String, Strin
     )
 }
 
+/// `pagoda:lora_requests_info`'s running adapters and max_lora, checking that exactly one
+/// series is exported, that nothing waits, and that its value is a current unix time.
+async fn lora_info(s: &crate::harness::TestServer) -> (String, String) {
+    let text = s.metrics().await;
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("pagoda:lora_requests_info{"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let (labels, value) = lines[0].rsplit_once(' ').unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let value: f64 = value.parse().unwrap();
+    assert!((now - value).abs() < 60.0, "{value} is not now ({now})");
+    let label = |name: &str| {
+        let start = labels.find(&format!("{name}=\"")).expect(name) + name.len() + 2;
+        let end = start + labels[start..].find('"').unwrap();
+        labels[start..end].to_string()
+    };
+    assert_eq!(label("waiting_lora_adapters"), "");
+    (label("running_lora_adapters"), label("max_lora"))
+}
+
 #[tokio::test]
 async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time() {
     let mut c = config();
@@ -75,6 +100,8 @@ async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time()
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let (beta, _) = complete(&s, "beta").await;
     assert_ne!(beta, plain);
+    // The Gateway API Inference Extension's LoRA metric lists what this replica holds.
+    assert_eq!(lora_info(&s).await, ("alpha,beta".into(), "2".into()));
     let r = s
         .post(
             "/v1/load_lora_adapter",
@@ -146,6 +173,7 @@ async fn adapters_are_chosen_by_model_name_and_loaded_and_unloaded_at_run_time()
         .post("/v1/unload_lora_adapter", json!({"lora_name": "beta"}))
         .await;
     assert_eq!(r.status(), 200);
+    assert_eq!(lora_info(&s).await, ("alpha".into(), "1".into()));
     for model in ["beta".to_string(), format!("{base}:beta")] {
         let r = s
             .post(

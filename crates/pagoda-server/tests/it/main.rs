@@ -1,5 +1,6 @@
 //! Integration tests of pagoda-server: real HTTP on loopback against the tiny test models.
 
+mod api_keys;
 mod embeddings;
 mod fuzz_requests;
 mod harness;
