@@ -275,6 +275,19 @@ pub struct TargetConfig {
     /// Bearer token the gateway sends upstream.
     #[serde(default)]
     pub api_key: Option<String>,
+    /// Replicas found in DNS, besides `replicas`: `http://NAME:PORT` (or `https://`) — every
+    /// A/AAAA address of NAME is one replica at PORT, e.g. a Kubernetes headless Service's
+    /// ready pods — re-resolved every `discover_interval_ms`; replicas that appear join
+    /// balancing, health checks and circuit breaking, those that vanish leave them.
+    #[serde(default)]
+    pub discover: Option<String>,
+    /// How often `discover` is resolved again.
+    #[serde(default = "default_discover_interval_ms")]
+    pub discover_interval_ms: u64,
+}
+
+fn default_discover_interval_ms() -> u64 {
+    5000
 }
 
 fn default_max_concurrency() -> usize {
@@ -486,11 +499,22 @@ impl GatewayConfig {
             if !names.insert(t.name.as_str()) {
                 return bad(format!("target '{}' is declared twice", t.name));
             }
-            if t.replicas.is_empty() && t.canned_reply.is_none() {
+            if t.replicas.is_empty() && t.canned_reply.is_none() && t.discover.is_none() {
                 return bad(format!(
-                    "target '{}' has no replicas and no canned_reply: give it `replicas = [\"http://host:port\"]`",
+                    "target '{}' has no replicas, no discover and no canned_reply: give it `replicas = [\"http://host:port\"]` or `discover = \"http://service-name:port\"`",
                     t.name
                 ));
+            }
+            if let Some(d) = &t.discover {
+                crate::upstream::discovery::DiscoverySpec::parse(d).map_err(|e| {
+                    ConfigError::Invalid(format!("target '{}': discover: {e}", t.name))
+                })?;
+                if t.discover_interval_ms < 100 {
+                    return bad(format!(
+                        "target '{}': discover_interval_ms must be at least 100",
+                        t.name
+                    ));
+                }
             }
             for r in &t.replicas {
                 if !(r.starts_with("http://") || r.starts_with("https://")) {

@@ -31,7 +31,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 /// Serves the gateway on `listener` until `shutdown` resolves, with its background tasks:
-/// active health checks, rollout analysis and config-file watching.
+/// active health checks, rollout analysis, config-file watching and replica discovery.
 pub async fn serve(
     gateway: Arc<state::Gateway>,
     listener: tokio::net::TcpListener,
@@ -46,6 +46,14 @@ pub async fn serve(
         ),
         gateway.rollouts.clone().spawn_analysis(),
         reload::spawn_watcher(gateway.clone()),
+        {
+            let forget = gateway.clone();
+            upstream::discovery::spawn_discovery(
+                gateway.upstreams.clone(),
+                Arc::new(upstream::discovery::SystemResolver),
+                move |target, url| forget.metrics.forget_replica(target, url),
+            )
+        },
     ];
     let app = app::router(gateway.clone());
     // Header deadlines (408 to a stalled client, idle keep-alive closed) and a connection cap.

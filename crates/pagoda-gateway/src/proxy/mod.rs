@@ -221,7 +221,7 @@ pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Serve
         let Some(target) = ctx.config.target(target_name) else {
             continue;
         };
-        if target.replicas.is_empty() {
+        if target.replicas.is_empty() && target.discover.is_none() {
             if let Some(text) = &target.canned_reply {
                 let model = if ctx.config.server.expose_upstream_details {
                     target.upstream_model()

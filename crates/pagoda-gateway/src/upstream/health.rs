@@ -99,6 +99,8 @@ mod tests {
                 queue_timeout_ms: 100,
                 timeout_ms: 0,
                 api_key: None,
+                discover: None,
+                discover_interval_ms: 5000,
             }],
             ..GatewayConfig::default()
         }

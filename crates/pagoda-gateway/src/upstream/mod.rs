@@ -2,8 +2,9 @@
 //!
 //! Owns, per target, the pool of [`Replica`]s with their load counters, concurrency slots and
 //! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, and
-//! bounded prefix affinity), active health checks ([`health`]), and hot reload of the replica
-//! set ([`Upstreams::reconcile`]).
+//! bounded prefix affinity), active health checks ([`health`]), hot reload of the replica
+//! set ([`Upstreams::reconcile`]), and replicas found in DNS ([`discovery`],
+//! [`Upstreams::set_discovered`]).
 //!
 //! Invariants:
 //! - A replica's state (breaker, health, outstanding count, slots) lives in one `Arc<Replica>`
@@ -11,7 +12,10 @@
 //!   its replica's `Arc` (through its [`ReplicaPermit`]), so a replica removed by a reload
 //!   finishes its in-flight requests normally.
 //! - Reads on the request path ([`Upstreams::pool`]) are one lock-free `ArcSwap` load and a map
-//!   lookup; reloads build a new map and swap it in.
+//!   lookup; reloads and discovery changes build a new map and swap it in.
+//! - A target's replicas are its configured `replicas` plus, when it has `discover`, the URLs
+//!   last discovered for it; a discovering target has a pool even while it has no replica
+//!   (requests then fail over as with every replica down).
 //! - [`TargetPool::pick`] only returns replicas that are healthy and whose breaker let the
 //!   request through (claiming a half-open probe slot); `None` means none is, and the proxy moves
 //!   to the next target of the fallback chain.
@@ -24,6 +28,7 @@
 
 pub mod balance;
 pub mod breaker;
+pub mod discovery;
 pub mod health;
 pub mod replica;
 
@@ -78,20 +83,21 @@ pub struct TargetPool {
 }
 
 impl TargetPool {
-    /// A pool of fresh replicas for `target`.
+    /// A pool of fresh replicas for `target`'s configured `replicas`.
     pub fn new(target: &TargetConfig, breaker: &BreakerConfig) -> Self {
-        Self::with_replicas(target, breaker, &HashMap::new())
+        Self::with_replicas(target, &target.replicas, breaker, &HashMap::new())
     }
 
-    /// A pool for `target` that reuses the replicas of `keep` (by URL), updating their cap and
-    /// breaker thresholds, and creates the rest.
+    /// A pool for `target` of the replicas at `urls` that reuses the replicas of `keep` (by
+    /// URL), updating their cap and breaker thresholds, and creates the rest.
     fn with_replicas(
         target: &TargetConfig,
+        urls: &[String],
         breaker: &BreakerConfig,
         keep: &HashMap<&str, &Arc<Replica>>,
     ) -> Self {
-        let mut replicas: Vec<Arc<Replica>> = Vec::with_capacity(target.replicas.len());
-        for url in &target.replicas {
+        let mut replicas: Vec<Arc<Replica>> = Vec::with_capacity(urls.len());
+        for url in urls {
             if replicas.iter().any(|r| &r.url == url) {
                 continue; // a URL listed twice is one replica
             }
@@ -183,18 +189,72 @@ fn choose_and_claim(
 #[derive(Debug)]
 pub struct Upstreams {
     pools: ArcSwap<HashMap<String, Arc<TargetPool>>>,
-    /// Serialises reconciles so two reloads never both build from the same old map.
-    reconcile_lock: Mutex<()>,
+    /// The config in force and the URLs discovered per target; the lock also serialises
+    /// rebuilds so two never build from the same old map.
+    sources: Mutex<Sources>,
+}
+
+/// What the pools are built from.
+#[derive(Debug)]
+struct Sources {
+    config: GatewayConfig,
+    discovered: HashMap<String, Vec<String>>,
 }
 
 impl Upstreams {
-    /// Pools for every target of `config` with replicas (canned-reply targets have none).
+    /// Pools for every target of `config` with replicas or `discover` (canned-reply targets
+    /// have none).
     pub fn new(config: &GatewayConfig) -> Self {
-        let pools = build_pools(config, &HashMap::new());
+        let discovered = HashMap::new();
+        let pools = build_pools(config, &discovered, &HashMap::new());
         Self {
             pools: ArcSwap::from_pointee(pools),
-            reconcile_lock: Mutex::new(()),
+            sources: Mutex::new(Sources {
+                config: config.clone(),
+                discovered,
+            }),
         }
+    }
+
+    fn sources(&self) -> std::sync::MutexGuard<'_, Sources> {
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The targets that discover replicas in DNS now: (target, `discover`, interval).
+    pub fn discovering(&self) -> Vec<(String, String, Duration)> {
+        self.sources()
+            .config
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let d = t.discover.clone()?;
+                Some((
+                    t.name.clone(),
+                    d,
+                    Duration::from_millis(t.discover_interval_ms),
+                ))
+            })
+            .collect()
+    }
+
+    /// Sets the replicas discovered for `target` (sorted and deduplicated here) and rebuilds
+    /// the pools if they changed; replicas that stay keep their state, as on reload. Returns
+    /// the URLs that left the target (whose metric series the caller forgets).
+    pub fn set_discovered(&self, target: &str, mut urls: Vec<String>) -> Vec<String> {
+        urls.sort();
+        urls.dedup();
+        let mut sources = self.sources();
+        let before = sources.discovered.get(target).cloned().unwrap_or_default();
+        if before == urls {
+            return Vec::new();
+        }
+        let gone: Vec<String> = before.into_iter().filter(|u| !urls.contains(u)).collect();
+        sources.discovered.insert(target.to_string(), urls);
+        let old = self.pools.load_full();
+        let pools = build_pools(&sources.config, &sources.discovered, &old);
+        log_changes(&old, &pools);
+        self.pools.store(Arc::new(pools));
+        gone
     }
 
     /// The pool of `target`, if it has replicas.
@@ -216,12 +276,14 @@ impl Upstreams {
     /// and queued requests keep their place. Changed breaker thresholds apply to the current
     /// state; `queue_timeout_ms` applies to requests picked after the reload.
     pub fn reconcile(&self, new: &GatewayConfig) {
-        let _guard = self
-            .reconcile_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut sources = self.sources();
+        // Discovered replicas of targets that no longer discover are dropped.
+        sources
+            .discovered
+            .retain(|t, _| new.target(t).is_some_and(|t| t.discover.is_some()));
+        sources.config = new.clone();
         let old = self.pools.load_full();
-        let pools = build_pools(new, &old);
+        let pools = build_pools(new, &sources.discovered, &old);
         log_changes(&old, &pools);
         self.pools.store(Arc::new(pools));
     }
@@ -229,18 +291,23 @@ impl Upstreams {
 
 fn build_pools(
     config: &GatewayConfig,
+    discovered: &HashMap<String, Vec<String>>,
     old: &HashMap<String, Arc<TargetPool>>,
 ) -> HashMap<String, Arc<TargetPool>> {
     config
         .targets
         .iter()
-        .filter(|t| !t.replicas.is_empty())
+        .filter(|t| !t.replicas.is_empty() || t.discover.is_some())
         .map(|t| {
             let keep: HashMap<&str, &Arc<Replica>> = old
                 .get(&t.name)
                 .map(|p| p.replicas.iter().map(|r| (r.url.as_str(), r)).collect())
                 .unwrap_or_default();
-            let pool = TargetPool::with_replicas(t, &config.breaker, &keep);
+            let mut urls = t.replicas.clone();
+            if t.discover.is_some() {
+                urls.extend(discovered.get(&t.name).into_iter().flatten().cloned());
+            }
+            let pool = TargetPool::with_replicas(t, &urls, &config.breaker, &keep);
             (t.name.clone(), Arc::new(pool))
         })
         .collect()
@@ -276,6 +343,8 @@ mod tests {
             queue_timeout_ms: 50,
             timeout_ms: 0,
             api_key: None,
+            discover: None,
+            discover_interval_ms: 5000,
         }
     }
 

@@ -44,6 +44,45 @@ fn unknown_targets_and_fields_are_named_in_the_error() {
 }
 
 #[test]
+fn discovery_needs_a_url_with_a_dns_name_and_a_sane_interval() {
+    let with = |discover: &str, extra: &str| {
+        GOOD.replace(
+            "replicas = [\"http://127.0.0.1:9001\"]",
+            &format!("discover = \"{discover}\"\n{extra}"),
+        )
+    };
+    let c = GatewayConfig::parse(&with("http://pods.ns.svc.cluster.local:11435", ""), "t").unwrap();
+    let small = c.target("small").unwrap();
+    assert!(small.replicas.is_empty());
+    assert_eq!(small.discover_interval_ms, 5000);
+    for (discover, extra, needle) in [
+        ("pods:11435", "", "scheme must be http or https"),
+        ("http://pods:11435/v1", "", "no path"),
+        (
+            "http://pods:11435",
+            "discover_interval_ms = 10",
+            "at least 100",
+        ),
+    ] {
+        let e = GatewayConfig::parse(&with(discover, extra), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("target 'small'") && e.contains(needle),
+            "{discover}: {e}"
+        );
+    }
+    // Neither replicas nor discover nor a canned reply: said how to fix it.
+    let e = GatewayConfig::parse(
+        &GOOD.replace("replicas = [\"http://127.0.0.1:9001\"]", ""),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("discover = "), "{e}");
+}
+
+#[test]
 fn the_documented_example_config_is_valid() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -251,3 +251,35 @@ async fn streams_relay_and_a_cut_stream_ends_with_an_error_event() {
     );
     assert!(text.contains("stream_broken"), "{text}");
 }
+
+#[tokio::test]
+async fn a_target_found_in_dns_serves_through_the_discovered_replica() {
+    // getaddrinfo answers an address literal itself: the discovery path (config → lookup →
+    // pool → request) without a DNS server. Name resolution is covered by the unit tests.
+    let a = stub::start("a").await;
+    let port = a.url().rsplit(':').next().unwrap().to_string();
+    let config = format!(
+        "[[target]]\nname = \"a\"\ndiscover = \"http://127.0.0.1:{port}\"\ndiscover_interval_ms = 100\n[[route]]\nmodel = \"chat\"\ntarget = \"a\"\n{}",
+        key_block("k", KEY, "")
+    );
+    let gw = start(&config).await;
+    let mut found = false;
+    for _ in 0..50 {
+        let pool = gw
+            .gateway
+            .upstreams
+            .pool("a")
+            .expect("a discovering target has a pool");
+        if pool.replicas().iter().any(|r| r.url == a.url()) {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(found, "the replica was discovered");
+    assert_eq!(
+        content(gw.chat(KEY, "chat", json!({})).await).await,
+        "from a as a"
+    );
+    assert_eq!(a.served(), 1);
+}
