@@ -28,6 +28,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cache::{cache_key, CacheStatus, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
+use crate::config::Balance;
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, AuthError, KeyRecord};
@@ -40,11 +41,9 @@ use crate::request_id::RequestId;
 use crate::rollout::Outcome;
 use crate::route::{choose, RouteRequest};
 use crate::state::{now_ms, Gateway};
-use crate::upstream::prefix_hash;
+use crate::upstream::{Pick, PrefixBlocks};
 use crate::usage::UsageRecord;
 
-/// Prompts shorter than this gain nothing from prefix affinity.
-const AFFINITY_MIN_CHARS: usize = 256;
 /// Completion tokens assumed for a request that sets no `max_tokens`.
 const DEFAULT_COMPLETION_ESTIMATE: u64 = 512;
 /// How much of a passed-through upstream error body the log line quotes.
@@ -221,8 +220,20 @@ fn estimate_tokens(body: &Value, endpoint: Endpoint) -> u64 {
     prompt + completion * n
 }
 
-/// The prompt as one string: chat messages' contents, a completion prompt, embedding input.
+/// The prompt as one string: chat messages' contents, a completion prompt, embedding input
+/// (what token estimates count).
 fn prompt_text(body: &Value) -> String {
+    joined_prompt(body, false)
+}
+
+/// The prompt as prefix-aware routing sees it: as [`prompt_text`], with each message's role
+/// before its content — part of what the engine renders (and caches) first, so two
+/// conversations differing only in a role do not share a block.
+fn routing_text(body: &Value) -> String {
+    joined_prompt(body, true)
+}
+
+fn joined_prompt(body: &Value, with_roles: bool) -> String {
     fn push(out: &mut String, v: &Value) {
         match v {
             Value::String(s) => out.push_str(s),
@@ -232,6 +243,10 @@ fn prompt_text(body: &Value) -> String {
     let mut out = String::new();
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         for m in messages {
+            if let Some(role) = m.get("role").and_then(Value::as_str).filter(|_| with_roles) {
+                out.push_str(role);
+                out.push(':');
+            }
             if let Some(c) = m.get("content") {
                 push(&mut out, c);
             }
@@ -590,10 +605,10 @@ async fn handle_inner(
         gw.rollouts.canary_percent(&model),
     );
     ticket.first_choice = Some(decision.target().to_string());
-    let affinity = if route.prefix_affinity {
-        prefix_hash(&prompt_text(&body), AFFINITY_MIN_CHARS)
-    } else {
-        None
+    let pick = match route.balance() {
+        Balance::LeastOutstanding => Pick::LeastOutstanding,
+        Balance::RoundRobin => Pick::RoundRobin,
+        Balance::Prefix => Pick::Prefix(PrefixBlocks::of(&routing_text(&body))),
     };
 
     // Streams: ask the backend for usage so tokens can be charged; hide it if the client did not ask.
@@ -622,7 +637,7 @@ async fn handle_inner(
             endpoint,
             body,
             stream,
-            affinity,
+            pick,
             chain: &decision.chain,
             route: &model,
             request_id: &request_id,

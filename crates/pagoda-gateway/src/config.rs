@@ -325,9 +325,36 @@ pub struct RouteConfig {
     /// Targets tried in order when the chosen one fails.
     #[serde(default)]
     pub fallback: Vec<String>,
-    /// Send requests that share a long prefix to the same replica (bounded by load).
+    /// How a replica of the chosen target is picked: `least_outstanding` (power of two
+    /// choices), `round_robin`, or `prefix` (where the longest part of the prompt was sent
+    /// lately, bounded by load; see docs/gateway.md).
+    #[serde(default)]
+    pub balance: Balance,
+    /// Older spelling of `balance = "prefix"`.
     #[serde(default)]
     pub prefix_affinity: bool,
+}
+
+/// A route's replica choice.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    #[default]
+    LeastOutstanding,
+    RoundRobin,
+    Prefix,
+}
+
+impl RouteConfig {
+    /// The replica choice in force: `balance`, or `prefix` when the older
+    /// `prefix_affinity = true` is given.
+    pub fn balance(&self) -> Balance {
+        if self.prefix_affinity {
+            Balance::Prefix
+        } else {
+            self.balance
+        }
+    }
 }
 
 /// A routing rule: all given conditions must hold.
@@ -546,6 +573,15 @@ impl GatewayConfig {
                 return bad(format!(
                     "route '{}' needs a `target`, a `split` or a `rollout`",
                     r.model
+                ));
+            }
+            if r.prefix_affinity
+                && r.balance != Balance::LeastOutstanding
+                && r.balance != Balance::Prefix
+            {
+                return bad(format!(
+                    "route '{}': prefix_affinity = true (the older spelling of balance = \"prefix\") contradicts balance = {:?}; keep one",
+                    r.model, r.balance
                 ));
             }
             if let Some(t) = &r.target {

@@ -55,7 +55,8 @@ pub struct Forward<'a> {
     /// The client's body; `model` is replaced per target.
     pub body: Value,
     pub stream: bool,
-    pub affinity: Option<u64>,
+    /// How each target's replica is chosen (the route's `balance`).
+    pub pick: crate::upstream::Pick,
     /// Targets in order: the chosen one, then the fallbacks.
     pub chain: &'a [String],
     /// The client-facing model name (what canned replies call themselves unless
@@ -298,7 +299,7 @@ async fn try_target(
             *retries += 1;
             tokio::time::sleep(backoff(&ctx.config.retry, attempt)).await;
         }
-        let Some(replica) = pool.pick_excluding(req.affinity, &tried) else {
+        let Some(replica) = pool.pick_excluding(&req.pick, &tried) else {
             failures.push(Failure {
                 target: target.name.clone(),
                 model: target.upstream_model().to_string(),

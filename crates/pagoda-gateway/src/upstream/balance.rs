@@ -1,4 +1,5 @@
-//! Replica choice: power of two choices on outstanding requests, and bounded prefix affinity.
+//! Replica choice: power of two choices on outstanding requests, round robin, and
+//! prefix-aware choice bounded by load.
 //!
 //! Owns the pure selection over a list of candidate replicas (already filtered to available
 //! ones); claiming breaker probes and retry exclusion live in `TargetPool`. Invariants: a choice
@@ -12,11 +13,19 @@
 //! to the same second replica, which then holds the prefix in its cache too. Rendezvous hashing
 //! moves only the prefixes of a replica that goes away or comes back, and is the same on every
 //! gateway instance because the hashes are stable.
+//!
+//! Prefix-aware choice ([`by_prefix`]) first asks the target's [`PrefixIndex`] how many leading
+//! blocks of the prompt each candidate within the load bound was sent lately and takes the
+//! longest match; a prompt no candidate holds any of goes by rendezvous on its first block, so
+//! a new system prompt lands on the same replica from every gateway instance.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rand::Rng;
 
+use super::hash::mix64;
+use super::prefix_index::{PrefixBlocks, PrefixIndex};
 use super::replica::Replica;
 
 /// The preferred replica may carry at least this many more outstanding requests than the least
@@ -81,11 +90,42 @@ pub fn by_affinity<'a>(
         .or_else(|| candidates.iter().min_by_key(|r| r.outstanding()).copied())
 }
 
-/// SplitMix64's finaliser: a fast, stable, well-mixing 64-bit permutation.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// Round robin: the candidates in turn, by a counter shared by the target's requests.
+pub fn round_robin<'a>(
+    candidates: &[&'a Arc<Replica>],
+    next: &AtomicUsize,
+) -> Option<&'a Arc<Replica>> {
+    if candidates.is_empty() {
+        return None;
+    }
+    Some(candidates[next.fetch_add(1, Ordering::Relaxed) % candidates.len()])
+}
+
+/// The prefix-aware choice for `blocks` (see the module docs); `None` for a prompt without a
+/// complete block or no candidate (the caller then balances on load alone).
+pub fn by_prefix<'a>(
+    candidates: &[&'a Arc<Replica>],
+    blocks: &PrefixBlocks,
+    index: &PrefixIndex,
+) -> Option<&'a Arc<Replica>> {
+    let first = blocks.first()?;
+    let least = candidates.iter().map(|r| r.outstanding()).min()?;
+    let bound = affinity_load_bound(least);
+    let best = candidates
+        .iter()
+        .filter(|r| r.outstanding() <= bound)
+        .map(|r| {
+            (
+                index.matched(&r.url, blocks),
+                rendezvous_score(first, r),
+                *r,
+            )
+        })
+        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    match best {
+        Some((held, _, r)) if held > 0 => Some(r),
+        _ => by_affinity(candidates, first),
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +253,53 @@ mod tests {
         );
         held.clear();
         assert_eq!(by_affinity(&c, 99).unwrap().url, preferred.url);
+    }
+
+    #[test]
+    fn round_robin_takes_turns() {
+        let rs = replicas(3);
+        let c: Vec<_> = rs.iter().collect();
+        let next = AtomicUsize::new(0);
+        let order: Vec<_> = (0..6)
+            .map(|_| round_robin(&c, &next).unwrap().url.clone())
+            .collect();
+        assert_eq!(order[..3], order[3..]);
+        assert_eq!(
+            order[..3]
+                .iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            3
+        );
+        assert!(round_robin(&[], &next).is_none());
+    }
+
+    #[tokio::test]
+    async fn prefix_choice_follows_the_longest_match_within_the_load_bound() {
+        let rs = replicas(3);
+        let c: Vec<_> = rs.iter().collect();
+        let index = PrefixIndex::default();
+        let system = "s".repeat(64 * 4);
+        let long = PrefixBlocks::of(&format!("{system}{}", "a".repeat(64 * 4)));
+        let short = PrefixBlocks::of(&system);
+        index.record(&rs[1].url, &short);
+        index.record(&rs[2].url, &long);
+        let ask = PrefixBlocks::of(&format!("{system}{}", "a".repeat(64 * 4 + 10)));
+        assert_eq!(
+            by_prefix(&c, &ask, &index).unwrap().url,
+            rs[2].url,
+            "longest"
+        );
+        // The longest holder over the bound: the next longest.
+        let held = load(&rs[2], AFFINITY_LOAD_SLACK_MIN + 1).await;
+        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[1].url);
+        drop(held);
+        // Nobody holds it: the rendezvous choice of its first block, the same every time.
+        let new = PrefixBlocks::of(&"n".repeat(300));
+        let chosen = by_prefix(&c, &new, &index).unwrap().url.clone();
+        assert_eq!(chosen, by_affinity(&c, new.first().unwrap()).unwrap().url);
+        // No complete block: no opinion.
+        assert!(by_prefix(&c, &PrefixBlocks::of("hi"), &index).is_none());
     }
 
     #[test]

@@ -304,7 +304,11 @@ mod tests {
     async fn a_discovering_target_without_replicas_has_an_empty_pool() {
         let ups = Upstreams::new(&config(&[]));
         assert!(urls(&ups).is_empty());
-        assert!(ups.pool("t").unwrap().pick(None).is_none());
+        assert!(ups
+            .pool("t")
+            .unwrap()
+            .pick(&crate::upstream::Pick::LeastOutstanding)
+            .is_none());
     }
 
     #[tokio::test]

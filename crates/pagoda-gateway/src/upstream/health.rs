@@ -165,11 +165,19 @@ mod tests {
         assert!(replica.is_healthy(), "one failure is not enough");
         check_round(&ups, &config, &client).await;
         assert!(!replica.is_healthy());
-        assert!(ups.pool("t").unwrap().pick(None).is_none());
+        assert!(ups
+            .pool("t")
+            .unwrap()
+            .pick(&crate::upstream::Pick::LeastOutstanding)
+            .is_none());
         up.store(true, Ordering::SeqCst);
         check_round(&ups, &config, &client).await;
         assert!(replica.is_healthy());
-        assert!(ups.pool("t").unwrap().pick(None).is_some());
+        assert!(ups
+            .pool("t")
+            .unwrap()
+            .pick(&crate::upstream::Pick::LeastOutstanding)
+            .is_some());
     }
 
     #[tokio::test]

@@ -1,8 +1,8 @@
 //! Upstream replicas: which replica of a target serves a request, and how many at once.
 //!
 //! Owns, per target, the pool of [`Replica`]s with their load counters, concurrency slots and
-//! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, and
-//! bounded prefix affinity), active health checks ([`health`]), hot reload of the replica
+//! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, round
+//! robin, and prefix-aware choice over [`prefix_index`] bounded by load), active health checks ([`health`]), hot reload of the replica
 //! set ([`Upstreams::reconcile`]), and replicas found in DNS ([`discovery`],
 //! [`Upstreams::set_discovered`]).
 //!
@@ -29,10 +29,13 @@
 pub mod balance;
 pub mod breaker;
 pub mod discovery;
+pub mod hash;
 pub mod health;
+pub mod prefix_index;
 pub mod replica;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,37 +43,22 @@ use arc_swap::ArcSwap;
 
 pub use breaker::{Breaker, BreakerState};
 pub use health::spawn_health_checks;
+pub use prefix_index::{PrefixBlocks, PrefixIndex};
 pub use replica::{QueueTimeout, Replica, ReplicaPermit};
 
 use crate::config::{BreakerConfig, GatewayConfig, TargetConfig};
 
-/// Prompt characters [`prefix_hash`] looks at by default: about 64 tokens, several KV-cache
-/// blocks, and long enough that two prompts sharing it almost surely share a system prompt or a
-/// conversation's beginning.
-pub const DEFAULT_PREFIX_CHARS: usize = 256;
-
-/// Hash of the first `prefix_chars` characters of `text`, the key of prefix affinity.
-///
-/// `None` when `text` is shorter than `prefix_chars` (or `prefix_chars` is 0): a short prompt
-/// fills few KV-cache blocks, so a prefix-cache hit saves little prefill while pinning it to one
-/// replica would still skew load; and a prompt shorter than the window cannot share the window
-/// with another prompt anyway. The hash (FNV-1a, then a 64-bit mix) is stable across processes
-/// and versions, so every gateway instance sends a prefix to the same replica.
-pub fn prefix_hash(text: &str, prefix_chars: usize) -> Option<u64> {
-    if prefix_chars == 0 {
-        return None;
-    }
-    let (end, _) = text.char_indices().nth(prefix_chars - 1)?;
-    let end = end + text[end..].chars().next().map_or(0, char::len_utf8);
-    Some(stable_hash(&text.as_bytes()[..end]))
-}
-
-/// FNV-1a over `bytes`, finished with [`balance::mix64`]: stable, fast, well spread.
-pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
-    let fnv = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    balance::mix64(fnv)
+/// How a request picks among a target's available replicas: a route's `balance`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Power of two choices on outstanding requests.
+    #[default]
+    LeastOutstanding,
+    /// Each available replica in turn.
+    RoundRobin,
+    /// The replica sent the longest leading part of this prompt lately, within the load bound
+    /// (see [`balance::by_prefix`]); least outstanding for a prompt under one block.
+    Prefix(PrefixBlocks),
 }
 
 /// The replicas of one target, and how a request gets one of them.
@@ -80,21 +68,27 @@ pub struct TargetPool {
     pub name: String,
     replicas: Vec<Arc<Replica>>,
     queue_timeout: Duration,
+    /// What each replica was sent lately (prefix-aware choice); kept across rebuilds.
+    prefixes: Arc<PrefixIndex>,
+    /// Round robin's turn.
+    next: AtomicUsize,
 }
 
 impl TargetPool {
     /// A pool of fresh replicas for `target`'s configured `replicas`.
     pub fn new(target: &TargetConfig, breaker: &BreakerConfig) -> Self {
-        Self::with_replicas(target, &target.replicas, breaker, &HashMap::new())
+        Self::with_replicas(target, &target.replicas, breaker, &HashMap::new(), None)
     }
 
     /// A pool for `target` of the replicas at `urls` that reuses the replicas of `keep` (by
-    /// URL), updating their cap and breaker thresholds, and creates the rest.
+    /// URL), updating their cap and breaker thresholds, and creates the rest; `prefixes` is
+    /// the old pool's index (what left is forgotten), or a new one.
     fn with_replicas(
         target: &TargetConfig,
         urls: &[String],
         breaker: &BreakerConfig,
         keep: &HashMap<&str, &Arc<Replica>>,
+        prefixes: Option<Arc<PrefixIndex>>,
     ) -> Self {
         let mut replicas: Vec<Arc<Replica>> = Vec::with_capacity(urls.len());
         for url in urls {
@@ -116,10 +110,14 @@ impl TargetPool {
             };
             replicas.push(replica);
         }
+        let prefixes = prefixes.unwrap_or_default();
+        prefixes.retain(&replicas.iter().map(|r| r.url.as_str()).collect::<Vec<_>>());
         Self {
             name: target.name.clone(),
             replicas,
             queue_timeout: Duration::from_millis(target.queue_timeout_ms),
+            prefixes,
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -133,25 +131,51 @@ impl TargetPool {
         self.queue_timeout
     }
 
-    /// A replica for a new request: prefix affinity when `affinity` is given (bounded by load),
-    /// otherwise power of two choices on outstanding requests. `None` when no replica is
-    /// healthy with a breaker that lets the request through.
-    pub fn pick(&self, affinity: Option<u64>) -> Option<Arc<Replica>> {
-        self.pick_excluding(affinity, &[])
+    /// A replica for a new request, chosen as `pick` says. `None` when no replica is healthy
+    /// with a breaker that lets the request through.
+    pub fn pick(&self, pick: &Pick) -> Option<Arc<Replica>> {
+        self.pick_excluding(pick, &[])
     }
 
     /// Like [`TargetPool::pick`], for a retry: replicas in `tried` are used only when no other
     /// replica is available (a one-replica target retries on its one replica).
-    pub fn pick_excluding(
-        &self,
-        affinity: Option<u64>,
-        tried: &[Arc<Replica>],
-    ) -> Option<Arc<Replica>> {
+    pub fn pick_excluding(&self, pick: &Pick, tried: &[Arc<Replica>]) -> Option<Arc<Replica>> {
         let was_tried = |r: &Arc<Replica>| tried.iter().any(|t| Arc::ptr_eq(t, r));
         let available: Vec<&Arc<Replica>> =
             self.replicas.iter().filter(|r| r.is_available()).collect();
         let (fresh, used): (Vec<_>, Vec<_>) = available.into_iter().partition(|r| !was_tried(r));
-        choose_and_claim(fresh, affinity).or_else(|| choose_and_claim(used, affinity))
+        let chosen = self
+            .choose_and_claim(fresh, pick)
+            .or_else(|| self.choose_and_claim(used, pick))?;
+        if let Pick::Prefix(blocks) = pick {
+            self.prefixes.record(&chosen.url, blocks);
+        }
+        Some(chosen)
+    }
+
+    /// Chooses among `candidates` and claims passage through the chosen one's breaker; a
+    /// replica whose breaker refuses (a concurrent picker took the last half-open probe) is
+    /// dropped and the choice repeated.
+    fn choose_and_claim(
+        &self,
+        mut candidates: Vec<&Arc<Replica>>,
+        pick: &Pick,
+    ) -> Option<Arc<Replica>> {
+        while !candidates.is_empty() {
+            let chosen = match pick {
+                Pick::Prefix(blocks) => balance::by_prefix(&candidates, blocks, &self.prefixes)
+                    .or_else(|| balance::power_of_two(&candidates, &mut rand::thread_rng())),
+                Pick::RoundRobin => balance::round_robin(&candidates, &self.next),
+                Pick::LeastOutstanding => {
+                    balance::power_of_two(&candidates, &mut rand::thread_rng())
+                }
+            }?;
+            if chosen.try_pass() {
+                return Some(Arc::clone(chosen));
+            }
+            candidates.retain(|r| !Arc::ptr_eq(r, chosen));
+        }
+        None
     }
 
     /// Waits up to `timeout` for one of `replica`'s concurrency slots (FIFO); see
@@ -163,26 +187,6 @@ impl TargetPool {
     ) -> Result<ReplicaPermit, QueueTimeout> {
         replica.acquire(timeout).await
     }
-}
-
-/// Chooses among `candidates` and claims passage through the chosen one's breaker; a replica
-/// whose breaker refuses (a concurrent picker took the last half-open probe) is dropped and the
-/// choice repeated.
-fn choose_and_claim(
-    mut candidates: Vec<&Arc<Replica>>,
-    affinity: Option<u64>,
-) -> Option<Arc<Replica>> {
-    while !candidates.is_empty() {
-        let chosen = match affinity {
-            Some(hash) => balance::by_affinity(&candidates, hash),
-            None => balance::power_of_two(&candidates, &mut rand::thread_rng()),
-        }?;
-        if chosen.try_pass() {
-            return Some(Arc::clone(chosen));
-        }
-        candidates.retain(|r| !Arc::ptr_eq(r, chosen));
-    }
-    None
 }
 
 /// Every target's pool, by target name; swapped atomically on reload.
@@ -307,7 +311,8 @@ fn build_pools(
             if t.discover.is_some() {
                 urls.extend(discovered.get(&t.name).into_iter().flatten().cloned());
             }
-            let pool = TargetPool::with_replicas(t, &urls, &config.breaker, &keep);
+            let prefixes = old.get(&t.name).map(|p| Arc::clone(&p.prefixes));
+            let pool = TargetPool::with_replicas(t, &urls, &config.breaker, &keep, prefixes);
             (t.name.clone(), Arc::new(pool))
         })
         .collect()
@@ -364,48 +369,15 @@ mod tests {
     const B: &str = "http://b:1";
     const C: &str = "http://c:1";
 
-    #[test]
-    fn prefix_hash_needs_the_full_window() {
-        assert_eq!(prefix_hash("short", 256), None);
-        assert_eq!(prefix_hash("", 1), None);
-        assert_eq!(prefix_hash("anything", 0), None);
-        let long = "s".repeat(300);
-        assert!(prefix_hash(&long, 256).is_some());
-        assert_eq!(
-            prefix_hash(&"x".repeat(256), 256),
-            prefix_hash(&"x".repeat(400), 256)
-        );
-    }
-
-    #[test]
-    fn prefix_hash_only_sees_the_window_and_is_stable() {
-        let system = "You are a helpful assistant. ".repeat(10);
-        let a = format!("{system}What is Rust?");
-        let b = format!("{system}Tell me a joke.");
-        assert_eq!(prefix_hash(&a, 256), prefix_hash(&b, 256));
-        assert_ne!(prefix_hash(&a, 256), prefix_hash(&format!("X{a}"), 256));
-        // Fixed value: the hash must not change between builds or gateway instances.
-        assert_eq!(prefix_hash("abc", 3), Some(stable_hash(b"abc")));
-        assert_eq!(stable_hash(b""), balance::mix64(0xcbf2_9ce4_8422_2325));
-    }
-
-    #[test]
-    fn prefix_hash_counts_characters_not_bytes() {
-        let text = "é".repeat(10);
-        assert!(prefix_hash(&text, 10).is_some());
-        assert_eq!(prefix_hash(&text, 11), None);
-        assert_eq!(prefix_hash(&text, 5), prefix_hash(&"é".repeat(5), 5));
-    }
-
     proptest::proptest! {
         #[test]
-        fn prefix_hash_depends_only_on_the_prefix(s in "\\PC{0,80}", tail in "\\PC{0,20}", n in 0usize..100) {
-            let h = prefix_hash(&s, n);
-            proptest::prop_assert_eq!(h.is_some(), n > 0 && s.chars().count() >= n);
-            if h.is_some() {
-                let longer = format!("{s}{tail}");
-                proptest::prop_assert_eq!(prefix_hash(&longer, n), h);
-            }
+        fn a_prompts_blocks_begin_every_longer_prompts_blocks(s in "\\PC{0,300}", tail in "\\PC{0,100}") {
+            let short = PrefixBlocks::of(&s);
+            let long = PrefixBlocks::of(&format!("{s}{tail}"));
+            proptest::prop_assert_eq!(short.len(), s.chars().count() / prefix_index::BLOCK_CHARS);
+            let index = PrefixIndex::default();
+            index.record("r", &long);
+            proptest::prop_assert_eq!(index.matched("r", &short), short.len());
         }
     }
 
@@ -431,11 +403,11 @@ mod tests {
             held.push(pool.acquire(&a, Duration::from_millis(10)).await.unwrap());
         }
         for _ in 0..200 {
-            assert_eq!(pool.pick(None).unwrap().url, B);
+            assert_eq!(pool.pick(&Pick::LeastOutstanding).unwrap().url, B);
         }
         drop(held);
         let urls: HashSet<_> = (0..200)
-            .map(|_| pool.pick(None).unwrap().url.clone())
+            .map(|_| pool.pick(&Pick::LeastOutstanding).unwrap().url.clone())
             .collect();
         assert_eq!(urls.len(), 2, "an idle pair shares the traffic");
     }
@@ -449,16 +421,23 @@ mod tests {
         a.record_failure();
         assert_eq!(a.breaker_state(), BreakerState::Open);
         for _ in 0..50 {
-            assert_eq!(pool.pick(None).unwrap().url, B);
-            assert_eq!(pool.pick(Some(1)).unwrap().url, B);
+            assert_eq!(pool.pick(&Pick::LeastOutstanding).unwrap().url, B);
+            assert_eq!(
+                pool.pick(&Pick::Prefix(PrefixBlocks::of(&"p".repeat(64))))
+                    .unwrap()
+                    .url,
+                B
+            );
         }
         let down = crate::config::HealthConfig {
             unhealthy_after: 1,
             ..Default::default()
         };
         b.observe_health(false, &down);
-        assert!(pool.pick(None).is_none());
-        assert!(pool.pick(Some(1)).is_none());
+        assert!(pool.pick(&Pick::LeastOutstanding).is_none());
+        assert!(pool
+            .pick(&Pick::Prefix(PrefixBlocks::of(&"p".repeat(64))))
+            .is_none());
     }
 
     #[test]
@@ -470,43 +449,47 @@ mod tests {
         let a = pool.replicas()[0].clone();
         a.record_failure();
         a.record_failure();
-        assert!(pool.pick(None).is_some(), "the probe");
+        assert!(pool.pick(&Pick::LeastOutstanding).is_some(), "the probe");
         a.breaker().set_config(BreakerConfig {
             open_ms: 60_000,
             ..cfg.breaker.clone()
         });
-        assert!(pool.pick(None).is_none(), "one probe at a time");
+        assert!(
+            pool.pick(&Pick::LeastOutstanding).is_none(),
+            "one probe at a time"
+        );
         a.record_success();
-        assert!(pool.pick(None).is_some());
+        assert!(pool.pick(&Pick::LeastOutstanding).is_some());
     }
 
     #[test]
     fn retry_goes_to_another_replica_when_there_is_one() {
+        let sticky = Pick::Prefix(PrefixBlocks::of(&"x".repeat(200)));
         let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 10)]));
         let pool = ups.pool("t").unwrap();
         for _ in 0..50 {
-            let first = pool.pick(Some(7)).unwrap();
+            let first = pool.pick(&sticky).unwrap();
             let second = pool
-                .pick_excluding(Some(7), std::slice::from_ref(&first))
+                .pick_excluding(&sticky, std::slice::from_ref(&first))
                 .unwrap();
             assert!(!Arc::ptr_eq(&first, &second));
             let third = pool
-                .pick_excluding(None, &[first.clone(), second.clone()])
+                .pick_excluding(&Pick::LeastOutstanding, &[first.clone(), second.clone()])
                 .unwrap();
             assert!(!Arc::ptr_eq(&third, &first) && !Arc::ptr_eq(&third, &second));
         }
         let all = pool.replicas().to_vec();
         assert!(
-            pool.pick_excluding(None, &all).is_some(),
+            pool.pick_excluding(&Pick::LeastOutstanding, &all).is_some(),
             "all tried: reuse one"
         );
 
         let single = Upstreams::new(&config(vec![target("s", &[A], 10)]));
         let pool = single.pool("s").unwrap();
-        let only = pool.pick(None).unwrap();
+        let only = pool.pick(&Pick::LeastOutstanding).unwrap();
         assert!(Arc::ptr_eq(
             &pool
-                .pick_excluding(None, std::slice::from_ref(&only))
+                .pick_excluding(&Pick::LeastOutstanding, std::slice::from_ref(&only))
                 .unwrap(),
             &only
         ));
@@ -516,10 +499,10 @@ mod tests {
     async fn pool_affinity_is_sticky_and_bounded() {
         let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 100)]));
         let pool = ups.pool("t").unwrap();
-        let hash = prefix_hash(&"system prompt ".repeat(30), DEFAULT_PREFIX_CHARS);
-        let preferred = pool.pick(hash).unwrap();
+        let hash = Pick::Prefix(PrefixBlocks::of(&"system prompt ".repeat(30)));
+        let preferred = pool.pick(&hash).unwrap();
         for _ in 0..20 {
-            assert!(Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+            assert!(Arc::ptr_eq(&pool.pick(&hash).unwrap(), &preferred));
         }
         let mut held = Vec::new();
         for _ in 0..=balance::AFFINITY_LOAD_SLACK_MIN {
@@ -529,9 +512,9 @@ mod tests {
                     .unwrap(),
             );
         }
-        assert!(!Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+        assert!(!Arc::ptr_eq(&pool.pick(&hash).unwrap(), &preferred));
         held.clear();
-        assert!(Arc::ptr_eq(&pool.pick(hash).unwrap(), &preferred));
+        assert!(Arc::ptr_eq(&pool.pick(&hash).unwrap(), &preferred));
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::breaker::{Breaker, BreakerState};
-use super::stable_hash;
+use super::hash::stable_hash;
 use crate::config::{BreakerConfig, HealthConfig};
 
 /// A request waited longer than the target's queue timeout for a replica slot.

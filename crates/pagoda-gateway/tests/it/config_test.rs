@@ -119,3 +119,41 @@ fn upstream_details_are_private_unless_the_key_turns_them_on() {
         "{e}"
     );
 }
+
+#[test]
+fn balance_is_named_and_the_older_affinity_flag_still_means_prefix() {
+    use pagoda_gateway::config::Balance;
+    let with = |line: &str| {
+        GOOD.replace(
+            "target = \"small\"\n",
+            &format!("target = \"small\"\n{line}\n"),
+        )
+    };
+    let c = GatewayConfig::parse(GOOD, "t").unwrap();
+    assert_eq!(
+        c.route("chat").unwrap().balance(),
+        Balance::LeastOutstanding
+    );
+    for (line, want) in [
+        ("balance = \"prefix\"", Balance::Prefix),
+        ("balance = \"round_robin\"", Balance::RoundRobin),
+        ("prefix_affinity = true", Balance::Prefix),
+    ] {
+        let c = GatewayConfig::parse(&with(line), "t").unwrap();
+        assert_eq!(c.route("chat").unwrap().balance(), want, "{line}");
+    }
+    let e = GatewayConfig::parse(&with("balance = \"random\""), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown variant") && e.contains("round_robin"),
+        "{e}"
+    );
+    let e = GatewayConfig::parse(
+        &with("balance = \"round_robin\"\nprefix_affinity = true"),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("contradicts"), "{e}");
+}

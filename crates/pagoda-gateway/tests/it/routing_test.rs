@@ -283,3 +283,64 @@ async fn a_target_found_in_dns_serves_through_the_discovered_replica() {
     );
     assert_eq!(a.served(), 1);
 }
+
+fn three_replicas(a: &stub::Stub, b: &stub::Stub, c: &stub::Stub, balance: &str) -> String {
+    format!(
+        "[[target]]\nname = \"t\"\nreplicas = [\"{}\", \"{}\", \"{}\"]\n[[route]]\nmodel = \"chat\"\ntarget = \"t\"\nbalance = \"{balance}\"\n{}",
+        a.url(),
+        b.url(),
+        c.url(),
+        key_block("k", KEY, "")
+    )
+}
+
+#[tokio::test]
+async fn prefix_balance_keeps_a_conversation_on_one_replica_and_spreads_others() {
+    let (a, b, c) = (
+        stub::start("a").await,
+        stub::start("b").await,
+        stub::start("c").await,
+    );
+    let gw = start(&three_replicas(&a, &b, &c, "prefix")).await;
+    let served = || [a.served(), b.served(), c.served()];
+    // Eight conversations, each with its own long system prompt and three turns: every turn
+    // of a conversation lands where its first turn did.
+    let mut homes = Vec::new();
+    for conv in 0..8 {
+        let system = format!("You are assistant number {conv}. ").repeat(12);
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        let mut home = None;
+        for turn in 0..3 {
+            messages.push(json!({"role": "user", "content": format!("question {turn}")}));
+            let before = served();
+            let r = gw.chat(KEY, "chat", json!({"messages": messages})).await;
+            assert_eq!(r.status(), 200);
+            let after = served();
+            let went = (0..3).find(|&i| after[i] > before[i]).unwrap();
+            assert_eq!(
+                *home.get_or_insert(went),
+                went,
+                "conversation {conv} turn {turn}"
+            );
+            messages.push(json!({"role": "assistant", "content": "answer"}));
+        }
+        homes.push(home.unwrap());
+    }
+    // Different prompts do not all pile onto one replica.
+    let used: std::collections::HashSet<_> = homes.iter().collect();
+    assert!(used.len() >= 2, "{homes:?}");
+}
+
+#[tokio::test]
+async fn round_robin_balance_takes_turns() {
+    let (a, b, c) = (
+        stub::start("a").await,
+        stub::start("b").await,
+        stub::start("c").await,
+    );
+    let gw = start(&three_replicas(&a, &b, &c, "round_robin")).await;
+    for _ in 0..9 {
+        assert_eq!(gw.chat(KEY, "chat", json!({})).await.status(), 200);
+    }
+    assert_eq!([a.served(), b.served(), c.served()], [3, 3, 3]);
+}
