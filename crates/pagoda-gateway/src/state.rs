@@ -217,7 +217,13 @@ impl Gateway {
             new.cache.backend = old.cache.backend;
         }
         self.forget_removed_series(&old, &new);
+        let before = self.replica_urls();
         self.upstreams.reconcile(&new);
+        // Replicas that left (listed or discovered) take their series with them.
+        let after = self.replica_urls();
+        for (target, url) in before.difference(&after) {
+            self.metrics.forget_replica(target, url);
+        }
         self.rollouts.sync(&new);
         self.keys.set_static_keys(&new.keys);
         self.config.store(Arc::new(new));
@@ -229,17 +235,16 @@ impl Gateway {
     }
 
     /// Drops the gauge series of replicas and canaries the new config no longer has.
+    /// Every (target, replica URL) in the pools now.
+    fn replica_urls(&self) -> std::collections::HashSet<(String, String)> {
+        self.upstreams
+            .pools()
+            .iter()
+            .flat_map(|p| p.replicas().iter().map(|r| (p.name.clone(), r.url.clone())))
+            .collect()
+    }
+
     fn forget_removed_series(&self, old: &GatewayConfig, new: &GatewayConfig) {
-        for t in &old.targets {
-            for url in &t.replicas {
-                let kept = new
-                    .target(&t.name)
-                    .is_some_and(|n| n.replicas.contains(url));
-                if !kept {
-                    self.metrics.forget_replica(&t.name, url);
-                }
-            }
-        }
         for r in &old.routes {
             if r.rollout.is_some()
                 && new

@@ -344,3 +344,45 @@ async fn round_robin_balance_takes_turns() {
     }
     assert_eq!([a.served(), b.served(), c.served()], [3, 3, 3]);
 }
+
+#[tokio::test]
+async fn a_discovered_replica_that_leaves_on_reload_leaves_the_metrics() {
+    let (a, b) = (stub::start("a").await, stub::start("b").await);
+    let b_port = b.url().rsplit(':').next().unwrap().to_string();
+    let config = |discover: bool| {
+        format!(
+            "[[target]]\nname = \"t\"\nreplicas = [\"{}\"]\n{}[[route]]\nmodel = \"chat\"\ntarget = \"t\"\n{}",
+            a.url(),
+            if discover {
+                format!("discover = \"http://127.0.0.1:{b_port}\"\ndiscover_interval_ms = 100\n")
+            } else {
+                String::new()
+            },
+            key_block("k", KEY, "")
+        )
+    };
+    let gw = start(&config(true)).await;
+    let series = |url: &str| format!("pagoda_gateway_replica_outstanding{{replica=\"{url}\"");
+    let mut text = String::new();
+    for _ in 0..50 {
+        gw.gateway.refresh_gauges();
+        text = gw.gateway.metrics.render();
+        if text.contains(&series(&b.url())) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        text.contains(&series(&a.url())) && text.contains(&series(&b.url())),
+        "{text}"
+    );
+    let static_only = pagoda_gateway::config::GatewayConfig::parse(&config(false), "test").unwrap();
+    gw.gateway.apply(static_only);
+    gw.gateway.refresh_gauges();
+    let text = gw.gateway.metrics.render();
+    assert!(text.contains(&series(&a.url())), "{text}");
+    assert!(
+        !text.contains(&series(&b.url())),
+        "the discovered replica's series stayed: {text}"
+    );
+}
