@@ -93,8 +93,8 @@ def unrelated_workload(rng: random.Random, like: list[dict]) -> list[dict]:
 class Cluster:
     """REPLICAS servers and a gateway with `balance = POLICY`."""
 
-    def __init__(self, pagoda: str, model: str, replicas: int, threads: int, policy: str,
-                 work: Path):
+    def __init__(self, pagoda: str, gateway: str, model: str, replicas: int, threads: int,
+                 policy: str, work: Path):
         self.procs: list[subprocess.Popen] = []
         self.logs = []
         urls = []
@@ -121,7 +121,7 @@ class Cluster:
         log = open(work / f"gateway-{policy}.log", "w")
         self.logs.append(log)
         self.procs.append(subprocess.Popen(
-            [pagoda, "gateway", "--config", str(config)],
+            [gateway, "gateway", "--config", str(config)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         self.url = f"http://127.0.0.1:{gport}"
         wait_ok(self.url + "/health")
@@ -165,6 +165,8 @@ def run_bench(pagoda: str, url: str, dataset: Path, args, out: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pagoda", required=True)
+    ap.add_argument("--gateway-pagoda", help="the pagoda binary that runs the gateway and the "
+                    "load generator (default: --pagoda)")
     ap.add_argument("--model", default="smollm2:135m")
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="threads per replica")
@@ -179,6 +181,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args()
     pagoda = str(Path(args.pagoda).resolve())
+    gateway = str(Path(args.gateway_pagoda or args.pagoda).resolve())
     policies = args.policies.split(",")
     rng = random.Random(1)
     shared = shared_workload(rng, args.systems, args.conversations, args.turns,
@@ -196,10 +199,10 @@ def main() -> int:
             for workload in data:
                 order = policies if rnd % 2 == 0 else list(reversed(policies))
                 for policy in order:
-                    cluster = Cluster(pagoda, args.model, args.replicas, args.threads, policy,
-                                      work)
+                    cluster = Cluster(pagoda, gateway, args.model, args.replicas, args.threads,
+                                      policy, work)
                     try:
-                        fig = run_bench(pagoda, cluster.url, data[workload], args,
+                        fig = run_bench(gateway, cluster.url, data[workload], args,
                                         work / f"{workload}-{policy}-{rnd}.json")
                     finally:
                         cluster.stop()
