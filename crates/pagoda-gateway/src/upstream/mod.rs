@@ -2,9 +2,9 @@
 //!
 //! Owns, per target, the pool of [`Replica`]s with their load counters, concurrency slots and
 //! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, round
-//! robin, and prefix-aware choice over [`prefix_index`] bounded by load), active health checks ([`health`]), hot reload of the replica
-//! set ([`Upstreams::reconcile`]), and replicas found in DNS ([`discovery`],
-//! [`Upstreams::set_discovered`]).
+//! robin, and prefix-aware choice over [`prefix_index`] bounded by load), active health checks
+//! ([`health`]), hot reload of the replica set ([`Upstreams::reconcile`]), and replicas found
+//! in DNS ([`discovery`], [`Upstreams::set_discovered`]).
 //!
 //! Invariants:
 //! - A replica's state (breaker, health, outstanding count, slots) lives in one `Arc<Replica>`
