@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import signal
 import socket
 import statistics
@@ -94,7 +95,7 @@ class Cluster:
     """REPLICAS servers and a gateway with `balance = POLICY`."""
 
     def __init__(self, pagoda: str, gateway: str, model: str, replicas: int, threads: int,
-                 policy: str, work: Path):
+                 policy: str, work: Path, server_args: list[str]):
         self.procs: list[subprocess.Popen] = []
         self.logs = []
         urls = []
@@ -104,7 +105,7 @@ class Cluster:
             self.logs.append(log)
             self.procs.append(subprocess.Popen(
                 [pagoda, "serve", "--model", model, "--port", str(port),
-                 "--threads", str(threads)],
+                 "--threads", str(threads), *server_args],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             urls.append(f"http://127.0.0.1:{port}")
         for u in urls:
@@ -178,6 +179,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--server-args", default="",
+                    help="more `pagoda serve` options, e.g. \"--kv-cache-memory 64MiB\": a KV pool "
+                    "smaller than the workload's live prefixes is where prefix routing should pay")
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args()
     pagoda = str(Path(args.pagoda).resolve())
@@ -200,7 +204,7 @@ def main() -> int:
                 order = policies if rnd % 2 == 0 else list(reversed(policies))
                 for policy in order:
                     cluster = Cluster(pagoda, gateway, args.model, args.replicas, args.threads,
-                                      policy, work)
+                                      policy, work, shlex.split(args.server_args))
                     try:
                         fig = run_bench(gateway, cluster.url, data[workload], args,
                                         work / f"{workload}-{policy}-{rnd}.json")
