@@ -426,17 +426,11 @@ mod tests {
     }
 
     #[test]
-    fn parse_bearer_accepts_only_bearer_tokens() {
+    fn parse_bearer_maps_pagoda_http_verdicts_to_auth_errors() {
+        // The parsing itself is pagoda-http's (and tested there); this is the mapping.
         assert_eq!(parse_bearer(Some("Bearer pk-abc")), Ok("pk-abc"));
-        assert_eq!(parse_bearer(Some("bearer  pk-abc ")), Ok("pk-abc"));
         assert_eq!(parse_bearer(None), Err(AuthError::Missing));
-        for bad in ["", "Bearer", "Bearer ", "Basic abc", "pk-abc", "Bearer a b"] {
-            assert_eq!(
-                parse_bearer(Some(bad)),
-                Err(AuthError::Malformed),
-                "{bad:?}"
-            );
-        }
+        assert_eq!(parse_bearer(Some("Basic abc")), Err(AuthError::Malformed));
     }
 
     #[test]

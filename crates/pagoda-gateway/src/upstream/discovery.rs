@@ -9,11 +9,12 @@
 //! answer is taken whole (sorted, deduplicated), so two gateways resolving the same name see
 //! the same replica set and prefix affinity sends a prefix to the same replica from both.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Upstreams;
 
@@ -103,8 +104,20 @@ impl Resolve for SystemResolver {
 /// Resolves every discovering target of `upstreams` now; returns (target, URL) of the
 /// replicas that left. A lookup that fails or times out leaves its target as it was.
 pub async fn discover_once(upstreams: &Upstreams, resolver: &dyn Resolve) -> Vec<(String, String)> {
+    discover_targets(upstreams, resolver, |_| true).await
+}
+
+/// [`discover_once`] for the targets `due` accepts.
+async fn discover_targets(
+    upstreams: &Upstreams,
+    resolver: &dyn Resolve,
+    due: impl Fn(&str) -> bool,
+) -> Vec<(String, String)> {
     let mut gone = Vec::new();
     for (target, discover, _) in upstreams.discovering() {
+        if !due(&target) {
+            continue;
+        }
         let Ok(spec) = DiscoverySpec::parse(&discover) else {
             continue; // validated with the config; a bad value cannot get here
         };
@@ -126,26 +139,43 @@ pub async fn discover_once(upstreams: &Upstreams, resolver: &dyn Resolve) -> Vec
     gone
 }
 
-/// Resolves the discovering targets at once and then every shortest `discover_interval_ms`
-/// among them (a reload that adds or changes `discover` is seen at the next round);
-/// `on_gone(target, url)` is called for each replica that left.
+/// How often the discovery task wakes to see which targets are due.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Resolves each discovering target at once and then every `discover_interval_ms` of its own
+/// (a reload that adds or changes `discover` is seen within [`TICK`]); `on_gone(target, url)`
+/// is called for each replica that left.
 pub fn spawn_discovery(
     upstreams: Arc<Upstreams>,
     resolver: Arc<dyn Resolve>,
     on_gone: impl Fn(&str, &str) + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut next_due: HashMap<String, Instant> = HashMap::new();
         loop {
-            for (target, url) in discover_once(&upstreams, resolver.as_ref()).await {
-                on_gone(&target, &url);
-            }
-            let round = upstreams
-                .discovering()
+            let now = Instant::now();
+            let targets = upstreams.discovering();
+            next_due.retain(|t, _| targets.iter().any(|(name, _, _)| name == t));
+            let due: Vec<String> = targets
                 .iter()
-                .map(|(_, _, every)| *every)
-                .min()
-                .unwrap_or(Duration::from_secs(1));
-            tokio::time::sleep(round).await;
+                .filter(|(t, _, _)| next_due.get(t).is_none_or(|at| *at <= now))
+                .map(|(t, _, _)| t.clone())
+                .collect();
+            for (t, _, every) in &targets {
+                if due.contains(t) {
+                    next_due.insert(t.clone(), now + *every);
+                }
+            }
+            if !due.is_empty() {
+                let gone = discover_targets(&upstreams, resolver.as_ref(), |t| {
+                    due.iter().any(|d| d == t)
+                })
+                .await;
+                for (target, url) in gone {
+                    on_gone(&target, &url);
+                }
+            }
+            tokio::time::sleep(TICK).await;
         }
     })
 }
@@ -337,6 +367,39 @@ mod tests {
         assert!(wait_for(0).await);
         task.abort();
         assert_eq!(*gone.lock().unwrap(), ["t http://127.0.0.1:9000"]);
+    }
+
+    /// Counts lookups per host; answers 127.0.0.1.
+    #[derive(Default)]
+    struct Counting(Mutex<HashMap<String, usize>>);
+
+    impl Resolve for Counting {
+        fn lookup(&self, host: &str, _port: u16) -> Lookup {
+            *self.0.lock().unwrap().entry(host.to_string()).or_default() += 1;
+            Box::pin(async { Ok(vec!["127.0.0.1".parse().unwrap()]) })
+        }
+    }
+
+    #[tokio::test]
+    async fn each_target_is_resolved_at_its_own_interval() {
+        let mut cfg = config(&[]);
+        let mut slow = cfg.targets[0].clone();
+        slow.name = "slow".into();
+        slow.discover = Some("http://slow-svc:9000".into());
+        slow.discover_interval_ms = 60_000;
+        cfg.targets[0].discover = Some("http://fast-svc:9000".into());
+        cfg.targets.push(slow);
+        let ups = Arc::new(Upstreams::new(&cfg));
+        let resolver = Arc::new(Counting::default());
+        let task = spawn_discovery(ups, resolver.clone(), |_, _| {});
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        task.abort();
+        let counts = resolver.0.lock().unwrap().clone();
+        assert_eq!(counts.get("slow-svc"), Some(&1), "{counts:?}");
+        assert!(
+            counts.get("fast-svc").is_some_and(|&n| n >= 4),
+            "{counts:?}"
+        );
     }
 
     #[tokio::test]
