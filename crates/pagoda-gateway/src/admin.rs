@@ -1,5 +1,5 @@
 //! The operator's API under `/admin`, guarded by the admin key (`Authorization: Bearer ...`):
-//! keys (create, list, revoke), rollouts (status, promote, pause, resume, abort), usage
+//! keys (create, list, revoke), rollouts (status and history, promote, pause, resume, abort, restart), usage
 //! aggregates for billing, the config in force with the last reload's outcome, an immediate
 //! reload, and the replicas' state.
 //!
@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, KeyError, NewKey};
-use crate::rollout::RolloutError;
+use crate::rollout::{Action, RolloutError};
 use crate::state::Gateway;
 use crate::usage::UsageQuery;
 
@@ -115,7 +115,7 @@ async fn revoke_key(
 
 async fn rollouts(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> AdminResult {
     admin(&gw, &headers)?;
-    Ok(Json(json!({"data": gw.rollouts.status()})).into_response())
+    Ok(Json(json!({"data": gw.rollouts.status_with_history().await})).into_response())
 }
 
 async fn rollout_action(
@@ -124,23 +124,15 @@ async fn rollout_action(
     Path((route, action)): Path<(String, String)>,
 ) -> AdminResult {
     admin(&gw, &headers)?;
-    let result = match action.as_str() {
-        "promote" => gw.rollouts.promote(&route),
-        "pause" => gw.rollouts.pause(&route),
-        "resume" => gw.rollouts.resume(&route),
-        "abort" => gw.rollouts.abort(&route),
-        other => {
-            return Err(ApiError::not_found(format!(
-                "unknown rollout action '{other}': use promote, pause, resume or abort"
-            )))
-        }
+    let Some(action) = Action::parse(&action) else {
+        return Err(ApiError::not_found(format!(
+            "unknown rollout action '{action}': use promote, pause, resume, abort or restart"
+        )));
     };
-    match result {
-        Ok(status) => {
-            tracing::info!(%route, %action, "rollout changed by an operator");
-            Ok(Json(status).into_response())
-        }
+    match gw.rollouts.act(&route, action).await {
+        Ok(status) => Ok(Json(status).into_response()),
         Err(e @ RolloutError::UnknownRoute(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ RolloutError::Shared(_)) => Err(ApiError::unavailable(e.to_string())),
         Err(e) => Err(ApiError::conflict(e.to_string())),
     }
 }

@@ -157,6 +157,16 @@ impl ApiError {
         )
     }
 
+    /// A backing service of the gateway itself (Redis) is unreachable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            Some("service_unavailable"),
+            message.into(),
+        )
+    }
+
     pub fn upstream_timeout(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::GATEWAY_TIMEOUT,

@@ -23,6 +23,7 @@ use crate::keys::{hash_key, KeyStore};
 use crate::limits::Limiter;
 use crate::metrics::GatewayMetrics;
 use crate::proxy::retry::RetryBudget;
+use crate::rollout::shared::RedisRolloutStore;
 use crate::rollout::Rollouts;
 use crate::upstream::Upstreams;
 use crate::usage::UsageLedger;
@@ -151,11 +152,26 @@ impl Gateway {
                 "no admin key configured: the admin API is disabled (set PAGODA_GATEWAY_ADMIN_KEY)"
             );
         }
-        let rollouts = Arc::new(Rollouts::new());
+        let instance = format!("{:08x}", rand::random::<u32>());
+        let rollouts = match &config.redis {
+            Some(r) => Rollouts::shared(
+                RedisRolloutStore::connect(&r.url, &r.prefix, &instance)
+                    .await
+                    .map_err(|e| StartError::Redis {
+                        url: r.url.clone(),
+                        message: e.to_string(),
+                    })?,
+            ),
+            None => Rollouts::new(),
+        };
+        let rollouts = Arc::new(rollouts);
         rollouts.sync(&config);
+        // A restarted instance routes by the shared rollout state from its first request.
+        if let Err(e) = rollouts.refresh_shared().await {
+            tracing::warn!(error = %e, "cannot read the shared rollout state yet; retrying in the background");
+        }
         let upstreams = Arc::new(Upstreams::new(&config));
         let metrics = GatewayMetrics::new();
-        let instance = format!("{:08x}", rand::random::<u32>());
         Ok(Arc::new(Self {
             config: ArcSwap::from_pointee(config),
             config_path,

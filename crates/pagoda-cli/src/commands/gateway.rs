@@ -64,7 +64,8 @@ pub enum GatewayCommand {
     Rollout {
         #[command(flatten)]
         admin: AdminArgs,
-        /// status, promote, pause, resume or abort.
+        /// status (with the shared history of changes when the gateway uses Redis), promote,
+        /// pause, resume, abort, or restart (from the first step, after a rollback or abort).
         action: String,
         /// The route (client-facing model name); not needed for status.
         route: Option<String>,
@@ -304,8 +305,8 @@ fn rollout(admin: &AdminArgs, action: &str, route: Option<&str>) -> anyhow::Resu
     let Some(route) = route else {
         bail!("`pagoda gateway rollout {action}` needs the route, e.g. `pagoda gateway rollout {action} chat`");
     };
-    if !matches!(action, "promote" | "pause" | "resume" | "abort") {
-        bail!("unknown rollout action '{action}': use status, promote, pause, resume or abort");
+    if !matches!(action, "promote" | "pause" | "resume" | "abort" | "restart") {
+        bail!("unknown rollout action '{action}': use status, promote, pause, resume, abort or restart");
     }
     print_json(&call(
         admin,

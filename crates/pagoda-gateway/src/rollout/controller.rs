@@ -7,6 +7,13 @@
 //! 100 when completed, 0 when rolled back or aborted), so a reader of [`Controller::percent`]
 //! sees a rollback as soon as the lock is released. Each step has its own statistics,
 //! identified by a process-wide unique `generation`, reset when the step changes.
+//!
+//! Shared mode (several gateway instances, state in Redis; see `shared`): the controller's
+//! [`SharedPhase`] is what instances agree on. A change is decided on a [`Controller::fork`]
+//! (local statistics merged with the other instances'), written to Redis by compare-and-set on
+//! the phase's `epoch`, and only then taken with [`Controller::adopt`], so a change that loses
+//! the race never reaches the request path. `window` numbers the statistics windows (steps):
+//! it grows whenever a step starts, and the instances publish their statistics per window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -15,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::RolloutConfig;
 
 use super::analysis::{min_compare_samples, regressions};
+use super::shared::SharedPhase;
 use super::stats::VersionStats;
 use super::{Outcome, RolloutError, RolloutEvent, RolloutState, RolloutStatus};
 
@@ -53,6 +61,12 @@ struct Inner {
     /// traffic now (at 100 % it gets none).
     baseline: Option<VersionStats>,
     last_analysis: Option<Instant>,
+    /// Version of the shared phase this state matches (0: never shared).
+    epoch: u64,
+    /// Number of the current statistics window (step); grows when a step starts.
+    window: u64,
+    /// The other instances' statistics in this window (stable, canary), shared mode only.
+    peers: Option<(VersionStats, VersionStats)>,
 }
 
 impl Controller {
@@ -75,8 +89,137 @@ impl Controller {
                 canary_stats: VersionStats::default(),
                 baseline: None,
                 last_analysis: None,
+                epoch: 0,
+                window: 1,
+                peers: None,
             }),
         }
+    }
+
+    /// A copy to try a change on: the same state, with the other instances' statistics merged
+    /// into its own (so its analysis sees the whole step).
+    pub fn fork(&self) -> Controller {
+        let inner = self.lock();
+        let mut copy = Inner {
+            config: inner.config.clone(),
+            state: inner.state.clone(),
+            step: inner.step,
+            step_started: inner.step_started,
+            step_started_wall: inner.step_started_wall,
+            generation: inner.generation,
+            stable_stats: inner.stable_stats.clone(),
+            canary_stats: inner.canary_stats.clone(),
+            baseline: inner.baseline.clone(),
+            last_analysis: inner.last_analysis,
+            epoch: inner.epoch,
+            window: inner.window,
+            peers: None,
+        };
+        if let Some((stable, canary)) = &inner.peers {
+            copy.stable_stats.merge(stable);
+            copy.canary_stats.merge(canary);
+        }
+        Controller {
+            route: self.route.clone(),
+            stable: self.stable.clone(),
+            canary: self.canary.clone(),
+            percent: AtomicU64::new(self.percent.load(Ordering::Acquire)),
+            inner: Mutex::new(copy),
+        }
+    }
+
+    /// The phase to share: this state at `epoch` (the stored epoch plus one for a change).
+    pub fn phase(&self, epoch: u64) -> SharedPhase {
+        let inner = self.lock();
+        let reason = match &inner.state {
+            RolloutState::RolledBack { reason } => Some(reason.clone()),
+            _ => None,
+        };
+        SharedPhase {
+            epoch,
+            window: inner.window,
+            state: inner.state.name().to_string(),
+            reason,
+            step: inner.step,
+            step_started_unix_ms: unix_ms(inner.step_started_wall),
+        }
+    }
+
+    /// The shared epoch this state matches (0 before the first sync).
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// Takes a phase read from (or just written to) the shared store, unless this state is
+    /// already at its epoch or newer. A new window starts a new step here too, with this
+    /// instance's and the other instances' stable statistics as the baseline; the step's start
+    /// is the phase's wall-clock time. Returns whether anything changed.
+    pub fn adopt(&self, phase: &SharedPhase, now: Instant) -> bool {
+        let mut inner = self.lock();
+        if phase.epoch <= inner.epoch {
+            return false;
+        }
+        inner.epoch = phase.epoch;
+        inner.state = match phase.state.as_str() {
+            "paused" => RolloutState::Paused,
+            "completed" => RolloutState::Completed,
+            "rolled_back" => RolloutState::RolledBack {
+                reason: phase.reason.clone().unwrap_or_default(),
+            },
+            "aborted" => RolloutState::Aborted,
+            _ => RolloutState::Progressing,
+        };
+        let last = inner.config.steps.len().saturating_sub(1);
+        inner.step = phase.step.min(last);
+        if phase.window != inner.window {
+            if let Some((stable, _)) = inner.peers.take() {
+                inner.stable_stats.merge(&stable);
+            }
+            inner.start_step(now);
+            inner.window = phase.window;
+            inner.last_analysis = None;
+        }
+        let wall = UNIX_EPOCH + Duration::from_millis(phase.step_started_unix_ms);
+        let age = SystemTime::now().duration_since(wall).unwrap_or_default();
+        inner.step_started_wall = wall;
+        inner.step_started = now.checked_sub(age).unwrap_or(now);
+        let percent = match inner.state {
+            RolloutState::Completed => 100.0,
+            RolloutState::RolledBack { .. } | RolloutState::Aborted => 0.0,
+            _ => inner.current_step_percent(),
+        };
+        self.set_percent(percent);
+        true
+    }
+
+    /// This instance's own statistics of the current window: (window, stable, canary).
+    pub fn local_stats(&self) -> (u64, VersionStats, VersionStats) {
+        let inner = self.lock();
+        (
+            inner.window,
+            inner.stable_stats.clone(),
+            inner.canary_stats.clone(),
+        )
+    }
+
+    /// Sets the other instances' statistics of `window` (ignored when this state has moved on
+    /// to another window meanwhile).
+    pub fn set_peer_stats(&self, window: u64, stable: VersionStats, canary: VersionStats) {
+        let mut inner = self.lock();
+        if inner.window == window {
+            inner.peers = Some((stable, canary));
+        }
+    }
+
+    /// When the fork it was decided on last analysed (shared mode: the fork's analysis time is
+    /// kept, so the rollout is still analysed once per interval).
+    pub fn last_analysis(&self) -> Option<Instant> {
+        self.lock().last_analysis
+    }
+
+    /// See [`Controller::last_analysis`].
+    pub fn set_last_analysis(&self, at: Option<Instant>) {
+        self.lock().last_analysis = at;
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -87,6 +230,11 @@ impl Controller {
 
     fn set_percent(&self, p: f64) {
         self.percent.store(p.to_bits(), Ordering::Release);
+    }
+
+    /// The route (model name) this rollout is on.
+    pub fn route(&self) -> &str {
+        &self.route
     }
 
     /// The stable version's target name.
@@ -325,8 +473,9 @@ impl Controller {
             step_age_s: now
                 .saturating_duration_since(inner.step_started)
                 .as_secs_f64(),
-            stable_stats: inner.stable_stats.summary(),
-            canary_stats: inner.canary_stats.summary(),
+            stable_stats: inner.with_peers(&inner.stable_stats, |p| &p.0).summary(),
+            canary_stats: inner.with_peers(&inner.canary_stats, |p| &p.1).summary(),
+            history: None,
         }
     }
 }
@@ -362,6 +511,21 @@ impl Inner {
         self.step_started = now;
         self.step_started_wall = SystemTime::now();
         self.generation = next_generation();
+        self.window += 1;
+        self.peers = None;
+    }
+
+    /// `own` with the other instances' share of the window added (shared mode).
+    fn with_peers(
+        &self,
+        own: &VersionStats,
+        pick: impl Fn(&(VersionStats, VersionStats)) -> &VersionStats,
+    ) -> VersionStats {
+        let mut all = own.clone();
+        if let Some(peers) = &self.peers {
+            all.merge(pick(peers));
+        }
+        all
     }
 
     fn regressions(&self) -> Vec<String> {

@@ -7,7 +7,14 @@
 //! [`Rollouts::feedback`]. [`Rollouts::tick`] (run by [`Rollouts::spawn_analysis`]) compares the
 //! canary with stable in the current step's window and promotes or rolls back; the admin API
 //! uses [`Rollouts::status`], [`Rollouts::promote`], [`Rollouts::pause`], [`Rollouts::resume`],
-//! [`Rollouts::abort`] and [`Rollouts::restart`].
+//! [`Rollouts::abort`] and [`Rollouts::restart`] (through [`Rollouts::act`]).
+//!
+//! With Redis configured ([`Rollouts::shared`]) the rollouts are one system across gateway
+//! instances: the phase (state, step, window, step start), every instance's step statistics
+//! and the history of changes live in Redis (see `shared`); the analysis loop syncs every
+//! rollout every 250 ms, and decisions and admin actions are written by compare-and-set before
+//! any instance applies them. Without Redis each instance runs its rollouts alone, in memory,
+//! and a restart starts them again from the first step.
 //!
 //! Decision rules (per rollout, while progressing, at most once per `interval_s`):
 //! - Roll back at once (canary 0 %) when the canary has at least `max(10, min_requests / 5)`
@@ -32,6 +39,7 @@
 pub mod analysis;
 pub mod controller;
 pub mod feedback;
+pub mod shared;
 pub mod stats;
 
 use std::collections::HashMap;
@@ -46,6 +54,7 @@ use crate::config::GatewayConfig;
 
 use controller::Controller;
 use feedback::{ResponseMemory, DEFAULT_CAPACITY};
+use shared::{HistoryEntry, RedisRolloutStore};
 pub use stats::StatsSummary;
 
 /// The analysis loop never runs more often than this.
@@ -120,8 +129,57 @@ pub struct RolloutStatus {
     /// When the current step (and its statistics window) began.
     pub step_started_unix_ms: u64,
     pub step_age_s: f64,
+    /// Over every gateway instance when the state is shared.
     pub stable_stats: StatsSummary,
     pub canary_stats: StatsSummary,
+    /// The changes recorded in the shared state, oldest first (shared mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<HistoryEntry>>,
+}
+
+/// What an operator can do to a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Promote,
+    Pause,
+    Resume,
+    Abort,
+    Restart,
+}
+
+impl Action {
+    /// The action named in `POST /admin/rollouts/{route}/{action}`.
+    pub fn parse(name: &str) -> Option<Action> {
+        Some(match name {
+            "promote" => Action::Promote,
+            "pause" => Action::Pause,
+            "resume" => Action::Resume,
+            "abort" => Action::Abort,
+            "restart" => Action::Restart,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Promote => "promote",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Abort => "abort",
+            Action::Restart => "restart",
+        }
+    }
+
+    /// Applies the action to `c` (the controller itself, or a fork in shared mode).
+    fn apply(self, c: &Controller, now: Instant) -> Result<RolloutStatus, RolloutError> {
+        match self {
+            Action::Promote => c.promote(now).map(|(_, status)| status),
+            Action::Pause => c.pause(now),
+            Action::Resume => c.resume(now),
+            Action::Abort => c.abort(now),
+            Action::Restart => Ok(c.restart(now)),
+        }
+    }
 }
 
 /// A change made by the automatic analysis.
@@ -157,6 +215,10 @@ pub enum RolloutError {
         state: String,
         hint: String,
     },
+    #[error("the shared rollout state is unavailable: {0} (check that Redis is reachable; routing keeps the last state read)")]
+    Shared(String),
+    #[error("the rollout of route '{0}' kept changing under this action (other gateway instances acting at the same time): try again")]
+    Contended(String),
 }
 
 /// Why feedback was refused.
@@ -172,6 +234,8 @@ pub struct Rollouts {
     responses: Mutex<ResponseMemory>,
     /// Serialises `sync` calls (readers never take it).
     sync_lock: Mutex<()>,
+    /// The shared store when Redis is configured.
+    shared: Option<Arc<RedisRolloutStore>>,
 }
 
 impl Default for Rollouts {
@@ -203,7 +267,109 @@ impl Rollouts {
             controllers: ArcSwap::from_pointee(HashMap::new()),
             responses: Mutex::new(ResponseMemory::new(capacity)),
             sync_lock: Mutex::new(()),
+            shared: None,
         }
+    }
+
+    /// No rollouts yet; their state will be shared through `store` with every gateway instance
+    /// that uses the same Redis and prefix.
+    pub fn shared(store: RedisRolloutStore) -> Self {
+        Self {
+            shared: Some(Arc::new(store)),
+            ..Self::new()
+        }
+    }
+
+    /// Whether the state is shared through Redis.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Shared mode: reads (or first stores) every rollout's shared phase now, so an instance
+    /// that starts or reloads routes by the shared state before its first request. A no-op
+    /// without Redis.
+    pub async fn refresh_shared(&self) -> Result<(), RolloutError> {
+        let Some(store) = &self.shared else {
+            return Ok(());
+        };
+        let controllers = self.controllers.load_full();
+        for c in controllers.values() {
+            shared::refresh(store, c, Instant::now())
+                .await
+                .map_err(|e| RolloutError::Shared(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Shared mode: one sync of every rollout with Redis (see [`shared::sync_rollout`]);
+    /// returns the decisions this instance made. Errors are per rollout and logged by the caller.
+    pub async fn sync_shared(&self, now: Instant) -> Vec<Result<RolloutEvent, RolloutError>> {
+        let Some(store) = &self.shared else {
+            return Vec::new();
+        };
+        let controllers = self.controllers.load_full();
+        let mut out = Vec::new();
+        for c in controllers.values() {
+            match shared::sync_rollout(store, c, now).await {
+                Ok(Some(event)) => out.push(Ok(event)),
+                Ok(None) => {}
+                Err(e) => out.push(Err(RolloutError::Shared(e.to_string()))),
+            }
+        }
+        out
+    }
+
+    /// An operator's action on `route`'s rollout. Shared mode: tried on a copy of the freshly
+    /// read shared state and written by compare-and-set (retried a few times when another
+    /// instance changes the rollout meanwhile), then applied here; every instance follows
+    /// within [`shared::SYNC_PERIOD`].
+    pub async fn act(&self, route: &str, action: Action) -> Result<RolloutStatus, RolloutError> {
+        let c = self.get_or_err(route)?;
+        let Some(store) = &self.shared else {
+            let status = action.apply(&c, Instant::now())?;
+            log_action(route, action, &status);
+            return Ok(status);
+        };
+        let shared_err = |e: shared::SharedError| RolloutError::Shared(e.to_string());
+        for _ in 0..5 {
+            let now = Instant::now();
+            shared::refresh(store, &c, now).await.map_err(shared_err)?;
+            let fork = c.fork();
+            action.apply(&fork, now)?;
+            let expected = c.epoch();
+            let phase = fork.phase(expected + 1);
+            let entry = store.entry(action.name(), &phase, None);
+            if store
+                .compare_and_set(&c, expected, &phase, Some(&entry))
+                .await
+                .map_err(shared_err)?
+            {
+                c.adopt(&phase, now);
+                let status = c.status(now);
+                log_action(route, action, &status);
+                return Ok(status);
+            }
+        }
+        Err(RolloutError::Contended(route.to_string()))
+    }
+
+    /// Every rollout's status, with the shared history of changes in shared mode.
+    pub async fn status_with_history(&self) -> Vec<RolloutStatus> {
+        let mut all = self.status();
+        let Some(store) = &self.shared else {
+            return all;
+        };
+        for status in &mut all {
+            if let Some(c) = self.get(&status.route) {
+                match store.history(&c).await {
+                    Ok(h) => status.history = Some(h),
+                    Err(e) => {
+                        tracing::warn!(route = %status.route, error = %e, "cannot read the rollout history")
+                    }
+                }
+            }
+        }
+        all
     }
 
     /// Matches the rollouts to `config` (at start and on every reload): a route whose rollout
@@ -306,11 +472,36 @@ impl Rollouts {
     /// Runs [`Rollouts::tick`] forever at [`Rollouts::analysis_period`], logging each event
     /// (info for promotions, warn for rollbacks). Needs a Tokio runtime.
     pub fn spawn_analysis(self: Arc<Self>) -> JoinHandle<()> {
+        if self.is_shared() {
+            return self.spawn_shared_sync();
+        }
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(self.analysis_period()).await;
                 for event in self.tick(Instant::now()) {
                     log_event(&event);
+                }
+            }
+        })
+    }
+
+    /// Shared mode's loop: [`Rollouts::sync_shared`] every [`shared::SYNC_PERIOD`], logging
+    /// this instance's decisions and (at most every 10 s) Redis failures.
+    fn spawn_shared_sync(self: Arc<Self>) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut last_warning: Option<Instant> = None;
+            loop {
+                tokio::time::sleep(shared::SYNC_PERIOD).await;
+                for result in self.sync_shared(Instant::now()).await {
+                    match result {
+                        Ok(event) => log_event(&event),
+                        Err(e) => {
+                            if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                                tracing::warn!(error = %e, "rollout sync failed");
+                                last_warning = Some(Instant::now());
+                            }
+                        }
+                    }
                 }
             }
         })
@@ -369,6 +560,16 @@ impl Rollouts {
         tracing::info!(route, "rollout restarted at {} %", status.canary_percent);
         Ok(status)
     }
+}
+
+fn log_action(route: &str, action: Action, status: &RolloutStatus) {
+    tracing::info!(
+        route,
+        action = action.name(),
+        state = status.state.name(),
+        percent = status.canary_percent,
+        "rollout changed by an operator"
+    );
 }
 
 /// Logs an analysis event: info for promotions and completion, warn for rollbacks.

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Growth factor between neighbouring buckets (2 % wide buckets: about 1 % error at the middle).
 const BASE: f64 = 1.02;
@@ -39,6 +39,36 @@ impl LatencyHistogram {
         let idx = bucket_of(value);
         self.buckets[idx] += 1;
         self.count += 1;
+    }
+
+    /// Adds every duration `other` recorded.
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        self.count += other.count;
+    }
+
+    /// The non-empty buckets as `(index, count)`, the compact form shared through Redis.
+    pub fn sparse(&self) -> Vec<(u32, u64)> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (i as u32, *n))
+            .collect()
+    }
+
+    /// The histogram of [`LatencyHistogram::sparse`]'s output; indices beyond the last bucket
+    /// count into the last one.
+    pub fn from_sparse(entries: &[(u32, u64)]) -> Self {
+        let mut h = Self::default();
+        for &(i, n) in entries {
+            let idx = (i as usize).min(BUCKETS - 1);
+            h.buckets[idx] = h.buckets[idx].saturating_add(n);
+            h.count = h.count.saturating_add(n);
+        }
+        h
     }
 
     /// Number of recorded durations.
@@ -104,6 +134,16 @@ impl VersionStats {
         }
     }
 
+    /// Adds everything `other` recorded (another gateway instance's share of the step).
+    pub fn merge(&mut self, other: &VersionStats) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.latency.merge(&other.latency);
+        self.ttft.merge(&other.ttft);
+        self.positive_feedback += other.positive_feedback;
+        self.negative_feedback += other.negative_feedback;
+    }
+
     /// Adds one thumbs up (`true`) or down.
     pub fn add_feedback(&mut self, positive: bool) {
         if positive {
@@ -149,6 +189,44 @@ impl VersionStats {
             p99_ttft_ms: self.ttft.quantile_ms(0.99),
             feedback: self.feedback_count(),
             negative_feedback_rate: self.negative_feedback_rate(),
+        }
+    }
+}
+
+/// [`VersionStats`] as JSON, histograms sparse: what one gateway instance publishes of its
+/// share of a rollout step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    pub requests: u64,
+    pub errors: u64,
+    pub latency: Vec<(u32, u64)>,
+    pub ttft: Vec<(u32, u64)>,
+    pub positive_feedback: u64,
+    pub negative_feedback: u64,
+}
+
+impl From<&VersionStats> for StatsSnapshot {
+    fn from(s: &VersionStats) -> Self {
+        Self {
+            requests: s.requests,
+            errors: s.errors,
+            latency: s.latency.sparse(),
+            ttft: s.ttft.sparse(),
+            positive_feedback: s.positive_feedback,
+            negative_feedback: s.negative_feedback,
+        }
+    }
+}
+
+impl From<&StatsSnapshot> for VersionStats {
+    fn from(s: &StatsSnapshot) -> Self {
+        Self {
+            requests: s.requests,
+            errors: s.errors.min(s.requests),
+            latency: LatencyHistogram::from_sparse(&s.latency),
+            ttft: LatencyHistogram::from_sparse(&s.ttft),
+            positive_feedback: s.positive_feedback,
+            negative_feedback: s.negative_feedback,
         }
     }
 }
@@ -229,6 +307,27 @@ mod tests {
         assert_eq!(s.negative_feedback, 0);
         assert_eq!(s.positive_feedback, 1);
         assert_eq!(s.negative_feedback_rate(), 0.0);
+    }
+
+    #[test]
+    fn merged_snapshots_equal_one_instance_recording_everything() {
+        let mut all = VersionStats::default();
+        let mut a = VersionStats::default();
+        let mut b = VersionStats::default();
+        for i in 0..200u64 {
+            let (ok, latency) = (i % 7 != 0, Duration::from_millis(1 + i * 3));
+            let ttft = (i % 2 == 0).then(|| Duration::from_micros(500 + i));
+            all.record(ok, latency, ttft);
+            if i % 3 == 0 { &mut a } else { &mut b }.record(ok, latency, ttft);
+        }
+        a.add_feedback(false);
+        all.add_feedback(false);
+        let json = serde_json::to_string(&StatsSnapshot::from(&b)).unwrap();
+        let b_back: VersionStats = (&serde_json::from_str::<StatsSnapshot>(&json).unwrap()).into();
+        a.merge(&b_back);
+        assert_eq!(a.summary(), all.summary());
+        assert_eq!(a.latency.sparse(), all.latency.sparse());
+        assert_eq!(a.ttft.sparse(), all.ttft.sparse());
     }
 
     proptest! {

@@ -1,6 +1,7 @@
 //! Behaviour of [`Rollouts`] as the gateway and an operator see it. Time is passed to `tick`
 //! explicitly, so nothing sleeps.
 
+use super::stats::VersionStats;
 use super::*;
 use std::time::{Duration, Instant};
 
@@ -566,5 +567,90 @@ proptest::proptest! {
             proptest::prop_assert_eq!(s.reason.is_some(),
                 matches!(s.state, RolloutState::RolledBack { .. } | RolloutState::Aborted));
         }
+    }
+}
+
+// --- Shared mode's building blocks (the Redis round trips are tested in tests/it) ---
+
+fn controller() -> Arc<Controller> {
+    rollouts().get(ROUTE).unwrap()
+}
+
+#[test]
+fn a_decision_tried_on_a_fork_leaves_the_controller_as_it_was() {
+    let c = controller();
+    let fork = c.fork();
+    fork.promote(Instant::now()).unwrap();
+    assert_eq!(fork.percent(), 20.0);
+    assert_eq!(c.percent(), 5.0, "the fork's change is not applied");
+    assert_eq!(c.status(Instant::now()).step, 0);
+}
+
+#[test]
+fn adopting_a_phase_moves_the_percent_and_starts_a_new_window() {
+    let c = controller();
+    c.record("v2", &ok(5));
+    let fork = c.fork();
+    fork.promote(Instant::now()).unwrap();
+    let phase = fork.phase(1);
+    assert!(
+        phase.window > c.local_stats().0,
+        "a new step is a new window"
+    );
+    assert!(c.adopt(&phase, Instant::now()));
+    assert_eq!(c.percent(), 20.0);
+    assert_eq!(c.epoch(), 1);
+    let (window, _, canary) = c.local_stats();
+    assert_eq!(window, phase.window);
+    assert_eq!(canary.requests, 0, "statistics restart with the step");
+    // The same or an older epoch changes nothing.
+    assert!(!c.adopt(&phase, Instant::now()));
+    let mut old = c.phase(0);
+    old.state = "aborted".into();
+    assert!(!c.adopt(&old, Instant::now()));
+    assert_eq!(c.percent(), 20.0);
+}
+
+#[test]
+fn a_pause_keeps_the_window_and_its_statistics() {
+    let c = controller();
+    c.record("v2", &ok(5));
+    let fork = c.fork();
+    fork.pause(Instant::now()).unwrap();
+    assert!(c.adopt(&fork.phase(1), Instant::now()));
+    assert_eq!(c.status(Instant::now()).state, RolloutState::Paused);
+    assert_eq!(c.local_stats().2.requests, 1);
+}
+
+#[test]
+fn the_fork_analyses_the_other_instances_statistics_too() {
+    let c = controller();
+    let start = Instant::now();
+    // 30 canary requests here and 30 elsewhere: 60 >= min_requests 50 only together.
+    traffic_on(&c, "v2", 30);
+    traffic_on(&c, "v1", 30);
+    let later = start + Duration::from_secs(61);
+    assert!(c.fork().tick(later).is_none(), "30 alone are not enough");
+    let (window, _, _) = c.local_stats();
+    let mut peers = VersionStats::default();
+    for _ in 0..30 {
+        peers.record(true, Duration::from_millis(5), None);
+    }
+    c.set_peer_stats(window, peers.clone(), peers);
+    let event = c.fork().tick(later);
+    assert!(
+        matches!(event, Some(RolloutEvent::Promoted { .. })),
+        "{event:?}"
+    );
+    assert_eq!(
+        c.status(later).canary_stats.requests,
+        60,
+        "status shows every instance"
+    );
+}
+
+fn traffic_on(c: &Controller, version: &str, n: u64) {
+    for _ in 0..n {
+        c.record(version, &ok(5));
     }
 }
