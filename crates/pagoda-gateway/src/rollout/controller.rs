@@ -22,7 +22,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::RolloutConfig;
 
 use super::analysis::{min_compare_samples, regressions};
-use super::shared::SharedPhase;
+use serde::{Deserialize, Serialize};
+
 use super::stats::VersionStats;
 use super::{Outcome, RolloutError, RolloutEvent, RolloutState, RolloutStatus};
 
@@ -35,6 +36,21 @@ fn next_generation() -> u64 {
 
 /// A rollout is analysed again once this share of its interval has passed (timer jitter).
 const INTERVAL_TOLERANCE: f64 = 0.9;
+
+/// The part of a rollout the instances agree on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedPhase {
+    /// Bumped by every change; compare-and-set compares it.
+    pub epoch: u64,
+    /// Statistics window (step) number; a new one starts with each step.
+    pub window: u64,
+    /// A [`RolloutState`] name.
+    pub state: String,
+    /// Why it was rolled back.
+    pub reason: Option<String>,
+    pub step: usize,
+    pub step_started_unix_ms: u64,
+}
 
 /// One route's rollout.
 #[derive(Debug)]

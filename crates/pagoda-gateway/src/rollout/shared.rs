@@ -32,6 +32,7 @@ use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 
 use super::controller::Controller;
+pub use super::controller::SharedPhase;
 use super::stats::{StatsSnapshot, VersionStats};
 use super::RolloutEvent;
 
@@ -43,21 +44,6 @@ pub const HISTORY_LEN: isize = 100;
 const STATS_TTL_MS: u64 = 24 * 3600 * 1000;
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
-
-/// The part of a rollout the instances agree on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SharedPhase {
-    /// Bumped by every change; compare-and-set compares it.
-    pub epoch: u64,
-    /// Statistics window (step) number; a new one starts with each step.
-    pub window: u64,
-    /// A [`super::RolloutState`] name.
-    pub state: String,
-    /// Why it was rolled back.
-    pub reason: Option<String>,
-    pub step: usize,
-    pub step_started_unix_ms: u64,
-}
 
 /// One recorded change, as `R:events` holds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,7 +224,9 @@ impl RedisRolloutStore {
     /// A history entry made by this instance now.
     pub fn entry(&self, change: &str, phase: &SharedPhase, detail: Option<String>) -> HistoryEntry {
         HistoryEntry {
-            unix_ms: crate::state::now_ms(),
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             instance: self.instance.clone(),
             change: change.to_string(),
             step: phase.step,
