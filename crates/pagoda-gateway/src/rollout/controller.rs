@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::RolloutConfig;
 
 use super::analysis::{min_compare_samples, regressions};
-use serde::{Deserialize, Serialize};
-
 use super::stats::VersionStats;
 use super::{Outcome, RolloutError, RolloutEvent, RolloutState, RolloutStatus};
 
