@@ -11,7 +11,9 @@
    and, where kubectl is installed, by `kubectl kustomize` too (the two must agree); the
    result passes the schemas and what docs/deploy.md promises of it (one GPU a pod, GPU
    nodes, `--device=cuda`, a utilization below the GPU memory alert, an HPA on the queue and
-   GPU utilization whose external metrics prometheus-adapter's config publishes).
+   GPU utilization whose external metrics prometheus-adapter's config publishes). The
+   object-storage overlay deploy/k8s-bucket the same way (each pod pulls the served model
+   from a bucket into its own volume; no shared store or pull Job).
 3. Grafana: the dashboards are valid JSON with a Prometheus data source variable, and every
    query has an expression.
 4. Metric names: every metric named in a dashboard query or a rule expression is really
@@ -51,6 +53,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 GPU_OVERLAY = DEPLOY / "k8s-gpu"
+BUCKET_OVERLAY = DEPLOY / "k8s-bucket"
 GPU_METRICS_SOURCE = ROOT / "crates" / "pagoda-server" / "src" / "gpu_metrics.rs"
 MODEL = "smollm2:135m"
 
@@ -437,6 +440,7 @@ def check_kubernetes(pagoda: str, work: Path) -> None:
         print("skipped: kubectl not installed, the kustomization itself is not rendered")
     check_server_deployment(yaml.safe_load_all((k8s / "server.yaml").read_text()))
     check_gpu_overlay(validator, work)
+    check_bucket_overlay(validator, work)
     for m in manifests:
         for doc in yaml.safe_load_all((k8s / m).read_text()):
             if doc and doc.get("kind") == "ConfigMap" and "gateway.toml" in doc.get("data", {}):
@@ -498,8 +502,9 @@ def apply_json6902(doc, ops, where: str):
 
 
 def render_in_python(folder: Path) -> list[dict]:
-    """A kustomization's objects (resources: files or folders; patches: strategic merge or
-    JSON 6902 with a target), without generators: enough for the GPU overlay."""
+    """A kustomization's objects (resources: files or folders; patches: strategic merge,
+    `$patch: delete`, or JSON 6902 with a target), without generators: enough for the
+    overlays."""
     k = yaml.safe_load((folder / "kustomization.yaml").read_text())
     docs: list[dict] = []
     for r in k.get("resources", []):
@@ -530,7 +535,10 @@ def render_in_python(folder: Path) -> list[dict]:
                       if d["kind"] == kind and d["metadata"]["name"] == name), None)
             if i is None:
                 raise ValueError(f"{patch['path']}: no {kind} {name} in the base")
-            docs[i] = merge_strategic(docs[i], body)
+            if body.get("$patch") == "delete":
+                del docs[i]
+            else:
+                docs[i] = merge_strategic(docs[i], body)
     return docs
 
 
@@ -617,44 +625,87 @@ def check_gpu_overlay_objects(docs: list[dict]) -> None:
 def check_gpu_overlay(validator: list[str] | None, work: Path) -> None:
     step("Kubernetes GPU overlay (deploy/k8s-gpu)")
     self_test_render()
-    try:
-        docs = render_in_python(GPU_OVERLAY)
-    except (ValueError, KeyError, IndexError, OSError) as e:
-        fail(f"k8s-gpu: rendering in Python failed: {e}")
+    check_overlay(GPU_OVERLAY, check_gpu_overlay_objects, validator, work,
+                  compare=("Deployment", "HorizontalPodAutoscaler"))
+
+
+def check_bucket_overlay_objects(docs: list[dict]) -> None:
+    """What docs/deploy.md promises of the object-storage overlay."""
+    failures_before = len(FAILURES)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for gone in (("PersistentVolumeClaim", "pagoda-models"), ("Job", "pagoda-pull")):
+        if gone in kinds:
+            fail(f"k8s-bucket: still has the shared store's {gone[0]} {gone[1]}")
+    dep = find(docs, "Deployment", "pagoda-server")
+    if not dep:
+        fail("k8s-bucket: no pagoda-server Deployment")
         return
-    rendered = work / "k8s-gpu-python.yaml"
+    pod = dep["spec"]["template"]["spec"]
+    init = pod.get("initContainers") or [{}]
+    cmd = init[0].get("command", [])
+    if cmd[:2] != ["pagoda", "pull"] or not any(str(a).startswith(("s3://", "gs://", "az://")) for a in cmd):
+        fail(f"k8s-bucket: the first init container does not pull from a bucket: {cmd}")
+    served = next((a.split("=", 1)[1] for c in pod["containers"] for a in c.get("args", [])
+                   if a.startswith("--model=")), None)
+    if served is not None and served not in cmd:
+        fail(f"k8s-bucket: the pull stores the model under another name than --model={served}: {cmd}")
+    models = next((v for v in pod.get("volumes", []) if v["name"] == "models"), {})
+    if "emptyDir" not in models or "persistentVolumeClaim" in models:
+        fail(f"k8s-bucket: the models volume is not the pod's own emptyDir: {models}")
+    if len(FAILURES) == failures_before:
+        print("ok: k8s-bucket pulls the served model from a bucket into each pod's own volume; "
+              "no shared store or pull Job")
+
+
+def check_bucket_overlay(validator: list[str] | None, work: Path) -> None:
+    step("Kubernetes object-storage overlay (deploy/k8s-bucket)")
+    check_overlay(BUCKET_OVERLAY, check_bucket_overlay_objects, validator, work,
+                  compare=("Deployment",))
+
+
+def check_overlay(folder: Path, check_objects, validator: list[str] | None, work: Path,
+                  compare: tuple[str, ...]) -> None:
+    """An overlay of deploy/k8s rendered in Python (and by kubectl where installed, the two
+    compared on `compare`'s pagoda-server objects), checked against the schemas and by
+    `check_objects`."""
+    name = folder.name
+    try:
+        docs = render_in_python(folder)
+    except (ValueError, KeyError, IndexError, OSError) as e:
+        fail(f"{name}: rendering in Python failed: {e}")
+        return
+    rendered = work / f"{name}-python.yaml"
     rendered.write_text(yaml.safe_dump_all(docs))
     if validator:
         run([*validator, "--strict", "--quiet", str(rendered)],
-            f"the GPU overlay (Python render: {len(docs)} objects) matches the schemas")
-    check_gpu_overlay_objects(docs)
+            f"the overlay {name} (Python render: {len(docs)} objects) matches the schemas")
+    check_objects(docs)
     kubectl = shutil.which("kubectl")
     if not kubectl:
-        print("skipped: kubectl not installed, the GPU overlay is rendered in Python only")
+        print(f"skipped: kubectl not installed, the overlay {name} is rendered in Python only")
         return
     # kustomize reads only inside its folders: copies of base and overlay, side by side.
-    copy = work / "gpu-tree"
+    copy = work / f"{name}-tree"
     shutil.copytree(DEPLOY / "k8s", copy / "k8s")
-    shutil.copytree(GPU_OVERLAY, copy / "k8s-gpu")
+    shutil.copytree(folder, copy / name)
     (copy / "k8s" / "admin-key.txt").write_text("check-deploy-admin-key")
-    p = subprocess.run([kubectl, "kustomize", str(copy / "k8s-gpu")], capture_output=True, text=True)
+    p = subprocess.run([kubectl, "kustomize", str(copy / name)], capture_output=True, text=True)
     if p.returncode != 0:
-        fail(f"`kubectl kustomize deploy/k8s-gpu` failed:\n{p.stderr}")
+        fail(f"`kubectl kustomize deploy/{name}` failed:\n{p.stderr}")
         return
-    (work / "k8s-gpu.yaml").write_text(p.stdout)
+    (work / f"{name}.yaml").write_text(p.stdout)
     kdocs = [d for d in yaml.safe_load_all(p.stdout) if d]
     if validator:
-        run([*validator, "--strict", "--quiet", str(work / "k8s-gpu.yaml")],
-            "`kubectl kustomize deploy/k8s-gpu` output matches the schemas")
-    check_gpu_overlay_objects(kdocs)
+        run([*validator, "--strict", "--quiet", str(work / f"{name}.yaml")],
+            f"`kubectl kustomize deploy/{name}` output matches the schemas")
+    check_objects(kdocs)
     # The Python renderer must say what kustomize says, or its checks mean nothing.
-    for kind in ("Deployment", "HorizontalPodAutoscaler"):
+    for kind in compare:
         ours, theirs = find(docs, kind, "pagoda-server"), find(kdocs, kind, "pagoda-server")
         if ours is None or theirs is None or ours["spec"] != theirs["spec"]:
-            fail(f"k8s-gpu: the Python render of the {kind} differs from kubectl kustomize's")
+            fail(f"{name}: the Python render of the {kind} differs from kubectl kustomize's")
         else:
             print(f"ok: the Python render of the {kind} equals kubectl kustomize's")
-
 
 
 def gpu_metric_names() -> set[str]:

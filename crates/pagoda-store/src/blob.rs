@@ -139,7 +139,14 @@ impl BlobWriter {
     /// `Ok(None)` when another live process is writing the same blob (use [`BlobWriter::create`]).
     /// The bytes already there are hashed first; [`BlobWriter::written`] says how many there are.
     pub fn resumable(blobs_dir: &Path, digest: &Digest) -> Result<Option<BlobWriter>> {
-        let lock = blobs_dir.join(format!("partial-{}.lock", digest.hex()));
+        Self::resumable_as(blobs_dir, digest.hex())
+    }
+
+    /// Like [`BlobWriter::resumable`] for a download whose digest is not known in advance:
+    /// `key` (hex, e.g. a hash of the object's URL, ETag and size) names the partial file, so
+    /// only a pull of the same object version continues it.
+    pub fn resumable_as(blobs_dir: &Path, key: &str) -> Result<Option<BlobWriter>> {
+        let lock = blobs_dir.join(format!("partial-{key}.lock"));
         let take = |lock: &Path| {
             fs::OpenOptions::new()
                 .write(true)
@@ -160,7 +167,7 @@ impl BlobWriter {
                 return Ok(None);
             }
         }
-        let partial = blobs_dir.join(format!("partial-{}.resume", digest.hex()));
+        let partial = blobs_dir.join(format!("partial-{key}.resume"));
         let mut writer = BlobWriter {
             blobs_dir: blobs_dir.to_path_buf(),
             partial: partial.clone(),
@@ -214,6 +221,11 @@ impl BlobWriter {
             self.head.extend_from_slice(&buf[..take]);
         }
         self.written += buf.len() as u64;
+    }
+
+    /// Drops the writer and its partial file, resumable or not (bytes not worth resuming).
+    pub fn discard(mut self) {
+        self.keep_on_drop = false;
     }
 
     /// The first bytes written (up to 8), to check a file's magic before keeping it.

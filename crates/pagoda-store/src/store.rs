@@ -1080,6 +1080,7 @@ fn fetch_one(ctx: &FetchCtx<'_>, source: &Source) -> Result<Fetched> {
     match source {
         Source::Path(p) => fetch::local::fetch(ctx, p),
         Source::Url(u) => fetch::http::fetch_url(ctx, u),
+        Source::Object(u) => fetch::object::fetch(ctx, u),
         Source::HfFile {
             repo,
             file,

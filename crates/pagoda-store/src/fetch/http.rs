@@ -109,7 +109,7 @@ pub fn fetch_hf(ctx: &FetchCtx<'_>, repo: &str, file: &str, revision: &str) -> R
 }
 
 /// Files of a repo folder that pagoda reads: weights, configs, tokenizer, chat templates.
-fn wanted_in_folder(path: &str) -> bool {
+pub(crate) fn wanted_in_folder(path: &str) -> bool {
     const SKIP_DIRS: [&str; 6] = ["onnx/", "openvino/", "coreml/", "tf/", "flax/", "runs/"];
     let lower = path.to_ascii_lowercase();
     let hidden = lower

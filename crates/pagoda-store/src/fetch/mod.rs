@@ -8,6 +8,7 @@
 pub mod address;
 pub mod http;
 pub mod local;
+pub mod object;
 pub mod pip;
 
 use std::path::Path;
@@ -64,6 +65,8 @@ impl Fetched {
 /// A file that is not GGUF is refused unless the catalog vouches for it by digest.
 pub fn finish_single(writer: BlobWriter, ctx: &FetchCtx<'_>, what: &str) -> Result<Blob> {
     if ctx.expected.is_none() && !writer.head().starts_with(GGUF_MAGIC) {
+        // Not a model: nothing to resume either.
+        writer.discard();
         // Never quote the bytes: a pull made for a client must not read anything back to it.
         return Err(StoreError::NotAModel {
             path: what.into(),
