@@ -29,11 +29,14 @@ use super::prefix_index::{PrefixBlocks, PrefixIndex};
 use super::replica::Replica;
 
 /// The preferred replica may carry at least this many more outstanding requests than the least
-/// loaded one before affinity gives way to load.
-pub const AFFINITY_LOAD_SLACK_MIN: usize = 4;
+/// loaded one before affinity gives way to load. One: a prefix-cache hit saves the prefill of
+/// the shared prefix, about what one request ahead in the queue costs; measured, a slack of 4
+/// let the busiest replica run 4 requests ahead at concurrency 6 over 3 replicas and lost to
+/// round robin (docs/benchmarks.md, prefix-aware routing).
+pub const AFFINITY_LOAD_SLACK_MIN: usize = 1;
 
-/// ... or `least / AFFINITY_LOAD_SLACK_DIV` more (25 %), when that is larger: a prefix-cache
-/// hit saves the prefill of the shared prefix, worth a short queue but not a long one.
+/// ... or `least / AFFINITY_LOAD_SLACK_DIV` more (25 %), when that is larger (under heavy load
+/// a queue of 4 ahead of 16 costs relatively less).
 pub const AFFINITY_LOAD_SLACK_DIV: usize = 4;
 
 /// The most outstanding requests an affinity choice may have, given the least loaded candidate.
@@ -117,13 +120,14 @@ pub fn by_prefix<'a>(
         .map(|r| {
             (
                 index.matched(&r.url, blocks),
+                std::cmp::Reverse(r.outstanding()),
                 rendezvous_score(first, r),
                 *r,
             )
         })
-        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     match best {
-        Some((held, _, r)) if held > 0 => Some(r),
+        Some((held, _, _, r)) if held > 0 => Some(r),
         _ => by_affinity(candidates, first),
     }
 }
@@ -159,9 +163,10 @@ mod tests {
     }
 
     #[test]
-    fn bound_is_four_or_a_quarter() {
-        assert_eq!(affinity_load_bound(0), 4);
-        assert_eq!(affinity_load_bound(10), 14);
+    fn bound_is_one_or_a_quarter() {
+        assert_eq!(affinity_load_bound(0), 1);
+        assert_eq!(affinity_load_bound(3), 4);
+        assert_eq!(affinity_load_bound(10), 12);
         assert_eq!(affinity_load_bound(100), 125);
         assert_eq!(affinity_load_bound(usize::MAX), usize::MAX);
     }
@@ -294,6 +299,14 @@ mod tests {
         let held = load(&rs[2], AFFINITY_LOAD_SLACK_MIN + 1).await;
         assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[1].url);
         drop(held);
+        // Two hold the same blocks: the less loaded of them.
+        index.record(&rs[0].url, &long);
+        let busy = load(&rs[0], 1).await;
+        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[2].url);
+        drop(busy);
+        let busy = load(&rs[2], 1).await;
+        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[0].url);
+        drop(busy);
         // Nobody holds it: the rendezvous choice of its first block, the same every time.
         let new = PrefixBlocks::of(&"n".repeat(300));
         let chosen = by_prefix(&c, &new, &index).unwrap().url.clone();
