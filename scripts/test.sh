@@ -39,6 +39,8 @@ echo "== tools and structured output: openai, ollama and LangChain clients again
 python3 scripts/conformance/tools.py --pagoda "$PAGODA" --model qwen2.5-coder:0.5b --validity 50
 echo "== gateway: pagoda serve behind two pagoda gateway processes, the openai client, the keys CLI"
 python3 scripts/conformance/gateway.py --pagoda "$PAGODA" --model smollm2:135m
+echo "== many replicas as one system: 3 servers, 2 gateways, Redis, each in its own network namespace"
+python3 scripts/conformance/multi_host.py --pagoda "$PAGODA" --model smollm2:135m
 echo "== object storage: pagoda pull s3://... against moto's S3 server on loopback (boto3 fills the bucket)"
 if ! python3 -c "import moto.server, boto3, flask_cors" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check "moto[server]" boto3 \
