@@ -16,6 +16,8 @@
    from a bucket into its own volume; no shared store or pull Job).
 3. Grafana: the dashboards are valid JSON with a Prometheus data source variable, and every
    query has an expression.
+   The inference-extension values and HTTPRoute: the picker reads exported metrics, the pool
+   and route select the server pods.
 4. Metric names: every metric named in a dashboard query or a rule expression is really
    exported. It starts `pagoda serve` (smollm2:135m from the store in PAGODA_HOME) and a
    `pagoda gateway` in front of it, sends requests that make every metric appear (a cached
@@ -752,6 +754,38 @@ def check_metric_names(pagoda: str, work: Path) -> None:
     if gpu_absent:
         print(f"note: {sorted(gpu_absent)} not exported here (no NVML: no GPU); checked "
               f"against their definition in {GPU_METRICS_SOURCE.relative_to(ROOT)}")
+    check_inference_extension(exported)
+
+
+def check_inference_extension(exported: set[str]) -> None:
+    """deploy/inference-extension: the endpoint picker reads metrics the server exports, the
+    pool selects the server pods on their port, and the HTTPRoute sends to that pool."""
+    step("Gateway API Inference Extension values and route (deploy/inference-extension)")
+    folder = DEPLOY / "inference-extension"
+    values = yaml.safe_load((folder / "values.yaml").read_text())
+    flags = values["inferenceExtension"]["flags"]
+    named = {k: v for k, v in flags.items() if k.endswith("-metric")}
+    for flag, name in named.items():
+        if name not in exported:
+            fail(f"inference-extension: --{flag} names {name}, which pagoda serve does not export")
+    server = next(d for d in yaml.safe_load_all((DEPLOY / "k8s" / "server.yaml").read_text())
+                  if d and d["kind"] == "Deployment")
+    pod = server["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    selector = values["inferencePool"]["modelServers"]["matchLabels"]
+    if any(labels.get(k) != v for k, v in selector.items()):
+        fail(f"inference-extension: the pool selects {selector}; the server pods are {labels}")
+    ports = {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    wanted = {p["number"] for p in values["inferencePool"]["targetPorts"]}
+    if not wanted <= ports or values["inferencePool"].get("targetPortNumber") not in ports:
+        fail(f"inference-extension: the pool's ports {sorted(wanted)} are not the server's {sorted(ports)}")
+    route = yaml.safe_load((folder / "httproute.yaml").read_text())
+    refs = [b for r in route["spec"]["rules"] for b in r["backendRefs"]]
+    if not any(b.get("kind") == "InferencePool" and b.get("name") == "pagoda-pool" for b in refs):
+        fail(f"inference-extension: httproute.yaml does not send to the InferencePool pagoda-pool: {refs}")
+    if not FAILURES:
+        print(f"ok: the picker reads {sorted(named.values())} (all exported), the pool selects "
+              f"the server pods on port {sorted(wanted)}, the HTTPRoute sends to pagoda-pool")
 
 
 def main() -> int:
