@@ -7,14 +7,18 @@
 //! prompt's tokens followed by the generated ones). A line is used only when it parses;
 //! a header for other inputs is refused with what to do.
 //!
+//! Prompts are continued [`GEN_BATCH`] at a time, one batched forward pass per decode step
+//! (the weights are read once for the batch, as in serving).
+//!
 //! Invariants: generation stops at an end-of-sequence token (kept) or after `max_tokens`;
-//! sampling draws from one generator per prompt seeded from (seed, prompt index), so a seed
-//! fixes the continuations, resumed or not.
+//! sampling draws from one generator per prompt seeded from (seed, prompt index), and batches
+//! start at multiples of [`GEN_BATCH`] whether resumed or not, so a seed fixes the
+//! continuations, resumed or not.
 
 use std::io::Write;
 use std::path::Path;
 
-use pagoda_model::arch::{Logits, Model};
+use pagoda_model::arch::{BatchSegment, Logits, Model};
 use pagoda_model::KvDtype;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -95,6 +99,10 @@ pub fn continuations(
             }
         }
     }
+    // Batches start at multiples of GEN_BATCH (so a resumed run batches each prompt with the
+    // same neighbours as an uninterrupted one); a batch's lines are written together, so a
+    // cut-short run leaves whole batches, and any torn remainder is generated again.
+    out.truncate(out.len() / GEN_BATCH * GEN_BATCH);
     // Rewrite what was good (drops a torn last line), then append.
     let mut f = std::fs::File::create(cache).map_err(|e| TrainError::io(cache, e))?;
     writeln!(f, "{}", json_line(spec)?).map_err(|e| TrainError::io(cache, e))?;
@@ -103,38 +111,115 @@ pub fn continuations(
             .map_err(|e| TrainError::io(cache, e))?;
     }
     progress(out.len(), prompts.len());
-    let ctx = teacher.config().context_length;
-    for (i, prompt) in prompts.iter().enumerate().skip(out.len()) {
-        // One generator per prompt, from (seed, index): a resumed run samples what an
-        // uninterrupted one would.
-        let mut rng =
-            rand::rngs::StdRng::seed_from_u64(spec.seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
-        let budget = spec.max_tokens.min(ctx.saturating_sub(prompt.len()));
-        let mut cache_kv = teacher.new_cache_with(prompt.len() + budget + 1, KvDtype::F32);
-        let mut seq = prompt.clone();
-        if budget > 0 && !prompt.is_empty() {
-            let mut logits = teacher.forward(prompt, 0, &mut cache_kv, Logits::Last)?;
-            for _ in 0..budget {
-                let tok = pick(&logits, spec.temperature, &mut rng);
-                seq.push(tok);
-                if eos.contains(&tok) || seq.len() >= prompt.len() + budget {
-                    break;
-                }
-                logits = teacher.forward(&[tok], seq.len() - 1, &mut cache_kv, Logits::Last)?;
-            }
+    let first = out.len();
+    for batch_start in (first..prompts.len()).step_by(GEN_BATCH) {
+        let end = (batch_start + GEN_BATCH).min(prompts.len());
+        let batch = generate_batch(teacher, &prompts[batch_start..end], batch_start, eos, spec)?;
+        for seq in batch {
+            writeln!(
+                f,
+                "{}",
+                json_line(&Record {
+                    tokens: seq.clone()
+                })?
+            )
+            .map_err(|e| TrainError::io(cache, e))?;
+            out.push(seq);
         }
-        writeln!(
-            f,
-            "{}",
-            json_line(&Record {
-                tokens: seq.clone()
-            })?
-        )
-        .map_err(|e| TrainError::io(cache, e))?;
-        out.push(seq);
+        f.flush().map_err(|e| TrainError::io(cache, e))?;
         progress(out.len(), prompts.len());
     }
     Ok(out)
+}
+
+/// Prompts continued together in one forward pass per step (the teacher's weights are read
+/// once per step for all of them).
+pub const GEN_BATCH: usize = 8;
+const GEN_BLOCK: usize = 16;
+
+/// One prompt being continued.
+struct Live {
+    seq: Vec<u32>,
+    /// Length the sequence may reach (prompt + budget).
+    limit: usize,
+    table: Vec<u32>,
+    rng: rand::rngs::StdRng,
+    done: bool,
+}
+
+/// Continues `prompts` (indices `first..` in the whole prompt list, which seed the samplers)
+/// as one batch: a prefill of every prompt, then one decode step for all unfinished ones at a
+/// time.
+fn generate_batch(
+    teacher: &Model,
+    prompts: &[Vec<u32>],
+    first: usize,
+    eos: &[u32],
+    spec: &GenSpec,
+) -> Result<Vec<Vec<u32>>> {
+    let ctx = teacher.config().context_length;
+    let mut next_block = 0u32;
+    let mut live: Vec<Live> = prompts
+        .iter()
+        .enumerate()
+        .map(|(k, prompt)| {
+            let i = first + k;
+            // One generator per prompt, from (seed, index): a resumed run samples what an
+            // uninterrupted one would.
+            let rng =
+                rand::rngs::StdRng::seed_from_u64(spec.seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
+            let budget = spec.max_tokens.min(ctx.saturating_sub(prompt.len()));
+            let blocks = (prompt.len() + budget + 1).div_ceil(GEN_BLOCK) as u32;
+            let table = (next_block..next_block + blocks).collect();
+            next_block += blocks;
+            Live {
+                seq: prompt.clone(),
+                limit: prompt.len() + budget,
+                table,
+                rng,
+                done: budget == 0 || prompt.is_empty(),
+            }
+        })
+        .collect();
+    let mut kv = teacher.new_paged_cache(next_block as usize, GEN_BLOCK, KvDtype::F32);
+    // Prefill: every unfinished prompt's tokens at 0.. .
+    let mut step: Vec<(usize, Vec<u32>, usize)> = live
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.done)
+        .map(|(k, l)| (k, l.seq.clone(), 0))
+        .collect();
+    while !step.is_empty() {
+        let segments: Vec<BatchSegment<'_>> = step
+            .iter()
+            .map(|(k, tokens, start)| BatchSegment {
+                tokens,
+                start: *start,
+                block_table: &live[*k].table,
+                logits: Some(Logits::Last),
+                adapter: None,
+            })
+            .collect();
+        let logits = teacher.forward_batch(&segments, &mut kv)?;
+        let vocab = logits.len() / step.len();
+        let mut next = Vec::with_capacity(step.len());
+        for (row, (k, _, _)) in step.iter().enumerate() {
+            let l = &mut live[*k];
+            let tok = pick(
+                &logits[row * vocab..(row + 1) * vocab],
+                spec.temperature,
+                &mut l.rng,
+            );
+            l.seq.push(tok);
+            if eos.contains(&tok) || l.seq.len() >= l.limit {
+                l.done = true;
+            } else {
+                next.push((*k, vec![tok], l.seq.len() - 1));
+            }
+        }
+        step = next;
+    }
+    Ok(live.into_iter().map(|l| l.seq).collect())
 }
 
 fn json_line<T: Serialize>(v: &T) -> Result<String> {

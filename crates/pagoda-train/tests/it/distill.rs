@@ -387,3 +387,67 @@ fn prompts_are_continued_by_the_teacher_and_the_continuations_cached() {
         "a rerun reuses the continuations"
     );
 }
+
+#[test]
+fn batched_greedy_continuations_equal_one_prompt_at_a_time() {
+    use pagoda_train::generate::{continuations, GenSpec, GEN_BATCH};
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = open_model(&golden("tiny-llama")).expect("open teacher");
+    let teacher = Model::from_source(&src).expect("teacher");
+    // More prompts than one batch, of different lengths, one of them empty.
+    let prompts: Vec<Vec<u32>> = (0..GEN_BATCH + 3)
+        .map(|i| {
+            (0..(i % 5))
+                .map(|j| (40 + 7 * i + 3 * j) as u32 % 250)
+                .collect()
+        })
+        .collect();
+    let spec = GenSpec {
+        teacher: "tiny".into(),
+        prompts_digest: "d".into(),
+        max_tokens: 12,
+        temperature: 0.0,
+        seed: 1,
+    };
+    let eos = [2u32];
+    let cache = dir.path().join("gen.jsonl");
+    let got = continuations(&teacher, &prompts, &eos, &spec, &cache, |_, _| {}).expect("gen");
+    for (prompt, seq) in prompts.iter().zip(&got) {
+        assert_eq!(&seq[..prompt.len()], &prompt[..]);
+        // The same prompt alone, greedy, token by token through the single-sequence path.
+        let mut want = prompt.clone();
+        if !prompt.is_empty() {
+            let mut kv = teacher.new_cache_with(64, KvDtype::F32);
+            let mut logits = teacher
+                .forward(prompt, 0, &mut kv, Logits::Last)
+                .expect("prefill");
+            while want.len() < prompt.len() + spec.max_tokens {
+                let tok = argmax(&logits);
+                want.push(tok);
+                if eos.contains(&tok) {
+                    break;
+                }
+                logits = teacher
+                    .forward(&[tok], want.len() - 1, &mut kv, Logits::Last)
+                    .expect("decode");
+            }
+        }
+        assert_eq!(seq, &want, "prompt {prompt:?}");
+    }
+    // A cache cut inside the second batch is completed to the same continuations.
+    let text = std::fs::read_to_string(&cache).expect("cache");
+    let kept: Vec<&str> = text.lines().take(1 + GEN_BATCH + 1).collect();
+    std::fs::write(&cache, kept.join("\n") + "\n").expect("cut");
+    let again = continuations(&teacher, &prompts, &eos, &spec, &cache, |_, _| {}).expect("resume");
+    assert_eq!(again, got);
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+        )
+        .0 as u32
+}
