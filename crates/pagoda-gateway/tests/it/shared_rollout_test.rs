@@ -21,6 +21,9 @@ fn config(redis: &str, prefix: &str, stable: &str, canary: &str, rollout: &str) 
     )
 }
 
+/// A rollout that only an operator moves (the hold is an hour): 10, 50, 100 %.
+const HELD: &str = "steps = [10, 50, 100]\nhold_s = 3600\nmin_requests = 10\ninterval_s = 0.2";
+
 fn unique_prefix(test: &str) -> String {
     format!("t-{test}-{:08x}", rand::random::<u32>())
 }
@@ -56,14 +59,7 @@ async fn an_admin_action_on_one_instance_reaches_the_other_within_a_second() {
     let Some(redis) = redis_url() else { return };
     let (v1, v2) = (stub::start("v1").await, stub::start("v2").await);
     let prefix = unique_prefix("admin");
-    // No automatic promotion during the test: the hold is long.
-    let cfg = config(
-        &redis,
-        &prefix,
-        &v1.url(),
-        &v2.url(),
-        "steps = [10, 50, 100]\nhold_s = 3600\nmin_requests = 10\ninterval_s = 0.2",
-    );
+    let cfg = config(&redis, &prefix, &v1.url(), &v2.url(), HELD);
     let a = start(&cfg).await;
     let b = start(&cfg).await;
     assert_eq!(state(&a).await["canary_percent"], 10.0);
@@ -118,13 +114,7 @@ async fn a_restarted_instance_resumes_where_the_rollout_stands() {
     let Some(redis) = redis_url() else { return };
     let (v1, v2) = (stub::start("v1").await, stub::start("v2").await);
     let prefix = unique_prefix("restart");
-    let cfg = config(
-        &redis,
-        &prefix,
-        &v1.url(),
-        &v2.url(),
-        "steps = [10, 50, 100]\nhold_s = 3600\nmin_requests = 10\ninterval_s = 0.2",
-    );
+    let cfg = config(&redis, &prefix, &v1.url(), &v2.url(), HELD);
     let a = start(&cfg).await;
     assert_eq!(act(&a, "promote").await.status(), 200);
     assert_eq!(act(&a, "promote").await.status(), 200);
@@ -149,14 +139,7 @@ async fn a_restarted_instance_resumes_where_the_rollout_stands() {
 
     // A gateway with another canary target in its config runs another rollout, from its first step.
     let v3 = stub::start("v3").await;
-    let with_v3 = config(
-        &redis,
-        &prefix,
-        &v1.url(),
-        &v3.url(),
-        "steps = [10, 50, 100]\nhold_s = 3600\nmin_requests = 10\ninterval_s = 0.2",
-    )
-    .replace("\"v2\"", "\"v3\"");
+    let with_v3 = config(&redis, &prefix, &v1.url(), &v3.url(), HELD).replace("\"v2\"", "\"v3\"");
     let other = start(&with_v3).await;
     assert_eq!(state(&other).await["canary_percent"], 10.0);
 }
@@ -209,13 +192,7 @@ async fn when_redis_loses_the_state_the_instances_put_theirs_back() {
     let Some(redis) = redis_url() else { return };
     let (v1, v2) = (stub::start("v1").await, stub::start("v2").await);
     let prefix = unique_prefix("lost");
-    let cfg = config(
-        &redis,
-        &prefix,
-        &v1.url(),
-        &v2.url(),
-        "steps = [10, 50, 100]\nhold_s = 3600\nmin_requests = 10\ninterval_s = 0.2",
-    );
+    let cfg = config(&redis, &prefix, &v1.url(), &v2.url(), HELD);
     let a = start(&cfg).await;
     let b = start(&cfg).await;
     assert_eq!(act(&a, "promote").await.status(), 200);
