@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
-use crate::manifest::{FileRole, Format, ManifestFile};
+use crate::manifest::Format;
 use crate::progress::{bytes_bar, copy_with_progress};
 
 /// The public Hugging Face Hub.
@@ -220,12 +220,7 @@ fn fetch_folder(
         let url = ctx.http.hf_url(repo, revision, rel);
         let hint = hf_hint(ctx, repo, &format!("the file '{rel}'"), revision);
         let blob = download(ctx, &url, ctx.http.hf_token.as_deref(), &hint, rel, false)?;
-        out.push(ManifestFile {
-            path: rel.clone(),
-            digest: blob.digest,
-            size: blob.size,
-            role: FileRole::for_hf_path(rel),
-        });
+        out.push(super::folder_file(rel.clone(), blob));
     }
     Ok(Fetched {
         format: Format::HfFolder,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::{finish_single, FetchCtx, Fetched, GGUF_MAGIC};
 use crate::blob::BlobWriter;
 use crate::error::{Result, StoreError};
-use crate::manifest::{FileRole, Format, ManifestFile};
+use crate::manifest::Format;
 use crate::progress::{bytes_bar, copy_with_progress};
 
 /// Says whether `path` is a GGUF file or a Hugging Face folder, or why it is neither.
@@ -88,12 +88,7 @@ pub fn fetch(ctx: &FetchCtx<'_>, path: &Path) -> Result<Fetched> {
                     .collect::<Vec<_>>()
                     .join("/");
                 let blob = copy_file(ctx, &path.join(&rel), &rel_text, false)?;
-                files.push(ManifestFile {
-                    role: FileRole::for_hf_path(&rel_text),
-                    path: rel_text,
-                    digest: blob.digest,
-                    size: blob.size,
-                });
+                files.push(super::folder_file(rel_text, blob));
             }
             Ok(Fetched {
                 format: Format::HfFolder,

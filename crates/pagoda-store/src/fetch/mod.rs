@@ -60,6 +60,17 @@ impl Fetched {
     }
 }
 
+/// The manifest entry of one file of a Hugging Face folder, stored as `blob` (its role from
+/// its path).
+pub fn folder_file(rel: String, blob: Blob) -> ManifestFile {
+    ManifestFile {
+        role: FileRole::for_hf_path(&rel),
+        path: rel,
+        digest: blob.digest,
+        size: blob.size,
+    }
+}
+
 /// Finishes a single-file model blob: checks the GGUF magic, then the digest.
 ///
 /// A file that is not GGUF is refused unless the catalog vouches for it by digest.

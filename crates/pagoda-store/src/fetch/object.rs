@@ -19,10 +19,10 @@ use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
 use sha2::{Digest as _, Sha256};
 
 use super::http::wanted_in_folder;
-use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
+use super::{finish_single, folder_file, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
-use crate::manifest::{FileRole, Format, ManifestFile};
+use crate::manifest::Format;
 use crate::progress::bytes_bar;
 
 /// The URL schemes this fetcher reads.
@@ -180,12 +180,7 @@ async fn fetch_folder(
     let mut files = Vec::new();
     for (rel, meta) in &objects {
         let blob = download(ctx, store, url, meta, rel, false).await?;
-        files.push(ManifestFile {
-            path: rel.clone(),
-            digest: blob.digest,
-            size: blob.size,
-            role: FileRole::for_hf_path(rel),
-        });
+        files.push(folder_file(rel.clone(), blob));
     }
     Ok(Fetched {
         format: Format::HfFolder,

