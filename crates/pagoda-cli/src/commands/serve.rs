@@ -54,7 +54,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_pull: bool,
     /// A source clients may pull from when --allow-pull is on (repeat for several): `hf`,
-    /// `pip`, or `https://HOST` (`https://*.DOMAIN` for its subdomains). Never local files.
+    /// `pip`, `https://HOST` (`https://*.DOMAIN` for its subdomains), or a bucket
+    /// (`s3://BUCKET`, `gs://BUCKET`, `az://CONTAINER`). Never local files.
     #[arg(
         long = "pull-allow-source",
         value_name = "SOURCE",
