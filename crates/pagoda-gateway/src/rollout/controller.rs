@@ -175,16 +175,23 @@ impl Controller {
         if phase.epoch <= inner.epoch {
             return false;
         }
-        inner.epoch = phase.epoch;
-        inner.state = match phase.state.as_str() {
+        let state = match phase.state.as_str() {
+            "progressing" => RolloutState::Progressing,
             "paused" => RolloutState::Paused,
             "completed" => RolloutState::Completed,
             "rolled_back" => RolloutState::RolledBack {
                 reason: phase.reason.clone().unwrap_or_default(),
             },
             "aborted" => RolloutState::Aborted,
-            _ => RolloutState::Progressing,
+            other => {
+                // Written by another gateway version: keep routing by what this one knows.
+                tracing::warn!(route = %self.route, state = other,
+                    "ignoring a shared rollout phase in an unknown state; upgrade this gateway");
+                return false;
+            }
         };
+        inner.epoch = phase.epoch;
+        inner.state = state;
         let last = inner.config.steps.len().saturating_sub(1);
         inner.step = phase.step.min(last);
         if phase.window != inner.window {

@@ -654,3 +654,14 @@ fn traffic_on(c: &Controller, version: &str, n: u64) {
         c.record(version, &ok(5));
     }
 }
+
+#[test]
+fn a_phase_in_an_unknown_state_is_not_adopted() {
+    let c = controller();
+    let mut phase = c.phase(1);
+    phase.state = "canarying".into();
+    phase.step = 2;
+    assert!(!c.adopt(&phase, Instant::now()));
+    assert_eq!(c.percent(), 5.0);
+    assert_eq!(c.epoch(), 0);
+}
