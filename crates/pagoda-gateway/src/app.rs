@@ -608,7 +608,10 @@ async fn handle_inner(
     let pick = match route.balance() {
         Balance::LeastOutstanding => Pick::LeastOutstanding,
         Balance::RoundRobin => Pick::RoundRobin,
-        Balance::Prefix => Pick::Prefix(PrefixBlocks::of(&routing_text(&body))),
+        Balance::Prefix => Pick::Prefix {
+            blocks: PrefixBlocks::of(&routing_text(&body)),
+            slack: route.prefix_load_slack,
+        },
     };
 
     // Streams: ask the backend for usage so tokens can be charged; hide it if the client did not ask.

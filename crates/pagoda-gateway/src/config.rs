@@ -325,34 +325,42 @@ pub struct RouteConfig {
     /// Targets tried in order when the chosen one fails.
     #[serde(default)]
     pub fallback: Vec<String>,
-    /// How a replica of the chosen target is picked: `least_outstanding` (power of two
-    /// choices), `round_robin`, or `prefix` (where the longest part of the prompt was sent
-    /// lately, bounded by load; see docs/gateway.md).
+    /// How a replica of the chosen target is picked: `prefix` (the default: where the longest
+    /// part of the prompt was sent lately, bounded by load; see docs/gateway.md),
+    /// `least_outstanding` (fewest outstanding requests) or `round_robin`. Unset: see
+    /// [`RouteConfig::balance`].
     #[serde(default)]
-    pub balance: Balance,
+    pub balance: Option<Balance>,
     /// Older spelling of `balance = "prefix"`.
     #[serde(default)]
     pub prefix_affinity: bool,
+    /// With `balance = "prefix"`: how many more outstanding requests than the least loaded
+    /// replica the replica holding the longest match may have and still be chosen (unset:
+    /// `max(8, 50 %)` of the least loaded one's). Larger favours cache hits over even load.
+    #[serde(default)]
+    pub prefix_load_slack: Option<usize>,
 }
 
 /// A route's replica choice.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Balance {
-    #[default]
     LeastOutstanding,
     RoundRobin,
+    /// The default: with nothing in common between prompts it picks as least outstanding
+    /// does, and with shared prefixes it cut mean TTFT against both (docs/benchmarks.md).
+    #[default]
     Prefix,
 }
 
 impl RouteConfig {
     /// The replica choice in force: `balance`, or `prefix` when the older
-    /// `prefix_affinity = true` is given.
+    /// `prefix_affinity = true` is given or neither is.
     pub fn balance(&self) -> Balance {
         if self.prefix_affinity {
             Balance::Prefix
         } else {
-            self.balance
+            self.balance.unwrap_or_default()
         }
     }
 }
@@ -575,13 +583,19 @@ impl GatewayConfig {
                     r.model
                 ));
             }
-            if r.prefix_affinity
-                && r.balance != Balance::LeastOutstanding
-                && r.balance != Balance::Prefix
+            if let Some(other) = r
+                .balance
+                .filter(|b| r.prefix_affinity && *b != Balance::Prefix)
             {
                 return bad(format!(
-                    "route '{}': prefix_affinity = true (the older spelling of balance = \"prefix\") contradicts balance = {:?}; keep one",
-                    r.model, r.balance
+                    "route '{}': prefix_affinity = true (the older spelling of balance = \"prefix\") contradicts balance = {other:?}; keep one",
+                    r.model
+                ));
+            }
+            if r.prefix_load_slack.is_some() && r.balance() != Balance::Prefix {
+                return bad(format!(
+                    "route '{}': prefix_load_slack applies to balance = \"prefix\" only; set balance = \"prefix\" or remove it",
+                    r.model
                 ));
             }
             if let Some(t) = &r.target {

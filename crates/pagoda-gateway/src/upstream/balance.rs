@@ -1,69 +1,66 @@
-//! Replica choice: power of two choices on outstanding requests, round robin, and
-//! prefix-aware choice bounded by load.
+//! Replica choice: least outstanding requests, round robin, and prefix-aware choice bounded by
+//! load.
 //!
 //! Owns the pure selection over a list of candidate replicas (already filtered to available
 //! ones); claiming breaker probes and retry exclusion live in `TargetPool`. Invariants: a choice
 //! is always one of the candidates, and an empty list gives `None`.
 //!
-//! Prefix affinity ranks candidates by rendezvous (highest-random-weight) hashing of the prefix
-//! hash with each replica URL's hash, and takes the first in that order whose load is within
-//! [`AFFINITY_LOAD_SLACK_MIN`] / [`AFFINITY_LOAD_SLACK_DIV`] of the least loaded candidate. The
-//! least loaded candidate is always within the bound, so a choice always exists. Spilling in
-//! rendezvous order (rather than to a random replica) sends a hot prefix's overflow consistently
-//! to the same second replica, which then holds the prefix in its cache too. Rendezvous hashing
-//! moves only the prefixes of a replica that goes away or comes back, and is the same on every
-//! gateway instance because the hashes are stable.
+//! Least outstanding ([`least_loaded`]) scans every candidate (the gateway's own counts are
+//! exact and a pool is tens of replicas, so the scan is cheap and power of two choices'
+//! sampling would only add imbalance: measured, it trailed round robin at concurrency 6 over 3
+//! replicas) and breaks ties by the pool's rotating counter, so equally loaded replicas take
+//! turns as in round robin.
 //!
-//! Prefix-aware choice ([`by_prefix`]) first asks the target's [`PrefixIndex`] how many leading
-//! blocks of the prompt each candidate within the load bound was sent lately and takes the
-//! longest match; a prompt no candidate holds any of goes by rendezvous on its first block, so
-//! a new system prompt lands on the same replica from every gateway instance.
+//! Prefix-aware choice ([`by_prefix`]) asks the target's [`PrefixIndex`] how many leading
+//! blocks of the prompt each candidate was sent lately and, among the candidates no busier
+//! than the least loaded one plus [`affinity_load_bound`]'s slack, takes the longest match
+//! (equal matches: the less loaded). A prompt no such candidate holds any of gains nothing
+//! from affinity, so it goes to the least loaded candidate, ties broken by rendezvous
+//! (highest-random-weight) hashing of its first block with each replica URL: idle pools send a
+//! new system prompt to the same replica from every gateway instance, and a replica that goes
+//! away or comes back moves only its own prompts.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use rand::Rng;
 
 use super::hash::mix64;
 use super::prefix_index::{PrefixBlocks, PrefixIndex};
 use super::replica::Replica;
 
 /// The preferred replica may carry at least this many more outstanding requests than the least
-/// loaded one before affinity gives way to load. One: a prefix-cache hit saves the prefill of
-/// the shared prefix, about what one request ahead in the queue costs; measured, a slack of 4
-/// let the busiest replica run 4 requests ahead at concurrency 6 over 3 replicas and lost to
-/// round robin (docs/benchmarks.md, prefix-aware routing).
-pub const AFFINITY_LOAD_SLACK_MIN: usize = 1;
+/// loaded one before affinity gives way to load. A cache hit on a long shared prefix saves more
+/// than a few requests' wait: measured on three CPU replicas at concurrency 6 (docs/
+/// benchmarks.md, prefix-aware routing), a slack of 3 cut round robin's mean TTFT ×2.2, 8 and
+/// 16 about ×3 (8 kept the replicas' request counts even). SGLang's and vLLM's routers give
+/// way only past 64 more and 1.5 times as many.
+pub const AFFINITY_LOAD_SLACK_MIN: usize = 8;
 
-/// ... or `least / AFFINITY_LOAD_SLACK_DIV` more (25 %), when that is larger (under heavy load
-/// a queue of 4 ahead of 16 costs relatively less).
-pub const AFFINITY_LOAD_SLACK_DIV: usize = 4;
+/// ... or `least / AFFINITY_LOAD_SLACK_DIV` more (50 %), when that is larger: under heavy load
+/// the bound is relative.
+pub const AFFINITY_LOAD_SLACK_DIV: usize = 2;
 
-/// The most outstanding requests an affinity choice may have, given the least loaded candidate.
-pub fn affinity_load_bound(least: usize) -> usize {
-    least.saturating_add(AFFINITY_LOAD_SLACK_MIN.max(least / AFFINITY_LOAD_SLACK_DIV))
+/// The most outstanding requests an affinity choice may have, given the least loaded candidate
+/// and the route's `prefix_load_slack` (`None`: `max(8, 50 %)` of `least`).
+pub fn affinity_load_bound(least: usize, slack: Option<usize>) -> usize {
+    least.saturating_add(
+        slack.unwrap_or_else(|| AFFINITY_LOAD_SLACK_MIN.max(least / AFFINITY_LOAD_SLACK_DIV)),
+    )
 }
 
-/// Power of two choices: of two distinct random candidates, the one with fewer outstanding
-/// requests (one candidate: it).
-pub fn power_of_two<'a, R: Rng>(
+/// Least outstanding: the candidate with the fewest outstanding requests; among equals, the
+/// first at or after the rotating counter `next` (so equals take turns).
+pub fn least_loaded<'a>(
     candidates: &[&'a Arc<Replica>],
-    rng: &mut R,
+    next: &AtomicUsize,
 ) -> Option<&'a Arc<Replica>> {
-    match candidates.len() {
-        0 => None,
-        1 => Some(candidates[0]),
-        n => {
-            let i = rng.gen_range(0..n);
-            let j = (i + rng.gen_range(1..n)) % n;
-            let (a, b) = (candidates[i], candidates[j]);
-            Some(if b.outstanding() < a.outstanding() {
-                b
-            } else {
-                a
-            })
-        }
+    let n = candidates.len();
+    if n == 0 {
+        return None;
     }
+    let start = next.fetch_add(1, Ordering::Relaxed) % n;
+    (0..n)
+        .map(|i| candidates[(start + i) % n])
+        .min_by_key(|r| r.outstanding())
 }
 
 /// Rendezvous score of a replica for a prefix (higher wins).
@@ -71,26 +68,18 @@ pub fn rendezvous_score(prefix_hash: u64, replica: &Replica) -> u64 {
     mix64(prefix_hash ^ mix64(replica.url_hash))
 }
 
-/// The affinity choice for `prefix_hash`: the first candidate in rendezvous order within the
-/// load bound of the least loaded candidate.
-pub fn by_affinity<'a>(
+/// The choice for a prompt nobody holds: the least loaded candidate, ties broken by the
+/// highest rendezvous score of `prefix_hash` (then by URL, so the order is total).
+pub fn by_rendezvous<'a>(
     candidates: &[&'a Arc<Replica>],
     prefix_hash: u64,
 ) -> Option<&'a Arc<Replica>> {
-    let least = candidates.iter().map(|r| r.outstanding()).min()?;
-    let bound = affinity_load_bound(least);
-    let mut ranked: Vec<(u64, &'a Arc<Replica>)> = candidates
-        .iter()
-        .map(|r| (rendezvous_score(prefix_hash, r), *r))
-        .collect();
-    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.url.cmp(&b.1.url)));
-    ranked
-        .into_iter()
-        .map(|(_, r)| r)
-        .find(|r| r.outstanding() <= bound)
-        // Loads move concurrently; if every candidate grew past the bound, fall back to the
-        // least loaded one rather than fail.
-        .or_else(|| candidates.iter().min_by_key(|r| r.outstanding()).copied())
+    candidates.iter().copied().min_by(|a, b| {
+        a.outstanding()
+            .cmp(&b.outstanding())
+            .then_with(|| rendezvous_score(prefix_hash, b).cmp(&rendezvous_score(prefix_hash, a)))
+            .then_with(|| a.url.cmp(&b.url))
+    })
 }
 
 /// Round robin: the candidates in turn, by a counter shared by the target's requests.
@@ -110,10 +99,11 @@ pub fn by_prefix<'a>(
     candidates: &[&'a Arc<Replica>],
     blocks: &PrefixBlocks,
     index: &PrefixIndex,
+    slack: Option<usize>,
 ) -> Option<&'a Arc<Replica>> {
     let first = blocks.first()?;
     let least = candidates.iter().map(|r| r.outstanding()).min()?;
-    let bound = affinity_load_bound(least);
+    let bound = affinity_load_bound(least, slack);
     let best = candidates
         .iter()
         .filter(|r| r.outstanding() <= bound)
@@ -128,7 +118,7 @@ pub fn by_prefix<'a>(
         .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     match best {
         Some((held, _, _, r)) if held > 0 => Some(r),
-        _ => by_affinity(candidates, first),
+        _ => by_rendezvous(candidates, first),
     }
 }
 
@@ -136,8 +126,6 @@ pub fn by_prefix<'a>(
 mod tests {
     use super::*;
     use crate::config::BreakerConfig;
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
     use std::collections::HashMap;
     use std::time::Duration;
 
@@ -163,71 +151,84 @@ mod tests {
     }
 
     #[test]
-    fn bound_is_one_or_a_quarter() {
-        assert_eq!(affinity_load_bound(0), 1);
-        assert_eq!(affinity_load_bound(3), 4);
-        assert_eq!(affinity_load_bound(10), 12);
-        assert_eq!(affinity_load_bound(100), 125);
-        assert_eq!(affinity_load_bound(usize::MAX), usize::MAX);
+    fn bound_is_eight_or_a_half() {
+        assert_eq!(affinity_load_bound(0, None), 8);
+        assert_eq!(affinity_load_bound(3, None), 11);
+        assert_eq!(affinity_load_bound(16, None), 24);
+        assert_eq!(affinity_load_bound(100, None), 150);
+        assert_eq!(affinity_load_bound(usize::MAX, None), usize::MAX);
+        assert_eq!(affinity_load_bound(3, Some(0)), 3);
+        assert_eq!(affinity_load_bound(100, Some(8)), 108);
+        assert_eq!(affinity_load_bound(usize::MAX, Some(8)), usize::MAX);
     }
 
     #[test]
     fn empty_and_single_candidate() {
-        let mut rng = StdRng::seed_from_u64(1);
-        assert!(power_of_two(&[], &mut rng).is_none());
-        assert!(by_affinity(&[], 7).is_none());
+        let next = AtomicUsize::new(0);
+        assert!(least_loaded(&[], &next).is_none());
+        assert!(by_rendezvous(&[], 7).is_none());
         let rs = replicas(1);
         let c: Vec<_> = rs.iter().collect();
-        assert_eq!(power_of_two(&c, &mut rng).unwrap().url, rs[0].url);
-        assert_eq!(by_affinity(&c, 7).unwrap().url, rs[0].url);
+        assert_eq!(least_loaded(&c, &next).unwrap().url, rs[0].url);
+        assert_eq!(by_rendezvous(&c, 7).unwrap().url, rs[0].url);
     }
 
     #[tokio::test]
-    async fn p2c_prefers_the_less_loaded_replica() {
-        let rs = replicas(2);
-        let _held = load(&rs[0], 5).await;
-        let c: Vec<_> = rs.iter().collect();
-        let mut rng = StdRng::seed_from_u64(2);
-        for _ in 0..1000 {
-            assert_eq!(power_of_two(&c, &mut rng).unwrap().url, rs[1].url);
-        }
-    }
-
-    #[tokio::test]
-    async fn p2c_avoids_a_loaded_replica_among_many() {
+    async fn least_loaded_takes_the_fewest_outstanding_and_rotates_among_equals() {
         let rs = replicas(4);
-        let _held = load(&rs[2], 3).await;
         let c: Vec<_> = rs.iter().collect();
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut counts = HashMap::new();
-        for _ in 0..4000 {
-            *counts
-                .entry(power_of_two(&c, &mut rng).unwrap().url.clone())
-                .or_insert(0) += 1;
+        let next = AtomicUsize::new(0);
+        let _a = load(&rs[0], 2).await;
+        let _b = load(&rs[1], 1).await;
+        let _d = load(&rs[3], 1).await;
+        for _ in 0..20 {
+            assert_eq!(least_loaded(&c, &next).unwrap().url, rs[2].url);
         }
-        assert_eq!(
-            counts.get(&rs[2].url),
-            None,
-            "the loaded replica always loses its pair"
-        );
-        for r in [&rs[0], &rs[1], &rs[3]] {
-            let n = counts[&r.url];
-            assert!((1000..1700).contains(&n), "{} got {n}", r.url);
+        // rs[1] and rs[3] tie once rs[2] is as busy: they take turns.
+        let _c = load(&rs[2], 1).await;
+        let picks: Vec<_> = (0..8)
+            .map(|_| least_loaded(&c, &next).unwrap().url.clone())
+            .collect();
+        assert!(picks.iter().all(|u| *u != rs[0].url), "{picks:?}");
+        for r in [&rs[1], &rs[2], &rs[3]] {
+            assert!(picks.contains(&r.url), "{} never picked: {picks:?}", r.url);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_loop_stays_even() {
+        // Six clients over three replicas, one finishing at a time: least outstanding keeps
+        // every replica at two (power of two choices left three on one a third of the time).
+        let rs = replicas(3);
+        let c: Vec<_> = rs.iter().collect();
+        let next = AtomicUsize::new(0);
+        let mut held: Vec<Vec<_>> = vec![Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..6 {
+            let r = least_loaded(&c, &next).unwrap();
+            let i = rs.iter().position(|x| x.url == r.url).unwrap();
+            held[i].extend(load(r, 1).await);
+        }
+        for step in 0..60 {
+            held[step % 3].pop();
+            let r = least_loaded(&c, &next).unwrap();
+            let i = rs.iter().position(|x| x.url == r.url).unwrap();
+            held[i].extend(load(r, 1).await);
+            assert!(held.iter().all(|h| h.len() == 2), "step {step}");
         }
     }
 
     #[test]
-    fn affinity_is_sticky_and_spreads_distinct_prefixes() {
+    fn rendezvous_is_sticky_and_spreads_distinct_prefixes() {
         let rs = replicas(4);
         let c: Vec<_> = rs.iter().collect();
-        let first = by_affinity(&c, 42).unwrap().url.clone();
+        let first = by_rendezvous(&c, 42).unwrap().url.clone();
         for _ in 0..100 {
-            assert_eq!(by_affinity(&c, 42).unwrap().url, first);
+            assert_eq!(by_rendezvous(&c, 42).unwrap().url, first);
         }
         let mut counts = HashMap::new();
         for p in 0..4000u64 {
             *counts
-                .entry(by_affinity(&c, mix64(p)).unwrap().url.clone())
+                .entry(by_rendezvous(&c, mix64(p)).unwrap().url.clone())
                 .or_insert(0) += 1;
         }
         assert_eq!(counts.len(), 4);
@@ -238,26 +239,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn affinity_moves_off_an_overloaded_replica_and_back() {
+    async fn rendezvous_gives_way_to_load_and_comes_back() {
         let rs = replicas(3);
         let c: Vec<_> = rs.iter().collect();
-        let preferred = by_affinity(&c, 99).unwrap().clone();
-        let mut held = load(&preferred, AFFINITY_LOAD_SLACK_MIN).await;
+        let preferred = by_rendezvous(&c, 99).unwrap().clone();
+        let held = load(&preferred, 1).await;
+        let other = by_rendezvous(&c, 99).unwrap().clone();
+        assert_ne!(other.url, preferred.url, "a busier replica loses");
         assert_eq!(
-            by_affinity(&c, 99).unwrap().url,
-            preferred.url,
-            "within the bound"
+            by_rendezvous(&c, 99).unwrap().url,
+            other.url,
+            "the second choice is consistent"
         );
-        held.extend(load(&preferred, 1).await);
-        let spill = by_affinity(&c, 99).unwrap().clone();
-        assert_ne!(spill.url, preferred.url, "past the bound");
-        assert_eq!(
-            by_affinity(&c, 99).unwrap().url,
-            spill.url,
-            "spill is consistent"
-        );
-        held.clear();
-        assert_eq!(by_affinity(&c, 99).unwrap().url, preferred.url);
+        drop(held);
+        assert_eq!(by_rendezvous(&c, 99).unwrap().url, preferred.url);
     }
 
     #[test]
@@ -291,28 +286,35 @@ mod tests {
         index.record(&rs[2].url, &long);
         let ask = PrefixBlocks::of(&format!("{system}{}", "a".repeat(64 * 4 + 10)));
         assert_eq!(
-            by_prefix(&c, &ask, &index).unwrap().url,
+            by_prefix(&c, &ask, &index, None).unwrap().url,
             rs[2].url,
             "longest"
         );
         // The longest holder over the bound: the next longest.
         let held = load(&rs[2], AFFINITY_LOAD_SLACK_MIN + 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[1].url);
+        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[1].url);
         drop(held);
         // Two hold the same blocks: the less loaded of them.
         index.record(&rs[0].url, &long);
         let busy = load(&rs[0], 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[2].url);
+        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[2].url);
         drop(busy);
         let busy = load(&rs[2], 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index).unwrap().url, rs[0].url);
+        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[0].url);
         drop(busy);
-        // Nobody holds it: the rendezvous choice of its first block, the same every time.
+        // Nobody holds it: the rendezvous choice of its first block, the same every time...
         let new = PrefixBlocks::of(&"n".repeat(300));
-        let chosen = by_prefix(&c, &new, &index).unwrap().url.clone();
-        assert_eq!(chosen, by_affinity(&c, new.first().unwrap()).unwrap().url);
+        let chosen = by_prefix(&c, &new, &index, None).unwrap().clone();
+        assert_eq!(
+            chosen.url,
+            by_rendezvous(&c, new.first().unwrap()).unwrap().url
+        );
+        // ... unless it is busier than another: with nothing cached, load decides alone.
+        let busy = load(&chosen, 1).await;
+        assert_ne!(by_prefix(&c, &new, &index, None).unwrap().url, chosen.url);
+        drop(busy);
         // No complete block: no opinion.
-        assert!(by_prefix(&c, &PrefixBlocks::of("hi"), &index).is_none());
+        assert!(by_prefix(&c, &PrefixBlocks::of("hi"), &index, None).is_none());
     }
 
     #[test]
@@ -321,8 +323,8 @@ mod tests {
         let all: Vec<_> = rs.iter().collect();
         let fewer: Vec<_> = rs.iter().take(3).collect();
         for p in 0..500u64 {
-            let before = by_affinity(&all, mix64(p)).unwrap();
-            let after = by_affinity(&fewer, mix64(p)).unwrap();
+            let before = by_rendezvous(&all, mix64(p)).unwrap();
+            let after = by_rendezvous(&fewer, mix64(p)).unwrap();
             if before.url != rs[3].url {
                 assert_eq!(before.url, after.url);
             }

@@ -1,7 +1,7 @@
 //! Upstream replicas: which replica of a target serves a request, and how many at once.
 //!
 //! Owns, per target, the pool of [`Replica`]s with their load counters, concurrency slots and
-//! circuit breakers ([`breaker`]), the replica choice ([`balance`]: power of two choices, round
+//! circuit breakers ([`breaker`]), the replica choice ([`balance`]: least outstanding, round
 //! robin, and prefix-aware choice over [`prefix_index`] bounded by load), active health checks
 //! ([`health`]), hot reload of the replica set ([`Upstreams::reconcile`]), and replicas found
 //! in DNS ([`discovery`], [`Upstreams::set_discovered`]).
@@ -51,14 +51,19 @@ use crate::config::{BreakerConfig, GatewayConfig, TargetConfig};
 /// How a request picks among a target's available replicas: a route's `balance`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Pick {
-    /// Power of two choices on outstanding requests.
+    /// The fewest outstanding requests; equals take turns.
     #[default]
     LeastOutstanding,
     /// Each available replica in turn.
     RoundRobin,
     /// The replica sent the longest leading part of this prompt lately, within the load bound
     /// (see [`balance::by_prefix`]); least outstanding for a prompt under one block.
-    Prefix(PrefixBlocks),
+    Prefix {
+        /// The prompt's block keys.
+        blocks: PrefixBlocks,
+        /// The route's `prefix_load_slack` (`None`: [`balance::affinity_load_bound`]'s).
+        slack: Option<usize>,
+    },
 }
 
 /// The replicas of one target, and how a request gets one of them.
@@ -70,7 +75,7 @@ pub struct TargetPool {
     queue_timeout: Duration,
     /// What each replica was sent lately (prefix-aware choice); kept across rebuilds.
     prefixes: Arc<PrefixIndex>,
-    /// Round robin's turn.
+    /// Round robin's turn (also least outstanding's among equally loaded replicas).
     next: AtomicUsize,
 }
 
@@ -147,7 +152,7 @@ impl TargetPool {
         let chosen = self
             .choose_and_claim(fresh, pick)
             .or_else(|| self.choose_and_claim(used, pick))?;
-        if let Pick::Prefix(blocks) = pick {
+        if let Pick::Prefix { blocks, .. } = pick {
             self.prefixes.record(&chosen.url, blocks);
         }
         Some(chosen)
@@ -163,12 +168,12 @@ impl TargetPool {
     ) -> Option<Arc<Replica>> {
         while !candidates.is_empty() {
             let chosen = match pick {
-                Pick::Prefix(blocks) => balance::by_prefix(&candidates, blocks, &self.prefixes)
-                    .or_else(|| balance::power_of_two(&candidates, &mut rand::thread_rng())),
-                Pick::RoundRobin => balance::round_robin(&candidates, &self.next),
-                Pick::LeastOutstanding => {
-                    balance::power_of_two(&candidates, &mut rand::thread_rng())
+                Pick::Prefix { blocks, slack } => {
+                    { balance::by_prefix(&candidates, blocks, &self.prefixes, *slack) }
+                        .or_else(|| balance::least_loaded(&candidates, &self.next))
                 }
+                Pick::RoundRobin => balance::round_robin(&candidates, &self.next),
+                Pick::LeastOutstanding => balance::least_loaded(&candidates, &self.next),
             }?;
             if chosen.try_pass() {
                 return Some(Arc::clone(chosen));
@@ -423,9 +428,12 @@ mod tests {
         for _ in 0..50 {
             assert_eq!(pool.pick(&Pick::LeastOutstanding).unwrap().url, B);
             assert_eq!(
-                pool.pick(&Pick::Prefix(PrefixBlocks::of(&"p".repeat(64))))
-                    .unwrap()
-                    .url,
+                pool.pick(&Pick::Prefix {
+                    blocks: PrefixBlocks::of(&"p".repeat(64)),
+                    slack: None
+                })
+                .unwrap()
+                .url,
                 B
             );
         }
@@ -436,7 +444,10 @@ mod tests {
         b.observe_health(false, &down);
         assert!(pool.pick(&Pick::LeastOutstanding).is_none());
         assert!(pool
-            .pick(&Pick::Prefix(PrefixBlocks::of(&"p".repeat(64))))
+            .pick(&Pick::Prefix {
+                blocks: PrefixBlocks::of(&"p".repeat(64)),
+                slack: None
+            })
             .is_none());
     }
 
@@ -464,7 +475,10 @@ mod tests {
 
     #[test]
     fn retry_goes_to_another_replica_when_there_is_one() {
-        let sticky = Pick::Prefix(PrefixBlocks::of(&"x".repeat(200)));
+        let sticky = Pick::Prefix {
+            blocks: PrefixBlocks::of(&"x".repeat(200)),
+            slack: None,
+        };
         let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 10)]));
         let pool = ups.pool("t").unwrap();
         for _ in 0..50 {
@@ -499,7 +513,10 @@ mod tests {
     async fn pool_affinity_is_sticky_and_bounded() {
         let ups = Upstreams::new(&config(vec![target("t", &[A, B, C], 100)]));
         let pool = ups.pool("t").unwrap();
-        let hash = Pick::Prefix(PrefixBlocks::of(&"system prompt ".repeat(30)));
+        let hash = Pick::Prefix {
+            blocks: PrefixBlocks::of(&"system prompt ".repeat(30)),
+            slack: None,
+        };
         let preferred = pool.pick(&hash).unwrap();
         for _ in 0..20 {
             assert!(Arc::ptr_eq(&pool.pick(&hash).unwrap(), &preferred));

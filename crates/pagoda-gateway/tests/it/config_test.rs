@@ -130,11 +130,9 @@ fn balance_is_named_and_the_older_affinity_flag_still_means_prefix() {
         )
     };
     let c = GatewayConfig::parse(GOOD, "t").unwrap();
-    assert_eq!(
-        c.route("chat").unwrap().balance(),
-        Balance::LeastOutstanding
-    );
+    assert_eq!(c.route("chat").unwrap().balance(), Balance::Prefix);
     for (line, want) in [
+        ("balance = \"least_outstanding\"", Balance::LeastOutstanding),
         ("balance = \"prefix\"", Balance::Prefix),
         ("balance = \"round_robin\"", Balance::RoundRobin),
         ("prefix_affinity = true", Balance::Prefix),
