@@ -30,9 +30,9 @@ use super::replica::Replica;
 /// The preferred replica may carry at least this many more outstanding requests than the least
 /// loaded one before affinity gives way to load. A cache hit on a long shared prefix saves more
 /// than a few requests' wait: measured on three CPU replicas at concurrency 6 (docs/
-/// benchmarks.md, prefix-aware routing), a slack of 3 cut round robin's mean TTFT ×2.2, 8 and
-/// 16 about ×3 (8 kept the replicas' request counts even). SGLang's and vLLM's routers give
-/// way only past 64 more and 1.5 times as many.
+/// benchmarks.md, prefix-aware routing), a slack of 3 cut round robin's mean TTFT ×2.2 and 16
+/// ×2.9; 8 held as much in cache as 16 and kept the replicas' request counts even. SGLang's and
+/// vLLM's routers give way only past 64 more and 1.5 times as many.
 pub const AFFINITY_LOAD_SLACK_MIN: usize = 8;
 
 /// ... or `least / AFFINITY_LOAD_SLACK_DIV` more (50 %), when that is larger: under heavy load

@@ -154,4 +154,29 @@ fn balance_is_named_and_the_older_affinity_flag_still_means_prefix() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("contradicts"), "{e}");
+    // The load slack: for prefix routing only (also when prefix is the default), a count.
+    for line in [
+        "prefix_load_slack = 3",
+        "balance = \"prefix\"\nprefix_load_slack = 0",
+    ] {
+        let c = GatewayConfig::parse(&with(line), "t").unwrap();
+        assert!(
+            c.route("chat").unwrap().prefix_load_slack.is_some(),
+            "{line}"
+        );
+    }
+    let e = GatewayConfig::parse(
+        &with("balance = \"least_outstanding\"\nprefix_load_slack = 3"),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("prefix_load_slack") && e.contains("balance = \"prefix\""),
+        "{e}"
+    );
+    let e = GatewayConfig::parse(&with("prefix_load_slack = -1"), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("prefix_load_slack"), "{e}");
 }
