@@ -312,7 +312,9 @@ rpm = 5
         wait_ready(gurl)
 
         auth = {"authorization": f"Bearer {key}"}
-        msg = [{"role": "user", "content": "Say hello."}]
+        # Longer than one 64-character block, so prefix-aware routing (the default) counts it.
+        msg = [{"role": "user", "content": "Say hello. Answer in one short sentence, in plain "
+                "English, with no preamble."}]
         fixed = {"model": "chat", "messages": msg, "max_tokens": 4, "temperature": 0}
         sent = [
             http("POST", gurl + "/v1/chat/completions", fixed, auth),  # cache miss

@@ -633,6 +633,7 @@ async fn handle_inner(
         upstreams: &gw.upstreams,
         client: &gw.client,
         retry_budget: &gw.retry_budget,
+        metrics: &gw.metrics,
     };
     let result = forward(
         &ctx,

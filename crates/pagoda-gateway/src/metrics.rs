@@ -17,6 +17,8 @@
 //! | `pagoda_gateway_cache_requests_total` | counter | `result` | Response-cache lookups: `hit`, `miss`, `bypass` (client opted out or the request is not deterministic). |
 //! | `pagoda_gateway_rate_limited_total` | counter | `key`, `limit` | Requests refused by a limit; `limit` = `rpm`, `tpm`, `budget`, `concurrency`, ... |
 //! | `pagoda_gateway_retries_total` | counter | `target` | Retried upstream attempts (not the first attempt). |
+//! | `pagoda_gateway_prefix_routes_total` | counter | `target`, `outcome` | Prefix-aware replica choices (every attempt): `longest` (to the replica sent the longest run of the prompt's blocks lately), `spilled` (that replica was past the load bound), `unmatched` (no replica was sent any of them). |
+//! | `pagoda_gateway_prefix_blocks_total` | counter | `target`, `kind` | Blocks of 64 characters of those prompts: `prompt` (all, up to 256 per prompt) and `matched` (those the chosen replica was sent lately); matched / prompt estimates the prefix-cache hit rate routing aims for. |
 //! | `pagoda_gateway_fallbacks_total` | counter | `route`, `from`, `to` | Requests moved from one target to the next one of the route's fallback chain. |
 //! | `pagoda_gateway_circuit_state` | gauge | `target`, `replica` | Circuit breaker: 0 closed, 0.5 half-open, 1 open. |
 //! | `pagoda_gateway_canary_weight_percent` | gauge | `route` | Current canary share of a rollout, 0..100. |
@@ -116,6 +118,8 @@ pub struct GatewayMetrics {
     rate_limited: IntCounterVec,
     retries: IntCounterVec,
     fallbacks: IntCounterVec,
+    prefix_routes: IntCounterVec,
+    prefix_blocks: IntCounterVec,
     circuit: GaugeVec,
     canary: GaugeVec,
     in_flight: IntGauge,
@@ -235,6 +239,18 @@ impl GatewayMetrics {
                 "Fallbacks by route, from target and to target",
                 &["route", "from", "to"],
             )?,
+            prefix_routes: counter(
+                &r,
+                "pagoda_gateway_prefix_routes_total",
+                "Prefix-aware replica choices by target and outcome (longest, spilled, unmatched)",
+                &["target", "outcome"],
+            )?,
+            prefix_blocks: counter(
+                &r,
+                "pagoda_gateway_prefix_blocks_total",
+                "Prompt blocks of prefix-aware choices by target: all (prompt) and those the chosen replica was sent lately (matched)",
+                &["target", "kind"],
+            )?,
             circuit: gauge(
                 &r,
                 "pagoda_gateway_circuit_state",
@@ -337,6 +353,19 @@ impl GatewayMetrics {
     /// Counts one retried attempt at `target`.
     pub fn record_retry(&self, target: &str) {
         self.retries.with_label_values(&[target]).inc();
+    }
+
+    /// Counts one prefix-aware choice at `target`.
+    pub fn record_prefix_route(&self, target: &str, routed: &crate::upstream::PrefixRouted) {
+        self.prefix_routes
+            .with_label_values(&[target, routed.outcome.as_str()])
+            .inc();
+        self.prefix_blocks
+            .with_label_values(&[target, "prompt"])
+            .inc_by(routed.prompt_blocks as u64);
+        self.prefix_blocks
+            .with_label_values(&[target, "matched"])
+            .inc_by(routed.matched_blocks as u64);
     }
 
     /// Counts one move along a route's fallback chain.

@@ -212,6 +212,7 @@ pub struct ForwardContext<'a> {
     pub upstreams: &'a Upstreams,
     pub client: &'a reqwest::Client,
     pub retry_budget: &'a RetryBudget,
+    pub metrics: &'a crate::metrics::GatewayMetrics,
 }
 
 /// Tries the chain until some target answers.
@@ -299,7 +300,7 @@ async fn try_target(
             *retries += 1;
             tokio::time::sleep(backoff(&ctx.config.retry, attempt)).await;
         }
-        let Some(replica) = pool.pick_excluding(&req.pick, &tried) else {
+        let Some(chosen) = pool.choose(&req.pick, &tried) else {
             failures.push(Failure {
                 target: target.name.clone(),
                 model: target.upstream_model().to_string(),
@@ -309,6 +310,10 @@ async fn try_target(
             });
             return None;
         };
+        if let Some(routed) = &chosen.prefix {
+            ctx.metrics.record_prefix_route(&target.name, routed);
+        }
+        let replica = chosen.replica;
         tried.push(replica.clone());
         let permit = match pool
             .acquire(&replica, Duration::from_millis(target.queue_timeout_ms))

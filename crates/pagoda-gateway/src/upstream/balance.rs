@@ -93,6 +93,38 @@ pub fn round_robin<'a>(
     Some(candidates[next.fetch_add(1, Ordering::Relaxed) % candidates.len()])
 }
 
+/// How a prefix-aware choice went: the `outcome` of `pagoda_gateway_prefix_routes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixOutcome {
+    /// Sent where the longest run of its blocks went lately.
+    Longest,
+    /// The replica holding the longest run was past the load bound: sent elsewhere (to a
+    /// shorter match, or by load).
+    Spilled,
+    /// No replica was sent any of its blocks lately: sent by load.
+    Unmatched,
+}
+
+impl PrefixOutcome {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefixOutcome::Longest => "longest",
+            PrefixOutcome::Spilled => "spilled",
+            PrefixOutcome::Unmatched => "unmatched",
+        }
+    }
+}
+
+/// A prefix-aware choice and what it expects the replica's cache to hold.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefixChoice<'a> {
+    pub replica: &'a Arc<Replica>,
+    pub outcome: PrefixOutcome,
+    /// Leading blocks of the prompt the chosen replica was sent lately.
+    pub matched_blocks: usize,
+}
+
 /// The prefix-aware choice for `blocks` (see the module docs); `None` for a prompt without a
 /// complete block or no candidate (the caller then balances on load alone).
 pub fn by_prefix<'a>(
@@ -100,26 +132,42 @@ pub fn by_prefix<'a>(
     blocks: &PrefixBlocks,
     index: &PrefixIndex,
     slack: Option<usize>,
-) -> Option<&'a Arc<Replica>> {
+) -> Option<PrefixChoice<'a>> {
     let first = blocks.first()?;
     let least = candidates.iter().map(|r| r.outstanding()).min()?;
     let bound = affinity_load_bound(least, slack);
-    let best = candidates
+    let scored: Vec<(usize, &'a Arc<Replica>)> = candidates
         .iter()
-        .filter(|r| r.outstanding() <= bound)
-        .map(|r| {
-            (
-                index.matched(&r.url, blocks),
-                std::cmp::Reverse(r.outstanding()),
-                rendezvous_score(first, r),
-                *r,
-            )
-        })
-        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    match best {
-        Some((held, _, _, r)) if held > 0 => Some(r),
-        _ => by_rendezvous(candidates, first),
-    }
+        .map(|r| (index.matched(&r.url, blocks), *r))
+        .collect();
+    let longest = scored.iter().map(|(m, _)| *m).max().unwrap_or(0);
+    let best = scored
+        .iter()
+        .filter(|(_, r)| r.outstanding() <= bound)
+        .max_by(|(ma, a), (mb, b)| {
+            ma.cmp(mb)
+                .then(b.outstanding().cmp(&a.outstanding()))
+                .then(rendezvous_score(first, a).cmp(&rendezvous_score(first, b)))
+        });
+    let (replica, matched_blocks) = match best {
+        Some(&(held, r)) if held > 0 => (r, held),
+        _ => {
+            let r = by_rendezvous(candidates, first)?;
+            (r, index.matched(&r.url, blocks))
+        }
+    };
+    let outcome = if longest == 0 {
+        PrefixOutcome::Unmatched
+    } else if matched_blocks == longest {
+        PrefixOutcome::Longest
+    } else {
+        PrefixOutcome::Spilled
+    };
+    Some(PrefixChoice {
+        replica,
+        outcome,
+        matched_blocks,
+    })
 }
 
 #[cfg(test)]
@@ -285,33 +333,56 @@ mod tests {
         index.record(&rs[1].url, &short);
         index.record(&rs[2].url, &long);
         let ask = PrefixBlocks::of(&format!("{system}{}", "a".repeat(64 * 4 + 10)));
+        let choice = by_prefix(&c, &ask, &index, None).unwrap();
+        assert_eq!(choice.replica.url, rs[2].url, "longest");
         assert_eq!(
-            by_prefix(&c, &ask, &index, None).unwrap().url,
-            rs[2].url,
-            "longest"
+            (choice.outcome, choice.matched_blocks),
+            (PrefixOutcome::Longest, 8)
         );
-        // The longest holder over the bound: the next longest.
+        // The longest holder over the bound: the next longest, counted as spilled.
         let held = load(&rs[2], AFFINITY_LOAD_SLACK_MIN + 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[1].url);
+        let choice = by_prefix(&c, &ask, &index, None).unwrap();
+        assert_eq!(choice.replica.url, rs[1].url);
+        assert_eq!(
+            (choice.outcome, choice.matched_blocks),
+            (PrefixOutcome::Spilled, 4)
+        );
+        // A route's own slack lets it through.
+        let choice = by_prefix(&c, &ask, &index, Some(AFFINITY_LOAD_SLACK_MIN + 1)).unwrap();
+        assert_eq!(choice.replica.url, rs[2].url);
         drop(held);
         // Two hold the same blocks: the less loaded of them.
         index.record(&rs[0].url, &long);
         let busy = load(&rs[0], 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[2].url);
+        assert_eq!(
+            by_prefix(&c, &ask, &index, None).unwrap().replica.url,
+            rs[2].url
+        );
         drop(busy);
         let busy = load(&rs[2], 1).await;
-        assert_eq!(by_prefix(&c, &ask, &index, None).unwrap().url, rs[0].url);
+        assert_eq!(
+            by_prefix(&c, &ask, &index, None).unwrap().replica.url,
+            rs[0].url
+        );
         drop(busy);
         // Nobody holds it: the rendezvous choice of its first block, the same every time...
         let new = PrefixBlocks::of(&"n".repeat(300));
-        let chosen = by_prefix(&c, &new, &index, None).unwrap().clone();
+        let choice = by_prefix(&c, &new, &index, None).unwrap();
+        assert_eq!(
+            (choice.outcome, choice.matched_blocks),
+            (PrefixOutcome::Unmatched, 0)
+        );
+        let chosen = choice.replica.clone();
         assert_eq!(
             chosen.url,
             by_rendezvous(&c, new.first().unwrap()).unwrap().url
         );
         // ... unless it is busier than another: with nothing cached, load decides alone.
         let busy = load(&chosen, 1).await;
-        assert_ne!(by_prefix(&c, &new, &index, None).unwrap().url, chosen.url);
+        assert_ne!(
+            by_prefix(&c, &new, &index, None).unwrap().replica.url,
+            chosen.url
+        );
         drop(busy);
         // No complete block: no opinion.
         assert!(by_prefix(&c, &PrefixBlocks::of("hi"), &index, None).is_none());

@@ -66,6 +66,25 @@ pub enum Pick {
     },
 }
 
+/// A replica chosen for one attempt.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    pub replica: Arc<Replica>,
+    /// How a prefix-aware choice went (`None` for other policies and prompts under a block).
+    pub prefix: Option<PrefixRouted>,
+}
+
+/// How a prefix-aware choice went, for `pagoda_gateway_prefix_routes_total` and
+/// `pagoda_gateway_prefix_blocks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixRouted {
+    pub outcome: balance::PrefixOutcome,
+    /// Leading blocks of the prompt the chosen replica was sent lately.
+    pub matched_blocks: usize,
+    /// The prompt's complete blocks (at most [`prefix_index::MAX_BLOCKS`]).
+    pub prompt_blocks: usize,
+}
+
 /// The replicas of one target, and how a request gets one of them.
 #[derive(Debug)]
 pub struct TargetPool {
@@ -145,6 +164,12 @@ impl TargetPool {
     /// Like [`TargetPool::pick`], for a retry: replicas in `tried` are used only when no other
     /// replica is available (a one-replica target retries on its one replica).
     pub fn pick_excluding(&self, pick: &Pick, tried: &[Arc<Replica>]) -> Option<Arc<Replica>> {
+        self.choose(pick, tried).map(|c| c.replica)
+    }
+
+    /// [`TargetPool::pick_excluding`], telling also how a prefix-aware choice went (for the
+    /// gateway's metrics).
+    pub fn choose(&self, pick: &Pick, tried: &[Arc<Replica>]) -> Option<Chosen> {
         let was_tried = |r: &Arc<Replica>| tried.iter().any(|t| Arc::ptr_eq(t, r));
         let available: Vec<&Arc<Replica>> =
             self.replicas.iter().filter(|r| r.is_available()).collect();
@@ -153,7 +178,7 @@ impl TargetPool {
             .choose_and_claim(fresh, pick)
             .or_else(|| self.choose_and_claim(used, pick))?;
         if let Pick::Prefix { blocks, .. } = pick {
-            self.prefixes.record(&chosen.url, blocks);
+            self.prefixes.record(&chosen.replica.url, blocks);
         }
         Some(chosen)
     }
@@ -161,22 +186,30 @@ impl TargetPool {
     /// Chooses among `candidates` and claims passage through the chosen one's breaker; a
     /// replica whose breaker refuses (a concurrent picker took the last half-open probe) is
     /// dropped and the choice repeated.
-    fn choose_and_claim(
-        &self,
-        mut candidates: Vec<&Arc<Replica>>,
-        pick: &Pick,
-    ) -> Option<Arc<Replica>> {
+    fn choose_and_claim(&self, mut candidates: Vec<&Arc<Replica>>, pick: &Pick) -> Option<Chosen> {
         while !candidates.is_empty() {
-            let chosen = match pick {
+            let (chosen, prefix) = match pick {
                 Pick::Prefix { blocks, slack } => {
-                    { balance::by_prefix(&candidates, blocks, &self.prefixes, *slack) }
-                        .or_else(|| balance::least_loaded(&candidates, &self.next))
+                    match balance::by_prefix(&candidates, blocks, &self.prefixes, *slack) {
+                        Some(c) => (
+                            c.replica,
+                            Some(PrefixRouted {
+                                outcome: c.outcome,
+                                matched_blocks: c.matched_blocks,
+                                prompt_blocks: blocks.len(),
+                            }),
+                        ),
+                        None => (balance::least_loaded(&candidates, &self.next)?, None),
+                    }
                 }
-                Pick::RoundRobin => balance::round_robin(&candidates, &self.next),
-                Pick::LeastOutstanding => balance::least_loaded(&candidates, &self.next),
-            }?;
+                Pick::RoundRobin => (balance::round_robin(&candidates, &self.next)?, None),
+                Pick::LeastOutstanding => (balance::least_loaded(&candidates, &self.next)?, None),
+            };
             if chosen.try_pass() {
-                return Some(Arc::clone(chosen));
+                return Some(Chosen {
+                    replica: Arc::clone(chosen),
+                    prefix,
+                });
             }
             candidates.retain(|r| !Arc::ptr_eq(r, chosen));
         }

@@ -329,6 +329,42 @@ async fn prefix_balance_keeps_a_conversation_on_one_replica_and_spreads_others()
     // Different prompts do not all pile onto one replica.
     let used: std::collections::HashSet<_> = homes.iter().collect();
     assert!(used.len() >= 2, "{homes:?}");
+    // The metrics tell how the choices went: each first turn unmatched, each later turn to
+    // its longest match, none spilled (one request at a time).
+    let metrics = gw
+        .client
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sample = |name: &str, label: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    && l.contains(label)
+                    && l.contains("target=\"t\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let routes = "pagoda_gateway_prefix_routes_total";
+    assert_eq!(sample(routes, "outcome=\"unmatched\""), 8.0, "{metrics}");
+    assert_eq!(sample(routes, "outcome=\"longest\""), 16.0, "{metrics}");
+    assert_eq!(sample(routes, "outcome=\"spilled\""), 0.0, "{metrics}");
+    let blocks = "pagoda_gateway_prefix_blocks_total";
+    let (matched, prompt) = (
+        sample(blocks, "kind=\"matched\""),
+        sample(blocks, "kind=\"prompt\""),
+    );
+    assert!(
+        matched > 0.0 && matched < prompt,
+        "matched {matched} of {prompt}"
+    );
 }
 
 #[tokio::test]
