@@ -302,15 +302,7 @@ async fn usage_is_recorded_per_key_and_metrics_are_exported() {
         stub::COMPLETION_TOKENS,
         "stream usage comes from the backend's usage chunk"
     );
-    let metrics = gw
-        .client
-        .get(format!("{}/metrics", gw.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     for name in [
         "pagoda_gateway_requests_total",
         "pagoda_gateway_request_duration_seconds",

@@ -86,6 +86,18 @@ impl TestGateway {
         std::fs::rename(&tmp, &self.config_path).unwrap();
     }
 
+    /// The gateway's Prometheus exposition (`GET /metrics`).
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn chat(&self, key: &str, model: &str, extra: Value) -> reqwest::Response {
         let mut body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {

@@ -331,15 +331,7 @@ async fn prefix_balance_keeps_a_conversation_on_one_replica_and_spreads_others()
     assert!(used.len() >= 2, "{homes:?}");
     // The metrics tell how the choices went: each first turn unmatched, each later turn to
     // its longest match, none spilled (one request at a time).
-    let metrics = gw
-        .client
-        .get(format!("{}/metrics", gw.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     let sample = |name: &str, label: &str| -> f64 {
         metrics
             .lines()
