@@ -248,6 +248,12 @@ def main() -> int:
     pagoda = str(Path(args.pagoda).resolve())
     gateway = str(Path(args.gateway_pagoda or args.pagoda).resolve())
     policies = args.policies.split(",")
+    unknown = sorted(set(policies) - set(POLICIES))
+    if unknown:
+        ap.error(f"--policies: unknown {unknown}; choose among {POLICIES}")
+    workloads = args.workloads.split(",")
+    if not workloads or set(workloads) - {"shared", "unrelated"}:
+        ap.error(f"--workloads: {args.workloads!r}; give shared, unrelated or both")
     rng = random.Random(1)
     shared = shared_workload(rng, args.systems, args.conversations, args.turns,
                              args.system_words, args.order)
@@ -261,7 +267,7 @@ def main() -> int:
             data[name] = work / f"{name}.jsonl"
             data[name].write_text("".join(json.dumps(l) + "\n" for l in lines))
         for rnd in range(args.rounds):
-            for workload in args.workloads.split(","):
+            for workload in workloads:
                 order = policies if rnd % 2 == 0 else list(reversed(policies))
                 for policy in order:
                     cluster = Cluster(pagoda, gateway, args.model, args.replicas, args.threads,
@@ -286,7 +292,7 @@ def main() -> int:
     print("\n| workload | policy | mean TTFT ms | p99 TTFT ms | output tok/s | prefix hits |")
     print("|---|---|---|---|---|---|")
     med = {}
-    for workload in args.workloads.split(","):
+    for workload in workloads:
         for policy in dict.fromkeys(policies):
             rs = [r for r in runs if r["workload"] == workload and r["policy"] == policy]
             m = {k: statistics.median(r[k] for r in rs)
@@ -295,7 +301,7 @@ def main() -> int:
             print(f"| {workload} | {policy} | {m['ttft_mean_ms']:.1f} | {m['ttft_p99_ms']:.1f} "
                   f"| {m['output_tok_s']:.1f} | {m['prefix_hit_rate']:.0%} |")
     if "prefix" in policies:
-        for workload in args.workloads.split(","):
+        for workload in workloads:
             p = med[(workload, "prefix")]["ttft_mean_ms"]
             for other in [x for x in dict.fromkeys(policies) if x != "prefix"]:
                 o = med[(workload, other)]["ttft_mean_ms"]

@@ -51,7 +51,9 @@ use crate::config::{BreakerConfig, GatewayConfig, TargetConfig};
 /// How a request picks among a target's available replicas: a route's `balance`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Pick {
-    /// The fewest outstanding requests; equals take turns.
+    /// The fewest outstanding requests; equals take turns. The default for picks outside a
+    /// route (health checks, discovery); a route's own default is prefix-aware
+    /// ([`crate::config::RouteConfig::balance`]).
     #[default]
     LeastOutstanding,
     /// Each available replica in turn.
