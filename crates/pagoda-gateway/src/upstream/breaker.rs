@@ -2,7 +2,9 @@
 //!
 //! Owns the state machine `Closed -> Open -> HalfOpen -> (Closed | Open)`:
 //! - `Closed`: traffic flows; `failure_threshold` consecutive failures open the circuit
-//!   (a success resets the count). A threshold of 0 disables the breaker (it never opens).
+//!   (a success resets the count), and so does one [`Breaker::trip`] (a replica that dropped
+//!   a connection it had accepted a request on: it has likely crashed). A threshold of 0
+//!   disables the breaker (it never opens, not even on a trip).
 //! - `Open`: refuses traffic for `open_ms`; after that the next [`Breaker::try_pass`] turns it
 //!   half-open.
 //! - `HalfOpen`: lets at most `half_open_probes` requests through (0 is read as 1, otherwise the
@@ -210,6 +212,26 @@ impl Breaker {
             Inner::Open { .. } => {}
         }
     }
+
+    /// Opens the circuit at once, whatever the failure count: the replica dropped a request
+    /// it had accepted (see the module docs). A disabled breaker (threshold 0) stays closed.
+    pub fn trip(&self) {
+        self.trip_at(Instant::now());
+    }
+
+    /// [`Breaker::trip`] at `now`.
+    pub fn trip_at(&self, now: Instant) {
+        let mut locked = self.lock();
+        if locked.config.failure_threshold == 0 {
+            return;
+        }
+        if !matches!(locked.state, Inner::Open { until } if now < until) {
+            tracing::warn!("circuit opened: the replica dropped a request it had accepted");
+        }
+        locked.state = Inner::Open {
+            until: now + Duration::from_millis(locked.config.open_ms),
+        };
+    }
 }
 
 fn probes(config: &BreakerConfig) -> u32 {
@@ -333,6 +355,27 @@ mod tests {
         b.record_failure_at(t);
         assert!(b.try_pass_at(t + ms(10)));
         assert!(!b.try_pass_at(t + ms(11)));
+    }
+
+    #[test]
+    fn a_trip_opens_at_once_from_any_state_unless_disabled() {
+        let t = Instant::now();
+        let closed = Breaker::new(cfg(5, 100, 1));
+        closed.record_failure_at(t);
+        closed.trip_at(t);
+        assert_eq!(closed.state_at(t), BreakerState::Open);
+        assert!(!closed.try_pass_at(t + ms(99)));
+        assert!(closed.try_pass_at(t + ms(100)), "half-open after open_ms");
+        closed.trip_at(t + ms(100));
+        assert_eq!(
+            closed.state_at(t + ms(150)),
+            BreakerState::Open,
+            "a tripped probe reopens"
+        );
+
+        let disabled = Breaker::new(cfg(0, 100, 1));
+        disabled.trip_at(t);
+        assert_eq!(disabled.state_at(t), BreakerState::Closed);
     }
 
     #[test]

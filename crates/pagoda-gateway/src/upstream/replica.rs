@@ -97,6 +97,13 @@ impl Replica {
         self.breaker.record_failure();
     }
 
+    /// The replica dropped a request it had accepted (it likely crashed): its circuit opens
+    /// at once, so no other request is sent to it until `open_ms` has passed
+    /// ([`Breaker::trip`]).
+    pub fn eject(&self) {
+        self.breaker.trip();
+    }
+
     /// The circuit breaker's state now.
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker.state()
