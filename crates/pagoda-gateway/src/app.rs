@@ -645,6 +645,7 @@ async fn handle_inner(
             chain: &decision.chain,
             route: &model,
             request_id: &request_id,
+            max_replays: route.max_replays(&config.retry),
         },
     )
     .await;
@@ -676,12 +677,15 @@ fn failed(ticket: Ticket, exhausted: &Exhausted, config: &GatewayConfig) -> Resp
     let (route, request_id) = (ticket.route.as_str(), ticket.request_id.as_str());
     let error = match (
         exhausted.all_timeouts(),
+        exhausted.replays_spent,
         config.server.expose_upstream_details,
     ) {
-        (true, true) => ApiError::upstream_timeout(exhausted.summary()),
-        (false, true) => ApiError::upstream_unavailable(exhausted.summary()),
-        (true, false) => ApiError::route_timeout(route, request_id),
-        (false, false) => ApiError::route_unavailable(route, request_id),
+        (true, _, true) => ApiError::upstream_timeout(exhausted.summary()),
+        (true, _, false) => ApiError::route_timeout(route, request_id),
+        (false, true, true) => ApiError::upstream_dropped(exhausted.summary()),
+        (false, true, false) => ApiError::route_dropped(route, request_id),
+        (false, false, true) => ApiError::upstream_unavailable(exhausted.summary()),
+        (false, false, false) => ApiError::route_unavailable(route, request_id),
     };
     tracing::warn!(
         %request_id,
@@ -746,11 +750,6 @@ async fn respond(
     for f in &served.failures {
         gw.metrics
             .record_error(&ticket.route, &f.target, f.kind.metric());
-    }
-    if served.retries > 0 {
-        for _ in 0..served.retries {
-            gw.metrics.record_retry(&served.target);
-        }
     }
     let fallback = served.chain_index > 0;
     if fallback {

@@ -180,7 +180,16 @@ pub struct RetryConfig {
     pub budget_ratio: f64,
     /// ... plus this many retries per second, so a quiet gateway can still retry.
     pub budget_min_per_s: f64,
+    /// Times a request is sent again after a replica dropped it once sent (the connection
+    /// closed, or the attempt timed out, before a complete answer: the request may be what
+    /// crashed the replica), over the whole fallback chain; 0 never sends it again. Routes
+    /// may set their own (`max_replays`). At most [`MAX_REPLAYS`].
+    pub max_replays: u32,
 }
+
+/// The largest `max_replays` accepted: beyond a few replicas, replaying a request that kills
+/// replicas is the outage it is meant to prevent.
+pub const MAX_REPLAYS: u32 = 10;
 
 impl Default for RetryConfig {
     fn default() -> Self {
@@ -190,6 +199,7 @@ impl Default for RetryConfig {
             max_backoff_ms: 1000,
             budget_ratio: 0.2,
             budget_min_per_s: 10.0,
+            max_replays: 1,
         }
     }
 }
@@ -339,6 +349,10 @@ pub struct RouteConfig {
     /// `max(8, 50 %)` of the least loaded one's). Larger favours cache hits over even load.
     #[serde(default)]
     pub prefix_load_slack: Option<usize>,
+    /// This route's `retry.max_replays`: times a request a replica dropped after it was sent
+    /// is sent again (0: never). Unset: see [`RouteConfig::max_replays`].
+    #[serde(default)]
+    pub max_replays: Option<u32>,
 }
 
 /// A route's replica choice.
@@ -362,6 +376,11 @@ impl RouteConfig {
         } else {
             self.balance.unwrap_or_default()
         }
+    }
+
+    /// The replay limit in force: the route's `max_replays`, else `retry.max_replays`.
+    pub fn max_replays(&self, retry: &RetryConfig) -> u32 {
+        self.max_replays.unwrap_or(retry.max_replays)
     }
 }
 
@@ -598,6 +617,13 @@ impl GatewayConfig {
                     r.model
                 ));
             }
+            if let Some(n) = r.max_replays.filter(|n| *n > MAX_REPLAYS) {
+                return bad(format!(
+                    "route '{}': max_replays = {n} is over {MAX_REPLAYS}: a request that crashes replicas would be sent to {} of them",
+                    r.model,
+                    u64::from(n) + 1
+                ));
+            }
             if let Some(t) = &r.target {
                 known(t, "target", &r.model)?;
             }
@@ -681,6 +707,13 @@ impl GatewayConfig {
         }
         if self.retry.max_attempts == 0 {
             return bad("retry.max_attempts must be >= 1".into());
+        }
+        if self.retry.max_replays > MAX_REPLAYS {
+            return bad(format!(
+                "retry.max_replays = {} is over {MAX_REPLAYS}: a request that crashes replicas would be sent to {} of them",
+                self.retry.max_replays,
+                u64::from(self.retry.max_replays) + 1
+            ));
         }
         Ok(())
     }

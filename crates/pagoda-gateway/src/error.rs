@@ -5,7 +5,7 @@
 //! Invariant: every refusal made by the gateway itself goes through [`ApiError`], so clients
 //! (the official SDKs among them) can parse every error the same way. The messages about
 //! failed upstreams that clients see by default ([`ApiError::route_unavailable`],
-//! [`ApiError::route_timeout`], [`ApiError::stream_cut`]) name the route and the request id,
+//! [`ApiError::route_timeout`], [`ApiError::route_dropped`], [`ApiError::stream_cut`]) name the route and the request id,
 //! never a replica, a backend model or a connection error (`privacy.rs`).
 
 use std::time::Duration;
@@ -188,6 +188,25 @@ impl ApiError {
         Self::upstream_timeout(format!(
             "route `{route}`: no replica answered in time; retry later (request id {request_id})"
         ))
+    }
+
+    /// Replicas of `route` dropped the request after it was sent, as often as its
+    /// `max_replays` allow: it may be what makes them fail, so no other replica gets it.
+    pub fn route_dropped(route: &str, request_id: &str) -> Self {
+        Self::upstream_dropped(format!(
+            "route `{route}`: a replica failed while handling this request, so it was not sent to more replicas (request id {request_id})"
+        ))
+    }
+
+    /// The request was stopped after replicas dropped it (see [`ApiError::route_dropped`]);
+    /// `message` says more (`server.expose_upstream_details`).
+    pub fn upstream_dropped(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "server_error",
+            Some("upstream_dropped"),
+            message.into(),
+        )
     }
 
     /// A stream of `route` that broke after its first chunk (sent as its last SSE event).

@@ -10,13 +10,14 @@
 //! | Metric | Type | Labels | Meaning |
 //! |---|---|---|---|
 //! | `pagoda_gateway_requests_total` | counter | `route`, `version`, `status` | Finished requests; `status` is the HTTP code sent to the client (`200`, `429`, ...). `version` is the target that answered, `""` when none (auth failure, cache hit before routing). |
-//! | `pagoda_gateway_errors_total` | counter | `route`, `version`, `kind` | Failures by [`ErrorKind`] (`upstream_5xx`, `upstream_4xx`, `timeout`, `connect`, `stream_broken`, `rate_limited`, `budget_exceeded`, `auth`, `bad_request`, `queue_timeout`, `no_target`, `internal`). One per failed attempt that the gateway classifies, so retried attempts count too. |
+//! | `pagoda_gateway_errors_total` | counter | `route`, `version`, `kind` | Failures by [`ErrorKind`] (`upstream_5xx`, `upstream_4xx`, `timeout`, `connect`, `dropped`, `stream_broken`, `rate_limited`, `budget_exceeded`, `auth`, `bad_request`, `queue_timeout`, `no_target`, `internal`). One per failed attempt that the gateway classifies, so retried attempts count too. |
 //! | `pagoda_gateway_request_duration_seconds` | histogram | `route`, `version` | Whole-request latency as the client sees it (to the last byte). Buckets 5 ms .. 120 s. |
 //! | `pagoda_gateway_ttft_seconds` | histogram | `route`, `version` | Time to the first token (first content byte of a streamed answer). Same buckets. |
 //! | `pagoda_gateway_tokens_total` | counter | `key`, `route`, `version`, `kind` | Tokens by key name, client model name, version, `kind` = `prompt` or `completion`. |
 //! | `pagoda_gateway_cache_requests_total` | counter | `result` | Response-cache lookups: `hit`, `miss`, `bypass` (client opted out or the request is not deterministic). |
 //! | `pagoda_gateway_rate_limited_total` | counter | `key`, `limit` | Requests refused by a limit; `limit` = `rpm`, `tpm`, `budget`, `concurrency`, ... |
-//! | `pagoda_gateway_retries_total` | counter | `target` | Retried upstream attempts (not the first attempt). |
+//! | `pagoda_gateway_retries_total` | counter | `target` | Retried upstream attempts on a target (not its first attempt), whether the request was served in the end or not. |
+//! | `pagoda_gateway_replays_total` | counter | `target`, `outcome` | Requests a replica dropped after they were sent (`proxy/retry.rs`): `sent` (sent again, to this target), `refused` (not sent again: the request's `max_replays` were spent; `target` is where the last drop was). |
 //! | `pagoda_gateway_prefix_routes_total` | counter | `target`, `outcome` | Prefix-aware replica choices (every attempt): `longest` (to the replica sent the longest run of the prompt's blocks lately), `spilled` (that replica was past the load bound), `unmatched` (no replica was sent any of them). |
 //! | `pagoda_gateway_prefix_blocks_total` | counter | `target`, `kind` | Blocks of 64 characters of those prompts: `prompt` (all, up to 256 per prompt) and `matched` (those the chosen replica was sent lately); matched / prompt estimates the prefix-cache hit rate routing aims for. |
 //! | `pagoda_gateway_fallbacks_total` | counter | `route`, `from`, `to` | Requests moved from one target to the next one of the route's fallback chain. |
@@ -49,6 +50,8 @@ pub enum ErrorKind {
     Timeout,
     /// The upstream could not be reached.
     Connect,
+    /// The upstream closed the connection after the request was sent, before a complete answer.
+    Dropped,
     /// A streamed answer broke after it started.
     StreamBroken,
     /// Refused by a rate limit (gateway or upstream 429).
@@ -75,6 +78,7 @@ impl ErrorKind {
             ErrorKind::Upstream4xx => "upstream_4xx",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Connect => "connect",
+            ErrorKind::Dropped => "dropped",
             ErrorKind::StreamBroken => "stream_broken",
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::BudgetExceeded => "budget_exceeded",
@@ -83,6 +87,25 @@ impl ErrorKind {
             ErrorKind::QueueTimeout => "queue_timeout",
             ErrorKind::NoTarget => "no_target",
             ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// The `outcome` label of `pagoda_gateway_replays_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    /// The request was sent again after a drop.
+    Sent,
+    /// The request's replays were spent: it was not sent again.
+    Refused,
+}
+
+impl ReplayOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayOutcome::Sent => "sent",
+            ReplayOutcome::Refused => "refused",
         }
     }
 }
@@ -117,6 +140,7 @@ pub struct GatewayMetrics {
     cache: IntCounterVec,
     rate_limited: IntCounterVec,
     retries: IntCounterVec,
+    replays: IntCounterVec,
     fallbacks: IntCounterVec,
     prefix_routes: IntCounterVec,
     prefix_blocks: IntCounterVec,
@@ -232,6 +256,12 @@ impl GatewayMetrics {
                 "pagoda_gateway_retries_total",
                 "Retried upstream attempts by target",
                 &["target"],
+            )?,
+            replays: counter(
+                &r,
+                "pagoda_gateway_replays_total",
+                "Requests a replica dropped after they were sent, by target and outcome (sent again, refused)",
+                &["target", "outcome"],
             )?,
             fallbacks: counter(
                 &r,
@@ -355,6 +385,13 @@ impl GatewayMetrics {
         self.retries.with_label_values(&[target]).inc();
     }
 
+    /// Counts one request a replica dropped: sent again to `target`, or refused there.
+    pub fn record_replay(&self, target: &str, outcome: ReplayOutcome) {
+        self.replays
+            .with_label_values(&[target, outcome.as_str()])
+            .inc();
+    }
+
     /// Counts one prefix-aware choice at `target`.
     pub fn record_prefix_route(&self, target: &str, routed: &crate::upstream::PrefixRouted) {
         self.prefix_routes
@@ -444,6 +481,9 @@ mod tests {
         m.record_cache(CacheStatus::Bypass);
         m.record_rate_limited("alice", "rpm");
         m.record_retry("v1");
+        m.record_replay("v1", ReplayOutcome::Sent);
+        m.record_replay("v1", ReplayOutcome::Refused);
+        m.record_replay("v1", ReplayOutcome::Refused);
         m.record_fallback("chat", "v1", "v0");
         m.set_circuit_state("v1", "http://a:1", CircuitLevel::HalfOpen);
         m.set_canary_weight("chat", 20.0);
@@ -469,6 +509,8 @@ mod tests {
             "pagoda_gateway_cache_requests_total{result=\"bypass\"} 1",
             "pagoda_gateway_rate_limited_total{key=\"alice\",limit=\"rpm\"} 1",
             "pagoda_gateway_retries_total{target=\"v1\"} 1",
+            "pagoda_gateway_replays_total{outcome=\"sent\",target=\"v1\"} 1",
+            "pagoda_gateway_replays_total{outcome=\"refused\",target=\"v1\"} 2",
             "pagoda_gateway_fallbacks_total{from=\"v1\",route=\"chat\",to=\"v0\"} 1",
             "pagoda_gateway_circuit_state{replica=\"http://a:1\",target=\"v1\"} 0.5",
             "pagoda_gateway_canary_weight_percent{route=\"chat\"} 20",
@@ -529,6 +571,6 @@ mod tests {
         for fam in m.registry().gather() {
             assert!(fam.name().starts_with("pagoda_gateway_"), "{}", fam.name());
         }
-        assert_eq!(m.registry().gather().len(), 13);
+        assert_eq!(m.registry().gather().len(), 14);
     }
 }

@@ -1,15 +1,21 @@
 //! Forwarding one client request upstream: replica choice, queueing, retries, the fallback
 //! chain, and the start of a stream.
 //!
-//! Owns the failure semantics of the gateway:
-//! - connection errors, timeouts, 5xx and 429 from a backend are retried (another replica of
-//!   the same target when there is one, with backoff and within the retry budget), then the
-//!   next target of the route's fallback chain is tried; a canned-reply target ends a chain;
+//! Carries out the retry policy written in [`retry`] (what is tried again, what a failure does
+//! to the replica's circuit breaker), classifying each failed attempt by when it failed:
+//! - before the request was sent (connect errors, a full queue) or with an answer (5xx, 429):
+//!   retried on another replica of the same target when there is one, with backoff and within
+//!   the retry budget, then the next target of the route's fallback chain is tried; a
+//!   canned-reply target ends a chain;
+//! - after the request was sent, without a complete answer (the connection dropped, or the
+//!   deadline passed): sent again at most `max_replays` times for the whole request, and a
+//!   dropped connection ejects the replica at once — a request that crashes replicas reaches
+//!   at most `1 + max_replays` of them;
 //! - other 4xx answers are the client's fault and are passed through (what they say about the
 //!   upstream is rewritten by the caller, see `privacy.rs`);
-//! - 5xx, timeouts and connection errors count against the replica's circuit breaker;
 //! - a stream is committed only once its first chunk has arrived, so a backend that fails
-//!   before its first byte still falls back; after that, `stream.rs` owns the relay.
+//!   before its first byte still falls back (within the policy); after that, `stream.rs` owns
+//!   the relay and nothing is retried.
 //!
 //! Invariant: every attempt holds a replica permit while it runs (so the replica's outstanding
 //! count and concurrency cap see it), and the permit moves into the stream for its lifetime.
@@ -26,9 +32,10 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::config::{GatewayConfig, TargetConfig};
+use crate::metrics::ReplayOutcome;
 use crate::upstream::{Replica, ReplicaPermit, Upstreams};
 
-use self::retry::{backoff, RetryBudget};
+use self::retry::{backoff, BreakerEffect, Replays, RetryBudget};
 
 /// The API a request is for (the upstream path and the canned-reply shape).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,18 +71,25 @@ pub struct Forward<'a> {
     pub route: &'a str,
     /// Sent upstream as `x-request-id`, and on the log lines of failed attempts.
     pub request_id: &'a str,
+    /// Times the request may be sent again after a replica dropped it (the route's
+    /// `max_replays`; see [`retry`]).
+    pub max_replays: u32,
 }
 
 /// What failed, as a metrics label and for the error message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
+    /// No connection (refused, unreachable, connect timeout): the request was not sent.
     Connect,
+    /// The request was sent (or may have been) and no complete answer came before the deadline.
     Timeout,
+    /// The replica accepted the request, then the connection closed (reset, EOF) before a
+    /// complete answer: the request may have crashed it.
+    Dropped,
     Upstream5xx,
     Upstream429,
     QueueTimeout,
     NoReplica,
-    BadBody,
 }
 
 impl FailureKind {
@@ -87,7 +101,7 @@ impl FailureKind {
             FailureKind::Upstream429 => "upstream_429",
             FailureKind::QueueTimeout => "queue_timeout",
             FailureKind::NoReplica => "no_replica",
-            FailureKind::BadBody => "bad_body",
+            FailureKind::Dropped => "dropped",
         }
     }
 
@@ -97,22 +111,12 @@ impl FailureKind {
         match self {
             FailureKind::Connect => K::Connect,
             FailureKind::Timeout => K::Timeout,
-            FailureKind::Upstream5xx | FailureKind::BadBody => K::Upstream5xx,
+            FailureKind::Dropped => K::Dropped,
+            FailureKind::Upstream5xx => K::Upstream5xx,
             FailureKind::Upstream429 => K::Upstream4xx,
             FailureKind::QueueTimeout => K::QueueTimeout,
             FailureKind::NoReplica => K::NoTarget,
         }
-    }
-
-    /// Whether the replica itself is at fault (counts against its circuit breaker).
-    fn blames_replica(self) -> bool {
-        matches!(
-            self,
-            FailureKind::Connect
-                | FailureKind::Timeout
-                | FailureKind::Upstream5xx
-                | FailureKind::BadBody
-        )
     }
 }
 
@@ -161,6 +165,9 @@ pub struct Served {
 pub struct Exhausted {
     pub failures: Vec<Failure>,
     pub retries: u32,
+    /// Replicas dropped the request more often than its `max_replays` allow, so the rest of
+    /// the chain was not tried.
+    pub replays_spent: bool,
 }
 
 impl Exhausted {
@@ -219,11 +226,16 @@ pub struct ForwardContext<'a> {
 pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Served, Exhausted> {
     let mut failures = Vec::new();
     let mut retries = 0u32;
+    let mut replays = Replays::new(req.max_replays);
     for (chain_index, target_name) in req.chain.iter().enumerate() {
         let Some(target) = ctx.config.target(target_name) else {
             continue;
         };
-        if target.replicas.is_empty() && target.discover.is_none() {
+        let canned = target.replicas.is_empty() && target.discover.is_none();
+        if replays.spent() && !canned {
+            continue; // the request must reach no other replica
+        }
+        if canned {
             if let Some(text) = &target.canned_reply {
                 let model = if ctx.config.server.expose_upstream_details {
                     target.upstream_model()
@@ -252,7 +264,12 @@ pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Serve
             }
             continue;
         }
-        match try_target(ctx, &req, target, &mut failures, &mut retries).await {
+        let attempts = Attempts {
+            failures: &mut failures,
+            retries: &mut retries,
+            replays: &mut replays,
+        };
+        match try_target(ctx, &req, target, attempts).await {
             Some(mut served) => {
                 served.chain_index = chain_index;
                 served.retries = retries;
@@ -262,17 +279,33 @@ pub async fn forward(ctx: &ForwardContext<'_>, req: Forward<'_>) -> Result<Serve
             None => continue,
         }
     }
-    Err(Exhausted { failures, retries })
+    Err(Exhausted {
+        failures,
+        retries,
+        replays_spent: replays.spent(),
+    })
 }
 
-/// Up to `max_attempts` attempts on one target's replicas.
+/// What the attempts of one request have added up to so far, over the chain.
+struct Attempts<'a> {
+    failures: &'a mut Vec<Failure>,
+    retries: &'a mut u32,
+    replays: &'a mut Replays,
+}
+
+/// Up to `max_attempts` attempts on one target's replicas, fewer when the request's replays
+/// are spent.
 async fn try_target(
     ctx: &ForwardContext<'_>,
     req: &Forward<'_>,
     target: &TargetConfig,
-    failures: &mut Vec<Failure>,
-    retries: &mut u32,
+    attempts: Attempts<'_>,
 ) -> Option<Served> {
+    let Attempts {
+        failures,
+        retries,
+        replays,
+    } = attempts;
     let pool = ctx.upstreams.pool(&target.name)?;
     let mut body = req.body.clone();
     if let Some(obj) = body.as_object_mut() {
@@ -298,6 +331,7 @@ async fn try_target(
                 return None;
             }
             *retries += 1;
+            ctx.metrics.record_retry(&target.name);
             tokio::time::sleep(backoff(&ctx.config.retry, attempt)).await;
         }
         let Some(chosen) = pool.choose(&req.pick, &tried) else {
@@ -331,6 +365,9 @@ async fn try_target(
                 continue;
             }
         };
+        if replays.sending() {
+            ctx.metrics.record_replay(&target.name, ReplayOutcome::Sent);
+        }
         match attempt_once(ctx, req, target, &replica, payload.clone(), timeout, permit).await {
             Ok(served) => {
                 if served.status < 500 && served.status != 429 {
@@ -338,10 +375,12 @@ async fn try_target(
                 }
                 return Some(served);
             }
-            Err(kind_detail) => {
-                let (kind, detail) = kind_detail;
-                if kind.blames_replica() {
-                    replica.record_failure();
+            Err((kind, detail)) => {
+                let verdict = retry::verdict(kind);
+                match verdict.breaker {
+                    BreakerEffect::Eject => replica.eject(),
+                    BreakerEffect::Failure => replica.record_failure(),
+                    BreakerEffect::Nothing => {}
                 }
                 tracing::debug!(request_id = %req.request_id, target = %target.name, replica = %replica.url, kind = kind.label(), %detail, "attempt failed");
                 failures.push(Failure {
@@ -351,6 +390,12 @@ async fn try_target(
                     kind,
                     detail,
                 });
+                if verdict.replay && !replays.note_dropped() {
+                    tracing::warn!(request_id = %req.request_id, target = %target.name, replica = %replica.url, kind = kind.label(), max_replays = req.max_replays, "a replica dropped the request after it was sent and its replays are spent: no other replica gets it");
+                    ctx.metrics
+                        .record_replay(&target.name, ReplayOutcome::Refused);
+                    return None;
+                }
             }
         }
     }
@@ -388,8 +433,7 @@ async fn attempt_once(
                 format!("no response within {} ms", timeout.as_millis()),
             ))
         }
-        Ok(Err(e)) if e.is_timeout() => return Err((FailureKind::Timeout, e.to_string())),
-        Ok(Err(e)) => return Err((FailureKind::Connect, e.to_string())),
+        Ok(Err(e)) => return Err(send_failure(&e)),
         Ok(Ok(r)) => r,
     };
     let status = response.status().as_u16();
@@ -431,13 +475,13 @@ async fn attempt_once(
                 }
                 Ok(None) => {
                     return Err((
-                        FailureKind::BadBody,
+                        FailureKind::Dropped,
                         "the stream ended before its first chunk".into(),
                     ))
                 }
                 Ok(Some(Err(e))) => {
                     return Err((
-                        FailureKind::Connect,
+                        FailureKind::Dropped,
                         format!("stream failed before its first chunk: {e}"),
                     ))
                 }
@@ -459,12 +503,77 @@ async fn attempt_once(
             "body not complete before the deadline".into(),
         )),
         Ok(Err(e)) => Err((
-            FailureKind::Connect,
+            FailureKind::Dropped,
             format!("reading the body failed: {e}"),
         )),
         Ok(Ok(bytes)) => {
             drop(permit);
             Ok(served(Body::Full(bytes)))
         }
+    }
+}
+
+/// What a failed `send` (up to the response head) was: a connect error means no byte of the
+/// request left; anything else happened once the request was (or may have been) sent, so
+/// the replica may have acted on it (see [`retry`]).
+fn send_failure(e: &reqwest::Error) -> (FailureKind, String) {
+    let kind = if e.is_connect() {
+        FailureKind::Connect
+    } else if e.is_timeout() {
+        FailureKind::Timeout
+    } else {
+        FailureKind::Dropped
+    };
+    (kind, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    async fn send_error(url: &str, timeout: Option<Duration>) -> reqwest::Error {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let mut request = client.post(url).body("{\"model\": \"m\"}");
+        if let Some(t) = timeout {
+            request = request.timeout(t);
+        }
+        request.send().await.unwrap_err()
+    }
+
+    /// A loopback server that reads each request, then closes the connection (`hang`: false)
+    /// or keeps it open without answering.
+    async fn silent_server(hang: bool) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    if hang {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn send_failures_are_told_apart_by_whether_the_request_left() {
+        let refused = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", listener.local_addr().unwrap())
+        };
+        let kind = |e: reqwest::Error| send_failure(&e).0;
+        assert_eq!(kind(send_error(&refused, None).await), FailureKind::Connect);
+        let closes = silent_server(false).await;
+        assert_eq!(kind(send_error(&closes, None).await), FailureKind::Dropped);
+        let hangs = silent_server(true).await;
+        assert_eq!(
+            kind(send_error(&hangs, Some(Duration::from_millis(100))).await),
+            FailureKind::Timeout
+        );
     }
 }

@@ -1,12 +1,45 @@
-//! Retry policy: exponential backoff with full jitter, and a retry budget.
+//! Retry policy: which failed attempts are tried again, where, how soon and how many times.
+//!
+//! The written policy (what Envoy's `retry_on` says in its config), by *when* an attempt
+//! failed ([`verdict`]):
+//!
+//! | Failure (`FailureKind` label) | The request reached the replica? | Tried again | The replica's breaker |
+//! |---|---|---|---|
+//! | connect error, refused connection, connect timeout (`connect`) | no | yes: another replica, then the next target | one failure |
+//! | no free slot within `queue_timeout_ms` (`queue_timeout`) | no | yes: another replica, then the next target | untouched |
+//! | 5xx answer (`upstream_5xx`) | yes, and it answered | yes: another replica, then the next target | one failure |
+//! | 429 answer (`upstream_429`) | yes, and it answered | yes: another replica, then the next target | untouched |
+//! | the connection closed (reset, EOF) after the request was sent, before a complete answer (`dropped`) | yes, and it may have crashed on it | a *replay*: at most `max_replays` per request | opened at once: the replica is ejected for `open_ms` |
+//! | no complete answer before the deadline (`timeout`) | yes (or unknown: counted as yes) | a *replay* | one failure |
+//!
+//! - "Tried again" is bounded as before: `retry.max_attempts` tries per target, each try
+//!   after a target's first waits [`backoff`] and takes one retry from the [`RetryBudget`]
+//!   (when it is spent the request moves to the next target at once); after the last target
+//!   the request fails.
+//! - A replay is a request sent again after a replica dropped it. A request whose crash kills
+//!   each replica it reaches must not take the route down, so replays are counted per request
+//!   over the whole fallback chain ([`Replays`]): `max_replays` of them (a route's
+//!   `max_replays`, else `retry.max_replays`, default 1; 0 never replays). The next dropped
+//!   or timed-out attempt ends the request: no other replica gets it (a canned-reply target
+//!   still answers) and the client gets 502 `upstream_dropped` (504 when every attempt timed
+//!   out), counted in `pagoda_gateway_replays_total{outcome="refused"}`.
+//! - A timeout is replay-limited but does not eject: a replica may just be slow on a long
+//!   answer; repeated timeouts open its breaker through `failure_threshold`.
+//! - Other 4xx answers are the client's: passed through, never tried again.
+//! - Streams: a stream is committed at its first chunk. A failure before it is one of the rows
+//!   above (a 200 whose body ends or breaks before its first chunk is `dropped`); after it
+//!   nothing is tried again: the relay ends with an error event (`stream.rs`).
 //!
 //! The budget bounds retries to `budget_ratio` of the requests seen in the last
 //! [`WINDOW_SECS`] seconds plus `budget_min_per_s` per second, so that when a backend is down
 //! the gateway does not multiply its load (a retry storm) — retries beyond the budget fail
 //! over to the fallback chain at once instead.
 //!
-//! Invariant: counts live in a ring of one-second buckets; a bucket is reset when its second
-//! comes round again, so memory is constant and old traffic stops counting after the window.
+//! Invariants: a request sends at most `max_replays` attempts after drops, so one that every
+//! replica drops reaches at most `1 + max_replays` replicas whatever `max_attempts`, the
+//! chain's length and the budget say. The budget's counts live in a ring of one-second
+//! buckets; a bucket is reset when its second comes round again, so memory is constant and
+//! old traffic stops counting after the window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -14,7 +47,79 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use super::FailureKind;
 use crate::config::RetryConfig;
+
+/// What the policy does after one failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// The request reached the replica and may have harmed it: trying again is a replay,
+    /// limited by [`Replays`].
+    pub replay: bool,
+    /// What the replica's circuit breaker is told.
+    pub breaker: BreakerEffect,
+}
+
+/// What a failed attempt does to its replica's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerEffect {
+    /// Not the replica's fault (it is busy, or no attempt was made).
+    Nothing,
+    /// One failure towards `failure_threshold`.
+    Failure,
+    /// The circuit opens at once (the replica is ejected for `open_ms`).
+    Eject,
+}
+
+/// The policy's row for `kind` (the table in the module docs).
+pub fn verdict(kind: FailureKind) -> Verdict {
+    let (replay, breaker) = match kind {
+        FailureKind::Connect | FailureKind::Upstream5xx => (false, BreakerEffect::Failure),
+        FailureKind::QueueTimeout | FailureKind::Upstream429 | FailureKind::NoReplica => {
+            (false, BreakerEffect::Nothing)
+        }
+        FailureKind::Dropped => (true, BreakerEffect::Eject),
+        FailureKind::Timeout => (true, BreakerEffect::Failure),
+    };
+    Verdict { replay, breaker }
+}
+
+/// One request's replays: its attempts that replicas dropped after they were sent, against
+/// its `max_replays`.
+#[derive(Debug, Clone, Copy)]
+pub struct Replays {
+    limit: u32,
+    dropped: u32,
+    /// The next attempt sent is a replay.
+    owed: bool,
+}
+
+impl Replays {
+    pub fn new(limit: u32) -> Self {
+        Self {
+            limit,
+            dropped: 0,
+            owed: false,
+        }
+    }
+
+    /// Notes one dropped attempt; true when the request may still be sent again.
+    pub fn note_dropped(&mut self) -> bool {
+        self.dropped = self.dropped.saturating_add(1);
+        self.owed = !self.spent();
+        self.owed
+    }
+
+    /// No more replay is allowed: the request must not reach another replica.
+    pub fn spent(&self) -> bool {
+        self.dropped > self.limit
+    }
+
+    /// An attempt is being sent: true when it is a replay (the first one after a drop).
+    pub fn sending(&mut self) -> bool {
+        std::mem::take(&mut self.owed)
+    }
+}
 
 /// Seconds of traffic the budget looks at.
 pub const WINDOW_SECS: usize = 10;
@@ -123,6 +228,43 @@ mod tests {
             budget_min_per_s: min_per_s,
             ..RetryConfig::default()
         }
+    }
+
+    #[test]
+    fn only_failures_after_the_request_was_sent_are_replays() {
+        use BreakerEffect::*;
+        let row = |k| {
+            let v = verdict(k);
+            (v.replay, v.breaker)
+        };
+        assert_eq!(row(FailureKind::Connect), (false, Failure));
+        assert_eq!(row(FailureKind::QueueTimeout), (false, Nothing));
+        assert_eq!(row(FailureKind::NoReplica), (false, Nothing));
+        assert_eq!(row(FailureKind::Upstream5xx), (false, Failure));
+        assert_eq!(row(FailureKind::Upstream429), (false, Nothing));
+        assert_eq!(row(FailureKind::Dropped), (true, Eject));
+        assert_eq!(row(FailureKind::Timeout), (true, Failure));
+    }
+
+    #[test]
+    fn replays_stop_after_the_limit() {
+        let mut none = Replays::new(0);
+        assert!(!none.spent() && !none.sending());
+        assert!(!none.note_dropped(), "0: the first drop ends the request");
+        assert!(none.spent() && !none.sending());
+
+        let mut one = Replays::new(1);
+        assert!(one.note_dropped(), "the default: one replay");
+        assert!(!one.spent());
+        assert!(one.sending(), "the next attempt is the replay");
+        assert!(!one.sending(), "and only that one");
+        assert!(!one.note_dropped());
+        assert!(one.spent() && !one.sending());
+
+        let mut two = Replays::new(2);
+        assert!(two.note_dropped() && two.sending());
+        assert!(two.note_dropped() && two.sending());
+        assert!(!two.note_dropped());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! cached copy does too.
 //!
 //! Invariants:
+//! - a relayed stream is never retried or replayed: the retry policy (`retry.rs`) ends when
+//!   the first chunk commits the stream, since the client already has part of an answer;
 //! - a stream that breaks after its first byte (upstream error, idle timeout, or an end
 //!   without `[DONE]`) ends with an OpenAI-style error event and never with `[DONE]`, so a
 //!   client cannot mistake a cut answer for a complete one; with a [`Redaction`] that event

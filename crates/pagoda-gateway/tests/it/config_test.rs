@@ -180,3 +180,50 @@ fn balance_is_named_and_the_older_affinity_flag_still_means_prefix() {
         .to_string();
     assert!(e.contains("prefix_load_slack"), "{e}");
 }
+
+#[test]
+fn max_replays_defaults_to_one_is_set_per_route_and_bounded() {
+    use pagoda_gateway::config::MAX_REPLAYS;
+    let with = |retry: &str, route: &str| {
+        format!(
+            "[retry]\n{retry}\n{}",
+            GOOD.replace(
+                "target = \"small\"\n",
+                &format!("target = \"small\"\n{route}\n")
+            )
+        )
+    };
+    let replays = |text: &str| {
+        let c = GatewayConfig::parse(text, "t").unwrap();
+        c.route("chat").unwrap().max_replays(&c.retry)
+    };
+    assert_eq!(replays(GOOD), 1, "one replay by default");
+    assert_eq!(replays(&with("max_replays = 0", "")), 0);
+    assert_eq!(replays(&with("max_replays = 0", "max_replays = 2")), 2);
+    assert_eq!(
+        replays(&with("", &format!("max_replays = {MAX_REPLAYS}"))),
+        MAX_REPLAYS
+    );
+
+    let over = MAX_REPLAYS + 1;
+    let e = GatewayConfig::parse(&with("", &format!("max_replays = {over}")), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "route 'chat': max_replays = {over} is over {MAX_REPLAYS}"
+        )),
+        "{e}"
+    );
+    let e = GatewayConfig::parse(&with(&format!("max_replays = {over}"), ""), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("retry.max_replays = {over} is over {MAX_REPLAYS}")),
+        "{e}"
+    );
+    let e = GatewayConfig::parse(&with("", "max_replays = -1"), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_replays"), "{e}");
+}

@@ -3,6 +3,8 @@
 //! servers do), and can be told to fail, slow down, cut its streams or report itself
 //! unhealthy. Like some real servers, its error messages name the model and its own address.
 //! It remembers the `x-request-id` it last received. It listens on a real loopback socket.
+//! [`crashing`] is a replica that dies on every request: it reads the whole request, then
+//! closes the connection without answering.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
@@ -81,6 +83,70 @@ struct StubState {
     name: String,
     url: String,
     behaviour: Arc<Behaviour>,
+}
+
+/// A replica that reads each whole POST (headers and `content-length` body), counts it and
+/// closes the connection without a byte of answer, as a server process that crashed while
+/// handling it; it goes on accepting connections, so each request it gets is counted.
+pub struct Crashing {
+    pub url: String,
+    received: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Crashing {
+    /// Complete requests received.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Crashing {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn crashing() -> Crashing {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let received = Arc::new(AtomicU64::new(0));
+    let count = received.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + length {
+                            if head.starts_with("post ") {
+                                count.fetch_add(1, Ordering::SeqCst);
+                            }
+                            return; // dropping `conn` closes it: no answer
+                        }
+                    }
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    Crashing {
+        url,
+        received,
+        task,
+    }
 }
 
 /// A base URL on which nothing listens (a replica that is down).
