@@ -54,6 +54,46 @@ class Listener:
             conn.close()
 
 
+class Crasher:
+    """A loopback replica that reads each whole request, counts the POSTs and closes the
+    connection without answering: a server process that crashes on the request."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.posts = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read_and_drop, args=(conn,), daemon=True).start()
+
+    def _read_and_drop(self, conn):
+        data = b""
+        with conn:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, body = data.split(b"\r\n\r\n", 1)
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
+            if head.startswith(b"POST "):
+                self.posts += 1
+
+
 def request(url, method, path, body=None, headers=None):
     """(status, headers dict with lower-case names, body text) of one request."""
     host = url.split("://", 1)[1]
@@ -311,6 +351,32 @@ target = "backend"
 
         check("gateway: 5xx names no upstream", gateway_keeps_its_upstreams_private)
         check("gateway: x-request-id on errors", gateway_request_ids_on_errors)
+    finally:
+        gateway.stop()
+
+    # A request that crashes every replica it reaches costs 1 + max_replays (default 1) of
+    # them, not the route: the gateway does not replay it on each.
+    crashers = [Crasher() for _ in range(3)]
+    replicas = ", ".join(f'"http://127.0.0.1:{c.port}"' for c in crashers)
+    path = os.path.join(work, "crash.toml")
+    with open(path, "w") as f:
+        f.write(config.replace("rpm = 1\n", "").replace(f'replicas = ["{dead}"]', f"replicas = [{replicas}]")
+                .replace("[[key]]", "[retry]\nmax_attempts = 5\n[health]\ninterval_ms = 0\n\n[[key]]", 1))
+    gateway = Child([args.pagoda, "gateway", "--config", path, "--listen", "127.0.0.1:0"],
+                    r"listening on (http://[0-9.:]+)", "pagoda-gateway-", timeout=60)
+    try:
+        def gateway_does_not_replay_a_crashing_request_on_every_replica():
+            status, headers, text = request(gateway.url, "POST", "/v1/chat/completions", chat("chat"),
+                                            {"authorization": f"Bearer {key}"})
+            assert status == 502, (status, text)
+            assert json.loads(text)["error"]["code"] == "upstream_dropped", text
+            assert "x-request-id" in headers, headers
+            clean(text, store_root, ["127.0.0.1", "secret-backend-model", "onnect",
+                                     *(str(c.port) for c in crashers)])
+            reached = [c.posts for c in crashers]
+            assert sum(reached) == 2 and max(reached) == 1, reached
+
+        check("gateway: a crashing request reaches 2 of 3 replicas", gateway_does_not_replay_a_crashing_request_on_every_replica)
     finally:
         gateway.stop()
 
