@@ -41,13 +41,20 @@
 //!
 //! Complexity limits (documented for clients; exceeding one is an error, never a hang):
 //! [`MAX_SPEC_BYTES`] of schema, regex, grammar or choices text, [`MAX_CHOICES`] choices,
-//! and llguidance's [`ParserLimits`] as set in [`LIMITS`]: grammar size, lexer fuel at
-//! compile time and per token, Earley items per token, lexer states.
+//! nesting depth ([`crate::constraint_depth`]: schema levels and `$ref` chains, Lark rule
+//! chains and brackets), and llguidance's [`ParserLimits`] as set in [`LIMITS`]: grammar
+//! size, lexer fuel at compile time and per token, Earley items per token, lexer states.
+//! Compiling recurses over the spec, so it runs on a deep stack of its own
+//! ([`pagoda_model::isolated`]), never on the caller's (an async worker's 2 MiB would
+//! overflow and abort the process); a spec that matches nothing at all is refused when it
+//! is compiled.
 
+use crate::constraint_depth;
 use crate::request::ConstraintSpec;
-use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::api::{ParserLimits, StopReason, TopLevelGrammar};
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
+use pagoda_model::isolated::{run_isolated, DEEP_STACK_BYTES};
 use pagoda_model::tokenizer::Tokenizer;
 use std::sync::{Arc, OnceLock};
 
@@ -118,9 +125,11 @@ impl Constraints {
             .map_err(Clone::clone)
     }
 
-    /// Compiles `spec`: `Err` names what is wrong with it.
+    /// Compiles `spec` on a deep stack of its own ([`pagoda_model::isolated`]): `Err` names
+    /// what is wrong with it, or which limit it crosses.
     pub fn compile(&self, spec: &ConstraintSpec) -> Result<CompiledConstraint, ConstraintError> {
-        compile_with(self.factory()?, spec)
+        let factory = self.factory()?;
+        isolated(|| compile_with(factory, spec))
     }
 
     /// The size of the token trie's vocabulary (building it if needed).
@@ -136,13 +145,58 @@ impl Constraints {
 /// reuses the engine's.
 pub fn validate(spec: &ConstraintSpec, tokenizer: &Tokenizer) -> Result<(), ConstraintError> {
     check_size(spec)?;
-    compile_with(&factory(tokenizer)?, spec).map(|_| ())
+    let factory = factory(tokenizer)?;
+    isolated(|| compile_with(&factory, spec)).map(|_| ())
+}
+
+/// Runs a compilation on a thread whose stack holds the deepest spec [`check_limits`] lets
+/// through; a panic in the grammar engine is that spec's error, not the caller's.
+fn isolated(
+    compile: impl FnOnce() -> Result<CompiledConstraint, ConstraintError> + Send,
+) -> Result<CompiledConstraint, ConstraintError> {
+    run_isolated("compiling the constraint", DEEP_STACK_BYTES, compile)
+        .map_err(|e| ConstraintError::Invalid(e.to_string()))?
+}
+
+/// Compiles `spec` against a vocabulary of the 256 single bytes, then walks up to 64 tokens
+/// through its masks, each picked by the next byte of `steer` among the allowed ones —
+/// discarding every result. Must never panic or overflow a stack, whatever the spec; shared
+/// by the property tests below and the cargo-fuzz target `constraint`.
+#[doc(hidden)]
+pub fn exercise_untrusted_constraint(spec: &ConstraintSpec, steer: &[u8]) {
+    static FACTORY: OnceLock<ParserFactory> = OnceLock::new();
+    let factory = FACTORY.get_or_init(|| {
+        let env: TokEnv = Arc::new(ApproximateTokEnv::single_byte());
+        let mut f = ParserFactory::new_simple(&env).expect("a byte vocabulary always builds");
+        f.quiet();
+        *f.limits_mut() = LIMITS.clone();
+        f
+    });
+    let Ok(compiled) = isolated(|| compile_with(factory, spec)) else {
+        return;
+    };
+    let eos = factory.tok_env().tok_trie().eos_token();
+    let mut choice = compiled.for_choice(&[eos]);
+    for &b in steer.iter().take(64) {
+        let Ok(mask) = choice.mask() else { return };
+        let allowed: Vec<u32> = (0..256u32).filter(|&t| mask.is_allowed(t)).collect();
+        let Some(&token) = allowed.get(usize::from(b) % allowed.len().max(1)) else {
+            return;
+        };
+        match choice.consume(token) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => return,
+        }
+    }
 }
 
 /// A compiled spec in its initial state: the first choice's matcher, and the template the
 /// other choices of an `n > 1` request are copied from.
 pub struct CompiledConstraint {
     matcher: Matcher,
+    /// The tokens allowed first (computed when compiling: a grammar that allows nothing is
+    /// the client's error, found before anything runs).
+    first_mask: SimpleVob,
     vocab: usize,
 }
 
@@ -160,7 +214,7 @@ impl CompiledConstraint {
     pub fn for_choice(&self, end_tokens: &[u32]) -> ChoiceConstraint {
         ChoiceConstraint {
             matcher: self.matcher.deep_clone(),
-            mask: None,
+            mask: Some(self.first_mask.clone()),
             end_tokens: end_tokens.to_vec(),
             vocab: self.vocab,
         }
@@ -192,7 +246,10 @@ impl ChoiceConstraint {
     /// failed (a step beyond the limits' fuel, or a bug).
     pub fn prepare(&mut self) -> Result<(), String> {
         if self.mask.is_none() {
-            let mask = self.matcher.compute_mask().map_err(|e| error_text(&e))?;
+            let mask = self
+                .matcher
+                .compute_mask()
+                .map_err(|e| failure_text(&self.matcher, &e))?;
             self.mask = Some(mask);
         }
         Ok(())
@@ -208,7 +265,9 @@ impl ChoiceConstraint {
 
     /// The grammar accepts what was consumed so far (an end token may come now).
     pub fn is_accepting(&mut self) -> Result<bool, String> {
-        self.matcher.is_accepting().map_err(|e| error_text(&e))
+        self.matcher
+            .is_accepting()
+            .map_err(|e| failure_text(&self.matcher, &e))
     }
 
     /// Sets every logit the grammar disallows in the current state to `-inf` (ids beyond the
@@ -249,9 +308,9 @@ impl ChoiceConstraint {
                 "token {token} is outside the constraint's vocabulary"
             ));
         }
-        self.matcher
-            .consume_token(token)
-            .map_err(|e| error_text(&e))?;
+        if let Err(e) = self.matcher.consume_token(token) {
+            return Err(failure_text(&self.matcher, &e));
+        }
         Ok(self.matcher.is_stopped())
     }
 }
@@ -277,8 +336,35 @@ fn apply_mask(mask: &SimpleVob, logits: &mut [f32]) {
     }
 }
 
-fn error_text(e: &impl std::fmt::Display) -> String {
-    format!("constraint failed: {e}")
+/// What a client is told when its constraint fails mid-generation: the limit it ran into, in
+/// words, rather than the grammar engine's internal state names.
+fn failure_text(matcher: &Matcher, e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    // After an error the matcher's reason is `InternalError`; its message names the cause.
+    let reason = match matcher.stop_reason() {
+        StopReason::InternalError if text.starts_with("NoExtension") => StopReason::NoExtension,
+        StopReason::InternalError if text.starts_with("LexerTooComplex") => {
+            StopReason::LexerTooComplex
+        }
+        StopReason::InternalError if text.starts_with("ParserTooComplex") => {
+            StopReason::ParserTooComplex
+        }
+        other => other,
+    };
+    match reason {
+        StopReason::NoExtension | StopReason::NoExtensionBias => {
+            "the output constraint allows no further output here".to_string()
+        }
+        StopReason::LexerTooComplex => format!(
+            "the output constraint is too complex to follow: one token needs more than {} units of lexer work (the limit)",
+            LIMITS.step_lexer_fuel
+        ),
+        StopReason::ParserTooComplex => format!(
+            "the output constraint is too complex to follow: one token needs more than {} parser items (the limit)",
+            LIMITS.step_max_items
+        ),
+        _ => format!("the output constraint failed: {text}"),
+    }
 }
 
 /// The token environment of `tokenizer`: every token's bytes (special tokens marked as
@@ -333,18 +419,48 @@ fn compile_with(
     spec: &ConstraintSpec,
 ) -> Result<CompiledConstraint, ConstraintError> {
     check_size(spec)?;
+    check_depth(spec)?;
     let (what, grammar) = grammar(spec)?;
     let parser = factory
         .create_parser(grammar)
         .map_err(|e| ConstraintError::Invalid(format!("invalid {what}: {e}")))?;
-    let matcher = Matcher::new(Ok(parser));
+    let mut matcher = Matcher::new(Ok(parser));
     if let Some(e) = matcher.get_error() {
         return Err(ConstraintError::Invalid(format!("invalid {what}: {e}")));
     }
+    let nothing = || {
+        ConstraintError::Invalid(format!(
+            "invalid {what}: it matches no output at all (for example a $ref or rule that only refers to itself)"
+        ))
+    };
+    let first_mask = match matcher.compute_mask() {
+        Ok(mask) if !mask.is_zero() => mask,
+        Ok(_) => return Err(nothing()),
+        Err(e) => {
+            let text = failure_text(&matcher, &e);
+            return Err(if text.contains("allows no further output") {
+                nothing()
+            } else {
+                ConstraintError::Invalid(format!("invalid {what}: {text}"))
+            });
+        }
+    };
     Ok(CompiledConstraint {
         matcher,
+        first_mask,
         vocab: factory.tok_env().tok_trie().vocab_size(),
     })
+}
+
+/// The nesting limits of [`crate::constraint_depth`] (checked before llguidance recurses).
+fn check_depth(spec: &ConstraintSpec) -> Result<(), ConstraintError> {
+    let checked = match spec {
+        ConstraintSpec::JsonObject | ConstraintSpec::Choice(_) => Ok(()),
+        ConstraintSpec::JsonSchema(schema) => constraint_depth::check_schema(schema),
+        ConstraintSpec::Regex(rx) => constraint_depth::check_regex(rx),
+        ConstraintSpec::Lark(g) => constraint_depth::check_lark(g),
+    };
+    checked.map_err(|constraint_depth::TooDeep(m)| ConstraintError::TooLarge(m))
 }
 
 fn check_size(spec: &ConstraintSpec) -> Result<(), ConstraintError> {
@@ -511,6 +627,107 @@ mod tests {
                 .expect_err("should not compile")
                 .to_string();
             assert!(e.contains(words), "{spec:?}: {e}");
+        }
+    }
+
+    fn byte_factory() -> ParserFactory {
+        let mut f = ParserFactory::new_simple(&words_env()).expect("factory");
+        f.quiet();
+        *f.limits_mut() = LIMITS.clone();
+        f
+    }
+
+    #[test]
+    fn self_reference_matches_nothing_and_is_refused_when_compiled() {
+        let f = byte_factory();
+        for schema in [
+            serde_json::json!({"$ref": "#"}),
+            serde_json::json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}),
+        ] {
+            let e = compile_with(&f, &ConstraintSpec::JsonSchema(schema.clone()))
+                .expect_err("matches nothing");
+            assert!(
+                matches!(&e, ConstraintError::Invalid(m) if m.contains("matches no output")),
+                "{schema}: {e}"
+            );
+        }
+        let e = compile_with(&f, &ConstraintSpec::Lark("start: start".into()))
+            .expect_err("matches nothing");
+        assert!(!e.to_string().contains("NoExtension"), "{e}");
+    }
+
+    #[test]
+    fn chains_past_the_depth_limit_are_too_large_not_a_crash() {
+        let f = byte_factory();
+        let lark = ConstraintSpec::Lark(crate::constraint_depth::test_specs::lark_chain(800));
+        let schema =
+            ConstraintSpec::JsonSchema(crate::constraint_depth::test_specs::ref_chain(1000));
+        for spec in [lark, schema] {
+            // On a 2 MiB stack, as an async worker has: refused before llguidance recurses.
+            let r = run_isolated("test", 2 << 20, || compile_with(&f, &spec).map(|_| ()));
+            assert!(
+                matches!(&r, Ok(Err(ConstraintError::TooLarge(m))) if m.contains("limit of")),
+                "{r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_deepest_allowed_specs_compile_in_a_quarter_of_the_deep_stack() {
+        use crate::constraint_depth::{MAX_GRAMMAR_DEPTH, MAX_SCHEMA_DEPTH};
+        let f = byte_factory();
+        let specs = [
+            ConstraintSpec::Lark(crate::constraint_depth::test_specs::lark_chain(
+                MAX_GRAMMAR_DEPTH - 1,
+            )),
+            ConstraintSpec::JsonSchema(crate::constraint_depth::test_specs::ref_chain(
+                MAX_SCHEMA_DEPTH / 3 - 2,
+            )),
+            ConstraintSpec::Regex(format!(
+                "{}a{}",
+                "(".repeat(MAX_GRAMMAR_DEPTH),
+                ")".repeat(MAX_GRAMMAR_DEPTH)
+            )),
+        ];
+        for spec in specs {
+            let r = run_isolated("test", DEEP_STACK_BYTES / 4, || {
+                compile_with(&f, &spec).map(|_| ())
+            });
+            assert!(matches!(r, Ok(Ok(()))), "{r:?}");
+        }
+        // Lark brackets at the limit: llguidance refuses them itself (its parser stops at a
+        // smaller depth), which is an error for the client, not a crash.
+        let brackets = ConstraintSpec::Lark(format!(
+            "start: {}\"a\"{}",
+            "(".repeat(MAX_GRAMMAR_DEPTH),
+            ")".repeat(MAX_GRAMMAR_DEPTH)
+        ));
+        let r = run_isolated("test", DEEP_STACK_BYTES / 4, || {
+            compile_with(&f, &brackets).map(|_| ())
+        });
+        assert!(
+            matches!(&r, Ok(Err(ConstraintError::Invalid(m))) if m.contains("nested")),
+            "{r:?}"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// What the fuzz target does, on random text as each kind of spec.
+        #[test]
+        fn any_text_as_a_spec_is_an_error_or_a_walk(
+            text in "[ -~\\n]{0,200}",
+            steer in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            exercise_untrusted_constraint(&ConstraintSpec::Regex(text.clone()), &steer);
+            exercise_untrusted_constraint(&ConstraintSpec::Lark(text.clone()), &steer);
+            exercise_untrusted_constraint(
+                &ConstraintSpec::Choice(text.lines().map(str::to_string).collect()),
+                &steer,
+            );
+            if let Ok(schema) = serde_json::from_str(&text) {
+                exercise_untrusted_constraint(&ConstraintSpec::JsonSchema(schema), &steer);
+            }
         }
     }
 

@@ -20,6 +20,7 @@ pub mod block_pool;
 mod choice;
 pub mod closed_schema;
 pub mod constraint;
+pub mod constraint_depth;
 pub mod engine;
 pub mod error;
 mod fault;

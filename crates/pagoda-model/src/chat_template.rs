@@ -15,7 +15,19 @@
 //!
 //! Invariant: a template is compiled once, in [`ChatTemplate::new`]; a syntax error is reported
 //! there, not at the first request.
+//!
+//! Limits: a template is input like any other (a GGUF file carries one, `/api/create` takes
+//! one from a client), so compiling and rendering are bounded: at most [`MAX_TEMPLATE_BYTES`]
+//! of source; a render runs at most [`TEMPLATE_FUEL`] instructions (minijinja's fuel) and
+//! writes at most [`MAX_RENDERED_BYTES`]; minijinja's own bounds hold the parser's nesting
+//! (150), macro and include recursion (500), `range` (100,000 items) and string repetition
+//! (100 MB). Both compiling and rendering run on a thread of their own with a deep stack
+//! ([`crate::isolated`]), so recursion or a panic inside minijinja fails the one template or
+//! request, with [`ModelError::TemplateLimit`] or [`ModelError::ChatTemplate`]. Not bounded:
+//! memory of intermediate values (a template that doubles a string in a chain of `set`s
+//! allocates before it spends fuel); fuel bounds the time such a template can run.
 
+use crate::isolated::{run_isolated, DEEP_STACK_BYTES};
 use crate::ModelError;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
@@ -23,6 +35,17 @@ use serde::{Deserialize, Serialize};
 
 /// The template used when a model ships none: ChatML, as `transformers` used to default to.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// Largest template source accepted (real models' templates are under 20 KB).
+pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+
+/// Instructions one render may run. The real templates of this year's models spend a few
+/// thousand on a short conversation and a few hundred per message.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// Most bytes one render may write (the prompt it makes). Twice the server's default body
+/// limit: a template repeats the conversation at most once or twice.
+pub const MAX_RENDERED_BYTES: usize = 8 << 20;
 
 /// One turn of a conversation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +126,21 @@ const NAME: &str = "chat";
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` / `eos_token` are the texts the template sees.
     pub fn new(source: String, bos_token: String, eos_token: String) -> Result<Self, ModelError> {
+        if source.len() > MAX_TEMPLATE_BYTES {
+            return Err(ModelError::TemplateLimit(format!(
+                "the chat template is {} bytes, more than the limit of {MAX_TEMPLATE_BYTES}",
+                source.len()
+            )));
+        }
+        run_isolated("compiling the chat template", DEEP_STACK_BYTES, || {
+            Self::compile(source, bos_token, eos_token)
+        })
+        .map_err(|e| ModelError::ChatTemplate(e.to_string()))?
+    }
+
+    fn compile(source: String, bos_token: String, eos_token: String) -> Result<Self, ModelError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -151,14 +188,53 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| ModelError::ChatTemplate(e.to_string()))?;
-        tmpl.render(minijinja::context! {
+        let context = minijinja::context! {
             messages => messages,
             tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+        };
+        let rendered = run_isolated("rendering the chat template", DEEP_STACK_BYTES, || {
+            let mut out = BoundedOutput::default();
+            let result = tmpl.render_captured_to(context, &mut out);
+            (result.map(|_| ()), out)
         })
-        .map_err(|e| ModelError::ChatTemplate(format!("{e:#}")))
+        .map_err(|e| ModelError::ChatTemplate(e.to_string()))?;
+        match rendered {
+            (Ok(()), out) => String::from_utf8(out.bytes)
+                .map_err(|_| ModelError::ChatTemplate("the template wrote invalid UTF-8".into())),
+            (Err(_), out) if out.overflowed => Err(ModelError::TemplateLimit(format!(
+                "rendering the chat template wrote more than the limit of {MAX_RENDERED_BYTES} bytes"
+            ))),
+            (Err(e), _) if e.kind() == ErrorKind::OutOfFuel => Err(ModelError::TemplateLimit(
+                format!(
+                    "rendering the chat template ran more than the limit of {TEMPLATE_FUEL} instructions"
+                ),
+            )),
+            (Err(e), _) => Err(ModelError::ChatTemplate(format!("{e:#}"))),
+        }
+    }
+
+    /// Renders a short sample conversation (system, user, assistant, user) under the render
+    /// limits, so a template that cannot render within them is refused where it is given
+    /// (`/api/create`, `pagoda create`) rather than at every request. `Err` only for a limit
+    /// ([`ModelError::TemplateLimit`]) or a crash: a template may refuse the sample's roles
+    /// (`raise_exception`) and still serve the conversations it was written for.
+    pub fn check_limits(&self) -> Result<(), ModelError> {
+        let sample = [
+            ChatMessage::new("system", "You are helpful."),
+            ChatMessage::new("user", "Hello."),
+            ChatMessage::new("assistant", "Hi! How can I help?"),
+            ChatMessage::new("user", "Tell me a joke."),
+        ];
+        match self.render(&sample, true) {
+            Err(e @ ModelError::TemplateLimit(_)) => Err(e),
+            Err(ModelError::ChatTemplate(m)) if m.starts_with("internal error") => {
+                Err(ModelError::ChatTemplate(m))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the template reads a `tools` variable (Qwen2.5's does; SmolLM2's and the
@@ -167,6 +243,28 @@ impl ChatTemplate {
         self.env
             .get_template(NAME)
             .is_ok_and(|t| t.undeclared_variables(false).contains("tools"))
+    }
+}
+
+/// The render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -349,6 +447,75 @@ fn python_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn compile(source: &str) -> Result<ChatTemplate, ModelError> {
+        ChatTemplate::new(source.into(), String::new(), String::new())
+    }
+
+    #[test]
+    fn a_loop_bomb_runs_out_of_fuel() {
+        let bomb = compile(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        )
+        .expect("compiles");
+        let e = bomb
+            .render(&[ChatMessage::new("user", "hi")], true)
+            .expect_err("out of fuel");
+        assert!(
+            matches!(&e, ModelError::TemplateLimit(m) if m.contains("instructions")),
+            "{e}"
+        );
+        assert!(matches!(
+            bomb.check_limits(),
+            Err(ModelError::TemplateLimit(_))
+        ));
+    }
+
+    #[test]
+    fn output_past_the_limit_stops_the_render() {
+        // The template: it writes before it runs out of fuel.
+        let bomb = compile(
+            "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
+        )
+        .expect("compiles");
+        let e = bomb.render(&[], true).expect_err("too long or out of fuel");
+        assert!(matches!(e, ModelError::TemplateLimit(_)), "{e}");
+        let wide =
+            compile("{% for a in range(100) %}{{ 'y' * 100000 }}{% endfor %}").expect("compiles");
+        let e = wide.render(&[], true).expect_err("too long");
+        assert!(
+            matches!(&e, ModelError::TemplateLimit(m) if m.contains("bytes")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn recursion_and_size_are_errors_not_crashes() {
+        let recursive =
+            compile("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").expect("compiles");
+        let e = recursive.render(&[], true).expect_err("too deep");
+        assert!(
+            matches!(
+                e,
+                ModelError::ChatTemplate(_) | ModelError::TemplateLimit(_)
+            ),
+            "{e}"
+        );
+        let deep = format!("{{{{ {}1{} }}}}", "(".repeat(5000), ")".repeat(5000));
+        assert!(compile(&deep).is_err());
+        let big = "x".repeat(MAX_TEMPLATE_BYTES + 1);
+        assert!(matches!(compile(&big), Err(ModelError::TemplateLimit(_))));
+    }
+
+    #[test]
+    fn real_templates_render_a_long_conversation_well_within_fuel() {
+        let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());
+        let conversation: Vec<ChatMessage> = (0..1000)
+            .map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "some words"))
+            .collect();
+        t.render(&conversation, true).expect("within the limits");
+        assert!(t.check_limits().is_ok());
+    }
 
     #[test]
     fn chatml_fallback_renders() {

@@ -39,6 +39,10 @@ pub enum ModelError {
     Gpu(#[from] pagoda_cuda::CudaError),
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// A template, or one render of it, crossed a limit of [`crate::chat_template`] (source
+    /// size, fuel, output size): the message names the limit.
+    #[error("chat template: {0}")]
+    TemplateLimit(String),
     #[error("context full: {needed} positions needed but the KV cache holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
     #[error("block table covers {covered} positions but the batch needs {needed}")]

@@ -17,7 +17,7 @@ use pagoda_engine::SamplingParams;
 use pagoda_model::arch::{LoraWeights, Model};
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
-use pagoda_model::tokenizer::Tokenizer;
+use pagoda_model::tokenizer::{Shield, Tokenizer};
 use pagoda_model::{DeviceChoice, ModelError};
 use pagoda_store::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use pagoda_store::{ResolvedModel, Store, StoreError};
@@ -68,6 +68,9 @@ pub struct LoadOptions {
     /// `--gpu-layers N`: the last `N` decoder layers on the GPU whatever the plan says
     /// (`pagoda_model::placement`).
     pub gpu_layers: Option<usize>,
+    /// Read control-token texts in chat messages and tools as control tokens (the behaviour
+    /// before client text was shielded). Unsafe: a message can then forge turns.
+    pub control_tokens_in_messages: bool,
 }
 
 /// Whether [`resolve`] may download a missing catalog model.
@@ -122,6 +125,30 @@ pub struct LoadedModel {
     /// Where the model was placed and why (`placing 20 of 28 layers on cuda:0 ...`,
     /// `cpu: no NVIDIA GPU found`): the start-up report's line.
     pub placement: String,
+    /// [`LoadOptions::control_tokens_in_messages`].
+    pub control_tokens_in_messages: bool,
+}
+
+/// `message` with every client string in it shielded (roles, content, names, tool calls).
+fn shield_message(shield: &mut Shield<'_>, message: &ChatMessage) -> ChatMessage {
+    ChatMessage {
+        role: shield.text(&message.role),
+        content: shield.text(&message.content),
+        tool_calls: message.tool_calls.as_ref().map(|calls| {
+            calls
+                .iter()
+                .map(|c| {
+                    let mut call = c.clone();
+                    call.id = c.id.as_deref().map(|id| shield.text(id));
+                    call.function.name = shield.text(&c.function.name);
+                    shield.json(&mut call.function.arguments);
+                    call
+                })
+                .collect()
+        }),
+        tool_call_id: message.tool_call_id.as_deref().map(|id| shield.text(id)),
+        name: message.name.as_deref().map(|n| shield.text(n)),
+    }
 }
 
 impl LoadedModel {
@@ -139,14 +166,55 @@ impl LoadedModel {
     /// Renders `messages` with the chat template (with the generation prompt) and tokenizes
     /// them, with exactly one BOS when the model wants one.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
-        let text = self.chat_template.render(messages, true)?;
-        self.encode_rendered(&text)
+        self.encode_chat_with_tools::<()>(messages, None)
     }
 
-    /// Tokenizes text that already holds the template's markup (special tokens parsed).
+    /// [`Self::encode_chat`] with `tools` for the template. Text from the messages and tools
+    /// is the client's: control-token texts in it (`<|im_end|>` in a message) are tokenized
+    /// as plain text, so they cannot open or close a turn ([`Shield`]), unless
+    /// [`LoadOptions::control_tokens_in_messages`] turned that off.
+    pub fn encode_chat_with_tools<T: serde::Serialize>(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[T]>,
+    ) -> Result<Vec<u32>, ModelError> {
+        let mut shield = if self.control_tokens_in_messages {
+            Shield::off(&self.tokenizer)
+        } else {
+            Shield::new(&self.tokenizer)
+        };
+        let messages: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| shield_message(&mut shield, m))
+            .collect();
+        let tools = match tools {
+            Some(tools) => {
+                let mut value = serde_json::to_value(tools).map_err(|e| {
+                    ModelError::ChatTemplate(format!("cannot pass the tools to the template: {e}"))
+                })?;
+                shield.json(&mut value);
+                match value {
+                    serde_json::Value::Array(items) => Some(items),
+                    other => Some(vec![other]),
+                }
+            }
+            None => None,
+        };
+        let text = self
+            .chat_template
+            .render_with_tools(&messages, tools.as_deref(), true)?;
+        self.one_bos(shield.encode(&text, true)?)
+    }
+
+    /// Tokenizes text that already holds the template's markup (special tokens parsed): a
+    /// raw prompt, which the client wrote markup and all.
     pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        let mut tokens = self.tokenizer.encode(text, true)?;
-        // Templates that write the BOS text themselves would otherwise get a second one.
+        self.one_bos(self.tokenizer.encode(text, true)?)
+    }
+
+    /// `tokens` with a doubled leading BOS made one: templates that write the BOS text
+    /// themselves would otherwise get a second.
+    fn one_bos(&self, mut tokens: Vec<u32>) -> Result<Vec<u32>, ModelError> {
         if let Some(bos) = self.tokenizer.bos_id() {
             if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
                 tokens.remove(0);
@@ -343,6 +411,7 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         checkpoint_quant: source.checkpoint_quant.clone(),
         adapter: None,
         placement: placement.reason,
+        control_tokens_in_messages: options.control_tokens_in_messages,
     })
 }
 
@@ -556,7 +625,7 @@ mod tests {
         let options = LoadOptions {
             quantize: Some("q8_0".parse().unwrap()),
             device: DeviceChoice::Cpu,
-            gpu_layers: None,
+            ..LoadOptions::default()
         };
         let m = load_with(&r, "derived:1", &options).unwrap();
         let report = m.quantization.as_ref().expect("a report");
@@ -618,7 +687,7 @@ mod tests {
         let options = LoadOptions {
             quantize: Some("q4_0".parse().unwrap()),
             device: DeviceChoice::Cpu,
-            gpu_layers: None,
+            ..LoadOptions::default()
         };
         let e = load_with(&resolved, "x", &options).err().expect("an error");
         assert!(matches!(e, LoadError::Quantize { .. }), "{e:?}");

@@ -66,6 +66,7 @@ pub fn router(app: AppState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(app.clone(), require_key))
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(app.clone(), catch_panics))
         .layer(middleware::from_fn(crate::request_id::layer))
         .with_state(app)
 }
@@ -121,6 +122,28 @@ async fn method_not_allowed(State(app): State<AppState>, request: Request) -> Re
     let e = ApiError::method_not_allowed();
     app.metrics.count_error(e.status.as_u16());
     in_the_shape_of(request.uri().path(), e)
+}
+
+/// A panic while handling a request (a bug: client input must get a 4xx) is that request's
+/// 500 and an error log line, never a connection dropped without an answer. The process and
+/// every other request go on.
+async fn catch_panics(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    let path = request.uri().path().to_string();
+    let method = request.method().clone();
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let reason = pagoda_model::isolated::panic_message(panic.as_ref());
+            tracing::error!(%method, path = %path, panic = %reason, "request handler panicked");
+            let e = ApiError::internal(format!("the request handler panicked: {reason}"));
+            app.metrics.count_error(e.status.as_u16());
+            in_the_shape_of(&path, e)
+        }
+    }
 }
 
 /// Ollama's error shape under `/api`, OpenAI's elsewhere.

@@ -56,7 +56,9 @@ fn check_template(modelfile: &Modelfile) -> anyhow::Result<()> {
         return Err(StoreError::GoTemplate.into());
     }
     ChatTemplate::new(source.clone(), String::new(), String::new())
-        .context("the Jinja template does not compile")?;
+        .context("the Jinja template does not compile")?
+        .check_limits()
+        .context("the Jinja template cannot render within the limits")?;
     Ok(())
 }
 

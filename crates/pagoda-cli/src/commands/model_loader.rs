@@ -54,6 +54,7 @@ impl LoadArgs {
             quantize: self.quantize,
             device: self.device,
             gpu_layers: self.gpu_layers,
+            control_tokens_in_messages: false,
         }
     }
 }

@@ -14,12 +14,16 @@
 //! tokenizer.json (BERT exports carry `max_length` 128 and fixed padding) are dropped at load,
 //! and a caller that needs a length limit applies its own.
 
+pub mod client_text;
 pub mod gguf;
+
+pub use client_text::{ControlTexts, Shield};
 
 use crate::ModelError;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// Names of tokens that end a turn in common chat formats; any present in the vocabulary join
 /// [`Tokenizer::eos_ids`].
@@ -44,6 +48,10 @@ pub struct Tokenizer {
     vocab_size: usize,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The control-token texts, found in client strings by [`Shield`] (built on first use).
+    control: OnceLock<ControlTexts>,
+    /// `inner` with control-token texts read as plain text (built on first use).
+    plain: OnceLock<tokenizers::Tokenizer>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -96,6 +104,8 @@ impl Tokenizer {
             vocab_size,
             bos_token,
             eos_token,
+            control: OnceLock::new(),
+            plain: OnceLock::new(),
         }
     }
 
@@ -211,6 +221,26 @@ impl Tokenizer {
             }
             _ => Ok(ids.to_vec()),
         }
+    }
+
+    /// Token ids of `text` with control-token texts read as ordinary text (`<|im_end|>` as
+    /// `<`, `|`, `im`, …), as transformers' `split_special_tokens=True` does; no BOS.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ModelError> {
+        let plain = self.plain.get_or_init(|| {
+            let mut plain = self.inner.clone();
+            plain.set_encode_special_tokens(true);
+            plain
+        });
+        Ok(plain
+            .encode_fast(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// The texts of this tokenizer's control tokens, for [`Shield`].
+    pub fn control_texts(&self) -> &ControlTexts {
+        self.control.get_or_init(|| ControlTexts::new(&self.inner))
     }
 
     /// Text of `ids`; with `skip_special_tokens`, control tokens (BOS, EOS, turn markers) are

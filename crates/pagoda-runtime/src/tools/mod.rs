@@ -253,20 +253,28 @@ pub fn encode_prompt(
     tools: Option<&ToolSet>,
 ) -> Result<Vec<u32>, RequestError> {
     let messages = loaded.with_preset(messages);
-    let bad = |e: pagoda_model::ModelError| {
-        RequestError::param("messages", format!("cannot apply the chat template: {e}"))
-    };
-    if template_renders_tools(loaded) {
-        let tools = tools.map(|t| t.tools.as_slice());
-        let text = loaded
-            .chat_template
-            .render_with_tools(&messages, tools, true)
-            .map_err(bad)?;
-        loaded.encode_rendered(&text).map_err(bad)
+    let tools_for_template = if template_renders_tools(loaded) {
+        Some(tools.map(|t| t.tools.as_slice()))
     } else {
-        loaded
-            .encode_chat(&fallback_messages(messages, tools))
-            .map_err(bad)
+        None
+    };
+    let encoded = match tools_for_template {
+        Some(tools) => loaded.encode_chat_with_tools(&messages, tools),
+        None => loaded.encode_chat(&fallback_messages(messages, tools)),
+    };
+    encoded.map_err(template_error)
+}
+
+/// A chat template failure as the client's error: over a template limit, `invalid_template`
+/// naming the limit; otherwise the template's own complaint (`raise_exception`) about the
+/// messages.
+pub fn template_error(e: pagoda_model::ModelError) -> RequestError {
+    let limit = matches!(e, pagoda_model::ModelError::TemplateLimit(_));
+    let error = RequestError::param("messages", format!("cannot apply the chat template: {e}"));
+    if limit {
+        error.with_code("invalid_template")
+    } else {
+        error
     }
 }
 

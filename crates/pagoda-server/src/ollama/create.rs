@@ -28,6 +28,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pagoda_model::chat_template::ChatTemplate;
+use pagoda_model::ModelError;
 use pagoda_protocol::ollama::{CopyRequest, CreateRequest, ProgressResponse};
 use pagoda_store::modelfile::{looks_like_go_template, Message, Parameters, Role};
 use pagoda_store::{ModelName, Modelfile, Source, StoreError};
@@ -183,13 +184,22 @@ fn check_template(template: Option<&str>) -> Result<(), ApiError> {
             StoreError::GoTemplate.to_string(),
         ));
     }
-    ChatTemplate::new(source.to_string(), String::new(), String::new()).map_err(|e| {
-        ApiError::invalid_param(
-            "template",
-            format!("`template` does not compile as Jinja: {e}"),
-        )
-    })?;
-    Ok(())
+    let invalid = |e: ModelError| {
+        let api = ApiError::invalid_param("template", format!("`template` {e}"));
+        match e {
+            ModelError::TemplateLimit(_) => api.with_code("invalid_template"),
+            _ => api,
+        }
+    };
+    let compiled = ChatTemplate::new(source.to_string(), String::new(), String::new()).map_err(
+        |e| match e {
+            ModelError::ChatTemplate(m) => invalid(ModelError::ChatTemplate(format!(
+                "does not compile as Jinja: {m}"
+            ))),
+            other => invalid(other),
+        },
+    )?;
+    compiled.check_limits().map_err(invalid)
 }
 
 /// `parameters` as PARAMETER values: numbers and strings, or lists of them (`stop`).
