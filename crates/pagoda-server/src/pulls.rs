@@ -24,7 +24,11 @@ use pagoda_store::{Source, Store, StoreError};
 ///
 /// A URL is decided on the `url::Url` [`Source::parse`] made of it, which is the URL the
 /// fetcher requests; the fetcher checks every hop against the same list again.
-pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<Option<AllowList>, ApiError> {
+pub fn check(
+    policy: &PullPolicy,
+    store: &Store,
+    name: &str,
+) -> Result<Option<AllowList>, ApiError> {
     if !policy.enabled {
         return Err(ApiError::forbidden(
             "pulling models over HTTP is off on this server; run `pagoda pull NAME` where it runs, or start it with --allow-pull",

@@ -513,7 +513,11 @@ impl Store {
                     &sources,
                     None,
                     Some(manifest.format),
-                    (opts.progress, opts.public_addresses_only, opts.allowed_urls.as_ref()),
+                    (
+                        opts.progress,
+                        opts.public_addresses_only,
+                        opts.allowed_urls.as_ref(),
+                    ),
                 )?;
                 return self.commit(&stored, source, fetched, manifest.modelfile);
             }
@@ -542,7 +546,11 @@ impl Store {
             sources,
             expected,
             format,
-            (opts.progress, opts.public_addresses_only, opts.allowed_urls.as_ref()),
+            (
+                opts.progress,
+                opts.public_addresses_only,
+                opts.allowed_urls.as_ref(),
+            ),
         )?;
         self.commit(name, source, fetched, None)
     }

@@ -191,7 +191,11 @@ async fn pull_urls_and_their_redirects_are_judged_as_they_are_fetched() {
         let v: Value = r.json().await.expect("json");
         assert!(v["error"].is_string(), "{name}: {v}");
     }
-    assert_eq!(served.load(Ordering::SeqCst), 0, "refused before connecting");
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        0,
+        "refused before connecting"
+    );
     // Redirects: to file: (no panic, no read) and to a port the list does not name.
     for path in ["/to-file", "/to-port"] {
         let name = format!("http://127.0.0.1:{sport}{path}");
@@ -202,9 +206,16 @@ async fn pull_urls_and_their_redirects_are_judged_as_they_are_fetched() {
         let v: Value = r.json().await.expect("json");
         let message = v["error"].as_str().expect("Ollama's error shape");
         assert!(message.contains("does not fetch from"), "{path}: {message}");
-        assert!(!message.contains("passwd") && !message.contains(&format!(":{fport}/")), "{message}");
+        assert!(
+            !message.contains("passwd") && !message.contains(&format!(":{fport}/")),
+            "{message}"
+        );
     }
-    assert_eq!(served.load(Ordering::SeqCst), 2, "each redirect was asked for once");
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        2,
+        "each redirect was asked for once"
+    );
     assert!(
         forbidden.accept().is_err(),
         "the port off the allow list received a connection"
@@ -245,7 +256,10 @@ async fn a_fifo_under_an_allowed_directory_is_not_found_at_once() {
         let r = s.post("/api/generate", ollama).await;
         assert_eq!(r.status(), 404, "{name}");
     }
-    assert_eq!(bodies[0], bodies[1], "a FIFO and a missing file look the same");
+    assert_eq!(
+        bodies[0], bodies[1],
+        "a FIFO and a missing file look the same"
+    );
 }
 
 /// Sends `head` (a request with no body yet), then reads one response (headers and the
@@ -263,7 +277,11 @@ fn one_response(addr: std::net::SocketAddr, head: &str) -> (String, Duration) {
         if let Some((headers, body)) = text.split_once("\r\n\r\n") {
             let len = headers
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_string))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_string)
+                })
                 .and_then(|v| v.trim().parse::<usize>().ok())
                 .unwrap_or(0);
             if body.len() >= len {

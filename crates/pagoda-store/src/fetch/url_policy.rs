@@ -47,8 +47,7 @@ pub fn check_hop(url: &Url, allow: Option<&AllowList>) -> Result<(), String> {
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(
-            "credentials in a URL (user:password@host) are refused; use a URL without them"
-                .into(),
+            "credentials in a URL (user:password@host) are refused; use a URL without them".into(),
         );
     }
     if let Some(list) = allow {
@@ -136,7 +135,8 @@ impl AllowList {
 }
 
 fn parse_entry(entry: &str) -> Result<Origin, String> {
-    const SHAPE: &str = "expected scheme://HOST[:PORT] (https://*.DOMAIN for subdomains, s3://BUCKET for a bucket)";
+    const SHAPE: &str =
+        "expected scheme://HOST[:PORT] (https://*.DOMAIN for subdomains, s3://BUCKET for a bucket)";
     let entry = entry.trim();
     let (scheme, rest) = entry.split_once("://").ok_or(SHAPE)?;
     let (wildcard, rest) = match rest.strip_prefix("*.") {
@@ -145,7 +145,10 @@ fn parse_entry(entry: &str) -> Result<Origin, String> {
     };
     let url = parse_any(&format!("{scheme}://{rest}")).map_err(|e| format!("{e}; {SHAPE}"))?;
     if !ENTRY_SCHEMES.contains(&url.scheme()) {
-        return Err(format!("the scheme must be one of {}", ENTRY_SCHEMES.join(", ")));
+        return Err(format!(
+            "the scheme must be one of {}",
+            ENTRY_SCHEMES.join(", ")
+        ));
     }
     if !url.username().is_empty()
         || url.password().is_some()
@@ -202,7 +205,9 @@ pub fn parse_object_url(text: &str) -> Result<Url, String> {
         || url.query().is_some()
         || url.fragment().is_some()
     {
-        return Err("expected scheme://bucket/key, without credentials, port, query or fragment".into());
+        return Err(
+            "expected scheme://bucket/key, without credentials, port, query or fragment".into(),
+        );
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err("the URL names no bucket".into());
@@ -305,7 +310,11 @@ mod tests {
     #[test]
     fn every_hop_is_http_with_a_host_and_no_credentials() {
         let base = Url::parse("https://models.example.com/a/x.gguf").expect("url");
-        let hop = |loc: &str| base.join(loc).map_err(|e| e.to_string()).and_then(|u| check_hop(&u, None));
+        let hop = |loc: &str| {
+            base.join(loc)
+                .map_err(|e| e.to_string())
+                .and_then(|u| check_hop(&u, None))
+        };
         assert!(hop("/b/x.gguf").is_ok());
         assert!(hop("https://cdn.example/x.gguf").is_ok());
         let e = hop("file:///etc/passwd").expect_err("file refused");
@@ -316,7 +325,11 @@ mod tests {
         let e = check_hop(&base.join("https://evil.io/x").expect("join"), Some(&l))
             .expect_err("not allowed");
         assert!(e.contains("https://evil.io:443"), "{e}");
-        assert!(check_hop(&base.join("//models.example.com/y").expect("join"), Some(&l)).is_ok());
+        assert!(check_hop(
+            &base.join("//models.example.com/y").expect("join"),
+            Some(&l)
+        )
+        .is_ok());
     }
 
     #[test]
@@ -337,9 +350,21 @@ mod tests {
     #[test]
     fn same_origin_needs_scheme_host_and_port() {
         let hf = Url::parse("https://huggingface.co").expect("url");
-        assert!(same_origin(&hf, &Url::parse("https://HuggingFace.co:443/a").expect("url")));
-        assert!(!same_origin(&hf, &Url::parse("http://huggingface.co/a").expect("url")));
-        assert!(!same_origin(&hf, &Url::parse("https://cdn-lfs.huggingface.co/a").expect("url")));
-        assert!(!same_origin(&hf, &Url::parse("https://huggingface.co:8443/a").expect("url")));
+        assert!(same_origin(
+            &hf,
+            &Url::parse("https://HuggingFace.co:443/a").expect("url")
+        ));
+        assert!(!same_origin(
+            &hf,
+            &Url::parse("http://huggingface.co/a").expect("url")
+        ));
+        assert!(!same_origin(
+            &hf,
+            &Url::parse("https://cdn-lfs.huggingface.co/a").expect("url")
+        ));
+        assert!(!same_origin(
+            &hf,
+            &Url::parse("https://huggingface.co:8443/a").expect("url")
+        ));
     }
 }

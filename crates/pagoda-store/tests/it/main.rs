@@ -306,22 +306,31 @@ fn redirects_are_followed_and_each_hop_is_checked() {
         ("/hop", Route::Redirect("/x.gguf".into())),
         ("/to-file", Route::Redirect("file:///etc/passwd".into())),
         ("/to-other", Route::Redirect(other.url("/x.gguf"))),
-        ("/to-creds", Route::Redirect(format!("http://u:p@{}/x.gguf", &server_host(&other)))),
+        (
+            "/to-creds",
+            Route::Redirect(format!("http://u:p@{}/x.gguf", &server_host(&other))),
+        ),
         ("/loop", Route::Redirect("/loop".into())),
     ]);
     let env = Env::new();
     let store = env.store();
     // A relative redirect on the same server is followed.
-    let r = store.pull(&server.url("/hop"), &named("hop:1")).expect("followed");
+    let r = store
+        .pull(&server.url("/hop"), &named("hop:1"))
+        .expect("followed");
     assert_eq!(fs::read(&r.path).unwrap(), body);
 
     // file: is refused with an error, never a panic, and nothing is read from disk.
-    let e = store.pull(&server.url("/to-file"), &named("f:1")).unwrap_err();
+    let e = store
+        .pull(&server.url("/to-file"), &named("f:1"))
+        .unwrap_err();
     assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
     assert!(e.to_string().contains("`file:`"), "{e}");
 
     // Credentials in a redirect are refused, like credentials in the URL given.
-    let e = store.pull(&server.url("/to-creds"), &named("c:1")).unwrap_err();
+    let e = store
+        .pull(&server.url("/to-creds"), &named("c:1"))
+        .unwrap_err();
     assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
     let given = format!("http://u:p@{}/x.gguf", server_host(&server));
     assert!(matches!(
@@ -347,7 +356,9 @@ fn redirects_are_followed_and_each_hop_is_checked() {
     assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
     assert_eq!(other.hits("/x.gguf"), 0);
     // Without the list the same redirect is followed (the list is what refused it).
-    store.pull(&server.url("/to-other"), &named("free:1")).expect("followed");
+    store
+        .pull(&server.url("/to-other"), &named("free:1"))
+        .expect("followed");
     assert_eq!(other.hits("/x.gguf"), 1);
 
     // Public addresses only: a loopback literal is refused before any connection.
@@ -382,9 +393,21 @@ fn the_hugging_face_token_goes_to_the_endpoint_only_through_redirects() {
         .with_hf_token(Some("hf_secret".into()));
     let r = store.pull("hf://Org/Repo/m.gguf", &opts()).expect("pulled");
     assert_eq!(fs::read(&r.path).unwrap(), body);
-    let hub_auth: Vec<_> = hub.requests.lock().unwrap().iter().map(|q| q.authorization.clone()).collect();
+    let hub_auth: Vec<_> = hub
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| q.authorization.clone())
+        .collect();
     assert_eq!(hub_auth, vec![Some("Bearer hf_secret".to_string())]);
-    let cdn_auth: Vec<_> = cdn.requests.lock().unwrap().iter().map(|q| q.authorization.clone()).collect();
+    let cdn_auth: Vec<_> = cdn
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| q.authorization.clone())
+        .collect();
     assert_eq!(cdn_auth, vec![None], "the token stayed on the endpoint");
 }
 
