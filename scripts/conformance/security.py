@@ -213,6 +213,61 @@ def raw(url, chunks, pause=0.0):
     return out.decode("latin-1"), time.time() - started
 
 
+class Redirector:
+    """A loopback HTTP server standing for a pull source: `/to-file` redirects to
+    `file:///etc/passwd`, `/to-target` to `target`; it records the paths it is asked for."""
+
+    def __init__(self, target):
+        import http.server
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                hits.append(self.path)
+                location = {"/to-file": "file:///etc/passwd", "/to-target": target}.get(self.path)
+                self.send_response(302 if location else 404)
+                if location:
+                    self.send_header("location", location)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+def one_response(url, head):
+    """Sends `head`, then reads one response (headers and its content-length body) without
+    waiting for the server to close; returns (answer, seconds)."""
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=30)
+    started = time.time()
+    s.sendall(head)
+    out = b""
+    while True:
+        if b"\r\n\r\n" in out:
+            headers, body = out.split(b"\r\n\r\n", 1)
+            m = re.search(rb"content-length:\s*(\d+)", headers, re.I)
+            if len(body) >= (int(m.group(1)) if m else 0):
+                break
+        try:
+            b = s.recv(4096)
+        except OSError:
+            break
+        if not b:
+            break
+        out += b
+    s.close()
+    return out.decode("latin-1"), time.time() - started
+
+
 def clean(text, store_root, extra=()):
     """Asserts a body names no file of the server and quotes no fetched bytes."""
     for bad in [store_root, "/blobs/", "sha256-", "AWS_SECR", *extra]:
@@ -345,11 +400,11 @@ def main():
 
     # Pulls enabled, with loopback even listed as a source: the address guard still holds.
     puller = Server(args.pagoda, args.model, "--allow-pull", "--pull-allow-source",
-                    "http://127.0.0.1", *timeouts)
+                    f"http://127.0.0.1:{listener.port}", *timeouts)
     try:
         def enabled_pulls_refuse_files_and_private_addresses():
             for name, want in [("file://" + secret, 400), (secret, 400), ("file:///etc/passwd", 400),
-                               (f"http://127.0.0.1:{listener.port}/m.gguf", 502),
+                               (f"http://127.0.0.1:{listener.port}/m.gguf", 400),
                                (f"http://localhost:{listener.port}/m.gguf", 400),
                                ("https://example.invalid/m.gguf", 400),
                                ("no-such-model:1b", 404)]:
@@ -364,6 +419,90 @@ def main():
               lambda: (_ for _ in ()).throw(AssertionError(listener.hits)) if listener.hits else None)
     finally:
         puller.stop()
+
+    # A mirror on the local network: private addresses allowed, so only the allow list stands
+    # between a client and the loopback `target`. A FIFO sits under an allowed model folder.
+    target = Listener()
+    redirector = Redirector(f"http://127.0.0.1:{target.port}/m.gguf")
+    model_dir = tempfile.mkdtemp(prefix="pagoda-models-")
+    fifo = os.path.join(model_dir, "fifo.gguf")
+    os.mkfifo(fifo)
+    mirror = Server(args.pagoda, args.model, "--allow-pull", "--pull-allow-private",
+                    "--pull-allow-source", f"http://127.0.0.1:{redirector.port}",
+                    "--pull-allow-source", "https://example.com",
+                    "--allow-model-dir", model_dir, *timeouts)
+    try:
+        def parser_differentials_reach_nothing():
+            t = target.port
+            for name in [f"http://127.0.0.1:{t}\\@example.com/m.gguf",
+                         f"https://127.0.0.1:{t}\\@example.com/m.gguf",
+                         f"http://127.0.0.1:{t}\\@127.0.0.1:{redirector.port}/m.gguf",
+                         f"http://127.0.0.1:{redirector.port}@127.0.0.1:{t}/m.gguf",
+                         f"http://example.com@127.0.0.1:{t}/m.gguf",
+                         f"http://127.0.0.1:{t}#@example.com/m.gguf",
+                         f"http://127.0.0.1:{t}?@example.com/m.gguf",
+                         f"http://%31%32%37.0.0.1:{t}/m.gguf",
+                         f"http://[::ffff:127.0.0.1]:{t}/m.gguf",
+                         f"HTTP://127.0.0.1:{t}/m.gguf",
+                         f"http:/127.0.0.1:{t}/m.gguf",
+                         f"http:127.0.0.1:{t}/m.gguf",
+                         f"http://127.0.0.1:{t}\t/m.gguf",
+                         f"http://exam\nple.com@127.0.0.1:{t}/m.gguf"]:
+                status, headers, text = request(mirror.url, "POST", "/api/pull",
+                                                {"model": name, "stream": False})
+                assert status == 400, (name, status, text)
+                assert "x-request-id" in headers
+                assert isinstance(json.loads(text)["error"], str), text
+            assert not target.hits, target.hits
+            assert not redirector.hits, redirector.hits
+
+        def redirects_to_files_and_other_hosts_are_refused():
+            for path in ["/to-file", "/to-target"]:
+                name = f"http://127.0.0.1:{redirector.port}{path}"
+                status, headers, text = request(mirror.url, "POST", "/api/pull",
+                                                {"model": name, "stream": False})
+                assert status == 400, (path, status, text)
+                assert json.loads(text)["error"], text
+                clean(text, store_root, ["root:", "/etc/passwd", f":{target.port}/"])
+            assert redirector.hits == ["/to-file", "/to-target"], redirector.hits
+            assert not target.hits, target.hits
+
+        def a_fifo_model_is_404_at_once():
+            bodies = set()
+            for name in [fifo, os.path.join(model_dir, "missing.gguf")]:
+                started = time.time()
+                status, _, text = request(mirror.url, "POST", "/v1/chat/completions", chat(name))
+                assert time.time() - started < 1.0, time.time() - started
+                assert status == 404, (name, status, text)
+                bodies.add(text.replace(name, "NAME"))
+            assert len(bodies) == 1, bodies
+
+        def a_100_gb_content_length_is_413_at_once():
+            for path, shape in [("/v1/chat/completions", dict), ("/api/chat", str)]:
+                head = (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                        "content-length: 100000000000\r\n\r\n").encode()
+                answer, took = one_response(mirror.url, head)
+                assert answer.startswith("HTTP/1.1 413"), answer[:300]
+                assert took < 2, took
+                error = json.loads(answer.split("\r\n\r\n", 1)[1])["error"]
+                assert isinstance(error, shape), error
+                message = error["message"] if shape is dict else error
+                assert "4194304" in message, message
+
+        def the_mirror_still_serves():
+            status, _, text = request(mirror.url, "POST", "/v1/chat/completions", chat(args.model))
+            assert status == 200, (status, text)
+
+        check("parser-differential pull URLs: 400, the loopback target received nothing",
+              parser_differentials_reach_nothing)
+        check("redirects to file: and to a host off the list: 400, nothing followed",
+              redirects_to_files_and_other_hosts_are_refused)
+        check("a FIFO under --allow-model-dir: 404 like a missing file, at once", a_fifo_model_is_404_at_once)
+        check("a 100 GB Content-Length: 413 at once, naming the limit", a_100_gb_content_length_is_413_at_once)
+        check("the mirror server still serves", the_mirror_still_serves)
+    finally:
+        mirror.stop()
+        redirector.stop()
 
     def unloadable_files_are_not_stored():
         seed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../fuzz/seeds/tiny_llama.gguf")

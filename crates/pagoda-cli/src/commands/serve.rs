@@ -54,8 +54,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_pull: bool,
     /// A source clients may pull from when --allow-pull is on (repeat for several): `hf`,
-    /// `pip`, `https://HOST` (`https://*.DOMAIN` for its subdomains), or a bucket
-    /// (`s3://BUCKET`, `gs://BUCKET`, `az://CONTAINER`). Never local files.
+    /// `pip`, `https://HOST` (`https://*.DOMAIN` for its subdomains; the scheme's default
+    /// port unless `:PORT` is given), or a bucket (`s3://BUCKET`, `gs://BUCKET`,
+    /// `az://CONTAINER`). Never local files. Redirects of a URL pull must stay on the list.
     #[arg(
         long = "pull-allow-source",
         value_name = "SOURCE",
@@ -183,19 +184,16 @@ fn positive_seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
     }
 }
 
-/// One `--pull-allow-source`: `hf`, `pip`, or `http(s)://HOST`.
+/// One `--pull-allow-source`: `hf`, `pip`, or `scheme://HOST[:PORT]` (read by the same URL
+/// parser the pulls are judged with, so a typo is an error at start, not an open door).
 fn check_pull_source(source: &str) -> anyhow::Result<()> {
-    let ok = matches!(source.to_ascii_lowercase().as_str(), "hf" | "pip")
-        || source.split_once("://").is_some_and(|(scheme, host)| {
-            matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
-                && !host.trim_end_matches('/').is_empty()
-                && !host.trim_end_matches('/').contains(['/', '@', '?', '#'])
-        });
-    if ok {
-        Ok(())
-    } else {
-        anyhow::bail!("--pull-allow-source {source:?}: expected hf, pip, or https://HOST (https://*.DOMAIN for subdomains)")
+    if matches!(source.to_ascii_lowercase().as_str(), "hf" | "pip") {
+        return Ok(());
     }
+    pagoda_store::fetch::url_policy::AllowList::new([source]).map_err(|e| {
+        anyhow::anyhow!("--pull-allow-source {e}; expected hf, pip, https://HOST[:PORT] (https://*.DOMAIN for subdomains) or a bucket (s3://BUCKET, gs://BUCKET, az://CONTAINER)")
+    })?;
+    Ok(())
 }
 
 /// `NAME=PATH` of `--lora`.

@@ -176,7 +176,7 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
         return Err(ApiError::invalid_param("model", "name a model to pull"));
     }
     let store = app.registry.store().clone();
-    crate::pulls::check(&app.config.pull, &store, &name)?;
+    let allowed_urls = crate::pulls::check(&app.config.pull, &store, &name)?;
     let public_addresses_only = !app.config.pull.allow_private;
     let job = {
         let name = name.clone();
@@ -188,6 +188,7 @@ async fn run_pull(app: &AppState, body: Body) -> Result<Response, ApiError> {
                     name: None,
                     force: false,
                     public_addresses_only,
+                    allowed_urls,
                 },
             )
         })

@@ -59,6 +59,7 @@ async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
                     name: Some("tiny:latest".into()),
                     force: false,
                     public_addresses_only: false,
+                    allowed_urls: None,
                 },
             )
             .expect("pull tiny-llama");
@@ -85,6 +86,7 @@ async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
                 name: Some("tiny:latest".into()),
                 force: true,
                 public_addresses_only: false,
+                allowed_urls: None,
             },
         )
     })

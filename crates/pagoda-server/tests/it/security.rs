@@ -102,13 +102,13 @@ async fn pulls_over_http_are_off_and_never_touch_loopback_or_files() {
     // Enabled, and even with the loopback host listed as a source: the address guard holds.
     let mut c = defaults();
     c.pull.enabled = true;
-    c.pull.allowed_sources = vec![format!("http://127.0.0.1")];
+    c.pull.allowed_sources = vec![format!("http://127.0.0.1:{port}")];
     let s = start(c).await;
     for (name, status) in [
         ("file:///etc/passwd".to_string(), 400),
         ("/etc/passwd".to_string(), 400),
         ("no-such-model:1b".to_string(), 404),
-        (url.clone(), 502),
+        (url.clone(), 400),
     ] {
         let r = s
             .post("/api/pull", json!({"model": name, "stream": false}))
@@ -127,6 +127,198 @@ async fn pulls_over_http_are_off_and_never_touch_loopback_or_files() {
         "the loopback listener received a connection"
     );
     assert!(s.store.list().expect("list").is_empty(), "nothing stored");
+}
+
+/// A loopback HTTP server for pulls: `/to-file` redirects to `file:///etc/passwd`, `/to-port`
+/// to `target` (another loopback port); anything else is 404. Counts the requests it gets.
+fn redirecting_source(target: String) -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let location = if head.starts_with("GET /to-file ") {
+                Some("file:///etc/passwd")
+            } else if head.starts_with("GET /to-port ") {
+                Some(target.as_str())
+            } else {
+                None
+            };
+            let answer = match location {
+                Some(l) => format!(
+                    "HTTP/1.1 302 Found\r\nlocation: {l}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                ),
+                None => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    .to_string(),
+            };
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    (port, served)
+}
+
+#[tokio::test]
+async fn pull_urls_and_their_redirects_are_judged_as_they_are_fetched() {
+    // The port nothing may reach: not on the allow list.
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let fport = forbidden.local_addr().expect("addr").port();
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let (sport, served) = redirecting_source(format!("http://127.0.0.1:{fport}/x.gguf"));
+    let mut c = defaults();
+    c.pull.enabled = true;
+    c.pull.allow_private = true;
+    c.pull.allowed_sources = vec![format!("http://127.0.0.1:{sport}")];
+    let s = start(c).await;
+    // Parser differentials: each names the forbidden port to a URL parser, and none reaches it.
+    for name in [
+        format!("http://127.0.0.1:{fport}\\@127.0.0.1:{sport}/x.gguf"),
+        format!("http://127.0.0.1:{sport}@127.0.0.1:{fport}/x.gguf"),
+        format!("http://127.0.0.1:{fport}#@127.0.0.1:{sport}/x.gguf"),
+        format!("http:/127.0.0.1:{fport}/x.gguf"),
+        format!("HTTP://127.0.0.1:{fport}/x.gguf"),
+        format!("http://127.0.0.1:{fport}\t/x.gguf"),
+    ] {
+        let r = s
+            .post("/api/pull", json!({"model": name, "stream": false}))
+            .await;
+        assert_eq!(r.status(), 400, "{name}");
+        let v: Value = r.json().await.expect("json");
+        assert!(v["error"].is_string(), "{name}: {v}");
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        0,
+        "refused before connecting"
+    );
+    // Redirects: to file: (no panic, no read) and to a port the list does not name.
+    for path in ["/to-file", "/to-port"] {
+        let name = format!("http://127.0.0.1:{sport}{path}");
+        let r = s
+            .post("/api/pull", json!({"model": name, "stream": false}))
+            .await;
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = r.json().await.expect("json");
+        let message = v["error"].as_str().expect("Ollama's error shape");
+        assert!(message.contains("does not fetch from"), "{path}: {message}");
+        assert!(
+            !message.contains("passwd") && !message.contains(&format!(":{fport}/")),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        2,
+        "each redirect was asked for once"
+    );
+    assert!(
+        forbidden.accept().is_err(),
+        "the port off the allow list received a connection"
+    );
+    assert!(s.store.list().expect("list").is_empty(), "nothing stored");
+    // Still serving.
+    let r = s.post("/v1/chat/completions", chat(&tiny_llama())).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_under_an_allowed_directory_is_not_found_at_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fifo = dir.path().join("model.gguf");
+    let c_path = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
+    let mut c = defaults();
+    c.model_dirs = vec![dir.path().to_path_buf()];
+    let s = start(c).await;
+    let missing = dir.path().join("missing.gguf");
+    let mut bodies = Vec::new();
+    for path in [&fifo, &missing] {
+        let name = path.display().to_string();
+        let started = Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            s.post("/v1/chat/completions", chat(&name)),
+        )
+        .await
+        .expect("answered, not hung on the FIFO");
+        assert!(started.elapsed() < Duration::from_secs(1), "{name}");
+        assert_eq!(r.status(), 404, "{name}");
+        let text = r.text().await.expect("body");
+        bodies.push(text.replace(name.as_str(), "NAME"));
+        let ollama = json!({"model": name, "prompt": "hi", "stream": false});
+        let r = s.post("/api/generate", ollama).await;
+        assert_eq!(r.status(), 404, "{name}");
+    }
+    assert_eq!(
+        bodies[0], bodies[1],
+        "a FIFO and a missing file look the same"
+    );
+}
+
+/// Sends `head` (a request with no body yet), then reads one response (headers and the
+/// Content-Length body), without waiting for the server to close.
+fn one_response(addr: std::net::SocketAddr, head: &str) -> (String, Duration) {
+    let mut tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let started = Instant::now();
+    tcp.write_all(head.as_bytes()).expect("send");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&out).to_string();
+        if let Some((headers, body)) = text.split_once("\r\n\r\n") {
+            let len = headers
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_string)
+                })
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= len {
+                return (text, started.elapsed());
+            }
+        }
+        match tcp.read(&mut buf) {
+            Ok(0) | Err(_) => return (text, started.elapsed()),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_body_over_the_limit_is_413_before_it_is_read() {
+    let s = start(defaults()).await;
+    let limit = s.state.config.max_body_bytes;
+    let addr = s.addr;
+    for (path, openai) in [("/v1/chat/completions", true), ("/api/chat", false)] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000000000\r\n\r\n"
+        );
+        let (answer, took) = tokio::task::spawn_blocking(move || one_response(addr, &head))
+            .await
+            .expect("joined");
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer:?}");
+        assert!(took < Duration::from_secs(2), "{path} took {took:?}");
+        let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        let v: Value = serde_json::from_str(body).expect("a JSON error body");
+        let message = if openai {
+            v["error"]["message"].as_str()
+        } else {
+            v["error"].as_str()
+        }
+        .unwrap_or_else(|| panic!("{path}: the API's error shape: {v}"));
+        assert!(message.contains(&limit.to_string()), "{path}: {message}");
+    }
 }
 
 /// Sends raw bytes, then reads the whole answer (until the server closes).

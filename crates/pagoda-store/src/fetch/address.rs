@@ -70,6 +70,21 @@ pub fn resolve_public(netloc: &str) -> io::Result<Vec<SocketAddr>> {
     Ok(public)
 }
 
+/// Refuses a URL whose host is an address literal that is not public, before any connection
+/// (names are checked when they resolve, by [`public_only_resolver`]).
+pub fn check_literal(url: &url::Url) -> Result<(), String> {
+    let ip = match url.host() {
+        Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
+        Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
+        _ => return Ok(()),
+    };
+    if is_public(ip) {
+        Ok(())
+    } else {
+        Err(format!("{ip} is not a public address (loopback, private and link-local addresses are refused for pulls over HTTP)"))
+    }
+}
+
 /// A ureq resolver that applies [`resolve_public`] to every connection.
 pub fn public_only_resolver() -> impl ureq::Resolver {
     resolve_public
@@ -135,5 +150,23 @@ mod tests {
         assert!(e.to_string().contains("127.0.0.1"));
         assert!(resolve_public("localhost:80").is_err());
         assert!(resolve_public("[::1]:80").is_err());
+    }
+
+    #[test]
+    fn private_address_literals_are_refused_before_connecting() {
+        let url = |s: &str| url::Url::parse(s).expect("url");
+        for private in [
+            "http://127.0.0.1:9/x",
+            "http://2130706433/x",
+            "http://0x7f.1/x",
+            "http://[::1]/x",
+            "http://[::ffff:10.0.0.1]/x",
+            "https://169.254.169.254/latest",
+        ] {
+            assert!(check_literal(&url(private)).is_err(), "{private}");
+        }
+        assert!(check_literal(&url("https://1.1.1.1/x")).is_ok());
+        // Names are left to the resolver.
+        assert!(check_literal(&url("http://localhost/x")).is_ok());
     }
 }

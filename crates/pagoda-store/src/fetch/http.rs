@@ -5,11 +5,17 @@
 //! a GGUF by quantization tag. Invariants: a body is streamed straight into a [`BlobWriter`]
 //! (never held in memory); a body shorter than its Content-Length, a non-2xx status or a digest
 //! mismatch is an error and leaves no blob; the Hugging Face token is only sent to the Hugging
-//! Face endpoint.
+//! Face endpoint (same scheme, host and port, checked at every hop); redirects are followed
+//! here, not by ureq, so every hop passes [`url_policy::check_hop`] (http(s) only, no
+//! credentials, the allow list for a client's URL) and, for a client's pull, the
+//! public-address guard.
 
 use std::io;
 use std::time::Duration;
 
+use url::Url;
+
+use super::url_policy::{self, AllowList, MAX_REDIRECTS};
 use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
@@ -30,6 +36,9 @@ pub struct HttpConfig {
     pub read_timeout: Duration,
     /// Connect only to public addresses (every hop and redirect; see [`super::address`]).
     pub public_addresses_only: bool,
+    /// Where set, every request of a plain URL source (each redirect too) must go to a
+    /// location this list allows (a URL a client named; see [`super::url_policy`]).
+    pub allowed_urls: Option<AllowList>,
 }
 
 impl HttpConfig {
@@ -45,6 +54,7 @@ impl HttpConfig {
             connect_timeout: Duration::from_secs(15),
             read_timeout: Duration::from_secs(60),
             public_addresses_only: false,
+            allowed_urls: None,
         }
     }
 
@@ -52,6 +62,8 @@ impl HttpConfig {
         let builder = ureq::AgentBuilder::new()
             .timeout_connect(self.connect_timeout)
             .timeout_read(self.read_timeout)
+            // Redirects are followed by `get`, which checks each hop first.
+            .redirects(0)
             .user_agent(concat!("pagoda/", env!("CARGO_PKG_VERSION")));
         if self.public_addresses_only {
             builder
@@ -77,7 +89,12 @@ impl HttpConfig {
 pub fn fetch_url(ctx: &FetchCtx<'_>, url: &str) -> Result<Fetched> {
     let no_query = url.split(['?', '#']).next().unwrap_or(url);
     let file_name = gguf_file_name(no_query, ctx.default_file_name);
-    let blob = download(ctx, url, None, "", &file_name, true)?;
+    let target = Target {
+        url,
+        bearer: None,
+        allow: ctx.http.allowed_urls.as_ref(),
+    };
+    let blob = download(ctx, &target, "", &file_name, true)?;
     Ok(Fetched::single_gguf(blob, file_name))
 }
 
@@ -97,14 +114,7 @@ pub fn fetch_hf(ctx: &FetchCtx<'_>, repo: &str, file: &str, revision: &str) -> R
     let url = ctx.http.hf_url(repo, revision, file);
     let hint = hf_hint(ctx, repo, &format!("the file '{file}'"), revision);
     let file_name = gguf_file_name(file, ctx.default_file_name);
-    let blob = download(
-        ctx,
-        &url,
-        ctx.http.hf_token.as_deref(),
-        &hint,
-        &file_name,
-        true,
-    )?;
+    let blob = download(ctx, &Target::hf(ctx, &url), &hint, &file_name, true)?;
     Ok(Fetched::single_gguf(blob, file_name))
 }
 
@@ -219,7 +229,7 @@ fn fetch_folder(
     for rel in files.iter().filter(|f| wanted_in_folder(f)) {
         let url = ctx.http.hf_url(repo, revision, rel);
         let hint = hf_hint(ctx, repo, &format!("the file '{rel}'"), revision);
-        let blob = download(ctx, &url, ctx.http.hf_token.as_deref(), &hint, rel, false)?;
+        let blob = download(ctx, &Target::hf(ctx, &url), &hint, rel, false)?;
         out.push(super::folder_file(rel.clone(), blob));
     }
     Ok(Fetched {
@@ -233,8 +243,7 @@ fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<Strin
     let url = ctx.http.hf_api_url(repo, revision);
     let resp = get(
         ctx,
-        &url,
-        ctx.http.hf_token.as_deref(),
+        &Target::hf(ctx, &url),
         &hf_hint(ctx, repo, "files", revision),
         None,
     )?;
@@ -263,20 +272,89 @@ fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<Strin
     Ok(files)
 }
 
+/// What one download asks for: the URL, the bearer token for the Hugging Face endpoint, and
+/// the allow list its hops are held to.
+struct Target<'a> {
+    url: &'a str,
+    /// Sent only to hops on the Hugging Face endpoint's origin.
+    bearer: Option<&'a str>,
+    allow: Option<&'a AllowList>,
+}
+
+impl<'a> Target<'a> {
+    /// A file of the configured Hugging Face endpoint (the operator's, so no allow list).
+    fn hf(ctx: &FetchCtx<'a>, url: &'a str) -> Target<'a> {
+        Target {
+            url,
+            bearer: ctx.http.hf_token.as_deref(),
+            allow: None,
+        }
+    }
+}
+
+/// GETs `target`, following at most [`MAX_REDIRECTS`] redirects itself: each location is
+/// resolved against the current URL and must pass [`url_policy::check_hop`] (and, for a
+/// pull made for a client, name no private address literal) before it is requested.
 fn get(
     ctx: &FetchCtx<'_>,
-    url: &str,
-    bearer: Option<&str>,
+    target: &Target<'_>,
     hint: &str,
     range: Option<&str>,
 ) -> Result<ureq::Response> {
-    let mut req = ctx.http.agent().get(url);
-    if let Some(r) = range {
-        req = req.set("Range", r);
+    let first = target.url;
+    let refused = |at: &Url, reason: String| StoreError::UrlRefused {
+        url: first.to_string(),
+        location: url_policy::origin_text(at),
+        reason,
+    };
+    let mut current = Url::parse(first).map_err(|e| StoreError::InvalidSource {
+        source_text: first.to_string(),
+        reason: format!("not a valid URL ({e})"),
+    })?;
+    let hf_origin = Url::parse(&ctx.http.hf_endpoint).ok();
+    let agent = ctx.http.agent();
+    for _ in 0..=MAX_REDIRECTS {
+        url_policy::check_hop(&current, target.allow).map_err(|r| refused(&current, r))?;
+        if ctx.http.public_addresses_only {
+            super::address::check_literal(&current).map_err(|r| refused(&current, r))?;
+        }
+        let mut req = agent.request_url("GET", &current);
+        if let Some(r) = range {
+            req = req.set("Range", r);
+        }
+        let to_hf = hf_origin
+            .as_ref()
+            .is_some_and(|hf| url_policy::same_origin(hf, &current));
+        if let (Some(token), true) = (target.bearer, to_hf) {
+            req = req.set("Authorization", &format!("Bearer {token}"));
+        }
+        let resp = call(req, first, hint)?;
+        if !matches!(resp.status(), 301 | 302 | 303 | 307 | 308) {
+            if (300..400).contains(&resp.status()) {
+                return Err(StoreError::HttpStatus {
+                    url: first.to_string(),
+                    status: resp.status(),
+                    hint: hint.to_string(),
+                });
+            }
+            return Ok(resp);
+        }
+        let location = resp.header("Location").unwrap_or_default();
+        current = current.join(location).map_err(|e| {
+            refused(
+                &current,
+                format!("it redirected to a location that is not a URL ({e})"),
+            )
+        })?;
     }
-    if let Some(token) = bearer {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
+    Err(refused(
+        &current,
+        format!("more than {MAX_REDIRECTS} redirects"),
+    ))
+}
+
+/// Sends one request; a 4xx/5xx and a transport failure become the store's errors.
+fn call(req: ureq::Request, url: &str, hint: &str) -> Result<ureq::Response> {
     match req.call() {
         Ok(r) => Ok(r),
         Err(ureq::Error::Status(status, _)) => {
@@ -307,8 +385,7 @@ fn get(
 /// `Range`); a server that answers the range with the whole body (200) starts it over.
 fn download(
     ctx: &FetchCtx<'_>,
-    url: &str,
-    bearer: Option<&str>,
+    target: &Target<'_>,
     hint: &str,
     file_name: &str,
     single: bool,
@@ -318,17 +395,18 @@ fn download(
         _ => None,
     };
     let can_resume = resumable.is_some();
+    let url = target.url;
     let mut w = match resumable {
         Some(w) => w,
         None => BlobWriter::create(ctx.blobs_dir)?,
     };
     let offset = w.written();
     let range = (offset > 0).then(|| format!("bytes={offset}-"));
-    let resp = match get(ctx, url, bearer, hint, range.as_deref()) {
+    let resp = match get(ctx, target, hint, range.as_deref()) {
         // The partial is already whole (or the server cannot serve the range): start over.
         Err(StoreError::HttpStatus { status: 416, .. }) => {
             w.restart()?;
-            get(ctx, url, bearer, hint, None)?
+            get(ctx, target, hint, None)?
         }
         other => other?,
     };

@@ -2,7 +2,8 @@
 //!
 //! Owns copying them into the store and [`detect_format`]. Invariant: the original files are only
 //! read, never moved or changed; a folder must hold `config.json` to count as a Hugging Face
-//! folder; hidden files (`.git`, `.cache`, ...) are skipped.
+//! folder; hidden files (`.git`, `.cache`, ...) are skipped; only regular files are opened
+//! ([`open_regular`]: a FIFO or device is refused at once, never waited on).
 
 use std::fs::{self, File};
 use std::io::Read;
@@ -18,6 +19,7 @@ use crate::progress::{bytes_bar, copy_with_progress};
 pub fn detect_format(path: &Path) -> Result<Format> {
     let meta = fs::metadata(path).map_err(StoreError::io("open", path))?;
     if meta.is_dir() {
+        // is_file() follows links and is false for a FIFO, so nothing here opens one.
         if path.join("config.json").is_file() {
             return Ok(Format::HfFolder);
         }
@@ -40,8 +42,11 @@ pub fn detect_format(path: &Path) -> Result<Format> {
             reason: "the folder has no config.json, so it is not a Hugging Face model folder; to use a GGUF file, pass the file itself".into(),
         });
     }
+    if !meta.is_file() {
+        return Err(not_a_regular_file(path));
+    }
     let mut magic = [0u8; 4];
-    let mut f = File::open(path).map_err(StoreError::io("open", path))?;
+    let mut f = open_regular(path)?;
     let n = read_up_to(&mut f, &mut magic).map_err(StoreError::io("read", path))?;
     if n == 4 && &magic == GGUF_MAGIC {
         Ok(Format::Gguf)
@@ -51,6 +56,31 @@ pub fn detect_format(path: &Path) -> Result<Format> {
             reason: "the file does not start with the GGUF magic; pass a .gguf file or a Hugging Face model folder".into(),
         })
     }
+}
+
+fn not_a_regular_file(path: &Path) -> StoreError {
+    StoreError::NotAModel {
+        path: path.to_path_buf(),
+        reason: "not a regular file (a FIFO, socket or device is never opened as a model)".into(),
+    }
+}
+
+/// Opens `path` for reading only if it is a regular file. The open does not block (a FIFO
+/// swapped in after a metadata check would otherwise wait for a writer forever) and the
+/// opened handle itself is checked, so no race can hand back anything but a regular file.
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(StoreError::io("open", path))?;
+    let meta = f.metadata().map_err(StoreError::io("open", path))?;
+    if !meta.is_file() {
+        return Err(not_a_regular_file(path));
+    }
+    // O_NONBLOCK means nothing for regular files' reads, so the flag can stay.
+    Ok(f)
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -104,7 +134,7 @@ fn copy_file(
     label: &str,
     single: bool,
 ) -> Result<crate::blob::Blob> {
-    let mut f = File::open(src).map_err(StoreError::io("open", src))?;
+    let mut f = open_regular(src)?;
     let len = f.metadata().map(|m| m.len()).ok();
     let bar = bytes_bar(ctx.progress, len, format!("copying {label}"));
     let mut w = BlobWriter::create(ctx.blobs_dir)?;
@@ -136,4 +166,30 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_fifo_is_refused_at_once_never_opened_for_a_writer() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let fifo = dir.path().join("m.gguf");
+        let c_path = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
+        let started = Instant::now();
+        let e = detect_format(&fifo).expect_err("a FIFO is no model");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        // The race a metadata check cannot close: the open itself refuses.
+        let e = open_regular(&fifo).expect_err("refused on the handle");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(open_regular(Path::new("/dev/null")).is_err());
+        let file = dir.path().join("f");
+        fs::write(&file, b"GGUF").expect("write");
+        assert!(open_regular(&file).is_ok());
+    }
 }

@@ -10,6 +10,7 @@ pub mod http;
 pub mod local;
 pub mod object;
 pub mod pip;
+pub mod url_policy;
 
 use std::path::Path;
 

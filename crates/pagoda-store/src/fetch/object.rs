@@ -35,14 +35,22 @@ pub fn is_object_url(text: &str) -> bool {
 }
 
 /// `(bucket, key)` of an object URL; `Err` says what is wrong with it.
+///
+/// The bucket is the parsed URL's host, which is what the object_store client uses; text
+/// whose bucket the parser would read differently (`s3://a\\@b/k`) is refused.
 pub fn split_url(url: &str) -> std::result::Result<(String, String), String> {
+    let parsed = super::url_policy::parse_object_url(url)?;
     let rest = url
+        .trim()
         .split_once("://")
         .map(|(_, r)| r)
         .ok_or("expected scheme://bucket/key")?;
     let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
         return Err("the URL names no bucket".into());
+    }
+    if parsed.host_str() != Some(bucket) {
+        return Err("the bucket name holds characters a URL host cannot".into());
     }
     if key.is_empty() {
         return Err(
@@ -114,6 +122,22 @@ pub fn fetch(ctx: &FetchCtx<'_>, url: &str) -> Result<Fetched> {
         source_text: url.to_string(),
         reason,
     })?;
+    if let Some(allowed) = &ctx.http.allowed_urls {
+        // The bucket as the client reads it (`Url::host_str`), held to the client's list.
+        let parsed = super::url_policy::parse_object_url(url).map_err(|reason| {
+            StoreError::InvalidSource {
+                source_text: url.to_string(),
+                reason,
+            }
+        })?;
+        if !allowed.allows(&parsed) {
+            return Err(StoreError::UrlRefused {
+                url: url.to_string(),
+                location: super::url_policy::origin_text(&parsed),
+                reason: "not a bucket this server allows".into(),
+            });
+        }
+    }
     let store = open(url)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -295,6 +295,122 @@ fn sha_mismatch_is_a_clear_error_and_keeps_nothing() {
     assert!(store.resolve("pinned:1b").unwrap().is_none());
 }
 
+// ---------------------------------------------------------------- redirects
+
+#[test]
+fn redirects_are_followed_and_each_hop_is_checked() {
+    let body = gguf_bytes(7, 1500);
+    let other = Server::start(vec![("/x.gguf", Route::Body(body.clone()))]);
+    let server = Server::start(vec![
+        ("/x.gguf", Route::Body(body.clone())),
+        ("/hop", Route::Redirect("/x.gguf".into())),
+        ("/to-file", Route::Redirect("file:///etc/passwd".into())),
+        ("/to-other", Route::Redirect(other.url("/x.gguf"))),
+        (
+            "/to-creds",
+            Route::Redirect(format!("http://u:p@{}/x.gguf", &server_host(&other))),
+        ),
+        ("/loop", Route::Redirect("/loop".into())),
+    ]);
+    let env = Env::new();
+    let store = env.store();
+    // A relative redirect on the same server is followed.
+    let r = store
+        .pull(&server.url("/hop"), &named("hop:1"))
+        .expect("followed");
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+
+    // file: is refused with an error, never a panic, and nothing is read from disk.
+    let e = store
+        .pull(&server.url("/to-file"), &named("f:1"))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
+    assert!(e.to_string().contains("`file:`"), "{e}");
+
+    // Credentials in a redirect are refused, like credentials in the URL given.
+    let e = store
+        .pull(&server.url("/to-creds"), &named("c:1"))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
+    let given = format!("http://u:p@{}/x.gguf", server_host(&server));
+    assert!(matches!(
+        store.pull(&given, &named("c:2")).unwrap_err(),
+        StoreError::InvalidSource { .. }
+    ));
+
+    // A redirect loop ends.
+    let e = store.pull(&server.url("/loop"), &named("l:1")).unwrap_err();
+    assert!(e.to_string().contains("more than 10 redirects"), "{e}");
+    assert_eq!(server.hits("/loop"), 11);
+
+    // A client's pull held to an allow list: the redirect to another port is refused and
+    // that port receives nothing.
+    let held = PullOptions {
+        name: Some("held:1".into()),
+        allowed_urls: Some(
+            pagoda_store::fetch::url_policy::AllowList::new([server.base.as_str()]).unwrap(),
+        ),
+        ..PullOptions::default()
+    };
+    let e = store.pull(&server.url("/to-other"), &held).unwrap_err();
+    assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
+    assert_eq!(other.hits("/x.gguf"), 0);
+    // Without the list the same redirect is followed (the list is what refused it).
+    store
+        .pull(&server.url("/to-other"), &named("free:1"))
+        .expect("followed");
+    assert_eq!(other.hits("/x.gguf"), 1);
+
+    // Public addresses only: a loopback literal is refused before any connection.
+    let before = server.hits("/x.gguf");
+    let public = PullOptions {
+        name: Some("pub:1".into()),
+        public_addresses_only: true,
+        ..PullOptions::default()
+    };
+    let e = store.pull(&server.url("/x.gguf"), &public).unwrap_err();
+    assert!(matches!(e, StoreError::UrlRefused { .. }), "{e}");
+    assert!(e.to_string().contains("not a public address"), "{e}");
+    assert_eq!(server.hits("/x.gguf"), before);
+}
+
+fn server_host(s: &Server) -> String {
+    s.base.trim_start_matches("http://").to_string()
+}
+
+#[test]
+fn the_hugging_face_token_goes_to_the_endpoint_only_through_redirects() {
+    let body = gguf_bytes(8, 1200);
+    let cdn = Server::start(vec![("/blob", Route::Body(body.clone()))]);
+    let hub = Server::start(vec![(
+        "/Org/Repo/resolve/main/m.gguf",
+        Route::Redirect(cdn.url("/blob")),
+    )]);
+    let env = Env::new();
+    let store = env
+        .store()
+        .with_hf_endpoint(hub.base.clone())
+        .with_hf_token(Some("hf_secret".into()));
+    let r = store.pull("hf://Org/Repo/m.gguf", &opts()).expect("pulled");
+    assert_eq!(fs::read(&r.path).unwrap(), body);
+    let hub_auth: Vec<_> = hub
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| q.authorization.clone())
+        .collect();
+    assert_eq!(hub_auth, vec![Some("Bearer hf_secret".to_string())]);
+    let cdn_auth: Vec<_> = cdn
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| q.authorization.clone())
+        .collect();
+    assert_eq!(cdn_auth, vec![None], "the token stayed on the endpoint");
+}
+
 // ---------------------------------------------------------------- Hugging Face
 
 #[test]

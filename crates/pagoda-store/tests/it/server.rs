@@ -1,7 +1,7 @@
 //! A tiny HTTP/1.1 server on 127.0.0.1 for URL and Hugging Face tests (no internet).
 //!
-//! Owns the fake routes: each path answers with a body, a status, a body cut short of its
-//! Content-Length, or a body only for the right bearer token. Records every request.
+//! Owns the fake routes: each path answers with a body, a status, a redirect, a body cut short
+//! of its Content-Length, or a body only for the right bearer token. Records every request.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -18,6 +18,8 @@ pub enum Route {
         body: Vec<u8>,
         claimed: usize,
     },
+    /// 302 to this location (any text: another server, `file:///...`, a relative path).
+    Redirect(String),
     /// 401 unless `Authorization: Bearer <token>`.
     NeedsToken {
         token: String,
@@ -125,6 +127,13 @@ fn handle(
         None => reply(&mut stream, 404, b"nope", 4),
         Some(Route::Body(b)) => reply(&mut stream, 200, b, b.len()),
         Some(Route::Status(s)) => reply(&mut stream, *s, b"err", 3),
+        Some(Route::Redirect(location)) => {
+            let head = format!(
+                "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes())?;
+            stream.flush()
+        }
         Some(Route::Truncated { body, claimed }) => reply(&mut stream, 200, body, *claimed),
         Some(Route::Flaky {
             body,
