@@ -29,8 +29,10 @@ PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
 
 echo "== API conformance: the official openai and ollama Python clients against pagoda serve"
-clients="openai ollama websocket-client langchain-openai jsonschema"
-if ! python3 -c "import openai, ollama, websocket, langchain_openai, jsonschema" 2>/dev/null; then
+# gguf (gguf-py, llama.cpp's own GGUF library): security.py writes a GGUF whose chat template
+# is a bomb with its gguf-new-metadata.
+clients="openai ollama websocket-client langchain-openai jsonschema gguf"
+if ! python3 -c "import openai, ollama, websocket, langchain_openai, jsonschema, gguf" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check $clients \
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages $clients
 fi
@@ -47,7 +49,7 @@ if ! python3 -c "import moto.server, boto3, flask_cors" 2>/dev/null; then
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "moto[server]" boto3
 fi
 python3 scripts/conformance/object_store.py --pagoda "$PAGODA"
-echo "== security probes: paths and URLs as models, pulls, stalled clients, deep JSON, leaks (serve and gateway)"
+echo "== security probes: paths and URLs as models, pulls and redirects, stalled clients, deep JSON, grammar and template bombs, forged turns, leaks (serve and gateway)"
 python3 scripts/conformance/security.py --pagoda "$PAGODA" --model smollm2:135m
 echo "== deployment artefacts: promtool rules and alert tests, Kubernetes schemas, dashboard metrics"
 if command -v promtool >/dev/null 2>&1 && python3 -c "import kubernetes_validate" 2>/dev/null; then

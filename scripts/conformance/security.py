@@ -663,7 +663,7 @@ target = "pair"
         def a_gguf_carrying_a_template_bomb_fails_its_requests():
             bomb = os.path.join(work, "bomb.gguf")
             loop = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
-            subprocess.run(["gguf-new-metadata", "--force", "--chat-template", loop, blob, bomb],
+            subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--force", "--chat-template", loop, blob, bomb],
                            check=True, capture_output=True)
             subprocess.run([args.pagoda, "pull", bomb, "--name", "gguf-bomb:probe"], check=True,
                            capture_output=True)

@@ -210,8 +210,9 @@ fn measure_schema<'a>(
                 }
                 // A cycle: recursion, which the grammar expands lazily.
                 Some(None) => {}
-                None => match resolve(root, &r) {
-                    Some(target) => {
+                // Not measured yet (an unresolvable one is llguidance's to report).
+                None => {
+                    if let Some(target) = resolve(root, &r) {
                         targets.insert(r.clone(), None);
                         stack.push(Frame {
                             children: children(target),
@@ -220,9 +221,7 @@ fn measure_schema<'a>(
                             target: Some(r),
                         });
                     }
-                    // Unresolvable: llguidance reports it.
-                    None => {}
-                },
+                }
             },
         }
     }

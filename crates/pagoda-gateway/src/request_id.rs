@@ -11,14 +11,15 @@
 //! the fallback for unknown paths), so every response the router produces — errors included —
 //! carries exactly one `x-request-id`, equal to the [`RequestId`] its handler saw; an id that
 //! reaches a header or a log line is always acceptable, so it can neither break a header nor
-//! forge a log line.
+//! forge a log line. A handler's panic becomes that request's 500 here
+//! ([`pagoda_http::panics`]), so it too carries its id.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use crate::state::Gateway;
 
@@ -45,8 +46,19 @@ pub async fn assign(State(gw): State<Arc<Gateway>>, mut request: Request, next: 
         None => gw.next_request_id(),
     };
     let header = HeaderValue::from_str(&id);
-    request.extensions_mut().insert(RequestId(id));
-    let mut response = next.run(request).await;
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let path = request.uri().path().to_string();
+    // A handler's panic (a bug) is this request's 500 under its id, not a dropped connection.
+    let mut response = match pagoda_http::panics::catch(next.run(request)).await {
+        Ok(response) => response,
+        Err(reason) => {
+            tracing::error!(request_id = %id, path = %path, panic = %reason, "request handler panicked");
+            crate::error::ApiError::internal(
+                "the gateway failed to handle this request; its log has the details under this response's x-request-id",
+            )
+            .into_response()
+        }
+    };
     match header {
         Ok(value) => {
             response.headers_mut().insert(REQUEST_ID_HEADER, value);

@@ -517,6 +517,63 @@ mod tests {
         assert!(t.check_limits().is_ok());
     }
 
+    /// Measures the fuel real templates spend (llama.cpp's `models/templates/*.jinja`, from
+    /// the llama-cpp-python sdist): `PAGODA_TEMPLATES_DIR=... cargo test -p pagoda-model
+    /// --lib fuel_of_real_templates -- --ignored --nocapture`. The figures are in
+    /// docs/serving.md's security model.
+    #[test]
+    #[ignore = "needs PAGODA_TEMPLATES_DIR"]
+    fn fuel_of_real_templates() {
+        let dir = std::env::var("PAGODA_TEMPLATES_DIR").expect("PAGODA_TEMPLATES_DIR");
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("dir")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jinja"))
+            .collect();
+        entries.sort();
+        let tool = serde_json::json!({"type": "function", "function": {"name": "get_weather",
+            "description": "Weather in a city", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}});
+        let turns = |n: usize| -> Vec<ChatMessage> {
+            let mut m = vec![ChatMessage::new("system", "You are helpful.")];
+            for i in 0..n {
+                m.push(ChatMessage::new("user", format!("question {i}")));
+                m.push(ChatMessage::new("assistant", format!("answer {i}")));
+            }
+            m.push(ChatMessage::new("user", "last"));
+            m
+        };
+        let mut worst = (0u64, String::new());
+        for path in entries {
+            let source = std::fs::read_to_string(&path).expect("read");
+            let Ok(t) = compile(&source) else { continue };
+            let mut spent = Vec::new();
+            for n in [1usize, 100] {
+                let tmpl = t.env.get_template(NAME).expect("template");
+                let tools = [tool.clone()];
+                let ctx = minijinja::context! { messages => turns(n), tools => &tools[..],
+                add_generation_prompt => true, bos_token => "<s>", eos_token => "</s>" };
+                match tmpl.render_captured(ctx) {
+                    Ok(done) => spent.push(done.state().fuel_levels().map_or(0, |f| f.0)),
+                    Err(_) => spent.push(0),
+                }
+            }
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            println!(
+                "{name}: 1 turn {} fuel, 100 turns {} fuel",
+                spent[0], spent[1]
+            );
+            if spent[1] > worst.0 {
+                worst = (spent[1], name);
+            }
+        }
+        println!("most: {} ({})", worst.0, worst.1);
+    }
+
     #[test]
     fn chatml_fallback_renders() {
         let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());

@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn returns_the_value_and_borrows() {
-        let input = vec![1, 2, 3];
+        let input = [1, 2, 3];
         let sum = run_isolated("summing", 1 << 20, || input.iter().sum::<i32>());
         assert_eq!(sum, Ok(6));
     }

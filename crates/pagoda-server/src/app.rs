@@ -128,16 +128,11 @@ async fn method_not_allowed(State(app): State<AppState>, request: Request) -> Re
 /// 500 and an error log line, never a connection dropped without an answer. The process and
 /// every other request go on.
 async fn catch_panics(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    use futures_util::FutureExt;
     let path = request.uri().path().to_string();
     let method = request.method().clone();
-    match std::panic::AssertUnwindSafe(next.run(request))
-        .catch_unwind()
-        .await
-    {
+    match pagoda_http::panics::catch(next.run(request)).await {
         Ok(response) => response,
-        Err(panic) => {
-            let reason = pagoda_model::isolated::panic_message(panic.as_ref());
+        Err(reason) => {
             tracing::error!(%method, path = %path, panic = %reason, "request handler panicked");
             let e = ApiError::internal(format!("the request handler panicked: {reason}"));
             app.metrics.count_error(e.status.as_u16());

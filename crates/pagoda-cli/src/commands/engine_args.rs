@@ -65,6 +65,7 @@ impl SpecArgs {
                         quantize: None,
                         device,
                         gpu_layers: None,
+                        unsafe_control_tokens_in_messages: false,
                     },
                 )?;
                 ProposerConfig::Draft {

@@ -253,6 +253,7 @@ fn answer_all(
             quantize,
             device,
             gpu_layers: None,
+            unsafe_control_tokens_in_messages: false,
         },
     )
     .with_context(|| format!("loading variant {label} ({variant})"))?;

@@ -45,6 +45,15 @@ pub struct LoadArgs {
     /// 0 keeps the model on the CPU. More than the model's layers is an error.
     #[arg(long, value_name = "N")]
     pub gpu_layers: Option<usize>,
+    /// UNSAFE: read control-token texts in chat messages and tools (`<|im_end|>`,
+    /// `<start_of_turn>`, ...) as control tokens, as Pagoda did before it kept them apart.
+    /// A message, or a document a tool returned, can then close its turn and write a system
+    /// turn. By default text from messages, tool calls, tool results and tool definitions is
+    /// tokenized with control tokens as plain text (transformers' `split_special_tokens`),
+    /// while the chat template's own markup keeps them. Raw prompts (`/v1/completions`,
+    /// Ollama `raw`, `pagoda run --raw`) are the client's markup either way.
+    #[arg(long)]
+    pub unsafe_control_tokens_in_messages: bool,
 }
 
 impl LoadArgs {
@@ -54,7 +63,7 @@ impl LoadArgs {
             quantize: self.quantize,
             device: self.device,
             gpu_layers: self.gpu_layers,
-            control_tokens_in_messages: false,
+            control_tokens_in_messages: self.unsafe_control_tokens_in_messages,
         }
     }
 }
