@@ -18,7 +18,7 @@ use crate::names::ModelNames;
 use crate::registry::{Registry, RegistryConfig};
 use crate::state::{AppState, ServerConfig};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -176,12 +176,13 @@ async fn keep_browsers_out(State(app): State<AppState>, request: Request, next: 
             return in_the_shape_of(request.uri().path(), e);
         }
     };
-    let asked = request.headers().clone();
-    let mut response = match pass {
-        Pass::Preflight(_) => StatusCode::NO_CONTENT.into_response(),
-        Pass::NoOrigin | Pass::Cors(_) => next.run(request).await,
-    };
-    pass.decorate(&asked, response.headers_mut());
+    if let Pass::Preflight(_) = pass {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        pass.decorate(request.headers(), response.headers_mut());
+        return response;
+    }
+    let mut response = next.run(request).await;
+    pass.decorate(&HeaderMap::new(), response.headers_mut());
     response
 }
 
