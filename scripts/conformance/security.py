@@ -4,7 +4,8 @@
 
 Each probe must get its documented status, never a 5xx for a client's mistake, never a
 filesystem path, an upstream URL or fetched bytes in a body, and an `x-request-id` on every
-response. A loopback listener stands for an internal service: it must receive nothing. At the
+response. Web pages on other sites (cross-site simple POSTs) and DNS-rebinding Host names get
+403 and change nothing. A loopback listener stands for an internal service: it must receive nothing. At the
 end the server still answers a chat, and /metrics carries only the loaded model's label.
 
 Usage: security.py --pagoda target/debug/pagoda --model smollm2:135m
@@ -31,6 +32,9 @@ from server import Child, Server, check, failures  # noqa: E402
 # for headers and 30 s for bodies (docs/serving.md).
 HEADER_TIMEOUT = 2
 BODY_TIMEOUT = 2
+# A web page on another site, and the model name its cross-site /api/copy would create.
+EVIL = "https://evil.example"
+STOLEN = "probe-stolen:1"
 
 
 class Listener:
@@ -329,19 +333,19 @@ def main():
                 assert "error" in json.loads(text), text
 
         def stalled_headers_get_408():
-            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"])
+            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"])
             assert answer.startswith("HTTP/1.1 408"), answer[:200]
             assert "x-request-id:" in answer.lower(), answer[:300]
             assert took < HEADER_TIMEOUT + 3, took
 
         def stalled_body_gets_408():
-            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            answer, took = raw(server.url, [b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"
                                             b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{\"m"])
             assert answer.startswith("HTTP/1.1 408"), answer[:200]
             assert took < BODY_TIMEOUT + 3, took
 
         def trickled_body_gets_408():
-            head = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            head = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"
                     b"content-type: application/json\r\ncontent-length: 60\r\n\r\n")
             answer, took = raw(server.url, [head] + [b" "] * 60, pause=0.25)
             assert answer.startswith("HTTP/1.1 408"), answer[:200]
@@ -382,7 +386,68 @@ def main():
             labels = set(re.findall(r'model_name="([^"]*)"', metrics))
             assert labels == {args.model}, labels
 
-        for name, fn in [("model names that are paths or URLs: 404 alike, nothing leaked",
+        def model_names():
+            _, _, text = request(server.url, "GET", "/api/tags")
+            return sorted(m["name"] for m in json.loads(text)["models"])
+
+        def cross_site_simple_posts_are_refused():
+            # A page on another site may POST text/plain or a form without a preflight.
+            before = model_names()
+            copy = {"source": args.model, "destination": STOLEN}
+            generate = {"model": args.model, "prompt": "hi", "stream": False,
+                        "options": {"num_predict": 4}}
+            for ctype in ("text/plain", "application/x-www-form-urlencoded"):
+                for route, body in [("/api/copy", copy), ("/v1/chat/completions", chat(args.model)),
+                                    ("/api/generate", generate)]:
+                    status, headers, text = request(server.url, "POST", route, json.dumps(body).encode(),
+                                                    {"content-type": ctype, "origin": EVIL})
+                    assert status == 403, (ctype, route, status, text[:200])
+                    assert "x-request-id" in headers and "access-control-allow-origin" not in headers
+                    err = json.loads(text)["error"]
+                    if route.startswith("/api/"):
+                        assert isinstance(err, str) and "--allowed-origins" in err, text
+                    else:
+                        assert err["code"] == "origin_not_allowed" and "--allowed-origins" in err["message"], text
+            assert model_names() == before, (before, model_names())
+            listed = subprocess.run([args.pagoda, "list"], capture_output=True, text=True, check=True).stdout
+            assert STOLEN.split(":")[0] not in listed, listed
+
+        def rebinding_hosts_are_refused():
+            port = server.url.rsplit(":", 1)[1]
+            for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+                for method, path in [("GET", "/api/tags"), ("GET", "/v1/models"), ("POST", "/api/generate")]:
+                    body = {"model": args.model, "prompt": "hi", "stream": False} if method == "POST" else None
+                    status, headers, text = request(server.url, method, path, body, {"host": host})
+                    assert status == 403, (host, path, status, text[:200])
+                    err = json.loads(text)["error"]
+                    assert "--allowed-hosts" in (err if isinstance(err, str) else err["message"]), text
+            for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
+                status, _, text = request(server.url, "GET", "/api/tags", None, {"host": host})
+                assert status == 200, (host, status, text[:200])
+
+        def loopback_pages_and_preflights():
+            # The chat page's own fetches (same origin), and a local dev page, are served.
+            for origin in (server.url, "http://localhost:5173"):
+                status, headers, text = request(server.url, "POST", "/v1/chat/completions",
+                                                chat(args.model), {"origin": origin})
+                assert status == 200, (origin, status, text[:200])
+                assert headers.get("access-control-allow-origin") == origin, headers
+            ask = {"access-control-request-method": "POST",
+                   "access-control-request-headers": "content-type"}
+            status, headers, _ = request(server.url, "OPTIONS", "/v1/chat/completions", None,
+                                         {"origin": "http://localhost:5173", **ask})
+            assert status == 204, status
+            assert headers.get("access-control-allow-origin") == "http://localhost:5173", headers
+            assert "POST" in headers.get("access-control-allow-methods", ""), headers
+            status, headers, _ = request(server.url, "OPTIONS", "/v1/chat/completions", None,
+                                         {"origin": EVIL, **ask})
+            assert status == 403 and "access-control-allow-origin" not in headers, (status, headers)
+
+        for name, fn in [("cross-site text/plain and form POSTs: 403, nothing copied",
+                          cross_site_simple_posts_are_refused),
+                         ("DNS-rebinding Host headers: 403", rebinding_hosts_are_refused),
+                         ("same-origin and loopback pages served; preflights", loopback_pages_and_preflights),
+                         ("model names that are paths or URLs: 404 alike, nothing leaked",
                           model_names_that_are_paths_are_404_alike),
                          ("POST /api/pull is off by default", pulls_are_off),
                          ("stalled headers: 408", stalled_headers_get_408),
@@ -397,6 +462,8 @@ def main():
             check(name, fn)
     finally:
         server.stop()
+        # Only if a cross-site copy got through: keep the shared store as it was.
+        subprocess.run([args.pagoda, "rm", STOLEN], capture_output=True)
 
     # Pulls enabled, with loopback even listed as a source: the address guard still holds.
     puller = Server(args.pagoda, args.model, "--allow-pull", "--pull-allow-source",

@@ -3,7 +3,9 @@
 //! bind, load the models named at start, serve, drain on SIGTERM/SIGINT.
 //!
 //! Connections are served by pagoda-http (deadlines, a cap); every response gets its
-//! `x-request-id` from [`crate::request_id`], the outermost layer.
+//! `x-request-id` from [`crate::request_id`], the outermost layer; inside it, web pages and
+//! Host names the server does not answer are refused before keys and routing
+//! (`keep_browsers_out`, pagoda-http's `browser_guard`).
 //!
 //! Invariants: `/health` answers as soon as the socket is bound; `/ready` only once the
 //! models named at start are loaded and while not draining. On a shutdown signal the
@@ -16,11 +18,12 @@ use crate::names::ModelNames;
 use crate::registry::{Registry, RegistryConfig};
 use crate::state::{AppState, ServerConfig};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use pagoda_http::browser_guard::{BrowserGuard, Pass, Refusal};
 use pagoda_store::Store;
 use serde_json::json;
 use std::future::Future;
@@ -65,6 +68,10 @@ pub fn router(app: AppState) -> Router {
             count_rejections,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), require_key))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            keep_browsers_out,
+        ))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(app.clone(), catch_panics))
         .layer(middleware::from_fn(crate::request_id::layer))
@@ -167,6 +174,36 @@ async fn require_key(State(app): State<AppState>, request: Request, next: Next) 
     }
 }
 
+/// Web pages and Host names the server does not answer ([`pagoda_http::browser_guard`]): 403
+/// in the route's error shape, before keys or routing, so a refused request changes nothing.
+/// A preflight from an allowed origin is answered here (204, no key needed: browsers send
+/// none on a preflight); other responses to an allowed origin get the CORS headers.
+async fn keep_browsers_out(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let verdict = app
+        .browsers
+        .check(request.method(), request.uri(), request.headers());
+    let pass = match verdict {
+        Ok(pass) => pass,
+        Err(refusal) => {
+            let code = match refusal {
+                Refusal::Host(_) => "host_not_allowed",
+                Refusal::Origin(_) => "origin_not_allowed",
+            };
+            let e = ApiError::forbidden(refusal.to_string()).with_code(code);
+            app.metrics.count_error(e.status.as_u16());
+            return in_the_shape_of(request.uri().path(), e);
+        }
+    };
+    if let Pass::Preflight(_) = pass {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        pass.decorate(request.headers(), response.headers_mut());
+        return response;
+    }
+    let mut response = next.run(request).await;
+    pass.decorate(&HeaderMap::new(), response.headers_mut());
+    response
+}
+
 /// Counts 4xx/5xx that axum itself produced (e.g. path rejections) and that handlers did
 /// not count (handlers mark theirs with the `ApiError` extension).
 async fn count_rejections(State(app): State<AppState>, request: Request, next: Next) -> Response {
@@ -210,9 +247,11 @@ impl BoundServer {
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
+        let browsers = BrowserGuard::new(&config.browsers, &config.host, listener.local_addr()?)
+            .map_err(|e| ServerError::Config(e.to_string()))?;
         Ok(BoundServer {
             listener,
-            app: AppState::new(config, registry, metrics),
+            app: AppState::new(config, registry, metrics, browsers),
         })
     }
 

@@ -1,5 +1,6 @@
 //! The server's configuration ([`ServerConfig`]) and the state every handler shares
-//! ([`AppState`]): the model registry, the metrics, and the ready/draining flags.
+//! ([`AppState`]): the model registry, the metrics, the browser guard, and the ready/draining
+//! flags.
 //!
 //! Invariants: `draining` only goes from false to true; once set, new generation requests get
 //! 503 while those in flight finish. Every limit a client could otherwise exhaust (bodies,
@@ -13,6 +14,8 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::registry::{KeepAlive, Registry};
 use pagoda_engine::EngineConfig;
+use pagoda_http::browser_guard::BrowserGuard;
+pub use pagoda_http::browser_guard::BrowserRules;
 use pagoda_runtime::loader::LoadOptions;
 use pagoda_runtime::request::{Bounds, LengthRule};
 use std::path::PathBuf;
@@ -61,6 +64,9 @@ pub struct ServerConfig {
     pub max_tokens_limit: Option<usize>,
     /// Keys every route but the probes needs (`--api-key`, `--api-key-file`); none: open.
     pub api_keys: crate::auth::ApiKeys,
+    /// Origins and Host names allowed beyond the defaults (`--allowed-origins`,
+    /// `--allowed-hosts`; pagoda-http's `browser_guard` has the rules).
+    pub browsers: BrowserRules,
 }
 
 /// What clients may make the server download through `POST /api/pull`.
@@ -138,6 +144,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             max_tokens_limit: None,
             api_keys: crate::auth::ApiKeys::default(),
+            browsers: Default::default(),
         }
     }
 }
@@ -163,6 +170,9 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub embedders: Arc<Embedders>,
     pub metrics: Arc<Metrics>,
+    /// Which web pages and Host names are answered (built from `config.browsers` and the
+    /// bound address).
+    pub browsers: Arc<BrowserGuard>,
     ready: Arc<AtomicBool>,
     draining: Arc<AtomicBool>,
     next_id: Arc<AtomicU64>,
@@ -170,13 +180,19 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: ServerConfig, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        config: ServerConfig,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        browsers: BrowserGuard,
+    ) -> Self {
         let embedders = Arc::new(Embedders::new(registry.names().clone()));
         AppState {
             config: Arc::new(config),
             registry,
             embedders,
             metrics,
+            browsers: Arc::new(browsers),
             ready: Arc::new(AtomicBool::new(false)),
             draining: Arc::new(AtomicBool::new(false)),
             next_id: Arc::new(AtomicU64::new(1)),

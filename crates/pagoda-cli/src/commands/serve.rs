@@ -6,7 +6,7 @@ use crate::commands::engine_args::{parse_size, EngineArgs, RequestLimitArgs};
 use anyhow::Context;
 use clap::Args;
 use pagoda_engine::BatchingMode;
-use pagoda_server::state::{ConnectionLimits, PullPolicy};
+use pagoda_server::state::{BrowserRules, ConnectionLimits, PullPolicy};
 use pagoda_server::{BoundServer, ServerConfig, DEFAULT_PORT};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +96,24 @@ pub struct ServeArgs {
     /// Repeat for several files.
     #[arg(long = "api-key-file", value_name = "FILE")]
     pub api_key_files: Vec<std::path::PathBuf>,
+    /// Also answer web pages from ORIGIN (repeat, or separate with commas): an origin such as
+    /// https://app.example (`*` wildcards: http://localhost:*), `null`, or `*` for every page.
+    /// Always allowed: loopback pages (http/https on localhost, 127.0.0.1, [::1]), desktop apps
+    /// (app:, file:, tauri:, vscode-webview:), and the server's own chat page; other pages get
+    /// 403, so a site the user visits cannot drive the server.
+    #[arg(
+        long = "allowed-origins",
+        value_name = "ORIGIN",
+        env = "PAGODA_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+    /// Also answer requests whose Host is HOST (repeat, or separate with commas; `*.DOMAIN`
+    /// for subdomains, `*` for any). On a loopback --host only localhost, loopback addresses
+    /// and the --host itself are answered (403 otherwise: DNS rebinding); on other addresses
+    /// the Host check is off unless this is given.
+    #[arg(long = "allowed-hosts", value_name = "HOST", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -113,6 +131,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
     let api_keys = pagoda_server::auth::ApiKeys::new(&args.api_keys, &args.api_key_files)?;
+    let browsers = BrowserRules {
+        allowed_origins: args.allowed_origins.clone(),
+        allowed_hosts: args.allowed_hosts.clone(),
+    };
+    browsers.validate()?;
     let store = Arc::new(crate::commands::open_store()?);
     for name in &args.models {
         pagoda_runtime::loader::resolve(&store, name, pagoda_runtime::loader::Pull::IfMissing)
@@ -150,6 +173,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         max_tokens_limit: args.limits.max_tokens_limit(),
         api_keys,
+        browsers,
         ..ServerConfig::default()
     };
     for source in &config.pull.allowed_sources {

@@ -1,6 +1,7 @@
 //! Integration tests of pagoda-server: real HTTP on loopback against the tiny test models.
 
 mod api_keys;
+mod browsers;
 mod embeddings;
 mod fuzz_requests;
 mod harness;

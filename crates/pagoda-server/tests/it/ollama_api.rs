@@ -194,7 +194,7 @@ async fn ollama_errors_are_plain_error_strings() {
 // ---- /api/create and /api/copy: derived models of models in the store, nothing else ----
 
 /// Pulls the tiny Llama folder into the server's store as `name`.
-async fn stored(s: &crate::harness::TestServer, name: &str) {
+pub(crate) async fn stored(s: &crate::harness::TestServer, name: &str) {
     let store = s.store.clone();
     let opts = pagoda_store::PullOptions {
         name: Some(name.to_string()),
@@ -206,7 +206,7 @@ async fn stored(s: &crate::harness::TestServer, name: &str) {
         .expect("pull tiny-llama");
 }
 
-async fn tag_names(s: &crate::harness::TestServer) -> Vec<String> {
+pub(crate) async fn tag_names(s: &crate::harness::TestServer) -> Vec<String> {
     let tags = s.get_json("/api/tags").await;
     let mut names: Vec<String> = tags["models"]
         .as_array()

@@ -355,7 +355,7 @@ async fn stalled_and_trickled_requests_get_408_within_the_timeouts() {
         raw_exchange(
             addr,
             &[(
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n",
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n",
                 Duration::ZERO,
             )],
         )
@@ -364,13 +364,13 @@ async fn stalled_and_trickled_requests_get_408_within_the_timeouts() {
         raw_exchange(
             addr,
             &[(
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo",
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo",
                 Duration::ZERO,
             )],
         )
     });
     let trickle: Vec<(&[u8], Duration)> = std::iter::once((
-        &b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 40\r\n\r\n"[..],
+        &b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-length: 40\r\n\r\n"[..],
         Duration::ZERO,
     ))
     .chain((0..40).map(|_| (&b" "[..], Duration::from_millis(100))))
