@@ -39,9 +39,11 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>'
 /// Largest template source accepted (real models' templates are under 20 KB).
 pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
 
-/// Instructions one render may run. The real templates of this year's models spend a few
-/// thousand on a short conversation and a few hundred per message.
-pub const TEMPLATE_FUEL: u64 = 5_000_000;
+/// Instructions one render may run. Measured on the 70 real templates llama.cpp ships
+/// (`fuel_of_real_templates`): 100 to 600 for one turn, and for 201 messages with a tool from
+/// 5,000 up to 171,000 (Gemma 4's, the costliest: ~850 a message), so this covers ~11,000
+/// messages of the costliest template while a template bomb stops within about a second.
+pub const TEMPLATE_FUEL: u64 = 10_000_000;
 
 /// Most bytes one render may write (the prompt it makes). Twice the server's default body
 /// limit: a template repeats the conversation at most once or twice.

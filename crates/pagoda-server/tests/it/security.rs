@@ -302,7 +302,7 @@ async fn a_declared_body_over_the_limit_is_413_before_it_is_read() {
     let addr = s.addr;
     for (path, openai) in [("/v1/chat/completions", true), ("/api/chat", false)] {
         let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000000000\r\n\r\n"
+            "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100000000000\r\n\r\n"
         );
         let (answer, took) = tokio::task::spawn_blocking(move || one_response(addr, &head))
             .await
