@@ -21,7 +21,8 @@
 //! of source; a render runs at most [`TEMPLATE_FUEL`] instructions (minijinja's fuel) and
 //! writes at most [`MAX_RENDERED_BYTES`]; minijinja's own bounds hold the parser's nesting
 //! (150), macro and include recursion (500), `range` (100,000 items) and string repetition
-//! (100 MB). Both compiling and rendering run on a thread of their own with a deep stack
+//! (100 MB); [`crate::template_check`] keeps a namespace from ending up inside a namespace
+//! (a value that contains itself). Both compiling and rendering run on a thread of their own with a deep stack
 //! ([`crate::isolated`]), so recursion or a panic inside minijinja fails the one template or
 //! request, with [`ModelError::TemplateLimit`] or [`ModelError::ChatTemplate`]. Not bounded:
 //! memory of intermediate values (a template that doubles a string in a chain of `set`s
@@ -134,6 +135,8 @@ impl ChatTemplate {
                 source.len()
             )));
         }
+        crate::template_check::check(&source)
+            .map_err(|crate::template_check::Refused(m)| ModelError::TemplateLimit(m))?;
         run_isolated("compiling the chat template", DEEP_STACK_BYTES, || {
             Self::compile(source, bos_token, eos_token)
         })
@@ -509,6 +512,23 @@ mod tests {
         assert!(matches!(compile(&big), Err(ModelError::TemplateLimit(_))));
     }
 
+    /// Found by the `chat_template` fuzz target: `{% set ns.x = ns %}` then printing `ns.x`
+    /// recursed without end and overflowed even the deep stack (an abort).
+    #[test]
+    fn regression_namespace_holds_itself() {
+        let found = include_bytes!(
+            "../../../fuzz/seeds/chat_template/regression_namespace_holds_itself.jinja"
+        );
+        let e = compile(&String::from_utf8_lossy(found)).expect_err("refused");
+        assert!(
+            matches!(&e, ModelError::TemplateLimit(m) if m.contains("namespace")),
+            "{e}"
+        );
+        let e = compile("{% set ns = namespace(x=0) %}{% set ns.x = ns %}{{ ns.x }}")
+            .expect_err("refused");
+        assert!(matches!(e, ModelError::TemplateLimit(_)), "{e}");
+    }
+
     #[test]
     fn real_templates_render_a_long_conversation_well_within_fuel() {
         let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());
@@ -549,7 +569,14 @@ mod tests {
         let mut worst = (0u64, String::new());
         for path in entries {
             let source = std::fs::read_to_string(&path).expect("read");
-            let Ok(t) = compile(&source) else { continue };
+            let t = match compile(&source) {
+                Ok(t) => t,
+                Err(e) => {
+                    println!("{}: refused: {e}", path.display());
+                    assert!(!matches!(e, ModelError::TemplateLimit(_)), "{e}");
+                    continue;
+                }
+            };
             let mut spent = Vec::new();
             for n in [1usize, 100] {
                 let tmpl = t.env.get_template(NAME).expect("template");

@@ -27,6 +27,7 @@ pub mod placement;
 pub mod rope_order;
 pub mod safetensors;
 pub mod source;
+pub mod template_check;
 pub mod tokenizer;
 pub mod validate;
 pub mod weights;
