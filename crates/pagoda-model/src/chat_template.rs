@@ -529,6 +529,23 @@ mod tests {
         assert!(matches!(e, ModelError::TemplateLimit(_)), "{e}");
     }
 
+    /// A namespace attribute wrapped in a list once per loop turn would nest as deep as the
+    /// fuel allows, and printing it would recurse that deep (past the deep stack at about a
+    /// million levels): refused when the template compiles.
+    #[test]
+    fn a_namespace_wrapped_in_itself_is_refused() {
+        for bomb in [
+            "{% set ns = namespace(l=[]) %}{% for a in range(1000) %}{% for b in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{% endfor %}{{ ns.l }}",
+            "{% set ns = namespace(l=[]) %}{% set ns.l = {'a': ns.l} %}",
+            "{% set ns = namespace(l=[]) %}{% set ns.l = (ns.l, 1) %}",
+            "{% set ns = namespace(l=[]) %}{% set ns.l = ns.l | batch(1) %}",
+            "{% set ns = namespace(l=[]) %}{% set ns.l = dict(a=ns.l) %}",
+        ] {
+            let e = compile(bomb).expect_err(bomb);
+            assert!(matches!(&e, ModelError::TemplateLimit(m) if m.contains("nest")), "{bomb}: {e}");
+        }
+    }
+
     #[test]
     fn real_templates_render_a_long_conversation_well_within_fuel() {
         let t = ChatTemplate::chatml(String::new(), "<|im_end|>".into());

@@ -15,7 +15,15 @@
 //!   held to the same rule; never as a value of its own otherwise (so it cannot be stored,
 //!   aliased, given to a filter or printed whole).
 //!
-//! Invariant: linear in the source's length; no recursion.
+//! - in `{% set NAME.attr = ... %}`, a namespace's attributes do not go inside a list, dict,
+//!   tuple or call, nor through a filter that nests (`batch`, `slice`, `groupby`, `items`,
+//!   `dictsort`), unless a filter that makes a scalar follows (`| join(...)`, `| length`, …):
+//!   a namespace is the one value that outlives a loop turn, so `{% set ns.l = [ns.l] %}` in a
+//!   loop would nest a value as deep as the fuel allows, and printing it would recurse that
+//!   deep. Elsewhere nesting is bounded: by the recursion limit in macros, by the source's
+//!   length in a chain of `set`s.
+//!
+//! Invariant: linear in the source's length per statement; no recursion.
 
 /// Why a template is refused (the message names the rule and the line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +207,127 @@ fn call_arguments<'a>(tokens: &[Token<'a>]) -> Vec<Argument<'a>> {
     out
 }
 
+/// Filters whose result holds no part of their input as a nested value.
+const SCALAR_FILTERS: &[&str] = &[
+    "join",
+    "string",
+    "length",
+    "count",
+    "trim",
+    "lower",
+    "upper",
+    "int",
+    "float",
+    "tojson",
+    "safe",
+    "escape",
+    "e",
+    "capitalize",
+    "title",
+    "wordcount",
+    "round",
+    "abs",
+    "bool",
+];
+
+/// Filters whose result nests their input one level deeper.
+const NESTING_FILTERS: &[&str] = &["batch", "slice", "groupby", "items", "dictsort"];
+
+/// In `{% set NS.attr = EXPR %}`, where a namespace access in EXPR would nest (see the module
+/// docs): `Err` names the line.
+fn check_nesting(line: usize, tokens: &[Token<'_>], names: &[&str]) -> Result<(), Refused> {
+    let [Token::Ident("set"), Token::Ident(target), Token::Punct('.'), Token::Ident(_), Token::Punct('='), rhs @ ..] =
+        tokens
+    else {
+        return Ok(());
+    };
+    if !names.contains(target) {
+        return Ok(());
+    }
+    let refuse = || {
+        Err(Refused(format!(
+            "line {line}: `{{% set {target}.… %}}` nests a namespace's attribute in a list, dict, tuple, call or nesting filter; a loop could nest it without bound"
+        )))
+    };
+    for at in 0..rhs.len() {
+        let Token::Ident(name) = rhs[at] else {
+            continue;
+        };
+        let after_dot = at > 0 && rhs[at - 1] == Token::Punct('.');
+        if after_dot || !names.contains(&name) {
+            continue;
+        }
+        // The end of the access chain: `.x`, `['x']`.
+        let mut end = at + 1;
+        loop {
+            match (rhs.get(end), rhs.get(end + 1)) {
+                (Some(Token::Punct('.')), Some(Token::Ident(_))) => end += 2,
+                (Some(Token::Punct('[')), _) => {
+                    let mut depth = 0usize;
+                    while let Some(t) = rhs.get(end) {
+                        end += 1;
+                        match t {
+                            Token::Punct('[') => depth += 1,
+                            Token::Punct(']') => {
+                                depth -= 1;
+                                if depth == 0 {
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        let filter = match (rhs.get(end), rhs.get(end + 1)) {
+            (Some(Token::Punct('|')), Some(Token::Ident(f))) => Some(*f),
+            _ => None,
+        };
+        if filter.is_some_and(|f| SCALAR_FILTERS.contains(&f)) {
+            continue;
+        }
+        if filter.is_some_and(|f| NESTING_FILTERS.contains(&f)) {
+            return refuse();
+        }
+        // The brackets around the access: a list, dict, call or tuple nests it.
+        let mut open: Vec<(usize, char)> = Vec::new();
+        for (i, t) in rhs[..at].iter().enumerate() {
+            match t {
+                Token::Punct(c @ ('(' | '[' | '{')) => open.push((i, *c)),
+                Token::Punct(')' | ']' | '}') => {
+                    open.pop();
+                }
+                _ => {}
+            }
+        }
+        for &(i, c) in &open {
+            let call = c == '(' && i > 0 && matches!(rhs[i - 1], Token::Ident(_));
+            let tuple = c == '(' && !call && has_comma_at_level(&rhs[i + 1..]);
+            if c != '(' || call || tuple {
+                return refuse();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the bracket whose contents start `inside` holds a comma at its own level.
+fn has_comma_at_level(inside: &[Token<'_>]) -> bool {
+    let mut depth = 0usize;
+    for t in inside {
+        match t {
+            Token::Punct('(' | '[' | '{') => depth += 1,
+            Token::Punct(')' | ']' | '}') if depth == 0 => return false,
+            Token::Punct(')' | ']' | '}') => depth -= 1,
+            Token::Punct(',') if depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Checks `source` against the module's rules.
 pub fn check(source: &str) -> Result<(), Refused> {
     let blocks = blocks(source);
@@ -249,6 +378,7 @@ pub fn check(source: &str) -> Result<(), Refused> {
         .iter()
         .any(|(_, params)| params.contains(&"namespace"));
     for (line, tokens) in &blocks {
+        check_nesting(*line, tokens, &names)?;
         let binding = namespace_binding(tokens);
         let is_macro_header = macro_signature(tokens).is_some();
         // Positions of whole arguments of calls to the template's own macros.
