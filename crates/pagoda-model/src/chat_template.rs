@@ -25,8 +25,8 @@
 //! (a value that contains itself). Both compiling and rendering run on a thread of their own with a deep stack
 //! ([`crate::isolated`]), so recursion or a panic inside minijinja fails the one template or
 //! request, with [`ModelError::TemplateLimit`] or [`ModelError::ChatTemplate`]. Not bounded:
-//! memory of intermediate values (a template that doubles a string in a chain of `set`s
-//! allocates before it spends fuel); fuel bounds the time such a template can run.
+//! the memory of intermediate values (a namespace attribute that doubles a string each loop
+//! turn allocates gigabytes within its fuel); fuel bounds only the time such a template runs.
 
 use crate::isolated::{run_isolated, DEEP_STACK_BYTES};
 use crate::ModelError;
