@@ -146,6 +146,9 @@ impl ChatTemplate {
     fn compile(source: String, bos_token: String, eos_token: String) -> Result<Self, ModelError> {
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
+        // No debug info in errors: it quotes the template and the render's variables (a
+        // client's messages) back, and its formatting panicked on spans the fuzzer made.
+        env.set_debug(false);
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -153,7 +156,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, source.clone())
-            .map_err(|e| ModelError::ChatTemplate(format!("cannot compile the template: {e:#}")))?;
+            .map_err(|e| ModelError::ChatTemplate(format!("cannot compile the template: {e}")))?;
         Ok(ChatTemplate {
             env,
             source,
@@ -217,7 +220,7 @@ impl ChatTemplate {
                     "rendering the chat template ran more than the limit of {TEMPLATE_FUEL} instructions"
                 ),
             )),
-            (Err(e), _) => Err(ModelError::ChatTemplate(format!("{e:#}"))),
+            (Err(e), _) => Err(ModelError::ChatTemplate(e.to_string())),
         }
     }
 
@@ -532,6 +535,23 @@ mod tests {
     /// A namespace attribute wrapped in a list once per loop turn would nest as deep as the
     /// fuel allows, and printing it would recurse that deep (past the deep stack at about a
     /// million levels): refused when the template compiles.
+    /// Found by the `chat_template` fuzz target: formatting a render error's debug info (a
+    /// source excerpt with a caret line) computed a negative width for a span and panicked.
+    /// Errors carry no debug info now.
+    #[test]
+    fn regression_error_debug_info_span() {
+        let found = include_bytes!(
+            "../../../fuzz/seeds/chat_template/regression_error_debug_info_span.jinja"
+        );
+        let t = compile(&String::from_utf8_lossy(found)).expect("compiles");
+        let e = t
+            .render(&[ChatMessage::new("user", "hi")], true)
+            .expect_err("fails at render");
+        assert!(matches!(e, ModelError::ChatTemplate(_)), "{e}");
+        // A panic caught by `isolated` would say "internal error".
+        assert!(!e.to_string().contains("internal error"), "{e}");
+    }
+
     #[test]
     fn a_namespace_wrapped_in_itself_is_refused() {
         for bomb in [
