@@ -98,6 +98,17 @@ class Crasher:
                 self.posts += 1
 
 
+
+# Chat templates that would run without end or grow without bound, with a word of the limit
+# each must be stopped by: fuel (instructions), and the render worker's memory limit (a string
+# doubled 40 times: a terabyte within 200 instructions).
+TEMPLATE_BOMBS = [
+    ("loop", "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
+     "instructions"),
+    ("doubling", "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}"
+     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}", "memory"),
+]
+
 def request(url, method, path, body=None, headers=None):
     """(status, headers dict with lower-case names, body text) of one request."""
     host = url.split("://", 1)[1]
@@ -699,52 +710,53 @@ target = "pair"
 
         def template_bombs_are_refused_or_fail_their_request():
             rss_before = rss_mb(direct.proc.pid)
-            loop = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
-            status, _, text = request(direct.url, "POST", "/api/create",
-                                      {"model": "bomb:probe", "from": args.model, "template": loop,
-                                       "stream": False})
-            assert status == 400 and "limit" in json.loads(text)["error"], (status, text[:300])
-            # A bomb that only goes off on one message passes the check at create, then fails
-            # that request alone, at once.
-            armed = ("{% if messages[-1]['content'] == 'boom' %}" + loop + "{% endif %}"
-                     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                     "{% endfor %}<|im_start|>assistant\n")
-            status, _, text = request(direct.url, "POST", "/api/create",
-                                      {"model": "armed:probe", "from": args.model, "template": armed,
-                                       "stream": False})
-            assert status == 200, (status, text[:300])
-            started = time.time()
-            body = {"model": "armed:probe", "max_tokens": 2,
-                    "messages": [{"role": "user", "content": "boom"}]}
-            status, _, text = request(direct.url, "POST", "/v1/chat/completions", body)
-            assert status == 400 and json.loads(text)["error"]["code"] == "invalid_template", (status, text)
-            assert time.time() - started < 20, time.time() - started
-            body["messages"][0]["content"] = "hello"
-            status, _, text = request(direct.url, "POST", "/v1/chat/completions", body)
-            assert status == 200, (status, text[:300])
+            for kind, bomb, word in TEMPLATE_BOMBS:
+                status, _, text = request(direct.url, "POST", "/api/create",
+                                          {"model": "bomb:probe", "from": args.model, "template": bomb,
+                                           "stream": False})
+                error = json.loads(text)["error"]
+                assert status == 400 and "limit" in error and word in error, (kind, status, text[:300])
+                # A bomb that only goes off on one message passes the check at create, then
+                # fails that request alone, at once.
+                armed = ("{% if messages[-1]['content'] == 'boom' %}" + bomb + "{% endif %}"
+                         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                         "{% endfor %}<|im_start|>assistant\n")
+                status, _, text = request(direct.url, "POST", "/api/create",
+                                          {"model": "armed:probe", "from": args.model, "template": armed,
+                                           "stream": False})
+                assert status == 200, (kind, status, text[:300])
+                started = time.time()
+                body = {"model": "armed:probe", "max_tokens": 2,
+                        "messages": [{"role": "user", "content": "boom"}]}
+                status, _, text = request(direct.url, "POST", "/v1/chat/completions", body)
+                assert status == 400 and json.loads(text)["error"]["code"] == "invalid_template", (kind, status, text)
+                assert time.time() - started < 20, (kind, time.time() - started)
+                body["messages"][0]["content"] = "hello"
+                status, _, text = request(direct.url, "POST", "/v1/chat/completions", body)
+                assert status == 200, (kind, status, text[:300])
+                request(direct.url, "DELETE", "/api/delete", {"model": "armed:probe"})
             grown = rss_mb(direct.proc.pid) - rss_before
             assert grown < 400, f"RSS grew {grown} MB"
-            for name in ("armed:probe",):
-                request(direct.url, "DELETE", "/api/delete", {"model": name})
 
         def a_gguf_carrying_a_template_bomb_fails_its_requests():
-            bomb = os.path.join(work, "bomb.gguf")
-            loop = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
-            subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--force", "--chat-template", loop, blob, bomb],
-                           check=True, capture_output=True)
-            subprocess.run([args.pagoda, "pull", bomb, "--name", "gguf-bomb:probe"], check=True,
-                           capture_output=True)
-            try:
-                for route, body in [("/v1/chat/completions",
-                                     {"model": "gguf-bomb:probe", "max_tokens": 2,
-                                      "messages": [{"role": "user", "content": "hi"}]}),
-                                    ("/api/chat", {"model": "gguf-bomb:probe", "stream": False,
-                                                   "messages": [{"role": "user", "content": "hi"}]})]:
-                    status, _, text = request(direct.url, "POST", route, body)
-                    assert status == 400 and "limit" in text, (route, status, text[:300])
-            finally:
-                subprocess.run([args.pagoda, "rm", "gguf-bomb:probe"], capture_output=True)
-                os.remove(bomb)
+            for kind, template, word in TEMPLATE_BOMBS:
+                bomb = os.path.join(work, "bomb.gguf")
+                name = f"gguf-bomb-{kind}:probe"  # a new name: the server keeps the last one loaded
+                subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--force",
+                                "--chat-template", template, blob, bomb], check=True, capture_output=True)
+                subprocess.run([args.pagoda, "pull", bomb, "--name", name], check=True,
+                               capture_output=True)
+                try:
+                    for route, body in [("/v1/chat/completions",
+                                         {"model": name, "max_tokens": 2,
+                                          "messages": [{"role": "user", "content": "hi"}]}),
+                                        ("/api/chat", {"model": name, "stream": False,
+                                                       "messages": [{"role": "user", "content": "hi"}]})]:
+                        status, _, text = request(direct.url, "POST", route, body)
+                        assert status == 400 and "limit" in text and word in text, (kind, route, status, text[:300])
+                finally:
+                    subprocess.run([args.pagoda, "rm", name], capture_output=True)
+                    os.remove(bomb)
 
         def control_tokens_in_content_are_text():
             def prompt_tokens(route, content):

@@ -144,6 +144,11 @@ pub enum Command {
     /// Run the model gateway in front of many model servers (routes, canary rollouts, API
     /// keys, rate limits, fallback, cache, usage), or manage a running one.
     Gateway(GatewayArgs),
+
+    /// Internal: renders chat templates for this binary's other commands, one JSON job per
+    /// line on stdin, under a memory limit (see pagoda_model::template_sandbox).
+    #[command(hide = true)]
+    TemplateWorker,
 }
 
 const QUANTIZE_HELP: &str = "\
@@ -458,7 +463,8 @@ impl Cli {
             | Command::Compress(_)
             | Command::MergeLora(_)
             | Command::Gateway(_)
-            | Command::Tune(_) => 0,
+            | Command::Tune(_)
+            | Command::TemplateWorker => 0,
         };
         self.verbose.saturating_add(sub)
     }

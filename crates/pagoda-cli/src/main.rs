@@ -28,6 +28,9 @@ fn main() -> ExitCode {
         // Single-threaded here: nothing else reads the environment yet.
         std::env::set_var("PAGODA_HOME", dir);
     }
+    if !matches!(cli.command, Command::TemplateWorker) {
+        install_template_sandbox();
+    }
     let result = match cli.command {
         Command::Pull(args) => commands::pull::run(args),
         Command::List(args) => commands::list::run(args),
@@ -49,6 +52,11 @@ fn main() -> ExitCode {
         Command::MergeLora(args) => commands::merge_lora::run(args),
         Command::Gateway(args) => commands::gateway::run(args),
         Command::Tune(args) => commands::tune::run(args),
+        Command::TemplateWorker => pagoda_model::template_sandbox::serve_worker(
+            std::io::stdin().lock(),
+            std::io::stdout().lock(),
+        )
+        .map_err(anyhow::Error::from),
     };
     if let Some(path) = std::env::var_os(commands::compress::PEAK_RSS_FILE_ENV) {
         // Asked by `pagoda compress`, which runs this process as a stage.
@@ -61,6 +69,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every chat template this process renders (the server's, `pagoda create`'s check, `pagoda
+/// run`'s) runs in a worker that is this binary under a memory limit.
+fn install_template_sandbox() {
+    // This binary, even if the file was replaced since it started.
+    let program = if cfg!(target_os = "linux") {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        match std::env::current_exe() {
+            Ok(path) => path,
+            Err(_) => return,
+        }
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let command = pagoda_model::template_sandbox::WorkerCommand {
+        program,
+        args: vec!["template-worker".into()],
+    };
+    // Installed once, here, before any command runs.
+    let _ = pagoda_model::template_sandbox::install(command, workers);
 }
 
 /// Prints an error and its causes, skipping causes whose text the message above already holds.

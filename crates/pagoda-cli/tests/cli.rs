@@ -1235,6 +1235,13 @@ fn a_bad_modelfile_is_a_clear_error_with_exit_1_and_no_manifest() {
             "FROM ./tiny\nTEMPLATE \"\"\"{% for m in messages %}\"\"\"\n",
             &["TEMPLATE", "does not compile"][..],
         ),
+        (
+            // 40 doublings of a string: a terabyte, refused by the worker's memory limit.
+            "FROM ./tiny\nTEMPLATE \"\"\"{% set ns = namespace(s='xxxxxxxx') %}\
+             {% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}\
+             {{ ns.s | length }}\"\"\"\n",
+            &["TEMPLATE", "MiB of memory"][..],
+        ),
         ("FROM ./nowhere\n", &["nowhere"][..]),
         (
             "FROM nothing:7b\n",
@@ -2637,3 +2644,6 @@ fn serve_refuses_key_files_with_plaintext_keys_before_doing_anything() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("empty --api-key"), "{}", stderr(&o));
 }
+
+#[path = "cli/template_worker.rs"]
+mod template_worker;

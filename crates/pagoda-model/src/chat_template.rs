@@ -24,11 +24,13 @@
 //! (100 MB); [`crate::template_check`] keeps a namespace from ending up inside a namespace
 //! (a value that contains itself). Both compiling and rendering run on a thread of their own with a deep stack
 //! ([`crate::isolated`]), so recursion or a panic inside minijinja fails the one template or
-//! request, with [`ModelError::TemplateLimit`] or [`ModelError::ChatTemplate`]. Not bounded:
-//! the memory of intermediate values (a namespace attribute that doubles a string each loop
-//! turn allocates gigabytes within its fuel); fuel bounds only the time such a template runs.
+//! request, with [`ModelError::TemplateLimit`] or [`ModelError::ChatTemplate`]. The memory of
+//! intermediate values (a namespace attribute that doubles a string each loop turn allocates
+//! gigabytes within its fuel) is bounded by rendering in [`crate::template_sandbox`]'s worker
+//! processes, which the `pagoda` binary installs for every command.
 
 use crate::isolated::{run_isolated, DEEP_STACK_BYTES};
+use crate::template_sandbox::RenderJob;
 use crate::ModelError;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
@@ -186,7 +188,33 @@ impl ChatTemplate {
 
     /// Renders `messages` with `tools` (each serialized as the template sees it: a struct's
     /// fields keep their order, as a Python dict's keys do).
+    /// In a [`crate::template_sandbox`] worker when the binary installed them, else here.
     pub fn render_with_tools<T: Serialize>(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[T]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let tools = tools
+            .map(|tools| tools.iter().map(serde_json::to_value).collect())
+            .transpose()
+            .map_err(|e| ModelError::ChatTemplate(format!("cannot pass the tools: {e}")))?;
+        let job = RenderJob {
+            source: self.source.as_str().into(),
+            bos_token: self.bos_token.as_str().into(),
+            eos_token: self.eos_token.as_str().into(),
+            messages: messages.into(),
+            tools,
+            add_generation_prompt,
+        };
+        match crate::template_sandbox::render(&job) {
+            Some(result) => result,
+            None => self.render_in_process(messages, job.tools.as_deref(), add_generation_prompt),
+        }
+    }
+
+    /// Renders in this process, on a deep-stack thread, under fuel and the output limit.
+    pub(crate) fn render_in_process<T: Serialize>(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[T]>,

@@ -28,6 +28,7 @@ pub mod rope_order;
 pub mod safetensors;
 pub mod source;
 pub mod template_check;
+pub mod template_sandbox;
 pub mod tokenizer;
 pub mod validate;
 pub mod weights;
