@@ -1,7 +1,7 @@
 //! The outputs of a run: a Markdown table for people, a JSON document for programs (the
 //! configuration, the workload and the full [`Summary`]), and a hand-written SVG chart —
 //! p50/p90/p99 of TTFT, TPOT and E2E as grouped bars (one panel each, its own scale), and
-//! completed requests per second over the run.
+//! completed requests per second over the run, drawn with pagoda-svg's pieces.
 //!
 //! Invariants: nothing here measures or prints; the API key is never in any output
 //! ([`RunConfig`] does not serialize it).
@@ -9,6 +9,7 @@
 use crate::runner::{RequestRecord, RunConfig};
 use crate::stats::{Dist, Summary};
 use crate::workload::Workload;
+use pagoda_svg::{escape, nice_max};
 use serde_json::{json, Value};
 
 /// The summary as Markdown tables: the totals and throughput, then one row per latency.
@@ -110,14 +111,7 @@ pub fn completions_per_bin(records: &[RequestRecord], bin_s: f64) -> Vec<usize> 
 /// The chart of `--plot`, as SVG text.
 pub fn svg(summary: &Summary, records: &[RequestRecord], title: &str) -> String {
     let (w, h) = (900.0, 620.0);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{cx}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{t}</text>\n",
-        cx = w / 2.0,
-        t = escape(title)
-    );
+    let mut s = pagoda_svg::document(w, h, title, 24.0);
     // Top: three latency panels, bars p50/p90/p99.
     let colors = ["#2c6fbb", "#e67e22", "#c0392b"];
     let panels = [
@@ -206,17 +200,8 @@ fn bin_width(duration_s: f64) -> f64 {
 
 /// Axes, grid, ticks and a title above a panel at (`left`, `top`) of size `pw` × `ph`.
 fn axes(s: &mut String, left: f64, top: f64, pw: f64, ph: f64, range: (f64, f64), title: &str) {
-    for t in ticks(range) {
-        let y = top + ph - (t - range.0) / (range.1 - range.0) * ph;
-        s.push_str(&format!(
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
-             <text x=\"{tx}\" y=\"{yt:.1}\" text-anchor=\"end\">{t}</text>\n",
-            x1 = left + pw,
-            tx = left - 6.0,
-            yt = y + 4.0,
-            t = tick_label(t),
-        ));
-    }
+    let to_y = |t: f64| top + ph - (t - range.0) / (range.1 - range.0) * ph;
+    pagoda_svg::y_grid(s, range, to_y, left, left + pw, left - 6.0);
     s.push_str(&format!(
         "<line x1=\"{left}\" y1=\"{yb}\" x2=\"{xr}\" y2=\"{yb}\" stroke=\"black\"/>\
          <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{yb}\" stroke=\"black\"/>\
@@ -227,57 +212,6 @@ fn axes(s: &mut String, left: f64, top: f64, pw: f64, ph: f64, range: (f64, f64)
         yt = top - 10.0,
         t = escape(title),
     ));
-}
-
-/// A round upper bound a little above the largest value (1 when all are 0).
-fn nice_max(values: impl Iterator<Item = f64>) -> f64 {
-    let hi = values.fold(0.0f64, f64::max);
-    if hi <= 0.0 || !hi.is_finite() {
-        return 1.0;
-    }
-    let raw = hi * 1.1;
-    let mag = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|v| *v >= raw)
-        .unwrap_or(10.0 * mag)
-}
-
-/// About five round tick values inside `range` (the approach of pagoda-compress's report
-/// plot, which this crate may not depend on).
-fn ticks(range: (f64, f64)) -> Vec<f64> {
-    let raw = (range.1 - range.0) / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let mut t = (range.0 / step).ceil() * step;
-    let mut out = Vec::new();
-    while t <= range.1 + step * 1e-9 && out.len() < 20 {
-        out.push(t);
-        t += step;
-    }
-    out
-}
-
-fn tick_label(t: f64) -> String {
-    let s = format!("{t:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -440,38 +440,7 @@ impl Kernels {
         };
         let p = params;
         let (hd, nh, nkv) = (p.head_dim, p.n_heads, p.n_kv_heads);
-        if nkv == 0 || nh % nkv != 0 || nh == 0 {
-            return Err(c.shape(format!(
-                "{nh} query heads, {nkv} kv heads: need kv heads > 0 dividing the query heads"
-            )));
-        }
-        if hd == 0 || hd % 32 != 0 || hd > MAX_HEAD_DIM {
-            return Err(c.shape(format!(
-                "head_dim {hd}: the kernels support multiples of 32 up to {MAX_HEAD_DIM}"
-            )));
-        }
-        if nh > MAX_GRID_YZ {
-            return Err(c.shape(format!("{nh} query heads: at most {MAX_GRID_YZ}")));
-        }
-        if p.block_size != batch.block_size {
-            return Err(c.shape(format!(
-                "block_size {} but the batch was uploaded for {}",
-                p.block_size, batch.block_size
-            )));
-        }
-        let softcap = match p.softcap {
-            None => 0.0f32,
-            Some(cap) if cap.is_finite() && cap > 0.0 => cap,
-            Some(cap) => {
-                return Err(c.shape(format!("softcap {cap} is not a finite positive number")))
-            }
-        };
-        let window = match p.window {
-            None => 0i32,
-            Some(0) => return Err(c.shape("window 0 sees no position".to_string())),
-            // A window past every i32 position sees everything, as none does.
-            Some(w) => i32::try_from(w).unwrap_or(0),
-        };
+        let (softcap, window) = checked_params(&c, &p, batch)?;
         if batch.total_rows == 0 || (batch.n_decode == 0 && batch.n_tiles == 0) {
             return Ok(());
         }
@@ -513,202 +482,313 @@ impl Kernels {
         }
         let (meta, _m) = c.input("batch metadata", &batch.meta, batch.meta.len())?;
         let at = |off: usize| meta + 4 * off as u64;
-        let (first_row, rows, start) = (
-            at(batch.off.seq_first_row),
-            at(batch.off.seq_rows),
-            at(batch.off.seq_start),
-        );
-        let (table_off, tables) = (at(batch.off.seq_table_off), at(batch.off.tables));
-        let (decode_seqs, tiles) = (at(batch.off.decode_seqs), at(batch.off.prefill_tiles));
 
         let (op, _o) = c.output("out", out, q_len)?;
+        // The guards (`_q`, `_k`, `_v`, `_m`, `_o`) live until every launch is enqueued.
+        let args = KernelArgs {
+            q: qp,
+            k: kp,
+            v: vp,
+            out: op,
+            first_row: at(batch.off.seq_first_row),
+            rows: at(batch.off.seq_rows),
+            start: at(batch.off.seq_start),
+            table_off: at(batch.off.seq_table_off),
+            tables: at(batch.off.tables),
+            decode_seqs: at(batch.off.decode_seqs),
+            tiles: at(batch.off.prefill_tiles),
+            n_heads: nh_i,
+            n_kv_heads: nkv_i,
+            head_dim: hd_i,
+            block_size: bs_i,
+            scale,
+            softcap,
+            window,
+            v_scale,
+        };
 
         if batch.n_tiles > 0 {
-            let cfg = LaunchConfig {
-                grid_dim: (c.int("prefill tiles", batch.n_tiles)? as u32, nh as u32, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            if fp8.is_some() {
-                launch!(
-                    self.stream,
-                    "attn_prefill_fp8",
-                    &self.attn_prefill_fp8,
-                    cfg,
-                    &qp,
-                    &kp,
-                    &vp,
-                    &op,
-                    &tiles,
-                    &first_row,
-                    &rows,
-                    &start,
-                    &table_off,
-                    &tables,
-                    &nh_i,
-                    &nkv_i,
-                    &hd_i,
-                    &bs_i,
-                    &scale,
-                    &softcap,
-                    &window,
-                    &v_scale
-                )?;
-            } else {
-                launch!(
-                    self.stream,
-                    "attn_prefill",
-                    &self.attn_prefill,
-                    cfg,
-                    &qp,
-                    &kp,
-                    &vp,
-                    &op,
-                    &tiles,
-                    &first_row,
-                    &rows,
-                    &start,
-                    &table_off,
-                    &tables,
-                    &nh_i,
-                    &nkv_i,
-                    &hd_i,
-                    &bs_i,
-                    &scale,
-                    &softcap,
-                    &window
-                )?;
-            }
+            self.launch_prefill(&c, &args, batch, nh, fp8.is_some())?;
         }
-
         if batch.n_decode > 0 {
-            let visible = match p.window {
-                Some(w) => w.min(batch.max_decode_pos + 1),
-                None => batch.max_decode_pos + 1,
-            };
-            let base = c.mul("decode blocks", batch.n_decode, nh)?;
-            let (split_len, n_splits) = split_plan(visible, base);
-            if n_splits > MAX_GRID_YZ {
-                return Err(c.shape(format!(
-                    "{visible} visible positions need {n_splits} decode splits of {split_len}; \
-                     at most {MAX_GRID_YZ}"
-                )));
-            }
-            let (split_len_i, n_splits_i) = (split_len as i32, n_splits as i32);
-            let n_decode_i = c.int("decode sequences", batch.n_decode)?;
-            let parts = c.mul("decode splits", base, n_splits)?;
-            if n_splits > 1 {
-                grow(
-                    &mut workspace.acc,
-                    &self.stream,
-                    c.mul("workspace", parts, hd)?,
-                )?;
-                grow(
-                    &mut workspace.ml,
-                    &self.stream,
-                    c.mul("workspace", parts, 2)?,
-                )?;
-            }
-            // With one split the kernel writes `out` directly and never reads the workspace.
-            let split = n_splits > 1;
-            let ws_acc = match workspace.acc.as_mut().filter(|_| split) {
-                Some(a) => Some(c.output("workspace", a, parts * hd)?),
-                None => None,
-            };
-            let ws_ml = match workspace.ml.as_mut().filter(|_| split) {
-                Some(m) => Some(c.output("workspace", m, parts * 2)?),
-                None => None,
-            };
-            let acc_p = ws_acc.as_ref().map_or(0u64, |w| w.0);
-            let ml_p = ws_ml.as_ref().map_or(0u64, |w| w.0);
-            if split && (acc_p == 0 || ml_p == 0) {
-                return Err(c.shape("the split-decode workspace was not allocated".to_string()));
-            }
-            let cfg = LaunchConfig {
-                grid_dim: (n_decode_i as u32, nh as u32, n_splits as u32),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            if fp8.is_some() {
-                launch!(
-                    self.stream,
-                    "attn_decode_fp8",
-                    &self.attn_decode_fp8,
-                    cfg,
-                    &qp,
-                    &kp,
-                    &vp,
-                    &op,
-                    &acc_p,
-                    &ml_p,
-                    &decode_seqs,
-                    &first_row,
-                    &start,
-                    &table_off,
-                    &tables,
-                    &nh_i,
-                    &nkv_i,
-                    &hd_i,
-                    &bs_i,
-                    &scale,
-                    &softcap,
-                    &window,
-                    &split_len_i,
-                    &n_splits_i,
-                    &v_scale
-                )?;
-            } else {
-                launch!(
-                    self.stream,
-                    "attn_decode",
-                    &self.attn_decode,
-                    cfg,
-                    &qp,
-                    &kp,
-                    &vp,
-                    &op,
-                    &acc_p,
-                    &ml_p,
-                    &decode_seqs,
-                    &first_row,
-                    &start,
-                    &table_off,
-                    &tables,
-                    &nh_i,
-                    &nkv_i,
-                    &hd_i,
-                    &bs_i,
-                    &scale,
-                    &softcap,
-                    &window,
-                    &split_len_i,
-                    &n_splits_i
-                )?;
-            }
-            if n_splits > 1 {
-                let cfg = LaunchConfig {
-                    grid_dim: (n_decode_i as u32, nh as u32, 1),
-                    block_dim: (THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                launch!(
-                    self.stream,
-                    "attn_decode_reduce",
-                    &self.attn_decode_reduce,
-                    cfg,
-                    &acc_p,
-                    &ml_p,
-                    &op,
-                    &decode_seqs,
-                    &first_row,
-                    &nh_i,
-                    &hd_i,
-                    &n_splits_i
-                )?;
-            }
+            self.launch_decode(&c, &args, batch, &p, workspace, fp8.is_some())?;
         }
         Ok(())
     }
+
+    /// The prefill tiles (16 rows × 32 positions each) of every sequence with more than one
+    /// new row: one thread block per (tile, query head).
+    fn launch_prefill(
+        &self,
+        c: &Check<'_>,
+        a: &KernelArgs,
+        batch: &AttentionBatch,
+        nh: usize,
+        fp8: bool,
+    ) -> Result<(), CudaError> {
+        let cfg = LaunchConfig {
+            grid_dim: (c.int("prefill tiles", batch.n_tiles)? as u32, nh as u32, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        if fp8 {
+            launch!(
+                self.stream,
+                "attn_prefill_fp8",
+                &self.attn_prefill_fp8,
+                cfg,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.out,
+                &a.tiles,
+                &a.first_row,
+                &a.rows,
+                &a.start,
+                &a.table_off,
+                &a.tables,
+                &a.n_heads,
+                &a.n_kv_heads,
+                &a.head_dim,
+                &a.block_size,
+                &a.scale,
+                &a.softcap,
+                &a.window,
+                &a.v_scale
+            )?;
+        } else {
+            launch!(
+                self.stream,
+                "attn_prefill",
+                &self.attn_prefill,
+                cfg,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.out,
+                &a.tiles,
+                &a.first_row,
+                &a.rows,
+                &a.start,
+                &a.table_off,
+                &a.tables,
+                &a.n_heads,
+                &a.n_kv_heads,
+                &a.head_dim,
+                &a.block_size,
+                &a.scale,
+                &a.softcap,
+                &a.window
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The one-row (decode) sequences: the visible positions cut into splits
+    /// (`split_plan`), one thread block per (sequence, query head, split); with more than
+    /// one split, partial results go to `workspace` and a reduce kernel merges them.
+    fn launch_decode(
+        &self,
+        c: &Check<'_>,
+        a: &KernelArgs,
+        batch: &AttentionBatch,
+        p: &AttentionParams,
+        workspace: &mut AttentionWorkspace,
+        fp8: bool,
+    ) -> Result<(), CudaError> {
+        let (hd, nh) = (p.head_dim, p.n_heads);
+        let visible = match p.window {
+            Some(w) => w.min(batch.max_decode_pos + 1),
+            None => batch.max_decode_pos + 1,
+        };
+        let base = c.mul("decode blocks", batch.n_decode, nh)?;
+        let (split_len, n_splits) = split_plan(visible, base);
+        if n_splits > MAX_GRID_YZ {
+            return Err(c.shape(format!(
+                "{visible} visible positions need {n_splits} decode splits of {split_len}; \
+                 at most {MAX_GRID_YZ}"
+            )));
+        }
+        let (split_len_i, n_splits_i) = (split_len as i32, n_splits as i32);
+        let n_decode_i = c.int("decode sequences", batch.n_decode)?;
+        let parts = c.mul("decode splits", base, n_splits)?;
+        if n_splits > 1 {
+            grow(
+                &mut workspace.acc,
+                &self.stream,
+                c.mul("workspace", parts, hd)?,
+            )?;
+            grow(
+                &mut workspace.ml,
+                &self.stream,
+                c.mul("workspace", parts, 2)?,
+            )?;
+        }
+        // With one split the kernel writes `out` directly and never reads the workspace.
+        let split = n_splits > 1;
+        let ws_acc = match workspace.acc.as_mut().filter(|_| split) {
+            Some(w) => Some(c.output("workspace", w, parts * hd)?),
+            None => None,
+        };
+        let ws_ml = match workspace.ml.as_mut().filter(|_| split) {
+            Some(m) => Some(c.output("workspace", m, parts * 2)?),
+            None => None,
+        };
+        let acc_p = ws_acc.as_ref().map_or(0u64, |w| w.0);
+        let ml_p = ws_ml.as_ref().map_or(0u64, |w| w.0);
+        if split && (acc_p == 0 || ml_p == 0) {
+            return Err(c.shape("the split-decode workspace was not allocated".to_string()));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (n_decode_i as u32, nh as u32, n_splits as u32),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        if fp8 {
+            launch!(
+                self.stream,
+                "attn_decode_fp8",
+                &self.attn_decode_fp8,
+                cfg,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.out,
+                &acc_p,
+                &ml_p,
+                &a.decode_seqs,
+                &a.first_row,
+                &a.start,
+                &a.table_off,
+                &a.tables,
+                &a.n_heads,
+                &a.n_kv_heads,
+                &a.head_dim,
+                &a.block_size,
+                &a.scale,
+                &a.softcap,
+                &a.window,
+                &split_len_i,
+                &n_splits_i,
+                &a.v_scale
+            )?;
+        } else {
+            launch!(
+                self.stream,
+                "attn_decode",
+                &self.attn_decode,
+                cfg,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.out,
+                &acc_p,
+                &ml_p,
+                &a.decode_seqs,
+                &a.first_row,
+                &a.start,
+                &a.table_off,
+                &a.tables,
+                &a.n_heads,
+                &a.n_kv_heads,
+                &a.head_dim,
+                &a.block_size,
+                &a.scale,
+                &a.softcap,
+                &a.window,
+                &split_len_i,
+                &n_splits_i
+            )?;
+        }
+        if n_splits > 1 {
+            let cfg = LaunchConfig {
+                grid_dim: (n_decode_i as u32, nh as u32, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            launch!(
+                self.stream,
+                "attn_decode_reduce",
+                &self.attn_decode_reduce,
+                cfg,
+                &acc_p,
+                &ml_p,
+                &a.out,
+                &a.decode_seqs,
+                &a.first_row,
+                &a.n_heads,
+                &a.head_dim,
+                &n_splits_i
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What every attention kernel is given, checked and in the kernels' own types: device
+/// addresses of q, the caches, the output and the batch metadata's arrays, then the
+/// `int` / `float` parameters.
+struct KernelArgs {
+    q: u64,
+    k: u64,
+    v: u64,
+    out: u64,
+    first_row: u64,
+    rows: u64,
+    start: u64,
+    table_off: u64,
+    tables: u64,
+    decode_seqs: u64,
+    tiles: u64,
+    n_heads: i32,
+    n_kv_heads: i32,
+    head_dim: i32,
+    block_size: i32,
+    scale: f32,
+    softcap: f32,
+    window: i32,
+    v_scale: f32,
+}
+
+/// The checks of `p` against the kernels' limits and `batch`, and the soft-cap and window
+/// as the kernels take them (0: none).
+fn checked_params(
+    c: &Check<'_>,
+    p: &AttentionParams,
+    batch: &AttentionBatch,
+) -> Result<(f32, i32), CudaError> {
+    let (hd, nh, nkv) = (p.head_dim, p.n_heads, p.n_kv_heads);
+    if nkv == 0 || nh % nkv != 0 || nh == 0 {
+        return Err(c.shape(format!(
+            "{nh} query heads, {nkv} kv heads: need kv heads > 0 dividing the query heads"
+        )));
+    }
+    if hd == 0 || hd % 32 != 0 || hd > MAX_HEAD_DIM {
+        return Err(c.shape(format!(
+            "head_dim {hd}: the kernels support multiples of 32 up to {MAX_HEAD_DIM}"
+        )));
+    }
+    if nh > MAX_GRID_YZ {
+        return Err(c.shape(format!("{nh} query heads: at most {MAX_GRID_YZ}")));
+    }
+    if p.block_size != batch.block_size {
+        return Err(c.shape(format!(
+            "block_size {} but the batch was uploaded for {}",
+            p.block_size, batch.block_size
+        )));
+    }
+    let softcap = match p.softcap {
+        None => 0.0f32,
+        Some(cap) if cap.is_finite() && cap > 0.0 => cap,
+        Some(cap) => return Err(c.shape(format!("softcap {cap} is not a finite positive number"))),
+    };
+    let window = match p.window {
+        None => 0i32,
+        Some(0) => return Err(c.shape("window 0 sees no position".to_string())),
+        // A window past every i32 position sees everything, as none does.
+        Some(w) => i32::try_from(w).unwrap_or(0),
+    };
+    Ok((softcap, window))
 }
 
 #[cfg(test)]

@@ -28,8 +28,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cache::{cache_key, CacheStatus, CachedResponse, CACHE_STATUS_HEADER, NO_CACHE_HEADER};
-use crate::config::Balance;
-use crate::config::GatewayConfig;
+use crate::config::{Balance, GatewayConfig, RouteConfig};
 use crate::error::ApiError;
 use crate::keys::{parse_bearer, AuthError, KeyRecord};
 use crate::limits::{LimitError, LimitKind, Reservation};
@@ -442,20 +441,9 @@ async fn handle_inner(
         None => gw.next_request_id(),
     };
     let headers = parts.headers;
-    let limit = config.server.max_body_bytes;
     let key = authenticate(&gw, &headers)
         .inspect_err(|_| gw.metrics.record_error("", "", ErrorKind::Auth))?;
-    let body_timeout = Duration::from_millis(config.server.body_timeout_ms);
-    let bytes = match tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit)).await {
-        Err(_) => return Err(ApiError::body_timeout(body_timeout)),
-        Ok(Err(_)) => return Err(ApiError::too_large(limit)),
-        Ok(Ok(b)) => b,
-    };
-    let mut body: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    if !body.is_object() {
-        return Err(ApiError::bad_request("the body must be a JSON object"));
-    }
+    let mut body = read_json_object(&config, body).await?;
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -475,59 +463,7 @@ async fn handle_inner(
     gw.retry_budget.record_request(started);
 
     // Limits: reserve an estimate now, settle on the real usage at the end.
-    let limits = key.effective_limits(&config.default_limits);
-    let estimate = estimate_tokens(&body, endpoint);
-    let reservation = match gw.limiter.admit(&key.id, &limits, estimate).await {
-        Ok(r) => Some(r),
-        Err(LimitError::RateLimited { retry_after, limit }) => {
-            let what = match limit {
-                LimitKind::Requests => "requests per minute",
-                LimitKind::Tokens => "tokens per minute",
-            };
-            gw.metrics.record_error(&model, "", ErrorKind::RateLimited);
-            gw.metrics.record_rate_limited(
-                &key.name,
-                match limit {
-                    LimitKind::Requests => "requests",
-                    LimitKind::Tokens => "tokens",
-                },
-            );
-            return Err(ApiError::rate_limited(
-                format!(
-                    "rate limit reached for this key ({what}); retry after {:.1} s",
-                    retry_after.as_secs_f64()
-                ),
-                retry_after,
-            ));
-        }
-        Err(LimitError::BudgetExhausted { budget, spent }) => {
-            gw.metrics
-                .record_error(&model, "", ErrorKind::BudgetExceeded);
-            gw.metrics.record_rate_limited(&key.name, "budget");
-            return Err(ApiError::quota_exhausted(format!(
-                "this key's token budget is spent ({spent} of {budget} tokens, including requests in flight); ask an admin to raise it"
-            )));
-        }
-        Err(LimitError::ExceedsLimit {
-            limit,
-            requested,
-            max,
-        }) => {
-            gw.metrics.record_error(&model, "", ErrorKind::RateLimited);
-            let what = match limit {
-                LimitKind::Requests => "requests",
-                LimitKind::Tokens => "tokens",
-            };
-            return Err(ApiError::request_over_limit(format!(
-                "this request needs {requested} {what} but the key's per-minute limit is {max}: lower max_tokens or shorten the prompt"
-            )));
-        }
-        Err(e) => {
-            // The limiter's store is down: serve (availability first) and say so.
-            tracing::error!(error = %e, "rate limiter unavailable; admitting without limits");
-            None
-        }
-    };
+    let reservation = reserve(&gw, &config, &key, &model, estimate_tokens(&body, endpoint)).await?;
     let mut ticket = Ticket {
         gw: gw.clone(),
         started,
@@ -540,28 +476,9 @@ async fn handle_inner(
         finished: false,
     };
 
-    // Cache.
-    let bypass = headers
-        .get(NO_CACHE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| matches!(v, "no-cache" | "bypass" | "no-store"));
-    let cache_status;
-    if config.cache.enabled && !bypass {
-        // The endpoint is part of the scope: a chat and a text completion never share an entry.
-        let scope = format!(
-            "{}:{}{}",
-            endpoint.path(),
-            key.tier.as_deref().unwrap_or(""),
-            if config.server.expose_upstream_details {
-                ""
-            } else {
-                ROUTE_NAMED_SCOPE
-            }
-        );
-        ticket.cache_key = cache_key(&model, &scope, &body);
-        if let Some(k) = &ticket.cache_key {
-            if let Some(hit) = gw.cache.get(k).await {
-                gw.metrics.record_cache(CacheStatus::Hit);
+    let cache_status =
+        match look_up_cache(&gw, &config, endpoint, &headers, &body, &mut ticket).await {
+            CacheLookup::Hit(hit) => {
                 let response = cached_response(&hit);
                 ticket.finish(Ending {
                     cached: true,
@@ -569,30 +486,11 @@ async fn handle_inner(
                 });
                 return Ok(response);
             }
-            gw.metrics.record_cache(CacheStatus::Miss);
-            cache_status = "miss";
-        } else {
-            cache_status = "bypass";
-        }
-    } else {
-        if bypass {
-            gw.metrics.record_cache(CacheStatus::Bypass);
-        }
-        cache_status = "bypass";
-    }
+            CacheLookup::Forward(status) => status,
+        };
 
     // Route.
-    let user = body
-        .get("user")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| {
-            headers
-                .get("x-pagoda-user")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| key.id.clone());
+    let user = routing_user(&body, &headers, &key);
     let decision = choose(
         route,
         &RouteRequest {
@@ -605,14 +503,7 @@ async fn handle_inner(
         gw.rollouts.canary_percent(&model),
     );
     ticket.first_choice = Some(decision.target().to_string());
-    let pick = match route.balance() {
-        Balance::LeastOutstanding => Pick::LeastOutstanding,
-        Balance::RoundRobin => Pick::RoundRobin,
-        Balance::Prefix => Pick::Prefix {
-            blocks: PrefixBlocks::of(&routing_text(&body)),
-            slack: route.prefix_load_slack,
-        },
-    };
+    let pick = replica_pick(route, &body);
 
     // Streams: ask the backend for usage so tokens can be charged; hide it if the client did not ask.
     let client_wants_usage = body
@@ -662,6 +553,165 @@ async fn handle_inner(
             },
         )
         .await),
+    }
+}
+
+/// The request body, read within the configured size and time limits, as a JSON object.
+async fn read_json_object(config: &GatewayConfig, body: AxumBody) -> Result<Value, ApiError> {
+    let limit = config.server.max_body_bytes;
+    let body_timeout = Duration::from_millis(config.server.body_timeout_ms);
+    let bytes = match tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => return Err(ApiError::body_timeout(body_timeout)),
+        Ok(Err(_)) => return Err(ApiError::too_large(limit)),
+        Ok(Ok(b)) => b,
+    };
+    let body: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    if !body.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    Ok(body)
+}
+
+/// Reserves `estimate` tokens (and one request) against the key's limits: the reservation,
+/// none when the limiter's store is down (served anyway: availability first), or the 429
+/// that says which limit was reached.
+async fn reserve(
+    gw: &Gateway,
+    config: &GatewayConfig,
+    key: &KeyRecord,
+    model: &str,
+    estimate: u64,
+) -> Result<Option<Reservation>, ApiError> {
+    let limits = key.effective_limits(&config.default_limits);
+    match gw.limiter.admit(&key.id, &limits, estimate).await {
+        Ok(r) => Ok(Some(r)),
+        Err(LimitError::RateLimited { retry_after, limit }) => {
+            let what = match limit {
+                LimitKind::Requests => "requests per minute",
+                LimitKind::Tokens => "tokens per minute",
+            };
+            gw.metrics.record_error(model, "", ErrorKind::RateLimited);
+            gw.metrics.record_rate_limited(
+                &key.name,
+                match limit {
+                    LimitKind::Requests => "requests",
+                    LimitKind::Tokens => "tokens",
+                },
+            );
+            Err(ApiError::rate_limited(
+                format!(
+                    "rate limit reached for this key ({what}); retry after {:.1} s",
+                    retry_after.as_secs_f64()
+                ),
+                retry_after,
+            ))
+        }
+        Err(LimitError::BudgetExhausted { budget, spent }) => {
+            gw.metrics
+                .record_error(model, "", ErrorKind::BudgetExceeded);
+            gw.metrics.record_rate_limited(&key.name, "budget");
+            Err(ApiError::quota_exhausted(format!(
+                "this key's token budget is spent ({spent} of {budget} tokens, including requests in flight); ask an admin to raise it"
+            )))
+        }
+        Err(LimitError::ExceedsLimit {
+            limit,
+            requested,
+            max,
+        }) => {
+            gw.metrics.record_error(model, "", ErrorKind::RateLimited);
+            let what = match limit {
+                LimitKind::Requests => "requests",
+                LimitKind::Tokens => "tokens",
+            };
+            Err(ApiError::request_over_limit(format!(
+                "this request needs {requested} {what} but the key's per-minute limit is {max}: lower max_tokens or shorten the prompt"
+            )))
+        }
+        Err(e) => {
+            // The limiter's store is down: serve (availability first) and say so.
+            tracing::error!(error = %e, "rate limiter unavailable; admitting without limits");
+            Ok(None)
+        }
+    }
+}
+
+/// What the response cache said about a request.
+enum CacheLookup {
+    /// A stored answer, to serve as it is.
+    Hit(CachedResponse),
+    /// Go upstream; the cache status the answer will carry (`miss` or `bypass`).
+    Forward(&'static str),
+}
+
+/// Looks the request up in the response cache (unless it is off or the client opted out),
+/// and notes on the ticket the key a fresh answer is stored under.
+async fn look_up_cache(
+    gw: &Gateway,
+    config: &GatewayConfig,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &Value,
+    ticket: &mut Ticket,
+) -> CacheLookup {
+    let bypass = headers
+        .get(NO_CACHE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v, "no-cache" | "bypass" | "no-store"));
+    if !config.cache.enabled || bypass {
+        if bypass {
+            gw.metrics.record_cache(CacheStatus::Bypass);
+        }
+        return CacheLookup::Forward("bypass");
+    }
+    // The endpoint is part of the scope: a chat and a text completion never share an entry.
+    let scope = format!(
+        "{}:{}{}",
+        endpoint.path(),
+        ticket.key.tier.as_deref().unwrap_or(""),
+        if config.server.expose_upstream_details {
+            ""
+        } else {
+            ROUTE_NAMED_SCOPE
+        }
+    );
+    ticket.cache_key = cache_key(&ticket.route, &scope, body);
+    let Some(k) = &ticket.cache_key else {
+        return CacheLookup::Forward("bypass");
+    };
+    if let Some(hit) = gw.cache.get(k).await {
+        gw.metrics.record_cache(CacheStatus::Hit);
+        return CacheLookup::Hit(hit);
+    }
+    gw.metrics.record_cache(CacheStatus::Miss);
+    CacheLookup::Forward("miss")
+}
+
+/// Who the request is for, as splits by user see it: the body's `user`, else the
+/// `x-pagoda-user` header, else the key's id.
+fn routing_user(body: &Value, headers: &HeaderMap, key: &KeyRecord) -> String {
+    body.get("user")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            headers
+                .get("x-pagoda-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| key.id.clone())
+}
+
+/// How the route's `balance` picks a replica for this body.
+fn replica_pick(route: &RouteConfig, body: &Value) -> Pick {
+    match route.balance() {
+        Balance::LeastOutstanding => Pick::LeastOutstanding,
+        Balance::RoundRobin => Pick::RoundRobin,
+        Balance::Prefix => Pick::Prefix {
+            blocks: PrefixBlocks::of(&routing_text(body)),
+            slack: route.prefix_load_slack,
+        },
     }
 }
 

@@ -11,6 +11,9 @@
 //! (`<target>`, `…`) or paths a program makes at run time ([`RUNTIME_PATHS`]) are not files of
 //! the tree.
 //!
+//! Crates: every crate folder under `crates/` has its `### \`crates/pagoda-x\`` section, and
+//! every section names a crate that exists ([`listed_crates`], [`crate_list_breaks`]).
+//!
 //! Dependencies: [`ALLOWED_DEPS`] is the Bird's-eye view's Architecture Invariant as data;
 //! a manifest that names another Pagoda crate outside its row fails, and so does a crate
 //! with no row.
@@ -20,9 +23,9 @@ use std::path::{Path, PathBuf};
 
 /// Which Pagoda crates each Pagoda crate may depend on (normal, build or dev dependencies).
 /// From ARCHITECTURE.md: kernels ◄ model ◄ engine ◄ runtime ◄ server / cli; compress on model
-/// and kernels only; runtime (the one request path between the front ends and the engine) on
-/// engine, model, store, compress, protocol and kernels; store, protocol and http on none;
-/// the gateway on protocol and http; bench on protocol only; train on model and compress
+/// and kernels (and svg) only; runtime (the one request path between the front ends and the
+/// engine) on engine, model, store, compress, protocol and kernels; store, protocol, http and
+/// svg on none; the gateway on protocol and http; bench on protocol and svg only; train on model and compress
 /// (kernels in its tests); cuda (NVIDIA GPUs reached at run
 /// time) on kernels only as a dev-dependency (its GPU kernels are tested against kernels'
 /// CPU reference), used by model (the CUDA backend of the forward pass) and the cli. The
@@ -33,12 +36,17 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("pagoda-cuda", &["pagoda-kernels"]),
     ("pagoda-model", &["pagoda-kernels", "pagoda-cuda"]),
     ("pagoda-engine", &["pagoda-model", "pagoda-kernels"]),
-    ("pagoda-compress", &["pagoda-model", "pagoda-kernels"]),
+    (
+        "pagoda-compress",
+        &["pagoda-model", "pagoda-kernels", "pagoda-svg"],
+    ),
     ("pagoda-store", &[]),
     ("pagoda-protocol", &[]),
     ("pagoda-http", &[]),
+    // Hand-written SVG charts: a leaf both report writers (bench, compress) draw with.
+    ("pagoda-svg", &[]),
     ("pagoda-gateway", &["pagoda-protocol", "pagoda-http"]),
-    ("pagoda-bench", &["pagoda-protocol"]),
+    ("pagoda-bench", &["pagoda-protocol", "pagoda-svg"]),
     (
         "pagoda-runtime",
         &[
@@ -161,6 +169,56 @@ pub fn dependency_breaks(crate_name: &str, manifest: &str) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The crates ARCHITECTURE.md gives a section: every `### \`crates/<name>\`` header, in order.
+pub fn listed_crates(doc: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(h) = line.strip_prefix("### ").filter(|_| !fenced) else {
+            continue;
+        };
+        if let Some(name) = spans(h)
+            .first()
+            .and_then(|s| s.trim_end_matches('/').strip_prefix("crates/"))
+        {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// The differences between the crates ARCHITECTURE.md lists (`listed`, from
+/// [`listed_crates`]) and the crate folders under `crates/` (`on_disk`), as messages: a crate
+/// with no section, a section for a crate that is not there, a crate listed twice.
+pub fn crate_list_breaks(listed: &[String], on_disk: &[String]) -> Vec<String> {
+    let mut breaks: Vec<String> = on_disk
+        .iter()
+        .filter(|c| !listed.contains(c))
+        .map(|c| {
+            format!(
+                "crates/{c} has no section in ARCHITECTURE.md's codemap: add a `### crates/{c}` \
+                 header (what it is for, its invariants, where to start reading)"
+            )
+        })
+        .collect();
+    breaks.extend(
+        listed
+            .iter()
+            .filter(|c| !on_disk.contains(c))
+            .map(|c| format!("ARCHITECTURE.md has a section for crates/{c}, which is not a crate")),
+    );
+    for (i, c) in listed.iter().enumerate() {
+        if listed[..i].contains(c) {
+            breaks.push(format!("ARCHITECTURE.md lists crates/{c} twice"));
+        }
+    }
+    breaks
 }
 
 /// A backticked span of ARCHITECTURE.md that names a path, with the crate section it is in.
@@ -430,6 +488,30 @@ mod tests {
             ]
         );
         assert_eq!(expand_braces("x-{a,b}.json"), ["x-a.json", "x-b.json"]);
+    }
+
+    #[test]
+    fn crate_sections_are_read_from_headers_only() {
+        let doc = "# A\n`crates/pagoda-a` in text\n### `crates/pagoda-b`\nx\n### `fuzz/`\n\
+                   ```\n### `crates/pagoda-c`\n```\n### `crates/pagoda-d/` and more\n";
+        assert_eq!(listed_crates(doc), ["pagoda-b", "pagoda-d"]);
+    }
+
+    #[test]
+    fn a_crate_missing_from_either_side_is_named() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(crate_list_breaks(&v(&["a", "b"]), &v(&["b", "a"])).is_empty());
+        let breaks = crate_list_breaks(&v(&["a", "gone", "a"]), &v(&["a", "new"]));
+        assert_eq!(breaks.len(), 3, "{breaks:?}");
+        assert!(
+            breaks[0].contains("crates/new has no section"),
+            "{breaks:?}"
+        );
+        assert!(
+            breaks[1].contains("crates/gone, which is not a crate"),
+            "{breaks:?}"
+        );
+        assert!(breaks[2].contains("crates/a twice"), "{breaks:?}");
     }
 
     #[test]

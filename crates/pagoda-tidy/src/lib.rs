@@ -5,7 +5,8 @@
 //! - [`imports`]: each crate's module import graph and its circles (modules that import each
 //!   other, directly or around a loop).
 //! - [`codemap`]: ARCHITECTURE.md against the tree: every file or module path it names in
-//!   backticks exists, and every Pagoda crate's dependencies on other Pagoda crates follow
+//!   backticks exists, every crate under `crates/` has its section (and every section its
+//!   crate), and every Pagoda crate's dependencies on other Pagoda crates follow
 //!   the stated direction ([`codemap::ALLOWED_DEPS`]).
 //!
 //! The checks over the real workspace are `tests/structure.rs`.

@@ -12,6 +12,7 @@
 //! when complete (the writers' `OUT.partial`); what is left behind on purpose is what makes
 //! a rerun cheaper: the label cache, the generations cache and the checkpoint.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -24,7 +25,7 @@ use crate::checkpoint::{self, CheckpointState, Fingerprint};
 use crate::data::{read_jsonl, split, Encoder, Example};
 use crate::error::{Result, TrainError};
 use crate::generate::{continuations, GenSpec};
-use crate::labels::{data_digest, fingerprint, CacheHeader, LabelCache};
+use crate::labels::{data_digest, fingerprint, CacheHeader, LabelCache, Labels};
 use crate::output::write_student;
 use crate::student::{check_supported, Student, TrainMode};
 use crate::train::{EvalStats, StepStats, TrainOptions, Trainer};
@@ -127,25 +128,7 @@ fn open(path: &Path, role: &str) -> Result<ModelSource> {
 /// Runs a distillation.
 pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport> {
     let opts = &cfg.options;
-    if cfg.output.exists() && !cfg.force {
-        return Err(TrainError::InvalidOption(format!(
-            "{} already exists; choose another output or pass --force to replace it",
-            cfg.output.display()
-        )));
-    }
-    if let Some(dir) = &cfg.save_adapter {
-        if !matches!(cfg.mode, TrainMode::Lora(_)) {
-            return Err(TrainError::InvalidOption(
-                "--save-adapter needs LoRA training (--lora-rank)".into(),
-            ));
-        }
-        if dir.exists() && !cfg.force {
-            return Err(TrainError::InvalidOption(format!(
-                "{} already exists; pass --force to replace it",
-                dir.display()
-            )));
-        }
-    }
+    check_destinations(cfg)?;
     let examples = match &cfg.data {
         DataSource::Jsonl(p) | DataSource::Prompts { path: p, .. } => read_jsonl(p)?,
     };
@@ -183,46 +166,15 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
         .clone()
         .unwrap_or_else(|| with_suffix(&cfg.output, ".labels"));
 
-    let mut teacher: Option<Model> = None;
-    let mut sequences = match &cfg.data {
-        DataSource::Jsonl(_) => enc.encode_all(&examples, opts.seq_len)?,
-        DataSource::Prompts {
-            max_tokens,
-            temperature,
-            ..
-        } => {
-            let mut prompts = Vec::new();
-            for e in &examples {
-                let ids = match e {
-                    Example::Text(t) => enc.encode_rendered(t)?,
-                    Example::Chat(m) => enc.encode_rendered(&template.render(m, true)?)?,
-                };
-                prompts.push(ids);
-            }
-            let spec = GenSpec {
-                teacher: teacher_fp.clone(),
-                prompts_digest: data_digest(&prompts),
-                max_tokens: *max_tokens,
-                temperature: *temperature,
-                seed: opts.seed,
-            };
-            let model = Model::from_source(&teacher_src)?;
-            obs.phase("generating", prompts.len() as u64);
-            let mut seqs = continuations(
-                &model,
-                &prompts,
-                teacher_src.tokenizer.eos_ids(),
-                &spec,
-                &with_suffix(&labels_path, ".gen.jsonl"),
-                |d, _| obs.progress(d as u64),
-            )?;
-            teacher = Some(model);
-            for s in &mut seqs {
-                s.truncate(opts.seq_len);
-            }
-            seqs
-        }
-    };
+    let (mut sequences, teacher) = token_sequences(
+        cfg,
+        &enc,
+        &examples,
+        &teacher_src,
+        &teacher_fp,
+        &labels_path,
+        obs,
+    )?;
     sequences.retain(|s| !s.is_empty());
     // Every sequence in file order (data, then a held-out file): what the teacher labels,
     // whatever the seed's split.
@@ -263,19 +215,7 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
         seq_len: opts.seq_len,
         sequences: all.len(),
     };
-    let cache = LabelCache::new(&labels_path, header);
-    let mut labels = cache.load()?;
-    let reused = labels.len();
-    if labels.len() < all.len() {
-        let model = match teacher.take() {
-            Some(m) => m,
-            None => Model::from_source(&teacher_src)?,
-        };
-        obs.phase("labelling", all.len() as u64);
-        cache.complete(&model, &all, &mut labels, |d, _| obs.progress(d as u64))?;
-    }
-    drop(teacher);
-    drop(teacher_src);
+    let (labels, reused) = label(&labels_path, header, &all, teacher, teacher_src, obs)?;
 
     let order: Vec<usize> = train_idx.iter().chain(&held_idx).copied().collect();
     let labels = labels.select(&order);
@@ -320,6 +260,213 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
 
     let total = trainer.total_steps;
     let end = cfg.stop_after.map_or(total, |s| s.min(total));
+    let log = train_steps(&mut trainer, end, cfg, obs, save)?;
+    let mut report = DistillReport {
+        steps: trainer.step,
+        resumed_from,
+        last: log.last,
+        evals: log.evals,
+        labelled: all.len() - reused,
+        labels_reused: reused,
+        train_sequences: train.len(),
+        held_out_sequences: held.len(),
+        tokens_per_second: log.tokens as f64 / log.seconds.max(1e-9),
+        output_bytes: None,
+        report: None,
+        checkpoint: ckpt_dir.clone(),
+    };
+    if trainer.step < total {
+        obs.note(&format!(
+            "stopped at step {} of {total}; continue with --resume {}",
+            trainer.step,
+            ckpt_dir.display()
+        ));
+        return Ok(report);
+    }
+    write_results(
+        cfg,
+        &trainer,
+        &teacher_fp,
+        &resume_key,
+        &log.lines,
+        &mut report,
+        obs,
+    )?;
+    Ok(report)
+}
+
+/// Writes the trained student to OUT (and its adapter when asked) and the run's report
+/// beside it (`OUT.report.jsonl`: the run's head, then every logged step and evaluation),
+/// noting both in `report`.
+fn write_results(
+    cfg: &DistillConfig,
+    trainer: &Trainer<'_>,
+    teacher_fp: &str,
+    resume_key: &BTreeMap<String, String>,
+    lines: &[serde_json::Value],
+    report: &mut DistillReport,
+    obs: &mut dyn Observer,
+) -> Result<()> {
+    obs.note(&format!("writing {}", cfg.output.display()));
+    let note = format!(
+        "pagoda distill: teacher {}, {} steps, loss {}",
+        teacher_fp,
+        trainer.step,
+        cfg.options.loss.divergence.name()
+    );
+    let written = write_student(
+        &trainer.student,
+        &cfg.student,
+        &cfg.output,
+        cfg.dtype,
+        cfg.force,
+        cfg.save_adapter.as_deref(),
+        &note,
+    )?;
+    report.output_bytes = Some(written.bytes);
+    let report_path = with_suffix(&cfg.output, ".report.jsonl");
+    let mut text = String::new();
+    let head = json!({"teacher": cfg.teacher, "student": cfg.student, "output": cfg.output,
+                      "options": resume_key, "train_sequences": report.train_sequences,
+                      "held_out_sequences": report.held_out_sequences, "steps": trainer.step,
+                      "tokens_per_second": report.tokens_per_second});
+    for v in std::iter::once(&head).chain(lines) {
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&report_path, text).map_err(|e| TrainError::io(&report_path, e))?;
+    report.report = Some(report_path);
+    Ok(())
+}
+
+/// Refuses, before any work, outputs that exist without `force` and an adapter folder
+/// asked for without LoRA training.
+fn check_destinations(cfg: &DistillConfig) -> Result<()> {
+    if cfg.output.exists() && !cfg.force {
+        return Err(TrainError::InvalidOption(format!(
+            "{} already exists; choose another output or pass --force to replace it",
+            cfg.output.display()
+        )));
+    }
+    if let Some(dir) = &cfg.save_adapter {
+        if !matches!(cfg.mode, TrainMode::Lora(_)) {
+            return Err(TrainError::InvalidOption(
+                "--save-adapter needs LoRA training (--lora-rank)".into(),
+            ));
+        }
+        if dir.exists() && !cfg.force {
+            return Err(TrainError::InvalidOption(format!(
+                "{} already exists; pass --force to replace it",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The data's token sequences, each cut to the sequence length: the examples encoded, or,
+/// for prompts, the teacher's continuations of them (generated once, cached beside the
+/// labels). Returns the teacher too when it had to be built, so labelling reuses it.
+fn token_sequences(
+    cfg: &DistillConfig,
+    enc: &Encoder<'_>,
+    examples: &[Example],
+    teacher_src: &ModelSource,
+    teacher_fp: &str,
+    labels_path: &Path,
+    obs: &mut dyn Observer,
+) -> Result<(Vec<Vec<u32>>, Option<Model>)> {
+    let opts = &cfg.options;
+    match &cfg.data {
+        DataSource::Jsonl(_) => Ok((enc.encode_all(examples, opts.seq_len)?, None)),
+        DataSource::Prompts {
+            max_tokens,
+            temperature,
+            ..
+        } => {
+            let mut prompts = Vec::new();
+            for e in examples {
+                let ids = match e {
+                    Example::Text(t) => enc.encode_rendered(t)?,
+                    Example::Chat(m) => enc.encode_rendered(&enc.template.render(m, true)?)?,
+                };
+                prompts.push(ids);
+            }
+            let spec = GenSpec {
+                teacher: teacher_fp.to_string(),
+                prompts_digest: data_digest(&prompts),
+                max_tokens: *max_tokens,
+                temperature: *temperature,
+                seed: opts.seed,
+            };
+            let model = Model::from_source(teacher_src)?;
+            obs.phase("generating", prompts.len() as u64);
+            let mut seqs = continuations(
+                &model,
+                &prompts,
+                teacher_src.tokenizer.eos_ids(),
+                &spec,
+                &with_suffix(labels_path, ".gen.jsonl"),
+                |d, _| obs.progress(d as u64),
+            )?;
+            for s in &mut seqs {
+                s.truncate(opts.seq_len);
+            }
+            Ok((seqs, Some(model)))
+        }
+    }
+}
+
+/// The teacher's labels of every sequence: those already in the cache at `labels_path`, the
+/// rest computed (with `teacher`, or a teacher built from `teacher_src`) and added to it.
+/// Both are dropped when it returns, before training. Returns the labels and how many came
+/// from the cache.
+fn label(
+    labels_path: &Path,
+    header: CacheHeader,
+    all: &[Vec<u32>],
+    mut teacher: Option<Model>,
+    teacher_src: ModelSource,
+    obs: &mut dyn Observer,
+) -> Result<(Labels, usize)> {
+    let cache = LabelCache::new(labels_path, header);
+    let mut labels = cache.load()?;
+    let reused = labels.len();
+    if labels.len() < all.len() {
+        let model = match teacher.take() {
+            Some(m) => m,
+            None => Model::from_source(&teacher_src)?,
+        };
+        obs.phase("labelling", all.len() as u64);
+        cache.complete(&model, all, &mut labels, |d, _| obs.progress(d as u64))?;
+    }
+    drop(teacher);
+    drop(teacher_src);
+    Ok((labels, reused))
+}
+
+/// What the training steps of a run recorded.
+struct TrainLog {
+    /// One JSON object per step and per evaluation, in order: the report file's lines.
+    lines: Vec<serde_json::Value>,
+    evals: Vec<EvalStats>,
+    last: Option<StepStats>,
+    /// Training tokens over the steps run here.
+    tokens: usize,
+    seconds: f64,
+}
+
+/// Runs optimiser steps until step `end`: an evaluation first when starting from step 0,
+/// then every `eval_every` steps and at the end; a checkpoint (`save`) every `save_every`
+/// steps and at the end.
+fn train_steps<'a>(
+    trainer: &mut Trainer<'a>,
+    end: u64,
+    cfg: &DistillConfig,
+    obs: &mut dyn Observer,
+    save: impl Fn(&Trainer<'a>) -> Result<()>,
+) -> Result<TrainLog> {
+    let total = trainer.total_steps;
     let mut log: Vec<serde_json::Value> = Vec::new();
     let mut evals = Vec::new();
     let mut last = None;
@@ -358,63 +505,18 @@ pub fn run(cfg: &DistillConfig, obs: &mut dyn Observer) -> Result<DistillReport>
             }
         }
         if cfg.save_every > 0 && trainer.step % cfg.save_every == 0 || at_end {
-            save(&trainer)?;
+            save(trainer)?;
         }
         last = Some(s);
     }
-    let secs = started.elapsed().as_secs_f64();
-    let mut report = DistillReport {
-        steps: trainer.step,
-        resumed_from,
-        last,
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(TrainLog {
+        lines: log,
         evals,
-        labelled: all.len() - reused,
-        labels_reused: reused,
-        train_sequences: train.len(),
-        held_out_sequences: held.len(),
-        tokens_per_second: tokens as f64 / secs.max(1e-9),
-        output_bytes: None,
-        report: None,
-        checkpoint: ckpt_dir.clone(),
-    };
-    if trainer.step < total {
-        obs.note(&format!(
-            "stopped at step {} of {total}; continue with --resume {}",
-            trainer.step,
-            ckpt_dir.display()
-        ));
-        return Ok(report);
-    }
-    obs.note(&format!("writing {}", cfg.output.display()));
-    let note = format!(
-        "pagoda distill: teacher {}, {} steps, loss {}",
-        teacher_fp,
-        trainer.step,
-        opts.loss.divergence.name()
-    );
-    let written = write_student(
-        &trainer.student,
-        &cfg.student,
-        &cfg.output,
-        cfg.dtype,
-        cfg.force,
-        cfg.save_adapter.as_deref(),
-        &note,
-    )?;
-    report.output_bytes = Some(written.bytes);
-    let report_path = with_suffix(&cfg.output, ".report.jsonl");
-    let mut text = String::new();
-    let head = json!({"teacher": cfg.teacher, "student": cfg.student, "output": cfg.output,
-                      "options": resume_key, "train_sequences": train.len(),
-                      "held_out_sequences": held.len(), "steps": trainer.step,
-                      "tokens_per_second": report.tokens_per_second});
-    for v in std::iter::once(&head).chain(&log) {
-        text.push_str(&v.to_string());
-        text.push('\n');
-    }
-    std::fs::write(&report_path, text).map_err(|e| TrainError::io(&report_path, e))?;
-    report.report = Some(report_path);
-    Ok(report)
+        last,
+        tokens,
+        seconds,
+    })
 }
 
 /// The training mode as a resume compares it.

@@ -1,7 +1,7 @@
 //! The size-against-quality report of several variants of a model: one row per variant
 //! (size, bits per weight, peak memory, speed, perplexity, accuracies), deltas against the
 //! baseline (the first row), rendered as a Markdown table and as an SVG scatter plot of
-//! weight size (x) against perplexity (y).
+//! weight size (x) against perplexity (y), drawn with pagoda-svg's pieces.
 //!
 //! The measuring is the caller's (the CLI runs each variant in its own process); this module
 //! only holds the figures and renders them.
@@ -11,6 +11,8 @@
 //! every label in it is XML-escaped.
 
 use serde::{Deserialize, Serialize};
+
+use pagoda_svg::{padded_range, tick_label, ticks};
 
 use super::compare_page::escape_html;
 use crate::CompressError;
@@ -205,18 +207,12 @@ impl Report {
         }
         let (w, h) = (720.0, 460.0);
         let (left, right, top, bottom) = (80.0, 40.0, 40.0, 60.0);
-        let xs = nice_range(points.iter().map(|p| p.0), true);
-        let ys = nice_range(points.iter().map(|p| p.1), false);
+        let xs = padded_range(points.iter().map(|p| p.0), true);
+        let ys = padded_range(points.iter().map(|p| p.1), false);
         let px = |x: f64| left + (x - xs.0) / (xs.1 - xs.0) * (w - left - right);
         let py = |y: f64| h - bottom - (y - ys.0) / (ys.1 - ys.0) * (h - top - bottom);
-        let mut s = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-             viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-             <text x=\"{cx}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">Size against \
-             perplexity (lower left is better)</text>\n",
-            cx = w / 2.0
-        );
+        let mut s =
+            pagoda_svg::document(w, h, "Size against perplexity (lower left is better)", 22.0);
         // Axes, ticks and grid.
         for t in ticks(xs) {
             let x = px(t);
@@ -228,17 +224,7 @@ impl Report {
                 t = tick_label(t),
             ));
         }
-        for t in ticks(ys) {
-            let y = py(t);
-            s.push_str(&format!(
-                "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
-                 <text x=\"{tx}\" y=\"{yt:.1}\" text-anchor=\"end\">{t}</text>\n",
-                x1 = w - right,
-                tx = left - 8.0,
-                yt = y + 4.0,
-                t = tick_label(t),
-            ));
-        }
+        pagoda_svg::y_grid(&mut s, ys, py, left, w - right, left - 8.0);
         s.push_str(&format!(
             "<line x1=\"{left}\" y1=\"{yb}\" x2=\"{xr}\" y2=\"{yb}\" stroke=\"black\"/>\n\
              <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{yb}\" stroke=\"black\"/>\n\
@@ -269,50 +255,6 @@ impl Report {
         }
         s.push_str("</svg>\n");
         Ok(s)
-    }
-}
-
-/// A padded axis range covering `values`; from zero when `from_zero`.
-fn nice_range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
-    let (mut lo, mut hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(v), hi.max(v))
-    });
-    if from_zero {
-        lo = 0.0_f64.min(lo);
-    }
-    let span = (hi - lo).abs().max(hi.abs() * 0.05).max(1e-6);
-    if !from_zero {
-        lo -= span * 0.1;
-    }
-    hi += span * 0.1;
-    (lo, hi)
-}
-
-/// About five round tick values inside `range`.
-fn ticks(range: (f64, f64)) -> Vec<f64> {
-    let raw = (range.1 - range.0) / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let mut t = (range.0 / step).ceil() * step;
-    let mut out = Vec::new();
-    while t <= range.1 + step * 1e-9 && out.len() < 20 {
-        out.push(t);
-        t += step;
-    }
-    out
-}
-
-fn tick_label(t: f64) -> String {
-    let s = format!("{t:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
     }
 }
 
