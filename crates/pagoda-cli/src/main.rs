@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         Command::MergeLora(args) => commands::merge_lora::run(args),
         Command::Gateway(args) => commands::gateway::run(args),
         Command::Tune(args) => commands::tune::run(args),
-        Command::TemplateWorker => pagoda_model::template_sandbox::serve_worker(
+        Command::TemplateWorker => pagoda_model::chat_template::serve_worker(
             std::io::stdin().lock(),
             std::io::stdout().lock(),
         )

@@ -30,11 +30,13 @@
 //! processes, which the `pagoda` binary installs for every command.
 
 use crate::isolated::{run_isolated, DEEP_STACK_BYTES};
-use crate::template_sandbox::RenderJob;
+use crate::template_sandbox;
 use crate::ModelError;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// The template used when a model ships none: ChatML, as `transformers` used to default to.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -207,8 +209,15 @@ impl ChatTemplate {
             tools,
             add_generation_prompt,
         };
-        match crate::template_sandbox::render(&job) {
-            Some(result) => result,
+        let line = serde_json::to_string(&job)
+            .map_err(|e| ModelError::ChatTemplate(format!("cannot pass the messages: {e}")))?;
+        match template_sandbox::exchange(&line) {
+            Some(Ok(reply)) => serde_json::from_str::<RenderReply>(&reply)
+                .map_err(|e| {
+                    ModelError::ChatTemplate(format!("a bad answer from the template worker: {e}"))
+                })?
+                .into_result(),
+            Some(Err(stopped)) => Err(ModelError::TemplateLimit(stopped.to_string())),
             None => self.render_in_process(messages, job.tools.as_deref(), add_generation_prompt),
         }
     }
@@ -280,6 +289,100 @@ impl ChatTemplate {
             .get_template(NAME)
             .is_ok_and(|t| t.undeclared_variables(false).contains("tools"))
     }
+}
+
+/// One render as sent to a [`template_sandbox`] worker.
+#[derive(Debug, Serialize, Deserialize)]
+struct RenderJob<'a> {
+    source: Cow<'a, str>,
+    bos_token: Cow<'a, str>,
+    eos_token: Cow<'a, str>,
+    messages: Cow<'a, [ChatMessage]>,
+    /// Each tool as the template sees it (maps keep the order written), or none.
+    tools: Option<Vec<serde_json::Value>>,
+    add_generation_prompt: bool,
+}
+
+/// A worker's answer to one [`RenderJob`].
+#[derive(Debug, Serialize, Deserialize)]
+enum RenderReply {
+    Rendered(String),
+    /// Over a render limit: [`ModelError::TemplateLimit`].
+    Limit(String),
+    /// Any other failure: [`ModelError::ChatTemplate`].
+    Failed(String),
+}
+
+impl RenderReply {
+    fn from_result(result: Result<String, ModelError>) -> RenderReply {
+        match result {
+            Ok(text) => RenderReply::Rendered(text),
+            Err(ModelError::TemplateLimit(m)) => RenderReply::Limit(m),
+            Err(ModelError::ChatTemplate(m)) => RenderReply::Failed(m),
+            Err(other) => RenderReply::Failed(other.to_string()),
+        }
+    }
+
+    fn into_result(self) -> Result<String, ModelError> {
+        match self {
+            RenderReply::Rendered(text) => Ok(text),
+            RenderReply::Limit(m) => Err(ModelError::TemplateLimit(m)),
+            RenderReply::Failed(m) => Err(ModelError::ChatTemplate(m)),
+        }
+    }
+}
+
+/// Compiled templates a worker keeps (a server renders with a handful).
+const COMPILED_KEPT: usize = 32;
+
+/// The worker's side of [`template_sandbox`]: under the worker's limits, renders each
+/// [`RenderJob`] line of `input` and answers on `output`, keeping the templates it compiled.
+/// Called by the binary's hidden worker command.
+pub fn serve_worker(
+    input: impl std::io::BufRead,
+    output: impl std::io::Write,
+) -> std::io::Result<()> {
+    let mut compiled = HashMap::new();
+    template_sandbox::serve(input, output, |line| answer_job(&mut compiled, line))
+}
+
+type Compiled = HashMap<(String, String, String), ChatTemplate>;
+
+/// The answer line to one job line.
+fn answer_job(compiled: &mut Compiled, line: &str) -> String {
+    let reply = match serde_json::from_str::<RenderJob<'_>>(line) {
+        Ok(job) => RenderReply::from_result(render_job(compiled, job)),
+        Err(e) => RenderReply::Failed(format!("the template worker got a bad job: {e}")),
+    };
+    serde_json::to_string(&reply).unwrap_or_else(|e| {
+        format!(
+            r#"{{"Failed":"cannot write the answer: {}"}}"#,
+            e.to_string().replace('"', "'")
+        )
+    })
+}
+
+fn render_job(compiled: &mut Compiled, job: RenderJob<'_>) -> Result<String, ModelError> {
+    let key = (
+        job.source.into_owned(),
+        job.bos_token.into_owned(),
+        job.eos_token.into_owned(),
+    );
+    if !compiled.contains_key(&key) {
+        if compiled.len() >= COMPILED_KEPT {
+            compiled.clear();
+        }
+        let template = ChatTemplate::new(key.0.clone(), key.1.clone(), key.2.clone())?;
+        compiled.insert(key.clone(), template);
+    }
+    let template = compiled
+        .get(&key)
+        .ok_or_else(|| ModelError::ChatTemplate("the compiled template went missing".into()))?;
+    template.render_in_process(
+        &job.messages,
+        job.tools.as_deref(),
+        job.add_generation_prompt,
+    )
 }
 
 /// The render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
@@ -483,6 +586,78 @@ fn python_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job<'a>(source: &'a str, messages: &'a [ChatMessage]) -> RenderJob<'a> {
+        RenderJob {
+            source: source.into(),
+            bos_token: "<s>".into(),
+            eos_token: "</s>".into(),
+            messages: messages.into(),
+            tools: None,
+            add_generation_prompt: true,
+        }
+    }
+
+    /// What a worker answers to `lines` (without the worker's process limits).
+    fn worker_answers(lines: &[String]) -> Vec<RenderReply> {
+        let input = lines.join("\n");
+        let mut out = Vec::new();
+        let mut compiled = HashMap::new();
+        template_sandbox::answer_lines(input.as_bytes(), &mut out, false, |l| {
+            answer_job(&mut compiled, l)
+        })
+        .unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_answers_each_job_as_the_in_process_render_does() {
+        let messages = [ChatMessage::new("user", "Hi \"there\"\n")];
+        let expected = ChatTemplate::new(CHATML_TEMPLATE.into(), "<s>".into(), "</s>".into())
+            .unwrap()
+            .render_in_process::<()>(&messages, None, true)
+            .unwrap();
+        let line = serde_json::to_string(&job(CHATML_TEMPLATE, &messages)).unwrap();
+        let replies = worker_answers(&[line.clone(), "not json".into(), line]);
+        assert_eq!(replies.len(), 3);
+        assert!(matches!(&replies[0], RenderReply::Rendered(t) if *t == expected));
+        assert!(matches!(&replies[1], RenderReply::Failed(m) if m.contains("bad job")));
+        assert!(matches!(&replies[2], RenderReply::Rendered(t) if *t == expected));
+    }
+
+    #[test]
+    fn a_worker_reports_limits_and_template_errors_as_the_in_process_render_does() {
+        let messages = [ChatMessage::new("user", "x")];
+        let bomb =
+            "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}";
+        let broken = "{% for m in messages %}";
+        let raising = "{{ raise_exception('no system role') }}";
+        let replies = worker_answers(&[
+            serde_json::to_string(&job(bomb, &messages)).unwrap(),
+            serde_json::to_string(&job(broken, &messages)).unwrap(),
+            serde_json::to_string(&job(raising, &messages)).unwrap(),
+        ]);
+        assert!(matches!(&replies[0], RenderReply::Limit(m) if m.contains("instructions")));
+        assert!(matches!(&replies[1], RenderReply::Failed(m) if m.contains("compile")));
+        assert!(matches!(&replies[2], RenderReply::Failed(m) if m.contains("no system role")));
+    }
+
+    #[test]
+    fn a_worker_sees_tools_with_their_keys_in_the_order_written() {
+        let tools = vec![serde_json::json!({"z": 1, "a": {"y": true, "b": null}})];
+        let messages = [ChatMessage::new("user", "x")];
+        let mut j = job("{{ tools | tojson }}", &messages);
+        j.tools = Some(tools);
+        let replies = worker_answers(&[serde_json::to_string(&j).unwrap()]);
+        assert!(
+            matches!(&replies[0], RenderReply::Rendered(t) if t == r#"[{"z": 1, "a": {"y": true, "b": null}}]"#),
+            "{replies:?}"
+        );
+    }
 
     fn compile(source: &str) -> Result<ChatTemplate, ModelError> {
         ChatTemplate::new(source.into(), String::new(), String::new())

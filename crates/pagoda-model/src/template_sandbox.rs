@@ -6,32 +6,26 @@
 //! bounds what it writes, but nothing inside one process can bound what a value allocates
 //! between two instructions. An operating-system limit can: the worker sets `RLIMIT_DATA` on
 //! itself, a failed allocation aborts the worker alone, and the caller gets
-//! [`ModelError::TemplateLimit`] (a 400 `invalid_template` on the server).
+//! `ModelError::TemplateLimit` (a 400 `invalid_template` on the server).
 //!
-//! The binary installs the pool ([`install`]) with the command that starts a worker (`pagoda`
-//! runs itself with a hidden subcommand that calls [`serve_worker`]); a process that installs
+//! This module is the process machinery, blind to what a job means: the pool of workers
+//! ([`install`], [`exchange`]) and the worker's side ([`serve`]: limits, then one answer per
+//! line). [`crate::chat_template`] says what a job is (its `RenderJob`) and renders it in the
+//! worker (`chat_template::serve_worker`). The binary installs the pool with the command that
+//! starts a worker (`pagoda` runs itself with a hidden subcommand); a process that installs
 //! none (a library user, unit tests) renders in-process with every other limit in force.
 //!
-//! Protocol: one JSON line per job on the worker's stdin ([`RenderJob`]), one JSON line per
-//! reply on its stdout ([`RenderReply`]); a worker renders one job at a time and keeps the
-//! templates it compiled. Invariants: a worker that fails an exchange (died, closed a pipe,
-//! answered garbage) is killed and reaped, never reused; at most `max_workers` run at once; a
-//! job's result is exactly what the in-process render returns (the tests compare both on every
-//! golden template).
+//! Protocol: one line per job on the worker's stdin, one line per answer on its stdout; a
+//! worker answers one job at a time. Invariants: a worker that fails an exchange (died, closed
+//! a pipe, wrote no line) is killed and reaped, never reused; at most `max_workers` run at once.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
-
-use crate::chat_template::{ChatMessage, ChatTemplate};
 use crate::isolated::DEEP_STACK_BYTES;
-use crate::ModelError;
 
 /// Memory a template's values may take in one render (the worker's data limit is this plus the
 /// deep render stack and room for the worker itself).
@@ -43,50 +37,6 @@ pub const RENDER_SECONDS: u32 = 20;
 
 /// The worker's own needs beside the values: its heap, compiled templates and pipe buffers.
 const WORKER_OVERHEAD_BYTES: u64 = 128 << 20;
-
-/// Compiled templates a worker keeps (a server renders with a handful).
-const COMPILED_KEPT: usize = 32;
-
-/// One render, as sent to a worker.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RenderJob<'a> {
-    pub source: Cow<'a, str>,
-    pub bos_token: Cow<'a, str>,
-    pub eos_token: Cow<'a, str>,
-    pub messages: Cow<'a, [ChatMessage]>,
-    /// Each tool as the template sees it (maps keep the order written), or none.
-    pub tools: Option<Vec<serde_json::Value>>,
-    pub add_generation_prompt: bool,
-}
-
-/// A worker's answer to one [`RenderJob`].
-#[derive(Debug, Serialize, Deserialize)]
-pub enum RenderReply {
-    Rendered(String),
-    /// Over a render limit: [`ModelError::TemplateLimit`].
-    Limit(String),
-    /// Any other failure: [`ModelError::ChatTemplate`].
-    Failed(String),
-}
-
-impl RenderReply {
-    fn from_result(result: Result<String, ModelError>) -> RenderReply {
-        match result {
-            Ok(text) => RenderReply::Rendered(text),
-            Err(ModelError::TemplateLimit(m)) => RenderReply::Limit(m),
-            Err(ModelError::ChatTemplate(m)) => RenderReply::Failed(m),
-            Err(other) => RenderReply::Failed(other.to_string()),
-        }
-    }
-
-    fn into_result(self) -> Result<String, ModelError> {
-        match self {
-            RenderReply::Rendered(text) => Ok(text),
-            RenderReply::Limit(m) => Err(ModelError::TemplateLimit(m)),
-            RenderReply::Failed(m) => Err(ModelError::ChatTemplate(m)),
-        }
-    }
-}
 
 /// How to start a worker: a program and its arguments (the worker speaks on stdin/stdout).
 #[derive(Debug, Clone)]
@@ -100,78 +50,65 @@ pub struct WorkerCommand {
 #[error("the template sandbox is installed already")]
 pub struct AlreadyInstalled;
 
+/// A worker stopped before it answered: the job went over a limit (a job cannot end its
+/// worker in any other way). The message names the limits and how the worker ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "rendering the chat template went over the limit of {mib} MiB of memory or {RENDER_SECONDS} s \
+     (its renderer was {0})",
+    mib = TEMPLATE_MEMORY_BYTES >> 20
+)]
+pub struct Stopped(pub String);
+
 static POOL: OnceLock<Pool> = OnceLock::new();
 
-/// Makes every chat-template render of this process run in workers started by `command`, at
-/// most `max_workers` at once (started when first needed).
+/// Makes every job of this process ([`exchange`]) run in workers started by `command`, at most
+/// `max_workers` at once (started when first needed).
 pub fn install(command: WorkerCommand, max_workers: usize) -> Result<(), AlreadyInstalled> {
     POOL.set(Pool::new(command, max_workers))
         .map_err(|_| AlreadyInstalled)
 }
 
-/// Renders `job` in a worker when a pool is installed; `None` when renders stay in-process.
-pub(crate) fn render(job: &RenderJob<'_>) -> Option<Result<String, ModelError>> {
-    POOL.get().map(|pool| pool.render(job))
+/// `job` (one line, no newline) answered by a worker when a pool is installed; `None` when jobs
+/// stay in-process. `Err(Stopped)`: a worker could not be started or stopped mid-job.
+pub(crate) fn exchange(job: &str) -> Option<Result<String, Stopped>> {
+    POOL.get().map(|pool| pool.exchange(job))
 }
 
-/// The worker's side: limits this process's memory and core dumps, then answers jobs from
-/// `input` on `output` until `input` ends. Called by the binary's hidden worker command.
-pub fn serve_worker(input: impl BufRead, output: impl Write) -> std::io::Result<()> {
-    limit_this_process()?;
-    answer_jobs(input, output, true)
-}
-
-/// Answers one job per line of `input`; with `timed`, each render runs under an alarm of
+/// The worker's side: limits this process's memory and core dumps, then writes
+/// `answer(line)` for each line of `input` until `input` ends, each under an alarm of
 /// [`RENDER_SECONDS`] (whose default action ends the process).
-fn answer_jobs(input: impl BufRead, mut output: impl Write, timed: bool) -> std::io::Result<()> {
-    let mut compiled: HashMap<(String, String, String), ChatTemplate> = HashMap::new();
+pub fn serve(
+    input: impl BufRead,
+    output: impl Write,
+    answer: impl FnMut(&str) -> String,
+) -> std::io::Result<()> {
+    limit_this_process()?;
+    answer_lines(input, output, true, answer)
+}
+
+/// One `answer` per line of `input`, each on a line of `output`; with `timed`, under the alarm.
+pub(crate) fn answer_lines(
+    input: impl BufRead,
+    mut output: impl Write,
+    timed: bool,
+    mut answer: impl FnMut(&str) -> String,
+) -> std::io::Result<()> {
     for line in input.lines() {
         let line = line?;
-        let reply = match serde_json::from_str::<RenderJob<'_>>(&line) {
-            Ok(job) => {
-                if timed {
-                    set_alarm(RENDER_SECONDS);
-                }
-                let result = render_here(&mut compiled, job);
-                if timed {
-                    set_alarm(0);
-                }
-                RenderReply::from_result(result)
-            }
-            Err(e) => RenderReply::Failed(format!("the template worker got a bad job: {e}")),
-        };
-        let mut text = serde_json::to_string(&reply).map_err(std::io::Error::other)?;
-        text.push('\n');
-        output.write_all(text.as_bytes())?;
+        if timed {
+            set_alarm(RENDER_SECONDS);
+        }
+        let mut reply = answer(&line);
+        if timed {
+            set_alarm(0);
+        }
+        debug_assert!(!reply.contains('\n'), "an answer is one line");
+        reply.push('\n');
+        output.write_all(reply.as_bytes())?;
         output.flush()?;
     }
     Ok(())
-}
-
-fn render_here(
-    compiled: &mut HashMap<(String, String, String), ChatTemplate>,
-    job: RenderJob<'_>,
-) -> Result<String, ModelError> {
-    let key = (
-        job.source.into_owned(),
-        job.bos_token.into_owned(),
-        job.eos_token.into_owned(),
-    );
-    if !compiled.contains_key(&key) {
-        if compiled.len() >= COMPILED_KEPT {
-            compiled.clear();
-        }
-        let template = ChatTemplate::new(key.0.clone(), key.1.clone(), key.2.clone())?;
-        compiled.insert(key.clone(), template);
-    }
-    let template = compiled
-        .get(&key)
-        .ok_or_else(|| ModelError::ChatTemplate("the compiled template went missing".into()))?;
-    template.render_in_process(
-        &job.messages,
-        job.tools.as_deref(),
-        job.add_generation_prompt,
-    )
 }
 
 #[cfg(unix)]
@@ -250,12 +187,12 @@ impl Pool {
         }
     }
 
-    fn render(&self, job: &RenderJob<'_>) -> Result<String, ModelError> {
+    fn exchange(&self, job: &str) -> Result<String, Stopped> {
         let mut worker = self.take()?;
         match worker.exchange(job) {
             Ok(reply) => {
                 self.give_back(worker);
-                reply.into_result()
+                Ok(reply)
             }
             Err(why) => {
                 let status = worker.end();
@@ -265,7 +202,7 @@ impl Pool {
                     status = %status,
                     "a chat-template worker stopped while rendering"
                 );
-                Err(stopped_error(&status))
+                Err(Stopped(status))
             }
         }
     }
@@ -276,7 +213,7 @@ impl Pool {
     }
 
     /// An idle worker, a new one if fewer than the maximum run, or the next one freed.
-    fn take(&self) -> Result<Worker, ModelError> {
+    fn take(&self) -> Result<Worker, Stopped> {
         let mut state = self.lock();
         loop {
             if let Some(worker) = state.idle.pop() {
@@ -291,7 +228,7 @@ impl Pool {
         }
     }
 
-    fn start(&self) -> Result<Worker, ModelError> {
+    fn start(&self) -> Result<Worker, Stopped> {
         let mut child = Command::new(&self.command.program)
             .args(&self.command.args)
             .stdin(Stdio::piped())
@@ -299,8 +236,8 @@ impl Pool {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| {
-                ModelError::ChatTemplate(format!(
-                    "cannot start the chat-template worker {}: {e}",
+                Stopped(format!(
+                    "not started: {}: {e}",
                     self.command.program.display()
                 ))
             })?;
@@ -313,9 +250,7 @@ impl Pool {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                Err(ModelError::ChatTemplate(
-                    "the chat-template worker has no pipes".into(),
-                ))
+                Err(Stopped("started without pipes".into()))
             }
         }
     }
@@ -334,8 +269,9 @@ impl Pool {
 }
 
 impl Worker {
-    fn exchange(&mut self, job: &RenderJob<'_>) -> Result<RenderReply, String> {
-        let mut line = serde_json::to_string(job).map_err(|e| e.to_string())?;
+    fn exchange(&mut self, job: &str) -> Result<String, String> {
+        debug_assert!(!job.contains('\n'), "a job is one line");
+        let mut line = job.to_string();
         line.push('\n');
         self.input
             .write_all(line.as_bytes())
@@ -344,7 +280,7 @@ impl Worker {
         let mut reply = String::new();
         match self.output.read_line(&mut reply) {
             Ok(0) => Err("the worker ended without a reply".into()),
-            Ok(_) => serde_json::from_str(&reply).map_err(|e| format!("a bad reply: {e}")),
+            Ok(_) => Ok(reply.trim_end_matches('\n').to_string()),
             Err(e) => Err(format!("cannot read the reply: {e}")),
         }
     }
@@ -373,87 +309,4 @@ fn describe(status: std::process::ExitStatus) -> String {
 #[cfg(not(unix))]
 fn describe(status: std::process::ExitStatus) -> String {
     status.to_string()
-}
-
-/// The client's error for a worker that stopped mid-render: the template went over the memory
-/// or time limit (a template cannot end its worker in any other way).
-fn stopped_error(status: &str) -> ModelError {
-    ModelError::TemplateLimit(format!(
-        "rendering the chat template went over the limit of {} MiB of memory or {RENDER_SECONDS} s \
-         (its renderer was {status})",
-        TEMPLATE_MEMORY_BYTES >> 20
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job<'a>(source: &'a str, messages: &'a [ChatMessage]) -> RenderJob<'a> {
-        RenderJob {
-            source: source.into(),
-            bos_token: "<s>".into(),
-            eos_token: "</s>".into(),
-            messages: messages.into(),
-            tools: None,
-            add_generation_prompt: true,
-        }
-    }
-
-    fn answer(lines: &[String]) -> Vec<RenderReply> {
-        let input = lines.join("\n");
-        let mut out = Vec::new();
-        answer_jobs(input.as_bytes(), &mut out, false).unwrap();
-        String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn a_worker_answers_each_job_as_the_in_process_render_does() {
-        let messages = [ChatMessage::new("user", "Hi \"there\"\n")];
-        let source = crate::chat_template::CHATML_TEMPLATE;
-        let expected = ChatTemplate::new(source.into(), "<s>".into(), "</s>".into())
-            .unwrap()
-            .render_in_process::<()>(&messages, None, true)
-            .unwrap();
-        let line = serde_json::to_string(&job(source, &messages)).unwrap();
-        let replies = answer(&[line.clone(), "not json".into(), line]);
-        assert_eq!(replies.len(), 3);
-        assert!(matches!(&replies[0], RenderReply::Rendered(t) if *t == expected));
-        assert!(matches!(&replies[1], RenderReply::Failed(m) if m.contains("bad job")));
-        assert!(matches!(&replies[2], RenderReply::Rendered(t) if *t == expected));
-    }
-
-    #[test]
-    fn a_worker_reports_limits_and_template_errors_as_the_in_process_render_does() {
-        let messages = [ChatMessage::new("user", "x")];
-        let bomb =
-            "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}";
-        let broken = "{% for m in messages %}";
-        let raising = "{{ raise_exception('no system role') }}";
-        let replies = answer(&[
-            serde_json::to_string(&job(bomb, &messages)).unwrap(),
-            serde_json::to_string(&job(broken, &messages)).unwrap(),
-            serde_json::to_string(&job(raising, &messages)).unwrap(),
-        ]);
-        assert!(matches!(&replies[0], RenderReply::Limit(m) if m.contains("instructions")));
-        assert!(matches!(&replies[1], RenderReply::Failed(m) if m.contains("compile")));
-        assert!(matches!(&replies[2], RenderReply::Failed(m) if m.contains("no system role")));
-    }
-
-    #[test]
-    fn tools_keep_the_order_their_keys_were_written_in() {
-        let tools = vec![serde_json::json!({"z": 1, "a": {"y": true, "b": null}})];
-        let messages = [ChatMessage::new("user", "x")];
-        let mut j = job("{{ tools | tojson }}", &messages);
-        j.tools = Some(tools);
-        let replies = answer(&[serde_json::to_string(&j).unwrap()]);
-        assert!(
-            matches!(&replies[0], RenderReply::Rendered(t) if t == r#"[{"z": 1, "a": {"y": true, "b": null}}]"#),
-            "{replies:?}"
-        );
-    }
 }
