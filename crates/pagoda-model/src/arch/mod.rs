@@ -39,11 +39,14 @@ pub mod layers;
 pub mod llama;
 mod parts;
 mod pass;
+mod placed;
 pub mod split;
 
 pub use adapter::LoraWeights;
+pub use placed::{BatchSegment, Logits, NonFiniteStage};
 
-use crate::device::Device;
+use crate::device::{Device, DeviceChoice};
+use crate::placement::Placement;
 use crate::source::ModelSource;
 use crate::weights::Weights;
 use crate::{KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
@@ -53,109 +56,7 @@ use layers::Linear;
 use pagoda_kernels::paged_attention::SeqAttention;
 use parts::Parts;
 use pass::DeviceKv;
-use std::any::Any;
-use std::ops::Range;
-
-/// Which positions of a forward pass need logits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logits {
-    /// Only the last position (generation).
-    Last,
-    /// Every position (evaluation, golden tests).
-    All,
-}
-
-/// One sequence's part of a batched forward pass.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchSegment<'a> {
-    /// New tokens, at positions `start..start + tokens.len()`.
-    pub tokens: &'a [u32],
-    /// Tokens before these are already in the cache through `block_table`.
-    pub start: usize,
-    /// The sequence's blocks in position order; covers positions `0..start + tokens.len()`.
-    pub block_table: &'a [u32],
-    /// `None`: no logits; [`Logits::Last`]: the last row's; [`Logits::All`]: every row's.
-    pub logits: Option<Logits>,
-    /// A LoRA adapter applied, unmerged, to this segment's rows only (checked against the
-    /// model when it was prepared; one that does not [`fit`](LoraWeights::fits) is an error).
-    pub adapter: Option<&'a LoraWeights>,
-}
-
-/// A stage of the forward pass, as [`Model::first_non_finite`] names where non-finite values
-/// (NaN, ±inf) first appear.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NonFiniteStage {
-    /// The token embedding rows (scaled as the forward pass scales them).
-    Embedding,
-    /// The output of decoder layer `0..n_layers`.
-    Layer(usize),
-    /// The final norm of the last position.
-    OutputNorm,
-    /// The output head's logits of the last position (after soft-capping, if any).
-    OutputHead,
-}
-
-impl std::fmt::Display for NonFiniteStage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NonFiniteStage::Embedding => f.write_str("the token embedding"),
-            NonFiniteStage::Layer(i) => write!(f, "layer {i}"),
-            NonFiniteStage::OutputNorm => f.write_str("the final norm"),
-            NonFiniteStage::OutputHead => f.write_str("the output head"),
-        }
-    }
-}
-
-/// A model's weights placed on the devices that run them: one [`Parts`] (a model on one
-/// device) or a [`split::Split`] (two). Everything the model does that depends on where it
-/// runs goes through here, one dynamic call per forward pass; the pass itself is generic
-/// over the backends.
-trait Placed: Send + Sync + std::fmt::Debug {
-    /// The forward pass of a validated batch laid out as `seqs`, over `cache`.
-    fn forward_batch(
-        &self,
-        cfg: &ModelConfig,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        logit_rows: &[Range<usize>],
-        cache: &mut PagedKvCache,
-    ) -> Result<Vec<f32>, ModelError>;
-
-    /// A paged cache on the devices of the layers (`block_size` is not zero).
-    fn new_cache(
-        &self,
-        cfg: &ModelConfig,
-        n_blocks: usize,
-        block_size: usize,
-        dtype: KvDtype,
-    ) -> Result<PagedKvCache, ModelError>;
-
-    /// The device the forward pass ends on (the one holding the output head).
-    fn device(&self) -> Device;
-
-    /// That device's free and total memory (`None` for host memory).
-    fn memory_info(&self) -> Result<Option<(u64, u64)>, ModelError>;
-
-    /// See [`Model::workspace_bytes`].
-    fn workspace_bytes(&self, cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64;
-
-    /// Decoder layers whose K/V live outside host memory.
-    fn kv_layers_on_device(&self) -> usize;
-
-    /// `(rows, cols)` of the linear named `name`.
-    fn linear_shape(&self, name: &str) -> Option<(usize, usize)>;
-
-    /// See [`Model::first_non_finite`] (`tokens` are non-empty and within the vocabulary).
-    fn first_non_finite(
-        &self,
-        cfg: &ModelConfig,
-        tokens: &[u32],
-        dtype: KvDtype,
-    ) -> Result<Option<NonFiniteStage>, ModelError>;
-
-    /// For the operations of one backend only (layer-by-layer calibration on the CPU).
-    fn as_any(&self) -> &dyn Any;
-}
+use placed::{logit_rows, Placed};
 
 /// The device registry, the one place a device is named: the backend that loads a model's
 /// weights onto `device`, wholly, or (`split_at: Some(k)`) with layers `0..k` and the
@@ -573,6 +474,45 @@ impl Model {
     }
 }
 
+impl Model {
+    /// Builds the forward pass for `source` where `device` and `gpu_layers` say
+    /// ([`split::place`]), and returns how it was placed.
+    ///
+    /// Errors: [`split::place`]'s, and the build's own.
+    pub fn from_source_placed(
+        source: &ModelSource,
+        device: DeviceChoice,
+        gpu_layers: Option<usize>,
+    ) -> Result<(Model, Placement), ModelError> {
+        let cfg = &source.config;
+        let (device, placement) = split::place(source, device, gpu_layers)?;
+        let model = match device {
+            Device::Cuda(ordinal) if !placement.all_cpu() => {
+                if placement.all_gpu() {
+                    Model::from_source_on(source, Device::Cuda(ordinal))?
+                } else {
+                    let split_at = Some(placement.gpu_layers.start);
+                    let weights = place_on(cfg, &source.weights, Device::Cuda(ordinal), split_at)
+                        .map_err(|e| with_path(source, e))?;
+                    Model {
+                        config: cfg.clone(),
+                        weights,
+                    }
+                }
+            }
+            _ => Model::from_source_on(source, Device::Cpu)?,
+        };
+        Ok((model, placement))
+    }
+
+    /// Decoder layers whose K/V live in GPU memory: all of them for a model on a GPU, the
+    /// GPU part's for a split one, none on the CPU (the engine sizes the two halves of a
+    /// split cache from this).
+    pub fn kv_layers_on_gpu(&self) -> usize {
+        self.weights.kv_layers_on_device()
+    }
+}
+
 /// A build error with the model file's path in it (the build itself knows no path).
 fn with_path(source: &ModelSource, e: ModelError) -> ModelError {
     match e {
@@ -590,16 +530,4 @@ fn with_path(source: &ModelSource, e: ModelError) -> ModelError {
         },
         other => other,
     }
-}
-
-/// The rows of the batch whose logits the segments asked for, in segment order.
-fn logit_rows(segments: &[BatchSegment<'_>], seqs: &[SeqAttention<'_>]) -> Vec<Range<usize>> {
-    segments
-        .iter()
-        .zip(seqs)
-        .filter_map(|(seg, seq)| match seg.logits? {
-            Logits::Last => Some(seq.rows.end - 1..seq.rows.end),
-            Logits::All => Some(seq.rows.clone()),
-        })
-        .collect()
 }

@@ -10,7 +10,8 @@
 
 use super::backend::{Activations, Backend};
 use super::pass::{with_pass, DeviceKv};
-use super::{gemma3, llama, BatchSegment, NonFiniteStage, Placed};
+use super::placed::{BatchSegment, NonFiniteStage, Placed};
+use super::{gemma3, llama};
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::weights::Weights;
@@ -323,7 +324,7 @@ impl<B: Backend> Parts<B> {
             block_table: table,
         }];
         let backend = &self.backend;
-        with_pass(backend, cache, &[], &seqs, |kv, a, pass| {
+        with_pass(backend, cache, std::iter::empty(), &seqs, |kv, a, pass| {
             backend.copy_from_host(x, &mut a.x)?;
             for layer in self.layers.clone() {
                 self.stack
@@ -361,9 +362,13 @@ impl<B: Backend> Placed for Parts<B> {
         logit_rows: &[Range<usize>],
         cache: &mut PagedKvCache,
     ) -> Result<Vec<f32>, ModelError> {
-        with_pass(&self.backend, cache, segments, seqs, |kv, a, pass| {
-            self.run(cfg, segments, logit_rows, kv, a, pass)
-        })
+        with_pass(
+            &self.backend,
+            cache,
+            segments.iter().map(|s| s.adapter),
+            seqs,
+            |kv, a, pass| self.run(cfg, segments, logit_rows, kv, a, pass),
+        )
     }
 
     fn new_cache(

@@ -9,8 +9,8 @@
 //! cache of another device (or split) given to a backend's pass is an error naming both,
 //! never a panic.
 
+use super::adapter::LoraWeights;
 use super::backend::{Activations, Backend};
-use super::BatchSegment;
 use crate::kv_cache::{KvShape, KvStorage};
 use crate::observer::LinearObserver;
 use crate::{ModelError, PagedKvCache};
@@ -54,18 +54,20 @@ impl<B: Backend> DeviceKv<B> {
 
     /// `cache`'s storage if it is `B`'s, else the error of a `B` pass over it.
     pub(crate) fn of(cache: &mut PagedKvCache) -> Result<&mut Self, ModelError> {
-        let whereabouts = cache.whereabouts();
+        // The error's text is made only on the error path (a pass allocates nothing here).
+        if !cache.storage_mut().as_any_mut().is::<Self>() {
+            return Err(ModelError::InvalidBatch(format!(
+                "a {} forward pass over a KV cache {}: make the cache with the model's \
+                 try_new_paged_cache",
+                B::NAME,
+                cache.whereabouts()
+            )));
+        }
         cache
             .storage_mut()
             .as_any_mut()
             .downcast_mut::<Self>()
-            .ok_or_else(|| {
-                ModelError::InvalidBatch(format!(
-                    "a {} forward pass over a KV cache {whereabouts}: make the cache with the \
-                     model's try_new_paged_cache",
-                    B::NAME
-                ))
-            })
+            .ok_or_else(|| ModelError::Device("a KV cache changed device".into()))
     }
 }
 
@@ -105,11 +107,11 @@ impl<B: Backend> KvStorage for DeviceKv<B> {
 }
 
 /// Runs `body` over `cache`'s K/V layers (on `backend`'s device), the pass's activations and
-/// the pass of the batch `segments` (laid out as `seqs`).
-pub(crate) fn with_pass<B: Backend, R: Send>(
+/// the pass of the sequences `seqs`, `adapters[i]` applied on `seqs[i]`'s rows.
+pub(crate) fn with_pass<'s, B: Backend, R: Send>(
     backend: &B,
     cache: &mut PagedKvCache,
-    segments: &[BatchSegment<'_>],
+    adapters: impl Iterator<Item = Option<&'s LoraWeights>>,
     seqs: &[SeqAttention<'_>],
     body: impl for<'p> FnOnce(
             &mut [B::KvLayer],
@@ -125,7 +127,7 @@ pub(crate) fn with_pass<B: Backend, R: Send>(
         &mut kv.scratch,
         block_size,
         seqs,
-        segments.iter().map(|s| s.adapter),
+        adapters,
         body,
     )
 }

@@ -9,23 +9,25 @@
 //! the GPU once, runs the GPU layers and the head there, and brings the logits back as a
 //! model wholly on the GPU does.
 //!
-//! [`Model::from_source_placed`] is the load `--device` and `--gpu-layers` go through: it
-//! resolves the device, measures the model as the GPU would store it ([`model_sizes`]), asks
-//! [`crate::placement::plan`] where each part goes, and builds the model on the CPU, the GPU,
-//! or both.
+//! [`place`] decides where a model goes for `--device` and `--gpu-layers`: it resolves the
+//! device, measures the model as the GPU would store it ([`model_sizes`]) and asks
+//! [`crate::placement::plan`] where each part goes; `Model::from_source_placed` builds the
+//! model there (on the CPU, the GPU, or both, through the device registry).
 //!
 //! Invariants: the two parts' layer ranges are `0..k` and `k..n` of one model, and a split
 //! cache's halves hold exactly those layers (checked each pass: an error, not a panic); the
 //! driver is generic over the second part's backend, so the same code runs a split of two
 //! CPU parts, whose logits are bit-identical to the unsplit CPU model's (this module's
-//! tests); LoRA adapters apply in both parts through each backend's own pass.
+//! tests); LoRA adapters apply in both parts through each backend's own pass;
+//! `first_non_finite` runs each part's stages on its own device, the hidden state handed
+//! over through host memory.
 
 use super::backend::Backend;
 use super::cpu::Cpu;
 use super::cuda;
 use super::parts::{fresh_sequence, PartSpec, Parts};
 use super::pass::with_pass;
-use super::{place_on, BatchSegment, Model, NonFiniteStage, Placed};
+use super::placed::{BatchSegment, NonFiniteStage, Placed};
 use crate::device::{Device, DeviceChoice};
 use crate::placement::{self, GpuMemory, ModelSizes, Placement, PlacementRequest};
 use crate::source::ModelSource;
@@ -124,18 +126,30 @@ impl<G: Backend> Split<G> {
             )));
         }
         let front_parts = &self.front;
-        let hidden = with_pass(&Cpu, front, segments, seqs, |kv, a, pass| {
-            front_parts.embed_segments(cfg, segments, a)?;
-            front_parts.run_layers(cfg, kv, a, pass)?;
-            // [total, hidden]: handed over, the buffer regrows next step.
-            Ok(std::mem::take(&mut a.x))
-        })?;
+        let hidden = with_pass(
+            &Cpu,
+            front,
+            segments.iter().map(|s| s.adapter),
+            seqs,
+            |kv, a, pass| {
+                front_parts.embed_segments(cfg, segments, a)?;
+                front_parts.run_layers(cfg, kv, a, pass)?;
+                // [total, hidden]: handed over, the buffer regrows next step.
+                Ok(std::mem::take(&mut a.x))
+            },
+        )?;
         let back_parts = &self.back;
-        with_pass(&back_parts.backend, back, segments, seqs, |kv, a, pass| {
-            back_parts.backend.copy_from_host(&hidden, &mut a.x)?;
-            back_parts.run_layers(cfg, kv, a, pass)?;
-            back_parts.run_head(cfg, logit_rows, a, pass)
-        })
+        with_pass(
+            &back_parts.backend,
+            back,
+            segments.iter().map(|s| s.adapter),
+            seqs,
+            |kv, a, pass| {
+                back_parts.backend.copy_from_host(&hidden, &mut a.x)?;
+                back_parts.run_layers(cfg, kv, a, pass)?;
+                back_parts.run_head(cfg, logit_rows, a, pass)
+            },
+        )
     }
 }
 
@@ -296,49 +310,10 @@ pub fn place(
     Ok((resolved.device, placement))
 }
 
-impl Model {
-    /// Builds the forward pass for `source` where `device` and `gpu_layers` say ([`place`]),
-    /// and returns how it was placed.
-    ///
-    /// Errors: [`place`]'s, and the build's own.
-    pub fn from_source_placed(
-        source: &ModelSource,
-        device: DeviceChoice,
-        gpu_layers: Option<usize>,
-    ) -> Result<(Model, Placement), ModelError> {
-        let cfg = &source.config;
-        let (device, placement) = place(source, device, gpu_layers)?;
-        let model = match device {
-            Device::Cuda(ordinal) if !placement.all_cpu() => {
-                if placement.all_gpu() {
-                    Model::from_source_on(source, Device::Cuda(ordinal))?
-                } else {
-                    let split_at = Some(placement.gpu_layers.start);
-                    let weights = place_on(cfg, &source.weights, Device::Cuda(ordinal), split_at)
-                        .map_err(|e| super::with_path(source, e))?;
-                    Model {
-                        config: cfg.clone(),
-                        weights,
-                    }
-                }
-            }
-            _ => Model::from_source_on(source, Device::Cpu)?,
-        };
-        Ok((model, placement))
-    }
-
-    /// Decoder layers whose K/V live in GPU memory: all of them for a model on a GPU, the
-    /// GPU part's for a split one, none on the CPU (the engine sizes the two halves of a
-    /// split cache from this).
-    pub fn kv_layers_on_gpu(&self) -> usize {
-        self.weights.kv_layers_on_device()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::Logits;
+    use crate::arch::{Logits, Model};
     use crate::open_model;
     use std::path::PathBuf;
 
