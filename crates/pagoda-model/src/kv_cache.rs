@@ -14,15 +14,16 @@
 //! the model on its device (`Model::try_new_paged_cache`: each backend's own K/V layer type,
 //! `crate::arch::backend::Backend::KvLayer`, in host or GPU memory), and names no device
 //! itself. A model split between devices gets a cache of two caches
-//! ([`PagedKvCache::split`]): its first layers' K/V on the first device, the rest on the
+//! (`PagedKvCache::split`): its first layers' K/V on the first device, the rest on the
 //! second, one set of blocks.
 //!
 //! Extension point, per-sequence state: a kind of cache other than paged K/V (the recurrent
-//! state of a hybrid model's SSM layers, one slot per sequence rather than blocks per
-//! position) is held by the same [`KvStorage`], beside the K/V layers, as a second
-//! backend-owned type per layer (an associated type next to `Backend::KvLayer`), with the
-//! slot a sequence uses named in its batch segment as its block table is; the paging here
-//! stays as it is.
+//! state of a hybrid model's SSM layers: one slot per sequence rather than blocks per
+//! position) goes into the same [`KvStorage`]: a second backend-owned associated type beside
+//! `Backend::KvLayer`, made by the backend as the K/V layers are, held by the storage
+//! (`crate::arch::pass::DeviceKv`) beside its `layers` and handed to the stack with them;
+//! the slot a sequence uses is named in its batch segment as its block table is. The paging
+//! here does not change, and neither does any code outside the backends and that storage.
 //!
 //! Invariants: every layer's K and V storages share the cache's shape and dtype; a
 //! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them

@@ -55,7 +55,9 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// One RoPE table (frequencies and scaling) on the device.
     type Rope: Send + Sync + std::fmt::Debug;
     /// One layer's paged keys and values, `[n_blocks, block_size, kv_dim]` each, in the
-    /// device's memory.
+    /// device's memory. (A second kind of per-sequence cache, such as the recurrent state of
+    /// a hybrid model's SSM layers, is a second associated type beside this one: see the
+    /// extension point in [`crate::kv_cache`].)
     type KvLayer: Send + Sync + std::fmt::Debug + 'static;
     /// What a forward pass keeps between calls (the activation buffers and the like), held
     /// in the KV cache beside the layers.

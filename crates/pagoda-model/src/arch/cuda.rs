@@ -24,7 +24,8 @@
 //!   their caches share its stream, so work is ordered without events.
 //! - Nothing here synchronizes except [`Backend::logits`], which copies the logits to the
 //!   host at the end of the pass: a failed kernel surfaces there at the latest, as a
-//!   [`ModelError::Gpu`] naming it.
+//!   [`ModelError::Gpu`] naming it (and [`Backend::to_host`], which only
+//!   `Model::first_non_finite` calls, between the stages it looks into).
 //! - Uploading a model first checks the GPU memory its weights will take (stored bytes of the
 //!   matrices kept quantized, bf16 for the others: `cuda_weights::device_bytes`) against the
 //!   GPU's free memory, and refuses it with both sizes rather than failing halfway.

@@ -19,7 +19,9 @@ use pagoda_kernels::paged_attention::SeqAttention;
 use std::any::Any;
 use std::sync::Arc;
 
-/// The K/V layers of a cache on `B`'s device, and `B`'s reusable pass state.
+/// The K/V layers of a cache on `B`'s device, and `B`'s reusable pass state. (Per-sequence
+/// state of another kind, such as recurrent state, is held here beside `layers`: see the
+/// extension point in [`crate::kv_cache`].)
 #[derive(Debug)]
 pub(crate) struct DeviceKv<B: Backend> {
     backend: B,
