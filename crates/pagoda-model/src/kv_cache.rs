@@ -1,139 +1,172 @@
 //! KV caches: [`PagedKvCache`], the paged keys and values of every layer shared by many
 //! sequences, and [`KvCache`], one sequence's cache built on it (one private block table).
 //!
-//! Layout: per layer a K and a V [`KvBlockStorage`] of `n_blocks` blocks of `block_size` token
-//! rows of `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`), stored
-//! as f16, f32 or FP8 E4M3 with a static scale ([`KvDtype`]; on a GPU f16 is kept as bf16,
-//! FP8 as the same codes). A block's bytes follow the dtype ([`PagedKvCache::bytes_per_block`]),
-//! so FP8 holds twice f16's blocks in the same memory. A sequence's position `p` lives in block `table[p / block_size]`,
-//! slot `p % block_size`; which blocks a sequence owns is the caller's policy (the engine's
-//! block pool), never this module's.
+//! Layout: per layer a K and a V of `n_blocks` blocks of `block_size` token rows of
+//! `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`), stored as f16,
+//! f32 or FP8 E4M3 with a static scale ([`KvDtype`]). A block's bytes follow the dtype
+//! ([`PagedKvCache::bytes_per_block`]), so FP8 holds twice f16's blocks in the same memory.
+//! A sequence's position `p` lives in block `table[p / block_size]`, slot `p % block_size`;
+//! which blocks a sequence owns is the caller's policy (the engine's block pool), never this
+//! module's.
 //!
-//! A model split between the CPU and a GPU gets a cache of two caches ([`PagedKvCache::split`]):
-//! its CPU layers' K/V in host memory, its GPU layers' in the GPU's, one set of blocks.
+//! This module owns the paging (the cache's shape, block tables, block copies, the checks);
+//! how a layer's K/V are stored is the device's: the cache holds a [`KvStorage`], made by
+//! the model on its device (`Model::try_new_paged_cache`: each backend's own K/V layer type,
+//! `crate::arch::backend::Backend::KvLayer`, in host or GPU memory), and names no device
+//! itself. A model split between devices gets a cache of two caches
+//! (`PagedKvCache::split`): its first layers' K/V on the first device, the rest on the
+//! second, one set of blocks.
+//!
+//! Extension point, per-sequence state: a kind of cache other than paged K/V (the recurrent
+//! state of a hybrid model's SSM layers: one slot per sequence rather than blocks per
+//! position) goes into the same [`KvStorage`]: a second backend-owned associated type beside
+//! `Backend::KvLayer`, made by the backend as the K/V layers are, held by the storage
+//! (`crate::arch::pass::DeviceKv`) beside its `layers` and handed to the stack with them;
+//! the slot a sequence uses is named in its batch segment as its block table is. The paging
+//! here does not change, and neither does any code outside the backends and that storage.
 //!
 //! Invariants: every layer's K and V storages share the cache's shape and dtype; a
 //! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them
 //! returned; `truncate` only shortens (a conversation that diverges recomputes from the common
-//! prefix). The activation scratch of the forward pass lives here too, because the cache is the
-//! one `&mut` a forward pass gets: buffers grow to the largest batch seen and are reused.
+//! prefix). The reusable state of the forward pass (activation buffers, on the device) lives in
+//! the storage too, because the cache is the one `&mut` a forward pass gets: buffers grow to
+//! the largest batch seen and are reused.
 
-use crate::arch::cuda::{CudaKvLayer, CudaScratch};
-use crate::arch::layers::Scratch;
+use crate::observer::LinearObserver;
 use crate::{ModelConfig, ModelError};
-use pagoda_cuda::GpuContext;
 use pagoda_kernels::kv_blocks::KvBlockStorage;
 pub use pagoda_kernels::kv_blocks::KvDtype;
+use std::any::Any;
 use std::sync::Arc;
 
 /// Block size of a single-sequence [`KvCache`] (the engine's default too, so both run the same
 /// attention path).
 const SINGLE_SEQUENCE_BLOCK_SIZE: usize = 16;
 
-/// One layer's keys and values in host memory.
-pub(crate) type CpuKvLayer = (KvBlockStorage, KvBlockStorage);
+/// The shape every layer of a [`PagedKvCache`] shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    pub n_blocks: usize,
+    /// Positions per block.
+    pub block_size: usize,
+    /// `n_kv_heads * head_dim`: values per position per layer, for K and for V each.
+    pub kv_dim: usize,
+    pub dtype: KvDtype,
+}
+
+impl KvShape {
+    /// Values per layer of K (or of V).
+    pub fn layer_values(&self) -> usize {
+        self.n_blocks * self.block_size * self.kv_dim
+    }
+}
+
+/// The K/V of a cache's layers on one device, with that device's reusable forward-pass state:
+/// what a [`PagedKvCache`] holds, made by the model for its device. Blocks are indexed as
+/// the cache's (see the module docs); the forward pass reaches the device's own types through
+/// [`KvStorage::as_any_mut`].
+pub trait KvStorage: Any + Send + Sync + std::fmt::Debug {
+    /// Layers held.
+    fn n_layers(&self) -> usize;
+
+    /// Bytes of K/V storage held (not counting the reusable activation scratch).
+    fn memory_bytes(&self) -> usize;
+
+    /// Copies every slot of block `src` into block `dst`, in every layer, K and V (both
+    /// within the cache's blocks: the caller checks).
+    fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError>;
+
+    /// Keys and values of `layer` when they are in host memory (`None` elsewhere).
+    fn host_layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)>;
+
+    /// Where the K/V live and as what, for reports (see [`PagedKvCache::storage`]).
+    fn storage(&self) -> String;
+
+    /// Where the K/V live, for errors: `in host memory`, `in GPU memory (NAME)`.
+    fn whereabouts(&self) -> String;
+
+    /// Makes every later forward pass over this storage report its linear layers' inputs to
+    /// `observer` (where the device's pass has the hook; a no-op elsewhere).
+    fn set_observer(&mut self, observer: Option<Arc<dyn LinearObserver>>);
+
+    /// The storage as its own type, for the forward pass of its device.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
 
 /// Paged keys and values of every layer.
 #[derive(Debug)]
 pub struct PagedKvCache {
-    n_blocks: usize,
-    block_size: usize,
-    dtype: KvDtype,
-    kv_dim: usize,
+    shape: KvShape,
     n_layers: usize,
-    store: KvStore,
+    storage: Box<dyn KvStorage>,
 }
 
-/// Where the K/V live: in host memory for a CPU model, in the GPU's for a CUDA one (the
-/// cache is made by the model, on the model's device).
+/// The two halves of a cache for a model split between devices (`arch::split`): the first
+/// layers' K/V in `front`, the rest in `back`; one set of blocks, indexed by the same block
+/// tables in both.
 #[derive(Debug)]
-enum KvStore {
-    Cpu {
-        /// Per layer: (keys, values), each `[n_blocks, block_size, kv_dim]`.
-        layers: Vec<(KvBlockStorage, KvBlockStorage)>,
-        /// The CPU forward pass's reusable state.
-        scratch: Box<Scratch>,
-    },
-    Cuda {
-        /// Per layer: bf16 keys and values in GPU memory, `[n_blocks * block_size, kv_dim]`.
-        layers: Vec<CudaKvLayer>,
-        /// The GPU forward pass's reusable state.
-        scratch: Box<CudaScratch>,
-        gpu: Arc<GpuContext>,
-    },
-    /// A model split between devices (`arch::split`): the first layers' K/V in `front` (host
-    /// memory), the rest in `back` (the GPU's); one set of blocks, indexed by the same block
-    /// tables in both.
-    Split {
-        front: Box<PagedKvCache>,
-        back: Box<PagedKvCache>,
-    },
+struct SplitStorage {
+    front: PagedKvCache,
+    back: PagedKvCache,
+}
+
+impl KvStorage for SplitStorage {
+    fn n_layers(&self) -> usize {
+        self.front.n_layers + self.back.n_layers
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.front.memory_bytes() + self.back.memory_bytes()
+    }
+
+    fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError> {
+        self.front.copy_block(src, dst)?;
+        self.back.copy_block(src, dst)
+    }
+
+    fn host_layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
+        self.front.layer(layer)
+    }
+
+    fn storage(&self) -> String {
+        format!(
+            "{} for layers 0..{}, {} for the rest",
+            self.front.storage(),
+            self.front.n_layers,
+            self.back.storage()
+        )
+    }
+
+    fn whereabouts(&self) -> String {
+        "split between the CPU and a GPU".into()
+    }
+
+    fn set_observer(&mut self, observer: Option<Arc<dyn LinearObserver>>) {
+        self.front.set_observer(observer)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 impl PagedKvCache {
-    /// `n_blocks` blocks of `block_size` positions for every layer of a model shaped by `cfg`.
-    ///
-    /// Panics if `block_size` is zero (a caller bug, not an input error).
-    pub fn new(cfg: &ModelConfig, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
-        assert!(block_size > 0, "KV block size must be positive");
-        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
-        let storage = || KvBlockStorage::new(dtype, n_blocks, block_size, kv_dim);
+    /// A cache of `shape` over `storage` (the device's K/V of every layer, made for `shape`).
+    /// The host-memory cache is [`PagedKvCache::new`]; a cache on the model's device comes
+    /// from `Model::try_new_paged_cache`.
+    pub(crate) fn with_storage(shape: KvShape, storage: Box<dyn KvStorage>) -> Self {
         PagedKvCache {
-            n_blocks,
-            block_size,
-            dtype,
-            kv_dim,
-            n_layers: cfg.n_layers,
-            store: KvStore::Cpu {
-                layers: (0..cfg.n_layers).map(|_| (storage(), storage())).collect(),
-                scratch: Box::default(),
-            },
+            shape,
+            n_layers: storage.n_layers(),
+            storage,
         }
-    }
-
-    /// `n_blocks` blocks of `block_size` positions for every layer, in `gpu`'s memory, K/V
-    /// as bf16 (a 16-bit `dtype` is stored as bf16 there) or FP8 E4M3 codes; f32 is refused.
-    pub(crate) fn new_cuda(
-        cfg: &ModelConfig,
-        n_blocks: usize,
-        block_size: usize,
-        dtype: KvDtype,
-        gpu: &Arc<GpuContext>,
-    ) -> Result<Self, ModelError> {
-        let fp8 = match dtype {
-            KvDtype::F16 => false,
-            KvDtype::Fp8E4m3 => true,
-            KvDtype::F32 => {
-                return Err(ModelError::InvalidConfig(format!(
-                    "a KV cache of {dtype} on the GPU: the CUDA path stores K/V as bf16 or \
-                     FP8; use --kv-cache-dtype f16 (kept as bf16 on the GPU) or fp8"
-                )))
-            }
-        };
-        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
-        let len = n_blocks * block_size * kv_dim;
-        let layers = (0..cfg.n_layers)
-            .map(|_| CudaKvLayer::zeroed(gpu, len, fp8))
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        Ok(PagedKvCache {
-            n_blocks,
-            block_size,
-            dtype,
-            kv_dim,
-            n_layers: cfg.n_layers,
-            store: KvStore::Cuda {
-                layers,
-                scratch: Box::default(),
-                gpu: gpu.clone(),
-            },
-        })
     }
 
     /// One cache of `front`'s layers followed by `back`'s, for a model split between
     /// devices (`arch::split`): both must have the same blocks, block size and K/V width, so
     /// one block table indexes both.
     pub(crate) fn split(front: PagedKvCache, back: PagedKvCache) -> Result<Self, ModelError> {
-        let shape = |c: &PagedKvCache| (c.n_blocks, c.block_size, c.kv_dim);
+        let shape = |c: &PagedKvCache| (c.shape.n_blocks, c.shape.block_size, c.shape.kv_dim);
         if shape(&front) != shape(&back) {
             return Err(ModelError::InvalidConfig(format!(
                 "the two halves of a split KV cache differ: (blocks, block size, K/V width) \
@@ -142,26 +175,19 @@ impl PagedKvCache {
                 shape(&back)
             )));
         }
-        Ok(PagedKvCache {
-            n_blocks: front.n_blocks,
-            block_size: front.block_size,
-            dtype: front.dtype,
-            kv_dim: front.kv_dim,
-            n_layers: front.n_layers + back.n_layers,
-            store: KvStore::Split {
-                front: Box::new(front),
-                back: Box::new(back),
-            },
-        })
+        Ok(Self::with_storage(
+            front.shape,
+            Box::new(SplitStorage { front, back }),
+        ))
     }
 
     /// The halves of a split cache: the first layers', and the rest's.
     pub(crate) fn split_mut(
         &mut self,
     ) -> Result<(&mut PagedKvCache, &mut PagedKvCache), ModelError> {
-        match &mut self.store {
-            KvStore::Split { front, back } => Ok((&mut **front, &mut **back)),
-            _ => Err(ModelError::InvalidBatch(
+        match self.storage.as_any_mut().downcast_mut::<SplitStorage>() {
+            Some(SplitStorage { front, back }) => Ok((front, back)),
+            None => Err(ModelError::InvalidBatch(
                 "a split model's forward pass over a KV cache on one device: make the cache \
                  with the model's try_new_paged_cache"
                     .into(),
@@ -169,27 +195,42 @@ impl PagedKvCache {
         }
     }
 
+    /// The device's storage, for a forward pass on that device.
+    pub(crate) fn storage_mut(&mut self) -> &mut dyn KvStorage {
+        &mut *self.storage
+    }
+
+    /// Where the K/V live, for errors (see [`KvStorage::whereabouts`]).
+    pub(crate) fn whereabouts(&self) -> String {
+        self.storage.whereabouts()
+    }
+
     /// Bytes one block takes over all layers, K and V together.
     pub fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: KvDtype) -> usize {
         2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * dtype.bytes()
     }
 
+    /// The shape every layer shares.
+    pub fn shape(&self) -> KvShape {
+        self.shape
+    }
+
     pub fn n_blocks(&self) -> usize {
-        self.n_blocks
+        self.shape.n_blocks
     }
 
     /// Positions per block.
     pub fn block_size(&self) -> usize {
-        self.block_size
+        self.shape.block_size
     }
 
     pub fn dtype(&self) -> KvDtype {
-        self.dtype
+        self.shape.dtype
     }
 
     /// `n_kv_heads * head_dim`: values per position per layer, for K and for V each.
     pub fn kv_dim(&self) -> usize {
-        self.kv_dim
+        self.shape.kv_dim
     }
 
     /// Layers held.
@@ -199,17 +240,7 @@ impl PagedKvCache {
 
     /// Bytes of K/V storage held (not counting the reusable activation scratch).
     pub fn memory_bytes(&self) -> usize {
-        match &self.store {
-            KvStore::Cpu { layers, .. } => layers
-                .iter()
-                .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
-                .sum(),
-            // bf16 for f16: the same bytes per value as the dtype says.
-            KvStore::Cuda { layers, .. } => {
-                layers.len() * 2 * self.layer_values() * self.dtype.bytes()
-            }
-            KvStore::Split { front, back } => front.memory_bytes() + back.memory_bytes(),
-        }
+        self.storage.memory_bytes()
     }
 
     /// Copies every slot of block `src` into block `dst`, in every layer, K and V
@@ -217,150 +248,57 @@ impl PagedKvCache {
     /// range (or the device fails).
     pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError> {
         for b in [src, dst] {
-            if b as usize >= self.n_blocks {
+            if b as usize >= self.shape.n_blocks {
                 return Err(ModelError::InvalidBatch(format!(
                     "block copy names block {b}, but the KV cache has {} blocks",
-                    self.n_blocks
+                    self.shape.n_blocks
                 )));
             }
         }
-        match &mut self.store {
-            KvStore::Cpu { layers, .. } => {
-                for (k, v) in layers {
-                    k.copy_block(src, dst);
-                    v.copy_block(src, dst);
-                }
-            }
-            KvStore::Cuda { layers, gpu, .. } => {
-                let block = self.block_size * self.kv_dim;
-                let (src, dst) = (src as usize * block, dst as usize * block);
-                if src != dst {
-                    for layer in layers {
-                        layer.copy_within(gpu, src, dst, block)?;
-                    }
-                }
-            }
-            KvStore::Split { front, back } => {
-                front.copy_block(src, dst)?;
-                back.copy_block(src, dst)?;
-            }
-        }
-        Ok(())
+        self.storage.copy_block(src, dst)
     }
 
     /// Keys and values of `layer` of a CPU cache (reading back positions in tests and
     /// debugging); `None` for a cache in GPU memory (and a split cache's GPU layers).
     pub fn layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
-        match &self.store {
-            KvStore::Cpu { layers, .. } => layers.get(layer).map(|(k, v)| (k, v)),
-            KvStore::Cuda { .. } => None,
-            KvStore::Split { front, .. } => front.layer(layer),
-        }
-    }
-
-    /// The layers and the forward pass's scratch of a CPU cache.
-    pub(crate) fn cpu_parts_mut(
-        &mut self,
-    ) -> Result<(&mut [CpuKvLayer], &mut Scratch), ModelError> {
-        match &mut self.store {
-            KvStore::Cpu { layers, scratch } => Ok((layers, &mut **scratch)),
-            KvStore::Cuda { gpu, .. } => Err(ModelError::InvalidBatch(format!(
-                "a CPU forward pass over a KV cache in GPU memory ({}): make the cache with \
-                 the model's try_new_paged_cache",
-                gpu.gpu().name
-            ))),
-            KvStore::Split { .. } => Err(split_cache_error("CPU")),
-        }
-    }
-
-    /// The layers and the forward pass's scratch of a cache in GPU memory.
-    pub(crate) fn cuda_parts_mut(
-        &mut self,
-    ) -> Result<(&mut [CudaKvLayer], &mut CudaScratch), ModelError> {
-        match &mut self.store {
-            KvStore::Cuda {
-                layers, scratch, ..
-            } => Ok((layers, &mut **scratch)),
-            KvStore::Cpu { .. } => Err(ModelError::InvalidBatch(
-                "a GPU forward pass over a KV cache in host memory: make the cache with the \
-                 model's try_new_paged_cache"
-                    .into(),
-            )),
-            KvStore::Split { .. } => Err(split_cache_error("GPU")),
-        }
-    }
-
-    /// Values per layer of K (or of V).
-    fn layer_values(&self) -> usize {
-        self.n_blocks * self.block_size * self.kv_dim
+        self.storage.host_layer(layer)
     }
 
     /// Where the K/V live and as what, for reports: `f16`, `f32`, `fp8`, `bf16 on cuda:0`,
     /// `fp8 on cuda:0`.
     pub fn storage(&self) -> String {
-        match &self.store {
-            KvStore::Cpu { .. } => self.dtype.to_string(),
-            KvStore::Cuda { gpu, .. } => {
-                let kind = match self.dtype {
-                    KvDtype::Fp8E4m3 => "fp8",
-                    _ => "bf16",
-                };
-                format!("{kind} on cuda:{}", gpu.gpu().ordinal)
-            }
-            KvStore::Split { front, back } => format!(
-                "{} for layers 0..{}, {} for the rest",
-                front.storage(),
-                front.n_layers,
-                back.storage()
-            ),
-        }
+        self.storage.storage()
     }
 
     /// Makes every later forward pass over this cache report its linear layers' inputs to
     /// `observer` (calibration; CPU caches only — a no-op elsewhere).
-    pub(crate) fn set_observer(
-        &mut self,
-        observer: Option<std::sync::Arc<dyn crate::arch::layers::LinearObserver>>,
-    ) {
-        match &mut self.store {
-            KvStore::Cpu { scratch, .. } => {
-                scratch.observer = crate::arch::layers::ObserverSlot(observer)
-            }
-            KvStore::Cuda { .. } => {}
-            KvStore::Split { front, .. } => front.set_observer(observer),
-        }
+    pub(crate) fn set_observer(&mut self, observer: Option<Arc<dyn LinearObserver>>) {
+        self.storage.set_observer(observer)
     }
 
     /// Checks that `block_table` can hold positions `0..end` and names only blocks of this
     /// cache.
     pub(crate) fn check_table(&self, block_table: &[u32], end: usize) -> Result<(), ModelError> {
-        let covered = block_table.len().saturating_mul(self.block_size);
+        let block_size = self.shape.block_size;
+        let covered = block_table.len().saturating_mul(block_size);
         if covered < end {
             return Err(ModelError::BlockTableTooShort {
                 needed: end,
                 covered,
             });
         }
-        let used = end.div_ceil(self.block_size);
+        let used = end.div_ceil(block_size);
         if let Some(&bad) = block_table[..used]
             .iter()
-            .find(|&&b| b as usize >= self.n_blocks)
+            .find(|&&b| b as usize >= self.shape.n_blocks)
         {
             return Err(ModelError::InvalidBatch(format!(
                 "block table names block {bad}, but the KV cache has {} blocks",
-                self.n_blocks
+                self.shape.n_blocks
             )));
         }
         Ok(())
     }
-}
-
-/// The error of a one-device forward pass over a split cache.
-fn split_cache_error(device: &str) -> ModelError {
-    ModelError::InvalidBatch(format!(
-        "a {device} forward pass over a KV cache split between the CPU and a GPU: make the \
-         cache with the model's try_new_paged_cache"
-    ))
 }
 
 /// Keys and values of one sequence, for every layer: a [`PagedKvCache`] whose blocks all
@@ -413,10 +351,7 @@ impl KvCache {
 
     /// Makes every later forward pass over this cache report its linear layers' inputs to
     /// `observer` (calibration for GPTQ/AWQ); `None` stops it.
-    pub fn set_observer(
-        &mut self,
-        observer: Option<std::sync::Arc<dyn crate::arch::layers::LinearObserver>>,
-    ) {
+    pub fn set_observer(&mut self, observer: Option<Arc<dyn LinearObserver>>) {
         self.paged.set_observer(observer);
     }
 

@@ -1,4 +1,5 @@
-//! The device seam: the few operations a forward pass asks of the device it runs on.
+//! The device seam: the few operations a forward pass asks of the device it runs on, and the
+//! device's own storage of the KV cache.
 //!
 //! Every architecture ([`super::llama`], [`super::gemma3`]) is written once, generic over a
 //! [`Backend`], out of these operations: load a linear layer, an RMSNorm and a RoPE table
@@ -7,27 +8,44 @@
 //! the parts every architecture shares, embed tokens and compute the logits rows. What an
 //! activation is ([`Backend::Act`]: a host `Vec<f32>` on the CPU, an f32 buffer in GPU
 //! memory on CUDA), how a weight is stored (the file's quantized blocks in CPU strips; bf16
-//! in GPU memory) and how a layer's K/V live ([`Backend::KvLayer`]) are the backend's.
+//! in GPU memory), how a layer's K/V live ([`Backend::KvLayer`]) and what a pass keeps
+//! between calls ([`Backend::Scratch`]) are the backend's. A [`crate::PagedKvCache`] holds
+//! them without naming the backend (`super::pass::DeviceKv`); a model on one device
+//! (`super::Parts`) and a model split over two (`super::split`) are each one generic
+//! implementation over this trait.
+//!
+//! Adding a device is one module implementing [`Backend`] and its arm in the device
+//! registry (`super::place_on`).
 //!
 //! Invariants:
 //! - An activation holds `rows × width` f32 values, row-major; every operation sizes its
 //!   outputs itself (callers never pre-size), so buffers are reused across layers and steps.
 //! - The batch of one forward pass (which rows are which sequence's, at which positions,
 //!   through which block table; the LoRA adapters by rows; the calibration observer) is the
-//!   backend's [`Backend::Pass`], built by the model before the first layer and read by
-//!   [`Backend::linears`] and [`Backend::attention`] only.
+//!   backend's [`Backend::Pass`], built by [`Backend::with_pass`] before the first layer and
+//!   read by [`Backend::linears`] and [`Backend::attention`] only.
 //! - Operations do not synchronize with the device; the logits come back to the host at the
 //!   end of the pass ([`Backend::logits`]), which is where a device error surfaces at the
 //!   latest.
 
+use super::adapter::LoraWeights;
 use crate::config::RopeScaling;
+use crate::device::Device;
+use crate::kv_cache::KvShape;
+use crate::observer::LinearObserver;
 use crate::weights::Weights;
-use crate::{ModelConfig, ModelError};
+use crate::{KvDtype, ModelConfig, ModelError};
 use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::kv_blocks::KvBlockStorage;
+use pagoda_kernels::paged_attention::SeqAttention;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// A device the forward pass can run on (see the module docs).
-pub trait Backend: Send + Sync + Sized + 'static {
+pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
+    /// The device's name in errors: `CPU`, `GPU`.
+    const NAME: &'static str;
+
     /// A `[rows, width]` f32 activation on the device.
     type Act: Default + Send;
     /// A linear layer's weight (and bias), ready on the device.
@@ -36,10 +54,82 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Norm: Send + Sync + std::fmt::Debug;
     /// One RoPE table (frequencies and scaling) on the device.
     type Rope: Send + Sync + std::fmt::Debug;
-    /// One layer's paged keys and values.
-    type KvLayer: Send;
+    /// One layer's paged keys and values, `[n_blocks, block_size, kv_dim]` each, in the
+    /// device's memory. (A second kind of per-sequence cache, such as the recurrent state of
+    /// a hybrid model's SSM layers, is a second associated type beside this one: see the
+    /// extension point in [`crate::kv_cache`].)
+    type KvLayer: Send + Sync + std::fmt::Debug + 'static;
+    /// What a forward pass keeps between calls (the activation buffers and the like), held
+    /// in the KV cache beside the layers.
+    type Scratch: Default + Send + Sync + std::fmt::Debug + 'static;
     /// One forward pass's batch (see the module docs).
     type Pass<'a>;
+
+    /// The device this backend runs on.
+    fn device(&self) -> Device;
+
+    /// The device's free and total memory in bytes (`None` for host memory).
+    fn memory_info(&self) -> Result<Option<(u64, u64)>, ModelError>;
+
+    /// Bytes of device memory one pass of up to `rows` rows, `logit_rows` of them with
+    /// logits, needs beside the weights and the KV cache (0 where the scratch is the
+    /// process's own memory).
+    fn workspace_bytes(&self, cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64;
+
+    /// `n_layers` layers of zeroed K/V of `shape` (errors: a dtype the device cannot store,
+    /// memory that runs out).
+    fn new_kv_layers(
+        &self,
+        n_layers: usize,
+        shape: &KvShape,
+    ) -> Result<Vec<Self::KvLayer>, ModelError>;
+
+    /// Copies every slot of block `src` into block `dst` in every layer of `kv`, K and V
+    /// (both within `shape`'s blocks: the caller checks).
+    fn copy_kv_block(
+        &self,
+        kv: &mut [Self::KvLayer],
+        shape: &KvShape,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), ModelError>;
+
+    /// Bytes the K/V layers `kv` of `shape` hold.
+    fn kv_bytes(&self, kv: &[Self::KvLayer], shape: &KvShape) -> usize;
+
+    /// A layer's keys and values when they are [`KvBlockStorage`]s in host memory.
+    fn host_kv(_kv: &Self::KvLayer) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
+        None
+    }
+
+    /// How K/V of `dtype` are stored here, for reports: `f16`, `bf16 on cuda:0`.
+    fn kv_storage(&self, dtype: KvDtype) -> String;
+
+    /// Where K/V live here, for errors: `in host memory`, `in GPU memory (NAME)`.
+    fn kv_whereabouts(&self) -> String;
+
+    /// Makes later passes with `scratch` report their linear layers' inputs to `observer`
+    /// (a no-op on a device whose pass has no such hook).
+    fn set_observer(_scratch: &mut Self::Scratch, _observer: Option<Arc<dyn LinearObserver>>) {}
+
+    /// Sets up one forward pass over `kv` (the layers of a cache of `block_size`) and the
+    /// cache's `scratch`: the pass of the sequences `seqs` (rows, positions, block tables)
+    /// with `adapters[i]` applied on `seqs[i]`'s rows, and runs `body` over the layers, the
+    /// activations and the pass.
+    fn with_pass<'s, R: Send>(
+        &self,
+        kv: &mut [Self::KvLayer],
+        scratch: &mut Self::Scratch,
+        block_size: usize,
+        seqs: &[SeqAttention<'_>],
+        adapters: impl Iterator<Item = Option<&'s LoraWeights>>,
+        body: impl for<'p> FnOnce(
+                &mut [Self::KvLayer],
+                &mut Activations<Self::Act>,
+                &mut Self::Pass<'p>,
+            ) -> Result<R, ModelError>
+            + Send,
+    ) -> Result<R, ModelError>;
 
     /// Loads `name` (`[rows, cols]`, and `bias` when given and present) onto the device.
     fn load_linear(
@@ -150,6 +240,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `out = host` (`[rows, width]` f32 in host memory): the hidden state a part of a split
     /// model hands to the part on this device ([`super::split`]).
     fn copy_from_host(&self, host: &[f32], out: &mut Self::Act) -> Result<(), ModelError>;
+
+    /// `x` in host memory (waiting for the device): the stages `Model::first_non_finite`
+    /// looks into, and the hidden state a part of a split model hands on.
+    fn to_host(&self, x: &Self::Act) -> Result<Vec<f32>, ModelError>;
 
     /// The logits of the rows `rows` of `x` (final norm, output head, soft-cap when set), on
     /// the host: `[Σ rows, vocab]`.

@@ -1,22 +1,60 @@
 //! The CPU [`Backend`]: the seam's operations over pagoda-kernels, unchanged from before the
 //! seam existed (activations are host `Vec<f32>`s, linears the file's quantized blocks in
-//! strips, K/V in [`KvBlockStorage`]s of f16 or f32).
+//! strips, K/V in [`KvBlockStorage`]s of f16, f32 or FP8 in host memory, the pass's reusable
+//! state a [`Scratch`]), and the host-memory KV cache ([`PagedKvCache::new`]).
 //!
-//! Invariant: each operation is the same kernel call, on the same buffers, that the forward
+//! Invariants: each operation is the same kernel call, on the same buffers, that the forward
 //! pass made before it was written over a backend, so the CPU keeps its speed and its
-//! bit-exact outputs (golden tests against llama.cpp hold unchanged).
+//! bit-exact outputs (golden tests against llama.cpp hold unchanged); a pass runs hot
+//! (`pagoda_kernels::hot_pool::run_hot`: on a worker of the kernels' pool, helpers polling
+//! between its parallel loops) with the LoRA batch of the scratch cleared before and after
+//! it.
 
-use super::adapter::LoraBatch;
+use super::adapter::{LoraBatch, LoraWeights};
 use super::backend::{Activation, Activations, Backend};
-use super::layers::{Linear, ObserverSlot, RmsNorm, Rope};
+use super::layers::{Linear, ObserverSlot, RmsNorm, Rope, Scratch};
+use super::pass::DeviceKv;
 use crate::config::RopeScaling;
+use crate::device::Device;
+use crate::kv_cache::KvShape;
+use crate::observer::LinearObserver;
 use crate::weights::Weights;
-use crate::{ModelConfig, ModelError};
+use crate::{KvDtype, ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::kv_blocks::KvBlockStorage;
 use pagoda_kernels::ops;
 use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
 use std::ops::Range;
+use std::sync::Arc;
+
+/// One layer's keys and values in host memory, each `[n_blocks, block_size, kv_dim]`.
+pub type CpuKvLayer = (KvBlockStorage, KvBlockStorage);
+
+/// `n_layers` layers of zeroed K/V of `shape` in host memory.
+fn host_layers(n_layers: usize, shape: &KvShape) -> Vec<CpuKvLayer> {
+    let storage =
+        || KvBlockStorage::new(shape.dtype, shape.n_blocks, shape.block_size, shape.kv_dim);
+    (0..n_layers).map(|_| (storage(), storage())).collect()
+}
+
+impl PagedKvCache {
+    /// `n_blocks` blocks of `block_size` positions for every layer of a model shaped by `cfg`,
+    /// in host memory (the CPU's cache; `Model::try_new_paged_cache` makes one on the model's
+    /// device).
+    ///
+    /// Panics if `block_size` is zero (a caller bug, not an input error).
+    pub fn new(cfg: &ModelConfig, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+        assert!(block_size > 0, "KV block size must be positive");
+        let shape = KvShape {
+            n_blocks,
+            block_size,
+            dtype,
+            kv_dim: cfg.n_kv_heads * cfg.head_dim,
+        };
+        let layers = host_layers(cfg.n_layers, &shape);
+        PagedKvCache::with_storage(shape, Box::new(DeviceKv::new(Cpu, shape, layers)))
+    }
+}
 
 /// The CPU backend (stateless: the kernels pick their SIMD path themselves).
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,12 +69,108 @@ pub struct CpuPass<'a> {
 }
 
 impl Backend for Cpu {
+    const NAME: &'static str = "CPU";
     type Act = Vec<f32>;
     type Linear = Linear;
     type Norm = RmsNorm;
     type Rope = Rope;
-    type KvLayer = (KvBlockStorage, KvBlockStorage);
+    type KvLayer = CpuKvLayer;
+    type Scratch = Scratch;
     type Pass<'a> = CpuPass<'a>;
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn memory_info(&self) -> Result<Option<(u64, u64)>, ModelError> {
+        Ok(None)
+    }
+
+    /// 0: the CPU's scratch is counted with the process.
+    fn workspace_bytes(&self, _cfg: &ModelConfig, _rows: usize, _logit_rows: usize) -> u64 {
+        0
+    }
+
+    fn new_kv_layers(
+        &self,
+        n_layers: usize,
+        shape: &KvShape,
+    ) -> Result<Vec<CpuKvLayer>, ModelError> {
+        Ok(host_layers(n_layers, shape))
+    }
+
+    fn copy_kv_block(
+        &self,
+        kv: &mut [CpuKvLayer],
+        _shape: &KvShape,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), ModelError> {
+        for (k, v) in kv {
+            k.copy_block(src, dst);
+            v.copy_block(src, dst);
+        }
+        Ok(())
+    }
+
+    fn kv_bytes(&self, kv: &[CpuKvLayer], _shape: &KvShape) -> usize {
+        kv.iter()
+            .map(|(k, v)| k.memory_bytes() + v.memory_bytes())
+            .sum()
+    }
+
+    fn host_kv(kv: &CpuKvLayer) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
+        Some((&kv.0, &kv.1))
+    }
+
+    fn kv_storage(&self, dtype: KvDtype) -> String {
+        dtype.to_string()
+    }
+
+    fn kv_whereabouts(&self) -> String {
+        "in host memory".into()
+    }
+
+    fn set_observer(scratch: &mut Scratch, observer: Option<Arc<dyn LinearObserver>>) {
+        scratch.observer = ObserverSlot(observer);
+    }
+
+    fn with_pass<'s, R: Send>(
+        &self,
+        kv: &mut [CpuKvLayer],
+        scratch: &mut Scratch,
+        _block_size: usize,
+        seqs: &[SeqAttention<'_>],
+        adapters: impl Iterator<Item = Option<&'s LoraWeights>>,
+        body: impl for<'p> FnOnce(
+                &mut [CpuKvLayer],
+                &mut Activations<Vec<f32>>,
+                &mut CpuPass<'p>,
+            ) -> Result<R, ModelError>
+            + Send,
+    ) -> Result<R, ModelError> {
+        scratch.lora.clear();
+        for (adapter, seq) in adapters.zip(seqs) {
+            if let Some(a) = adapter {
+                scratch.lora.push(seq.rows.clone(), a.clone());
+            }
+        }
+        // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the kernels'
+        // rayon pool, with the hot pool's helpers polling between its parallel loops instead
+        // of parking, so no kernel call waits for a sleeping thread (or a halted vCPU) to
+        // wake. A caller already inside a pass runs it in place.
+        pagoda_kernels::hot_pool::run_hot(|| {
+            let mut pass = CpuPass {
+                seqs,
+                lora: &mut scratch.lora,
+                observer: &scratch.observer,
+            };
+            let out = body(kv, &mut scratch.act, &mut pass);
+            // The output head is never adapted (LoraWeights refuses lm_head targets).
+            scratch.lora.clear();
+            out
+        })
+    }
 
     fn load_linear(
         &self,
@@ -181,6 +315,10 @@ impl Backend for Cpu {
         out.clear();
         out.extend_from_slice(host);
         Ok(())
+    }
+
+    fn to_host(&self, x: &Vec<f32>) -> Result<Vec<f32>, ModelError> {
+        Ok(x.clone())
     }
 
     fn embed(

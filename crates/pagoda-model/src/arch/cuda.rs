@@ -1,5 +1,6 @@
 //! The CUDA [`Backend`]: the seam's operations on an NVIDIA GPU through pagoda-cuda (NVRTC
-//! kernels, cuBLAS GEMMs), and the GPU's half of the KV cache and the pass's scratch.
+//! kernels, cuBLAS GEMMs), and the GPU's K/V layers ([`CudaKvLayer`]) and pass scratch
+//! ([`CudaScratch`]), which a KV cache on the GPU holds.
 //!
 //! Layout: weights are uploaded once (`cuda_weights.rs`): a matrix in a block format the GPU
 //! multiplies in place (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, INT8, INT4, NF4, NF4_DQ) keeps
@@ -23,7 +24,8 @@
 //!   their caches share its stream, so work is ordered without events.
 //! - Nothing here synchronizes except [`Backend::logits`], which copies the logits to the
 //!   host at the end of the pass: a failed kernel surfaces there at the latest, as a
-//!   [`ModelError::Gpu`] naming it.
+//!   [`ModelError::Gpu`] naming it (and [`Backend::to_host`], which only
+//!   `Model::first_non_finite` calls, between the stages it looks into).
 //! - Uploading a model first checks the GPU memory its weights will take (stored bytes of the
 //!   matrices kept quantized, bf16 for the others: `cuda_weights::device_bytes`) against the
 //!   GPU's free memory, and refuses it with both sizes rather than failing halfway.
@@ -33,8 +35,10 @@ use super::backend::{Activation, Activations, Backend};
 use super::cuda_weights::{self, CudaWeight};
 use super::layers::{load_vector, Rope};
 use crate::config::RopeScaling;
+use crate::device::Device;
+use crate::kv_cache::KvShape;
 use crate::weights::Weights;
-use crate::{ModelConfig, ModelError};
+use crate::{KvDtype, ModelConfig, ModelError};
 use half::bf16;
 use pagoda_cuda::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use pagoda_cuda::{
@@ -44,6 +48,7 @@ use pagoda_cuda::{
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::kv_blocks::FP8_DEFAULT_SCALE;
 use pagoda_kernels::ops::RopeStyle;
+use pagoda_kernels::paged_attention::SeqAttention;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -342,12 +347,122 @@ impl CudaScratch {
 }
 
 impl Backend for Cuda {
+    const NAME: &'static str = "GPU";
     type Act = CudaAct;
     type Linear = CudaLinear;
     type Norm = CudaNorm;
     type Rope = CudaRope;
     type KvLayer = CudaKvLayer;
+    type Scratch = CudaScratch;
     type Pass<'a> = CudaPass<'a>;
+
+    fn device(&self) -> Device {
+        Device::Cuda(self.gpu.gpu().ordinal)
+    }
+
+    fn memory_info(&self) -> Result<Option<(u64, u64)>, ModelError> {
+        Ok(Some(self.gpu.memory_info()?))
+    }
+
+    fn workspace_bytes(&self, cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64 {
+        workspace_bytes(cfg, rows, logit_rows)
+    }
+
+    /// K/V as bf16 (a 16-bit dtype is stored as bf16 here) or FP8 E4M3 codes; f32 is
+    /// refused.
+    fn new_kv_layers(
+        &self,
+        n_layers: usize,
+        shape: &KvShape,
+    ) -> Result<Vec<CudaKvLayer>, ModelError> {
+        let fp8 = match shape.dtype {
+            KvDtype::F16 => false,
+            KvDtype::Fp8E4m3 => true,
+            KvDtype::F32 => {
+                return Err(ModelError::InvalidConfig(format!(
+                    "a KV cache of {} on the GPU: the CUDA path stores K/V as bf16 or \
+                     FP8; use --kv-cache-dtype f16 (kept as bf16 on the GPU) or fp8",
+                    shape.dtype
+                )))
+            }
+        };
+        let len = shape.layer_values();
+        (0..n_layers)
+            .map(|_| CudaKvLayer::zeroed(&self.gpu, len, fp8))
+            .collect()
+    }
+
+    fn copy_kv_block(
+        &self,
+        kv: &mut [CudaKvLayer],
+        shape: &KvShape,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), ModelError> {
+        let block = shape.block_size * shape.kv_dim;
+        let (src, dst) = (src as usize * block, dst as usize * block);
+        if src != dst {
+            for layer in kv {
+                layer.copy_within(&self.gpu, src, dst, block)?;
+            }
+        }
+        Ok(())
+    }
+
+    // bf16 for f16: the same bytes per value as the dtype says.
+    fn kv_bytes(&self, kv: &[CudaKvLayer], shape: &KvShape) -> usize {
+        kv.len() * 2 * shape.layer_values() * shape.dtype.bytes()
+    }
+
+    fn kv_storage(&self, dtype: KvDtype) -> String {
+        let kind = match dtype {
+            KvDtype::Fp8E4m3 => "fp8",
+            _ => "bf16",
+        };
+        format!("{kind} on cuda:{}", self.gpu.gpu().ordinal)
+    }
+
+    fn kv_whereabouts(&self) -> String {
+        format!("in GPU memory ({})", self.gpu.gpu().name)
+    }
+
+    fn with_pass<'s, R: Send>(
+        &self,
+        kv: &mut [CudaKvLayer],
+        scratch: &mut CudaScratch,
+        block_size: usize,
+        seqs: &[SeqAttention<'_>],
+        adapters: impl Iterator<Item = Option<&'s LoraWeights>>,
+        body: impl for<'p> FnOnce(
+                &mut [CudaKvLayer],
+                &mut Activations<CudaAct>,
+                &mut CudaPass<'p>,
+            ) -> Result<R, ModelError>
+            + Send,
+    ) -> Result<R, ModelError> {
+        let spans: Vec<pagoda_cuda::SeqSpan<'_>> = seqs
+            .iter()
+            .map(|s| pagoda_cuda::SeqSpan {
+                first_row: s.rows.start,
+                rows: s.rows.len(),
+                start: s.start,
+                block_table: s.block_table,
+            })
+            .collect();
+        let batch = AttentionBatch::upload(&self.gpu, &spans, block_size)?;
+        let lora = adapters
+            .zip(seqs)
+            .filter_map(|(adapter, seq)| Some((seq.rows.clone(), adapter?.clone())))
+            .collect();
+        let (act, parts_of_scratch) = scratch.split();
+        let mut pass = CudaPass {
+            batch,
+            block_size,
+            lora,
+            scratch: parts_of_scratch,
+        };
+        body(kv, act, &mut pass)
+    }
 
     fn load_linear(
         &self,
@@ -638,6 +753,16 @@ impl Backend for Cuda {
             .stream()
             .memcpy_htod(host, &mut x.slice_mut(0..host.len()))
             .map_err(|e| driver("cuMemcpyHtoD", e))
+    }
+
+    fn to_host(&self, x: &CudaAct) -> Result<Vec<f32>, ModelError> {
+        let host = self
+            .gpu
+            .stream()
+            .clone_dtoh(&x.get()?.slice(0..x.len))
+            .map_err(|e| driver("cuMemcpyDtoH", e))?;
+        self.gpu.synchronize()?;
+        Ok(host)
     }
 
     fn embed(

@@ -235,13 +235,7 @@ fn pack_strips(weight: &TensorView, rows: usize, cols: usize) -> Result<TensorVi
     .map_err(fault)
 }
 
-/// Sees the input of every linear layer of a forward pass: what calibration-aware
-/// quantization (GPTQ's Hessians, AWQ's channel statistics) is computed from.
-pub trait LinearObserver: Send + Sync {
-    /// `x` (`[n, cols]`) is about to be multiplied by each weight named in `weights` (the
-    /// layers that share one input, such as Q, K and V, come in one call).
-    fn observe(&self, weights: &[&str], x: &[f32], n: usize);
-}
+pub use crate::observer::LinearObserver;
 
 /// The observer of a forward pass, if any (a newtype so that [`Scratch`] stays `Debug`).
 #[derive(Clone, Default)]

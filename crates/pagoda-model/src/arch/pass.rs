@@ -1,114 +1,135 @@
-//! Setting up one backend's forward pass over a KV cache: [`OnCache::with_pass`] takes the
-//! backend's K/V layers and reusable scratch out of a [`PagedKvCache`] on its device, builds
-//! the backend's [`Backend::Pass`] for the batch (rows → sequence, position, block table; the
-//! LoRA adapters by rows) and runs a body over them. A model on one device runs its whole
-//! pass in one body; a split model ([`super::split`]) runs one body per device.
+//! A backend's part of a KV cache, and setting up its forward pass over one: [`DeviceKv`] is
+//! what a [`PagedKvCache`] made on a backend's device holds (the backend's own K/V layers and
+//! pass scratch, behind the cache's device-blind [`KvStorage`]); [`with_pass`] takes them back
+//! out for a pass of that backend and runs a body over them through [`Backend::with_pass`]. A
+//! model on one device runs its whole pass in one body; a split model ([`super::split`]) runs
+//! one body per device.
 //!
-//! Invariants: the CPU's body runs hot (`pagoda_kernels::hot_pool::run_hot`: on a worker of the
-//! kernels' pool, helpers polling between its parallel loops) with the CPU LoRA batch cleared
-//! before and after it; the GPU's body gets the batch's block tables uploaded once; a cache
-//! on another device (or split) is an error, never a panic.
+//! Invariants: a [`DeviceKv`] holds the layers of its cache's shape, made by its backend; a
+//! cache of another device (or split) given to a backend's pass is an error naming both,
+//! never a panic.
 
+use super::adapter::LoraWeights;
 use super::backend::{Activations, Backend};
-use super::cpu::{Cpu, CpuPass};
-use super::cuda::{Cuda, CudaPass};
-use super::BatchSegment;
+use crate::kv_cache::{KvShape, KvStorage};
+use crate::observer::LinearObserver;
 use crate::{ModelError, PagedKvCache};
+use pagoda_kernels::kv_blocks::KvBlockStorage;
 use pagoda_kernels::paged_attention::SeqAttention;
+use std::any::Any;
+use std::sync::Arc;
 
-/// A backend that can run a forward pass over a [`PagedKvCache`] of its device.
-pub(crate) trait OnCache: Backend {
-    /// Runs `body` over `cache`'s K/V layers, the pass's activations and the pass of the
-    /// batch `segments` (laid out as `seqs`).
-    fn with_pass<R: Send>(
-        &self,
-        cache: &mut PagedKvCache,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        body: impl for<'p> FnOnce(
-                &mut [Self::KvLayer],
-                &mut Activations<Self::Act>,
-                &mut Self::Pass<'p>,
-            ) -> Result<R, ModelError>
-            + Send,
-    ) -> Result<R, ModelError>;
+/// The K/V layers of a cache on `B`'s device, and `B`'s reusable pass state. (Per-sequence
+/// state of another kind, such as recurrent state, is held here beside `layers`: see the
+/// extension point in [`crate::kv_cache`].)
+#[derive(Debug)]
+pub(crate) struct DeviceKv<B: Backend> {
+    backend: B,
+    shape: KvShape,
+    pub(crate) layers: Vec<B::KvLayer>,
+    pub(crate) scratch: Box<B::Scratch>,
 }
 
-impl OnCache for Cpu {
-    fn with_pass<R: Send>(
-        &self,
-        cache: &mut PagedKvCache,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        body: impl for<'p> FnOnce(
-                &mut [Self::KvLayer],
-                &mut Activations<Vec<f32>>,
-                &mut CpuPass<'p>,
-            ) -> Result<R, ModelError>
-            + Send,
-    ) -> Result<R, ModelError> {
-        let (kv, scratch) = cache.cpu_parts_mut()?;
-        // The whole pass runs hot (`pagoda_kernels::hot_pool`): on a worker of the kernels'
-        // rayon pool, with the hot pool's helpers polling between its parallel loops instead
-        // of parking, so no kernel call waits for a sleeping thread (or a halted vCPU) to
-        // wake. A caller already inside a pass runs it in place.
-        pagoda_kernels::hot_pool::run_hot(|| {
-            scratch.lora.clear();
-            for (seg, seq) in segments.iter().zip(seqs) {
-                if let Some(a) = seg.adapter {
-                    scratch.lora.push(seq.rows.clone(), a.clone());
-                }
-            }
-            let mut pass = CpuPass {
-                seqs,
-                lora: &mut scratch.lora,
-                observer: &scratch.observer,
-            };
-            let out = body(kv, &mut scratch.act, &mut pass);
-            // The output head is never adapted (LoraWeights refuses lm_head targets).
-            scratch.lora.clear();
-            out
-        })
+impl<B: Backend> DeviceKv<B> {
+    /// `layers` of `shape` made by `backend`, with a fresh scratch.
+    pub(crate) fn new(backend: B, shape: KvShape, layers: Vec<B::KvLayer>) -> Self {
+        DeviceKv {
+            backend,
+            shape,
+            layers,
+            scratch: Box::default(),
+        }
+    }
+
+    /// A cache of `n_layers` layers of `shape` on `backend`'s device.
+    pub(crate) fn cache(
+        backend: B,
+        n_layers: usize,
+        shape: KvShape,
+    ) -> Result<PagedKvCache, ModelError> {
+        let layers = backend.new_kv_layers(n_layers, &shape)?;
+        Ok(PagedKvCache::with_storage(
+            shape,
+            Box::new(Self::new(backend, shape, layers)),
+        ))
+    }
+
+    /// `cache`'s storage if it is `B`'s, else the error of a `B` pass over it.
+    pub(crate) fn of(cache: &mut PagedKvCache) -> Result<&mut Self, ModelError> {
+        // The error's text is made only on the error path (a pass allocates nothing here).
+        if !cache.storage_mut().as_any_mut().is::<Self>() {
+            return Err(ModelError::InvalidBatch(format!(
+                "a {} forward pass over a KV cache {}: make the cache with the model's \
+                 try_new_paged_cache",
+                B::NAME,
+                cache.whereabouts()
+            )));
+        }
+        cache
+            .storage_mut()
+            .as_any_mut()
+            .downcast_mut::<Self>()
+            .ok_or_else(|| ModelError::Device("a KV cache changed device".into()))
     }
 }
 
-impl OnCache for Cuda {
-    fn with_pass<R: Send>(
-        &self,
-        cache: &mut PagedKvCache,
-        segments: &[BatchSegment<'_>],
-        seqs: &[SeqAttention<'_>],
-        body: impl for<'p> FnOnce(
-                &mut [Self::KvLayer],
-                &mut Activations<Self::Act>,
-                &mut CudaPass<'p>,
-            ) -> Result<R, ModelError>
-            + Send,
-    ) -> Result<R, ModelError> {
-        let block_size = cache.block_size();
-        let (kv, scratch) = cache.cuda_parts_mut()?;
-        let spans: Vec<pagoda_cuda::SeqSpan<'_>> = seqs
-            .iter()
-            .map(|s| pagoda_cuda::SeqSpan {
-                first_row: s.rows.start,
-                rows: s.rows.len(),
-                start: s.start,
-                block_table: s.block_table,
-            })
-            .collect();
-        let batch = pagoda_cuda::AttentionBatch::upload(self.gpu(), &spans, block_size)?;
-        let lora = segments
-            .iter()
-            .zip(seqs)
-            .filter_map(|(seg, seq)| Some((seq.rows.clone(), seg.adapter?.clone())))
-            .collect();
-        let (act, parts_of_scratch) = scratch.split();
-        let mut pass = CudaPass {
-            batch,
-            block_size,
-            lora,
-            scratch: parts_of_scratch,
-        };
-        body(kv, act, &mut pass)
+impl<B: Backend> KvStorage for DeviceKv<B> {
+    fn n_layers(&self) -> usize {
+        self.layers.len()
     }
+
+    fn memory_bytes(&self) -> usize {
+        self.backend.kv_bytes(&self.layers, &self.shape)
+    }
+
+    fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError> {
+        self.backend
+            .copy_kv_block(&mut self.layers, &self.shape, src, dst)
+    }
+
+    fn host_layer(&self, layer: usize) -> Option<(&KvBlockStorage, &KvBlockStorage)> {
+        B::host_kv(self.layers.get(layer)?)
+    }
+
+    fn storage(&self) -> String {
+        self.backend.kv_storage(self.shape.dtype)
+    }
+
+    fn whereabouts(&self) -> String {
+        self.backend.kv_whereabouts()
+    }
+
+    fn set_observer(&mut self, observer: Option<Arc<dyn LinearObserver>>) {
+        B::set_observer(&mut self.scratch, observer)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Runs `body` over `cache`'s K/V layers (on `backend`'s device), the pass's activations and
+/// the pass of the sequences `seqs`, `adapters[i]` applied on `seqs[i]`'s rows.
+pub(crate) fn with_pass<'s, B: Backend, R: Send>(
+    backend: &B,
+    cache: &mut PagedKvCache,
+    adapters: impl Iterator<Item = Option<&'s LoraWeights>>,
+    seqs: &[SeqAttention<'_>],
+    body: impl for<'p> FnOnce(
+            &mut [B::KvLayer],
+            &mut Activations<B::Act>,
+            &mut B::Pass<'p>,
+        ) -> Result<R, ModelError>
+        + Send,
+) -> Result<R, ModelError> {
+    let block_size = cache.block_size();
+    let kv = DeviceKv::<B>::of(cache)?;
+    backend.with_pass(
+        &mut kv.layers,
+        &mut kv.scratch,
+        block_size,
+        seqs,
+        adapters,
+        body,
+    )
 }

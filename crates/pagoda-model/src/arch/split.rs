@@ -9,30 +9,33 @@
 //! the GPU once, runs the GPU layers and the head there, and brings the logits back as a
 //! model wholly on the GPU does.
 //!
-//! [`Model::from_source_placed`] is the load `--device` and `--gpu-layers` go through: it
-//! resolves the device, measures the model as the GPU would store it ([`model_sizes`]), asks
-//! [`crate::placement::plan`] where each part goes, and builds the model on the CPU, the GPU,
-//! or both.
+//! [`place`] decides where a model goes for `--device` and `--gpu-layers`: it resolves the
+//! device, measures the model as the GPU would store it ([`model_sizes`]) and asks
+//! [`crate::placement::plan`] where each part goes; `Model::from_source_placed` builds the
+//! model there (on the CPU, the GPU, or both, through the device registry).
 //!
 //! Invariants: the two parts' layer ranges are `0..k` and `k..n` of one model, and a split
 //! cache's halves hold exactly those layers (checked each pass: an error, not a panic); the
 //! driver is generic over the second part's backend, so the same code runs a split of two
 //! CPU parts, whose logits are bit-identical to the unsplit CPU model's (this module's
-//! tests); LoRA adapters apply in both parts through each backend's own pass.
+//! tests); LoRA adapters apply in both parts through each backend's own pass;
+//! `first_non_finite` runs each part's stages on its own device, the hidden state handed
+//! over through host memory.
 
 use super::backend::Backend;
 use super::cpu::Cpu;
-use super::cuda::{self, Cuda};
-use super::pass::OnCache;
-use super::{BatchSegment, Model, OnDevice, PartSpec, Parts};
+use super::cuda;
+use super::parts::{fresh_sequence, PartSpec, Parts};
+use super::pass::with_pass;
+use super::placed::{BatchSegment, NonFiniteStage, Placed};
 use crate::device::{Device, DeviceChoice};
 use crate::placement::{self, GpuMemory, ModelSizes, Placement, PlacementRequest};
 use crate::source::ModelSource;
 use crate::weights::Weights;
-use crate::{KvDtype, ModelConfig, ModelError, PagedKvCache};
+use crate::{KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::paged_attention::SeqAttention;
+use std::any::Any;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// A model's layers `0..k` (and embedding) on the CPU, `k..n` (and head) on backend `G`.
 #[derive(Debug)]
@@ -71,15 +74,8 @@ impl<G: Backend> Split<G> {
         })
     }
 
-    pub(crate) fn front(&self) -> &Parts<Cpu> {
-        &self.front
-    }
-
-    pub(crate) fn back(&self) -> &Parts<G> {
-        &self.back
-    }
-
     /// The layers on the second device.
+    #[cfg(test)]
     pub(crate) fn back_layers(&self) -> Range<usize> {
         self.back.layers.clone()
     }
@@ -109,7 +105,7 @@ impl<G: Backend> Split<G> {
     }
 }
 
-impl<G: OnCache> Split<G> {
+impl<G: Backend> Split<G> {
     /// The forward pass of a validated batch (see the module docs).
     pub(crate) fn run(
         &self,
@@ -130,40 +126,102 @@ impl<G: OnCache> Split<G> {
             )));
         }
         let front_parts = &self.front;
-        let hidden = Cpu.with_pass(front, segments, seqs, |kv, a, pass| {
-            front_parts.embed_segments(cfg, segments, a)?;
-            front_parts.run_layers(cfg, kv, a, pass)?;
-            // [total, hidden]: handed over, the buffer regrows next step.
-            Ok(std::mem::take(&mut a.x))
-        })?;
+        let hidden = with_pass(
+            &Cpu,
+            front,
+            segments.iter().map(|s| s.adapter),
+            seqs,
+            |kv, a, pass| {
+                front_parts.embed_segments(cfg, segments, a)?;
+                front_parts.run_layers(cfg, kv, a, pass)?;
+                // [total, hidden]: handed over, the buffer regrows next step.
+                Ok(std::mem::take(&mut a.x))
+            },
+        )?;
         let back_parts = &self.back;
-        back_parts
-            .backend
-            .with_pass(back, segments, seqs, |kv, a, pass| {
+        with_pass(
+            &back_parts.backend,
+            back,
+            segments.iter().map(|s| s.adapter),
+            seqs,
+            |kv, a, pass| {
                 back_parts.backend.copy_from_host(&hidden, &mut a.x)?;
                 back_parts.run_layers(cfg, kv, a, pass)?;
                 back_parts.run_head(cfg, logit_rows, a, pass)
-            })
+            },
+        )
     }
 }
 
-impl Split<Cuda> {
-    pub(crate) fn gpu(&self) -> &Arc<pagoda_cuda::GpuContext> {
-        self.back.backend.gpu()
+/// A model split between the CPU and `G`'s device.
+impl<G: Backend> Placed for Split<G> {
+    fn forward_batch(
+        &self,
+        cfg: &ModelConfig,
+        segments: &[BatchSegment<'_>],
+        seqs: &[SeqAttention<'_>],
+        logit_rows: &[Range<usize>],
+        cache: &mut PagedKvCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.run(cfg, segments, seqs, logit_rows, cache)
     }
 
-    /// The split KV cache: CPU layers in host memory, GPU layers in the GPU's (bf16).
-    pub(crate) fn new_cache(
+    /// The split KV cache: the CPU layers' K/V in host memory, the rest on `G`'s device.
+    fn new_cache(
         &self,
         cfg: &ModelConfig,
         n_blocks: usize,
         block_size: usize,
         dtype: KvDtype,
     ) -> Result<PagedKvCache, ModelError> {
-        let gpu = self.gpu().clone();
         self.cache_with(cfg, n_blocks, block_size, dtype, |back_cfg| {
-            PagedKvCache::new_cuda(back_cfg, n_blocks, block_size, dtype, &gpu)
+            self.back.new_cache(back_cfg, n_blocks, block_size, dtype)
         })
+    }
+
+    fn device(&self) -> Device {
+        self.back.backend.device()
+    }
+
+    fn memory_info(&self) -> Result<Option<(u64, u64)>, ModelError> {
+        self.back.backend.memory_info()
+    }
+
+    fn workspace_bytes(&self, cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64 {
+        self.back.backend.workspace_bytes(cfg, rows, logit_rows)
+    }
+
+    fn kv_layers_on_device(&self) -> usize {
+        self.front.kv_layers_on_device() + self.back.kv_layers_on_device()
+    }
+
+    fn linear_shape(&self, name: &str) -> Option<(usize, usize)> {
+        self.front
+            .linear_shape(name)
+            .or_else(|| self.back.linear_shape(name))
+    }
+
+    fn first_non_finite(
+        &self,
+        cfg: &ModelConfig,
+        tokens: &[u32],
+        dtype: KvDtype,
+    ) -> Result<Option<NonFiniteStage>, ModelError> {
+        let mut x = self.front.embed_to_host(cfg, tokens)?;
+        if !x.iter().all(|v| v.is_finite()) {
+            return Ok(Some(NonFiniteStage::Embedding));
+        }
+        let table = fresh_sequence(cfg, tokens.len())?;
+        let mut cache = Placed::new_cache(self, cfg, table.len(), KvCache::BLOCK_SIZE, dtype)?;
+        let (front, back) = cache.split_mut()?;
+        if let Some(stage) = self.front.locate_non_finite(cfg, &mut x, front, &table)? {
+            return Ok(Some(stage));
+        }
+        self.back.locate_non_finite(cfg, &mut x, back, &table)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -252,57 +310,10 @@ pub fn place(
     Ok((resolved.device, placement))
 }
 
-impl Model {
-    /// Builds the forward pass for `source` where `device` and `gpu_layers` say ([`place`]),
-    /// and returns how it was placed.
-    ///
-    /// Errors: [`place`]'s, and the build's own.
-    pub fn from_source_placed(
-        source: &ModelSource,
-        device: DeviceChoice,
-        gpu_layers: Option<usize>,
-    ) -> Result<(Model, Placement), ModelError> {
-        let cfg = &source.config;
-        let (device, placement) = place(source, device, gpu_layers)?;
-        let model = match device {
-            Device::Cuda(ordinal) if !placement.all_cpu() => {
-                if placement.all_gpu() {
-                    Model::from_source_on(source, Device::Cuda(ordinal))?
-                } else {
-                    let split = Split::load(
-                        cfg,
-                        &source.weights,
-                        Cuda::on(ordinal)?,
-                        placement.gpu_layers.start,
-                    )
-                    .map_err(|e| super::with_path(source, e))?;
-                    Model {
-                        config: cfg.clone(),
-                        weights: OnDevice::Split(Box::new(split)),
-                    }
-                }
-            }
-            _ => Model::from_source_on(source, Device::Cpu)?,
-        };
-        Ok((model, placement))
-    }
-
-    /// Decoder layers whose K/V live in GPU memory: all of them for a model on a GPU, the
-    /// GPU part's for a split one, none on the CPU (the engine sizes the two halves of a
-    /// split cache from this).
-    pub fn kv_layers_on_gpu(&self) -> usize {
-        match &self.weights {
-            OnDevice::Cpu(_) => 0,
-            OnDevice::Cuda(_) => self.config.n_layers,
-            OnDevice::Split(s) => s.back_layers().len(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::Logits;
+    use crate::arch::{Logits, Model};
     use crate::open_model;
     use std::path::PathBuf;
 
