@@ -202,9 +202,9 @@ impl EngineCore {
         Ok(())
     }
 
-    /// Queues a request; its events go to `events`. Its constraint, if any, is compiled here
-    /// (on the caller's thread; [`EngineHandle`](crate::EngineHandle) compiles before it
-    /// sends, off the engine thread).
+    /// Queues a request; its events go to `events`. It is checked ([`validate`](Self::validate))
+    /// and its constraint, if any, compiled here (on the caller's thread;
+    /// [`EngineHandle`](crate::EngineHandle) does both in `submit`, off the engine thread).
     pub fn add_request(
         &mut self,
         id: RequestId,
@@ -227,10 +227,16 @@ impl EngineCore {
                 return;
             }
         };
+        if let Err(e) = Self::validate(self.runner.model(), &self.layout, &request) {
+            output::send_error(&events, &e.to_string());
+            return;
+        }
         self.add_compiled(id, request, compiled, events, arrived);
     }
 
-    /// Queues a request whose constraint is already compiled (`None`: it has none).
+    /// Queues a request already checked ([`validate`](Self::validate), once: by
+    /// `EngineHandle::submit` or [`add_request`](Self::add_request)) whose constraint is
+    /// already compiled (`None`: it has none).
     pub(crate) fn add_compiled(
         &mut self,
         id: RequestId,
@@ -239,10 +245,10 @@ impl EngineCore {
         events: Sender<TokenEvent>,
         arrived: Instant,
     ) {
-        if let Err(e) = Self::validate(self.runner.model(), &self.layout, &request) {
-            output::send_error(&events, &e.to_string());
-            return;
-        }
+        debug_assert!(
+            Self::validate(self.runner.model(), &self.layout, &request).is_ok(),
+            "add_compiled takes validated requests"
+        );
         let seq = next_seq_id(&mut self.next_seq);
         let salt = request.adapter.as_ref().map_or(0, |a| a.cache_salt());
         if let Err(e) = self.scheduler.add_with_salt(

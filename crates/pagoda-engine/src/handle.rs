@@ -1,8 +1,9 @@
 //! The thread-safe face of the engine: [`EngineHandle`] owns an [`EngineCore`] on its own
 //! thread and talks to it by messages; each request gets a [`RequestStream`] of events.
 //!
-//! Invariants: only the engine thread touches the core; a request is validated on the
-//! caller's thread (so bad input fails at `submit`, with the error, not later on the stream);
+//! Invariants: only the engine thread touches the core; a request is validated once, on the
+//! caller's thread (so bad input fails at `submit`, with the error, not later on the stream;
+//! the engine thread only `debug_assert`s it);
 //! dropping a stream aborts its request at the next token (client disconnect frees its blocks).
 
 use crate::constraint::{CompiledConstraint, ConstraintError, Constraints};

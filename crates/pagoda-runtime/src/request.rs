@@ -92,6 +92,8 @@ pub struct Knobs {
     pub logit_bias: Option<BTreeMap<String, f32>>,
     pub stop: Vec<String>,
     pub max_tokens: Option<usize>,
+    /// The request field `max_tokens` came from, which its errors name.
+    pub max_tokens_field: LengthField,
     pub n: usize,
     pub ignore_eos: bool,
     /// Turn speculative decoding off for this request (it is on when the engine has it).
@@ -102,6 +104,16 @@ pub struct Knobs {
     /// `structured_outputs`, Ollama's `format`; see [`crate::structured`]) or a forced tool
     /// call (see [`crate::tools`]).
     pub constraint: Option<ConstraintSpec>,
+}
+
+/// The field a request's output length came from: OpenAI's `max_tokens` (or
+/// `max_completion_tokens`), or Ollama's `options.num_predict` (where `-1` means no limit, so
+/// it arrives as no `max_tokens` at all, and `0` is refused in Ollama's words).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LengthField {
+    #[default]
+    MaxTokens,
+    NumPredict,
 }
 
 /// What happens when `prompt + max_tokens` exceeds the context or the ceiling.
@@ -147,7 +159,27 @@ impl Bounds {
     }
 }
 
-/// Builds the engine request for `prompt` (already templated and tokenized).
+impl Bounds {
+    /// What `engine` itself allows, for the CLI's measuring tools (`bench`, `eval`), which
+    /// run a model at its engine's limits, not a Modelfile's: its context, its vocabulary,
+    /// generation ending at the context rather than refusing, no output ceiling, no
+    /// priorities.
+    pub fn engine(engine: &pagoda_engine::EngineHandle) -> Self {
+        Bounds {
+            context: engine.layout().max_model_len,
+            vocab_size: engine.tokenizer().vocab_size(),
+            rule: LengthRule::Clamp,
+            max_tokens_limit: None,
+            priority_scheduling: false,
+        }
+    }
+}
+
+/// Builds the engine request for `prompt` (already templated and tokenized): the one place
+/// the ranges of `max_tokens`, the prompt's length, `priority`, `stop` and the sampling knobs
+/// are checked (the sampling ranges through the engine's
+/// [`SamplingParams::validate`](pagoda_engine::SamplingParams::validate)). Front ends reach
+/// it through a [`Plan`](crate::plan::Plan) builder.
 pub fn engine_request(
     prompt: Vec<u32>,
     base: &SamplingParams,
@@ -155,6 +187,12 @@ pub fn engine_request(
     bounds: &Bounds,
 ) -> Result<EngineRequest, RequestError> {
     let context = bounds.context;
+    if knobs.max_tokens == Some(0) && knobs.max_tokens_field == LengthField::NumPredict {
+        return Err(RequestError::param(
+            "options.num_predict",
+            "num_predict must be positive (or -1 for no limit)",
+        ));
+    }
     if prompt.is_empty() {
         return Err(RequestError::invalid("the prompt is empty"));
     }

@@ -19,17 +19,13 @@ pub const MAX_SCHEMA_NAME: usize = 64;
 
 /// The constraint the OpenAI request's structured-output fields ask for, if any.
 pub fn openai_constraint(s: &StructuredOutput) -> Result<Option<ConstraintSpec>, RequestError> {
-    Ok(constraint_and_field(s)?.map(|(_, c)| c))
+    Ok(openai_constraint_and_field(s)?.map(|(_, c)| c))
 }
 
-/// The field that carries the OpenAI request's constraint (`response_format`, `guided_json`,
-/// ...), if one does: what a 400 for a constraint the grammar engine refuses names.
-pub fn openai_constraint_field(s: &StructuredOutput) -> Option<&'static str> {
-    constraint_and_field(s).ok().flatten().map(|(f, _)| f)
-}
-
-/// The constraint and the field it came from.
-fn constraint_and_field(
+/// The constraint the OpenAI request's structured-output fields ask for and the field it came
+/// from (`response_format`, `guided_json`, ...: what a 400 for a constraint the grammar
+/// engine refuses names), if any.
+pub fn openai_constraint_and_field(
     s: &StructuredOutput,
 ) -> Result<Option<(&'static str, ConstraintSpec)>, RequestError> {
     let present = |v: &Option<Value>| v.as_ref().filter(|v| !v.is_null()).cloned();

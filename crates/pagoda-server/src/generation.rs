@@ -13,7 +13,7 @@ use crate::metrics::RequestObserver;
 use crate::registry::Lease;
 use crate::state::AppState;
 use pagoda_engine::{EngineRequest, RequestStream, TokenEvent};
-use pagoda_runtime::{ChoiceOutput, Collector};
+use pagoda_runtime::{ChoiceOutput, Collector, Plan};
 use std::time::Instant;
 
 /// A submitted request and what is known of it so far.
@@ -33,9 +33,15 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Submits `request` on `lease`'s engine, refusing with 429 when the model's queue
-    /// (requests beyond the running batch) is full.
-    pub fn start(
+    /// Submits `plan` on `lease`'s engine, refusing with 429 when the model's queue
+    /// (requests beyond the running batch) is full; a constraint the engine refuses is
+    /// named by the plan's constraint field.
+    pub fn start(app: &AppState, lease: Lease, plan: Plan, id: String) -> Result<Self, ApiError> {
+        let constraint_field = plan.constraint_field;
+        Self::submit(app, lease, plan.request, id).map_err(|e| e.constraint_param(constraint_field))
+    }
+
+    fn submit(
         app: &AppState,
         lease: Lease,
         mut request: EngineRequest,

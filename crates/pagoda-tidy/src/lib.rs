@@ -9,10 +9,14 @@
 //!   crate), and every Pagoda crate's dependencies on other Pagoda crates follow
 //!   the stated direction ([`codemap::ALLOWED_DEPS`]).
 //!
+//! - [`admission`]: where the front ends refuse `max_tokens`, temperature, `n` and a
+//!   prompt's length by name: one function per field (one admission).
+//!
 //! The checks over the real workspace are `tests/structure.rs`.
 
 #![deny(clippy::unwrap_used)]
 
+pub mod admission;
 pub mod codemap;
 pub mod imports;
 mod lexer;

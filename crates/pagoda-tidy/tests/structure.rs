@@ -106,3 +106,85 @@ fn crate_dependencies_follow_the_stated_direction() {
     }
     assert!(breaks.is_empty(), "{}", breaks.join("\n"));
 }
+
+/// The `.rs` files under `dir`, recursively, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)
+            .expect("readable source folder")
+            .flatten()
+        {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One admission: in the front ends (pagoda-runtime, the server, the CLI), `max_tokens`,
+/// temperature, `n` and a prompt's length are each refused by name in exactly one function,
+/// the plan builders' (pagoda-runtime's `plan` module docs). The engine's `EngineCore::validate`
+/// is the engine's own contract, run once when a plan is submitted; it is not a front end's.
+/// Left out: `tests.rs` files (tests), the server's `error.rs` (it maps the engine's errors to
+/// HTTP answers and checks nothing) and its `openai/embeddings.rs` (embedding inputs are not
+/// a generation prompt and have no plan).
+#[test]
+fn each_request_field_is_range_checked_in_one_place() {
+    use pagoda_tidy::admission::{sites, Field};
+    let front_ends = ["pagoda-runtime", "pagoda-server", "pagoda-cli"];
+    let left_out = ["tests.rs", "error.rs", "embeddings.rs"];
+    let mut found: Vec<(Field, String)> = Vec::new();
+    for krate in front_ends {
+        let src = repo().join("crates").join(krate).join("src");
+        for file in rust_files(&src) {
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if left_out.contains(&name) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            let rel = file
+                .strip_prefix(repo())
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            for s in sites(&text) {
+                found.push((s.field, format!("{rel}:{}", s.function)));
+            }
+        }
+    }
+    found.sort();
+    let want = [
+        (
+            Field::MaxTokens,
+            "crates/pagoda-runtime/src/request.rs:engine_request",
+        ),
+        (
+            Field::Temperature,
+            "crates/pagoda-runtime/src/openai/mod.rs:check_ranges",
+        ),
+        (
+            Field::N,
+            "crates/pagoda-runtime/src/openai/mod.rs:check_ranges",
+        ),
+        (
+            Field::PromptLength,
+            "crates/pagoda-runtime/src/request.rs:engine_request",
+        ),
+    ];
+    let want: Vec<(Field, String)> = want
+        .iter()
+        .map(|(f, s)| (*f, s.replace('/', std::path::MAIN_SEPARATOR_STR)))
+        .collect();
+    assert_eq!(
+        found, want,
+        "each field is checked in one function, the plan builders' (pagoda-runtime's `plan`): \
+         move a new check there instead of adding a second place"
+    );
+}

@@ -1,14 +1,16 @@
-//! `/v1/chat/completions` bodies: the checks, the messages through the model's chat
-//! template, the knobs, and the whole (non-streamed) response.
+//! `/v1/chat/completions` bodies: the chat [`Plan`] builder ([`check`] without the model,
+//! then [`Checked::plan`]: the messages through the model's chat template, the knobs, the
+//! tools and the constraint), and the whole (non-streamed) response.
 
 use super::{check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
 use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
-use crate::request::{Knobs, RequestError};
-use crate::structured::openai_constraint;
+use crate::plan::{plain, Plan};
+use crate::request::{Bounds, Knobs, RequestError};
+use crate::structured::openai_constraint_and_field;
 use crate::tools::{self, ToolSet};
-use pagoda_engine::SampledToken;
+use pagoda_engine::{ConstraintSpec, SampledToken};
 use pagoda_model::chat_template::{
     ChatMessage as TemplateMessage, TemplateFunctionCall, TemplateToolCall,
 };
@@ -20,8 +22,20 @@ use pagoda_protocol::openai::chat::{
 use pagoda_protocol::openai::{FinishReason, TopLogprob};
 use serde_json::Value;
 
-/// Everything about `req` that can be checked without the model.
-pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
+/// A chat body checked without the model: its tool set, structured-output constraint and
+/// template messages, each computed once ([`check`]); [`Checked::plan`] binds it to a model.
+#[derive(Debug)]
+pub struct Checked<'a> {
+    req: &'a ChatCompletionRequest,
+    tools: Option<ToolSet>,
+    /// The structured-output constraint and the field it came from.
+    structured: Option<(&'static str, ConstraintSpec)>,
+    messages: Vec<TemplateMessage>,
+}
+
+/// Everything about `req` that can be checked without the model: the first half of the
+/// chat [`Plan`] builder.
+pub fn check(req: &ChatCompletionRequest) -> Result<Checked<'_>, RequestError> {
     check_ranges(req.temperature, req.n, req.top_logprobs)?;
     if req.top_logprobs.is_some() && !req.logprobs {
         return Err(RequestError::param(
@@ -33,8 +47,9 @@ pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
     if let Some(o) = &req.stream_options {
         check_stream_options(&o.extra)?;
     }
-    let structured = openai_constraint(&req.structured)?;
-    let forcing = tool_set(req)?.is_some_and(|set| set.forces_a_call());
+    let structured = openai_constraint_and_field(&req.structured)?;
+    let tools = tool_set(req)?;
+    let forcing = tools.as_ref().is_some_and(ToolSet::forces_a_call);
     if structured.is_some() && forcing {
         return Err(RequestError::param(
             "tool_choice",
@@ -42,7 +57,52 @@ pub fn check(req: &ChatCompletionRequest) -> Result<(), RequestError> {
              the output too: send one of them",
         ));
     }
-    template_messages(req).map(drop)
+    let messages = template_messages(req)?;
+    Ok(Checked {
+        req,
+        tools,
+        structured,
+        messages,
+    })
+}
+
+impl Checked<'_> {
+    /// The names of the tools whose calls the output is parsed for; `None` when it is not
+    /// parsed (no tools, or `tool_choice: "none"`).
+    pub fn offered_tools(&self) -> Option<Vec<String>> {
+        self.tools.as_ref().map(ToolSet::names)
+    }
+
+    /// The request's plan on `loaded`: the messages (with the model's default system
+    /// message and Modelfile MESSAGE turns) and the tools through its chat template (or the
+    /// fallback prompt, [`tools::encode_prompt`]); the knobs, with the model's Modelfile
+    /// stop strings in front of its own; the output's constraint: the structured-output one,
+    /// or the grammar forcing a call when `tool_choice` is `required` or names a function.
+    pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
+        let req = self.req;
+        let offered_tools = self.offered_tools();
+        let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref())?;
+        let (constraint_field, constraint) = match self.structured {
+            Some((field, c)) => (Some(field), Some(c)),
+            None => match self
+                .tools
+                .as_ref()
+                .and_then(|set| tools::forced_call(set, tools::template_renders_tools(loaded)))
+            {
+                Some(c) => (Some("tools"), Some(c)),
+                None => (None, None),
+            },
+        };
+        let knobs = Knobs {
+            logprobs: req.logprobs.then_some(req.top_logprobs.unwrap_or(0)),
+            max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            ..shared_knobs!(loaded, req, constraint)
+        };
+        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, bounds)?;
+        plan.constraint_field = constraint_field;
+        plan.offered_tools = offered_tools;
+        Ok(plan)
+    }
 }
 
 /// The request's tools, checked; `None` when it asks for no tool use (no tools, or
@@ -55,46 +115,6 @@ pub fn tool_set(req: &ChatCompletionRequest) -> Result<Option<ToolSet>, RequestE
         req.functions.as_ref(),
         req.function_call.as_ref(),
     )
-}
-
-/// The prompt's token ids: the messages (with the model's default system message and
-/// Modelfile MESSAGE turns) and the tools through its chat template (or the fallback prompt,
-/// [`tools::encode_prompt`]).
-pub fn prompt(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Vec<u32>, RequestError> {
-    let set = tool_set(req)?;
-    tools::encode_prompt(loaded, template_messages(req)?, set.as_ref())
-}
-
-/// The request's knobs, with the model's Modelfile stop strings in front of its own, and
-/// the output's constraint: the structured-output one, or the grammar forcing a call when
-/// `tool_choice` is `required` or names a function (an error only for a request [`check`]
-/// refuses).
-pub fn knobs(loaded: &LoadedModel, req: &ChatCompletionRequest) -> Result<Knobs, RequestError> {
-    let constraint = match openai_constraint(&req.structured)? {
-        Some(c) => Some(c),
-        None => tool_set(req)?
-            .and_then(|set| tools::forced_call(&set, tools::template_renders_tools(loaded))),
-    };
-    Ok(Knobs {
-        logprobs: req.logprobs.then_some(req.top_logprobs.unwrap_or(0)),
-        max_tokens: req.max_completion_tokens.or(req.max_tokens),
-        constraint,
-        ..shared_knobs!(loaded, req)
-    })
-}
-
-/// The field a constraint the grammar engine refuses is named by: the structured-output
-/// field, or `tools` for the grammar forcing a call.
-pub fn constraint_field(req: &ChatCompletionRequest) -> Option<&'static str> {
-    crate::structured::openai_constraint_field(&req.structured).or_else(|| {
-        matches!(tool_set(req), Ok(Some(set)) if set.forces_a_call()).then_some("tools")
-    })
-}
-
-/// The names of the tools whose calls the output of `req` is parsed for; `None` when it is
-/// not parsed (no tools, or `tool_choice: "none"`).
-pub fn offered_tools(req: &ChatCompletionRequest) -> Option<Vec<String>> {
-    tool_set(req).ok().flatten().map(|set| set.names())
 }
 
 /// A choice's `finish_reason` once its calls are parsed: `tool_calls` when it made any and

@@ -1,14 +1,16 @@
-//! `/v1/completions` bodies: the checks, each prompt (text or token ids) to token ids and
-//! its `echo` text, the knobs, legacy logprobs, and the whole (non-streamed) response. Each
+//! `/v1/completions` bodies: the completions [`Plan`] builder ([`check`] without the model,
+//! then [`Checked::plan`] per prompt: text or token ids to token ids and its `echo` text,
+//! the knobs), legacy logprobs, and the whole (non-streamed) response. Each
 //! prompt gets `n` choices, numbered prompt-major.
 
 use super::{add_usage, check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
 use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
-use crate::request::{Knobs, RequestError};
-use crate::structured::openai_constraint;
-use pagoda_engine::SampledToken;
+use crate::plan::{plain, Plan};
+use crate::request::{Bounds, Knobs, RequestError};
+use crate::structured::openai_constraint_and_field;
+use pagoda_engine::{ConstraintSpec, SampledToken};
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
@@ -19,14 +21,26 @@ use pagoda_protocol::openai::Usage;
 /// Most prompts in one request.
 pub const MAX_PROMPTS: usize = 64;
 
-/// Everything about `req` that can be checked without the model; returns its prompts.
-pub fn check(req: &CompletionRequest) -> Result<Vec<PromptInput>, RequestError> {
+/// A completions body checked without the model: its prompts and its structured-output
+/// constraint, each read once ([`check`]); [`Checked::plan`] binds one prompt to a model.
+#[derive(Debug)]
+pub struct Checked<'a> {
+    req: &'a CompletionRequest,
+    /// The prompts, each to get `n` choices.
+    pub inputs: Vec<PromptInput>,
+    /// The structured-output constraint and the field it came from.
+    structured: Option<(&'static str, ConstraintSpec)>,
+}
+
+/// Everything about `req` that can be checked without the model: the first half of the
+/// completions [`Plan`] builder.
+pub fn check(req: &CompletionRequest) -> Result<Checked<'_>, RequestError> {
     check_ranges(req.temperature, req.n, req.logprobs)?;
     check_extra(Endpoint::OpenAiCompletions, &req.extra)?;
     if let Some(o) = &req.stream_options {
         check_stream_options(&o.extra)?;
     }
-    openai_constraint(&req.structured)?;
+    let structured = openai_constraint_and_field(&req.structured)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(RequestError::param("suffix", "suffix is not supported"));
     }
@@ -53,14 +67,42 @@ pub fn check(req: &CompletionRequest) -> Result<Vec<PromptInput>, RequestError> 
             ),
         ));
     }
-    Ok(inputs)
+    Ok(Checked {
+        req,
+        inputs,
+        structured,
+    })
+}
+
+impl Checked<'_> {
+    /// The plan of one of the request's prompts on `loaded`, and the prompt's text (what
+    /// `echo` puts in front of its choices): the knobs, with the model's Modelfile stop
+    /// strings in front of the request's own, and the structured-output constraint.
+    pub fn plan(
+        &self,
+        loaded: &LoadedModel,
+        bounds: &Bounds,
+        input: PromptInput,
+    ) -> Result<(Plan, String), RequestError> {
+        let req = self.req;
+        let (prompt, echo) = encode(loaded, input)?;
+        let (constraint_field, constraint) = match &self.structured {
+            Some((field, c)) => (Some(*field), Some(c.clone())),
+            None => (None, None),
+        };
+        let knobs = Knobs {
+            logprobs: req.logprobs,
+            max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+            ..shared_knobs!(loaded, req, constraint)
+        };
+        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, bounds)?;
+        plan.constraint_field = constraint_field;
+        Ok((plan, echo))
+    }
 }
 
 /// Token ids of a prompt and its text (for `echo`).
-pub fn encode(
-    loaded: &LoadedModel,
-    input: PromptInput,
-) -> Result<(Vec<u32>, String), RequestError> {
+fn encode(loaded: &LoadedModel, input: PromptInput) -> Result<(Vec<u32>, String), RequestError> {
     let tok = &loaded.tokenizer;
     match input {
         PromptInput::Text(text) => {
@@ -81,16 +123,6 @@ pub fn encode(
             Ok((ids, text))
         }
     }
-}
-
-/// The request's knobs, with the model's Modelfile stop strings in front of its own and the
-/// structured-output constraint (an error only for a request [`check`] refuses).
-pub fn knobs(loaded: &LoadedModel, req: &CompletionRequest) -> Result<Knobs, RequestError> {
-    Ok(Knobs {
-        logprobs: req.logprobs,
-        max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-        ..shared_knobs!(loaded, req)
-    })
 }
 
 /// One prompt's collected choices and the text `echo` puts in front of them.

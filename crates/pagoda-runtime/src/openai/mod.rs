@@ -3,16 +3,17 @@
 //! HTTP, streaming and model leases) and `pagoda batch` (which reads the same bodies from a
 //! file) both go through here, so the same body gives the same output and the same error.
 //!
-//! Invariant: every check OpenAI documents for a field is made here, before anything is
-//! submitted; the engine's own checks follow in [`crate::request`].
+//! Invariant: every check OpenAI documents for a field is made here, once, before anything
+//! is submitted; each endpoint's `check` then `plan` is its [`Plan`](crate::plan::Plan)
+//! builder, and the ranges the engine also needs are checked in [`crate::request`].
 
 /// The [`Knobs`](crate::Knobs) both OpenAI generation requests spell the same way (the
 /// sampling fields, `stop` after the model's Modelfile stops, `n`, vLLM's `ignore_eos` and
-/// `priority`, Pagoda's `speculative`); each endpoint adds its own `logprobs` and
-/// `max_tokens`, and the structured-output constraint (`?`: used in functions returning
-/// `Result<_, RequestError>`). A macro because the two request types share names, not a type.
+/// `priority`, Pagoda's `speculative`) and the `constraint` their `check` found; each
+/// endpoint adds its own `logprobs` and `max_tokens`. A macro because the two request types
+/// share names, not a type.
 macro_rules! shared_knobs {
-    ($loaded:expr, $req:expr) => {
+    ($loaded:expr, $req:expr, $constraint:expr) => {
         $crate::request::Knobs {
             temperature: $req.temperature,
             top_p: $req.top_p,
@@ -28,7 +29,7 @@ macro_rules! shared_knobs {
             ignore_eos: $req.ignore_eos,
             no_speculation: $req.speculative == Some(false),
             priority: $req.priority,
-            constraint: $crate::structured::openai_constraint(&$req.structured)?,
+            constraint: $constraint,
             ..$crate::request::Knobs::default()
         }
     };

@@ -181,9 +181,9 @@ fn a_tool_round_trip_history_passes() {
             {"role": "tool", "tool_call_id": "call_1", "content": "22C"}
         ]}),
     );
-    crate::openai::chat::check(&r).unwrap();
+    let checked = crate::openai::chat::check(&r).unwrap();
     assert_eq!(
-        crate::openai::chat::offered_tools(&r),
+        checked.offered_tools(),
         Some(vec!["get_weather".to_string()])
     );
 }

@@ -1,9 +1,10 @@
-//! `/api/generate` and `/api/chat`: prompt building (template, `system`, `raw`, `context`),
+//! `/api/generate` and `/api/chat`: the request's plan (`pagoda_runtime::ollama`: prompt
+//! from template, `system`, `raw`, `context` or messages and tools; `options`; `format`),
 //! then one object per token as NDJSON (or one object when `stream: false`), ending with
 //! `done: true`, the done reason and the counts and durations. An empty prompt (or no
 //! messages) only loads the model — or unloads it with `keep_alive: 0` — as Ollama does.
 
-use super::{keep_alive, knobs, line, respond};
+use super::{line, respond};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::generation::Generation;
@@ -14,16 +15,12 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pagoda_engine::{FinishReason, RequestTimings, TokenEvent, Usage};
-use pagoda_model::chat_template::{ChatMessage, TemplateFunctionCall, TemplateToolCall};
 use pagoda_protocol::ollama::{
-    ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, Options,
-    ToolCall, ToolCallFunction,
+    ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, ToolCall,
 };
-use pagoda_runtime::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
-use pagoda_runtime::structured::ollama_format;
-use pagoda_runtime::tools::{self, OutputParser, Piece};
-use pagoda_runtime::{engine_request, Knobs, LengthRule};
-use serde_json::{Map, Value};
+use pagoda_runtime::ollama::{self, ollama_call, ollama_output, ollama_piece, OllamaPiece};
+use pagoda_runtime::tools::{OutputParser, Piece};
+use pagoda_runtime::{LengthRule, Plan};
 use std::time::{Duration, SystemTime};
 
 /// Which endpoint's objects to write.
@@ -43,222 +40,32 @@ pub(super) async fn chat(State(app): State<AppState>, body: Body) -> Response {
     respond(&app, result)
 }
 
-fn refuse_images(images: bool) -> Result<(), ApiError> {
-    if images {
-        return Err(ApiError::invalid_param(
-            "images",
-            "this server's models take text only; leave out `images`",
-        ));
-    }
-    Ok(())
-}
-
 async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: GenerateRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
-    check_extra(Endpoint::OllamaGenerate, &req.extra)?;
-    if let Some(o) = &req.options {
-        check_ollama_options(&o.extra)?;
-    }
-    let constraint = ollama_format(req.format.as_ref())?;
-    refuse_images(req.images.as_ref().is_some_and(|i| !i.is_empty()))?;
-    if req.template.as_deref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::invalid_param(
-            "template",
-            "template overrides are not supported; send `raw: true` with a rendered prompt",
-        ));
-    }
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
-    }
-    let keep = keep_alive(req.keep_alive.as_ref())?;
+    let checked = ollama::check_generate(&req)?;
+    let keep = checked.keep_alive;
     let name = app.model_or_default(&req.model).to_string();
-    if req.prompt.is_empty() && req.context.is_none() {
+    if checked.loads_only() {
         return load_or_unload(app, &name, keep, Kind::Generate).await;
     }
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let loaded = &lease.loaded;
-    let mut prompt = Vec::new();
-    if let Some(ctx) = &req.context {
-        let vocab = loaded.tokenizer.vocab_size();
-        if let Some(bad) = ctx.iter().find(|&&t| t as usize >= vocab) {
-            return Err(ApiError::invalid_param(
-                "context",
-                format!("context token {bad} is out of range for a vocabulary of {vocab}"),
-            ));
-        }
-        prompt.extend_from_slice(ctx);
-    }
-    let turn = if req.raw {
-        loaded.encode_rendered(&req.prompt)
-    } else {
-        let mut messages = Vec::new();
-        if let Some(system) = &req.system {
-            messages.push(ChatMessage::new("system", system));
-        }
-        messages.push(ChatMessage::new("user", &req.prompt));
-        loaded.encode_chat(&loaded.with_preset(messages))
-    }
-    .map_err(|e| ApiError::invalid_param("prompt", format!("cannot build the prompt: {e}")))?;
-    let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
-    prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
-    let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
-    knobs.constraint = constraint;
-    run(
-        app,
-        lease,
-        prompt,
-        knobs,
-        req.stream,
-        Kind::Generate,
-        load,
-        None,
-    )
-    .await
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Clamp))?;
+    run(app, lease, plan, req.stream, Kind::Generate, load).await
 }
 
 async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: ChatRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
-    let images = req
-        .messages
-        .iter()
-        .any(|m| m.images.as_ref().is_some_and(|i| !i.is_empty()));
-    check_extra(Endpoint::OllamaChat, &req.extra)?;
-    if let Some(o) = &req.options {
-        check_ollama_options(&o.extra)?;
-    }
-    let constraint = ollama_format(req.format.as_ref())?;
-    refuse_images(images)?;
-    let tool_set = tools::check_ollama(req.tools.as_deref())?;
-    let keep = keep_alive(req.keep_alive.as_ref())?;
+    let checked = ollama::check_chat(&req)?;
+    let keep = checked.keep_alive;
     let name = app.model_or_default(&req.model).to_string();
-    if req.messages.is_empty() {
+    if checked.loads_only() {
         return load_or_unload(app, &name, keep, Kind::Chat).await;
     }
-    let messages = req
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| template_message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let prompt = tools::encode_prompt(&lease.loaded, messages, tool_set.as_ref())?;
-    let mut knobs = request_knobs(&lease, req.options.as_ref(), req.priority)?;
-    knobs.constraint = constraint;
-    let offered = tool_set.as_ref().map(|s| s.names());
-    run(
-        app,
-        lease,
-        prompt,
-        knobs,
-        req.stream,
-        Kind::Chat,
-        load,
-        offered,
-    )
-    .await
-}
-
-/// An Ollama message as the chat template takes it: its calls (arguments already objects)
-/// and, on a `tool` message, the function's name (`tool_name`, or older clients' `name`).
-/// Fields beyond those are checked ([`check_ollama_message`]); `name` on any other role is
-/// refused.
-fn template_message(i: usize, m: &Message) -> Result<ChatMessage, ApiError> {
-    check_ollama_message(i, &m.extra)?;
-    let name = m.extra.get("name").filter(|v| !v.is_null());
-    if name.is_some() && m.role != "tool" {
-        return Err(ApiError::invalid_param(
-            &format!("messages[{i}].name"),
-            "`name` is read only on tool messages (the function's name; `tool_name` in newer clients)",
-        ));
-    }
-    if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
-        return Err(ApiError::invalid_param(
-            "messages",
-            format!(
-                "unknown role `{}`; use system, user, assistant or tool",
-                m.role
-            ),
-        ));
-    }
-    let mut out = ChatMessage::new(&m.role, &m.content);
-    if let Some(calls) = m.tool_calls.as_ref().filter(|c| !c.is_empty()) {
-        if m.role != "assistant" {
-            return Err(ApiError::invalid_param(
-                "messages",
-                "only assistant messages carry tool_calls",
-            ));
-        }
-        out.tool_calls = Some(
-            calls
-                .iter()
-                .map(|c| TemplateToolCall {
-                    id: None,
-                    kind: "function".into(),
-                    function: TemplateFunctionCall {
-                        name: c.function.name.clone(),
-                        arguments: c.function.arguments.clone(),
-                    },
-                })
-                .collect(),
-        );
-    }
-    if m.role == "tool" {
-        out.name = match (&m.tool_name, name) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(serde_json::Value::String(n))) => Some(n.clone()),
-            (None, Some(other)) => {
-                return Err(ApiError::invalid_param(
-                    &format!("messages[{i}].name"),
-                    format!("`name` must be a string, got {other}"),
-                ))
-            }
-            (None, None) => None,
-        };
-    }
-    Ok(out)
-}
-
-/// What Ollama sends for a parsed piece.
-enum OllamaPiece {
-    /// Message content.
-    Text(String),
-    /// A whole call, its arguments an object.
-    Call(String, Map<String, Value>),
-}
-
-/// A piece as Ollama sends it, or `None` for the pieces of a streamed call: Ollama sends
-/// each call whole, in a message chunk of its own, when it ends. Ollama's `arguments` is an
-/// object, so a streamed call whose arguments text is not one (cut off by `num_predict`, or
-/// bad JSON the model wrote) is sent as content, verbatim from its `<tool_call>` — not as a
-/// call with empty or guessed arguments, which a client would run: nothing the model wrote
-/// is lost, and `done_reason: "length"` tells a cut-off one.
-fn ollama_piece(p: Piece) -> Option<OllamaPiece> {
-    match p {
-        Piece::Content(c) => Some(OllamaPiece::Text(c)),
-        Piece::CallStart { .. } | Piece::CallArguments(_) => None,
-        Piece::Call(c) => Some(match serde_json::from_str(&c.arguments) {
-            Ok(args) => OllamaPiece::Call(c.name, args),
-            // A whole call's arguments are always an object.
-            Err(_) => OllamaPiece::Call(c.name, Map::new()),
-        }),
-        Piece::CallEnd { call, text } => Some(match serde_json::from_str(&call.arguments) {
-            Ok(args) => OllamaPiece::Call(call.name, args),
-            Err(_) => OllamaPiece::Text(text),
-        }),
-    }
-}
-
-/// A call as Ollama's `tool_calls` entry, numbered `index`.
-fn ollama_call(name: String, arguments: Map<String, Value>, index: usize) -> ToolCall {
-    ToolCall {
-        function: ToolCallFunction {
-            index: Some(index),
-            name,
-            arguments: Value::Object(arguments),
-        },
-    }
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Clamp))?;
+    run(app, lease, plan, req.stream, Kind::Chat, load).await
 }
 
 /// The lines of parsed pieces: content as message pieces, each call in a message of its own
@@ -275,31 +82,6 @@ fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: &mut usize) -> Stri
         }
     }
     out
-}
-
-/// A whole output as Ollama's message: its content (empty when calls were made and nothing
-/// else but whitespace was written) and its calls (of the `offered` tools), as
-/// [`piece_lines`] streams them.
-fn ollama_output(text: &str, offered: Vec<String>) -> (String, Option<Vec<ToolCall>>) {
-    let pieces = OutputParser::new(offered).parse(text);
-    let (mut content, mut calls) = (String::new(), Vec::new());
-    for piece in pieces.into_iter().filter_map(ollama_piece) {
-        match piece {
-            OllamaPiece::Text(c) => content.push_str(&c),
-            OllamaPiece::Call(name, args) => {
-                let index = calls.len();
-                calls.push(ollama_call(name, args, index));
-            }
-        }
-    }
-    if calls.is_empty() {
-        (content, None)
-    } else {
-        if content.trim().is_empty() {
-            content.clear();
-        }
-        (content, Some(calls))
-    }
 }
 
 /// A lease on `name` and how long loading it took (zero when it was loaded already).
@@ -357,43 +139,19 @@ async fn load_or_unload(
     Ok(Json(body).into_response())
 }
 
-/// The knobs of `options` and `priority`, with the model's Modelfile stops and length.
-fn request_knobs(
-    lease: &Lease,
-    options: Option<&Options>,
-    priority: Option<i64>,
-) -> Result<Knobs, ApiError> {
-    let mut k = knobs(options)?;
-    k.priority = priority;
-    k.stop = lease.loaded.stops_with(k.stop);
-    if options.and_then(|o| o.num_predict).is_none() {
-        k.max_tokens = lease.loaded.default_max_tokens;
-    }
-    Ok(k)
-}
-
-// One flat call site per route; the arguments are the request's parts, not a bundle.
-#[allow(clippy::too_many_arguments)]
+/// Submits `plan` and answers with its NDJSON stream, or its one object.
 async fn run(
     app: &AppState,
     lease: Lease,
-    prompt: Vec<u32>,
-    k: Knobs,
+    plan: Plan,
     stream: bool,
     kind: Kind,
     load: Duration,
-    offered: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
-    let engine_req = engine_request(
-        prompt.clone(),
-        &lease.loaded.default_sampling,
-        k,
-        &app.bounds(&lease, LengthRule::Clamp),
-    )?;
     let model = lease.served_name().to_string();
-    // Ollama constrains only through `format` (its tools never force a call).
-    let generation = Generation::start(app, lease, engine_req, app.request_id("ollama"))
-        .map_err(|e| e.constraint_param(Some("format")))?;
+    let prompt = plan.request.prompt.clone();
+    let offered = plan.offered_tools.clone();
+    let generation = Generation::start(app, lease, plan, app.request_id("ollama"))?;
     let writer = Writer {
         model,
         kind,
@@ -577,7 +335,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn ollama_gets_whole_calls_and_cut_off_ones_as_content() {

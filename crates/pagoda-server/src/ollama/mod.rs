@@ -1,7 +1,8 @@
 //! The Ollama API: `/api/generate`, `/api/chat` (NDJSON streams), `/api/tags`, `/api/show`,
 //! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`, `/api/embed`, and `/api/create` /
 //! `/api/copy` (`create.rs`: derived models and second names of models already in the store).
-//! Shared here: `options` → [`Knobs`], `keep_alive`, the NDJSON response, and model details.
+//! Shared here: the NDJSON response and model details; the generation requests' mapping is
+//! `pagoda_runtime::ollama`'s.
 //!
 //! Invariant: errors leave as `{"error": "..."}` with the status the server maps them to.
 
@@ -11,7 +12,6 @@ mod generate;
 mod models;
 
 use crate::error::{ApiError, OllamaError};
-use crate::registry::KeepAlive;
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -19,8 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use futures_util::{Stream, StreamExt};
-use pagoda_protocol::ollama::{self, ModelDetails, Options};
-use pagoda_runtime::Knobs;
+use pagoda_protocol::ollama::ModelDetails;
 use std::convert::Infallible;
 
 /// The `/api` routes.
@@ -49,49 +48,6 @@ pub(crate) fn respond(app: &AppState, result: Result<Response, ApiError>) -> Res
             OllamaError(e).into_response()
         }
     }
-}
-
-/// `options` as generation knobs (`num_predict` < 0: until the context is full); keys beyond
-/// the implemented ones are checked by `pagoda_runtime::fields` (accepted runner sizes, else
-/// a 400 naming `options.KEY`).
-pub(crate) fn knobs(options: Option<&Options>) -> Result<Knobs, ApiError> {
-    let mut k = Knobs {
-        n: 1,
-        ..Knobs::default()
-    };
-    let Some(o) = options else {
-        return Ok(k);
-    };
-    pagoda_runtime::fields::check_ollama_options(&o.extra)?;
-    k.temperature = o.temperature;
-    k.top_k = o.top_k;
-    k.top_p = o.top_p;
-    k.min_p = o.min_p;
-    k.repetition_penalty = o.repeat_penalty;
-    k.repeat_last_n = o.repeat_last_n;
-    k.presence_penalty = o.presence_penalty;
-    k.frequency_penalty = o.frequency_penalty;
-    k.seed = o.seed.and_then(|s| u64::try_from(s).ok());
-    k.stop = o.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
-    k.max_tokens = match o.num_predict {
-        None => None,
-        Some(n) if n < 0 => None,
-        Some(0) => {
-            return Err(ApiError::invalid_param(
-                "options.num_predict",
-                "num_predict must be positive (or -1 for no limit)",
-            ))
-        }
-        Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-    };
-    Ok(k)
-}
-
-/// The request's `keep_alive`: `None` when not given.
-pub(crate) fn keep_alive(k: Option<&ollama::KeepAlive>) -> Result<Option<KeepAlive>, ApiError> {
-    k.map(|k| k.duration())
-        .transpose()
-        .map_err(|e| ApiError::invalid_param("keep_alive", e.to_string()))
 }
 
 /// A streamed NDJSON response.

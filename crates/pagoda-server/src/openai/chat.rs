@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: messages through the model's chat template, then a whole
 //! response or an SSE stream of chunks (role first, content and tool call deltas, the finish
-//! chunk per choice, an optional usage chunk, `[DONE]`). Checks, prompt, knobs and the whole
-//! response are `pagoda_runtime::openai::chat`'s.
+//! chunk per choice, an optional usage chunk, `[DONE]`). The request's plan (checks, prompt,
+//! knobs, tools, constraint) and the whole response are `pagoda_runtime::openai::chat`'s.
 
 use super::{error_frame, frame, frames, merge, respond, sse, FrameWriter};
 use crate::clock::unix_now;
@@ -20,7 +20,7 @@ use pagoda_protocol::openai::chat::{
 use pagoda_protocol::openai::Usage;
 use pagoda_runtime::openai::{chat, finish_reason, usage, ResponseHead};
 use pagoda_runtime::tools::{OutputParser, Piece};
-use pagoda_runtime::{combined_usage, engine_request, LengthRule};
+use pagoda_runtime::{combined_usage, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -32,29 +32,21 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: ChatCompletionRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
-    chat::check(&req)?;
+    let checked = chat::check(&req)?;
     let lease = app
         .registry
         .acquire(app.model_or_default(&req.model), None)
         .await?;
-    let prompt = chat::prompt(&lease.loaded, &req)?;
-    let engine_req = engine_request(
-        prompt,
-        &lease.loaded.openai_sampling(),
-        chat::knobs(&lease.loaded, &req)?,
-        &app.bounds(&lease, LengthRule::Strict),
-    )?;
-    let n = engine_req.n;
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Strict))?;
+    let n = plan.n();
+    let offered = plan.offered_tools.clone();
     let tokenizer = lease.loaded.tokenizer.clone();
     let head = ResponseHead {
         id: app.request_id("chatcmpl"),
         model: lease.served_name().to_string(),
         created: unix_now(),
     };
-    let offered = chat::offered_tools(&req);
-    let constraint_field = chat::constraint_field(&req);
-    let mut generation = Generation::start(app, lease, engine_req, head.id.clone())
-        .map_err(|e| e.constraint_param(constraint_field))?;
+    let mut generation = Generation::start(app, lease, plan, head.id.clone())?;
     if req.stream {
         let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         return Ok(sse(stream(

@@ -1,6 +1,7 @@
 //! `POST /v1/completions`: raw prompts (text or token ids, one or a batch; each gets `n`
-//! choices, numbered prompt-major), `echo`, legacy logprobs, whole or streamed. Checks,
-//! prompts, knobs and the whole response are `pagoda_runtime::openai::completions`'.
+//! choices, numbered prompt-major), `echo`, legacy logprobs, whole or streamed. Each prompt's
+//! plan (checks, prompt, knobs) and the whole response are
+//! `pagoda_runtime::openai::completions`'.
 
 use super::{error_frame, frame, frames, merge, respond, sse, FrameWriter};
 use crate::clock::unix_now;
@@ -19,8 +20,7 @@ use pagoda_protocol::openai::completion::{
 use pagoda_protocol::openai::Usage;
 use pagoda_runtime::openai::completions::{self, PromptOutput};
 use pagoda_runtime::openai::{add_usage, finish_reason, usage, ResponseHead};
-use pagoda_runtime::structured::openai_constraint_field;
-use pagoda_runtime::{combined_usage, engine_request, LengthRule};
+use pagoda_runtime::{combined_usage, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -32,30 +32,25 @@ pub(super) async fn handle(State(app): State<AppState>, body: Body) -> Response 
 async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let req: CompletionRequest = crate::body::json(body, app.body_limits()).await?;
     app.admit()?;
-    let inputs = completions::check(&req)?;
+    let checked = completions::check(&req)?;
     let n = req.n.unwrap_or(1);
     let model_name = app.model_or_default(&req.model).to_string();
-    let mut generations = Vec::with_capacity(inputs.len());
-    let mut echoes = Vec::with_capacity(inputs.len());
+    let mut generations = Vec::with_capacity(checked.inputs.len());
+    let mut echoes = Vec::with_capacity(checked.inputs.len());
     let mut tokenizer: Option<Arc<Tokenizer>> = None;
     let mut served_name = model_name.clone();
     let id = app.request_id("cmpl");
-    for input in inputs {
+    for input in checked.inputs.clone() {
         let lease = app.registry.acquire(&model_name, None).await?;
-        let (prompt, echo) = completions::encode(&lease.loaded, input)?;
-        let engine_req = engine_request(
-            prompt,
-            &lease.loaded.openai_sampling(),
-            completions::knobs(&lease.loaded, &req)?,
+        let (plan, echo) = checked.plan(
+            &lease.loaded,
             &app.bounds(&lease, LengthRule::Strict),
+            input,
         )?;
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());
         served_name = lease.served_name().to_string();
         echoes.push(if req.echo { echo } else { String::new() });
-        generations.push(
-            Generation::start(app, lease, engine_req, id.clone())
-                .map_err(|e| e.constraint_param(openai_constraint_field(&req.structured)))?,
-        );
+        generations.push(Generation::start(app, lease, plan, id.clone())?);
     }
     let tokenizer = tokenizer.ok_or_else(|| ApiError::internal("no prompt was prepared"))?;
     let head = ResponseHead {

@@ -1,0 +1,64 @@
+//! One admission: every front end turns its request into one [`Plan`] here — the prompt's
+//! tokens, sampling, limits, stops, tools, constraint and priority, as an
+//! [`EngineRequest`] the runtime has checked, and what the answer needs (the tools whose
+//! calls the output is parsed for, the field a refused constraint is named by).
+//!
+//! One builder per API shape, each in two steps so that nothing loads a model for a body
+//! that is wrong by itself: a `check` that needs no model (returning the body's checked
+//! parts, each computed once), then `plan` with the model and its [`Bounds`].
+//! - OpenAI chat: [`crate::openai::chat::check`] → [`crate::openai::chat::Checked::plan`];
+//! - OpenAI completions: [`crate::openai::completions::check`] →
+//!   [`crate::openai::completions::Checked::plan`] (one plan per prompt);
+//! - Ollama generate and chat: [`crate::ollama::check_generate`] / [`crate::ollama::check_chat`]
+//!   → `plan`;
+//! - the CLI's own tools (`run`, `bench`, `eval`, `tune`): [`plain`].
+//!
+//! Invariants: every builder ends in [`plain`] and so in
+//! [`engine_request`](crate::request::engine_request), the one function that checks the
+//! range of `max_tokens`, the prompt's length and the sampling knobs against the model and
+//! the operator's limits; the engine checks a plan once more, as its own contract, when it
+//! is submitted (`EngineHandle::submit`), and not again on its thread.
+
+use crate::request::{engine_request, Bounds, Knobs, RequestError};
+use pagoda_engine::{EngineRequest, SamplingParams};
+
+/// A request admitted: the engine request, checked, and what answering it needs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// What the engine runs: prompt tokens, sampling, `max_tokens`, stops, `n`, priority,
+    /// constraint.
+    pub request: EngineRequest,
+    /// The request field a constraint the engine refuses to compile (at submit) is named by:
+    /// the structured-output field, `tools` for a forced call, `format` for Ollama.
+    pub constraint_field: Option<&'static str>,
+    /// The tools whose calls the output is parsed for; `None`: the output is not parsed.
+    pub offered_tools: Option<Vec<String>>,
+}
+
+impl Plan {
+    /// Choices the request asks for.
+    pub fn n(&self) -> usize {
+        self.request.n
+    }
+
+    /// Tokens in the prompt.
+    pub fn prompt_tokens(&self) -> usize {
+        self.request.prompt.len()
+    }
+}
+
+/// The plan of a prompt already tokenized and knobs already mapped: what the API shapes end
+/// in, and what the CLI's own tools call directly (no tools to parse, no named constraint
+/// field).
+pub fn plain(
+    prompt: Vec<u32>,
+    base: &SamplingParams,
+    knobs: Knobs,
+    bounds: &Bounds,
+) -> Result<Plan, RequestError> {
+    Ok(Plan {
+        request: engine_request(prompt, base, knobs, bounds)?,
+        constraint_field: None,
+        offered_tools: None,
+    })
+}
