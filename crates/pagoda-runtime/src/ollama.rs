@@ -7,13 +7,13 @@
 //! Invariants: every check of a field is made here, once, before anything is submitted, in
 //! the order Ollama's clients see them (the body's fields, then `keep_alive`, then the
 //! messages; the model's own checks after it is loaded); generation lengths follow
-//! [`LengthRule::Clamp`](crate::LengthRule::Clamp) (the caller's [`Bounds`]); a constraint
-//! the engine refuses is named `format` (Ollama's tools never force a call).
+//! [`LengthRule::Clamp`] whatever the caller's [`Bounds`] say; a constraint the engine
+//! refuses is named `format` (Ollama's tools never force a call).
 
 use crate::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
 use crate::loader::LoadedModel;
 use crate::plan::{plain, Plan};
-use crate::request::{Bounds, Knobs, LengthField, RequestError};
+use crate::request::{Bounds, Knobs, LengthField, LengthRule, RequestError};
 use crate::structured::ollama_format;
 use crate::tools::{self, OutputParser, Piece, ToolSet};
 use pagoda_engine::ConstraintSpec;
@@ -162,7 +162,8 @@ impl CheckedChat<'_> {
     }
 }
 
-/// The plan of an Ollama prompt: the model's defaults (not OpenAI's), `format` naming a
+/// The plan of an Ollama prompt: the model's defaults (not OpenAI's), lengths
+/// [`LengthRule::Clamp`] (generation ends at the context or the ceiling), `format` naming a
 /// refused constraint.
 fn finish(
     prompt: Vec<u32>,
@@ -171,7 +172,8 @@ fn finish(
     bounds: &Bounds,
     offered_tools: Option<Vec<String>>,
 ) -> Result<Plan, RequestError> {
-    let mut plan = plain(prompt, &loaded.default_sampling, knobs, bounds)?;
+    let bounds = bounds.with_rule(LengthRule::Clamp);
+    let mut plan = plain(prompt, &loaded.default_sampling, knobs, &bounds)?;
     plan.constraint_field = Some("format");
     plan.offered_tools = offered_tools;
     Ok(plan)

@@ -141,18 +141,19 @@ pub struct Bounds {
 impl Bounds {
     /// The bounds of a serving engine: the context its `max_model_len` (and the model's
     /// Modelfile) allow, the operator's output ceiling, and priority requests accepted only
-    /// under [`Policy::Priority`](pagoda_engine::Policy::Priority).
+    /// under [`Policy::Priority`](pagoda_engine::Policy::Priority). The length rule is the
+    /// API shape's, which its plan builder sets ([`with_rule`](Self::with_rule)); strict
+    /// until then.
     pub fn serving(
         loaded: &crate::loader::LoadedModel,
         max_model_len: usize,
         max_tokens_limit: Option<usize>,
         policy: pagoda_engine::Policy,
-        rule: LengthRule,
     ) -> Self {
         Bounds {
             context: loaded.context_window(max_model_len),
             vocab_size: loaded.tokenizer.vocab_size(),
-            rule,
+            rule: LengthRule::Strict,
             max_tokens_limit,
             priority_scheduling: policy == pagoda_engine::Policy::Priority,
         }
@@ -160,6 +161,11 @@ impl Bounds {
 }
 
 impl Bounds {
+    /// The same bounds under `rule`.
+    pub fn with_rule(self, rule: LengthRule) -> Self {
+        Bounds { rule, ..self }
+    }
+
     /// What `engine` itself allows, for the CLI's measuring tools (`bench`, `eval`), which
     /// run a model at its engine's limits, not a Modelfile's: its context, its vocabulary,
     /// generation ending at the context rather than refusing, no output ceiling, no

@@ -127,11 +127,6 @@ pub fn engine_config(context: usize) -> pagoda_engine::EngineConfig {
 /// What a request to [`engine_config`]'s engine may ask for: `context` tokens in all,
 /// generation ending at the context rather than refusing (as `llama.cpp` and Ollama do).
 pub fn bounds(loaded: &crate::loader::LoadedModel, context: usize) -> crate::request::Bounds {
-    crate::request::Bounds::serving(
-        loaded,
-        context,
-        None,
-        pagoda_engine::Policy::Fcfs,
-        crate::request::LengthRule::Clamp,
-    )
+    crate::request::Bounds::serving(loaded, context, None, pagoda_engine::Policy::Fcfs)
+        .with_rule(crate::request::LengthRule::Clamp)
 }

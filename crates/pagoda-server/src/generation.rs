@@ -1,5 +1,5 @@
-//! One request's run through the engine, shared by both APIs: admission (queue limit),
-//! submission, the event stream with metrics observed on the way, the structured log line
+//! One request's run through the engine, shared by both APIs: admission control (queue
+//! limit), submission of its `pagoda_runtime::Plan`, the event stream with metrics observed on the way, the structured log line
 //! when it ends, and [`collect`] for non-streamed responses (through the runtime's
 //! [`Collector`], as `pagoda batch` collects).
 //!

@@ -9,9 +9,10 @@
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
 //! (what a client may make the server download), [`auth`] (API keys on the server itself).
 //!
-//! Loading models, request knobs → engine requests and engine events → choices are
-//! pagoda-runtime's (shared with the CLI); the server adds HTTP, streaming, leases and
-//! metrics.
+//! Loading models, admission (each OpenAI and Ollama body → one checked
+//! `pagoda_runtime::Plan`) and engine events → choices are pagoda-runtime's (shared with the
+//! CLI); the server adds HTTP: body parsing, admission control (readiness, draining, the
+//! queue limit), model leases, streaming frames, status codes and metrics.
 //!
 //! Architecture Invariant: the server reaches models only through the engine's
 //! `EngineHandle` and pagoda-runtime; wire types come from pagoda-protocol.

@@ -17,7 +17,7 @@ use pagoda_engine::EngineConfig;
 use pagoda_http::browser_guard::BrowserGuard;
 pub use pagoda_http::browser_guard::BrowserRules;
 use pagoda_runtime::loader::LoadOptions;
-use pagoda_runtime::request::{Bounds, LengthRule};
+use pagoda_runtime::request::Bounds;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -245,18 +245,18 @@ impl AppState {
         format!("{prefix}-{t:x}{n:06x}")
     }
 
-    /// The model a request names, or the default one when it names none.
-    /// What a request on `lease`'s model may ask for under this server's limits.
-    pub fn bounds(&self, lease: &crate::registry::Lease, rule: LengthRule) -> Bounds {
+    /// What a request on `lease`'s model may ask for under this server's limits (the plan
+    /// builder of each API shape applies its own length rule).
+    pub fn bounds(&self, lease: &crate::registry::Lease) -> Bounds {
         Bounds::serving(
             &lease.loaded,
             lease.engine.layout().max_model_len,
             self.config.max_tokens_limit,
             self.config.engine.policy,
-            rule,
         )
     }
 
+    /// The model a request names, or the default one when it names none.
     pub fn model_or_default<'a>(&'a self, requested: &'a str) -> &'a str {
         if requested.trim().is_empty() {
             self.config.models.first().map_or(requested, String::as_str)

@@ -6,8 +6,9 @@
 //! naming it; `body.model` may be left out). Output: one line per input line, in input order:
 //! `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`.
 //!
-//! Each body is parsed into the protocol's request types and goes through pagoda-runtime's
-//! checks, knobs, collection and response building, as `serve` does: the same body gives
+//! Each body is parsed into the protocol's request types and becomes a pagoda-runtime
+//! [`Plan`] (the same builder per API shape `serve` uses), then goes through the runtime's
+//! collection and response building, as `serve` does: the same body gives
 //! the same `response.body` and, when refused, the same status and OpenAI error body.
 //!
 //! Invariants: a bad line never stops the job — unparsable lines get `error`, refused
@@ -21,13 +22,13 @@ use crate::commands::model_loader::{load_for_generation, LoadedModel};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, RequestStream};
+use pagoda_engine::{BatchingMode, EngineHandle, RequestStream};
 use pagoda_protocol::openai::chat::ChatCompletionRequest;
 use pagoda_protocol::openai::completion::CompletionRequest;
 use pagoda_runtime::openai::completions::{self, PromptOutput};
 use pagoda_runtime::openai::{chat, ResponseHead};
 use pagoda_runtime::request::Bounds;
-use pagoda_runtime::{collect_blocking, engine_request, LengthRule};
+use pagoda_runtime::{collect_blocking, Plan};
 use pagoda_server::ApiError;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufWriter, Write};
@@ -66,6 +67,8 @@ enum Pending {
         request: Box<Parsed>,
         stream: RequestStream,
         n: usize,
+        /// The tools whose calls the output is parsed for.
+        offered: Option<Vec<String>>,
     },
     Failed {
         custom_id: Value,
@@ -114,7 +117,6 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
             engine.layout().max_model_len,
             args.limits.max_tokens_limit(),
             policy,
-            LengthRule::Strict,
         ),
         model: args.model.clone(),
     };
@@ -197,17 +199,18 @@ impl Job<'_> {
             )),
         };
         let submitted = request.and_then(|request| {
-            let engine_request = self.engine_request(&request)?;
-            let n = engine_request.n;
-            let stream = self.engine.submit(engine_request)?;
-            Ok((request, stream, n))
+            let plan = self.plan(&request)?;
+            let (n, offered) = (plan.n(), plan.offered_tools);
+            let stream = self.engine.submit(plan.request)?;
+            Ok((request, stream, n, offered))
         });
         match submitted {
-            Ok((request, stream, n)) => Pending::Running {
+            Ok((request, stream, n, offered)) => Pending::Running {
                 custom_id,
                 request: Box::new(request),
                 stream,
                 n,
+                offered,
             },
             Err(error) => fail(error),
         }
@@ -232,37 +235,27 @@ impl Job<'_> {
         Ok(Value::Object(body).to_string())
     }
 
-    /// The engine request a body asks for, checked as `serve` checks it.
-    fn engine_request(&self, request: &Parsed) -> Result<EngineRequest, ApiError> {
+    /// The plan a body asks for, built as `serve` builds it.
+    fn plan(&self, request: &Parsed) -> Result<Plan, ApiError> {
         let loaded = self.loaded;
-        let (prompt, knobs) = match request {
+        match request {
             Parsed::Chat(req) => {
                 refuse_streaming(req.stream)?;
-                chat::check(req)?;
-                (chat::prompt(loaded, req)?, chat::knobs(loaded, req)?)
+                Ok(chat::check(req)?.plan(loaded, &self.bounds)?)
             }
             Parsed::Completion(req) => {
                 refuse_streaming(req.stream)?;
-                let mut inputs = completions::check(req)?;
-                if inputs.len() != 1 {
+                let mut checked = completions::check(req)?;
+                if checked.inputs.len() != 1 {
                     return Err(ApiError::invalid_param(
                         "prompt",
                         "a batch line takes one prompt; put each prompt on its own line",
                     ));
                 }
-                let input = inputs.remove(0);
-                (
-                    completions::encode(loaded, input)?.0,
-                    completions::knobs(loaded, req)?,
-                )
+                let input = checked.inputs.remove(0);
+                Ok(checked.plan(loaded, &self.bounds, input)?.0)
             }
-        };
-        Ok(engine_request(
-            prompt,
-            &loaded.openai_sampling(),
-            knobs,
-            &self.bounds,
-        )?)
+        }
     }
 
     /// Waits for one request and renders its output line; also returns its output tokens.
@@ -286,7 +279,8 @@ impl Job<'_> {
                 request,
                 stream,
                 n,
-            } => match self.answer(index, &request, stream, n) {
+                offered,
+            } => match self.answer(index, &request, stream, n, offered) {
                 Ok((body, tokens)) => (
                     json!({"id": id, "custom_id": custom_id, "error": null,
                            "response": response(200, body)}),
@@ -308,6 +302,7 @@ impl Job<'_> {
         request: &Parsed,
         stream: RequestStream,
         n: usize,
+        offered: Option<Vec<String>>,
     ) -> Result<(Value, usize), ApiError> {
         let choices = collect_blocking(stream, n)?;
         let tokens = choices.iter().map(|c| c.usage.completion_tokens).sum();
@@ -327,7 +322,7 @@ impl Job<'_> {
                 head("chatcmpl"),
                 choices,
                 req.logprobs,
-                chat::offered_tools(req),
+                offered,
                 tokenizer,
             )?),
             Parsed::Completion(req) => serde_json::to_string(&completions::response(

@@ -10,8 +10,8 @@ use crate::commands::bench_workload::PROMPT_TEXT;
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use pagoda_engine::{EngineConfig, EngineHandle, EngineRequest, SamplingParams};
-use pagoda_runtime::single;
+use pagoda_engine::{EngineConfig, EngineHandle, SamplingParams};
+use pagoda_runtime::{plan, single, Bounds, Knobs};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::Command;
@@ -126,14 +126,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     for _ in 0..args.repeat {
         // Prefill the whole prompt, then decode `gen_tokens` more after the first token, as
         // the peer script does.
-        let mut req = EngineRequest::new(
+        let knobs = Knobs {
+            max_tokens: Some(args.gen_tokens + 1),
+            n: 1,
+            ignore_eos: true,
+            no_speculation: true,
+            ..Knobs::default()
+        };
+        let plan = plan::plain(
             prompt.clone(),
-            SamplingParams::greedy(),
-            args.gen_tokens + 1,
-        );
-        req.ignore_eos = true;
-        req.speculative = false;
-        let out = single::generate(&engine, req, |_| true)?;
+            &SamplingParams::greedy(),
+            knobs,
+            &Bounds::engine(&engine),
+        )?;
+        let out = single::generate(&engine, plan.request, |_| true)?;
         let split = out.split();
         best_prefill = best_prefill.max(split.prefill_tps(prompt.len()));
         best_decode =

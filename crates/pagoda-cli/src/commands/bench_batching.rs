@@ -14,8 +14,9 @@ use crate::commands::engine_args::EngineArgs;
 use crate::commands::llama_server::LlamaServer;
 use crate::commands::model_loader::load_for_generation;
 use clap::Args;
-use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
+use pagoda_engine::{BatchingMode, EngineHandle, SamplingParams};
 use pagoda_runtime::collect_blocking;
+use pagoda_runtime::{plan, Bounds, Knobs};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -127,13 +128,19 @@ fn parse_range(text: &str) -> Result<(usize, usize), String> {
 
 /// One request through the in-process engine.
 fn serve_pagoda(engine: &EngineHandle, item: &WorkItem) -> anyhow::Result<RequestResult> {
-    let mut req = EngineRequest::new(
+    let knobs = Knobs {
+        max_tokens: Some(item.max_tokens),
+        n: 1,
+        ignore_eos: true,
+        ..Knobs::default()
+    };
+    let plan = plan::plain(
         item.prompt.clone(),
-        SamplingParams::greedy(),
-        item.max_tokens,
-    );
-    req.ignore_eos = true;
-    let stream = engine.submit(req)?;
+        &SamplingParams::greedy(),
+        knobs,
+        &Bounds::engine(engine),
+    )?;
+    let stream = engine.submit(plan.request)?;
     let choice = collect_blocking(stream, 1)
         .map_err(|e| anyhow::anyhow!("request failed: {e}"))?
         .swap_remove(0);

@@ -29,10 +29,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::eval::{data, gsm8k, multiple_choice, perplexity};
-use pagoda_engine::{BatchingMode, EngineHandle, EngineRequest, SamplingParams};
+use pagoda_engine::{BatchingMode, EngineHandle, SamplingParams};
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_model::KvDtype;
 use pagoda_runtime::collect_blocking;
+use pagoda_runtime::{plan, Bounds, Knobs};
 use serde_json::json;
 
 use crate::commands::engine_args::EngineArgs;
@@ -433,6 +434,7 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
         loaded.tokenizer.clone(),
         args.engine.config(BatchingMode::Continuous),
     )?;
+    let bounds = Bounds::engine(&engine);
     let started = std::time::Instant::now();
     // Every question is submitted at once; the engine batches up to --max-num-seqs of them.
     let streams = items
@@ -446,10 +448,16 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
             let prompt = loaded
                 .encode_chat(&messages)
                 .with_context(|| format!("line {}: rendering the chat prompt", item.line))?;
-            let mut request = EngineRequest::new(prompt, SamplingParams::greedy(), args.max_tokens);
-            request.stop = vec!["Question:".to_string()];
+            let knobs = Knobs {
+                max_tokens: Some(args.max_tokens),
+                stop: vec!["Question:".to_string()],
+                n: 1,
+                ..Knobs::default()
+            };
+            let plan = plan::plain(prompt, &SamplingParams::greedy(), knobs, &bounds)
+                .with_context(|| format!("line {}: the question", item.line))?;
             engine
-                .submit(request)
+                .submit(plan.request)
                 .with_context(|| format!("line {}: submitting the question", item.line))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

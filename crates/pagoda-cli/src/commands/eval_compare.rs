@@ -25,7 +25,7 @@ use pagoda_compress::eval::{compare_page, winrate};
 use pagoda_compress::quantize::QuantTarget;
 use pagoda_engine::SamplingParams;
 use pagoda_model::chat_template::ChatMessage;
-use pagoda_runtime::{engine_request, single, Knobs};
+use pagoda_runtime::{plan, single, Knobs};
 use serde_json::json;
 
 use crate::commands::model_loader::{load_for_generation, LoadArgs};
@@ -279,9 +279,9 @@ fn answer_all(
             n: 1,
             ..Knobs::default()
         };
-        let request = engine_request(tokens, &SamplingParams::greedy(), knobs, &bounds)
+        let plan = plan::plain(tokens, &SamplingParams::greedy(), knobs, &bounds)
             .with_context(|| format!("prompt {:?}", p.id))?;
-        let out = single::generate(&engine, request, |_| true)
+        let out = single::generate(&engine, plan.request, |_| true)
             .with_context(|| format!("prompt {:?}: variant {label} failed to answer", p.id))?;
         answers.push(out.text);
         bar.inc(1);

@@ -11,7 +11,7 @@ use clap::Args;
 use pagoda_engine::EngineHandle;
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_runtime::request::Bounds;
-use pagoda_runtime::{engine_request, single, Knobs};
+use pagoda_runtime::{plan, single, Knobs};
 use std::io::{BufRead, Write};
 
 /// Arguments of `pagoda run`.
@@ -170,7 +170,7 @@ impl Session<'_> {
             chat.messages.push(ChatMessage::new("user", prompt));
             loaded.encode_chat(&chat.messages)?
         };
-        let request = engine_request(
+        let plan = plan::plain(
             prompt_tokens,
             &loaded.default_sampling,
             args.knobs(loaded),
@@ -182,7 +182,7 @@ impl Session<'_> {
         })?;
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        let result = single::generate(self.engine, request, |text| {
+        let result = single::generate(self.engine, plan.request, |text| {
             // A closed pipe (e.g. `| head`) ends generation rather than erroring.
             out.write_all(text.as_bytes())
                 .and_then(|_| out.flush())

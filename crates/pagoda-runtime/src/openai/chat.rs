@@ -7,7 +7,7 @@ use crate::collect::{combined_usage, ChoiceOutput};
 use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
 use crate::plan::{plain, Plan};
-use crate::request::{Bounds, Knobs, RequestError};
+use crate::request::{Bounds, Knobs, LengthRule, RequestError};
 use crate::structured::openai_constraint_and_field;
 use crate::tools::{self, ToolSet};
 use pagoda_engine::{ConstraintSpec, SampledToken};
@@ -78,6 +78,7 @@ impl Checked<'_> {
     /// fallback prompt, [`tools::encode_prompt`]); the knobs, with the model's Modelfile
     /// stop strings in front of its own; the output's constraint: the structured-output one,
     /// or the grammar forcing a call when `tool_choice` is `required` or names a function.
+    /// Lengths are [`LengthRule::Strict`] (as OpenAI and vLLM refuse).
     pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
         let req = self.req;
         let offered_tools = self.offered_tools();
@@ -98,7 +99,8 @@ impl Checked<'_> {
             max_tokens: req.max_completion_tokens.or(req.max_tokens),
             ..shared_knobs!(loaded, req, constraint)
         };
-        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, bounds)?;
+        let bounds = bounds.with_rule(LengthRule::Strict);
+        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, &bounds)?;
         plan.constraint_field = constraint_field;
         plan.offered_tools = offered_tools;
         Ok(plan)

@@ -8,7 +8,7 @@ use crate::collect::{combined_usage, ChoiceOutput};
 use crate::fields::{check_extra, check_stream_options, Endpoint};
 use crate::loader::LoadedModel;
 use crate::plan::{plain, Plan};
-use crate::request::{Bounds, Knobs, RequestError};
+use crate::request::{Bounds, Knobs, LengthRule, RequestError};
 use crate::structured::openai_constraint_and_field;
 use pagoda_engine::{ConstraintSpec, SampledToken};
 use pagoda_model::tokenizer::Tokenizer;
@@ -77,7 +77,8 @@ pub fn check(req: &CompletionRequest) -> Result<Checked<'_>, RequestError> {
 impl Checked<'_> {
     /// The plan of one of the request's prompts on `loaded`, and the prompt's text (what
     /// `echo` puts in front of its choices): the knobs, with the model's Modelfile stop
-    /// strings in front of the request's own, and the structured-output constraint.
+    /// strings in front of the request's own, and the structured-output constraint; lengths
+    /// [`LengthRule::Strict`].
     pub fn plan(
         &self,
         loaded: &LoadedModel,
@@ -95,7 +96,8 @@ impl Checked<'_> {
             max_tokens: Some(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
             ..shared_knobs!(loaded, req, constraint)
         };
-        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, bounds)?;
+        let bounds = bounds.with_rule(LengthRule::Strict);
+        let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, &bounds)?;
         plan.constraint_field = constraint_field;
         Ok((plan, echo))
     }

@@ -20,7 +20,7 @@ use pagoda_protocol::ollama::{
 };
 use pagoda_runtime::ollama::{self, ollama_call, ollama_output, ollama_piece, OllamaPiece};
 use pagoda_runtime::tools::{OutputParser, Piece};
-use pagoda_runtime::{LengthRule, Plan};
+use pagoda_runtime::Plan;
 use std::time::{Duration, SystemTime};
 
 /// Which endpoint's objects to write.
@@ -50,7 +50,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
         return load_or_unload(app, &name, keep, Kind::Generate).await;
     }
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Clamp))?;
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
     run(app, lease, plan, req.stream, Kind::Generate, load).await
 }
 
@@ -64,7 +64,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         return load_or_unload(app, &name, keep, Kind::Chat).await;
     }
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Clamp))?;
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
     run(app, lease, plan, req.stream, Kind::Chat, load).await
 }
 

@@ -18,9 +18,9 @@ use pagoda_protocol::openai::chat::{
     ChatCompletionChunk, ChatCompletionRequest, ChatLogprobs, ChunkChoice, Delta, ToolCallDelta,
 };
 use pagoda_protocol::openai::Usage;
+use pagoda_runtime::combined_usage;
 use pagoda_runtime::openai::{chat, finish_reason, usage, ResponseHead};
 use pagoda_runtime::tools::{OutputParser, Piece};
-use pagoda_runtime::{combined_usage, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .registry
         .acquire(app.model_or_default(&req.model), None)
         .await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease, LengthRule::Strict))?;
+    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
     let n = plan.n();
     let offered = plan.offered_tools.clone();
     let tokenizer = lease.loaded.tokenizer.clone();

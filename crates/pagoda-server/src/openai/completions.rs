@@ -18,9 +18,9 @@ use pagoda_protocol::openai::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest,
 };
 use pagoda_protocol::openai::Usage;
+use pagoda_runtime::combined_usage;
 use pagoda_runtime::openai::completions::{self, PromptOutput};
 use pagoda_runtime::openai::{add_usage, finish_reason, usage, ResponseHead};
-use pagoda_runtime::{combined_usage, LengthRule};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -42,11 +42,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let id = app.request_id("cmpl");
     for input in checked.inputs.clone() {
         let lease = app.registry.acquire(&model_name, None).await?;
-        let (plan, echo) = checked.plan(
-            &lease.loaded,
-            &app.bounds(&lease, LengthRule::Strict),
-            input,
-        )?;
+        let (plan, echo) = checked.plan(&lease.loaded, &app.bounds(&lease), input)?;
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());
         served_name = lease.served_name().to_string();
         echoes.push(if req.echo { echo } else { String::new() });
