@@ -25,6 +25,7 @@ pub mod auth;
 pub mod body;
 pub mod chat_page;
 pub mod clock;
+mod cpu_bound;
 pub mod embedders;
 pub mod error;
 pub mod generation;

@@ -200,8 +200,12 @@ impl Job<'_> {
         };
         let submitted = request.and_then(|request| {
             let plan = self.plan(&request)?;
-            let (n, offered) = (plan.n(), plan.offered_tools);
-            let stream = self.engine.submit(plan.request)?;
+            let (n, offered, field) = (plan.n(), plan.offered_tools, plan.constraint_field);
+            // A refused constraint names its field, as `serve` names it.
+            let stream = self
+                .engine
+                .submit(plan.request)
+                .map_err(|e| ApiError::from(e).constraint_param(field))?;
             Ok((request, stream, n, offered))
         });
         match submitted {

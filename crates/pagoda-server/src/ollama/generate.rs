@@ -50,7 +50,7 @@ async fn run_generate(app: &AppState, body: Body) -> Result<Response, ApiError> 
         return load_or_unload(app, &name, keep, Kind::Generate).await;
     }
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
+    let plan = crate::cpu_bound::run(|| checked.plan(&lease.loaded, &app.bounds(&lease)))?;
     run(app, lease, plan, req.stream, Kind::Generate, load).await
 }
 
@@ -64,7 +64,7 @@ async fn run_chat(app: &AppState, body: Body) -> Result<Response, ApiError> {
         return load_or_unload(app, &name, keep, Kind::Chat).await;
     }
     let (lease, load) = acquire_timed(app, &name, keep).await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
+    let plan = crate::cpu_bound::run(|| checked.plan(&lease.loaded, &app.bounds(&lease)))?;
     run(app, lease, plan, req.stream, Kind::Chat, load).await
 }
 
@@ -151,7 +151,8 @@ async fn run(
     let model = lease.served_name().to_string();
     let prompt = plan.request.prompt.clone();
     let offered = plan.offered_tools.clone();
-    let generation = Generation::start(app, lease, plan, app.request_id("ollama"))?;
+    let id = app.request_id("ollama");
+    let generation = crate::cpu_bound::run(|| Generation::start(app, lease, plan, id))?;
     let writer = Writer {
         model,
         kind,

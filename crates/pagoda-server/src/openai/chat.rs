@@ -37,7 +37,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         .registry
         .acquire(app.model_or_default(&req.model), None)
         .await?;
-    let plan = checked.plan(&lease.loaded, &app.bounds(&lease))?;
+    let plan = crate::cpu_bound::run(|| checked.plan(&lease.loaded, &app.bounds(&lease)))?;
     let n = plan.n();
     let offered = plan.offered_tools.clone();
     let tokenizer = lease.loaded.tokenizer.clone();
@@ -46,7 +46,8 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         model: lease.served_name().to_string(),
         created: unix_now(),
     };
-    let mut generation = Generation::start(app, lease, plan, head.id.clone())?;
+    let id = head.id.clone();
+    let mut generation = crate::cpu_bound::run(|| Generation::start(app, lease, plan, id))?;
     if req.stream {
         let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         return Ok(sse(stream(

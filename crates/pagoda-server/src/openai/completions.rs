@@ -42,11 +42,14 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let id = app.request_id("cmpl");
     for input in checked.inputs.clone() {
         let lease = app.registry.acquire(&model_name, None).await?;
-        let (plan, echo) = checked.plan(&lease.loaded, &app.bounds(&lease), input)?;
+        let (plan, echo) =
+            crate::cpu_bound::run(|| checked.plan(&lease.loaded, &app.bounds(&lease), input))?;
         tokenizer.get_or_insert_with(|| lease.loaded.tokenizer.clone());
         served_name = lease.served_name().to_string();
         echoes.push(if req.echo { echo } else { String::new() });
-        generations.push(Generation::start(app, lease, plan, id.clone())?);
+        generations.push(crate::cpu_bound::run(|| {
+            Generation::start(app, lease, plan, id.clone())
+        })?);
     }
     let tokenizer = tokenizer.ok_or_else(|| ApiError::internal("no prompt was prepared"))?;
     let head = ResponseHead {
