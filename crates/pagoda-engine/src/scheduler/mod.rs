@@ -265,7 +265,10 @@ impl Scheduler {
         self.output_estimate
     }
 
-    /// Queues a new sequence (at the back of the waiting queue).
+    /// Queues a new sequence (at the back of the waiting queue). The request must be one the
+    /// engine has checked (a non-empty prompt that fits the context and the KV pool, at least
+    /// one output token): the scheduler only `debug_assert`s that. The error is for an id
+    /// already held.
     pub fn add(&mut self, req: SeqRequest, now: Instant) -> Result<(), SchedulerError> {
         self.add_with_salt(req, 0, now)
     }
@@ -279,24 +282,13 @@ impl Scheduler {
         salt: u64,
         now: Instant,
     ) -> Result<(), SchedulerError> {
-        if req.prompt.is_empty() {
-            return Err(SchedulerError::EmptyPrompt);
-        }
-        if req.max_tokens == 0 {
-            return Err(SchedulerError::ZeroMaxTokens);
-        }
-        if req.prompt.len() >= self.config.max_model_len {
-            return Err(SchedulerError::PromptTooLong {
-                prompt_tokens: req.prompt.len(),
-                max_model_len: self.config.max_model_len,
-            });
-        }
-        if self.pool.blocks_for(req.prompt.len()) > self.pool.num_blocks() {
-            return Err(SchedulerError::PromptExceedsKvCache {
-                prompt_tokens: req.prompt.len(),
-                kv_tokens: self.pool.num_blocks() * self.pool.block_size(),
-            });
-        }
+        debug_assert!(
+            self.admissible(&req),
+            "the scheduler takes checked requests (EngineCore::validate): {} prompt tokens, \
+             max_tokens {}",
+            req.prompt.len(),
+            req.max_tokens
+        );
         if self.holds(req.id) {
             return Err(SchedulerError::DuplicateId { id: req.id });
         }
@@ -311,6 +303,17 @@ impl Scheduler {
         self.waiting.push_back(id);
         self.debug_check();
         Ok(())
+    }
+
+    /// Whether a request is within what the scheduler can run: a non-empty prompt shorter
+    /// than `max_model_len` that fits the whole KV pool, and at least one output token.
+    /// The engine refuses anything else, with the error a client reads, before it gets here
+    /// (`EngineCore::validate`, once per request); the scheduler only asserts it.
+    fn admissible(&self, req: &SeqRequest) -> bool {
+        !req.prompt.is_empty()
+            && req.max_tokens > 0
+            && req.prompt.len() < self.config.max_model_len
+            && self.pool.blocks_for(req.prompt.len()) <= self.pool.num_blocks()
     }
 
     /// Plans one step. See the module docs for the order of decisions.

@@ -419,6 +419,26 @@ fn bad_requests_fail_at_submit_with_clear_errors() {
     let mut bad = EngineRequest::new(vec![1], SamplingParams::greedy(), 4);
     bad.sampling.temperature = -1.0;
     assert!(matches!(engine.submit(bad), Err(EngineError::Sampling(_))));
+    // A KV pool smaller than the context: a prompt that fits the context but not the pool.
+    let mut tiny = small_config(&dir, 2);
+    tiny.max_model_len = Some(48);
+    let small = EngineHandle::start(model.clone(), tok.clone(), tiny).expect("starts");
+    let err = small
+        .submit(EngineRequest::new(vec![1; 20], SamplingParams::greedy(), 4))
+        .map(|_| ())
+        .expect_err("beyond the KV pool");
+    assert!(
+        matches!(
+            err,
+            EngineError::PromptExceedsKvCache {
+                prompt_tokens: 20,
+                kv_tokens: 16
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--kv-cache-memory"), "{err}");
+    small.shutdown();
     // A sequence stops at the context length rather than overrunning it.
     let mut req = EngineRequest::new(vec![1; 40], SamplingParams::greedy(), 100);
     req.ignore_eos = true;
