@@ -49,6 +49,10 @@ pub enum CudaError {
     /// A cuBLAS call failed.
     #[error("cuBLAS call {call} failed: {message}")]
     Blas { call: &'static str, message: String },
+    /// The CUDA interpreter (`--device cuda-interpret`, `PAGODA_CUDA_INTERPRET=1`) could not
+    /// be used; the message says why and what to do.
+    #[error("the CUDA interpreter cannot be used: {0}")]
+    Interpreter(String),
 }
 
 /// What to install for each missing library.

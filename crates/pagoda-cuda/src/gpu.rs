@@ -17,10 +17,14 @@ pub struct Gpu {
     pub memory_bytes: u64,
     /// `(major, minor)`, e.g. `(9, 0)` for an H100/H200.
     pub compute_capability: (i32, i32),
+    /// The CUDA interpreter ([`crate::interpret`]) rather than a GPU: `--device auto` never
+    /// picks it.
+    pub interpreted: bool,
 }
 
 /// The GPUs Pagoda could use, or why none can be.
 pub fn list_gpus() -> Result<Vec<Gpu>, CudaError> {
+    crate::interpret::install_if_requested()?;
     let missing = Libraries::find().missing();
     if !missing.is_empty() {
         return Err(CudaError::MissingLibraries(missing));
@@ -45,6 +49,7 @@ pub fn list_gpus() -> Result<Vec<Gpu>, CudaError> {
                 compute_capability: ctx
                     .compute_capability()
                     .map_err(driver("cuDeviceGetAttribute"))?,
+                interpreted: crate::interpret::installed(),
             })
         })
         .collect()

@@ -46,6 +46,7 @@ impl GpuContext {
     /// architecture, and creates cuBLAS on the stream. Needs compute capability 8.0 or newer
     /// (bf16 GEMMs).
     pub fn new(ordinal: usize, cache: &KernelCache) -> Result<Self, CudaError> {
+        crate::interpret::install_if_requested()?;
         let missing = Libraries::find().missing();
         if !missing.is_empty() {
             return Err(CudaError::MissingLibraries(missing));
@@ -68,6 +69,7 @@ impl GpuContext {
             compute_capability: ctx
                 .compute_capability()
                 .map_err(driver("cuDeviceGetAttribute"))?,
+            interpreted: crate::interpret::installed(),
         };
         let unsupported = |reason| CudaError::Unsupported {
             name: gpu.name.clone(),

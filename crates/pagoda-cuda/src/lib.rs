@@ -9,7 +9,8 @@
 //! prefill kernels), [`quant`] (weights kept in their quantized block formats: the decode
 //! GEMV, the tiled dequantize-then-GEMM of prefill, the embedding lookup), [`blas`] (the
 //! bf16 GEMM), [`error`] (what is missing or failed, in words
-//! that say what to do).
+//! that say what to do), [`interpret`] (the CUDA interpreter: all of the above run on the
+//! CPU, for machines and CI without a GPU).
 //!
 //! Architecture Invariant: nothing here links against CUDA. The libraries are opened with
 //! `dlopen` when first asked for (cudarc's dynamic loading), and only after
@@ -25,6 +26,7 @@ pub mod blas;
 pub mod error;
 pub mod gpu;
 pub mod gpu_context;
+pub mod interpret;
 pub mod kernels;
 pub mod libraries;
 pub mod ops;

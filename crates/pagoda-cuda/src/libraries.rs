@@ -21,7 +21,12 @@ pub struct Libraries {
 
 impl Libraries {
     /// Tries to open each library (as cudarc would: the same names, the same search path).
+    /// With the CUDA interpreter asked for ([`crate::interpret::requested`]) it is loaded
+    /// first, so the libraries found are its own.
     pub fn find() -> Self {
+        // A failure to load it is reported by the calls that need a GPU (list_gpus,
+        // GpuContext::new); here the libraries are then simply missing or real.
+        let _ = crate::interpret::install_if_requested();
         // SAFETY: each `is_culib_present` only attempts `dlopen` on the library's candidate
         // names and drops the handle; no symbol is resolved or called. Opening a library
         // runs its initialisers, which is what any CUDA program does at start.

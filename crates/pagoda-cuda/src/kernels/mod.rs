@@ -7,8 +7,10 @@
 //! launched is `ops.rs`, `attention.rs` and `quant.rs`.
 //!
 //! Invariants: a cached file is named by the kernel's name, the architecture and a SHA-256
-//! of the source together with the architecture and the compile options, so an edited
-//! kernel, another GPU generation or other options never load a stale file; a file is
+//! of the source together with the architecture, the compile options and the NVRTC version,
+//! so an edited kernel, another GPU generation, other options or another NVRTC (whose PTX
+//! an older driver cannot load; the CUDA interpreter's is version 0.0) never load a stale
+//! file; a file is
 //! written under a temporary name and renamed into place, so a crash or two processes
 //! compiling at once never leave a torn one. A compile error carries the kernel's name and
 //! NVRTC's log.
@@ -158,18 +160,19 @@ impl KernelCache {
     /// The PTX of kernel module `name` (`source` in CUDA C) for `arch`: from the cache, or
     /// compiled by NVRTC and cached.
     pub fn ptx(&self, name: &str, source: &str, arch: &'static str) -> Result<Compiled, CudaError> {
+        if !Libraries::find().nvrtc {
+            return Err(CudaError::MissingLibraries(vec![NVRTC]));
+        }
+        let version = nvrtc_version()?;
         let path = self
             .dir
-            .join(format!("{name}-{arch}-{}.ptx", key(source, arch)));
+            .join(format!("{name}-{arch}-{}.ptx", key(source, arch, version)));
         if let Ok(text) = std::fs::read_to_string(&path) {
             return Ok(Compiled {
                 ptx: Ptx::from_src(text),
                 path,
                 from_cache: true,
             });
-        }
-        if !Libraries::find().nvrtc {
-            return Err(CudaError::MissingLibraries(vec![NVRTC]));
         }
         let options = CompileOptions {
             arch: Some(arch),
@@ -192,12 +195,32 @@ impl KernelCache {
     }
 }
 
-/// Hex SHA-256 of the source, the architecture and the options (first 32 digits).
-fn key(source: &str, arch: &str) -> String {
+/// The version of the NVRTC that compiles here, `(major, minor)` (the CUDA interpreter's
+/// reports `(0, 0)`). The caller has seen NVRTC load (cudarc panics otherwise).
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC loads (checked by the caller); nvrtcVersion writes two ints through
+    // pointers to live locals.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if status != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(CudaError::Compile {
+            kernel: "(nvrtcVersion)".into(),
+            log: format!("{status:?}"),
+        });
+    }
+    Ok((major, minor))
+}
+
+/// Hex SHA-256 of the source, the architecture, the options and the NVRTC version (first 32
+/// digits): PTX from a newer NVRTC than the driver knows fails to load, so another NVRTC is
+/// another entry.
+fn key(source: &str, arch: &str, nvrtc: (i32, i32)) -> String {
     let mut h = Sha256::new();
     h.update(source.as_bytes());
     h.update([0]);
     h.update(arch.as_bytes());
+    h.update([0]);
+    h.update(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
     for o in OPTIONS {
         h.update([0]);
         h.update(o.as_bytes());
@@ -214,7 +237,11 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), CudaError> {
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(fail)?;
-    let tmp = path.with_extension(format!("ptx.{}.tmp", std::process::id()));
+    // Unique per process and per call: two threads (or processes) compiling the same module
+    // at once each rename their own whole file into place.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("ptx.{}.{n}.tmp", std::process::id()));
     std::fs::write(&tmp, text).map_err(fail)?;
     std::fs::rename(&tmp, path).map_err(fail)
 }
@@ -232,9 +259,14 @@ extern "C" __global__ void add(const float* a, const float* b, float* out, int n
 
     #[test]
     fn keys_change_with_source_and_architecture() {
-        assert_eq!(key(ADD, "sm_90"), key(ADD, "sm_90"));
-        assert_ne!(key(ADD, "sm_90"), key(ADD, "sm_80"));
-        assert_ne!(key(ADD, "sm_90"), key(&ADD.replace('+', "-"), "sm_90"));
+        let v = (12, 8);
+        assert_eq!(key(ADD, "sm_90", v), key(ADD, "sm_90", v));
+        assert_ne!(key(ADD, "sm_90", v), key(ADD, "sm_80", v));
+        assert_ne!(
+            key(ADD, "sm_90", v),
+            key(&ADD.replace('+', "-"), "sm_90", v)
+        );
+        assert_ne!(key(ADD, "sm_90", v), key(ADD, "sm_90", (13, 0)));
         assert_eq!(arch_for((9, 0)), Some("sm_90"));
         assert_eq!(arch_for((1, 0)), None);
     }

@@ -27,6 +27,8 @@
 // activations quantized per 32 values by quantize_q8_act, then qgemv8_<f> as qgemv_<f> with
 // two dp4a per group of 8 (see gemv8_body).
 // No fast-math intrinsics; f16 scales are converted with cvt.f32.f16 (no headers needed).
+// The two inline-PTX statements (cvt.f32.f16, dp4a) have a host path for the CUDA
+// interpreter (PAGODA_CUDA_HOST, set by interpret/cuda_host.h).
 // The layout code (dequant8 and what it calls) is also compiled as host C++ by a test
 // (PAGODA_HOST_TEST), so it is executed against pagoda-kernels on machines without a GPU.
 
@@ -59,7 +61,16 @@ __constant__ float NF4_CODEBOOK[16] = {
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236572f, 1.0f};
 
-#ifndef PAGODA_HOST_TEST
+#if defined(PAGODA_CUDA_HOST)
+// The CUDA interpreter's path (interpret/cuda_host.h): the same exact conversion.
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    const unsigned s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0    ? ldexpf((float)m, -24)
+                    : e == 31 ? (m ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000))
+                              : ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+#elif !defined(PAGODA_HOST_TEST)
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -336,9 +347,17 @@ extern "C" __global__ void quantize_q8_act(const float* x, signed char* xq, floa
 }
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
+#if defined(PAGODA_CUDA_HOST)
+    // The CUDA interpreter's path: four signed byte products added to c, as dp4a.s32.s32.
+    for (int j = 0; j < 4; ++j) {
+        c += (int)(signed char)((unsigned)a >> (8 * j)) * (int)(signed char)((unsigned)b >> (8 * j));
+    }
+    return c;
+#else
     int d;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
+#endif
 }
 
 // Four bytes from an even address as one little-endian word (byte j = element j).
