@@ -46,6 +46,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 fn build(out: &Path) -> Result<(), String> {
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    if os != "linux" || arch != "x86_64" {
+        // The fibers switch in x86-64 assembly, and the libraries stand in for Linux sonames.
+        return Err(format!(
+            "it runs on x86-64 Linux, this target is {arch} {os}"
+        ));
+    }
     std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     let cxx = env::var("CXX").unwrap_or_else(|_| "c++".to_string());
     let mut hashes = Vec::new();

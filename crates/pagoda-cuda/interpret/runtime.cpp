@@ -1,12 +1,11 @@
 // The CUDA interpreter's execution: device memory, the kernel registry, and running a grid
-// (runtime.h says the model). Fibers are ucontext ones, with the AddressSanitizer fiber
-// annotations when built with it; PAGODA_INTERP_THREADS runs each CUDA thread as an OS
+// (runtime.h says the model). Fibers switch with a few instructions of x86-64 assembly
+// (pagoda_interp_switch), with the AddressSanitizer fiber annotations when built with it; PAGODA_INTERP_THREADS runs each CUDA thread as an OS
 // thread instead (slow; for ThreadSanitizer, which then sees the barriers as the only order
 // between threads).
 #include "runtime.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -138,15 +137,47 @@ enum class Wait { Running, Barrier, Warp, Done };
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr size_t GUARD_BYTES = 4096;
 
+// A context switch: the callee-saved registers pushed on the current stack, the stack
+// pointer saved to *from and loaded from `to`, and the registers popped there. glibc's
+// swapcontext also saves the signal mask with a system call per switch, which made a
+// barrier-heavy kernel spend most of its time in the kernel; the fibers never change it.
+struct Context {
+    void* sp = nullptr;
+};
+extern "C" void pagoda_interp_switch(void** from, void* to);
+asm(R"(
+    .text
+    .globl pagoda_interp_switch
+    .hidden pagoda_interp_switch
+    .type pagoda_interp_switch, @function
+pagoda_interp_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size pagoda_interp_switch, .-pagoda_interp_switch
+)");
+
 struct Fiber {
-    ucontext_t context;
+    Context context;
     char* stack = nullptr;  // the usable stack, above a guard page
     ThreadState state;
     Wait wait = Wait::Running;
 };
 
 std::vector<Fiber*> fibers;
-ucontext_t scheduler;
+Context scheduler;
 Fiber* running = nullptr;
 const Kernel* running_kernel = nullptr;
 void** running_args = nullptr;
@@ -180,13 +211,13 @@ void yield() {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, scheduler_stack_bottom, scheduler_stack_size);
 #endif
-    swapcontext(&self->context, &scheduler);
+    pagoda_interp_switch(&self->context.sp, scheduler.sp);
 #if defined(PAGODA_ASAN)
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
 
-void fiber_main() {
+[[noreturn]] void fiber_main() {
 #if defined(PAGODA_ASAN)
     __sanitizer_finish_switch_fiber(nullptr, const_cast<const void**>(&scheduler_stack_bottom),
                                     &scheduler_stack_size);
@@ -198,7 +229,21 @@ void fiber_main() {
     // This fiber's stack is done with: nullptr tells ASan to forget its fake frames.
     __sanitizer_start_switch_fiber(nullptr, scheduler_stack_bottom, scheduler_stack_size);
 #endif
-    // Returning resumes uc_link: the scheduler.
+    // Back to the scheduler for good (it never resumes a finished fiber).
+    void* unused;
+    pagoda_interp_switch(&unused, scheduler.sp);
+    die("a finished fiber was resumed");
+}
+
+// The stack of a new fiber: what pagoda_interp_switch pops (six registers, zero) and then
+// returns to, fiber_main, entered with the stack aligned as after a call.
+void* initial_stack(char* stack) {
+    auto* top = reinterpret_cast<uintptr_t*>(
+        (reinterpret_cast<uintptr_t>(stack + STACK_BYTES) & ~uintptr_t{15}));
+    *--top = 0;  // fiber_main's return address slot: never used (it does not return)
+    *--top = reinterpret_cast<uintptr_t>(&fiber_main);
+    for (int i = 0; i < 6; ++i) *--top = 0;
+    return top;
 }
 
 void resume(Fiber* f) {
@@ -208,7 +253,7 @@ void resume(Fiber* f) {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f->stack, STACK_BYTES);
 #endif
-    swapcontext(&scheduler, &f->context);
+    pagoda_interp_switch(&scheduler.sp, f->context.sp);
 #if defined(PAGODA_ASAN)
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -229,11 +274,7 @@ std::string run_block(const Kernel& k, void** args, Dim3 grid, Dim3 dims, Dim3 i
         f->state.block_idx = index;
         f->state.linear = t;
         f->state.thread_idx = Dim3{t % dims.x, (t / dims.x) % dims.y, t / (dims.x * dims.y)};
-        getcontext(&f->context);
-        f->context.uc_stack.ss_sp = f->stack;
-        f->context.uc_stack.ss_size = STACK_BYTES;
-        f->context.uc_link = &scheduler;
-        makecontext(&f->context, fiber_main, 0);
+        f->context.sp = initial_stack(f->stack);
     }
     unsigned live = n;
     while (live > 0) {

@@ -68,7 +68,7 @@ pub struct AttentionParams {
     pub n_heads: usize,
     /// Divides `n_heads`.
     pub n_kv_heads: usize,
-    /// A multiple of 32, at most 256.
+    /// A multiple of 8 (a K/V head row is whole 16-byte chunks), at most 256.
     pub head_dim: usize,
     /// Must equal the batch's.
     pub block_size: usize,
@@ -763,9 +763,9 @@ fn checked_params(
             "{nh} query heads, {nkv} kv heads: need kv heads > 0 dividing the query heads"
         )));
     }
-    if hd == 0 || hd % 32 != 0 || hd > MAX_HEAD_DIM {
+    if hd == 0 || hd % 8 != 0 || hd > MAX_HEAD_DIM {
         return Err(c.shape(format!(
-            "head_dim {hd}: the kernels support multiples of 32 up to {MAX_HEAD_DIM}"
+            "head_dim {hd}: the kernels support multiples of 8 up to {MAX_HEAD_DIM}"
         )));
     }
     if nh > MAX_GRID_YZ {

@@ -518,7 +518,8 @@ fn paged_attention_matches_the_cpu_for_decode_and_prefill_rows() {
         },
     ];
     let mut seed = 10;
-    for head_dim in [64, 128, 256] {
+    // 16 (the tiny test models), 80 (not a multiple of 32: Phi-2's), and the common sizes.
+    for head_dim in [16, 64, 80, 128, 256] {
         for (n_heads, n_kv_heads) in [(8, 2), (4, 4)] {
             for window in [None, Some(20), Some(600)] {
                 for softcap in [None, Some(5.0)] {
@@ -569,7 +570,7 @@ fn fp8_paged_attention_matches_the_cpu_for_decode_and_prefill_rows() {
             v: 1.0 / 128.0,
         },
     ] {
-        for head_dim in [64, 128, 256] {
+        for head_dim in [16, 64, 128, 256] {
             for (n_heads, n_kv_heads, window, softcap) in
                 [(8, 2, None, None), (4, 4, Some(20), Some(5.0))]
             {

@@ -10,9 +10,9 @@
 // cap > 0; softmax in f32; out f32.
 //
 // Sequence metadata (int arrays): seq_first_row, seq_rows, seq_start, seq_table_off (offset
-// of the sequence's block table in `tables`). head_dim is a multiple of 32, at most 256, so a
-// K/V row of a head is head_dim / 8 16-byte chunks (<= 32), 16-byte aligned (the host checks
-// the cache pointers' alignment).
+// of the sequence's block table in `tables`). head_dim is a multiple of 8 (16, 64, 80, 96,
+// 128, 256 in the models Pagoda runs), at most 256, so a K/V row of a head is head_dim / 8
+// 16-byte chunks (<= 32), 16-byte aligned (the host checks the cache pointers' alignment).
 //
 // Element types: each kernel body is a template over the cache's element (KvBf16, KvFp8), with
 // one entry point per type (`attn_decode` / `attn_decode_fp8`, ...). An FP8 code is widened
