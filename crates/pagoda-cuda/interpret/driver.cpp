@@ -1,7 +1,7 @@
 // The CUDA driver API calls Pagoda makes through cudarc, implemented on the host for the
 // CUDA interpreter: one device (ordinal 0) named "Pagoda CUDA interpreter", compute
 // capability 9.0 (PAGODA_CUDA_INTERPRET_CC=8.0 picks another), device memory as host
-// allocations (a device address is the host address), copies as memcpy, streams and events
+// allocations within a budget (PAGODA_CUDA_INTERPRET_MEMORY_GIB, default 2) (a device address is the host address), copies as memcpy, streams and events
 // as ordered queues that run each operation when it is enqueued (so synchronising has nothing
 // left to wait for), and kernel launches by name from the modules kernels.cpp registers.
 //
@@ -9,12 +9,9 @@
 // message (cuGetErrorString) names the kernel and the limit; a pointer argument that is not
 // in a live allocation fails the launch (CUDA_ERROR_ILLEGAL_ADDRESS) instead of being
 // dereferenced; the library links against nothing CUDA.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -71,21 +68,19 @@ std::pair<int, int> capability() {
     return {major, minor};
 }
 
-size_t physical_bytes() {
-    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(size)
-                                 : (size_t{8} << 30);
+// The device's memory: PAGODA_CUDA_INTERPRET_MEMORY_GIB (default 2) GiB of host memory, so
+// that what sizes itself by free device memory (the KV cache) stays small, and an allocation
+// beyond it fails as on a GPU.
+size_t device_bytes() {
+    const char* gib = std::getenv("PAGODA_CUDA_INTERPRET_MEMORY_GIB");
+    double g = gib != nullptr ? std::atof(gib) : 2.0;
+    if (!(g > 0.0)) g = 2.0;
+    return static_cast<size_t>(g * 1073741824.0);
 }
 
-size_t available_bytes() {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    size_t kib = 0;
-    while (meminfo >> key >> kib) {
-        if (key == "MemAvailable:") return kib * 1024;
-        meminfo.ignore(1 << 10, '\n');
-    }
-    return physical_bytes() / 2;
+size_t free_bytes() {
+    const size_t used = pagoda_interp::device_allocated();
+    return used >= device_bytes() ? 0 : device_bytes() - used;
 }
 
 bool is_device(CUdeviceptr p, size_t bytes) {
@@ -138,7 +133,7 @@ API CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
 
 API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
     if (device != 0) return INVALID_DEVICE;
-    *bytes = physical_bytes();
+    *bytes = device_bytes();
     return SUCCESS;
 }
 
@@ -329,6 +324,11 @@ API CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
 // ------------------------------------------------------------------------------- memory
 
 API CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
+    if (bytes > free_bytes()) {
+        return fail(OUT_OF_MEMORY, std::to_string(bytes) + " bytes asked, " +
+                                       std::to_string(free_bytes()) +
+                                       " free (PAGODA_CUDA_INTERPRET_MEMORY_GIB sets the size)");
+    }
     void* p = pagoda_interp::device_alloc(bytes);
     if (p == nullptr) return fail(OUT_OF_MEMORY, std::to_string(bytes) + " bytes");
     *ptr = reinterpret_cast<CUdeviceptr>(p);
@@ -354,8 +354,8 @@ API CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
 }
 
 API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
-    *total = physical_bytes();
-    *free = available_bytes();
+    *total = device_bytes();
+    *free = free_bytes();
     return SUCCESS;
 }
 

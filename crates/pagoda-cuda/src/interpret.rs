@@ -10,7 +10,9 @@
 //! would on a GPU, against one device named "Pagoda CUDA interpreter".
 //!
 //! It is chosen like a device: `--device cuda-interpret`, or `PAGODA_CUDA_INTERPRET=1` for
-//! `cuda` (tests and scripts); `auto` never picks it ([`crate::Gpu::interpreted`]).
+//! `cuda` (tests and scripts); `auto` never picks it ([`crate::Gpu::interpreted`]). A real
+//! NVRTC compiles the kernels when one loads (so its PTX is checked too);
+//! `PAGODA_CUDA_INTERPRET_NVRTC=builtin` uses the interpreter's own.
 //!
 //! Invariants: the interpreter is loaded before cudarc opens any CUDA library in the process
 //! (after that cudarc keeps what it opened, so [`install`] refuses instead); loading is
@@ -48,6 +50,8 @@ const LIBRARIES: [(&str, &[u8]); 3] = [
 ];
 
 static INSTALLED: OnceLock<Result<PathBuf, CudaError>> = OnceLock::new();
+/// Whether the interpreter's own NVRTC stands in for a real one (see `load`).
+static BUILTIN_NVRTC: AtomicBool = AtomicBool::new(false);
 /// Set once this process has used the real CUDA libraries through cudarc.
 static REAL_LIBRARIES_USED: AtomicBool = AtomicBool::new(false);
 
@@ -67,14 +71,33 @@ pub fn installed() -> bool {
 }
 
 /// Loads the interpreter when [`requested`]; the CUDA calls that follow in this process then
-/// reach it. A no-op otherwise (and the real libraries are noted as in use).
+/// reach it. A no-op otherwise.
 pub fn install_if_requested() -> Result<(), CudaError> {
     if requested() || installed() {
         install()
     } else {
-        REAL_LIBRARIES_USED.store(true, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Notes that real CUDA libraries were found in this process while the interpreter was not
+/// loaded (cudarc may then hold them): [`install`] refuses afterwards.
+pub(crate) fn note_real_libraries() {
+    if !installed() {
+        REAL_LIBRARIES_USED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// For tests that need a GPU: without one they print `skipped: no GPU (reason)` and pass,
+/// except under CI (`CI` set), where the GPU tests run in the interpreter
+/// (`PAGODA_CUDA_INTERPRET=1`, scripts/test.sh) and a skip is a failure.
+pub fn no_gpu_for_test(reason: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no GPU under CI ({reason}): the GPU tests run in the CUDA interpreter there; set \
+         {ENV}=1 (scripts/test.sh does)"
+    );
+    eprintln!("skipped: no GPU ({reason})");
 }
 
 /// Loads the interpreter's libraries (once per process; later calls answer the first
@@ -94,6 +117,12 @@ pub fn install() -> Result<(), CudaError> {
         })
         .clone()
         .map(|_| ())
+}
+
+/// Whether kernels are "compiled" by the interpreter's own NVRTC (no real NVRTC loads, or
+/// `PAGODA_CUDA_INTERPRET_NVRTC=builtin`): it accepts only Pagoda's kernel sources.
+pub fn builtin_nvrtc() -> bool {
+    installed() && BUILTIN_NVRTC.load(Ordering::Relaxed)
 }
 
 /// Where the libraries were written (`None` when not installed).
@@ -124,7 +153,18 @@ fn load() -> Result<PathBuf, CudaError> {
     for (name, bytes) in LIBRARIES {
         write_once(&dir.join(name), bytes)?;
     }
+    // A real NVRTC, when one loads, compiles the kernels (real PTX, whose `.entry` lines the
+    // interpreter's driver reads): the kernels are then checked against the real compiler
+    // too, and the kernel cache holds only real PTX. `PAGODA_CUDA_INTERPRET_NVRTC=builtin`
+    // (or no NVRTC on the machine) uses the interpreter's own.
+    let builtin = std::env::var("PAGODA_CUDA_INTERPRET_NVRTC").is_ok_and(|v| v == "builtin")
+        // SAFETY: only attempts dlopen of NVRTC's candidate names (as Libraries::find).
+        || !unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    BUILTIN_NVRTC.store(builtin, Ordering::Relaxed);
     for (name, _) in LIBRARIES {
+        if name == "libnvrtc.so" && !builtin {
+            continue;
+        }
         let path = dir.join(name);
         // SAFETY: these are the interpreter's own libraries, built with this crate; opening
         // one runs only C++ static initialisers (the kernel registry). RTLD_GLOBAL makes the

@@ -30,13 +30,17 @@ impl Libraries {
         // SAFETY: each `is_culib_present` only attempts `dlopen` on the library's candidate
         // names and drops the handle; no symbol is resolved or called. Opening a library
         // runs its initialisers, which is what any CUDA program does at start.
-        unsafe {
+        let found = unsafe {
             Libraries {
                 driver: cudarc::driver::sys::is_culib_present(),
                 nvrtc: cudarc::nvrtc::sys::is_culib_present(),
                 cublas: cudarc::cublas::sys::is_culib_present(),
             }
+        };
+        if found.driver || found.nvrtc || found.cublas {
+            crate::interpret::note_real_libraries();
         }
+        found
     }
 
     /// The libraries that did not load, by name ([`DRIVER`], [`NVRTC`], [`CUBLAS`]).

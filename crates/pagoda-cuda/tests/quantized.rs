@@ -70,7 +70,7 @@ const TILE_ROWS: usize = 30;
 /// The GPU to test on, or `None` after printing why there is none.
 fn gpu() -> Option<GpuContext> {
     if let Err(e) = list_gpus() {
-        eprintln!("skipped: no GPU ({e})");
+        pagoda_cuda::interpret::no_gpu_for_test(e);
         return None;
     }
     let cache = KernelCache::new(KernelCache::default_dir());

@@ -36,6 +36,9 @@ pub enum DeviceChoice {
     Cpu,
     /// `cuda` (`None`: the first GPU) or `cuda:N`.
     Cuda(Option<usize>),
+    /// `cuda-interpret`: the CUDA path run on the CPU by the CUDA interpreter
+    /// (`pagoda_cuda::interpret`), for checking it without a GPU. Never chosen by `auto`.
+    CudaInterpret,
 }
 
 impl fmt::Display for DeviceChoice {
@@ -45,6 +48,7 @@ impl fmt::Display for DeviceChoice {
             DeviceChoice::Cpu => f.write_str("cpu"),
             DeviceChoice::Cuda(None) => f.write_str("cuda"),
             DeviceChoice::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+            DeviceChoice::CudaInterpret => f.write_str("cuda-interpret"),
         }
     }
 }
@@ -58,6 +62,7 @@ impl FromStr for DeviceChoice {
             "auto" => return Ok(DeviceChoice::Auto),
             "cpu" => return Ok(DeviceChoice::Cpu),
             "cuda" | "gpu" => return Ok(DeviceChoice::Cuda(None)),
+            "cuda-interpret" => return Ok(DeviceChoice::CudaInterpret),
             _ => {}
         }
         if let Some(n) = s.strip_prefix("cuda:") {
@@ -66,7 +71,7 @@ impl FromStr for DeviceChoice {
             });
         }
         Err(format!(
-            "unknown device `{s}`: use auto, cpu, cuda or cuda:N"
+            "unknown device `{s}`: use auto, cpu, cuda, cuda:N or cuda-interpret"
         ))
     }
 }
@@ -93,6 +98,11 @@ impl DeviceChoice {
             DeviceChoice::Cpu => Ok(cpu(None)),
             DeviceChoice::Auto => Ok(match pagoda_cuda::list_gpus() {
                 Ok(gpus) => match gpus.into_iter().next() {
+                    Some(g) if g.interpreted => cpu(Some(
+                        "the CUDA interpreter is never chosen by auto (it is for checking the \
+                         CUDA path, not for speed); ask for --device cuda-interpret"
+                            .into(),
+                    )),
                     Some(g) => Resolved {
                         device: Device::Cuda(g.ordinal),
                         cpu_because: None,
@@ -102,6 +112,11 @@ impl DeviceChoice {
                 },
                 Err(e) => cpu(Some(e.to_string())),
             }),
+            DeviceChoice::CudaInterpret => {
+                pagoda_cuda::interpret::install()
+                    .map_err(|e| ModelError::Device(format!("--device {self}: {e}")))?;
+                DeviceChoice::Cuda(Some(0)).resolve()
+            }
             DeviceChoice::Cuda(ordinal) => {
                 let gpus = pagoda_cuda::list_gpus()
                     .map_err(|e| ModelError::Device(format!("--device {self}: {e}")))?;
@@ -137,11 +152,13 @@ mod tests {
         assert_eq!("CPU".parse(), Ok(DeviceChoice::Cpu));
         assert_eq!("cuda".parse(), Ok(DeviceChoice::Cuda(None)));
         assert_eq!("cuda:3".parse(), Ok(DeviceChoice::Cuda(Some(3))));
+        assert_eq!("cuda-interpret".parse(), Ok(DeviceChoice::CudaInterpret));
         for c in [
             DeviceChoice::Auto,
             DeviceChoice::Cpu,
             DeviceChoice::Cuda(None),
             DeviceChoice::Cuda(Some(1)),
+            DeviceChoice::CudaInterpret,
         ] {
             assert_eq!(c.to_string().parse(), Ok(c));
         }
@@ -155,6 +172,11 @@ mod tests {
     fn auto_never_fails_and_cuda_names_what_is_missing() {
         let auto = DeviceChoice::Auto.resolve().expect("auto resolves");
         match pagoda_cuda::list_gpus() {
+            Ok(gpus) if gpus.first().is_some_and(|g| g.interpreted) => {
+                assert_eq!(auto.device, Device::Cpu, "auto never takes the interpreter");
+                let why = auto.cpu_because.expect("auto says why");
+                assert!(why.contains("--device cuda-interpret"), "{why}");
+            }
             Ok(gpus) if !gpus.is_empty() => assert_eq!(auto.device, Device::Cuda(gpus[0].ordinal)),
             Ok(_) => assert_eq!(auto.device, Device::Cpu),
             Err(e) => {

@@ -35,8 +35,10 @@ pub struct LoadArgs {
     pub quantize: Option<QuantTarget>,
     /// Where the model runs: auto (an NVIDIA GPU when one is usable — driver, NVRTC and
     /// cuBLAS found at run time — else the CPU; the choice is printed at start), cpu, cuda
-    /// (the first GPU) or cuda:N. `cuda` without a usable GPU is an error naming what is
-    /// missing. `pagoda devices` lists what this machine has.
+    /// (the first GPU), cuda:N, or cuda-interpret (the CUDA path run on the CPU by Pagoda's
+    /// CUDA interpreter: for checking it without a GPU, slow; never chosen by auto). `cuda`
+    /// without a usable GPU is an error naming what is missing. `pagoda devices` lists what
+    /// this machine has.
     #[arg(long, value_name = "DEVICE", default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
     /// Put the last N decoder layers (and the output head) on the GPU and run the rest on

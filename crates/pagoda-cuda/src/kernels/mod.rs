@@ -316,6 +316,17 @@ extern "C" __global__ void add(const float* a, const float* b, float* out, int n
             assert_eq!(e, CudaError::MissingLibraries(vec![NVRTC]));
             return;
         }
+        if crate::interpret::builtin_nvrtc() {
+            // The interpreter's NVRTC takes only Pagoda's own kernel modules.
+            match cache
+                .ptx("add", ADD, "sm_90")
+                .expect_err("not one of Pagoda's")
+            {
+                CudaError::Compile { log, .. } => assert!(log.contains("interpreter"), "{log}"),
+                other => panic!("{other}"),
+            }
+            return;
+        }
         let first = cache.ptx("add", ADD, "sm_90").expect("compiles");
         assert!(!first.from_cache);
         let text = first.ptx.to_src();

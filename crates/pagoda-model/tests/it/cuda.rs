@@ -31,11 +31,11 @@ fn gpu_or_skip() -> Option<Device> {
     match pagoda_cuda::list_gpus() {
         Ok(gpus) if !gpus.is_empty() => Some(Device::Cuda(gpus[0].ordinal)),
         Ok(_) => {
-            eprintln!("skipped: no GPU (the driver reports none)");
+            pagoda_cuda::interpret::no_gpu_for_test("the driver reports none");
             None
         }
         Err(e) => {
-            eprintln!("skipped: no GPU ({e})");
+            pagoda_cuda::interpret::no_gpu_for_test(e);
             None
         }
     }
