@@ -106,7 +106,16 @@ fn check_batch_equals_alone_with(
     let prompts = prompts(vocab, lengths);
     let want: Vec<Vec<u32>> = prompts
         .iter()
-        .map(|p| alone(&model, p, max_tokens))
+        .map(|p| {
+            crate::reference::decode_with_kv(
+                &model,
+                p,
+                SamplingParams::greedy(),
+                max_tokens,
+                None,
+                config.kv_dtype,
+            )
+        })
         .collect();
     let engine = EngineHandle::start(model.clone(), tok.clone(), config).expect("engine starts");
     let streams: Vec<_> = prompts
@@ -221,15 +230,19 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         Ok(r) => r.device,
         Err(e) => return pagoda_cuda::interpret::no_gpu_for_test(e),
     };
-    for (name, blocks, prefix_caching) in [
-        ("tiny-llama", 64, true),
-        ("tiny-llama", 12, false),
-        ("tiny-qwen2", 14, true),
-        ("tiny-gemma3", 14, true),
+    for (name, blocks, prefix_caching, kv_dtype) in [
+        ("tiny-llama", 64, true, KvDtype::F16),
+        ("tiny-llama", 12, false, KvDtype::F16),
+        ("tiny-qwen2", 14, true, KvDtype::F16),
+        ("tiny-gemma3", 14, true, KvDtype::F16),
+        // FP8 K/V: twice the blocks in the same memory, batched as alone.
+        ("tiny-llama", 12, true, KvDtype::Fp8E4m3),
+        ("tiny-gemma3", 14, false, KvDtype::Fp8E4m3),
     ] {
         let dir = golden(name);
         let mut config = small_config(&dir, blocks);
         config.prefix_caching = prefix_caching;
+        config.kv_dtype = kv_dtype;
         check_batch_equals_alone_on(gpu, &dir, config, &LENGTHS, 10);
     }
 }

@@ -14,8 +14,20 @@ pub fn decode(
     max_tokens: usize,
     adapter: Option<&LoraWeights>,
 ) -> Vec<u32> {
+    decode_with_kv(model, prompt, sampling, max_tokens, adapter, pagoda_model::KvDtype::F16)
+}
+
+/// [`decode`] with the K/V cache in `kv_dtype` (an FP8 engine's answer alone).
+pub fn decode_with_kv(
+    model: &Model,
+    prompt: &[u32],
+    sampling: SamplingParams,
+    max_tokens: usize,
+    adapter: Option<&LoraWeights>,
+    kv_dtype: pagoda_model::KvDtype,
+) -> Vec<u32> {
     let mut cache = model
-        .try_new_cache(prompt.len() + max_tokens + 1, pagoda_model::KvDtype::F16)
+        .try_new_cache(prompt.len() + max_tokens + 1, kv_dtype)
         .expect("a cache on the model's device");
     let mut logits = model
         .forward_adapted(prompt, 0, &mut cache, Logits::Last, adapter)

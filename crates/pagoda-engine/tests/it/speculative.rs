@@ -376,3 +376,35 @@ fn sampled_tokens_follow_the_target_distribution() {
         "chi2 against a wrong law only {wrong:.1} over {wdf} df"
     );
 }
+
+/// Speculative decoding with the target on the GPU (in the CUDA interpreter under CI): n-gram
+/// proposals, a draft on the GPU and a draft on the CPU all give plain greedy's tokens.
+#[test]
+fn speculative_decoding_on_cuda_equals_plain_greedy() {
+    let gpu = match pagoda_model::DeviceChoice::Cuda(None).resolve() {
+        Ok(r) => r.device,
+        Err(e) => return pagoda_cuda::interpret::no_gpu_for_test(e),
+    };
+    let source = open_model(&golden("tiny-llama")).expect("model opens");
+    let model = Arc::new(Model::from_source_on(&source, gpu).expect("model builds on the GPU"));
+    let cpu_draft = Arc::new(Model::from_source(&source).expect("model builds"));
+    let tok = Arc::new(source.tokenizer);
+    let prompts = repetitive_prompts(model.config().vocab_size as u32);
+    let (plain, _) = run_all(&model, &tok, None, &prompts, |_| true);
+    let (ngrams, stats) = run_all(&model, &tok, Some(ngram(4, false)), &prompts, |_| true);
+    assert_eq!(ngrams, plain);
+    assert!(stats.spec.accepted_tokens > 0, "{:?}", stats.spec);
+    for draft in [model.clone(), cpu_draft] {
+        let spec = SpeculativeConfig {
+            proposer: ProposerConfig::Draft {
+                model: draft,
+                tokenizer: tok.clone(),
+            },
+            num_tokens: 3,
+            adaptive: false,
+        };
+        let (got, stats) = run_all(&model, &tok, Some(spec), &prompts, |_| true);
+        assert_eq!(got, plain);
+        assert!(stats.spec.acceptance_rate() > 0.5, "{:?}", stats.spec);
+    }
+}
