@@ -13,6 +13,15 @@ struct Env {
     dir: tempfile::TempDir,
 }
 
+/// The `pagoda` binary, seeing the machine as it is: the CUDA interpreter that
+/// scripts/test.sh selects for the GPU tests (`PAGODA_CUDA_INTERPRET=1`) is not passed on;
+/// the tests of `--device cuda-interpret` ask for it themselves.
+fn pagoda_bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+    c.env_remove(pagoda_cuda::interpret::ENV);
+    c
+}
+
 impl Env {
     fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -25,7 +34,7 @@ impl Env {
     }
 
     fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+        let mut c = pagoda_bin();
         c.env_remove("PAGODA_HOME")
             .env_remove("RUST_LOG")
             .env_remove("PAGODA_LOG")
@@ -377,7 +386,7 @@ fn store_dir_comes_from_pagoda_home_too() {
     let env = Env::new();
     let f = env.gguf("m.gguf", 3);
     let home = env.dir.path().join("home-store");
-    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+    let o = pagoda_bin()
         .env("PAGODA_HOME", &home)
         .env("HF_ENDPOINT", "http://127.0.0.1:9")
         .args(["pull", "-q", f.to_str().unwrap()])
@@ -507,7 +516,7 @@ fn show_reads_real_model_details_when_available() {
         eprintln!("skipped: smollm2:135m is not in {}", data.display());
         return;
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+    let o = pagoda_bin()
         .arg("--store")
         .arg(&data)
         .args(["show", "smollm2:135m"])
@@ -654,6 +663,64 @@ fn devices_reports_the_cpu_and_each_gpu_or_what_is_missing() {
     let table = stdout(&env.run(&["devices"]));
     assert!(table.starts_with("cpu "), "{table}");
     assert!(table.contains("cuda"), "{table}");
+}
+
+/// `--device cuda-interpret` runs the CUDA path in the CUDA interpreter (on any machine this
+/// build has one for), says so at start, and `pagoda devices` lists it; `auto` never takes
+/// it, even when `PAGODA_CUDA_INTERPRET=1` makes it the machine's only "GPU".
+#[test]
+fn cuda_interpret_runs_the_cuda_path_and_auto_never_takes_it() {
+    if !pagoda_cuda::interpret::built() {
+        assert!(std::env::var_os("CI").is_none(), "CI builds the interpreter");
+        return eprintln!("skipped: this build has no CUDA interpreter (no C++ compiler)");
+    }
+    let env = Env::new();
+    let dir = tiny_llama_copy(&env, "tiny", |_| {});
+    let path = dir.to_str().unwrap();
+    let args = |device: &str| {
+        [
+            "run",
+            path,
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+            "--device",
+            device,
+        ]
+        .map(String::from)
+    };
+    let interpreted = env.cmd().args(args("cuda-interpret")).output().unwrap();
+    ok(&interpreted);
+    let e = stderr(&interpreted);
+    assert!(e.contains("Pagoda CUDA interpreter"), "{e}");
+    assert!(e.contains("all 2 layers on cuda:0"), "{e}");
+    assert!(!stdout(&interpreted).is_empty());
+
+    let auto = env
+        .cmd()
+        .env(pagoda_cuda::interpret::ENV, "1")
+        .args(args("auto"))
+        .output()
+        .unwrap();
+    ok(&auto);
+    let e = stderr(&auto);
+    assert!(e.contains("never chosen by auto"), "{e}");
+    assert!(e.contains("--device cuda-interpret"), "{e}");
+
+    let devices = env
+        .cmd()
+        .env(pagoda_cuda::interpret::ENV, "1")
+        .args(["devices", "--json"])
+        .output()
+        .unwrap();
+    ok(&devices);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&devices)).unwrap();
+    let gpu = &report["gpus"][0];
+    assert_eq!(gpu["interpreted"], serde_json::json!(true), "{report}");
+    assert!(gpu["name"].as_str().unwrap().contains("interpreter"));
 }
 
 #[test]
@@ -905,7 +972,7 @@ fn run_default_model_says_paris() {
         return;
     }
     let store = std::env::var("PAGODA_HOME").unwrap_or_default();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+    let mut cmd = pagoda_bin();
     if !store.is_empty() {
         cmd.arg("--store").arg(store);
     }
@@ -931,7 +998,7 @@ fn run_default_model_quantized_to_q8_0_says_paris() {
         return;
     }
     let store = std::env::var("PAGODA_HOME").unwrap_or_default();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+    let mut cmd = pagoda_bin();
     if !store.is_empty() {
         cmd.arg("--store").arg(store);
     }
@@ -2259,7 +2326,7 @@ impl ServeChild {
     /// for the address it prints; its stderr is drained by a thread so it never stalls.
     fn start(model: &str) -> ServeChild {
         use std::io::BufRead;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagoda"));
+        let mut cmd = pagoda_bin();
         if let Ok(store) = std::env::var("PAGODA_HOME") {
             cmd.arg("--store").arg(store);
         }
@@ -2313,7 +2380,7 @@ fn bench_serve_measures_a_real_pagoda_server_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("bench.json");
     let svg_path = dir.path().join("bench.svg");
-    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+    let o = pagoda_bin()
         .args([
             "bench",
             "serve",
@@ -2409,7 +2476,7 @@ fn tune_sweeps_settings_against_a_real_server_and_recommends_one() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("tune.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+    let o = pagoda_bin()
         .args(["tune", "smollm2:135m", "--max-num-seqs", "2,1"])
         .args([
             "--max-tokens",
@@ -2459,7 +2526,7 @@ fn tune_sweeps_settings_against_a_real_server_and_recommends_one() {
 
 #[test]
 fn tune_bad_settings_are_clear_errors() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+    let o = pagoda_bin()
         .args([
             "tune",
             "smollm2:135m",
@@ -2475,7 +2542,9 @@ fn tune_bad_settings_are_clear_errors() {
 
 #[test]
 fn tune_on_cuda_without_a_gpu_names_what_is_missing_before_any_model() {
-    if pagoda_cuda::list_gpus().is_ok_and(|g| !g.is_empty()) {
+    if std::env::var_os(pagoda_cuda::interpret::ENV).is_none()
+        && pagoda_cuda::list_gpus().is_ok_and(|g| !g.is_empty())
+    {
         eprintln!("skipping: this machine has a GPU (the unit tests check its estimate)");
         return;
     }
