@@ -81,11 +81,25 @@ if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
 fi
 export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+# The GPU tests run in the CUDA interpreter (pagoda_cuda::interpret): the kernels' CUDA C
+# compiled for the host, the driver, NVRTC and cuBLAS calls answered on the CPU, the same Rust
+# launch code. Under CI a GPU test that would skip fails instead. The interpreter compiles the
+# kernels with the real NVRTC above; one more run of the kernel tests uses its own.
+export PAGODA_CUDA_INTERPRET=1
+gpu_tests='package(pagoda-cuda) | (package(pagoda-model) & test(/cuda/))
+  | (package(pagoda-engine) & test(/cuda|split_between/)) | (package(pagoda-cli) & test(/cuda/))'
+
 echo "== tests"
 # The runner's summary must be the last thing printed (no doc-test run after it: there are
 # no doc tests, and its "0 passed" would end the log).
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
+  echo "== GPU tests in the CUDA interpreter (kernels compiled by the real NVRTC)"
+  cargo nextest run --workspace --no-fail-fast -E "$gpu_tests"
+  echo "== the kernel tests again with the interpreter's own NVRTC"
+  PAGODA_CUDA_INTERPRET_NVRTC=builtin cargo nextest run -p pagoda-cuda --no-fail-fast \
+    --test gpu --test quantized
+  echo "== every other test"
+  cargo nextest run --workspace --no-fail-fast -E "not ($gpu_tests)"
 else
   cargo test --workspace --no-fail-fast
 fi
