@@ -671,7 +671,10 @@ fn devices_reports_the_cpu_and_each_gpu_or_what_is_missing() {
 #[test]
 fn cuda_interpret_runs_the_cuda_path_and_auto_never_takes_it() {
     if !pagoda_cuda::interpret::built() {
-        assert!(std::env::var_os("CI").is_none(), "CI builds the interpreter");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI builds the interpreter"
+        );
         return eprintln!("skipped: this build has no CUDA interpreter (no C++ compiler)");
     }
     let env = Env::new();

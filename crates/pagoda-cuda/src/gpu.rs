@@ -1,11 +1,10 @@
 //! The GPUs the driver reports: ordinal, name, memory and compute capability.
 //!
-//! Invariant: [`list_gpus`] calls into the driver only after [`Libraries::find`] has seen
+//! Invariant: [`list_gpus`] calls into the driver only after [`Libraries::find`](crate::libraries::Libraries::find) has seen
 //! every library Pagoda needs load, so it answers [`CudaError::MissingLibraries`] (never a
 //! panic) on a machine without them.
 
 use crate::error::CudaError;
-use crate::libraries::Libraries;
 use cudarc::driver::CudaContext;
 
 /// One usable GPU.
@@ -24,8 +23,7 @@ pub struct Gpu {
 
 /// The GPUs Pagoda could use, or why none can be.
 pub fn list_gpus() -> Result<Vec<Gpu>, CudaError> {
-    crate::interpret::install_if_requested()?;
-    let missing = Libraries::find().missing();
+    let missing = crate::interpret::find_libraries()?.missing();
     if !missing.is_empty() {
         return Err(CudaError::MissingLibraries(missing));
     }
@@ -58,11 +56,14 @@ pub fn list_gpus() -> Result<Vec<Gpu>, CudaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::libraries::Libraries;
 
     #[test]
     fn without_the_libraries_the_answer_names_them_and_does_not_panic() {
-        let found = Libraries::find();
-        match list_gpus() {
+        let gpus = list_gpus();
+        // As list_gpus saw them: the CUDA interpreter's stand-ins when it is asked for.
+        let found = crate::interpret::find_libraries().unwrap_or_else(|_| Libraries::find());
+        match gpus {
             Err(CudaError::MissingLibraries(missing)) => assert_eq!(missing, found.missing()),
             Ok(gpus) => {
                 assert!(found.missing().is_empty());

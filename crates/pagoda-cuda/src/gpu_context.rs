@@ -2,7 +2,7 @@
 //! work goes on, the kernels compiled for its architecture and loaded (the row, attention
 //! and quantized-weight ones), and cuBLAS on that stream.
 //!
-//! Invariants: nothing calls into a CUDA library before [`Libraries::find`] has seen every
+//! Invariants: nothing calls into a CUDA library before [`Libraries::find`](crate::libraries::Libraries::find) has seen every
 //! one load (cudarc panics on a missing library), so a machine without them gets
 //! [`CudaError::MissingLibraries`]. Every kernel launch, GEMM and copy of this context is on
 //! [`GpuContext::stream`], so they run in the order they are enqueued; cudarc's event
@@ -15,7 +15,6 @@ use crate::blas::Blas;
 use crate::error::CudaError;
 use crate::gpu::Gpu;
 use crate::kernels::{arch_for, KernelCache};
-use crate::libraries::Libraries;
 use crate::ops::Kernels;
 use crate::quant::QuantKernels;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -46,8 +45,7 @@ impl GpuContext {
     /// architecture, and creates cuBLAS on the stream. Needs compute capability 8.0 or newer
     /// (bf16 GEMMs).
     pub fn new(ordinal: usize, cache: &KernelCache) -> Result<Self, CudaError> {
-        crate::interpret::install_if_requested()?;
-        let missing = Libraries::find().missing();
+        let missing = crate::interpret::find_libraries()?.missing();
         if !missing.is_empty() {
             return Err(CudaError::MissingLibraries(missing));
         }

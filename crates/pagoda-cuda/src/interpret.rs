@@ -22,6 +22,7 @@
 //! kernel. Speed is not a goal: a CUDA thread is a fiber, blocks run one after another.
 
 use crate::error::CudaError;
+use crate::libraries::Libraries;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -80,12 +81,17 @@ pub fn install_if_requested() -> Result<(), CudaError> {
     }
 }
 
-/// Notes that real CUDA libraries were found in this process while the interpreter was not
-/// loaded (cudarc may then hold them): [`install`] refuses afterwards.
-pub(crate) fn note_real_libraries() {
-    if !installed() {
+/// [`Libraries::find`] as the CUDA calls of this crate see it: with the interpreter loaded
+/// first when asked for (its stand-ins are then what is found). Real libraries found while
+/// the interpreter is not loaded are noted (cudarc may open them next): [`install`] refuses
+/// afterwards.
+pub fn find_libraries() -> Result<Libraries, CudaError> {
+    install_if_requested()?;
+    let found = Libraries::find();
+    if !installed() && (found.driver || found.nvrtc || found.cublas) {
         REAL_LIBRARIES_USED.store(true, Ordering::Relaxed);
     }
+    Ok(found)
 }
 
 /// For tests that need a GPU: without one they print `skipped: no GPU (reason)` and pass,

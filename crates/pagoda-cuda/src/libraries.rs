@@ -21,26 +21,19 @@ pub struct Libraries {
 
 impl Libraries {
     /// Tries to open each library (as cudarc would: the same names, the same search path).
-    /// With the CUDA interpreter asked for ([`crate::interpret::requested`]) it is loaded
-    /// first, so the libraries found are its own.
+    /// The CUDA interpreter's stand-ins count once loaded
+    /// ([`crate::interpret::find_libraries`] loads it first when asked for).
     pub fn find() -> Self {
-        // A failure to load it is reported by the calls that need a GPU (list_gpus,
-        // GpuContext::new); here the libraries are then simply missing or real.
-        let _ = crate::interpret::install_if_requested();
         // SAFETY: each `is_culib_present` only attempts `dlopen` on the library's candidate
         // names and drops the handle; no symbol is resolved or called. Opening a library
         // runs its initialisers, which is what any CUDA program does at start.
-        let found = unsafe {
+        unsafe {
             Libraries {
                 driver: cudarc::driver::sys::is_culib_present(),
                 nvrtc: cudarc::nvrtc::sys::is_culib_present(),
                 cublas: cudarc::cublas::sys::is_culib_present(),
             }
-        };
-        if found.driver || found.nvrtc || found.cublas {
-            crate::interpret::note_real_libraries();
         }
-        found
     }
 
     /// The libraries that did not load, by name ([`DRIVER`], [`NVRTC`], [`CUBLAS`]).

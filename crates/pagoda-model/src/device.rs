@@ -27,6 +27,10 @@ impl fmt::Display for Device {
     }
 }
 
+/// For tests that need a GPU (in this and the crates above): skip with a line, or fail under
+/// CI, where the GPU tests run in the CUDA interpreter.
+pub use pagoda_cuda::interpret::no_gpu_for_test;
+
 /// What `--device` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {

@@ -39,7 +39,8 @@ pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
     };
     let report = Report {
         cpu,
-        cuda_libraries: Libraries::find(),
+        cuda_libraries: pagoda_cuda::interpret::find_libraries()
+            .unwrap_or_else(|_| Libraries::find()),
         gpus,
         gpu_unavailable: unavailable,
     };

@@ -16,7 +16,7 @@
 //! NVRTC's log.
 
 use crate::error::CudaError;
-use crate::libraries::{Libraries, NVRTC};
+use crate::libraries::NVRTC;
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -160,7 +160,7 @@ impl KernelCache {
     /// The PTX of kernel module `name` (`source` in CUDA C) for `arch`: from the cache, or
     /// compiled by NVRTC and cached.
     pub fn ptx(&self, name: &str, source: &str, arch: &'static str) -> Result<Compiled, CudaError> {
-        if !Libraries::find().nvrtc {
+        if !crate::interpret::find_libraries()?.nvrtc {
             return Err(CudaError::MissingLibraries(vec![NVRTC]));
         }
         let version = nvrtc_version()?;
@@ -249,6 +249,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), CudaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::libraries::Libraries;
 
     const ADD: &str = r#"
 extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {

@@ -228,7 +228,7 @@ fn qwen2_and_gemma3_batches_equal_each_alone() {
 fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
     let gpu = match pagoda_model::DeviceChoice::Cuda(None).resolve() {
         Ok(r) => r.device,
-        Err(e) => return pagoda_cuda::interpret::no_gpu_for_test(e),
+        Err(e) => return pagoda_model::device::no_gpu_for_test(e),
     };
     for (name, blocks, prefix_caching, kv_dtype) in [
         ("tiny-llama", 64, true, KvDtype::F16),
@@ -250,7 +250,7 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
 #[test]
 fn batches_on_a_model_split_between_cpu_and_gpu_equal_each_alone() {
     if let Err(e) = pagoda_model::DeviceChoice::Cuda(None).resolve() {
-        return pagoda_cuda::interpret::no_gpu_for_test(e);
+        return pagoda_model::device::no_gpu_for_test(e);
     }
     for (name, blocks) in [("tiny-llama", 12), ("tiny-gemma3", 14)] {
         let dir = golden(name);

@@ -14,7 +14,14 @@ pub fn decode(
     max_tokens: usize,
     adapter: Option<&LoraWeights>,
 ) -> Vec<u32> {
-    decode_with_kv(model, prompt, sampling, max_tokens, adapter, pagoda_model::KvDtype::F16)
+    decode_with_kv(
+        model,
+        prompt,
+        sampling,
+        max_tokens,
+        adapter,
+        pagoda_model::KvDtype::F16,
+    )
 }
 
 /// [`decode`] with the K/V cache in `kv_dtype` (an FP8 engine's answer alone).

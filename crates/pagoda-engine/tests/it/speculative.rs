@@ -383,7 +383,7 @@ fn sampled_tokens_follow_the_target_distribution() {
 fn speculative_decoding_on_cuda_equals_plain_greedy() {
     let gpu = match pagoda_model::DeviceChoice::Cuda(None).resolve() {
         Ok(r) => r.device,
-        Err(e) => return pagoda_cuda::interpret::no_gpu_for_test(e),
+        Err(e) => return pagoda_model::device::no_gpu_for_test(e),
     };
     let source = open_model(&golden("tiny-llama")).expect("model opens");
     let model = Arc::new(Model::from_source_on(&source, gpu).expect("model builds on the GPU"));
