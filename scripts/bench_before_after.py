@@ -58,7 +58,11 @@ def main():
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--output-len", default="16-64")
     p.add_argument("--skip-batching", action="store_true")
+    p.add_argument("--skip-model", action="store_true",
+                   help="only the batching figures (e.g. --concurrency 1 to settle one figure)")
     args = p.parse_args()
+    if args.skip_model and args.skip_batching:
+        p.error("--skip-model and --skip-batching leave nothing to measure")
     if not args.old or not args.new:
         p.error("give both binaries: --old/--new or OLD=/NEW=")
     for model in args.models:
@@ -67,7 +71,7 @@ def main():
             order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
             for side in order:
                 binary = getattr(args, side)
-                f = model_figures(binary, model, args)
+                f = {} if args.skip_model else model_figures(binary, model, args)
                 if not args.skip_batching:
                     f.update(batching_figures(binary, model, args))
                 figures[side].append(f)
