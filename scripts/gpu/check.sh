@@ -1,414 +1,492 @@
 #!/usr/bin/env bash
-# The GPU check of issues 21 and 23, run on the lent H200 machine (`run` of the device tool) from the
-# repository root; results go under $OUT, a summary in $OUT/summary.json; exit 0 only when
-# every step passed. That machine has CUDA, the driver, PyTorch and transformers but no Rust
-# toolchain and no network, so it runs binaries built here (stripped: the tool carries at most
-# 64 MiB, work tree included):
+# The GPU check (issues 21, 23 and 37): run on a lent GPU machine (the device tool's `run`), from
+# the repository root, with binaries built here by scripts/gpu/build.sh (that machine has the
+# driver, PyTorch and transformers, but no Rust toolchain and no network).
 #
-#   scripts/gpu/build.sh     # here: target/gpu/pagoda (release, stripped) and the
-#                            # pagoda-cuda test executables, stripped; checks the 64 MiB
-# by hand, the same:
-#   cargo build --release -p pagoda-cli
-#   mkdir -p target/gpu && strip -o target/gpu/pagoda target/release/pagoda
-#   cargo test -p pagoda-cuda --release --no-run    # prints "Executable unittests src/lib.rs
-#                                                   #   (target/release/deps/pagoda_cuda-HASH)"
-#   strip -o target/gpu/pagoda_cuda_tests target/release/deps/pagoda_cuda-HASH
-#   #   (an integration test target NAME as target/gpu/pagoda_cuda_tests_NAME; all are run)
-# then, with the device tool: carry ["target/gpu"], command "scripts/gpu/check.sh",
-# timeout_s 540 (about 6 minutes estimated since issue 23's steps, never run on a GPU yet;
-# each bench is capped at 90 s, the long-tail one at 180 s). For a rerun inside the
-# session's 15 device minutes, narrow it: CHECK_SHAPES=smollm2-135m CHECK_SKIP_SPEED=1.
+# THE PLAN: two calls that fit the session's 15 device minutes, machine start included
+# (2-3 minutes for the first call; the second finds the machine warm):
 #
-# Steps (each one's output under $OUT; a failing step does not stop the others):
-#   1. devices: `pagoda devices --json` finds the driver, NVRTC and cuBLAS by dynamic loading
-#      from a binary built without a CUDA toolkit, and lists the GPU ($OUT/devices.json).
-#   2. logits, for each shape (smollm2-135m, qwen2.5-1.5b): a random-initialised bf16
-#      Hugging Face checkpoint made here with transformers (scripts/gpu/make_checkpoint.py, to
-#      $CHECK_WORK, not $OUT: the 1.5B one is 3 GB) with 4 prompts x 256 token ids and
-#      transformers' logits for them (bf16, and the same weights in float32: the exact
-#      answer); `pagoda eval logits --device cuda` on the same folder;
-#      scripts/gpu/compare_logits.py against the float32 answer: top-1 agreement >= 0.99 (a
-#      near-tie within 0.1 counts) and max |logit diff| <= 0.3 (its MAX_DIFF, reasoned
-#      there); strict agreement and transformers-bf16's own distance reported beside
-#      ($OUT/<shape>/).
-#   2c. quantized weights (issue 23): the SmolLM2-shape checkpoint as a `pagoda quantize`
-#      Q4_1 GGUF and quantized at load to each format the GPU keeps quantized
-#      (CHECK_QUANT_FORMATS); `eval logits` on the CPU and on the GPU over the same weights;
-#      top-1 agreement >= 0.99 ($OUT/quantized/).
-#   3. kernel tests: every target/gpu/pagoda_cuda_tests* executable, one test at a time, 120 s
-#      each ($OUT/pagoda_cuda_tests*.txt): the unit tests, tests/gpu.rs (pagoda_cuda_tests_gpu:
-#      every row, attention and GEMM kernel against the CPU) and tests/quantized.rs
-#      (pagoda_cuda_tests_quantized: each quantized format's GEMV at 1 and 3 rows, tiled GEMM
-#      at 64, dequantization and embedding against pagoda-kernels' dequantize-then-multiply).
-#   3b. the CUDA tests of pagoda-model (the forward pass against the CPU on every tiny
-#      architecture and LoRA, batched == alone, copy-on-write) and pagoda-engine (continuous
-#      batching with chunked prefill, preemption and the prefix cache on CUDA == each alone),
-#      from target/gpu/*_it.xz ($OUT/pagoda_model_it.txt, $OUT/pagoda_engine_it.txt).
-#   4. speed, on the 1.5B shape, through the engine: single-stream decode (`bench model`,
-#      bf16 >= 1,080 tok/s, 70 % of the HBM roofline; Q4_K weights quantized at load
-#      >= 1,200 tok/s), 64 concurrent requests (`bench batching`, >= 25,000 output tok/s;
-#      issue 21 asked 400 and 15,000), prefill of a 2,048-token prompt (`bench model`, >= 30 % of the H200's dense
-#      bf16 tensor-core rate, 989 TFLOP/s), and continuous against static batching on a
-#      long-tailed output-length mix (`bench batching --output-dist long-tail`, 16-1024 tokens, 64 in flight,
-#      continuous >= 2x static) ($OUT/speed_*.json).
+#   here:   scripts/gpu/build.sh                 # target/gpu/, stripped; checks the 64 MiB
+#   call 1: correctness. carry ["target/gpu"], timeout_s 360,
+#           command "CHECK_PART=correctness CHECK_DEADLINE_S=330 scripts/gpu/check.sh"
+#   (read call 1's summary.json at once: files come back only from the latest call)
+#   call 2: speed, on the warm machine. carry ["target/gpu"], timeout_s 240,
+#           command "CHECK_PART=speed CHECK_DEADLINE_S=210 scripts/gpu/check.sh"
+#   then give the machine back.                  # ~3 + 6 + 4 = 13 device minutes
 #
-# Dry run on a machine without a GPU (tests the script itself; speed targets not enforced):
-#   DRY_RUN=1 PAGODA=target/debug/pagoda PYTHON=venv/bin/python scripts/gpu/check.sh
-# uses 2-layer shapes, the CPU, and tiny speed workloads. On 2 cores (2026-12-05, debug build,
-# torch 2.15 / transformers 5.25 on CPU) it passed in 92 s: Pagoda against the float32
-# reference, top-1 100 %, max |diff| 0.0011 (SmolLM2 shape) and 0.0023 (Qwen2.5 shape);
-# transformers-bf16 against the same, top-1 97.5 % / 95.2 %, max |diff| 0.035 / 0.080.
-# With step 3b (the model and engine CUDA tests, skipping without a GPU) the dry run passed
-# in 210 s on 2 cores (2026-12-05, dev-profile artefacts: 46 MiB with the tree).
-# At full depth on the CPU (by hand, CHECK_LAYERS unset): Pagoda 0.0012 (SmolLM2, 30 layers)
-# and 0.0039 (Qwen2.5-1.5B, 28 layers, 99.9 % strict); transformers-bf16 0.043 / 0.142.
+# One call of everything (CHECK_PART=all, the default) is timeout_s 600 with the default
+# CHECK_DEADLINE_S=540. The figures of time per step below are estimates: no GPU has run this
+# script yet.
 #
-# Environment: PAGODA (binary, default target/gpu/pagoda), PYTHON (default python3), OUT,
-# CHECK_WORK (checkpoints, default /tmp/pagoda-gpu-check), DRY_RUN=1, CHECK_LAYERS (layers of
-# both shapes; default: full, 2 in a dry run), PAGODA_CHECK_DEVICE (default cuda, cpu in a dry
-# run; empty: no --device flag at all), CHECK_SHAPES (default "smollm2-135m qwen2.5-1.5b"),
-# CHECK_SKIP_SPEED=1.
-# The --device flag is passed to a command only when its --help mentions it, so the script
-# works with binaries from before that flag (then a CUDA check reports the step as failed:
-# without --device the logits would come from the CPU).
+# The deadline: every step gets the time left (CHECK_DEADLINE_S from the start, less a reserve
+# for the summary), every command in it runs under `timeout` with what is left, and a step whose
+# estimated need is more than what is left is skipped with that reason recorded. A skip is not a
+# failure; summary.json's "skipped" lists them and "finished" says whether the end was reached.
+#
+# Steps, in order of value (CHECK_PART: correctness = 1-5, speed = 1 and 6, all = 1-6):
+#   1. devices   `pagoda devices --json` finds the driver, NVRTC and cuBLAS from a binary built
+#                without a CUDA toolkit, and names the GPU; its roofline is looked up in CARDS.
+#   2. kernels   every target/gpu/pagoda_cuda_tests* executable (pagoda-cuda's unit tests,
+#                tests/gpu.rs and tests/quantized.rs: each kernel against pagoda-kernels).
+#   3. logits    per shape (CHECK_SHAPES): a random bf16 checkpoint made on the machine by
+#                make_checkpoint.py with transformers' logits (bf16 and float32), `pagoda eval
+#                logits` on the device, compare_logits.py against the float32 answer (top-1
+#                >= 0.99 counting near-ties, max |diff| <= 0.3). Without torch (a dry run here)
+#                the checkpoint is made with numpy and the device is compared with Pagoda on
+#                the CPU instead.
+#   4. gpu-tests the CUDA tests of pagoda-model (forward pass against the CPU on every tiny
+#                architecture, LoRA, splits) and pagoda-engine (batching, preemption, prefix
+#                cache, speculative decoding on CUDA), from target/gpu/*_it.xz. A test that
+#                prints "skipped: no GPU" fails the step.
+#   5. quantized the first shape as a Q4_1 GGUF and quantized at load to each format the GPU
+#                keeps quantized (CHECK_QUANT_FORMATS): the device against the CPU on the same
+#                weights, top-1 >= 0.99.
+#   6. speed     on CHECK_SPEED_SHAPE (Qwen2.5-1.5B's shape; made with --no-reference when
+#                call 1 did not leave it in CHECK_WORK): single-stream decode in bf16 and Q4_K,
+#                64 requests in flight, a 2,048-token prefill, continuous against static
+#                batching on long-tailed outputs. Targets are fractions (TARGETS) of the
+#                roofline of the card found (CARDS): never a fixed figure of one card.
+#
+# What comes back ($OUT, 3 files; the device tool returns at most 8): summary.json and
+# steps.tsv (step, pass|fail|skip, seconds, detail), both rewritten after every step, and
+# logs.tar.xz, every log and JSON of the run, repacked after every step. A run killed from
+# outside still leaves all three as of its last finished step (and TERM rewrites them).
+# `tar -xJf logs.tar.xz -C somewhere` to read it; console.log in it is the whole output.
+#
+# Dry run (`--dry-run` or CHECK_DRY_RUN=1; DRY_RUN=1 is the old spelling): here, without a GPU,
+# through the CUDA interpreter (PAGODA_CUDA_INTERPRET=1: the kernels and the CUDA path run on
+# the CPU), tiny shapes (tiny-llama, tiny-qwen2: 2 layers, hidden 256), 32-token prompts, tiny
+# speed workloads whose targets are reported, not enforced. It tests the script, the deadline
+# and the interpreter; torch and transformers are used when they import, numpy alone otherwise.
+#   GPU_BUILD_PROFILE=dev scripts/gpu/build.sh && scripts/gpu/check.sh --dry-run
+#
+# Environment: OUT (default: a new temporary folder), PAGODA (default target/gpu/pagoda),
+# PYTHON (python3), CHECK_WORK (checkpoints and unpacked binaries, not returned; default
+# /tmp/pagoda-gpu-check), CHECK_DEADLINE_S (540), CHECK_PART (all|correctness|speed),
+# CHECK_SHAPES, CHECK_LAYERS (layers of the logits shapes; default all, 2 in a dry run),
+# CHECK_QUANT_FORMATS, CHECK_SPEED_SHAPE, PAGODA_CHECK_DEVICE (default cuda; in a dry run
+# cuda-interpret when the binary knows it, else cuda with PAGODA_CUDA_INTERPRET=1).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
+
+# Rooflines of the cards the check may meet, from NVIDIA's data sheets: name pattern (the first
+# found in the GPU's name wins) | HBM bandwidth, TB/s | dense bf16 tensor-core rate, TFLOP/s
+# (the sheets' "with sparsity" figures are twice these). H100 SXM is "NVIDIA H100 80GB HBM3".
+CARDS='
+H200 NVL|4.8|835
+H200|4.8|989
+H100 PCIe|2.0|756
+H100 NVL|3.9|835
+H100|3.35|989
+A100-SXM4-80GB|2.04|312
+A100|1.56|312
+'
+# Speed targets, as fractions of the card's roofline (check_report.py computes each roofline:
+# decode = bandwidth / weight bytes; 64 in flight = 64 x bandwidth / (weights + their K/V);
+# prefill = the dense bf16 rate; long-tail = static batching's throughput). For an H100 SXM and
+# the 1.5B shape in bf16 (3.1 GB): decode 0.70 x 1,084 = 760 tok/s; on an H200, 1,090 tok/s.
+TARGETS='decode_bf16=0.70 decode_q4k=0.25 batch_output=0.30 prefill_tflops=0.30
+longtail_continuous_over_static=2.0'
+
+# ---- settings ------------------------------------------------------------------------------
+dry="${CHECK_DRY_RUN:-${DRY_RUN:-0}}"
+[ "${1:-}" = --dry-run ] && dry=1
+part="${CHECK_PART:-all}"
+deadline_s="${CHECK_DEADLINE_S:-540}"
+reserve_s=15 # kept for the last summary and the archive
 out="${OUT:-$(mktemp -d)}"
-pagoda="${PAGODA:-target/gpu/pagoda}"
 python="${PYTHON:-python3}"
-dry="${DRY_RUN:-0}"
 work="${CHECK_WORK:-/tmp/pagoda-gpu-check}"
-shapes="${CHECK_SHAPES:-smollm2-135m qwen2.5-1.5b}"
-if [ "$dry" = 1 ]; then
-  device="${PAGODA_CHECK_DEVICE-cpu}"
-  layers="${CHECK_LAYERS:-2}"
-else
-  device="${PAGODA_CHECK_DEVICE-cuda}"
-  layers="${CHECK_LAYERS:-}"
-fi
-[ -x "$pagoda" ] || { echo "no $pagoda: build and strip it here first (see the header)" >&2; exit 1; }
-mkdir -p "$out" "$work"
+logs="$work/logs"
 started=$(date +%s)
-# NVRTC and cuBLAS: the CUDA toolkit's, else the nvidia-*-cu12 wheels PyTorch brings.
-libs="$("$python" -c 'import glob, site; print(":".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
-for d in /usr/local/cuda/lib64 $(echo "$libs" | tr ':' ' '); do
+if [ -n "${PAGODA:-}" ]; then
+  pagoda="$PAGODA"
+elif [ "$dry" = 1 ] && [ ! -x target/gpu/pagoda ]; then
+  pagoda="${CARGO_TARGET_DIR:-target}/debug/pagoda"
+else
+  pagoda=target/gpu/pagoda
+fi
+if [ "$dry" = 1 ]; then
+  export PAGODA_CUDA_INTERPRET=1
+  shapes="${CHECK_SHAPES:-tiny-llama tiny-qwen2}"
+  layers="${CHECK_LAYERS:-2}"
+  positions=32
+  speed_shape="${CHECK_SPEED_SHAPE:-tiny-qwen2}"
+  if "$pagoda" eval logits --help 2>/dev/null | grep -q cuda-interpret; then
+    device="${PAGODA_CHECK_DEVICE-cuda-interpret}"
+  else
+    device="${PAGODA_CHECK_DEVICE-cuda}"
+  fi
+else
+  shapes="${CHECK_SHAPES:-smollm2-135m qwen2.5-1.5b}"
+  layers="${CHECK_LAYERS:-}"
+  positions=256
+  speed_shape="${CHECK_SPEED_SHAPE:-qwen2.5-1.5b}"
+  device="${PAGODA_CHECK_DEVICE-cuda}"
+fi
+qformats="${CHECK_QUANT_FORMATS:-q8_0 q4_0 q4_k q5_k q6_k int8 int4-g64 nf4}"
+case "$part" in all | correctness | speed) ;; *)
+  echo "CHECK_PART must be all, correctness or speed" >&2
+  exit 2
+  ;;
+esac
+[ -x "$pagoda" ] || {
+  echo "no $pagoda: build it first (scripts/gpu/build.sh)" >&2
+  exit 2
+}
+mkdir -p "$out" "$work"
+rm -rf "$logs" && mkdir -p "$logs"
+: >"$out/steps.tsv"
+rm -f "$out/summary.json" "$out/logs.tar.xz"
+exec > >(tee -a "$logs/console.log") 2>&1
+
+# NVRTC and cuBLAS: the CUDA toolkit's, else the nvidia-* wheels PyTorch brings (CUDA 12's
+# nvidia/<lib>/lib, CUDA 13's nvidia/cu13/lib).
+wheel_libs="$("$python" -c 'import glob, site; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
+for d in /usr/local/cuda/lib64 $wheel_libs; do
   [ -d "$d" ] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 
-# One line per step result: name<TAB>pass|fail|skip<TAB>detail; summary.json is made from it.
-results="$out/steps.tsv"
-: >"$results"
-record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" | tee -a "$results"; }
+# ---- the clock, the record, the archive -----------------------------------------------------
+elapsed() { echo $(($(date +%s) - started)); }
+# Seconds a step may still use (the reserve kept back).
+left() { echo $((deadline_s - $(elapsed) - reserve_s)); }
 
-# `--device $device` for the subcommand in "$@" when it has that flag; none when the device is
-# empty; fails (return 1) when a non-CPU device is asked of a command without the flag.
+# `limited CAP CMD...`: CMD under `timeout` of the smaller of CAP and the time left; 124 when
+# no time is left at all.
+limited() {
+  local cap=$1 t
+  shift
+  t=$(left)
+  [ "$cap" -lt "$t" ] && t=$cap
+  if [ "$t" -lt 2 ]; then
+    echo "no time left for: $*"
+    return 124
+  fi
+  timeout -k 5 "$t" "$@"
+}
+
+finished=0
+current_step=""
+write_summary() {
+  "$python" scripts/gpu/check_report.py summary "$out" "$logs" --dry-run "$dry" --part "$part" \
+    --device "${device:-none}" --deadline "$deadline_s" --seconds "$(elapsed)" \
+    --finished "$finished" || echo "summary.json not written"
+}
+pack_logs() {
+  cp "$out/steps.tsv" "$logs/steps.tsv" 2>/dev/null
+  tar -C "$logs" -cJf "$out/logs.tar.xz.tmp" . && mv "$out/logs.tar.xz.tmp" "$out/logs.tar.xz"
+}
+# `record NAME pass|fail|skip DETAIL`: one row of steps.tsv, with the step's seconds so far.
+record() {
+  local row
+  row="$(printf '%s\t%s\t%s\t%s' "$1" "$2" "$(($(date +%s) - step_started))" "${3//$'\n'/ }")"
+  printf '%s\n' "$row" >>"$out/steps.tsv"
+  printf '   [%s] %s\n' "$2" "$row"
+}
+on_term() {
+  echo "== killed during ${current_step:-setup} after $(elapsed) s"
+  step_started=$(date +%s)
+  record "${current_step:-setup}" fail "killed from outside after $(elapsed) s"
+  write_summary
+  pack_logs
+  exit 143
+}
+trap on_term TERM INT
+
+# `step NAME NEEDS_S PARTS FUNCTION`: runs FUNCTION when this run's part includes it and about
+# NEEDS_S seconds are left, else records why not; then rewrites summary.json and the archive.
+step() {
+  local name=$1 needs=$2 parts=$3 fn=$4
+  step_started=$(date +%s)
+  current_step=$name
+  if [[ " $parts " != *" $part "* ]]; then
+    return 0
+  fi
+  echo "== $name ($(elapsed) s in, $(left) s left)"
+  if [ "$(left)" -lt "$needs" ]; then
+    record "$name" skip "$(left) s left of the deadline, the step needs ~$needs s"
+  else
+    "$fn"
+  fi
+  write_summary
+  pack_logs
+}
+
+# `--device DEV` for `pagoda SUBCOMMAND...` when its --help has the flag (none for an empty
+# device); fails when a non-CPU device is asked of a command without it.
 device_args() {
   dev_args=()
   [ -n "$device" ] || return 0
   if "$pagoda" "$@" --help 2>/dev/null | grep -q -- '--device'; then
     dev_args=(--device "$device")
   elif [ "$device" != cpu ]; then
-    echo "pagoda $* has no --device flag: cannot run it on $device" >&2
+    echo "pagoda $* has no --device flag: cannot run it on $device"
     return 1
   fi
-  return 0
 }
 
-echo "== 1. devices"
-if "$pagoda" devices --json >"$out/devices.json" 2>"$out/devices.stderr"; then
-  cat "$out/devices.json"; echo
-  if "$python" - "$out/devices.json" "$dry" <<'PY'; then
-import json, sys
-report = json.load(open(sys.argv[1]))
-for g in report["gpus"]:
-    print(f"cuda:{g['ordinal']} {g['name']} {g['memory_bytes'] / 2**30:.1f} GiB "
-          f"sm_{g['compute_capability'][0]}{g['compute_capability'][1]}")
-if sys.argv[2] != "1":
-    libs = report["cuda_libraries"]
-    assert all(libs.values()), f"CUDA libraries not all found: {libs} ({report['gpu_unavailable']})"
-    assert report["gpus"], report["gpu_unavailable"]
-else:
-    print(f"dry run: libraries {report['cuda_libraries']}, gpus {len(report['gpus'])} (not required)")
-PY
-    record devices pass "$(wc -c <"$out/devices.json") bytes"
-  else
-    record devices fail "no usable GPU or CUDA library (devices.json)"
+# `make_shape SHAPE [--no-reference]`: the checkpoint in $work/SHAPE (kept when it is there).
+make_shape() {
+  local shape=$1 dir="$work/$1"
+  shift
+  # Kept when made with the same layers and positions, with reference logits unless none are
+  # wanted or none can be made (numpy).
+  if [ -f "$dir/model/config.json" ] && [ "$(cat "$dir/args" 2>/dev/null)" = "$layers $positions" ] &&
+    { [ "${1:-}" = --no-reference ] || [ -f "$dir/reference_f32.npy" ] ||
+      grep -q '"backend": "numpy"' "$dir/info.json"; }; then
+    echo "-- $shape: checkpoint kept from an earlier run"
+    return 0
   fi
-else
-  record devices fail "pagoda devices failed (devices.stderr)"
-fi
-
-echo "== 2. logits against transformers (device: ${device:-none}, layers: ${layers:-full})"
-for shape in $shapes; do
-  dir="$work/$shape"; res="$out/$shape"
-  rm -rf "$dir"; mkdir -p "$dir" "$res"
+  rm -rf "$dir" && mkdir -p "$dir" "$logs/$shape"
   echo "-- $shape: checkpoint"
-  t0=$(date +%s)
-  if ! "$python" scripts/gpu/make_checkpoint.py --shape "$shape" ${layers:+--layers "$layers"} \
-      --out "$dir" >"$res/make_checkpoint.log" 2>&1; then
-    tail -5 "$res/make_checkpoint.log"
-    record "logits:$shape" fail "make_checkpoint.py failed (make_checkpoint.log)"
-    continue
-  fi
-  cp "$dir/info.json" "$res/checkpoint.json"
-  tail -1 "$res/make_checkpoint.log"
-  echo "-- $shape: pagoda eval logits"
-  if ! device_args eval logits; then
-    record "logits:$shape" fail "pagoda eval logits has no --device flag"
-    continue
-  fi
-  t1=$(date +%s)
-  if ! "$pagoda" eval logits "$dir/model" --prompts "$dir/prompts.json" --out "$dir/pagoda.npy" \
-      --json "${dev_args[@]}" >"$res/eval_logits.json" 2>"$res/eval_logits.stderr"; then
-    tail -5 "$res/eval_logits.stderr"
-    record "logits:$shape" fail "pagoda eval logits failed (eval_logits.stderr)"
-    continue
-  fi
-  cat "$res/eval_logits.json"
-  t2=$(date +%s)
-  if "$python" scripts/gpu/compare_logits.py "$dir/reference.npy" "$dir/pagoda.npy" --reference-f32 "$dir/reference_f32.npy" \
-      --name "$shape" --json "$res/compare.json" | tee "$res/compare.txt"; then
-    record "logits:$shape" pass "$(tail -1 "$res/compare.txt")"
-  else
-    record "logits:$shape" fail "$(tail -1 "$res/compare.txt")"
-  fi
-  echo "   ($((t1 - t0)) s checkpoint, $((t2 - t1)) s pagoda, $(($(date +%s) - t2)) s compare)"
-  rm -f "$dir/pagoda.npy" "$dir/reference.npy" "$dir/reference_f32.npy"
-done
+  limited 240 "$python" scripts/gpu/make_checkpoint.py --shape "$shape" ${layers:+--layers "$layers"} \
+    --positions "$positions" --out "$dir" "$@" >"$logs/$shape/make_checkpoint.log" 2>&1 || {
+    tail -5 "$logs/$shape/make_checkpoint.log"
+    return 1
+  }
+  cp "$dir/info.json" "$logs/$shape/checkpoint.json"
+  echo "$layers $positions" >"$dir/args"
+}
 
-echo "== 2c. quantized weights: the GPU against the CPU on the same quantized model"
-# Issue 23: greedy output on the GPU with quantized weights agrees with the CPU path at >= 99 %
-# of positions. The SmolLM2-shape checkpoint of step 2, quantized two ways: `pagoda quantize`
-# to a Q4_1 GGUF (round to nearest), and at load (`--quantize TYPE`, the same quantizers) to
-# each other format the GPU keeps quantized. Both devices run the same quantized weights, so
-# the gate is agreement (near-ties within compare_logits.py's TIE_EPS count), with max |diff|
-# reported under a loose bound: the CPU multiplies Q8_0/Q4 weights by int8-quantized
-# activations, the GPU by f32 (GEMV) or bf16 (GEMM) ones.
-qdir="$work/${CHECK_QUANT_SHAPE:-smollm2-135m}"
-qformats=${CHECK_QUANT_FORMATS:-"q8_0 q4_0 q4_k q5_k q6_k int8 int4-g64 nf4"}
-if [ ! -f "$qdir/model/config.json" ]; then
-  record quantized skip "no $qdir/model (step 2 did not make it)"
-elif ! device_args eval logits; then
-  record quantized fail "pagoda eval logits has no --device flag"
-else
-  qres="$out/quantized"; mkdir -p "$qres"
-  if ! "$pagoda" quantize "$qdir/model" -o "$qdir/q4_1.gguf" --method rtn --bits 4 --force \
-      >"$qres/quantize.log" 2>&1; then
-    tail -3 "$qres/quantize.log"
-    record "quantized:q4_1-gguf" fail "pagoda quantize failed (quantized/quantize.log)"
+# ---- the steps -------------------------------------------------------------------------------
+step_devices() {
+  limited 60 "$pagoda" devices --json >"$logs/devices.json" 2>"$logs/devices.stderr"
+  local rc=$? require=--require-gpu
+  [ "$rc" = 0 ] || {
+    record devices fail "pagoda devices failed, rc $rc (devices.stderr)"
+    return
+  }
+  if "$python" scripts/gpu/check_report.py devices "$logs/devices.json" "$logs/card.json" \
+    --cards "$CARDS" $require >"$logs/devices.txt" 2>&1; then
+    record devices pass "$(head -1 "$logs/devices.txt")"
+  else
+    record devices fail "$(tail -1 "$logs/devices.txt")"
   fi
+  cat "$logs/devices.txt"
+}
+
+step_kernels() {
+  local found=0 t name skips threads=()
+  # One test at a time on a GPU; the interpreter is slow, so use every core there.
+  [ "$dry" = 1 ] || threads=(--test-threads 1)
+  for t in target/gpu/pagoda_cuda_tests*; do
+    [ -x "$t" ] || continue
+    found=1
+    name="$(basename "$t")"
+    if limited 240 "$t" "${threads[@]}" >"$logs/$name.txt" 2>&1; then
+      record "kernels:$name" pass "$(grep -E '^test result' "$logs/$name.txt" | tail -1)"
+    else
+      tail -20 "$logs/$name.txt"
+      record "kernels:$name" fail "$(grep -E '^test result' "$logs/$name.txt" | tail -1) ($name.txt)"
+    fi
+    skips=$(grep -c "skipped: no GPU" "$logs/$name.txt")
+    [ "$skips" = 0 ] || record "kernels:$name" fail "$skips tests skipped: no GPU"
+  done
+  [ "$found" = 1 ] || record kernels fail "no target/gpu/pagoda_cuda_tests* (scripts/gpu/build.sh)"
+}
+
+step_logits() {
+  local shape dir res ref
+  for shape in $shapes; do
+    dir="$work/$shape"
+    res="$logs/$shape"
+    mkdir -p "$res"
+    make_shape "$shape" || {
+      record "logits:$shape" fail "make_checkpoint.py failed ($shape/make_checkpoint.log)"
+      continue
+    }
+    device_args eval logits || {
+      record "logits:$shape" fail "pagoda eval logits has no --device flag"
+      return
+    }
+    echo "-- $shape: pagoda eval logits ${dev_args[*]}"
+    if ! limited 180 "$pagoda" eval logits "$dir/model" --prompts "$dir/prompts.json" \
+      --out "$dir/pagoda.npy" --json "${dev_args[@]}" >"$res/eval_logits.json" 2>"$res/eval_logits.stderr"; then
+      tail -5 "$res/eval_logits.stderr"
+      record "logits:$shape" fail "pagoda eval logits failed ($shape/eval_logits.stderr)"
+      continue
+    fi
+    if [ -f "$dir/reference_f32.npy" ]; then
+      ref=(--reference-f32 "$dir/reference_f32.npy" "$dir/reference.npy")
+    else
+      # No transformers here: the same weights through Pagoda's CPU path.
+      echo "-- $shape: no reference logits (numpy checkpoint): pagoda on the cpu instead"
+      if ! limited 180 "$pagoda" eval logits "$dir/model" --prompts "$dir/prompts.json" \
+        --out "$dir/cpu.npy" --json --device cpu >"$res/eval_logits_cpu.json" 2>"$res/eval_logits_cpu.stderr"; then
+        record "logits:$shape" fail "pagoda eval logits --device cpu failed ($shape/eval_logits_cpu.stderr)"
+        continue
+      fi
+      ref=(--reference-name "pagoda on the cpu" "$dir/cpu.npy")
+    fi
+    if "$python" scripts/gpu/compare_logits.py "${ref[@]}" "$dir/pagoda.npy" --name "$shape" \
+      --json "$res/compare.json" >"$res/compare.txt" 2>&1; then
+      record "logits:$shape" pass "$(tail -1 "$res/compare.txt")"
+    else
+      record "logits:$shape" fail "$(tail -1 "$res/compare.txt")"
+    fi
+    tail -1 "$res/compare.txt"
+    rm -f "$dir/pagoda.npy" "$dir/cpu.npy"
+  done
+}
+
+step_gpu_tests() {
+  local found=0 packed name filter skips built
+  # Their tests read tests/golden/ through the path they were built in: link it to this tree.
+  if [ -f target/gpu/built_in ]; then
+    built="$(cat target/gpu/built_in)"
+    if [ ! -e "$built/tests/golden" ]; then
+      mkdir -p "$(dirname "$built")" && ln -sfn "$PWD" "$built" || echo "cannot link $built to $PWD"
+    fi
+  fi
+  for packed in target/gpu/*_it.xz; do
+    [ -f "$packed" ] || continue
+    found=1
+    name="$(basename "$packed" .xz)"
+    mkdir -p "$work/bin" && xz -dc "$packed" >"$work/bin/$name" && chmod +x "$work/bin/$name"
+    # cuda: pagoda-model's CUDA-vs-CPU and on_cuda tests; on_cuda: the engine's.
+    filter=$([ "$name" = pagoda_model_it ] && echo cuda || echo on_cuda)
+    if limited 240 "$work/bin/$name" "$filter" >"$logs/$name.txt" 2>&1; then
+      record "gpu-tests:$name" pass "$(grep -E '^test result' "$logs/$name.txt" | tail -1)"
+    else
+      tail -30 "$logs/$name.txt"
+      record "gpu-tests:$name" fail "$(grep -E '^test result' "$logs/$name.txt" | tail -1) ($name.txt)"
+    fi
+    skips=$(grep -c "skipped: no GPU" "$logs/$name.txt")
+    [ "$skips" = 0 ] || record "gpu-tests:$name" fail "$skips tests skipped: $(grep -m1 'skipped: no GPU' "$logs/$name.txt")"
+  done
+  [ "$found" = 1 ] || record gpu-tests fail "no target/gpu/*_it.xz (scripts/gpu/build.sh)"
+}
+
+# The first shape quantized two ways: `pagoda quantize` to a Q4_1 GGUF, and at load to each
+# format the GPU keeps quantized. Both devices run the same quantized weights, so the gate is
+# agreement; max |diff| is bounded loosely (the CPU multiplies Q8_0/Q4 weights by int8
+# activations, the GPU by f32 or bf16 ones).
+step_quantized() {
+  local shape dir res q name src side ok
+  shape="${shapes%% *}"
+  dir="$work/$shape"
+  res="$logs/quantized"
+  mkdir -p "$res"
+  make_shape "$shape" || {
+    record quantized fail "no checkpoint of $shape"
+    return
+  }
+  device_args eval logits || {
+    record quantized fail "pagoda eval logits has no --device flag"
+    return
+  }
+  limited 120 "$pagoda" quantize "$dir/model" -o "$dir/q4_1.gguf" --method rtn --bits 4 --force \
+    >"$res/quantize.log" 2>&1 || record "quantized:q4_1-gguf" fail "pagoda quantize failed (quantized/quantize.log)"
   for q in gguf:q4_1 $qformats; do
     if [ "$q" = gguf:q4_1 ]; then
-      [ -f "$qdir/q4_1.gguf" ] || continue
-      name=q4_1-gguf; src="$qdir/q4_1.gguf"; qargs=()
+      [ -f "$dir/q4_1.gguf" ] || continue
+      name=q4_1-gguf src="$dir/q4_1.gguf" qargs=()
     else
-      name=$q; src="$qdir/model"; qargs=(--quantize "$q")
+      name=$q src="$dir/model" qargs=(--quantize "$q")
     fi
     ok=1
     for side in cpu gpu; do
       if [ "$side" = cpu ]; then sargs=(--device cpu); else sargs=("${dev_args[@]}"); fi
-      if ! "$pagoda" eval logits "$src" --prompts "$qdir/prompts.json" --out "$qdir/$name.$side.npy" \
-          --json "${qargs[@]}" "${sargs[@]}" >"$qres/$name.$side.json" 2>"$qres/$name.$side.stderr"; then
-        tail -3 "$qres/$name.$side.stderr"
-        record "quantized:$name" fail "pagoda eval logits on the $side failed (quantized/$name.$side.stderr)"
-        ok=0; break
+      if ! limited 120 "$pagoda" eval logits "$src" --prompts "$dir/prompts.json" --out "$dir/$name.$side.npy" \
+        --json "${qargs[@]}" "${sargs[@]}" >"$res/$name.$side.json" 2>"$res/$name.$side.stderr"; then
+        tail -3 "$res/$name.$side.stderr"
+        record "quantized:$name" fail "eval logits on the $side failed (quantized/$name.$side.stderr)"
+        ok=0
+        break
       fi
     done
     if [ "$ok" = 1 ]; then
-      if "$python" scripts/gpu/compare_logits.py "$qdir/$name.cpu.npy" "$qdir/$name.gpu.npy" \
-          --name "$name" --reference-name "pagoda on the cpu" --max-diff 1.0 --json "$qres/$name.compare.json" >"$qres/$name.compare.txt"; then
-        record "quantized:$name" pass "$(tail -1 "$qres/$name.compare.txt")"
+      if "$python" scripts/gpu/compare_logits.py "$dir/$name.cpu.npy" "$dir/$name.gpu.npy" --name "$name" \
+        --reference-name "pagoda on the cpu" --max-diff 1.0 --json "$res/$name.compare.json" \
+        >"$res/$name.compare.txt" 2>&1; then
+        record "quantized:$name" pass "$(tail -1 "$res/$name.compare.txt")"
       else
-        record "quantized:$name" fail "$(tail -1 "$qres/$name.compare.txt")"
+        record "quantized:$name" fail "$(tail -1 "$res/$name.compare.txt")"
       fi
     fi
-    rm -f "$qdir/$name.cpu.npy" "$qdir/$name.gpu.npy"
+    rm -f "$dir/$name.cpu.npy" "$dir/$name.gpu.npy"
   done
-fi
+}
 
-echo "== 3. kernel tests"
-found=0
-for t in target/gpu/pagoda_cuda_tests*; do
-  [ -x "$t" ] || continue
-  found=1
-  name="$(basename "$t")"
-  if timeout 120 "$t" --test-threads 1 >"$out/$name.txt" 2>&1; then
-    record "kernels:$name" pass "$(grep -E '^test result' "$out/$name.txt" | tail -1)"
+# `bench NAME CAP PAGODA-ARGS...`: one `pagoda bench ... --json` into $logs/speed_NAME.json.
+bench() {
+  local name=$1 cap=$2
+  shift 2
+  echo "-- $name: pagoda $*"
+  if limited "$cap" "$pagoda" "$@" --json >"$logs/speed_$name.json" 2>"$logs/speed_$name.stderr"; then
+    grep '^{' "$logs/speed_$name.json"
   else
-    tail -20 "$out/$name.txt"
-    record "kernels:$name" fail "$(grep -E '^test result' "$out/$name.txt" | tail -1) (see $name.txt)"
+    echo "failed or out of time (speed_$name.stderr)"
+    tail -3 "$logs/speed_$name.stderr"
   fi
-  grep -i "skipped" "$out/$name.txt" | head -3
-done
-[ "$found" = 1 ] || record kernels skip "no target/gpu/pagoda_cuda_tests* (see the header)"
+}
 
-echo "== 3b. the CUDA forward pass and engine tests (pagoda-model, pagoda-engine)"
-# Their tests read tests/golden/ through the path they were built in: link it to this tree.
-if [ -f target/gpu/built_in ]; then
-  built="$(cat target/gpu/built_in)"
-  if [ ! -e "$built/tests/golden" ]; then
-    mkdir -p "$(dirname "$built")" && ln -sfn "$PWD" "$built" || echo "cannot link $built to $PWD"
-  fi
-fi
-found=0
-for packed in target/gpu/*_it.xz; do
-  [ -f "$packed" ] || continue
-  found=1
-  name="$(basename "$packed" .xz)"
-  mkdir -p "$work/bin" && xz -dc "$packed" >"$work/bin/$name" && chmod +x "$work/bin/$name"
-  # cuda: pagoda-model's CUDA-vs-CPU and on_cuda tests; on_cuda: the engine's.
-  filter=$([ "$name" = pagoda_model_it ] && echo cuda || echo on_cuda)
-  if timeout 180 "$work/bin/$name" "$filter" --test-threads 1 --nocapture >"$out/$name.txt" 2>&1; then
-    record "gpu-tests:$name" pass "$(grep -E '^test result' "$out/$name.txt" | tail -1)"
-  else
-    tail -30 "$out/$name.txt"
-    record "gpu-tests:$name" fail "$(grep -E '^test result' "$out/$name.txt" | tail -1) (see $name.txt)"
-  fi
-  if grep -q "skipped: no GPU" "$out/$name.txt" && [ "$dry" != 1 ]; then
-    record "gpu-tests:$name" fail "skipped on the GPU machine: $(grep -m1 'skipped: no GPU' "$out/$name.txt")"
-  fi
-done
-[ "$found" = 1 ] || record gpu-tests skip "no target/gpu/*_it.xz (see scripts/gpu/build.sh)"
-
-echo "== 4. speed (1.5B shape, through the engine)"
-model="$work/qwen2.5-1.5b/model"
-if [ "${CHECK_SKIP_SPEED:-0}" = 1 ]; then
-  record speed skip "CHECK_SKIP_SPEED=1"
-elif [ ! -f "$model/config.json" ]; then
-  record speed fail "no $model (step 2 did not make it)"
-elif ! device_args bench model || ! { bench_dev=("${dev_args[@]}"); device_args bench batching; }; then
-  record speed fail "pagoda bench has no --device flag"
-else
-  batch_dev=("${dev_args[@]}")
+step_speed() {
+  local model="$work/$speed_shape/model" enforce=--enforce
+  local decode batching prefill longtail
   if [ "$dry" = 1 ]; then
-    # Tiny workloads: the same commands and parsing, in seconds on 2 cores.
+    # Tiny workloads: the same commands and parsing; the figures mean nothing.
     decode=(--prompt-tokens 16 --gen-tokens 8 --repeat 1)
     batching=(--concurrency 4 --requests 4 --prompt-len 8-16 --output-len 4-8)
     prefill=(--prompt-tokens 64 --gen-tokens 1 --repeat 1)
     longtail=(--concurrency 4 --requests 8 --prompt-len 8-16 --output-len 2-32)
-    limit=300
+    enforce=
   else
     decode=(--prompt-tokens 32 --gen-tokens 256 --repeat 3)
     batching=(--concurrency 64 --requests 128 --prompt-len 64-512 --output-len 128-256)
     prefill=(--prompt-tokens 2048 --gen-tokens 1 --repeat 3)
-    # Issue 23 point 6: output lengths as chat logs have them (bounded Pareto: median ~32,
-    # ~1.6 % above 512, up to 1,024), 128 requests at 64 in flight: two static batches, each
-    # as long as its longest request.
+    # Output lengths as chat logs have them (bounded Pareto: median ~32, ~1.6 % above 512, up
+    # to 1,024), 128 requests at 64 in flight: two static batches, each as long as its longest.
     longtail=(--concurrency 64 --requests 128 --prompt-len 64-256 --output-len 16-1024)
-    limit=90
   fi
-  run_bench() { # name, then the pagoda arguments
-    local name=$1; shift
-    echo "-- $name: pagoda $*"
-    if timeout "$limit" "$pagoda" "$@" --json >"$out/speed_$name.json" 2>"$out/speed_$name.stderr"; then
-      cat "$out/speed_$name.json"
-    else
-      echo "failed or timed out after ${limit}s (speed_$name.stderr)"; tail -3 "$out/speed_$name.stderr"
-      : >"$out/speed_$name.json"
-    fi
+  # An unknown card (or the interpreter) has no roofline: figures reported, not scored.
+  grep -q '"pattern": "' "$logs/card.json" 2>/dev/null || enforce=
+  make_shape "$speed_shape" --no-reference || {
+    record speed fail "no checkpoint of $speed_shape ($speed_shape/make_checkpoint.log)"
+    return
   }
-  run_bench decode bench model "$model" --no-peer "${decode[@]}" "${bench_dev[@]}"
-  run_bench decode_q4k bench model "$model" --no-peer --quantize q4_k "${decode[@]}" "${bench_dev[@]}"
-  run_bench batching bench batching "$model" --modes continuous "${batching[@]}" "${batch_dev[@]}"
-  run_bench prefill bench model "$model" --no-peer "${prefill[@]}" "${bench_dev[@]}"
-  limit=$((limit * 2)) run_bench longtail bench batching "$model" --modes continuous,static \
-    --output-dist long-tail "${longtail[@]}" "${batch_dev[@]}"
-  if "$python" - "$out" "$model/config.json" "$dry" >"$out/speed.txt" <<'PY'; then
-import json, sys
-out, config, dry = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3] == "1"
-H200_BF16_DENSE_TFLOPS = 989.0
-def first(name):
-    lines = [l for l in open(f"{out}/speed_{name}.json") if l.strip().startswith("{")]
-    return json.loads(lines[0]) if lines else None
-decode, batching, prefill = first("decode"), first("batching"), first("prefill")
-def by_engine(name):
-    rows = [json.loads(l) for l in open(f"{out}/speed_{name}.json") if l.strip().startswith("{")]
-    return {r["engine"]: r for r in rows}
-res, fails = {}, []
-def check(key, value, target, unit):
-    res[key] = {"value": value, "target": target, "unit": unit,
-                "met": value is not None and value >= target}
-    if value is None:
-        fails.append(f"{key}: no figure")
-    elif value < target and not dry:
-        fails.append(f"{key} {value:.1f} {unit} < {target}")
-# Issue 23's targets (part 1's were 400 and 15,000): 70 % of the HBM roofline in bf16 and
-# 1,200 tok/s with Q4_K weights (quantized at load) for one stream, 25,000 at 64 in flight.
-decode_q4k = first("decode_q4k")
-check("decode_tok_s", decode and decode["decode_tps"], 1080.0, "tok/s")
-check("decode_q4k_tok_s", decode_q4k and decode_q4k["decode_tps"], 1200.0, "tok/s")
-check("batch64_output_tok_s", batching and batching["output_tps"], 25000.0, "tok/s")
-if prefill:
-    # Achieved rate as issue 21 states it: 2 x parameters x tokens / time. Also, stricter,
-    # the FLOPs the prefill really does: the output head runs for the last position only
-    # (its V x d weights counted once), plus causal attention (QK^T and PV: 2 x T^2 x heads x
-    # head_dim per layer). The gate uses the stricter figure.
-    t, tps, params = prefill["prefill_tokens"], prefill["prefill_tps"], prefill["parameters"]
-    d, v, layers = config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]
-    qdim = config["num_attention_heads"] * config.get("head_dim", d // config["num_attention_heads"])
-    secs = t / tps
-    simple = 2.0 * params * t / secs / 1e12
-    real = (2.0 * (params - v * d) * t + 2.0 * v * d + 2.0 * layers * t * t * qdim) / secs / 1e12
-    res["prefill_tflops_2pt"] = {"value": simple, "pct_of_peak": 100 * simple / H200_BF16_DENSE_TFLOPS}
-    check("prefill_pct_of_bf16_peak", 100 * real / H200_BF16_DENSE_TFLOPS, 30.0, "%")
-    res["prefill_pct_of_bf16_peak"].update(tflops=real, prefill_tok_s=tps, prompt_tokens=t)
-else:
-    check("prefill_pct_of_bf16_peak", None, 30.0, "%")
-longtail = by_engine("longtail")
-if "pagoda-continuous" in longtail and "pagoda-static" in longtail:
-    c, s = longtail["pagoda-continuous"], longtail["pagoda-static"]
-    check("longtail_continuous_over_static", c["output_tps"] / max(s["output_tps"], 1e-9), 2.0, "x")
-    res["longtail_continuous_over_static"].update(continuous=c, static=s)
-else:
-    check("longtail_continuous_over_static", None, 2.0, "x")
-res["dry_run"] = dry
-res["fails"] = fails
-json.dump(res, open(f"{out}/speed.json", "w"), indent=2)
-for k, r in res.items():
-    if isinstance(r, dict):
-        print(f"{k}: {r}")
-print("targets " + ("not enforced (dry run)" if dry else ("met" if not fails else "MISSED: " + "; ".join(fails))))
-sys.exit(1 if fails else 0)
-PY
-    cat "$out/speed.txt"
-    record speed pass "$(tail -1 "$out/speed.txt")"
+  device_args bench model || {
+    record speed fail "pagoda bench model has no --device flag"
+    return
+  }
+  bench decode 90 bench model "$model" --no-peer "${decode[@]}" "${dev_args[@]}"
+  bench decode_q4k 90 bench model "$model" --no-peer --quantize q4_k "${decode[@]}" "${dev_args[@]}"
+  bench batching 90 bench batching "$model" --modes continuous "${batching[@]}" "${dev_args[@]}"
+  bench prefill 60 bench model "$model" --no-peer "${prefill[@]}" "${dev_args[@]}"
+  bench longtail 150 bench batching "$model" --modes continuous,static --output-dist long-tail \
+    "${longtail[@]}" "${dev_args[@]}"
+  if "$python" scripts/gpu/check_report.py speed "$logs" "$model/config.json" "$logs/card.json" \
+    --targets "$TARGETS" $enforce >"$logs/speed.txt" 2>&1; then
+    record speed pass "$(tail -1 "$logs/speed.txt")"
   else
-    cat "$out/speed.txt"
-    record speed fail "$(tail -1 "$out/speed.txt")"
+    record speed fail "$(tail -1 "$logs/speed.txt")"
   fi
-fi
-
-echo "== summary"
-"$python" - "$out" "$dry" "${device:-}" "${layers:-full}" "$(($(date +%s) - started))" <<'PY'
-import json, os, sys
-out, dry, device, layers, secs = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4], int(sys.argv[5])
-steps = []
-for line in open(f"{out}/steps.tsv"):
-    name, status, detail = line.rstrip("\n").split("\t", 2)
-    steps.append({"step": name, "status": status, "detail": detail})
-def load(path):
-    try:
-        return json.load(open(path))
-    except (OSError, ValueError):
-        return None
-logits = {}
-for d in sorted(os.listdir(out)):
-    c = load(f"{out}/{d}/compare.json")
-    if c:
-        logits[d] = {k: c.get(k) for k in (
-            "pass", "gate", "max_diff_tolerance", "tie_eps", "top1_agreement",
-            "top1_agreement_tie_aware", "max_abs_diff", "mean_abs_diff", "pagoda_vs_f32",
-            "transformers_bf16_vs_f32")}
-        logits[d]["eval_logits"] = load(f"{out}/{d}/eval_logits.json")
-summary = {
-    "dry_run": dry, "device": device, "layers": layers, "seconds": secs,
-    "pass": all(s["status"] != "fail" for s in steps),
-    "steps": steps, "logits": logits, "speed": load(f"{out}/speed.json"),
+  cat "$logs/speed.txt"
 }
-json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
-for s in steps:
-    print(f"{s['status']:4}  {s['step']}: {s['detail']}")
-print(f"{'PASS' if summary['pass'] else 'FAIL'} in {secs} s ({out}/summary.json)")
-sys.exit(0 if summary["pass"] else 1)
-PY
+
+# ---- the run ----------------------------------------------------------------------------------
+echo "GPU check: part $part, deadline ${deadline_s} s, device ${device:-none}, $pagoda$([ "$dry" = 1 ] && echo ", DRY RUN (CUDA interpreter)")"
+# The seconds each step needs at least (else it is skipped), estimated: on a GPU (none has run
+# this yet) and, for a dry run, measured in the interpreter on 2 cores.
+if [ "$dry" = 1 ]; then needs=(5 60 20 60 30 30); else needs=(5 30 60 60 60 120); fi
+#    name      needs        parts                  function
+step devices "${needs[0]}" "all correctness speed" step_devices
+step kernels "${needs[1]}" "all correctness" step_kernels
+step logits "${needs[2]}" "all correctness" step_logits
+step gpu-tests "${needs[3]}" "all correctness" step_gpu_tests
+step quantized "${needs[4]}" "all correctness" step_quantized
+step speed "${needs[5]}" "all speed" step_speed
+finished=1
+current_step=""
+trap - TERM INT
+write_summary
+pack_logs
+echo "== summary ($(elapsed) s of ${deadline_s}; $out: $(cd "$out" && echo *))"
+cut -f1-4 "$out/steps.tsv" | awk -F'\t' '{printf "%-5s %-40s %5ss  %s\n", $2, $1, $3, substr($4, 1, 160)}'
+if grep -q "$(printf '\tfail\t')" "$out/steps.tsv"; then
+  echo FAIL
+  exit 1
+fi
+echo "PASS$(grep -q "$(printf '\tskip\t')" "$out/steps.tsv" && echo ' (with skipped steps)')"

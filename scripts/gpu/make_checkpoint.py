@@ -8,6 +8,13 @@ nothing), so the checkpoint is made there, from a seed, with torch + transformer
     python3 scripts/gpu/make_checkpoint.py --shape smollm2-135m --out /tmp/check/smollm2-135m
     python3 scripts/gpu/make_checkpoint.py --shape qwen2.5-1.5b --out /tmp/check/qwen2.5-1.5b
     python3 scripts/gpu/make_checkpoint.py --shape qwen2.5-1.5b --layers 2 --out /tmp/q2  # dry run
+    python3 scripts/gpu/make_checkpoint.py --shape qwen2.5-1.5b --no-reference --out /tmp/q  # speed
+
+Without torch (`--backend numpy`, chosen by itself when torch does not import) it writes the
+same kind of checkpoint with numpy alone and no reference logits: check.sh's dry run then
+compares the device against Pagoda on the CPU. The tiny-llama / tiny-qwen2 shapes are those
+architectures at hidden size 256 (one K-quant
+block) and 2 layers, for the CUDA interpreter.
 
 OUT/ then holds:
   model/           config.json, model.safetensors (bf16; tied output head left out, as
@@ -82,6 +89,45 @@ SHAPES = {
         hidden_act="silu",
         use_sliding_window=False,
     ),
+    # Tiny shapes of the same two architectures, for dry runs (check.sh in interpret mode:
+    # the CUDA interpreter runs a CUDA thread as a fiber, so full shapes take minutes there).
+    "tiny-llama": dict(
+        model_type="llama",
+        architectures=["LlamaForCausalLM"],
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        vocab_size=512,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        hidden_act="silu",
+        # Logits of a real model's spread (std ~0.5) at hidden size 256.
+        initializer_range=0.035,
+        attention_bias=False,
+        mlp_bias=False,
+    ),
+    "tiny-qwen2": dict(
+        model_type="qwen2",
+        architectures=["Qwen2ForCausalLM"],
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        intermediate_size=768,
+        vocab_size=640,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        hidden_act="silu",
+        # Logits of a real model's spread (std ~0.5) at hidden size 256.
+        initializer_range=0.035,
+        use_sliding_window=False,
+    ),
 }
 
 # Multiplier on transformers' q_proj / k_proj initialisation (std 0.02 -> 0.08): see main().
@@ -128,6 +174,141 @@ def build_tokenizer(vocab_size, folder):
             f,
             indent=2,
         )
+
+
+def byte_level_alphabet():
+    """GPT-2's byte-to-character map (tokenizers' `ByteLevel.alphabet()`): the 256 symbols."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1)]
+    keep += range(ord("\u00ae"), ord("\u00ff") + 1)
+    chars, extra = [chr(b) for b in keep], 0
+    for b in range(256):
+        if b not in keep:
+            chars.append(chr(256 + extra))
+            extra += 1
+    return chars
+
+
+def write_tokenizer_json(vocab_size, folder):
+    """The tokenizer of `build_tokenizer`, written as JSON without the `tokenizers` package."""
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for ch in sorted(byte_level_alphabet()):
+        vocab[ch] = len(vocab)
+    i = 0
+    while len(vocab) < vocab_size:
+        vocab[f"<unused_{i}>"] = len(vocab)
+        i += 1
+    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, s in enumerate(SPECIALS)
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []},
+    }
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f, ensure_ascii=False)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": None,
+                "eos_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+                "add_bos_token": False,
+                "model_max_length": 1 << 20,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            f,
+            indent=2,
+        )
+
+
+def to_bf16_bits(a):
+    """float32 -> bf16 bit patterns (uint16), rounding to nearest even (as torch does)."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """`tensors`: name -> (shape, uint16 bf16 bits), written as one BF16 safetensors file."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (shape, bits) in tensors.items():
+        header[name] = {"dtype": "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + bits.nbytes]}
+        offset += bits.nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for _, bits in tensors.values():
+            f.write(bits.tobytes())
+
+
+def numpy_checkpoint(args, shape, model_dir):
+    """The checkpoint without torch (dry runs on machines without it): the same recipe as the
+    torch path (normal with std initializer_range, q/k x QK_SCALE, norms ~ N(1, 0.2), biases
+    ~ N(0, 0.5)) from numpy's generator, so the same seed gives other weights than torch. No
+    reference logits: check.sh then compares the device against Pagoda on the CPU. Returns the
+    parameter count."""
+    rng = np.random.default_rng(args.seed)
+    d, v, n_layers = shape["hidden_size"], shape["vocab_size"], shape["num_hidden_layers"]
+    heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
+    hd = shape.get("head_dim", d // heads)
+    inter = shape["intermediate_size"]
+    bias = shape["model_type"] == "qwen2" or shape.get("attention_bias", False)
+    std = shape.get("initializer_range", 0.02)
+    tensors = {}
+
+    def put(name, *dims, kind="weight", scale=1.0):
+        if kind == "norm":
+            a = 1.0 + 0.2 * rng.standard_normal(dims)
+        elif kind == "bias":
+            a = 0.5 * rng.standard_normal(dims)
+        else:
+            a = std * scale * rng.standard_normal(dims)
+        tensors[name] = (dims, to_bf16_bits(a.astype(np.float32)))
+
+    put("model.embed_tokens.weight", v, d)
+    for i in range(n_layers):
+        p = f"model.layers.{i}."
+        put(p + "input_layernorm.weight", d, kind="norm")
+        put(p + "self_attn.q_proj.weight", heads * hd, d, scale=QK_SCALE)
+        put(p + "self_attn.k_proj.weight", kv_heads * hd, d, scale=QK_SCALE)
+        put(p + "self_attn.v_proj.weight", kv_heads * hd, d)
+        if bias:
+            put(p + "self_attn.q_proj.bias", heads * hd, kind="bias")
+            put(p + "self_attn.k_proj.bias", kv_heads * hd, kind="bias")
+            put(p + "self_attn.v_proj.bias", kv_heads * hd, kind="bias")
+        put(p + "self_attn.o_proj.weight", d, heads * hd)
+        put(p + "post_attention_layernorm.weight", d, kind="norm")
+        put(p + "mlp.gate_proj.weight", inter, d)
+        put(p + "mlp.up_proj.weight", inter, d)
+        put(p + "mlp.down_proj.weight", d, inter)
+    put("model.norm.weight", d, kind="norm")
+    if not shape["tie_word_embeddings"]:
+        put("lm_head.weight", v, d)
+    write_safetensors(os.path.join(model_dir, "model.safetensors"), tensors)
+    config = {k: val for k, val in shape.items()}
+    config.setdefault("initializer_range", 0.02)
+    config.update(bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                  use_cache=False, torch_dtype="bfloat16", head_dim=hd)
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    with open(os.path.join(model_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}, f)
+    write_tokenizer_json(v, model_dir)
+    return sum(int(np.prod(dims)) for dims, _ in tensors.values())
 
 
 def make_prompts(vocab_size, n, length, seed):
@@ -189,9 +370,60 @@ def main():
     ap.add_argument(
         "--attn", default="eager", choices=["eager", "sdpa"], help="transformers attention"
     )
+    ap.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "torch", "numpy"],
+        help="torch + transformers (reference logits); numpy: the weights only, for machines "
+        "without torch (auto: torch when it imports)",
+    )
+    ap.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="write the checkpoint and prompts only (no reference logits: speed runs)",
+    )
     args = ap.parse_args()
     if args.prompts < 2:
         ap.error("--prompts must be at least 2 (the last one is the repetitive prompt)")
+    backend = args.backend
+    if backend == "auto":
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+
+            backend = "torch"
+        except ImportError:
+            backend = "numpy"
+    if backend == "numpy":
+        t0 = time.time()
+        shape = dict(SHAPES[args.shape])
+        if args.layers:
+            shape["num_hidden_layers"] = args.layers
+        model_dir = os.path.join(args.out, "model")
+        os.makedirs(model_dir, exist_ok=True)
+        n_params = numpy_checkpoint(args, shape, model_dir)
+        prompts = make_prompts(shape["vocab_size"], args.prompts, args.positions, args.seed)
+        with open(os.path.join(args.out, "prompts.json"), "w") as f:
+            json.dump(prompts, f)
+        info = {
+            "shape": args.shape,
+            "architecture": shape["architectures"][0],
+            "layers": shape["num_hidden_layers"],
+            "hidden_size": shape["hidden_size"],
+            "vocab_size": shape["vocab_size"],
+            "parameters": n_params,
+            "seed": args.seed,
+            "backend": "numpy",
+            "reference": None,
+            "dtype": "bfloat16",
+            "prompts": len(prompts),
+            "positions": args.positions,
+            "seconds": {"init_and_save": round(time.time() - t0, 2)},
+        }
+        with open(os.path.join(args.out, "info.json"), "w") as f:
+            json.dump(info, f, indent=2)
+        print(json.dumps(info))
+        return
 
     import torch
     import transformers
@@ -208,8 +440,8 @@ def main():
     if args.layers:
         shape["num_hidden_layers"] = args.layers
     model_type = shape.pop("model_type")
+    shape.setdefault("initializer_range", 0.02)
     shape.update(
-        initializer_range=0.02,
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=0,
@@ -265,6 +497,14 @@ def main():
     prompts = make_prompts(config.vocab_size, args.prompts, args.positions, args.seed)
     with open(os.path.join(args.out, "prompts.json"), "w") as f:
         json.dump(prompts, f)
+    if args.no_reference:
+        info = {"shape": args.shape, "layers": config.num_hidden_layers, "parameters": n_params,
+                "seed": args.seed, "backend": "torch", "device": device, "reference": None,
+                "seconds": {"init": round(t_init - t0, 2), "save": round(t_save - t_init, 2)}}
+        with open(os.path.join(args.out, "info.json"), "w") as f:
+            json.dump(info, f, indent=2)
+        print(json.dumps(info))
+        return
     with torch.no_grad():
         ids = torch.tensor(prompts, dtype=torch.long, device=device)
         logits = model(input_ids=ids).logits  # bf16 [n, T, V]
@@ -291,6 +531,7 @@ def main():
         "vocab_size": config.vocab_size,
         "parameters": n_params,
         "seed": args.seed,
+        "backend": "torch",
         "device": device,
         "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
         "attn_implementation": args.attn,
