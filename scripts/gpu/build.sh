@@ -12,10 +12,11 @@
 # and checks that the work tree plus target/gpu fit in what the device tool carries (64 MiB).
 #
 #   scripts/gpu/build.sh                   # release (15-40 min from cold on 2 cores)
-#   GPU_BUILD_PROFILE=dev scripts/gpu/build.sh   # the dev profile, to try the script quickly
+#   GPU_BUILD_PROFILE=dev scripts/gpu/build.sh   # the dev profile, for check.sh --dry-run here
 #
-# Then, with the device tool: carry ["target/gpu"], command "scripts/gpu/check.sh",
-# timeout_s 420 (see check.sh).
+# Then, with the device tool, carry ["target/gpu"] and the two calls of check.sh's header
+# (correctness, then speed). The scripts it runs (check.sh, check_report.py,
+# make_checkpoint.py, compare_logits.py) travel with the work tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 profile="${GPU_BUILD_PROFILE:-release}"

@@ -186,6 +186,8 @@ record() {
   printf '   [%s] %s\n' "$2" "$row"
 }
 on_term() {
+  # The signal reached the whole process group, tee included: write to the log file alone.
+  exec >>"$logs/console.log" 2>&1
   echo "== killed during ${current_step:-setup} after $(elapsed) s"
   step_started=$(date +%s)
   record "${current_step:-setup}" fail "killed from outside after $(elapsed) s"
@@ -194,6 +196,7 @@ on_term() {
   exit 143
 }
 trap on_term TERM INT
+trap '' PIPE
 
 # `step NAME NEEDS_S PARTS FUNCTION`: runs FUNCTION when this run's part includes it and about
 # NEEDS_S seconds are left, else records why not; then rewrites summary.json and the archive.

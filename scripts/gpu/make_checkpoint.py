@@ -39,8 +39,8 @@ scores are ~0, attention is a uniform average, and a wrong RoPE would hardly sho
 layer's input), and the logits vary with position: the script fails if a prompt's top-1 token
 is the same at every position, or if the logits are not finite.
 
-The tokenizer: a byte-level BPE with the 256 byte symbols and no merges (so any text encodes,
-one token per byte: `pagoda bench` tokenizes its benchmark text with it), padded with unused
+The tokenizer: a byte-level BPE with the 256 byte symbols and four merges (so any text encodes,
+about one token per byte: `pagoda bench` tokenizes its benchmark text with it), padded with unused
 tokens to exactly the model's vocabulary size. Its content does not matter to the logits
 comparison, which feeds token ids; it must only load in Pagoda.
 """
@@ -134,6 +134,9 @@ SHAPES = {
 QK_SCALE = 2.0
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# A few merges (their results follow the byte symbols): `pagoda quantize` to GGUF refuses a
+# byte-level BPE without any (llama.cpp's loader needs them), which check.sh's quantized step does.
+MERGES = [("\u0120", "t"), ("h", "e"), ("i", "n"), ("e", "r")]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -150,11 +153,13 @@ def build_tokenizer(vocab_size, folder):
         vocab[s] = len(vocab)
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[ch] = len(vocab)
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
     i = 0
     while len(vocab) < vocab_size:
         vocab[f"<unused_{i}>"] = len(vocab)
         i += 1
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(MERGES)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
@@ -193,6 +198,8 @@ def write_tokenizer_json(vocab_size, folder):
     vocab = {s: i for i, s in enumerate(SPECIALS)}
     for ch in sorted(byte_level_alphabet()):
         vocab[ch] = len(vocab)
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
     i = 0
     while len(vocab) < vocab_size:
         vocab[f"<unused_{i}>"] = len(vocab)
@@ -213,7 +220,8 @@ def write_tokenizer_json(vocab_size, folder):
         "decoder": {"type": "ByteLevel", **byte_level},
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []},
+                  "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": [f"{a} {b}" for a, b in MERGES]},
     }
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:
         json.dump(tokenizer, f, ensure_ascii=False)
