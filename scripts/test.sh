@@ -81,6 +81,18 @@ if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
 fi
 export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+echo "== CUDA kernels in the CUDA interpreter under ASan+UBSan (scripts/cuda/sanitize.sh asan --quick)"
+# Its own target folder (target/sanitize-asan); a finding fails the run. The full run (with the
+# two exhaustive attention sweeps, ~9 min here) and the TSan run are commands of their own.
+if [ -f "$(${CXX:-c++} -print-file-name=libasan.so 2>/dev/null)" ]; then
+  scripts/cuda/sanitize.sh asan --quick
+elif [ "${CI:-}" = "true" ]; then
+  echo "no ASan runtime for ${CXX:-c++} (apt-get install g++ brings libasan)" >&2
+  exit 1
+else
+  echo "skipped: no ASan runtime for ${CXX:-c++}"
+fi
+
 # The GPU tests run in the CUDA interpreter (pagoda_cuda::interpret): the kernels' CUDA C
 # compiled for the host, the driver, NVRTC and cuBLAS calls answered on the CPU, the same Rust
 # launch code. Under CI a GPU test that would skip fails instead. The interpreter compiles the

@@ -3,20 +3,22 @@
 # the repository root, with binaries built here by scripts/gpu/build.sh (that machine has the
 # driver, PyTorch and transformers, but no Rust toolchain and no network).
 #
-# THE PLAN: two calls that fit the session's 15 device minutes, machine start included
-# (2-3 minutes for the first call; the second finds the machine warm):
+# THE PLAN: two calls that fit the session's 15 device minutes, machine start included:
 #
 #   here:   scripts/gpu/build.sh                 # target/gpu/, stripped; checks the 64 MiB
-#   call 1: correctness. carry ["target/gpu"], timeout_s 360,
-#           command "CHECK_PART=correctness CHECK_DEADLINE_S=330 scripts/gpu/check.sh"
-#   (read call 1's summary.json at once: files come back only from the latest call)
-#   call 2: speed, on the warm machine. carry ["target/gpu"], timeout_s 240,
-#           command "CHECK_PART=speed CHECK_DEADLINE_S=210 scripts/gpu/check.sh"
-#   then give the machine back.                  # ~3 + 6 + 4 = 13 device minutes
+#   call 1: correctness (steps 1-5). carry ["target/gpu"], timeout_s 330, command
+#           "CHECK_PART=correctness CHECK_DEADLINE_S=300 scripts/gpu/check.sh"
+#   call 2: speed (steps 1 and 6), AT ONCE: the machine goes back after idle_release_s (30 s
+#           at present; the device tool's status says), and call 1's files are already here.
+#           carry ["target/gpu"], timeout_s 240, command
+#           "CHECK_PART=speed CHECK_DEADLINE_S=210 scripts/gpu/check.sh"
+#   then give_back.
+#   Device time: start 2-3 min + 5.5 + 4 = ~12 min; ~14.5 if call 2 finds the machine gone (a
+#   second start; step 6 then remakes its checkpoint, ~40 s, within its deadline).
 #
-# One call of everything (CHECK_PART=all, the default) is timeout_s 600 with the default
-# CHECK_DEADLINE_S=540. The figures of time per step below are estimates: no GPU has run this
-# script yet.
+# One call of everything instead: CHECK_PART=all (the default), CHECK_DEADLINE_S=540 (the
+# default), timeout_s 600: ~12.5 device minutes, and nothing is lost if the machine goes back
+# between calls. The step times below are estimates: no GPU has run this script yet.
 #
 # The deadline: every step gets the time left (CHECK_DEADLINE_S from the start, less a reserve
 # for the summary), every command in it runs under `timeout` with what is left, and a step whose
@@ -454,11 +456,12 @@ step_speed() {
     record speed fail "pagoda bench model has no --device flag"
     return
   }
-  bench decode 90 bench model "$model" --no-peer "${decode[@]}" "${dev_args[@]}"
-  bench decode_q4k 90 bench model "$model" --no-peer --quantize q4_k "${decode[@]}" "${dev_args[@]}"
-  bench batching 90 bench batching "$model" --modes continuous "${batching[@]}" "${dev_args[@]}"
-  bench prefill 60 bench model "$model" --no-peer "${prefill[@]}" "${dev_args[@]}"
-  bench longtail 150 bench batching "$model" --modes continuous,static --output-dist long-tail \
+  # In order of value, each capped; the deadline cuts the last ones first.
+  bench decode 60 bench model "$model" --no-peer "${decode[@]}" "${dev_args[@]}"
+  bench batching 60 bench batching "$model" --modes continuous "${batching[@]}" "${dev_args[@]}"
+  bench prefill 45 bench model "$model" --no-peer "${prefill[@]}" "${dev_args[@]}"
+  bench decode_q4k 60 bench model "$model" --no-peer --quantize q4_k "${decode[@]}" "${dev_args[@]}"
+  bench longtail 90 bench batching "$model" --modes continuous,static --output-dist long-tail \
     "${longtail[@]}" "${dev_args[@]}"
   if "$python" scripts/gpu/check_report.py speed "$logs" "$model/config.json" "$logs/card.json" \
     --targets "$TARGETS" $enforce >"$logs/speed.txt" 2>&1; then
