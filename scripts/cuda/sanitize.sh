@@ -46,9 +46,11 @@ asan)
 tsan)
   sanitize=thread
   runtime=libtsan.so
-  # Rust's own synchronisation (futexes) is invisible to TSan: one test at a time keeps the
-  # reports to what the interpreter's threads do among themselves.
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+  # Rust's own synchronisation (futexes, atomics in uninstrumented code) is invisible to TSan,
+  # which then reports the test harness's channels as races: ignore what uninstrumented code
+  # does through TSan's interceptors (memcpy, calloc) and run one test at a time, so the reports
+  # are what the interpreter's threads and the kernels do among themselves.
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:ignore_noninstrumented_modules=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
   set -- --test-threads 1 "$@"
   ;;
 *)
