@@ -238,6 +238,11 @@ void yield() {
 // The stack of a new fiber: what pagoda_interp_switch pops (six registers, zero) and then
 // returns to, fiber_main, entered with the stack aligned as after a call.
 void* initial_stack(char* stack) {
+#if defined(PAGODA_ASAN)
+    // The stack is reused from block to block: the frames of its last fiber left their
+    // redzones poisoned, and the new fiber's frames would be reported as overflows.
+    __asan_unpoison_memory_region(stack, STACK_BYTES);
+#endif
     auto* top = reinterpret_cast<uintptr_t*>(
         (reinterpret_cast<uintptr_t>(stack + STACK_BYTES) & ~uintptr_t{15}));
     *--top = 0;  // fiber_main's return address slot: never used (it does not return)
