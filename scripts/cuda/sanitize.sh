@@ -5,10 +5,10 @@
 #   scripts/cuda/sanitize.sh asan   # AddressSanitizer + UndefinedBehaviorSanitizer: an
 #                                   # out-of-bounds access, a misaligned or overflowing
 #                                   # operation in a kernel or in the host driver/cuBLAS code
-#                                   # fails the run
+#                                   # fails the run (scripts/test.sh runs this)
 #   scripts/cuda/sanitize.sh asan --quick   # the same without the two exhaustive attention
 #                                   # sweeps (every other test: all kernels, split decode and
-#                                   # merge, the FP8 writes); scripts/test.sh runs this
+#                                   # merge, the FP8 writes)
 #   scripts/cuda/sanitize.sh tsan   # ThreadSanitizer: each CUDA thread an OS thread, so a
 #                                   # missing __syncthreads()/__syncwarp() between a shared
 #                                   # memory write and another thread's read is a race report
@@ -22,9 +22,10 @@
 #
 # The tests have no size knob: they run their usual shapes. Measured on this project's 2-core
 # machine (shared with other builds; cold build of the deps through sccache ~1 CPU-minute, the
-# interpreter's C++ under ASan ~40 s): asan --quick 17 s of tests; asan 540 s (~4 CPU-minutes:
-# the two sweeps paged_attention_matches_the_cpu_* and fp8_paged_attention_matches_the_cpu_*
-# are nearly all of it); tsan: see docs/serving.md ("CUDA interpreter").
+# interpreter's C++ under ASan ~30-40 s): asan 51 s of tests (the two attention sweeps are
+# most of it; --quick 6 s); tsan: too slow for the whole suite (an OS thread per CUDA thread:
+# a 391-block launch is 100,000 threads; its first test had not finished after 12 minutes):
+# name the tests, e.g. `scripts/cuda/sanitize.sh tsan embed kv_write`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
