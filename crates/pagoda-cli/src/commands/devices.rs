@@ -48,7 +48,10 @@ pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
     let report = Report {
         cpu,
         cuda_libraries: found,
-        cuda_library_warning: versions.mismatch(),
+        // The interpreter's driver loads any PTX (it reports CUDA 12.8 whatever compiled it).
+        cuda_library_warning: versions
+            .mismatch()
+            .filter(|_| !pagoda_cuda::interpret::installed()),
         cuda_library_versions: versions,
         gpus,
         gpu_unavailable: unavailable,
