@@ -81,6 +81,12 @@ if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
 fi
 export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+echo "== ptxas gate: every kernel through NVRTC and ptxas of CUDA 12 and of CUDA 13, for sm_80 and sm_90"
+# Fails on spills, a stack frame beyond rope's sincosf allowance, or static shared memory over
+# 48 KiB; installs the nvcc (ptxas) and CUDA 13 NVRTC wheels under target/cuda-gate (under CI
+# a missing wheel fails, elsewhere it skips with a message).
+python3 scripts/cuda/ptxas_gate.py
+
 echo "== CUDA kernels in the CUDA interpreter under ASan+UBSan (scripts/cuda/sanitize.sh asan)"
 # Its own target folder (target/sanitize-asan); a finding fails the run (~1 min of tests on 2
 # cores). The TSan run is a command of its own (too slow: an OS thread per CUDA thread).

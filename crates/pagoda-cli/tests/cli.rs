@@ -724,6 +724,16 @@ fn cuda_interpret_runs_the_cuda_path_and_auto_never_takes_it() {
     let gpu = &report["gpus"][0];
     assert_eq!(gpu["interpreted"], serde_json::json!(true), "{report}");
     assert!(gpu["name"].as_str().unwrap().contains("interpreter"));
+    // The library versions are the interpreter's, loaded from its cache folder.
+    let driver = &report["cuda_library_versions"]["driver"];
+    assert_eq!(driver["version"], "12.8", "{report}");
+    assert!(
+        driver["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("cuda-interpret")),
+        "{report}"
+    );
+    assert!(report["cuda_library_warning"].is_null(), "{report}");
 }
 
 #[test]

@@ -116,6 +116,13 @@ API cublasStatus_t cublasGetVersion_v2(cublasHandle_t, int* version) {
     return SUCCESS;
 }
 
+// libraryPropertyType: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL; the interpreter is 0.0.0.
+API cublasStatus_t cublasGetProperty(int type, int* value) {
+    if (value == nullptr || type < 0 || type > 2) return INVALID_VALUE;
+    *value = 0;
+    return SUCCESS;
+}
+
 API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, int) {
     return handle == nullptr ? NOT_INITIALIZED : SUCCESS;
 }

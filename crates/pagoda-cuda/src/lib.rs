@@ -40,7 +40,7 @@ pub use error::CudaError;
 pub use gpu::{list_gpus, Gpu};
 pub use gpu_context::GpuContext;
 pub use kernels::{arch_for, KernelCache};
-pub use libraries::Libraries;
+pub use libraries::{Libraries, LibraryVersions, LoadedLibrary};
 pub use ops::{Fp8Scales, GatedActivation, Kernels, RopeStyle};
 pub use quant::{
     QuantFormat, QuantKernels, QuantWorkspace, QuantizedMatrix, DEFAULT_TILE_ELEMS, GEMV_MAX_ROWS,

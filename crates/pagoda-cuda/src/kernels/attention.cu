@@ -426,6 +426,9 @@ __device__ __forceinline__ void attn_prefill_body(
             const float corr = (m_old == NEG_INF) ? 0.0f : expf(m_old - m_new);
             const float tile_sum = warp_sum(p);
             s_sh[i][lane] = p;
+            // Every lane has read m_sh[i] before lane 0 overwrites it: the shuffles above
+            // converge the lanes but do not order their shared-memory accesses.
+            __syncwarp();
             if (lane == 0) {
                 m_sh[i] = m_new;
                 l_sh[i] = l_sh[i] * corr + tile_sum;
