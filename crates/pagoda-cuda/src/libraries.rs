@@ -79,6 +79,15 @@ impl LibraryVersions {
     /// stand-ins when it is asked for) or [`Libraries::find`]: a library marked found that
     /// does not load makes cudarc panic.
     pub fn probe(found: Libraries) -> Self {
+        // The versions first: asking loads each library through cudarc, which keeps it
+        // mapped (finding one only opened and closed it), so the map read after shows it.
+        let driver = found.driver.then(driver_version).flatten();
+        let nvrtc = found
+            .nvrtc
+            .then(|| crate::kernels::nvrtc_version().ok())
+            .flatten()
+            .map(|(major, minor)| format!("{major}.{minor}"));
+        let cublas = found.cublas.then(cublas_version).flatten();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let loaded = |lib: &str, version: Option<String>| {
             version.map(|version| LoadedLibrary {
@@ -87,16 +96,9 @@ impl LibraryVersions {
             })
         };
         LibraryVersions {
-            driver: loaded("cuda", found.driver.then(driver_version).flatten()),
-            nvrtc: loaded(
-                "nvrtc",
-                found
-                    .nvrtc
-                    .then(|| crate::kernels::nvrtc_version().ok())
-                    .flatten()
-                    .map(|(major, minor)| format!("{major}.{minor}")),
-            ),
-            cublas: loaded("cublas", found.cublas.then(cublas_version).flatten()),
+            driver: loaded("cuda", driver),
+            nvrtc: loaded("nvrtc", nvrtc),
+            cublas: loaded("cublas", cublas),
         }
     }
 
