@@ -84,7 +84,7 @@ impl LibraryVersions {
         let driver = found.driver.then(driver_version).flatten();
         let nvrtc = found
             .nvrtc
-            .then(|| crate::kernels::nvrtc_version().ok())
+            .then(|| nvrtc_version().ok())
             .flatten()
             .map(|(major, minor)| format!("{major}.{minor}"));
         let cublas = found.cublas.then(cublas_version).flatten();
@@ -117,6 +117,19 @@ impl LibraryVersions {
             )
         })
     }
+}
+
+/// NVRTC's `(major, minor)`, or its status when the call fails. The caller has seen NVRTC
+/// load (cudarc panics otherwise); `kernels::nvrtc_version` is the same as a `CudaError`.
+pub(crate) fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC loads (checked by the caller); nvrtcVersion writes two ints through
+    // pointers to live locals.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if status != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!("{status:?}"));
+    }
+    Ok((major, minor))
 }
 
 /// `"12.8"` or `"12.8.4"` → `(12, 8)`.

@@ -198,17 +198,10 @@ impl KernelCache {
 /// The version of the NVRTC that compiles here, `(major, minor)` (the CUDA interpreter's
 /// reports `(0, 0)`). The caller has seen NVRTC load (cudarc panics otherwise).
 pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC loads (checked by the caller); nvrtcVersion writes two ints through
-    // pointers to live locals.
-    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    if status != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(CudaError::Compile {
-            kernel: "(nvrtcVersion)".into(),
-            log: format!("{status:?}"),
-        });
-    }
-    Ok((major, minor))
+    crate::libraries::nvrtc_version().map_err(|status| CudaError::Compile {
+        kernel: "(nvrtcVersion)".into(),
+        log: status,
+    })
 }
 
 /// Hex SHA-256 of the source, the architecture, the options and the NVRTC version (first 32
