@@ -4,7 +4,8 @@
 //! the forward passes read only this struct, never the file formats.
 //!
 //! Invariants (checked by [`ModelConfig::validate`]): `n_heads % n_kv_heads == 0`,
-//! `rope_dim <= head_dim` and even, `layer_is_sliding.len() == n_layers`.
+//! `rope_dim <= head_dim` and even, `layer_is_sliding` and `layer_uses_rope` have one
+//! entry per layer.
 
 mod from_gguf;
 mod from_hf;
@@ -12,25 +13,39 @@ mod from_hf;
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
 
-/// The forward pass a model runs.
+/// The family a model belongs to; what each means is its [`crate::family::Family`] spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
-    /// Llama, Mistral-style and SmolLM: GQA, RoPE, RMSNorm, SwiGLU.
+    /// Llama 1-3.x, Mistral 7B-style and SmolLM 1/2.
     Llama,
-    /// Qwen2: Llama plus biases on Q, K and V.
+    /// Qwen2 / Qwen2.5: Llama plus biases on Q, K and V.
     Qwen2,
     /// Gemma 3: GeGLU, QK-norm, pre/post norms, embedding scale, sliding-window layers.
     Gemma3,
+    /// Qwen3 dense: QK-norm, no biases.
+    Qwen3,
+    /// SmolLM3: Llama with every fourth layer without RoPE.
+    SmolLM3,
 }
 
 impl Architecture {
+    /// Every architecture, in the order of [`crate::family::FAMILIES`].
+    pub const ALL: &'static [Architecture] = &[
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Gemma3,
+        Architecture::Qwen3,
+        Architecture::SmolLM3,
+    ];
+
+    /// The family spec of this architecture.
+    pub fn family(self) -> &'static crate::family::Family {
+        crate::family::of(self)
+    }
+
     /// The name used by GGUF `general.architecture`.
     pub fn gguf_name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Gemma3 => "gemma3",
-        }
+        self.family().gguf_name()
     }
 }
 
@@ -87,6 +102,9 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     /// One entry per layer: does it attend only within `sliding_window`?
     pub layer_is_sliding: Vec<bool>,
+    /// One entry per layer: does it rotate Q and K (false: no position encoding, SmolLM3's
+    /// NoPE layers)?
+    pub layer_uses_rope: Vec<bool>,
     /// Multiplier on q·k (default `1/sqrt(head_dim)`; Gemma: `1/sqrt(query_pre_attn_scalar)`).
     pub attention_scale: f32,
     pub attn_logit_softcap: Option<f32>,
@@ -120,6 +138,13 @@ impl ModelConfig {
             return bad(format!(
                 "{} sliding-window flags for {} layers",
                 self.layer_is_sliding.len(),
+                self.n_layers
+            ));
+        }
+        if self.layer_uses_rope.len() != self.n_layers {
+            return bad(format!(
+                "{} RoPE flags for {} layers",
+                self.layer_uses_rope.len(),
                 self.n_layers
             ));
         }

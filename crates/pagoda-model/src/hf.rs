@@ -13,6 +13,7 @@
 
 use crate::chat_template::ChatTemplate;
 use crate::config::Architecture;
+use crate::family::NormPlacement;
 use crate::hf_quant::{split_part, CheckpointQuant, CheckpointQuantReport, Part, QuantLinears};
 use crate::safetensors::SafetensorsFile;
 use crate::tokenizer::Tokenizer;
@@ -96,7 +97,7 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
     if layer.parse::<usize>().is_err() {
         return Some(n.to_string());
     }
-    let gemma = arch == Architecture::Gemma3;
+    let gemma = arch.family().block.norms == NormPlacement::Sandwich;
     match LAYER_NAMES
         .iter()
         .find(|(hf, _, only)| *hf == sub && only.is_none_or(|g| g == gemma))
@@ -107,8 +108,9 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
 }
 
 /// Per-layer HF tensor suffixes and their GGUF names, both directions' one table; the third
-/// field restricts an entry to Gemma 3 (`Some(true)`) or to the other architectures
-/// (`Some(false)`).
+/// field restricts an entry to families with sandwich norms (`Some(true)`: Gemma's
+/// `post_attention_layernorm` is a post-norm) or to the others (`Some(false)`: it is the
+/// MLP's pre-norm).
 const LAYER_NAMES: [(&str, &str, Option<bool>); 18] = [
     ("self_attn.q_proj.weight", "attn_q.weight", None),
     ("self_attn.k_proj.weight", "attn_k.weight", None),
@@ -159,7 +161,7 @@ pub fn hf_name(canonical: &str, arch: Architecture) -> Option<String> {
     let rest = canonical.strip_prefix("blk.")?;
     let (layer, sub) = rest.split_once('.')?;
     layer.parse::<usize>().ok()?;
-    let gemma = arch == Architecture::Gemma3;
+    let gemma = arch.family().block.norms == NormPlacement::Sandwich;
     LAYER_NAMES
         .iter()
         .find(|(_, gguf, only)| *gguf == sub && only.is_none_or(|g| g == gemma))

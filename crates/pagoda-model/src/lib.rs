@@ -17,6 +17,7 @@ pub mod config;
 pub mod device;
 pub mod embedding;
 pub mod error;
+pub mod family;
 pub mod gguf;
 pub mod hf;
 pub mod hf_quant;

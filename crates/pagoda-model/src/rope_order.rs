@@ -16,9 +16,16 @@ use crate::config::{Architecture, ModelConfig};
 use pagoda_kernels::ops::RopeStyle;
 
 /// Whether a model's Q/K rows are stored in llama.cpp's interleaved order when it comes from
-/// a GGUF file: Llama with interleaved RoPE (Qwen2 and Gemma keep the Hugging Face order).
+/// a GGUF file: a family whose GGUF files rotate interleaved pairs (Llama, SmolLM3; Qwen and
+/// Gemma keep the Hugging Face order), read with interleaved RoPE.
 pub fn gguf_permutes_qk(cfg: &ModelConfig) -> bool {
-    cfg.arch == Architecture::Llama && cfg.rope_style == RopeStyle::Interleaved
+    family_permutes_in_gguf(cfg.arch) && cfg.rope_style == RopeStyle::Interleaved
+}
+
+/// Whether llama.cpp's converter permutes this family's Q/K rows when it writes GGUF (what a
+/// GGUF writer of an HF folder must do too).
+pub fn family_permutes_in_gguf(arch: Architecture) -> bool {
+    arch.family().gguf_rope_style == RopeStyle::Interleaved
 }
 
 /// Row `r` of the GGUF order takes row `order[r]` of the Hugging Face order (llama.cpp's

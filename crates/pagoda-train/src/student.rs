@@ -17,15 +17,17 @@
 //!   GGUF `rope_freqs` included), so the student computes what `Model::forward` computes.
 //! - No fused candle custom op (they have no backward pass): softmax and RMSNorm are spelled
 //!   out here.
-//! - Gemma 3 and partial RoPE are refused when the student is built, naming what is missing.
+//! - Blocks other than Llama-style ones (read from the family spec: Gemma 3, Qwen3, SmolLM3)
+//!   and partial RoPE are refused when the student is built, naming what is missing.
 
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor, Var, D};
 use pagoda_model::arch::layers::Rope;
+use pagoda_model::family::{Activation, NormPlacement};
 use pagoda_model::rope_order::{gguf_permutes_qk, gguf_row_order, hf_row_order, reorder_rows};
 use pagoda_model::source::{ModelFormat, ModelSource};
-use pagoda_model::{Architecture, ModelConfig};
+use pagoda_model::ModelConfig;
 
 use crate::error::{Result, TrainError};
 use crate::lora::{LoraSet, LoraSpec};
@@ -77,17 +79,35 @@ impl std::fmt::Debug for Student {
 
 /// Refuses what the student does not implement, naming it.
 pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
-    match cfg.arch {
-        Architecture::Llama | Architecture::Qwen2 => {}
-        Architecture::Gemma3 => {
-            return Err(TrainError::Unsupported(
-                "the student is a gemma3 model: distillation trains Llama (SmolLM2) and Qwen2 \
-                 (Qwen2.5) students only (Gemma 3's QK-norm, GeGLU and sliding-window layers \
-                 are not implemented in the trainable decoder); a Gemma 3 model can be the \
-                 teacher of a Llama/Qwen2 student that shares its tokenizer"
-                    .into(),
-            ))
-        }
+    let family = cfg.arch.family();
+    let block = family.block;
+    let missing = [
+        (block.norms != NormPlacement::Pre, "post-norms"),
+        (block.activation != Activation::Silu, "GeGLU"),
+        (block.qk_norm, "QK-norm"),
+        (
+            cfg.layer_uses_rope.iter().any(|&r| !r),
+            "layers without RoPE",
+        ),
+        (
+            cfg.layer_is_sliding.iter().any(|&s| s),
+            "sliding-window layers",
+        ),
+    ];
+    let lacking: Vec<&str> = missing
+        .iter()
+        .filter(|(m, _)| *m)
+        .map(|(_, w)| *w)
+        .collect();
+    if !lacking.is_empty() {
+        return Err(TrainError::Unsupported(format!(
+            "the student is a {} model: the trainable decoder implements Llama-style blocks \
+             (pre-norm, SwiGLU, optional Q/K/V biases: SmolLM2, Qwen2.5 students), not its {}; \
+             a {} model can be the teacher of such a student that shares its tokenizer",
+            family.display,
+            lacking.join(", "),
+            family.display
+        )));
     }
     if cfg.rope_dim != cfg.head_dim {
         return Err(TrainError::Unsupported(format!(

@@ -118,16 +118,16 @@ fn invalid(message: String) -> CompressError {
 
 /// The GGUF architecture name of `arch` for a file written from a Hugging Face folder.
 pub fn gguf_arch_name(arch: Architecture) -> Result<&'static str, CompressError> {
-    match arch {
-        Architecture::Llama => Ok("llama"),
-        Architecture::Qwen2 => Ok("qwen2"),
-        Architecture::Gemma3 => Err(invalid(
-            "GGUF output from a Gemma 3 Hugging Face folder is not supported yet (llama.cpp \
+    let family = arch.family();
+    if family.hf_norm_offset != 0.0 {
+        return Err(invalid(format!(
+            "GGUF output from a {0} Hugging Face folder is not supported yet (llama.cpp \
              stores its norms with the +1 folded in and a SentencePiece vocabulary with \
-             scores); quantize a Gemma 3 GGUF instead, or write a folder (--format gptq/awq)"
-                .into(),
-        )),
+             scores); quantize a {0} GGUF instead, or write a folder (--format gptq/awq)",
+            family.display
+        )));
     }
+    Ok(family.gguf_name())
 }
 
 /// Every metadata key of the GGUF file (hyperparameters, then the tokenizer), in order.
@@ -226,7 +226,7 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
             put("rope.scaling.yarn_beta_slow", GgufValue::F32(beta_slow));
         }
         // Carried by the rope_freqs.weight tensor (llama only).
-        RopeScaling::Llama3 { .. } if cfg.arch == Architecture::Llama => {}
+        RopeScaling::Llama3 { .. } if cfg.arch.family().gguf_rope_freqs => {}
         RopeScaling::Llama3 { .. } => {
             return Err(invalid(format!(
                 "config.json asks for Llama 3 RoPE scaling on a {a} model, which GGUF {a} \

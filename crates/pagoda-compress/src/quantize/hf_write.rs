@@ -40,11 +40,12 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use half::f16;
+use pagoda_model::family::Activation;
 use pagoda_model::hf::hf_name;
 use pagoda_model::rope_order::hf_row_order;
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_model::weights::Weights;
-use pagoda_model::{Architecture, ModelConfig, RopeScaling};
+use pagoda_model::{ModelConfig, RopeScaling};
 use serde_json::{json, Map, Value};
 
 use super::grid::{GroupQuantized, GroupSpec};
@@ -433,12 +434,13 @@ enum Entry<'a> {
 fn write_into(e: &HfExport<'_>, dir: &Path) -> Result<HfWritten, CompressError> {
     std::fs::create_dir_all(dir).map_err(|err| io_error(dir, err))?;
     let from_gguf = matches!(e.source, ExportSource::Gguf { .. });
-    if from_gguf && e.cfg.arch == Architecture::Gemma3 {
-        return Err(invalid(
-            "Hugging Face output from a Gemma 3 GGUF is not supported (its norms are stored \
-             with the +1 folded in); use --format gguf, or quantize the Hugging Face folder"
-                .into(),
-        ));
+    let family = e.cfg.arch.family();
+    if from_gguf && family.hf_norm_offset != 0.0 {
+        return Err(invalid(format!(
+            "Hugging Face output from a {0} GGUF is not supported (its norms are stored \
+             with the +1 folded in); use --format gguf, or quantize the Hugging Face folder",
+            family.display
+        )));
     }
     if from_gguf && e.weights.contains("rope_freqs.weight") {
         return Err(invalid(
@@ -667,15 +669,14 @@ fn config_from_model(
     weights: &Weights,
     tokenizer: &Tokenizer,
 ) -> Result<Value, CompressError> {
-    let (arch, model_type) = match cfg.arch {
-        Architecture::Llama => ("LlamaForCausalLM", "llama"),
-        Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
-        Architecture::Gemma3 => {
-            return Err(invalid(
-                "config.json for Gemma 3 from GGUF is not supported".into(),
-            ))
-        }
-    };
+    let family = cfg.arch.family();
+    if family.hf_norm_offset != 0.0 || family.block.activation != Activation::Silu {
+        return Err(invalid(format!(
+            "config.json for {} from GGUF is not supported",
+            family.display
+        )));
+    }
+    let (arch, model_type) = (family.hf_class(), family.hf_model_type());
     let tied = !weights.contains("output.weight");
     let mut c = json!({
         "architectures": [arch],
@@ -699,11 +700,15 @@ fn config_from_model(
     let obj = c
         .as_object_mut()
         .ok_or_else(|| invalid("config.json is not an object".into()))?;
-    if cfg.arch == Architecture::Llama {
+    if family.block.qkv_bias || family.block.qk_norm {
+        obj.insert("use_sliding_window".into(), json!(false));
+    } else {
         obj.insert("attention_bias".into(), json!(false));
         obj.insert("mlp_bias".into(), json!(false));
-    } else {
-        obj.insert("use_sliding_window".into(), json!(false));
+    }
+    if cfg.layer_uses_rope.iter().any(|&r| !r) {
+        let flags: Vec<u8> = cfg.layer_uses_rope.iter().map(|&r| u8::from(r)).collect();
+        obj.insert("no_rope_layers".into(), json!(flags));
     }
     let scaling = match cfg.rope_scaling {
         RopeScaling::None => Value::Null,

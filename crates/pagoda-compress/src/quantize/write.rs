@@ -22,7 +22,6 @@ use pagoda_kernels::GgmlType;
 use pagoda_model::gguf::{GgufFile, GgufValue, GgufWriter};
 use pagoda_model::hf::hf_name;
 use pagoda_model::weights::Weights;
-use pagoda_model::Architecture;
 
 use super::gguf_meta::{hf_gguf_metadata, llama3_rope_factors, HfGgufSource};
 use crate::CompressError;
@@ -287,6 +286,7 @@ pub fn write_gguf_from_hf(
         .collect();
     views.sort_by_key(|v| tensor_rank(&v.name));
     let mut owned: Vec<OutTensor<'_>> = Vec::new();
+    let permutes = pagoda_model::rope_order::family_permutes_in_gguf(cfg.arch);
     if let Some(factors) = llama3_rope_factors(cfg) {
         let bytes = factors.iter().flat_map(|x| x.to_le_bytes()).collect();
         owned.push((
@@ -312,12 +312,8 @@ pub fn write_gguf_from_hf(
                 (view.ty, Cow::Borrowed(view.data()))
             };
         let heads = match name.rsplit_once('.').map(|(stem, _)| stem) {
-            Some(stem) if cfg.arch == Architecture::Llama && stem.ends_with(".attn_q") => {
-                Some(cfg.n_heads)
-            }
-            Some(stem) if cfg.arch == Architecture::Llama && stem.ends_with(".attn_k") => {
-                Some(cfg.n_kv_heads)
-            }
+            Some(stem) if permutes && stem.ends_with(".attn_q") => Some(cfg.n_heads),
+            Some(stem) if permutes && stem.ends_with(".attn_k") => Some(cfg.n_kv_heads),
             _ => None,
         };
         let data = match heads {

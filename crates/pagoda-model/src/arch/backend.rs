@@ -29,7 +29,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
-use crate::config::RopeScaling;
+use super::layers::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::observer::LinearObserver;
@@ -163,16 +163,8 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         cfg: &ModelConfig,
     ) -> Result<Self::Norm, ModelError>;
 
-    /// The RoPE table of base `theta` under `scaling` (with the file's per-dimension
-    /// frequency factors when `freq_factors` and the file has them).
-    fn load_rope(
-        &self,
-        weights: &Weights,
-        cfg: &ModelConfig,
-        theta: f32,
-        scaling: &RopeScaling,
-        freq_factors: bool,
-    ) -> Result<Self::Rope, ModelError>;
+    /// Places a RoPE table (computed on the host, [`Rope`]) on this device.
+    fn place_rope(&self, rope: Rope) -> Result<Self::Rope, ModelError>;
 
     /// The canonical name of a linear's weight (`blk.0.attn_q.weight`).
     fn linear_name(linear: &Self::Linear) -> &str;
@@ -260,14 +252,7 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     ) -> Result<Vec<f32>, ModelError>;
 }
 
-/// The gate's activation of a gated MLP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU (Llama, Qwen2).
-    Silu,
-    /// GeGLU with the tanh approximation (Gemma).
-    GeluTanh,
-}
+pub use crate::family::Activation;
 
 /// The activation buffers of the forward pass, reused across layers and steps (each grows
 /// to the largest batch seen). Shapes for a batch of `total` rows.

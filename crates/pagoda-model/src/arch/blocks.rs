@@ -82,7 +82,7 @@ pub struct AttentionWeights<B: Backend> {
     pub k: B::Linear,
     pub v: B::Linear,
     pub o: B::Linear,
-    /// Per-head RMSNorm of queries and keys (Gemma 3).
+    /// Per-head RMSNorm of queries and keys (the family's `qk_norm`: Gemma 3, Qwen3).
     pub q_norm: Option<B::Norm>,
     pub k_norm: Option<B::Norm>,
 }
@@ -98,10 +98,15 @@ impl<B: Backend> AttentionWeights<B> {
         let q_dim = cfg.n_heads * cfg.head_dim;
         let kv_dim = cfg.n_kv_heads * cfg.head_dim;
         let name = |t: &str| format!("blk.{layer}.{t}");
+        let qk_norm = cfg.arch.family().block.qk_norm;
         let norm = |t: &str| -> Result<Option<B::Norm>, ModelError> {
-            let n = name(t);
-            if weights.contains(&n) {
-                Ok(Some(backend.load_norm(weights, &n, cfg.head_dim, cfg)?))
+            if qk_norm {
+                Ok(Some(backend.load_norm(
+                    weights,
+                    &name(t),
+                    cfg.head_dim,
+                    cfg,
+                )?))
             } else {
                 Ok(None)
             }

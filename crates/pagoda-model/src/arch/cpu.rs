@@ -14,7 +14,6 @@ use super::adapter::{LoraBatch, LoraWeights};
 use super::backend::{Activation, Activations, Backend};
 use super::layers::{Linear, ObserverSlot, RmsNorm, Rope, Scratch};
 use super::pass::DeviceKv;
-use crate::config::RopeScaling;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::observer::LinearObserver;
@@ -207,20 +206,8 @@ impl Backend for Cpu {
         RmsNorm::load(weights, name, dim, cfg)
     }
 
-    fn load_rope(
-        &self,
-        weights: &Weights,
-        cfg: &ModelConfig,
-        theta: f32,
-        scaling: &RopeScaling,
-        freq_factors: bool,
-    ) -> Result<Rope, ModelError> {
-        let rope = Rope::new(cfg, theta, scaling);
-        if freq_factors {
-            rope.with_freq_factors(weights)
-        } else {
-            Ok(rope)
-        }
+    fn place_rope(&self, rope: Rope) -> Result<Rope, ModelError> {
+        Ok(rope)
     }
 
     fn linear_name(linear: &Linear) -> &str {

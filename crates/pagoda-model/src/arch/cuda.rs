@@ -34,7 +34,6 @@ use super::adapter::LoraWeights;
 use super::backend::{Activation, Activations, Backend};
 use super::cuda_weights::{self, CudaWeight};
 use super::layers::{load_vector, Rope};
-use crate::config::RopeScaling;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::weights::Weights;
@@ -521,18 +520,7 @@ impl Backend for Cuda {
         })
     }
 
-    fn load_rope(
-        &self,
-        weights: &Weights,
-        cfg: &ModelConfig,
-        theta: f32,
-        scaling: &RopeScaling,
-        freq_factors: bool,
-    ) -> Result<CudaRope, ModelError> {
-        let mut rope = Rope::new(cfg, theta, scaling);
-        if freq_factors {
-            rope = rope.with_freq_factors(weights)?;
-        }
+    fn place_rope(&self, rope: Rope) -> Result<CudaRope, ModelError> {
         Ok(CudaRope {
             inv_freq: self.upload(rope.inv_freq())?,
             half: rope.inv_freq().len(),

@@ -413,6 +413,18 @@ impl Rope {
         }
     }
 
+    /// The rotation by angle zero at every position: RoPE's frequencies all 0, so cos is
+    /// exactly 1 and sin exactly 0 and Q and K pass unchanged (the NoPE layers of SmolLM3,
+    /// through the same attention path as every other layer).
+    pub fn identity(cfg: &ModelConfig) -> Self {
+        Rope {
+            inv_freq: vec![0.0; cfg.rope_dim / 2],
+            mscale: 1.0,
+            style: cfg.rope_style,
+            head_dim: cfg.head_dim,
+        }
+    }
+
     /// Divides each frequency by a per-dimension factor: how GGUF files of Llama 3.1+ carry
     /// their RoPE scaling (tensor `rope_freqs.weight`, `[rope_dim / 2]`), as llama.cpp applies it.
     pub fn with_freq_factors(mut self, weights: &Weights) -> Result<Self, ModelError> {
@@ -501,6 +513,7 @@ mod tests {
             context_length: 64,
             sliding_window: None,
             layer_is_sliding: vec![false],
+            layer_uses_rope: vec![true],
             attention_scale: 1.0,
             attn_logit_softcap: None,
             final_logit_softcap: None,

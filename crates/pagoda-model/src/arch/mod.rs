@@ -1,7 +1,7 @@
 //! Forward passes: token ids at positions in, logits out, over a paged KV cache.
 //!
-//! [`Model`] holds the parts every architecture shares (token embedding, final norm, output
-//! head) and one decoder stack per architecture ([`llama`] for Llama and Qwen2, [`gemma3`]),
+//! [`Model`] holds the token embedding, the decoder stack ([`decoder`], one for every family,
+//! driven by its [`crate::family::Family`] spec) and the final norm and output head,
 //! all on one device (`parts.rs`, generic over the [`backend::Backend`]), or split between
 //! the CPU and a GPU by layers ([`split`], generic too); which of the two, on which device,
 //! is decided in one place, the device registry (`place_on`), and the model reaches it
@@ -34,9 +34,8 @@ pub mod blocks;
 pub mod cpu;
 pub mod cuda;
 pub(crate) mod cuda_weights;
-pub mod gemma3;
+pub mod decoder;
 pub mod layers;
-pub mod llama;
 mod parts;
 mod pass;
 mod placed;

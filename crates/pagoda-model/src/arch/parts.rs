@@ -1,5 +1,5 @@
 //! A model's weights on one backend: [`Parts`], the token embedding, the decoder stack of
-//! its architecture ([`Stack`]) and the final norm and output head, or the part of them one
+//! the model ([`DecoderLayers`]) and the final norm and output head, or the part of them one
 //! device holds. A model on one device is one `Parts` holding everything (and is the
 //! [`Placed`] the [`super::Model`] runs); a split model ([`super::split`]) is two.
 //!
@@ -9,64 +9,16 @@
 //! reference does, on any backend.
 
 use super::backend::{Activations, Backend};
+use super::decoder::DecoderLayers;
 use super::pass::{with_pass, DeviceKv};
 use super::placed::{BatchSegment, NonFiniteStage, Placed};
-use super::{gemma3, llama};
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::weights::Weights;
-use crate::{Architecture, KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
+use crate::{KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::paged_attention::SeqAttention;
 use std::any::Any;
 use std::ops::Range;
-
-/// One architecture's decoder stack on backend `B`.
-#[derive(Debug)]
-pub(crate) enum Stack<B: Backend> {
-    Llama(llama::LlamaLayers<B>),
-    Gemma3(gemma3::Gemma3Layers<B>),
-}
-
-impl<B: Backend> Stack<B> {
-    /// Loads the decoder layers `owned` (within `0..n_layers`: the caller checks).
-    pub(crate) fn load(
-        backend: &B,
-        cfg: &ModelConfig,
-        weights: &Weights,
-        owned: Range<usize>,
-    ) -> Result<Self, ModelError> {
-        Ok(match cfg.arch {
-            Architecture::Llama | Architecture::Qwen2 => {
-                Stack::Llama(llama::LlamaLayers::load(backend, weights, cfg, owned)?)
-            }
-            Architecture::Gemma3 => {
-                Stack::Gemma3(gemma3::Gemma3Layers::load(backend, weights, cfg, owned)?)
-            }
-        })
-    }
-
-    pub(crate) fn forward(
-        &self,
-        backend: &B,
-        cfg: &ModelConfig,
-        layers: Range<usize>,
-        kv: &mut [B::KvLayer],
-        a: &mut Activations<B::Act>,
-        pass: &mut B::Pass<'_>,
-    ) -> Result<(), ModelError> {
-        match self {
-            Stack::Llama(st) => st.forward(backend, cfg, layers, kv, a, pass),
-            Stack::Gemma3(st) => st.forward(backend, cfg, layers, kv, a, pass),
-        }
-    }
-
-    pub(crate) fn linears(&self) -> Box<dyn Iterator<Item = &B::Linear> + '_> {
-        match self {
-            Stack::Llama(st) => Box::new(st.linears()),
-            Stack::Gemma3(st) => Box::new(st.linears()),
-        }
-    }
-}
 
 /// A model's weights on backend `B`, or the part of them one device holds: the decoder
 /// layers `layers` and, in the part that runs first, the token embedding, in the part that
@@ -80,7 +32,7 @@ pub(crate) struct Parts<B: Backend> {
     head: Option<(B::Norm, B::Linear)>,
     /// The decoder layers held, within `0..n_layers`.
     pub(crate) layers: Range<usize>,
-    pub(crate) stack: Stack<B>,
+    pub(crate) stack: DecoderLayers<B>,
 }
 
 /// Which parts of a model one [`Parts`] loads.
@@ -150,7 +102,7 @@ impl<B: Backend> Parts<B> {
             }
             (false, false) => (None, None),
         };
-        let stack = Stack::load(&backend, cfg, weights, spec.layers.clone())?;
+        let stack = DecoderLayers::load(&backend, weights, cfg, spec.layers.clone())?;
         let head = match output {
             Some(output) => Some((
                 backend.load_norm(weights, "output_norm.weight", d, cfg)?,

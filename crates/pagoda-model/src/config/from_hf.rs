@@ -1,62 +1,22 @@
-//! [`ModelConfig::from_hf_config`]: the model shape from a Hugging Face `config.json`
-//! (Llama / Mistral / SmolLM, Qwen2, Gemma 3 text and the multimodal Gemma 3 wrapper, whose
-//! text settings sit in a nested `text_config`).
+//! [`ModelConfig::from_hf_config`]: the model shape from a Hugging Face `config.json`. The keys
+//! every family shares are read here (multimodal wrappers keep them in a nested
+//! `text_config`, merged over the top level); the [`Family`](crate::family::Family) found by
+//! `architectures` / `model_type` gives the defaults and reads the rest (its `hf_extra` hook).
 //!
 //! Invariants: HF checkpoints keep Q/K in NeoX order, so every HF folder gets
-//! [`RopeStyle::Neox`]; Gemma RMSNorm weights are stored as `w` and used as `1 + w`, so Gemma
-//! gets `norm_weight_offset = 1.0`. Defaults are those of the transformers config classes.
+//! [`RopeStyle::Neox`]; norm weights get the family's `hf_norm_offset`. Defaults are those of
+//! the transformers config classes. transformers 5 writes `rope_parameters` (theta and
+//! scaling in one object; per layer kind for families with local layers) beside the older
+//! `rope_theta` + `rope_scaling`; `layer_types` beside older per-family keys.
 
-use super::{Architecture, ModelConfig, RopeScaling};
+use super::{ModelConfig, RopeScaling};
+use crate::family::{
+    self,
+    keys::{hf_bad as bad, HfKeys as Cfg},
+};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
-use serde_json::{Map, Value};
-
-fn bad(msg: String) -> ModelError {
-    ModelError::InvalidConfig(format!("config.json: {msg}"))
-}
-
-struct Cfg<'a>(&'a Map<String, Value>);
-
-impl Cfg<'_> {
-    fn get(&self, k: &str) -> Option<&Value> {
-        self.0.get(k).filter(|v| !v.is_null())
-    }
-    fn usize_opt(&self, k: &str) -> Result<Option<usize>, ModelError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or_else(|| bad(format!("{k:?} should be a non-negative integer, got {v}"))),
-        }
-    }
-    fn usize(&self, k: &str) -> Result<usize, ModelError> {
-        self.usize_opt(k)?
-            .ok_or_else(|| bad(format!("{k:?} is missing")))
-    }
-    fn f32_opt(&self, k: &str) -> Result<Option<f32>, ModelError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(|x| Some(x as f32))
-                .ok_or_else(|| bad(format!("{k:?} should be a number, got {v}"))),
-        }
-    }
-    fn bool_opt(&self, k: &str) -> Result<Option<bool>, ModelError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| bad(format!("{k:?} should be true or false, got {v}"))),
-        }
-    }
-    fn str_opt(&self, k: &str) -> Option<&str> {
-        self.get(k).and_then(Value::as_str)
-    }
-}
+use serde_json::Value;
 
 impl ModelConfig {
     /// Reads the config from a parsed `config.json` and checks it with [`ModelConfig::validate`].
@@ -81,17 +41,7 @@ impl ModelConfig {
             _ => Vec::new(),
         };
         let model_type = c.str_opt("model_type").unwrap_or("").to_string();
-        let is = |needle: &str| arch_names.iter().any(|a| a.starts_with(needle));
-        let arch = if is("Gemma3") || model_type == "gemma3" || model_type == "gemma3_text" {
-            Architecture::Gemma3
-        } else if is("Qwen2ForCausalLM") || model_type == "qwen2" {
-            Architecture::Qwen2
-        } else if is("LlamaForCausalLM")
-            || is("MistralForCausalLM")
-            || matches!(model_type.as_str(), "llama" | "mistral" | "smollm")
-        {
-            Architecture::Llama
-        } else {
+        let Some(fam) = family::by_hf(&arch_names, &model_type) else {
             let name = arch_names.first().cloned().unwrap_or(model_type);
             return Err(ModelError::UnknownArchitecture(if name.is_empty() {
                 "<config.json names no architecture>".into()
@@ -99,7 +49,7 @@ impl ModelConfig {
                 name
             }));
         };
-        let gemma = arch == Architecture::Gemma3;
+        let d = fam.hf_defaults;
 
         let n_layers = c.usize("num_hidden_layers")?;
         let hidden_size = c.usize("hidden_size")?;
@@ -108,12 +58,13 @@ impl ModelConfig {
             return Err(bad("num_attention_heads is 0".into()));
         }
         let n_kv_heads = c.usize_opt("num_key_value_heads")?.unwrap_or(n_heads);
-        let head_dim = c.usize_opt("head_dim")?.unwrap_or(hidden_size / n_heads);
+        let head_dim = match c.usize_opt("head_dim")? {
+            Some(h) => h,
+            None => d.head_dim.unwrap_or(hidden_size / n_heads),
+        };
         let ffn_dim = c.usize("intermediate_size")?;
         let vocab_size = c.usize("vocab_size")?;
-        let rms_eps = c.f32_opt("rms_norm_eps")?.unwrap_or(1e-6);
-        // transformers 5 writes `rope_parameters` (theta + scaling in one object; Gemma 3: one
-        // object per layer type) beside the older `rope_theta` + `rope_scaling`.
+        let rms_eps = c.f32_opt("rms_norm_eps")?.unwrap_or(d.rms_eps);
         let rope_params = c.get("rope_parameters").and_then(Value::as_object);
         let (global_params, local_params) = match rope_params {
             Some(p) if p.contains_key("full_attention") || p.contains_key("sliding_attention") => (
@@ -123,28 +74,29 @@ impl ModelConfig {
             Some(p) => (Some(p), None),
             None => (None, None),
         };
-        let default_theta = if gemma { 1_000_000.0 } else { 10_000.0 };
         let rope_theta = match global_params {
             Some(p) => match Cfg(p).f32_opt("rope_theta")? {
                 Some(t) => t,
-                None => c.f32_opt("rope_theta")?.unwrap_or(default_theta),
+                None => c.f32_opt("rope_theta")?.unwrap_or(d.rope_theta),
             },
-            None => c.f32_opt("rope_theta")?.unwrap_or(default_theta),
+            None => c.f32_opt("rope_theta")?.unwrap_or(d.rope_theta),
         };
-        let context_length =
-            c.usize_opt("max_position_embeddings")?
-                .unwrap_or(if gemma { 131_072 } else { 2048 });
+        let context_length = c
+            .usize_opt("max_position_embeddings")?
+            .unwrap_or(d.context_length);
         let partial = c.f32_opt("partial_rotary_factor")?.unwrap_or(1.0);
         let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
         let rope_scaling = match global_params {
             Some(p) => parse_rope_scaling(Some(&Value::Object(p.clone())), context_length)?,
             None => parse_rope_scaling(c.get("rope_scaling"), context_length)?,
         };
-        let local_theta = match local_params {
+        let rope_theta_local = match local_params {
             Some(p) => Cfg(p).f32_opt("rope_theta")?,
             None => None,
         };
-        let tie_word_embeddings = c.bool_opt("tie_word_embeddings")?.unwrap_or(gemma);
+        let tie_word_embeddings = c
+            .bool_opt("tie_word_embeddings")?
+            .unwrap_or(d.tie_word_embeddings);
 
         super::check_limits(
             n_layers,
@@ -157,8 +109,16 @@ impl ModelConfig {
         )
         .map_err(bad)?;
 
+        let layer_is_sliding = c
+            .layer_types(n_layers)?
+            .unwrap_or_else(|| vec![false; n_layers]);
+        let sliding_window = if layer_is_sliding.iter().any(|&s| s) {
+            c.usize_opt("sliding_window")?
+        } else {
+            None
+        };
         let mut cfg = ModelConfig {
-            arch,
+            arch: fam.arch,
             n_layers,
             hidden_size,
             n_heads,
@@ -167,81 +127,23 @@ impl ModelConfig {
             ffn_dim,
             vocab_size,
             rms_eps,
-            norm_weight_offset: 0.0,
+            norm_weight_offset: fam.hf_norm_offset,
             rope_theta,
-            rope_theta_local: None,
+            rope_theta_local,
             rope_scaling,
             rope_style: RopeStyle::Neox,
             rope_dim,
             context_length,
-            sliding_window: None,
-            layer_is_sliding: vec![false; n_layers],
+            sliding_window,
+            layer_is_sliding,
+            layer_uses_rope: vec![true; n_layers],
             attention_scale: 1.0 / (head_dim as f32).sqrt(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
             embedding_scale: None,
             tie_word_embeddings,
         };
-
-        match arch {
-            Architecture::Gemma3 => {
-                cfg.norm_weight_offset = 1.0;
-                cfg.sliding_window = Some(c.usize_opt("sliding_window")?.unwrap_or(4096));
-                cfg.layer_is_sliding = match c.get("layer_types") {
-                    Some(Value::Array(types)) => {
-                        if types.len() != n_layers {
-                            return Err(bad(format!(
-                                "layer_types has {} entries for {n_layers} layers",
-                                types.len()
-                            )));
-                        }
-                        types
-                            .iter()
-                            .map(|t| match t.as_str() {
-                                Some("sliding_attention") => Ok(true),
-                                Some("full_attention") => Ok(false),
-                                _ => Err(bad(format!("unknown layer type {t} in layer_types"))),
-                            })
-                            .collect::<Result<_, _>>()?
-                    }
-                    _ => super::sliding_pattern(
-                        n_layers,
-                        c.usize_opt("sliding_window_pattern")?.unwrap_or(6),
-                    ),
-                };
-                let local = match local_theta {
-                    Some(t) => t,
-                    None => c.f32_opt("rope_local_base_freq")?.unwrap_or(10_000.0),
-                };
-                cfg.rope_theta_local = Some(local);
-                let q = c.f32_opt("query_pre_attn_scalar")?.unwrap_or(256.0);
-                if q <= 0.0 {
-                    return Err(bad(format!("query_pre_attn_scalar {q} must be positive")));
-                }
-                cfg.attention_scale = 1.0 / q.sqrt();
-                cfg.embedding_scale = Some((hidden_size as f32).sqrt());
-                cfg.final_logit_softcap = c.f32_opt("final_logit_softcapping")?;
-                cfg.attn_logit_softcap = c.f32_opt("attn_logit_softcapping")?;
-            }
-            Architecture::Qwen2 => {
-                if c.bool_opt("use_sliding_window")?.unwrap_or(false) {
-                    if let Some(w) = c.usize_opt("sliding_window")? {
-                        let from = c.usize_opt("max_window_layers")?.unwrap_or(n_layers);
-                        cfg.sliding_window = Some(w);
-                        cfg.layer_is_sliding = (0..n_layers).map(|i| i >= from).collect();
-                    }
-                }
-            }
-            Architecture::Llama => {
-                // Mistral-style configs: a window (when set) applies to every layer.
-                if let Some(w) = c.usize_opt("sliding_window")? {
-                    if w < context_length {
-                        cfg.sliding_window = Some(w);
-                        cfg.layer_is_sliding = vec![true; n_layers];
-                    }
-                }
-            }
-        }
+        (fam.hf_extra)(&c, &mut cfg)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -291,6 +193,7 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Architecture;
     use serde_json::json;
 
     #[test]

@@ -4,6 +4,7 @@ mod bad_files;
 mod common;
 mod cuda;
 mod embedding;
+mod families;
 mod forward_batch;
 mod forward_golden;
 mod golden;

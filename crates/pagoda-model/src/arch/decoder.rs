@@ -1,0 +1,174 @@
+//! The decoder stack of every family, written once over the device seam and driven by the
+//! family's [`Block`](crate::family::Block) and the config's per-layer flags.
+//!
+//! Per layer `i`:
+//! `x += post_attn?(o(attn(rope_i?(qk_norm?(q(n))), rope_i?(qk_norm?(k(n))), v(n))))` with
+//! `n = attn_norm(x)`, then `x += post_ffw?(down(act(gate(m)) * up(m)))` with
+//! `m = ffn_norm(x)`. The `?` parts are the block's: post-norms for
+//! [`NormPlacement::Sandwich`], QK-norm when the file has its weights, RoPE unless the layer
+//! is a NoPE layer (`layer_uses_rope`: it gets [`Rope::identity`]), with the local base on sliding-window layers when the
+//! family has one (`rope_theta_local`) and the global base and scaling elsewhere. A
+//! sliding-window layer attends within `sliding_window`.
+
+use super::backend::{Activations, Backend};
+use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::layers::Rope;
+use crate::config::RopeScaling;
+use crate::family::NormPlacement;
+use crate::weights::Weights;
+use crate::{ModelConfig, ModelError};
+use std::ops::Range;
+
+/// Which rotation a layer applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LayerRope {
+    Global,
+    Local,
+    None,
+}
+
+#[derive(Debug)]
+struct DecoderLayer<B: Backend> {
+    attn_norm: B::Norm,
+    attn: AttentionWeights<B>,
+    /// Sandwich norms: after attention and after the MLP.
+    post_norms: Option<(B::Norm, B::Norm)>,
+    ffn_norm: B::Norm,
+    mlp: GatedMlp<B>,
+    window: Option<usize>,
+    rope: LayerRope,
+}
+
+/// The decoder stack of a model.
+#[derive(Debug)]
+pub struct DecoderLayers<B: Backend> {
+    /// The first layer held: `layers[j]` is the model's layer `first + j`.
+    first: usize,
+    layers: Vec<DecoderLayer<B>>,
+    rope_global: B::Rope,
+    /// The local base of sliding-window layers (Gemma 3), when the family has one.
+    rope_local: Option<B::Rope>,
+    /// A rotation that leaves Q and K as they are, for NoPE layers (no frequencies).
+    rope_none: Option<B::Rope>,
+}
+
+impl<B: Backend> DecoderLayers<B> {
+    /// Loads the decoder layers `owned` (all of `0..n_layers` for a model on one device; a
+    /// part of a split model loads only its own).
+    pub fn load(
+        backend: &B,
+        weights: &Weights,
+        cfg: &ModelConfig,
+        owned: Range<usize>,
+    ) -> Result<Self, ModelError> {
+        let block = cfg.arch.family().block;
+        let d = cfg.hidden_size;
+        let norm =
+            |i: usize, t: &str| backend.load_norm(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
+        let first = owned.start;
+        let layers = owned
+            .map(|i| {
+                let sliding = cfg.layer_is_sliding[i];
+                let rope = if !cfg.layer_uses_rope[i] {
+                    LayerRope::None
+                } else if sliding && cfg.rope_theta_local.is_some() {
+                    LayerRope::Local
+                } else {
+                    LayerRope::Global
+                };
+                let post_norms = match block.norms {
+                    NormPlacement::Pre => None,
+                    NormPlacement::Sandwich => {
+                        Some((norm(i, "post_attention_norm")?, norm(i, "post_ffw_norm")?))
+                    }
+                };
+                Ok(DecoderLayer {
+                    attn_norm: norm(i, "attn_norm")?,
+                    attn: AttentionWeights::load(backend, weights, i, cfg)?,
+                    post_norms,
+                    ffn_norm: norm(i, "ffn_norm")?,
+                    mlp: GatedMlp::load(backend, weights, i, cfg, block.activation)?,
+                    window: if sliding { cfg.sliding_window } else { None },
+                    rope,
+                })
+            })
+            .collect::<Result<Vec<DecoderLayer<B>>, ModelError>>()?;
+        // `rope_freqs.weight` (Llama 3.1+ GGUF files) scales the global rotation only, and
+        // only in the families llama.cpp reads it for.
+        let mut global = Rope::new(cfg, cfg.rope_theta, &cfg.rope_scaling);
+        if cfg.arch.family().gguf_rope_freqs {
+            global = global.with_freq_factors(weights)?;
+        }
+        let rope_global = backend.place_rope(global)?;
+        let rope_local = match cfg.rope_theta_local {
+            Some(theta) if layers.iter().any(|l| l.rope == LayerRope::Local) => {
+                Some(backend.place_rope(Rope::new(cfg, theta, &RopeScaling::None))?)
+            }
+            _ => None,
+        };
+        let rope_none = if layers.iter().any(|l| l.rope == LayerRope::None) {
+            Some(backend.place_rope(Rope::identity(cfg))?)
+        } else {
+            None
+        };
+        Ok(DecoderLayers {
+            first,
+            layers,
+            rope_global,
+            rope_local,
+            rope_none,
+        })
+    }
+
+    /// Every linear layer of the stack.
+    pub fn linears(&self) -> impl Iterator<Item = &B::Linear> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.attn.linears().into_iter().chain(l.mlp.linears()))
+    }
+
+    /// Runs the layers `layers` (all the stack owns for a full forward pass) over the batch
+    /// `a.x` (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i - first]`
+    /// (`kv` holds the owned layers' K/V, `first` the first owned layer). `layers` is within
+    /// the owned layers (the caller checks).
+    pub fn forward(
+        &self,
+        backend: &B,
+        cfg: &ModelConfig,
+        layers: Range<usize>,
+        kv: &mut [B::KvLayer],
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<(), ModelError> {
+        for i in layers {
+            let layer = &self.layers[i - self.first];
+            let rope = match (layer.rope, &self.rope_local, &self.rope_none) {
+                (LayerRope::Local, Some(r), _) => r,
+                (LayerRope::None, _, Some(r)) => r,
+                _ => &self.rope_global,
+            };
+            let shape = attention_shape(cfg, layer.window);
+            backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
+            layer
+                .attn
+                .forward(backend, &shape, rope, &mut kv[i - self.first], a, pass)?;
+            match &layer.post_norms {
+                Some((post_attn, _)) => {
+                    backend.rms_norm(post_attn, &a.branch, &mut a.post)?;
+                    backend.add(&mut a.x, &a.post)?;
+                }
+                None => backend.add(&mut a.x, &a.branch)?,
+            }
+            backend.rms_norm(&layer.ffn_norm, &a.x, &mut a.normed)?;
+            layer.mlp.forward(backend, a, pass)?;
+            match &layer.post_norms {
+                Some((_, post_ffw)) => {
+                    backend.rms_norm(post_ffw, &a.branch, &mut a.post)?;
+                    backend.add(&mut a.x, &a.post)?;
+                }
+                None => backend.add(&mut a.x, &a.branch)?,
+            }
+        }
+        Ok(())
+    }
+}

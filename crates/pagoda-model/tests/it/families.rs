@@ -1,0 +1,175 @@
+//! The model families added on the family specs (crates/pagoda-model/src/family/), each
+//! against two references Pagoda did not write, made by `scripts/reference/golden_families.py`:
+//! - the tiny random-weight Hugging Face folder `tests/golden/tiny-FAMILY/` against the
+//!   logits and greedy continuations transformers computed on it (`logits.json`);
+//! - the GGUF llama.cpp's own converter made of that folder (`tiny-FAMILY.gguf`) against the
+//!   logits and greedy continuations of the vendored llama.cpp (`tiny-FAMILY.llamacpp.json`).
+//!
+//! Every position's logits in one prefill and again one token at a time through the cache,
+//! and the greedy continuation of each prompt token for token.
+
+use pagoda_kernels::ops::RopeStyle;
+use pagoda_model::arch::{Logits, Model};
+use pagoda_model::{open_model, Architecture, KvDtype, ModelConfig};
+use std::path::{Path, PathBuf};
+
+/// Largest |pagoda - reference| logit difference accepted for F32 weights and an F32 K/V
+/// cache: both compute in f32, differing in summation order (as in forward_golden.rs; the
+/// references differ from each other by 2e-5 on these files).
+const F32_LOGIT_TOLERANCE: f32 = 2e-4;
+
+struct Golden {
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    prompts: Vec<Vec<u32>>,
+    greedy: Vec<Vec<u32>>,
+}
+
+fn golden_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
+}
+
+fn read_golden(path: &Path) -> Golden {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("golden json");
+    let field = |k: &str| v[k].clone();
+    Golden {
+        tokens: serde_json::from_value(field("token_ids")).expect("token_ids"),
+        logits: serde_json::from_value(field("logits")).expect("logits"),
+        prompts: serde_json::from_value(field("greedy_prompts")).expect("greedy_prompts"),
+        greedy: serde_json::from_value(field("greedy")).expect("greedy"),
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Loads `model_path`, checks its config with `check_config`, and compares it with `golden`.
+fn check(model_path: &Path, golden_path: &Path, check_config: impl Fn(&ModelConfig)) {
+    let name = model_path.display();
+    let golden = read_golden(golden_path);
+    let source = open_model(model_path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    check_config(&source.config);
+    let model = Model::from_source(&source).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let vocab = model.config().vocab_size;
+
+    let mut cache = model.new_cache_with(64, KvDtype::F32);
+    let all = model
+        .forward(&golden.tokens, 0, &mut cache, Logits::All)
+        .expect("forward");
+    let mut cache = model.new_cache_with(64, KvDtype::F32);
+    for (t, want) in golden.logits.iter().enumerate() {
+        let prefill_worst = want
+            .iter()
+            .zip(&all[t * vocab..(t + 1) * vocab])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            prefill_worst < F32_LOGIT_TOLERANCE,
+            "{name}: position {t}: prefill logits differ by {prefill_worst}"
+        );
+        let step = model
+            .forward(&[golden.tokens[t]], t, &mut cache, Logits::Last)
+            .expect("step");
+        let decode_worst = want
+            .iter()
+            .zip(&step)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            decode_worst < F32_LOGIT_TOLERANCE,
+            "{name}: position {t}: decode logits differ by {decode_worst}"
+        );
+    }
+
+    for (prompt, want) in golden.prompts.iter().zip(&golden.greedy) {
+        let mut cache = model.new_cache_with(64, KvDtype::F32);
+        let mut logits = model
+            .forward(prompt, 0, &mut cache, Logits::Last)
+            .expect("prompt");
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let next = argmax(&logits);
+            got.push(next);
+            logits = model
+                .forward(
+                    &[next],
+                    prompt.len() + got.len() - 1,
+                    &mut cache,
+                    Logits::Last,
+                )
+                .expect("decode");
+        }
+        assert_eq!(&got, want, "{name}: greedy continuation of {prompt:?}");
+    }
+}
+
+fn hf(family: &str, check_config: impl Fn(&ModelConfig)) {
+    let dir = golden_root().join(format!("tiny-{family}"));
+    check(&dir, &dir.join("logits.json"), check_config);
+}
+
+fn gguf(family: &str, check_config: impl Fn(&ModelConfig)) {
+    let root = golden_root();
+    check(
+        &root.join(format!("tiny-{family}.gguf")),
+        &root.join(format!("tiny-{family}.llamacpp.json")),
+        check_config,
+    );
+}
+
+fn qwen3_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Qwen3);
+    // head_dim is its own key: 32, not hidden / heads = 16.
+    assert_eq!((c.head_dim, c.n_heads, c.n_kv_heads), (32, 4, 2));
+    assert_eq!(c.rope_style, RopeStyle::Neox);
+    assert!(c.tie_word_embeddings);
+}
+
+#[test]
+fn qwen3_folder_matches_transformers() {
+    hf("qwen3", qwen3_shape);
+}
+
+#[test]
+fn qwen3_gguf_matches_llama_cpp() {
+    gguf("qwen3", qwen3_shape);
+}
+
+fn smollm3_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::SmolLM3);
+    assert_eq!(c.layer_uses_rope, vec![true, true, true, false]);
+}
+
+#[test]
+fn smollm3_folder_matches_transformers() {
+    hf("smollm3", |c| {
+        smollm3_shape(c);
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+    });
+}
+
+#[test]
+fn smollm3_gguf_matches_llama_cpp() {
+    gguf("smollm3", |c| {
+        smollm3_shape(c);
+        // llama.cpp's converter permutes SmolLM3's Q/K rows as Llama's.
+        assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    });
+}
+
+#[test]
+fn llama31_gguf_from_llama_cpps_converter_matches_llama_cpp() {
+    // The converter carries Llama 3 RoPE scaling as the rope_freqs.weight tensor.
+    gguf("llama31", |c| {
+        assert_eq!(c.arch, Architecture::Llama);
+        assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    });
+}

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Goldens for the model families of crates/pagoda-model/src/family/: for each family, a tiny
+random-weight Hugging Face folder (transformers writes it and computes its logits) and the GGUF
+that llama.cpp's own converter (`convert_hf_to_gguf.py` of the vendored llama.cpp, with its
+gguf-py) makes of that folder, with llama.cpp's logits and greedy continuations on it.
+
+CI never runs this script: its outputs are committed (tests/golden/tiny-FAMILY/ with
+logits.json, and tests/golden/tiny-FAMILY.gguf + tiny-FAMILY.llamacpp.json). The Rust test
+crates/pagoda-model/tests/it/families.rs loads both and compares.
+
+    bash scripts/reference/setup.sh
+    /root/.venvs/pagoda-ref/bin/python scripts/reference/golden_families.py [FAMILY ...]
+
+Families: qwen3 (QK-norm, head_dim != hidden/heads), smollm3 (every 4th layer without RoPE),
+llama31 (the existing tiny-llama folder with Llama 3 RoPE scaling, through llama.cpp's
+converter, which carries the scaling as rope_freqs.weight).
+
+llama.cpp recipe: llama-cpp-python 0.3.36 (setup.sh), F32 weights, F32 K/V cache
+(type_k/type_v = GGML_TYPE_F32), no flash attention, one llama_decode over the prompt with
+logits for every position. The converter checks a tokenizer's pre-tokenizer by hashing its
+output on a fixed text; the tiny folders' byte-level BPE is not in its table, so the family's
+real pre-tokenizer name is written instead (the goldens feed token ids, not text).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import make_goldens as mg  # noqa: E402
+
+ROOT = mg.ROOT
+GOLDEN = mg.GOLDEN
+SDIST = Path(os.environ.get("PAGODA_LLAMA_SDIST",
+                            "/work/cache/sdist/llama_cpp_python-0.3.36")) / "vendor" / "llama.cpp"
+
+# Prompts for greedy continuations: token ids of the tiny vocabulary (320 entries).
+PROMPTS = [[5, 77, 120, 33, 250, 9], [300, 12, 12, 47], list(range(40, 58))]
+CONTINUE = 12
+
+PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe"}
+
+
+def tiny_folder(kind: str) -> Path:
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    vocab = 320
+    common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=128, max_position_embeddings=256, rms_norm_eps=1e-6)
+    if kind == "qwen3":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+        bos, eos, pad, template = None, "<|im_end|>", "<|endoftext|>", mg.CHATML_TEMPLATE
+        cfg = transformers.Qwen3Config(
+            **common, num_hidden_layers=2, head_dim=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=True, use_sliding_window=False, attention_bias=False,
+            bos_token_id=None, eos_token_id=2, pad_token_id=0, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 1000000.0, "rope_scaling": None}
+        cls, seed = transformers.Qwen3ForCausalLM, 11
+    elif kind == "smollm3":
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
+        bos, eos, pad, template = None, "<|im_end|>", "<|end_of_text|>", mg.CHATML_TEMPLATE
+        cfg = transformers.SmolLM3Config(
+            **common, num_hidden_layers=4, no_rope_layer_interval=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+            tie_word_embeddings=False, use_sliding_window=False, attention_bias=False, mlp_bias=False,
+            bos_token_id=None, eos_token_id=3, pad_token_id=1, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 2000000.0, "rope_scaling": None}
+        cls, seed = transformers.SmolLM3ForCausalLM, 12
+    else:
+        raise ValueError(kind)
+    cfg._attn_implementation = "eager"
+    tok = mg.build_tokenizer(specials, vocab, bos)
+    model = cls(cfg).eval()
+    mg.randomize_weights(model, seed=seed, gemma=False)
+    model = model.to(torch.float32)
+
+    folder = GOLDEN / f"tiny-{kind}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*"):
+        old.unlink()
+    model.save_pretrained(folder, safe_serialization=True)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos,
+                                   pad_token=pad, model_max_length=256)
+    fast.chat_template = template
+    fast.save_pretrained(folder)
+    mg.legacy_config_keys(folder, legacy, template)
+    for extra in ("generation_config.json", "special_tokens_map.json"):
+        if (folder / extra).exists():
+            (folder / extra).unlink()
+
+    model2 = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    ids = PROMPTS[2]
+    with torch.no_grad():
+        logits = model2(torch.tensor([ids])).logits[0].float().numpy()
+    assert logits.shape == (len(ids), vocab)
+    assert float(logits.std()) > 0.5, "logits too flat"
+    greedy = []
+    for p in PROMPTS:
+        with torch.no_grad():
+            out = model2.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
+        greedy.append([int(t) for t in out[0][len(p):]])
+    mg.write_json(folder / "logits.json", {
+        "source": f"transformers {transformers.__version__}, torch {torch.__version__}, float32, eager attention",
+        "model_class": cls.__name__,
+        "token_ids": ids,
+        "vocab_size": vocab,
+        "logits": [mg.f32_list(row) for row in logits],
+        "argmax": [int(i) for i in logits.argmax(-1)],
+        "greedy_prompts": PROMPTS,
+        "greedy": greedy,
+    })
+    print(f"wrote {folder.relative_to(ROOT)}")
+    return folder
+
+
+def convert(folder: Path, out: Path, pre: str):
+    """llama.cpp's converter on `folder`, F32, with the tokenizer's pre-tokenizer named `pre`."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(SDIST / 'gguf-py')!r})
+sys.path.insert(0, {str(SDIST)!r})
+sys.argv = ["convert_hf_to_gguf.py", {str(folder)!r}, "--outfile", {str(out)!r}, "--outtype", "f32"]
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}
+import runpy
+runpy.run_path({str(SDIST / 'convert_hf_to_gguf.py')!r}, run_name="__main__")
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def llamacpp(gguf: Path, ids: list[int]):
+    import numpy as np
+    import llama_cpp
+    from llama_cpp import Llama
+
+    m = Llama(str(gguf), n_ctx=256, n_batch=256, n_threads=2, n_threads_batch=2, logits_all=True,
+              verbose=False, seed=0, flash_attn=False,
+              type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    m.reset()
+    m.eval(ids)
+    scores = np.array(m.scores[: len(ids)], dtype=np.float32)
+    greedy = []
+    for p in PROMPTS:
+        out = []
+        m.reset()
+        for tok in m.generate(p, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                              frequency_penalty=0.0, presence_penalty=0.0, reset=True):
+            out.append(int(tok))
+            if len(out) >= CONTINUE:
+                break
+        greedy.append(out)
+    return scores, greedy, llama_cpp.__version__
+
+
+def gguf_golden(kind: str, folder: Path):
+    import numpy as np
+
+    out = GOLDEN / f"tiny-{kind}.gguf"
+    convert(folder, out, PRE[kind])
+    ids = PROMPTS[2]
+    scores, greedy, version = llamacpp(out, ids)
+    hf = json.loads((folder / "logits.json").read_text()) if (folder / "logits.json").exists() else None
+    doc = {
+        "source": f"llama-cpp-python {version} (vendored llama.cpp), convert_hf_to_gguf.py --outtype f32, "
+                  "F32 K/V cache, no flash attention",
+        "gguf": out.name,
+        "token_ids": ids,
+        "logits": [mg.f32_list(row) for row in scores],
+        "greedy_prompts": PROMPTS,
+        "greedy": greedy,
+    }
+    if hf is not None and hf.get("token_ids") == ids:
+        diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
+        doc["max_abs_diff_vs_transformers"] = diff
+        print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
+    mg.write_json(GOLDEN / f"tiny-{kind}.llamacpp.json", doc)
+    print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size} bytes)")
+
+
+def main(kinds):
+    for kind in kinds or ["qwen3", "smollm3", "llama31"]:
+        if kind == "llama31":
+            folder = GOLDEN / "tiny-llama"
+        else:
+            folder = tiny_folder(kind)
+        with tempfile.TemporaryDirectory():
+            gguf_golden(kind, folder)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
