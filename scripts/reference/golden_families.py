@@ -12,6 +12,7 @@ crates/pagoda-model/tests/it/families.rs loads both and compares.
     /root/.venvs/pagoda-ref/bin/python scripts/reference/golden_families.py [FAMILY ...]
 
 Families: qwen3 (QK-norm, head_dim != hidden/heads), smollm3 (every 4th layer without RoPE),
+mistral3 (Ministral 3: YaRN with its own attention factor, Llama 4 query temperature),
 llama31 (the existing tiny-llama folder with Llama 3 RoPE scaling, through llama.cpp's
 converter, which carries the scaling as rope_freqs.weight).
 
@@ -43,7 +44,7 @@ SDIST = Path(os.environ.get("PAGODA_LLAMA_SDIST",
 PROMPTS = [[5, 77, 120, 33, 250, 9], [300, 12, 12, 47], list(range(40, 58))]
 CONTINUE = 12
 
-PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe"}
+PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken"}
 
 
 def tiny_folder(kind: str) -> Path:
@@ -78,6 +79,23 @@ def tiny_folder(kind: str) -> Path:
         )
         legacy = {"rope_theta": 2000000.0, "rope_scaling": None}
         cls, seed = transformers.SmolLM3ForCausalLM, 12
+    elif kind == "mistral3":
+        # YaRN with mscale == mscale_all_dim (attention factor 1) and Llama 4's query
+        # temperature from position 16 on (the prompts reach position 30). transformers warns
+        # that factor * original context (64) is not max_position_embeddings (256, long enough
+        # for the engine's batching tests); it uses the explicit factor, as llama.cpp does.
+        specials = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"]
+        bos, eos, pad, template = "<s>", "</s>", "<unk>", mg.LLAMA_TEMPLATE
+        rope = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+        cfg = transformers.Ministral3Config(
+            **common, num_hidden_layers=2, head_dim=16, rope_parameters=rope,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            hidden_act="silu",
+        )
+        legacy = {}
+        cls, seed = transformers.Ministral3ForCausalLM, 13
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
@@ -191,7 +209,7 @@ def gguf_golden(kind: str, folder: Path):
 
 
 def main(kinds):
-    for kind in kinds or ["qwen3", "smollm3", "llama31"]:
+    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3"]:
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:

@@ -575,8 +575,10 @@ impl Kernels {
 
     /// Rotary embedding in place: row `r` of `x` (`[rows, heads * head_dim]`) at position
     /// `positions[r]`, angle `positions[r] * inv_freq[i]` (in f32, as the CPU), cos and sin
-    /// times `mscale`; only the first `2 * half` values of each head rotate (`rope_dim <
-    /// head_dim`). As `Rope::apply` of pagoda-model (`pagoda_kernels::ops::rope`).
+    /// times `mscale` (and, with `temperature: Some((beta, floor))`, times Llama 4's query
+    /// temperature `1 + beta · ln(1 + floor(pos / floor))`); only the first `2 * half` values
+    /// of each head rotate (`rope_dim < head_dim`). As `Rope::apply` / `Rope::apply_query` of
+    /// pagoda-model (`pagoda_kernels::ops::rope`).
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
@@ -589,8 +591,14 @@ impl Kernels {
         half: usize,
         style: RopeStyle,
         mscale: f32,
+        temperature: Option<(f32, usize)>,
     ) -> Result<(), CudaError> {
         let c = self.check("rope");
+        let (temp_beta, temp_floor) = match temperature {
+            Some((beta, floor)) if floor > 0 => (beta, c.int("temperature floor", floor)?),
+            Some((_, _)) => return Err(c.shape("a query temperature with floor 0".into())),
+            None => (0.0f32, 0i32),
+        };
         if half.checked_mul(2).is_none_or(|h2| h2 > head_dim) {
             return Err(c.shape(format!(
                 "half {half}: 2 * half must be at most head_dim {head_dim}"
@@ -624,7 +632,9 @@ impl Kernels {
             &hd_i,
             &half_i,
             &neox,
-            &mscale
+            &mscale,
+            &temp_beta,
+            &temp_floor
         )
     }
 

@@ -295,6 +295,7 @@ fn rope_matches_the_cpu_for_both_styles_and_a_partial_rotation() {
                 half,
                 style,
                 mscale,
+                None,
             )
             .expect("rope");
         let mut want = x.clone();

@@ -26,6 +26,9 @@ pub enum Architecture {
     Qwen3,
     /// SmolLM3: Llama with every fourth layer without RoPE.
     SmolLM3,
+    /// Ministral 3 / Mistral Small 3.x (llama.cpp `mistral3`): Llama with YaRN and Llama 4's
+    /// position-dependent query temperature.
+    Mistral3,
 }
 
 impl Architecture {
@@ -36,6 +39,7 @@ impl Architecture {
         Architecture::Gemma3,
         Architecture::Qwen3,
         Architecture::SmolLM3,
+        Architecture::Mistral3,
     ];
 
     /// The family spec of this architecture.
@@ -70,7 +74,36 @@ pub enum RopeScaling {
         original_max_position: usize,
         beta_fast: f32,
         beta_slow: f32,
+        /// Multiplier on cos and sin (the attention temperature): `0.1 ln(factor) + 1` unless
+        /// the checkpoint says otherwise (`mscale` / `mscale_all_dim`, GGUF
+        /// `yarn_log_multiplier`).
+        attention_factor: f32,
     },
+}
+
+/// YaRN's default attention factor for `factor` with multiplier `mscale` (transformers'
+/// `get_mscale`, llama.cpp's likewise): `0.1 · mscale · ln(factor) + 1`, 1 for no stretch.
+pub fn yarn_mscale(factor: f32, mscale: f32) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
+}
+
+/// Llama 4's query temperature (Ministral 3): queries at position `p` are multiplied by
+/// `1 + beta · ln(1 + floor(p / original_context))`, which is 1 within the original context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueryTemperature {
+    pub beta: f32,
+    pub original_context: usize,
+}
+
+impl QueryTemperature {
+    /// The multiplier at position `pos`.
+    pub fn at(&self, pos: usize) -> f32 {
+        1.0 + self.beta * (1.0 + (pos / self.original_context) as f32).ln()
+    }
 }
 
 /// Everything a forward pass needs to know about a model's shape.
@@ -105,6 +138,8 @@ pub struct ModelConfig {
     /// One entry per layer: does it rotate Q and K (false: no position encoding, SmolLM3's
     /// NoPE layers)?
     pub layer_uses_rope: Vec<bool>,
+    /// Position-dependent query scaling (Ministral 3), if any.
+    pub query_temperature: Option<QueryTemperature>,
     /// Multiplier on q·k (default `1/sqrt(head_dim)`; Gemma: `1/sqrt(query_pre_attn_scalar)`).
     pub attention_scale: f32,
     pub attn_logit_softcap: Option<f32>,
@@ -147,6 +182,15 @@ impl ModelConfig {
                 self.layer_uses_rope.len(),
                 self.n_layers
             ));
+        }
+        if let Some(t) = self.query_temperature {
+            if t.original_context == 0 || self.rope_dim != self.head_dim {
+                return bad(format!(
+                    "query temperature needs an original context > 0 and full-width RoPE \
+                     (got {} and {} of {} dimensions)",
+                    t.original_context, self.rope_dim, self.head_dim
+                ));
+            }
         }
         if self.layer_is_sliding.iter().any(|&s| s) && self.sliding_window.is_none() {
             return bad("sliding-window layers without a window size".into());

@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use pagoda_model::config::yarn_mscale;
 use pagoda_model::gguf::{GgufArray, GgufValue};
 use pagoda_model::tokenizer::gguf::{LLAMA3_REGEX, QWEN2_REGEX};
 use pagoda_model::tokenizer::Tokenizer;
@@ -212,6 +213,7 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
             original_max_position,
             beta_fast,
             beta_slow,
+            attention_factor,
         } => {
             put("rope.scaling.type", GgufValue::String("yarn".into()));
             put("rope.scaling.factor", GgufValue::F32(factor));
@@ -224,8 +226,16 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
             );
             put("rope.scaling.yarn_beta_fast", GgufValue::F32(beta_fast));
             put("rope.scaling.yarn_beta_slow", GgufValue::F32(beta_slow));
+            // llama.cpp's temperature is get_mscale(f, 1) / get_mscale(f, m) for
+            // `yarn_log_multiplier` m, get_mscale(f, 1) without it: write the m that gives
+            // this checkpoint's factor when it is not the default.
+            let default = yarn_mscale(factor, 1.0);
+            if (attention_factor - default).abs() > 1e-6 && factor > 1.0 && attention_factor > 0.0 {
+                let m = (default / attention_factor - 1.0) / (0.1 * factor.ln());
+                put("rope.scaling.yarn_log_multiplier", GgufValue::F32(m));
+            }
         }
-        // Carried by the rope_freqs.weight tensor (llama only).
+        // Carried by the rope_freqs.weight tensor (in the families llama.cpp reads it for).
         RopeScaling::Llama3 { .. } if cfg.arch.family().gguf_rope_freqs => {}
         RopeScaling::Llama3 { .. } => {
             return Err(invalid(format!(
@@ -233,6 +243,24 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
                  cannot carry"
             )))
         }
+    }
+    if let Some(t) = cfg.query_temperature {
+        // llama.cpp's `mistral3` floors positions by the YaRN original context.
+        let orig = match cfg.rope_scaling {
+            RopeScaling::Yarn {
+                original_max_position,
+                ..
+            } => original_max_position,
+            _ => usize::MAX,
+        };
+        if orig != t.original_context {
+            return Err(invalid(format!(
+                "the query temperature's context {} differs from the YaRN original context, \
+                 which GGUF {a} cannot carry",
+                t.original_context
+            )));
+        }
+        put("attention.temperature_scale", GgufValue::F32(t.beta));
     }
     if cfg.sliding_window.is_some() {
         tracing::warn!(

@@ -730,12 +730,14 @@ fn config_from_model(
             original_max_position,
             beta_fast,
             beta_slow,
+            attention_factor,
         } => json!({
             "rope_type": "yarn",
             "factor": factor,
             "original_max_position_embeddings": original_max_position,
             "beta_fast": beta_fast,
             "beta_slow": beta_slow,
+            "attention_factor": attention_factor,
         }),
     };
     obj.insert("rope_scaling".into(), scaling);

@@ -132,10 +132,12 @@ extern "C" __global__ void gather_rows(const float* x, const int* rows, float* o
 }
 
 // Rotates the first 2*half values of each head of row r (x: [rows, heads * head_dim]) by
-// angle positions[r] * inv_freq[i] (f32 product, as the CPU), cos/sin times mscale.
-// neox != 0: pairs (i, i + half); else adjacent pairs (2i, 2i + 1).
+// angle positions[r] * inv_freq[i] (f32 product, as the CPU), cos/sin times mscale, and, when
+// temp_floor > 0, times Llama 4's query temperature 1 + temp_beta * ln(1 + floor(pos /
+// temp_floor)). neox != 0: pairs (i, i + half); else adjacent pairs (2i, 2i + 1).
 extern "C" __global__ void rope(float* x, const int* positions, const float* inv_freq, int rows,
-                                int heads, int head_dim, int half, int neox, float mscale) {
+                                int heads, int head_dim, int half, int neox, float mscale,
+                                float temp_beta, int temp_floor) {
     GRID_STRIDE(idx, (long long)rows * heads * half) {
         const int i = (int)(idx % half);
         const long long rh = idx / half;
@@ -144,8 +146,10 @@ extern "C" __global__ void rope(float* x, const int* positions, const float* inv
         const float angle = (float)positions[r] * inv_freq[i];
         float s, c;
         sincosf(angle, &s, &c);
-        c *= mscale;
-        s *= mscale;
+        float scale = mscale;
+        if (temp_floor > 0) scale *= 1.0f + temp_beta * logf(1.0f + (float)(positions[r] / temp_floor));
+        c *= scale;
+        s *= scale;
         float* head = x + (r * heads + h) * (long long)head_dim;
         const int ia = neox ? i : 2 * i;
         const int ib = neox ? i + half : 2 * i + 1;

@@ -217,8 +217,14 @@ fn llama_batch_under_preemption_equals_each_alone() {
 }
 
 #[test]
-fn qwen2_and_gemma3_batches_equal_each_alone() {
-    for name in ["tiny-qwen2", "tiny-gemma3"] {
+fn every_other_family_batches_equal_each_alone() {
+    for name in [
+        "tiny-qwen2",
+        "tiny-gemma3",
+        "tiny-qwen3",
+        "tiny-smollm3",
+        "tiny-mistral3",
+    ] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);
     }
@@ -235,6 +241,9 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         ("tiny-llama", 12, false, KvDtype::F16),
         ("tiny-qwen2", 14, true, KvDtype::F16),
         ("tiny-gemma3", 14, true, KvDtype::F16),
+        ("tiny-qwen3", 14, true, KvDtype::F16),
+        ("tiny-smollm3", 14, false, KvDtype::F16),
+        ("tiny-mistral3", 14, true, KvDtype::F16),
         // FP8 K/V: twice the blocks in the same memory, batched as alone.
         ("tiny-llama", 12, true, KvDtype::Fp8E4m3),
         ("tiny-gemma3", 14, false, KvDtype::Fp8E4m3),

@@ -285,7 +285,7 @@ impl Backend for Cpu {
         for seq in pass.seqs {
             let (r, n) = (seq.rows.clone(), seq.rows.len());
             let q = &mut q[r.start * q_dim..r.end * q_dim]; // [n, q_dim]
-            rope.apply(q, n, seq.start);
+            rope.apply_query(q, n, seq.start);
             let k = &mut k[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
             rope.apply(k, n, seq.start);
             keys.write(seq.block_table, seq.start, k);

@@ -166,6 +166,8 @@ pub struct CudaRope {
     half: usize,
     style: pagoda_cuda::RopeStyle,
     mscale: f32,
+    /// Llama 4's query temperature `(beta, original context)`, for queries only.
+    query_temperature: Option<(f32, usize)>,
 }
 
 /// An f32 activation in GPU memory: `len` values in a buffer that only grows.
@@ -529,6 +531,9 @@ impl Backend for Cuda {
                 RopeStyle::Neox => pagoda_cuda::RopeStyle::Neox,
             },
             mscale: rope.mscale(),
+            query_temperature: rope
+                .query_temperature()
+                .map(|t| (t.beta, t.original_context)),
         })
     }
 
@@ -669,6 +674,7 @@ impl Backend for Cuda {
             rope.half,
             rope.style,
             rope.mscale,
+            rope.query_temperature,
         )?;
         kernels.rope(
             k.get_mut()?,
@@ -680,6 +686,7 @@ impl Backend for Cuda {
             rope.half,
             rope.style,
             rope.mscale,
+            None,
         )?;
         let kv_dim = shape.n_kv_heads * hd;
         match kv {

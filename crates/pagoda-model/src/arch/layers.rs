@@ -12,7 +12,7 @@
 
 use super::adapter::LoraBatch;
 use super::backend::Activations;
-use crate::config::RopeScaling;
+use crate::config::{QueryTemperature, RopeScaling};
 use crate::weights::{TensorView, Weights};
 use crate::{ModelConfig, ModelError};
 use pagoda_kernels::ops::{self, RopeStyle};
@@ -336,6 +336,8 @@ pub struct Rope {
     mscale: f32,
     style: RopeStyle,
     head_dim: usize,
+    /// Llama 4's query temperature, applied by [`Rope::apply_query`].
+    query_temperature: Option<QueryTemperature>,
 }
 
 impl Rope {
@@ -378,6 +380,7 @@ impl Rope {
                 original_max_position,
                 beta_fast,
                 beta_slow,
+                attention_factor,
             } => {
                 // Dimension index at which a frequency completes `rot` turns over the original context.
                 let correction_dim = |rot: f32| {
@@ -397,12 +400,7 @@ impl Rope {
                         f / factor * (1.0 - extrapolation) + f * extrapolation
                     })
                     .collect();
-                let mscale = if factor <= 1.0 {
-                    1.0
-                } else {
-                    0.1 * factor.ln() + 1.0
-                };
-                (scaled, mscale)
+                (scaled, attention_factor)
             }
         };
         Rope {
@@ -410,6 +408,7 @@ impl Rope {
             mscale,
             style: cfg.rope_style,
             head_dim: cfg.head_dim,
+            query_temperature: cfg.query_temperature,
         }
     }
 
@@ -422,6 +421,7 @@ impl Rope {
             mscale: 1.0,
             style: cfg.rope_style,
             head_dim: cfg.head_dim,
+            query_temperature: None,
         }
     }
 
@@ -460,16 +460,33 @@ impl Rope {
 
     /// Rotates `x` (`[n, heads * head_dim]`, row `t` at position `start + t`) in place.
     pub fn apply(&self, x: &mut [f32], n: usize, start: usize) {
+        self.rotate(x, n, start, None);
+    }
+
+    /// [`Rope::apply`] for queries: also multiplies each row by the query temperature at its
+    /// position, when the model has one (full-width RoPE, checked by the config, so scaling
+    /// cos and sin scales the whole row).
+    pub fn apply_query(&self, x: &mut [f32], n: usize, start: usize) {
+        self.rotate(x, n, start, self.query_temperature);
+    }
+
+    /// The query temperature, if any.
+    pub fn query_temperature(&self) -> Option<QueryTemperature> {
+        self.query_temperature
+    }
+
+    fn rotate(&self, x: &mut [f32], n: usize, start: usize, temp: Option<QueryTemperature>) {
         let half = self.inv_freq.len();
         let mut cos = vec![0.0f32; half];
         let mut sin = vec![0.0f32; half];
         let row_len = x.len() / n.max(1);
         for (t, row) in x.chunks_exact_mut(row_len).enumerate() {
             let pos = (start + t) as f32;
+            let scale = self.mscale * temp.map_or(1.0, |q| q.at(start + t));
             for i in 0..half {
                 let (s, c) = (pos * self.inv_freq[i]).sin_cos();
-                cos[i] = c * self.mscale;
-                sin[i] = s * self.mscale;
+                cos[i] = c * scale;
+                sin[i] = s * scale;
             }
             ops::rope(row, self.head_dim, &cos, &sin, self.style);
         }
@@ -514,6 +531,7 @@ mod tests {
             sliding_window: None,
             layer_is_sliding: vec![false],
             layer_uses_rope: vec![true],
+            query_temperature: None,
             attention_scale: 1.0,
             attn_logit_softcap: None,
             final_logit_softcap: None,

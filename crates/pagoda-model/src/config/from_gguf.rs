@@ -6,7 +6,7 @@
 //! Llama 3 RoPE scaling is carried in GGUF by a `rope_freqs.weight` tensor, not by metadata;
 //! only `rope.scaling.type` linear/yarn are read here.
 
-use super::{ModelConfig, RopeScaling};
+use super::{yarn_mscale, ModelConfig, RopeScaling};
 use crate::family::{self, keys::GgufKeys};
 use crate::gguf::{GgufFile, GgufValue};
 use crate::ModelError;
@@ -101,6 +101,7 @@ impl ModelConfig {
             sliding_window: None,
             layer_is_sliding: vec![false; n_layers],
             layer_uses_rope: vec![true; n_layers],
+            query_temperature: None,
             attention_scale: 1.0 / (head_dim as f32).sqrt(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
@@ -127,12 +128,22 @@ fn rope_scaling(k: &GgufKeys<'_>, context_length: usize) -> Result<RopeScaling, 
         (Some("none"), _) | (None, None) => RopeScaling::None,
         (Some("linear") | None, Some(f)) if f != 1.0 => RopeScaling::Linear { factor: f },
         (Some("linear") | None, _) => RopeScaling::None,
-        (Some("yarn"), f) => RopeScaling::Yarn {
-            factor: f.unwrap_or(1.0),
-            original_max_position: orig,
-            beta_fast: k.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
-            beta_slow: k.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
-        },
+        (Some("yarn"), f) => {
+            let factor = f.unwrap_or(1.0);
+            // llama.cpp (llama-context.cpp): with `yarn_log_multiplier` m the temperature is
+            // get_mscale(factor, 1) / get_mscale(factor, m), else get_mscale(factor, 1).
+            let attention_factor = match k.f32_opt("rope.scaling.yarn_log_multiplier")? {
+                Some(m) if m != 0.0 => yarn_mscale(factor, 1.0) / yarn_mscale(factor, m),
+                _ => yarn_mscale(factor, 1.0),
+            };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position: orig,
+                beta_fast: k.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                beta_slow: k.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                attention_factor,
+            }
+        }
         (Some(other), _) => {
             return Err(k.bad(format!(
                 "{} = {other:?} is not supported (none, linear, yarn)",
@@ -183,7 +194,8 @@ mod tests {
                 factor: 4.0,
                 original_max_position: 32768,
                 beta_fast: 32.0,
-                beta_slow: 1.0
+                beta_slow: 1.0,
+                attention_factor: yarn_mscale(4.0, 1.0),
             }
         );
         assert!(c.tie_word_embeddings);

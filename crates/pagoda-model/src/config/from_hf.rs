@@ -9,7 +9,7 @@
 //! scaling in one object; per layer kind for families with local layers) beside the older
 //! `rope_theta` + `rope_scaling`; `layer_types` beside older per-family keys.
 
-use super::{ModelConfig, RopeScaling};
+use super::{yarn_mscale, ModelConfig, RopeScaling};
 use crate::family::{
     self,
     keys::{hf_bad as bad, HfKeys as Cfg},
@@ -137,6 +137,7 @@ impl ModelConfig {
             sliding_window,
             layer_is_sliding,
             layer_uses_rope: vec![true; n_layers],
+            query_temperature: None,
             attention_scale: 1.0 / (head_dim as f32).sqrt(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
@@ -181,6 +182,17 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
             original_max_position: orig,
             beta_fast: c.f32_opt("beta_fast")?.unwrap_or(32.0),
             beta_slow: c.f32_opt("beta_slow")?.unwrap_or(1.0),
+            // transformers' `_compute_yarn_parameters`: `attention_factor` when given, else
+            // the ratio of the two mscales when both are given, else get_mscale(factor).
+            attention_factor: match (
+                c.f32_opt("attention_factor")?,
+                c.f32_opt("mscale")?,
+                c.f32_opt("mscale_all_dim")?,
+            ) {
+                (Some(a), _, _) => a,
+                (None, Some(m), Some(all)) => yarn_mscale(factor, m) / yarn_mscale(factor, all),
+                _ => yarn_mscale(factor, 1.0),
+            },
         },
         other => {
             return Err(bad(format!(

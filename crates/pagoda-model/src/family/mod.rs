@@ -23,6 +23,7 @@
 
 mod gemma3;
 mod llama;
+mod mistral3;
 mod qwen2;
 mod qwen3;
 mod smollm3;
@@ -132,6 +133,7 @@ pub static FAMILIES: &[&Family] = &[
     &gemma3::SPEC,
     &qwen3::SPEC,
     &smollm3::SPEC,
+    &mistral3::SPEC,
 ];
 
 /// The family of `arch`.

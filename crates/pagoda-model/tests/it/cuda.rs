@@ -93,7 +93,15 @@ fn assert_agree(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
 #[test]
 fn cuda_logits_match_the_cpu_on_every_architecture() {
     let Some(gpu) = gpu_or_skip() else { return };
-    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+    for name in [
+        "tiny-llama",
+        "tiny-qwen2",
+        "tiny-gemma3",
+        "tiny-qwen3",
+        "tiny-smollm3",
+        "tiny-smollm3.gguf",
+        "tiny-mistral3",
+    ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");
         let cuda = Model::from_source_on(&source, gpu).expect("cuda model");
@@ -115,7 +123,15 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
 #[test]
 fn cuda_with_fp8_kv_matches_the_cpu_with_fp8_kv() {
     let Some(gpu) = gpu_or_skip() else { return };
-    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+    for name in [
+        "tiny-llama",
+        "tiny-qwen2",
+        "tiny-gemma3",
+        "tiny-qwen3",
+        "tiny-smollm3",
+        "tiny-smollm3.gguf",
+        "tiny-mistral3",
+    ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");
         let cuda = Model::from_source_on(&source, gpu).expect("cuda model");
@@ -239,7 +255,15 @@ fn cuda_logits_on_quantized_weights_match_the_cpu_with_and_without_lora() {
 fn a_model_split_between_cpu_and_gpu_matches_it_wholly_on_the_gpu() {
     let Some(gpu) = gpu_or_skip() else { return };
     let Device::Cuda(ordinal) = gpu else { return };
-    for name in ["tiny-llama", "tiny-qwen2", "tiny-gemma3"] {
+    for name in [
+        "tiny-llama",
+        "tiny-qwen2",
+        "tiny-gemma3",
+        "tiny-qwen3",
+        "tiny-smollm3",
+        "tiny-smollm3.gguf",
+        "tiny-mistral3",
+    ] {
         let source = open_model(&golden(name)).expect("open");
         let whole = Model::from_source_on(&source, gpu).expect("cuda model");
         let n = whole.config().n_layers;

@@ -10,7 +10,7 @@
 
 use pagoda_kernels::ops::RopeStyle;
 use pagoda_model::arch::{Logits, Model};
-use pagoda_model::{open_model, Architecture, KvDtype, ModelConfig};
+use pagoda_model::{open_model, Architecture, KvDtype, ModelConfig, RopeScaling};
 use std::path::{Path, PathBuf};
 
 /// Largest |pagoda - reference| logit difference accepted for F32 weights and an F32 K/V
@@ -170,6 +170,32 @@ fn llama31_gguf_from_llama_cpps_converter_matches_llama_cpp() {
     // The converter carries Llama 3 RoPE scaling as the rope_freqs.weight tensor.
     gguf("llama31", |c| {
         assert_eq!(c.arch, Architecture::Llama);
+        assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    });
+}
+
+fn mistral3_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Mistral3);
+    let t = c.query_temperature.expect("query temperature");
+    assert_eq!((t.beta, t.original_context), (0.1, 16));
+    // mscale == mscale_all_dim: YaRN's attention factor is 1, not 0.1 ln(4) + 1.
+    assert!(matches!(
+        c.rope_scaling,
+        RopeScaling::Yarn { factor, attention_factor, original_max_position: 16, .. }
+            if factor == 4.0 && attention_factor == 1.0
+    ));
+}
+
+#[test]
+fn mistral3_folder_matches_transformers() {
+    // Positions 16.. of the prompts run with the query temperature above 1.
+    hf("mistral3", mistral3_shape);
+}
+
+#[test]
+fn mistral3_gguf_matches_llama_cpp() {
+    gguf("mistral3", |c| {
+        mistral3_shape(c);
         assert_eq!(c.rope_style, RopeStyle::Interleaved);
     });
 }
