@@ -13,6 +13,7 @@ crates/pagoda-model/tests/it/families.rs loads both and compares.
 
 Families: qwen3 (QK-norm, head_dim != hidden/heads), smollm3 (every 4th layer without RoPE),
 mistral3 (Ministral 3: YaRN with its own attention factor, Llama 4 query temperature),
+phi3 (Phi-4-mini-like: fused QKV and gate/up, partial rotary, LongRoPE),
 llama31 (the existing tiny-llama folder with Llama 3 RoPE scaling, through llama.cpp's
 converter, which carries the scaling as rope_freqs.weight).
 
@@ -44,7 +45,8 @@ SDIST = Path(os.environ.get("PAGODA_LLAMA_SDIST",
 PROMPTS = [[5, 77, 120, 33, 250, 9], [300, 12, 12, 47], list(range(40, 58))]
 CONTINUE = 12
 
-PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken"}
+PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
+       "phi3": "gpt-2"}
 
 
 def tiny_folder(kind: str) -> Path:
@@ -96,6 +98,25 @@ def tiny_folder(kind: str) -> Path:
         )
         legacy = {}
         cls, seed = transformers.Ministral3ForCausalLM, 13
+    elif kind == "phi3":
+        # Phi-4-mini's shape in small: partial rotary (3/4 of a head), LongRoPE with an
+        # original context of 16, so every golden prompt (longer than 16 tokens: transformers
+        # switches to the long factors by sequence length, llama.cpp by its context size)
+        # runs with the long factors in both references.
+        # llama.cpp's vocabulary loader looks up <unk>, <s> and </s> in models named "phi3".
+        specials = ["<unk>", "<s>", "</s>", "<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>"]
+        bos, eos, pad, template = None, "<|end|>", "<|endoftext|>", mg.CHATML_TEMPLATE
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                "original_max_position_embeddings": 16,
+                "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0],
+                "short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.5]}
+        cfg = transformers.Phi3Config(
+            **common, num_hidden_layers=2, rope_parameters=rope, partial_rotary_factor=0.75,
+            original_max_position_embeddings=16, sliding_window=None, tie_word_embeddings=False,
+            bos_token_id=None, eos_token_id=6, pad_token_id=3, hidden_act="silu",
+        )
+        legacy = {}
+        cls, seed = transformers.Phi3ForCausalLM, 14
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
@@ -114,18 +135,26 @@ def tiny_folder(kind: str) -> Path:
     fast.chat_template = template
     fast.save_pretrained(folder)
     mg.legacy_config_keys(folder, legacy, template)
+    if kind == "phi3":
+        # Phi-4-mini's tokenizer class: llama.cpp's converter then reads tokenizer.json as
+        # GPT-2 BPE (else it wants a SentencePiece tokenizer.model).
+        tc_path = folder / "tokenizer_config.json"
+        tc = json.loads(tc_path.read_text())
+        tc["tokenizer_class"] = "GPT2Tokenizer"
+        tc_path.write_text(json.dumps(tc, indent=2, sort_keys=True) + "\n")
     for extra in ("generation_config.json", "special_tokens_map.json"):
         if (folder / extra).exists():
             (folder / extra).unlink()
 
     model2 = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
-    ids = PROMPTS[2]
+    prompts = prompts_of(kind)
+    ids = prompts[-1]
     with torch.no_grad():
         logits = model2(torch.tensor([ids])).logits[0].float().numpy()
     assert logits.shape == (len(ids), vocab)
     assert float(logits.std()) > 0.5, "logits too flat"
     greedy = []
-    for p in PROMPTS:
+    for p in prompts:
         with torch.no_grad():
             out = model2.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
                                   eos_token_id=None, pad_token_id=0)
@@ -137,11 +166,18 @@ def tiny_folder(kind: str) -> Path:
         "vocab_size": vocab,
         "logits": [mg.f32_list(row) for row in logits],
         "argmax": [int(i) for i in logits.argmax(-1)],
-        "greedy_prompts": PROMPTS,
+        "greedy_prompts": prompts,
         "greedy": greedy,
     })
     print(f"wrote {folder.relative_to(ROOT)}")
     return folder
+
+
+def prompts_of(kind: str) -> list[list[int]]:
+    """The greedy prompts; the last one's logits are recorded at every position."""
+    if kind == "phi3":
+        return [list(range(100, 125)), list(range(40, 58))]
+    return PROMPTS
 
 
 def convert(folder: Path, out: Path, pre: str):
@@ -159,7 +195,7 @@ runpy.run_path({str(SDIST / 'convert_hf_to_gguf.py')!r}, run_name="__main__")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def llamacpp(gguf: Path, ids: list[int]):
+def llamacpp(gguf: Path, ids: list[int], prompts: list[list[int]]):
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
@@ -171,7 +207,7 @@ def llamacpp(gguf: Path, ids: list[int]):
     m.eval(ids)
     scores = np.array(m.scores[: len(ids)], dtype=np.float32)
     greedy = []
-    for p in PROMPTS:
+    for p in prompts:
         out = []
         m.reset()
         for tok in m.generate(p, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
@@ -188,8 +224,9 @@ def gguf_golden(kind: str, folder: Path):
 
     out = GOLDEN / f"tiny-{kind}.gguf"
     convert(folder, out, PRE[kind])
-    ids = PROMPTS[2]
-    scores, greedy, version = llamacpp(out, ids)
+    prompts = prompts_of(kind)
+    ids = prompts[-1]
+    scores, greedy, version = llamacpp(out, ids, prompts)
     hf = json.loads((folder / "logits.json").read_text()) if (folder / "logits.json").exists() else None
     doc = {
         "source": f"llama-cpp-python {version} (vendored llama.cpp), convert_hf_to_gguf.py --outtype f32, "
@@ -197,7 +234,7 @@ def gguf_golden(kind: str, folder: Path):
         "gguf": out.name,
         "token_ids": ids,
         "logits": [mg.f32_list(row) for row in scores],
-        "greedy_prompts": PROMPTS,
+        "greedy_prompts": prompts,
         "greedy": greedy,
     }
     if hf is not None and hf.get("token_ids") == ids:
@@ -209,7 +246,7 @@ def gguf_golden(kind: str, folder: Path):
 
 
 def main(kinds):
-    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3"]:
+    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3"]:
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:

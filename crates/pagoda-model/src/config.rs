@@ -29,6 +29,9 @@ pub enum Architecture {
     /// Ministral 3 / Mistral Small 3.x (llama.cpp `mistral3`): Llama with YaRN and Llama 4's
     /// position-dependent query temperature.
     Mistral3,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini (llama.cpp `phi3`): fused QKV and gate/up projections,
+    /// partial rotary, LongRoPE.
+    Phi3,
 }
 
 impl Architecture {
@@ -40,6 +43,7 @@ impl Architecture {
         Architecture::Qwen3,
         Architecture::SmolLM3,
         Architecture::Mistral3,
+        Architecture::Phi3,
     ];
 
     /// The family spec of this architecture.
@@ -77,6 +81,16 @@ pub enum RopeScaling {
         /// Multiplier on cos and sin (the attention temperature): `0.1 ln(factor) + 1` unless
         /// the checkpoint says otherwise (`mscale` / `mscale_all_dim`, GGUF
         /// `yarn_log_multiplier`).
+        attention_factor: f32,
+    },
+    /// LongRoPE (Phi-3.5, Phi-4-mini): every frequency divided by a per-dimension factor, the
+    /// long factors when the model runs past `original_max_position` (its `context_length`
+    /// does, as llama.cpp decides by its context size), else the short ones; cos and sin
+    /// times `attention_factor`.
+    LongRope {
+        long_factor: Vec<f32>,
+        short_factor: Vec<f32>,
+        original_max_position: usize,
         attention_factor: f32,
     },
 }
@@ -182,6 +196,22 @@ impl ModelConfig {
                 self.layer_uses_rope.len(),
                 self.n_layers
             ));
+        }
+        if let RopeScaling::LongRope {
+            long_factor,
+            short_factor,
+            ..
+        } = &self.rope_scaling
+        {
+            let half = self.rope_dim / 2;
+            if long_factor.len() != half || short_factor.len() != half {
+                return bad(format!(
+                    "LongRoPE needs {half} long and short factors (half the rotary dimension), \
+                     got {} and {}",
+                    long_factor.len(),
+                    short_factor.len()
+                ));
+            }
         }
         if let Some(t) = self.query_temperature {
             if t.original_context == 0 || self.rope_dim != self.head_dim {

@@ -111,7 +111,7 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
 /// field restricts an entry to families with sandwich norms (`Some(true)`: Gemma's
 /// `post_attention_layernorm` is a post-norm) or to the others (`Some(false)`: it is the
 /// MLP's pre-norm).
-const LAYER_NAMES: [(&str, &str, Option<bool>); 18] = [
+const LAYER_NAMES: [(&str, &str, Option<bool>); 20] = [
     ("self_attn.q_proj.weight", "attn_q.weight", None),
     ("self_attn.k_proj.weight", "attn_k.weight", None),
     ("self_attn.v_proj.weight", "attn_v.weight", None),
@@ -146,6 +146,10 @@ const LAYER_NAMES: [(&str, &str, Option<bool>); 18] = [
     ("mlp.gate_proj.weight", "ffn_gate.weight", None),
     ("mlp.up_proj.weight", "ffn_up.weight", None),
     ("mlp.down_proj.weight", "ffn_down.weight", None),
+    // Phi-3's fused projections, named as llama.cpp's converter names them (split into the
+    // entries above when the model is opened: `family::prepare_weights`).
+    ("self_attn.qkv_proj.weight", "attn_qkv.weight", None),
+    ("mlp.gate_up_proj.weight", "ffn_up.weight", None),
 ];
 
 /// The Hugging Face (transformers `*ForCausalLM`) name of canonical tensor `canonical`: the
@@ -369,6 +373,7 @@ impl HfFolder {
             }
             None => None,
         };
+        crate::family::prepare_weights(&config, &mut weights)?;
         let mut config = config;
         if !weights.contains("output.weight") {
             config.tie_word_embeddings = true;

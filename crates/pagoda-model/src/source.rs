@@ -140,7 +140,8 @@ fn dominant_type(weights: &Weights) -> Option<GgmlType> {
 fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
     let file = GgufFile::open(path)?;
     let config = ModelConfig::from_gguf(&file)?;
-    let weights = Weights::from_gguf(&file)?;
+    let mut weights = Weights::from_gguf(&file)?;
+    crate::family::prepare_weights(&config, &mut weights)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let chat_template = match file.get_str_opt("tokenizer.chat_template")? {
         Some(src) => Some(

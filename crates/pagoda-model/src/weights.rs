@@ -88,6 +88,37 @@ impl TensorView {
         })
     }
 
+    /// Rows `rows` of this matrix as a view of the same bytes, named `name` (no copy: every
+    /// block format stores whole rows). `Err` for a range outside the matrix or a tensor that
+    /// is not one.
+    pub fn row_range(
+        &self,
+        name: impl Into<String>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<TensorView, String> {
+        let [n_rows, cols] = self.shape[..] else {
+            return Err(format!(
+                "{} is not a matrix: shape {:?}",
+                self.name, self.shape
+            ));
+        };
+        if rows.start > rows.end || rows.end > n_rows || n_rows == 0 {
+            return Err(format!(
+                "rows {rows:?} are outside {} ({n_rows} rows)",
+                self.name
+            ));
+        }
+        let row_bytes = self.len / n_rows;
+        TensorView::new(
+            name.into(),
+            self.ty,
+            vec![rows.len(), cols],
+            self.bytes.clone(),
+            self.start + rows.start * row_bytes,
+            rows.len() * row_bytes,
+        )
+    }
+
     /// A view that owns `data`: a tensor made in memory (e.g. weights quantized at load time).
     /// `data` must be exactly `ty.row_bytes(shape.last()) * rows` bytes; `Err` says why not.
     pub fn owned(
@@ -255,6 +286,11 @@ impl Weights {
 
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
+    }
+
+    /// Takes a tensor out.
+    pub fn remove(&mut self, name: &str) -> Option<TensorView> {
+        self.tensors.remove(name)
     }
 
     /// Tensors in name order.

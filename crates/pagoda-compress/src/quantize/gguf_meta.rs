@@ -120,6 +120,13 @@ fn invalid(message: String) -> CompressError {
 /// The GGUF architecture name of `arch` for a file written from a Hugging Face folder.
 pub fn gguf_arch_name(arch: Architecture) -> Result<&'static str, CompressError> {
     let family = arch.family();
+    if family.split_fused.is_some() {
+        return Err(invalid(format!(
+            "GGUF output of a {} model is not supported yet: llama.cpp reads its Q/K/V and \
+             gate/up projections fused, and Pagoda splits them when it opens the model",
+            family.display
+        )));
+    }
     if family.hf_norm_offset != 0.0 {
         return Err(invalid(format!(
             "GGUF output from a {0} Hugging Face folder is not supported yet (llama.cpp \
@@ -237,6 +244,12 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
         }
         // Carried by the rope_freqs.weight tensor (in the families llama.cpp reads it for).
         RopeScaling::Llama3 { .. } if cfg.arch.family().gguf_rope_freqs => {}
+        RopeScaling::LongRope { .. } => {
+            return Err(invalid(format!(
+                "config.json asks for LongRoPE, which Pagoda writes to GGUF {a} only as the \
+                 per-layer factor tensors of its own family (not supported yet)"
+            )))
+        }
         RopeScaling::Llama3 { .. } => {
             return Err(invalid(format!(
                 "config.json asks for Llama 3 RoPE scaling on a {a} model, which GGUF {a} \

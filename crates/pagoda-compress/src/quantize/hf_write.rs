@@ -435,6 +435,13 @@ fn write_into(e: &HfExport<'_>, dir: &Path) -> Result<HfWritten, CompressError> 
     std::fs::create_dir_all(dir).map_err(|err| io_error(dir, err))?;
     let from_gguf = matches!(e.source, ExportSource::Gguf { .. });
     let family = e.cfg.arch.family();
+    if family.split_fused.is_some() {
+        return Err(invalid(format!(
+            "Hugging Face output of a {} model is not supported yet (its projections are \
+             stored fused); quantize to GGUF is not supported either",
+            family.display
+        )));
+    }
     if from_gguf && family.hf_norm_offset != 0.0 {
         return Err(invalid(format!(
             "Hugging Face output from a {0} GGUF is not supported (its norms are stored \
@@ -724,6 +731,18 @@ fn config_from_model(
             "low_freq_factor": low_freq_factor,
             "high_freq_factor": high_freq_factor,
             "original_max_position_embeddings": original_max_position,
+        }),
+        RopeScaling::LongRope {
+            ref long_factor,
+            ref short_factor,
+            original_max_position,
+            attention_factor,
+        } => json!({
+            "rope_type": "longrope",
+            "long_factor": long_factor,
+            "short_factor": short_factor,
+            "original_max_position_embeddings": original_max_position,
+            "attention_factor": attention_factor,
         }),
         RopeScaling::Yarn {
             factor,

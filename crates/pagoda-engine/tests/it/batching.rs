@@ -224,6 +224,7 @@ fn every_other_family_batches_equal_each_alone() {
         "tiny-qwen3",
         "tiny-smollm3",
         "tiny-mistral3",
+        "tiny-phi3",
     ] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);
@@ -244,6 +245,7 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         ("tiny-qwen3", 14, true, KvDtype::F16),
         ("tiny-smollm3", 14, false, KvDtype::F16),
         ("tiny-mistral3", 14, true, KvDtype::F16),
+        ("tiny-phi3", 14, true, KvDtype::F16),
         // FP8 K/V: twice the blocks in the same memory, batched as alone.
         ("tiny-llama", 12, true, KvDtype::Fp8E4m3),
         ("tiny-gemma3", 14, false, KvDtype::Fp8E4m3),

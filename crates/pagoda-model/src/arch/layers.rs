@@ -402,6 +402,20 @@ impl Rope {
                     .collect();
                 (scaled, attention_factor)
             }
+            RopeScaling::LongRope {
+                ref long_factor,
+                ref short_factor,
+                original_max_position,
+                attention_factor,
+            } => {
+                let factors = if cfg.context_length > original_max_position {
+                    long_factor
+                } else {
+                    short_factor
+                };
+                let scaled = base.iter().zip(factors).map(|(f, d)| f / d).collect();
+                (scaled, attention_factor)
+            }
         };
         Rope {
             inv_freq,

@@ -84,7 +84,14 @@ impl ModelConfig {
         let context_length = c
             .usize_opt("max_position_embeddings")?
             .unwrap_or(d.context_length);
-        let partial = c.f32_opt("partial_rotary_factor")?.unwrap_or(1.0);
+        // transformers 5 keeps partial_rotary_factor in rope_parameters.
+        let partial = match c.f32_opt("partial_rotary_factor")? {
+            Some(p) => p,
+            None => match global_params {
+                Some(p) => Cfg(p).f32_opt("partial_rotary_factor")?.unwrap_or(1.0),
+                None => 1.0,
+            },
+        };
         let rope_dim = ((head_dim as f32 * partial) as usize) & !1;
         let rope_scaling = match global_params {
             Some(p) => parse_rope_scaling(Some(&Value::Object(p.clone())), context_length)?,
@@ -194,9 +201,46 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
                 _ => yarn_mscale(factor, 1.0),
             },
         },
+        "longrope" | "su" => {
+            let list = |k: &str| -> Result<Vec<f32>, ModelError> {
+                match c.get(k) {
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|x| {
+                            x.as_f64()
+                                .map(|x| x as f32)
+                                .filter(|x| *x > 0.0)
+                                .ok_or_else(|| {
+                                    bad(format!("{k} entry {x} is not a positive number"))
+                                })
+                        })
+                        .collect(),
+                    _ => Err(bad(format!("LongRoPE rope_scaling needs the list {k}"))),
+                }
+            };
+            let orig = c.usize("original_max_position_embeddings")?;
+            // transformers' `_compute_longrope_parameters`: the factor defaults to the ratio
+            // of the context to the original one; the attention factor to
+            // sqrt(1 + ln(factor) / ln(original)).
+            let factor = match c.f32_opt("factor")? {
+                Some(f) => f,
+                None => context_length as f32 / orig.max(1) as f32,
+            };
+            let attention_factor = match c.f32_opt("attention_factor")? {
+                Some(a) => a,
+                None if factor <= 1.0 || orig <= 1 => 1.0,
+                None => (1.0 + factor.ln() / (orig as f32).ln()).sqrt(),
+            };
+            RopeScaling::LongRope {
+                long_factor: list("long_factor")?,
+                short_factor: list("short_factor")?,
+                original_max_position: orig,
+                attention_factor,
+            }
+        }
         other => {
             return Err(bad(format!(
-                "rope_scaling type {other:?} is not supported (linear, llama3, yarn)"
+                "rope_scaling type {other:?} is not supported (linear, llama3, yarn, longrope)"
             )))
         }
     })

@@ -32,6 +32,7 @@ pub(super) static SPEC: Family = Family {
         head_dim: None,
     },
     gguf_extra: super::nothing_gguf,
+    split_fused: None,
     hf_extra: mistral_window,
 };
 

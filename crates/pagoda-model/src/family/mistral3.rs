@@ -37,6 +37,7 @@ pub(super) static SPEC: Family = Family {
         head_dim: None,
     },
     gguf_extra: gguf,
+    split_fused: None,
     hf_extra: hf,
 };
 

@@ -24,6 +24,7 @@
 mod gemma3;
 mod llama;
 mod mistral3;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod smollm3;
@@ -31,6 +32,7 @@ mod smollm3;
 pub mod keys;
 
 use crate::config::{Architecture, ModelConfig};
+use crate::weights::Weights;
 use crate::ModelError;
 use keys::{GgufKeys, HfKeys};
 use pagoda_kernels::ops::RopeStyle;
@@ -107,6 +109,11 @@ pub struct Family {
     pub gguf_extra: fn(&GgufKeys<'_>, &mut ModelConfig) -> Result<(), ModelError>,
     /// Reads what only this family has from `config.json`, after the shared keys.
     pub hf_extra: fn(&HfKeys<'_>, &mut ModelConfig) -> Result<(), ModelError>,
+    /// For families whose files fuse projections (Phi-3's `attn_qkv`, and `ffn_up` holding
+    /// gate and up): splits them into the canonical `attn_q`/`attn_k`/`attn_v` and
+    /// `ffn_gate`/`ffn_up` views of the same bytes, when a model is opened. Writers refuse
+    /// such families (they would have to fuse again for llama.cpp).
+    pub split_fused: Option<fn(&ModelConfig, &mut Weights) -> Result<(), ModelError>>,
 }
 
 impl Family {
@@ -134,6 +141,7 @@ pub static FAMILIES: &[&Family] = &[
     &qwen3::SPEC,
     &smollm3::SPEC,
     &mistral3::SPEC,
+    &phi3::SPEC,
 ];
 
 /// The family of `arch`.
@@ -169,6 +177,15 @@ pub fn by_hf(classes: &[String], model_type: &str) -> Option<&'static Family> {
             .copied()
             .find(|f| f.hf_model_types.contains(&model_type))
     })
+}
+
+/// Applies the family's [`Family::split_fused`] to freshly opened weights (a no-op for
+/// families without fused projections).
+pub fn prepare_weights(cfg: &ModelConfig, weights: &mut Weights) -> Result<(), ModelError> {
+    match cfg.arch.family().split_fused {
+        Some(split) => split(cfg, weights),
+        None => Ok(()),
+    }
 }
 
 /// The GGUF names of every family, for error messages.

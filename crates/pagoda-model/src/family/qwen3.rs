@@ -30,5 +30,6 @@ pub(super) static SPEC: Family = Family {
         head_dim: Some(128),
     },
     gguf_extra: super::nothing_gguf,
+    split_fused: None,
     hf_extra: super::qwen2::qwen_window,
 };

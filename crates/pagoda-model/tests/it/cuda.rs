@@ -101,6 +101,7 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         "tiny-smollm3",
         "tiny-smollm3.gguf",
         "tiny-mistral3",
+        "tiny-phi3.gguf",
     ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");

@@ -199,3 +199,52 @@ fn mistral3_gguf_matches_llama_cpp() {
         assert_eq!(c.rope_style, RopeStyle::Interleaved);
     });
 }
+
+fn phi3_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Phi3);
+    // Partial rotary: 3/4 of a 16-wide head.
+    assert_eq!((c.head_dim, c.rope_dim), (16, 12));
+    match &c.rope_scaling {
+        RopeScaling::LongRope {
+            long_factor,
+            original_max_position,
+            attention_factor,
+            ..
+        } => {
+            assert_eq!(long_factor, &[1.0, 1.5, 2.0, 3.0, 4.0, 6.0]);
+            assert_eq!(*original_max_position, 16);
+            // sqrt(1 + ln(256 / 16) / ln(16)) = sqrt(2).
+            assert!(
+                (attention_factor - 2f32.sqrt()).abs() < 1e-6,
+                "{attention_factor}"
+            );
+        }
+        other => panic!("LongRoPE expected, got {other:?}"),
+    }
+}
+
+#[test]
+fn phi3_folder_matches_transformers() {
+    // Fused qkv_proj and gate_up_proj, split into views when the folder is opened.
+    hf("phi3", phi3_shape);
+}
+
+#[test]
+fn phi3_gguf_matches_llama_cpp() {
+    gguf("phi3", phi3_shape);
+}
+
+#[test]
+fn phi3_fused_projections_are_split_into_the_canonical_tensors() {
+    let source = open_model(&golden_root().join("tiny-phi3.gguf")).expect("open");
+    let w = &source.weights;
+    for t in ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"] {
+        assert!(w.contains(&format!("blk.0.{t}.weight")), "{t}");
+    }
+    assert!(!w.contains("blk.0.attn_qkv.weight"));
+    assert_eq!(
+        w.get("blk.0.ffn_up.weight").expect("up").shape,
+        vec![128, 64]
+    );
+    assert_eq!(w.get("blk.1.attn_k.weight").expect("k").shape, vec![32, 64]);
+}
