@@ -78,6 +78,9 @@ pub struct HfDefaults {
     pub head_dim: Option<usize>,
 }
 
+/// A family's hook that splits fused projections ([`Family::split_fused`]).
+pub type SplitFused = fn(&ModelConfig, &mut Weights) -> Result<(), ModelError>;
+
 /// One model family: see the module doc.
 #[derive(Debug)]
 pub struct Family {
@@ -113,7 +116,7 @@ pub struct Family {
     /// gate and up): splits them into the canonical `attn_q`/`attn_k`/`attn_v` and
     /// `ffn_gate`/`ffn_up` views of the same bytes, when a model is opened. Writers refuse
     /// such families (they would have to fuse again for llama.cpp).
-    pub split_fused: Option<fn(&ModelConfig, &mut Weights) -> Result<(), ModelError>>,
+    pub split_fused: Option<SplitFused>,
 }
 
 impl Family {
