@@ -21,9 +21,17 @@ pub enum ModelError {
     },
     #[error("model is missing tensor {0:?}")]
     MissingTensor(String),
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
+    #[error(
+        "unsupported architecture {0:?} (Pagoda runs: {names}; docs/models.md lists the \
+         families)",
+        names = crate::family::gguf_names().join(", ")
+    )]
     UnknownArchitecture(String),
-    #[error("{path}: unsupported architecture {arch:?} (supported: llama, qwen2, gemma3)")]
+    #[error(
+        "{path}: unsupported architecture {arch:?} (Pagoda runs: {names}; docs/models.md \
+         lists the families)",
+        names = crate::family::gguf_names().join(", ")
+    )]
     UnsupportedArchitecture { path: PathBuf, arch: String },
     #[error("{path}: tokenizer: {message}")]
     TokenizerFile { path: PathBuf, message: String },
