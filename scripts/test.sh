@@ -28,6 +28,29 @@ PAGODA_TEST_GEMMA3="$("$PAGODA" show --path gemma3:270m)"
 PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
 
+echo "== llama.cpp's tokenizer test vectors (models/ggml-vocab-* of the llama-cpp-python 0.3.36 sdist)"
+# The sdist (76 MB, its SHA-256 checked) is fetched once into target/llama-vocab; only the
+# ggml-vocab-* files (a vocabulary-only GGUF and its .inp/.out vectors per tokenizer family)
+# are extracted. `--no-binary llama-cpp-python`, not `:all:`: the latter builds cmake from
+# source for the metadata step. pagoda-model's tests/it/ggml_vocab.rs reads the files; under
+# CI a missing folder fails them.
+vocab_dir="$PWD/target/llama-vocab"
+vocab_sdist="$vocab_dir/sdist/llama_cpp_python-0.3.36.tar.gz"
+vocab_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+mkdir -p "$vocab_dir"
+if [ ! -e "$vocab_dir/ggml-vocab-qwen35.gguf.out" ]; then
+  { [ -e "$vocab_sdist" ] \
+      || python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        --no-binary llama-cpp-python --dest "$vocab_dir/sdist" llama-cpp-python==0.3.36; } \
+    && echo "$vocab_sha256  $vocab_sdist" | sha256sum --check --quiet \
+    && tar -xzf "$vocab_sdist" -C "$vocab_dir" --strip-components=4 --wildcards \
+      'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*' \
+    || [ "${CI:-}" != "true" ] || { echo "fetching llama.cpp's ggml-vocab files failed (remove $vocab_dir to fetch again)" >&2; exit 1; }
+fi
+if [ -e "$vocab_dir/ggml-vocab-qwen35.gguf.out" ]; then
+  export PAGODA_TEST_LLAMA_VOCAB="$vocab_dir"
+fi
+
 echo "== API conformance: the official openai and ollama Python clients against pagoda serve"
 # gguf (gguf-py, llama.cpp's own GGUF library): security.py writes a GGUF whose chat template
 # is a bomb with its gguf-new-metadata.

@@ -1,18 +1,26 @@
 //! Builds a [`Tokenizer`] from the vocabulary embedded in a GGUF file (`tokenizer.ggml.*`).
 //!
-//! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` + `merges`, with the
-//!   pre-tokenizer regex chosen by `tokenizer.ggml.pre` (the same regexes llama.cpp's
-//!   `llama-vocab.cpp` and the models' own `tokenizer.json` use).
+//! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` + `merges`, split first by
+//!   the pre-tokenizer `tokenizer.ggml.pre` names ([`super::gguf_pre`]: llama.cpp's regexes;
+//!   a missing key is llama.cpp's `default`; a name Pagoda does not implement is refused).
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece BPE from `tokens` + `scores`, merges
 //!   derived from the scores as Hugging Face's `SentencePieceExtractor` does, byte fallback to
 //!   `<0xNN>` tokens, `▁` for spaces, a leading `▁` only when `add_space_prefix`.
+//! - `tokenizer.ggml.model = "gemma4"`: BPE on raw UTF-8 from `tokens` + `merges` (Gemma 4),
+//!   spaces as `▁`, the text split only into runs of newlines and runs of anything else,
+//!   byte fallback to `<0xNN>` tokens. (llama.cpp takes a run of newlines that is a token
+//!   whole; Gemma 4's merges build each of those runs, 1 to 31 newlines, so BPE does too.)
+//! - Anything else (WordPiece `bert`, Unigram `t5`, …) is refused.
 //!
 //! `token_type` 3 (control) become special added tokens, 4 (user-defined) non-special added
 //! tokens matched before the model runs (as llama.cpp does).
 //!
 //! Invariant: the vocabulary ids are the GGUF array indices (a token repeated in the array
 //! keeps its first id); every error names the file and the `tokenizer.ggml.*` key at fault.
+//! llama.cpp (its `llama-vocab.cpp`) is the reference for every choice here; its
+//! `ggml-vocab-*.gguf` test vectors are checked in `tests/it/ggml_vocab.rs`.
 
+use super::gguf_pre::{pre_tokenizer, pre_tokenizer_names, PreTokenizerSpec};
 use super::Tokenizer;
 use crate::gguf::GgufFile;
 use crate::ModelError;
@@ -26,7 +34,6 @@ use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::{NormalizerWrapper, Prepend, Replace};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
@@ -36,13 +43,19 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
-/// GPT-2's pre-tokenizer regex (also `tokenizers`' built-in ByteLevel regex).
+/// GPT-2's pre-tokenizer regex as the models' `tokenizer.json` writes it (also `tokenizers`'
+/// built-in ByteLevel regex). The GGUF pre-tokenizers use llama.cpp's strings
+/// ([`super::gguf_pre`]); these three name a `tokenizer.json`'s pre-tokenizer.
 pub const GPT2_REGEX: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-/// Llama 3 (`llama-bpe`): numbers in groups of up to three.
+/// Llama 3's `tokenizer.json` regex: numbers in groups of up to three.
 pub const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Qwen2: single digits.
+/// Qwen2's `tokenizer.json` regex: single digits.
 pub const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Gemma 4's split: runs of newlines and runs of anything else (llama.cpp's custom splitter
+/// for this regex).
+const GEMMA4_SPLIT_REGEX: &str = r"[^\n]+|[\n]+";
 
 impl Tokenizer {
     /// Builds the tokenizer embedded in `file`.
@@ -100,17 +113,27 @@ impl Tokenizer {
 
         let (mut inner, default_add_bos) = match model {
             // llama.cpp's defaults when tokenizer.ggml.add_bos_token is absent: SentencePiece
-            // adds BOS; byte-level BPE does not, except the Llama 3 pre-tokenizer.
+            // adds BOS; byte-level BPE as its pre-tokenizer says (Llama 3 and Tekken do).
             "gpt2" => {
+                // llama.cpp reads a missing pre-tokenizer as "default".
                 let pre = file.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
-                let bos = matches!(pre, "llama-bpe" | "llama3");
-                (build_gpt2(file, &vocab, &err)?, bos)
+                let spec = pre_tokenizer(pre).ok_or_else(|| {
+                    err(format!(
+                        "pre-tokenizer {pre:?} (tokenizer.ggml.pre) is not supported; Pagoda \
+                         implements {}",
+                        pre_tokenizer_names().join(", ")
+                    ))
+                })?;
+                (build_gpt2(file, &vocab, spec, &err)?, spec.add_bos)
             }
             "llama" => (build_spm(file, tokens, &vocab, unk_id, &err)?, true),
+            // llama.cpp adds BOS for Gemma 4 even where the file says not to.
+            "gemma4" => (build_gemma4(file, &vocab, &err)?, true),
             other => {
                 return Err(err(format!(
-                "tokenizer model {other:?} (tokenizer.ggml.model) is not supported (gpt2, llama)"
-            )))
+                    "tokenizer model {other:?} (tokenizer.ggml.model) is not supported \
+                     (gpt2, llama, gemma4)"
+                )))
             }
         };
 
@@ -129,9 +152,12 @@ impl Tokenizer {
         }
         inner.add_tokens(&added);
 
-        let add_bos = file
-            .get_bool_opt("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(default_add_bos);
+        let add_bos = match model {
+            "gemma4" => true,
+            _ => file
+                .get_bool_opt("tokenizer.ggml.add_bos_token")?
+                .unwrap_or(default_add_bos),
+        };
         let eos_ids: Vec<u32> = [eos_id, eot_id, eom_id].into_iter().flatten().collect();
         let mut tok = Tokenizer::from_parts(inner, bos_id, add_bos, eos_ids);
         tok.set_eos_token(eos_id.map(|id| tokens[id as usize].clone()));
@@ -139,22 +165,52 @@ impl Tokenizer {
     }
 }
 
-fn build_gpt2(
+/// The `tokenizer.ggml.merges` pairs: each entry split at its first space after the first
+/// byte (as llama.cpp does, so a token that is a space can be the left side).
+fn read_merges(
     file: &GgufFile,
-    vocab: &HashMap<String, u32>,
     err: &dyn Fn(String) -> ModelError,
-) -> Result<tokenizers::Tokenizer, ModelError> {
+) -> Result<Vec<(String, String)>, ModelError> {
     let merges_raw = file
         .get_str_array_opt("tokenizer.ggml.merges")?
-        .ok_or_else(|| err("byte-level BPE without \"tokenizer.ggml.merges\"".into()))?;
+        .ok_or_else(|| err("BPE vocabulary without \"tokenizer.ggml.merges\"".into()))?;
     let mut merges = Vec::with_capacity(merges_raw.len());
     for (i, m) in merges_raw.iter().enumerate() {
-        let (a, b) = m.split_once(' ').ok_or_else(|| {
-            err(format!("\"tokenizer.ggml.merges\" entry {i} ({m:?}) is not two tokens separated by a space"))
+        let split = m
+            .char_indices()
+            .skip(1)
+            .find(|&(_, c)| c == ' ')
+            .map(|(at, _)| (&m[..at], &m[at + 1..]));
+        let (a, b) = split.ok_or_else(|| {
+            err(format!(
+                "\"tokenizer.ggml.merges\" entry {i} ({m:?}) is not two tokens separated by a space"
+            ))
         })?;
         merges.push((a.to_string(), b.to_string()));
     }
-    let pre = file.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
+    Ok(merges)
+}
+
+fn split_regex(
+    re: &str,
+    err: &dyn Fn(String) -> ModelError,
+) -> Result<PreTokenizerWrapper, ModelError> {
+    Split::new(
+        SplitPattern::Regex(re.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map(PreTokenizerWrapper::Split)
+    .map_err(|e| err(format!("bad pre-tokenizer regex {re:?}: {e}")))
+}
+
+fn build_gpt2(
+    file: &GgufFile,
+    vocab: &HashMap<String, u32>,
+    spec: &PreTokenizerSpec,
+    err: &dyn Fn(String) -> ModelError,
+) -> Result<tokenizers::Tokenizer, ModelError> {
+    let merges = read_merges(file, err)?;
     let bpe = BPE::builder()
         .vocab_and_merges(
             vocab
@@ -163,50 +219,54 @@ fn build_gpt2(
                 .collect::<tokenizers::models::bpe::Vocab>(),
             merges,
         )
-        .ignore_merges(pre == "llama-bpe" || pre == "llama3")
+        .ignore_merges(spec.ignore_merges)
         .build()
         .map_err(|e| err(format!("cannot build byte-level BPE: {e}")))?;
     let mut t = tokenizers::Tokenizer::new(bpe);
-    let byte_level_plain = ByteLevel::default()
-        .add_prefix_space(false)
-        .use_regex(false);
-    let split = |re: &str| -> Result<PreTokenizerWrapper, ModelError> {
-        Split::new(
-            SplitPattern::Regex(re.into()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map(PreTokenizerWrapper::Split)
-        .map_err(|e| err(format!("bad pre-tokenizer regex: {e}")))
-    };
-    let pre_tok: PreTokenizerWrapper = match pre {
-        // SmolLM's own tokenizer.json: single digits, then GPT-2's regex.
-        "smollm" | "starcoder" | "refact" | "codeshell" => PreSequence::new(vec![
-            PreTokenizerWrapper::Digits(Digits::new(true)),
-            PreTokenizerWrapper::ByteLevel(
-                ByteLevel::default().add_prefix_space(false).use_regex(true),
-            ),
-        ])
-        .into(),
-        "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![
-            split(QWEN2_REGEX)?,
-            PreTokenizerWrapper::ByteLevel(byte_level_plain),
-        ])
-        .into(),
-        "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => PreSequence::new(vec![
-            split(LLAMA3_REGEX)?,
-            PreTokenizerWrapper::ByteLevel(byte_level_plain),
-        ])
-        .into(),
-        // "gpt2", "default" and anything unknown: GPT-2's regex.
-        _ => PreTokenizerWrapper::ByteLevel(
-            ByteLevel::default().add_prefix_space(false).use_regex(true),
-        ),
-    };
-    t.with_pre_tokenizer(Some(pre_tok));
+    let mut steps = spec
+        .regexes
+        .iter()
+        .map(|re| split_regex(re, err))
+        .collect::<Result<Vec<_>, _>>()?;
+    steps.push(PreTokenizerWrapper::ByteLevel(
+        ByteLevel::default()
+            .add_prefix_space(false)
+            .use_regex(false),
+    ));
+    t.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(PreSequence::new(steps))));
     // No NFC for qwen2 although Qwen's tokenizer.json has it: llama.cpp, the reference for a
     // GGUF, does not normalize, and its ids for "e\u{301}" differ from the NFC ones.
     t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
+    Ok(t)
+}
+
+/// Gemma 4: BPE over raw UTF-8 with `▁` for spaces, as llama.cpp's `gemma4` tokenizer model.
+fn build_gemma4(
+    file: &GgufFile,
+    vocab: &HashMap<String, u32>,
+    err: &dyn Fn(String) -> ModelError,
+) -> Result<tokenizers::Tokenizer, ModelError> {
+    let merges = read_merges(file, err)?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(
+            vocab
+                .iter()
+                .map(|(k, &v)| (k.clone(), v))
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| err(format!("cannot build Gemma 4 BPE: {e}")))?;
+    let mut t = tokenizers::Tokenizer::new(bpe);
+    let replace = Replace::new(" ", "▁").map_err(|e| err(e.to_string()))?;
+    t.with_normalizer(Some(NormalizerWrapper::Replace(replace)));
+    t.with_pre_tokenizer(Some(split_regex(GEMMA4_SPLIT_REGEX, err)?));
+    t.with_decoder(Some(DecoderWrapper::Sequence(DecoderSequence::new(vec![
+        DecoderWrapper::Replace(Replace::new("▁", " ").map_err(|e| err(e.to_string()))?),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ]))));
     Ok(t)
 }
 

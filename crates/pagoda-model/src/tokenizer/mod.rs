@@ -16,6 +16,7 @@
 
 pub mod client_text;
 pub mod gguf;
+pub mod gguf_pre;
 
 pub use client_text::{ControlTexts, Shield};
 

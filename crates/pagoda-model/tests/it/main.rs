@@ -7,6 +7,7 @@ mod embedding;
 mod families;
 mod forward_batch;
 mod forward_golden;
+mod ggml_vocab;
 mod golden;
 mod hf_quant;
 mod lora;
