@@ -8,6 +8,10 @@
 //! `scripts/test.sh` extracts them and points `PAGODA_TEST_LLAMA_VOCAB` at the folder. Without
 //! it the tests skip, except under `CI=true`, where they fail.
 //!
+//! Pre-tokenizers without a shipped vocabulary (Tekken, `default`, …) are checked on a shipped
+//! vocabulary relabelled in memory, against llama.cpp's ids for the same relabelled file
+//! (committed under `tests/golden/ggml_vocab_pre/`).
+//!
 //! A vocabulary Pagoda does not tokenize (WordPiece `bert`, a `tokenizer.ggml.pre` it has no
 //! pre-tokenizer for) must be refused at load with an error that names what is missing, never
 //! tokenized with a wrong pre-tokenizer.
@@ -34,18 +38,12 @@ fn vocab_dir() -> Option<PathBuf> {
     }
 }
 
-/// The (text, ids) vectors of `ggml-vocab-NAME.gguf`, split exactly as test-tokenizer-0.cpp
-/// does (the last text may or may not be followed by the marker).
-fn vectors(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
-    let base = dir.join(format!("ggml-vocab-{name}.gguf"));
-    let read = |ext: &str| {
-        let p = PathBuf::from(format!("{}.{ext}", base.display()));
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    };
-    let (inp, out) = (read("inp"), read("out"));
+/// The (text, ids) pairs of an `.inp` and an `.out` file, split exactly as
+/// test-tokenizer-0.cpp does (the last text may or may not be followed by the marker).
+fn pairs(label: &str, inp: &str, out: &str) -> Vec<(String, Vec<u32>)> {
     const SEP: &str = "\n__ggml_vocab_test__\n";
     let mut texts = Vec::new();
-    let mut rest = inp.as_str();
+    let mut rest = inp;
     while !rest.is_empty() {
         match rest.find(SEP) {
             Some(at) => {
@@ -64,7 +62,7 @@ fn vectors(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
             l.split_whitespace()
                 .map(|t| {
                     t.parse()
-                        .unwrap_or_else(|e| panic!("{name}.out: id {t:?}: {e}"))
+                        .unwrap_or_else(|e| panic!("{label}.out: id {t:?}: {e}"))
                 })
                 .collect()
         })
@@ -72,12 +70,24 @@ fn vectors(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
     assert_eq!(
         texts.len(),
         ids.len(),
-        "ggml-vocab-{name}: .inp has {} texts, .out {} lines",
+        "{label}: .inp has {} texts, .out {} lines",
         texts.len(),
         ids.len()
     );
-    assert!(!texts.is_empty(), "ggml-vocab-{name}: no vectors");
+    assert!(!texts.is_empty(), "{label}: no vectors");
     texts.into_iter().zip(ids).collect()
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The vectors of `ggml-vocab-NAME.gguf`.
+fn vectors(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
+    let base = dir.join(format!("ggml-vocab-{name}.gguf"));
+    let inp = read(&PathBuf::from(format!("{}.inp", base.display())));
+    let out = read(&PathBuf::from(format!("{}.out", base.display())));
+    pairs(&format!("ggml-vocab-{name}"), &inp, &out)
 }
 
 fn load(dir: &std::path::Path, name: &str) -> Result<Tokenizer, String> {
@@ -87,7 +97,7 @@ fn load(dir: &std::path::Path, name: &str) -> Result<Tokenizer, String> {
 }
 
 /// A readable account of where `got` departs from `want`.
-fn mismatch(name: &str, text: &str, want: &[u32], got: &[u32], tok: &Tokenizer) -> String {
+fn mismatch(label: &str, text: &str, want: &[u32], got: &[u32], tok: &Tokenizer) -> String {
     let at = want
         .iter()
         .zip(got)
@@ -100,7 +110,7 @@ fn mismatch(name: &str, text: &str, want: &[u32], got: &[u32], tok: &Tokenizer) 
     };
     let window = |v: &[u32]| v[at.min(v.len())..(at + 4).min(v.len())].to_vec();
     format!(
-        "ggml-vocab-{name}: text {text:?}: ids differ first at position {at} \
+        "{label}: text {text:?}: ids differ first at position {at} \
          (expected {} ids, got {})\n  expected from {at}: {:?}\n  got from {at}:      {:?}\n  \
          expected: {want:?}\n  got:      {got:?}",
         want.len(),
@@ -115,16 +125,19 @@ fn mismatch(name: &str, text: &str, want: &[u32], got: &[u32], tok: &Tokenizer) 
 fn check(name: &str) {
     let Some(dir) = vocab_dir() else { return };
     let tok = load(&dir, name).unwrap_or_else(|e| panic!("ggml-vocab-{name}: {e}"));
+    expect_vectors(&format!("ggml-vocab-{name}"), &tok, &vectors(&dir, name));
+}
+
+fn expect_vectors(label: &str, tok: &Tokenizer, cases: &[(String, Vec<u32>)]) {
     let mut failures = Vec::new();
-    let cases = vectors(&dir, name);
-    for (text, want) in &cases {
+    for (text, want) in cases {
         for (how, got) in [
             ("encode", tok.encode(text, false)),
             ("encode_plain", tok.encode_plain(text)),
         ] {
-            let got = got.unwrap_or_else(|e| panic!("ggml-vocab-{name}: {how}({text:?}): {e}"));
+            let got = got.unwrap_or_else(|e| panic!("{label}: {how}({text:?}): {e}"));
             if &got != want {
-                failures.push(format!("{how}: {}", mismatch(name, text, want, &got, &tok)));
+                failures.push(format!("{how}: {}", mismatch(label, text, want, &got, tok)));
                 break;
             }
         }
@@ -136,6 +149,32 @@ fn check(name: &str) {
         cases.len(),
         failures.join("\n")
     );
+}
+
+/// Pre-tokenizers llama.cpp ships no vocabulary for (Tekken of Mistral/Ministral 3 among them):
+/// a shipped vocabulary with only `tokenizer.ggml.pre` changed, built here in memory, against
+/// llama.cpp's ids for the same relabelled file on the qwen35 texts
+/// (`tests/golden/ggml_vocab_pre/BASE-as-PRE.out`, made by
+/// `scripts/reference/golden_vocab_pre.py`).
+fn check_relabelled(base: &str, pre: &str) {
+    let Some(dir) = vocab_dir() else { return };
+    let path = dir.join(format!("ggml-vocab-{base}.gguf"));
+    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut w = pagoda_model::gguf::GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.add_metadata(k.clone(), v.clone());
+    }
+    w.add_str("tokenizer.ggml.pre", pre);
+    let label = format!("ggml-vocab-{base} as {pre:?}");
+    let relabelled = GgufFile::from_bytes(format!("{base}-as-{pre}.gguf"), w.to_bytes())
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let tok = Tokenizer::from_gguf(&relabelled).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let inp = read(&dir.join("ggml-vocab-qwen35.gguf.inp"));
+    let out = read(&PathBuf::from(format!(
+        "{}/tests/golden/ggml_vocab_pre/{base}-as-{pre}.out",
+        env!("CARGO_MANIFEST_DIR")
+    )));
+    expect_vectors(&label, &tok, &pairs(&label, &inp, &out));
 }
 
 /// Loading `ggml-vocab-NAME` is refused with an error that contains `says`.
@@ -173,6 +212,26 @@ vocab_tests! {
     ggml_vocab_command_r => "command-r",
     ggml_vocab_deepseek_coder => "deepseek-coder",
     ggml_vocab_deepseek_llm => "deepseek-llm",
+}
+
+macro_rules! relabelled_tests {
+    ($($test:ident => $base:literal as $pre:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                check_relabelled($base, $pre);
+            }
+        )*
+    };
+}
+
+relabelled_tests! {
+    llama_bpe_as_tekken => "llama-bpe" as "tekken",
+    llama_bpe_as_default => "llama-bpe" as "default",
+    llama_bpe_as_smaug_bpe => "llama-bpe" as "smaug-bpe",
+    llama_bpe_as_exaone => "llama-bpe" as "exaone",
+    llama_bpe_as_deepseek_llm => "llama-bpe" as "deepseek-llm",
+    qwen2_as_stablelm2 => "qwen2" as "stablelm2",
 }
 
 /// BERT's WordPiece (`tokenizer.ggml.model = "bert"`) is not implemented: refused by name.
