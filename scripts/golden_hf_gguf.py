@@ -2,8 +2,10 @@
 """Checks GGUF files written by `pagoda quantize HF_FOLDER -o OUT.gguf` against references
 Pagoda did not write, and makes the committed golden tests/golden/hf_gguf.json.
 
-1. The tiny random folders tests/golden/tiny-llama (Llama, Llama 3 RoPE scaling, untied) and
-   tests/golden/tiny-qwen2 (Qwen2, Q/K/V biases, tied embeddings) are quantized by
+1. The tiny random folders tests/golden/tiny-llama (Llama, Llama 3 RoPE scaling, untied),
+   tests/golden/tiny-qwen2 (Qwen2, Q/K/V biases, tied embeddings), tiny-qwen3 (QK-norm),
+   tiny-smollm3 (NoPE layers, Llama's Q/K permutation) and tiny-mistral3 (YaRN attention factor
+   and query temperature keys) are quantized by
    `pagoda quantize DIR -o X.gguf --method rtn --bits 8 --sym` (Q8_0; deterministic). For each:
    - llama.cpp (llama-cpp-python 0.3.x, vendored llama.cpp) loads the file, tokenizes a mixed
      sample, and runs it with logits for every position; the folder's tokenizer.json (Python
@@ -45,6 +47,10 @@ SAMPLE = (
     "<|im_start|>user\n  tabs\tand  spaces<|im_end|>\n"
     "def f(x):\n    return x**2  # 😀 ünïcödé\n"
 )
+
+
+# Folders written as GGUF by Pagoda (families whose writer is not refused).
+NAMES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-smollm3", "tiny-mistral3"]
 
 
 def pagoda_quantize(pagoda, folder, out, method="rtn", bits=8):
@@ -105,14 +111,14 @@ def main():
         "models": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ["tiny-llama", "tiny-qwen2"]:
+        for name in NAMES:
             golden["models"][name] = one(pagoda, name, ROOT / "tests/golden" / name, tmp)
         keep = Path(tmp) / "keep"
         keep.mkdir()
         subprocess.run(["cargo", "test", "-q", "-p", "pagoda-compress", "--test", "it",
                         "hf_gguf::unquantized"], check=True, cwd=ROOT,
                        env={**os.environ, "PAGODA_HF_GGUF_KEEP": str(keep)})
-        for name in ["tiny-llama", "tiny-qwen2"]:
+        for name in NAMES:
             ref = json.loads((ROOT / "tests/golden" / name / "logits.json").read_text())
             ids = ref["token_ids"]
             want = np.array(ref["logits"], dtype=np.float64).reshape(len(ids), -1)

