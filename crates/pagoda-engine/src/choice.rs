@@ -54,10 +54,11 @@ impl Choice {
         stops: Vec<String>,
         end_tokens: Vec<u32>,
         constraint: Option<ChoiceConstraint>,
+        keep_special_tokens: bool,
     ) -> Self {
         Choice {
             sampler: Sampler::new(params),
-            decoder: IncrementalDecoder::new(),
+            decoder: IncrementalDecoder::with_special_tokens(keep_special_tokens),
             stops: StopMatcher::new(stops),
             end_tokens,
             generated: Vec::new(),

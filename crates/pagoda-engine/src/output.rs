@@ -484,7 +484,13 @@ fn new_choice(
         ends.extend_from_slice(tokenizer.eos_ids());
         c.for_choice(&ends)
     });
-    Choice::new(params, request.stop.clone(), end_tokens, constraint)
+    Choice::new(
+        params,
+        request.stop.clone(),
+        end_tokens,
+        constraint,
+        request.keep_special_tokens,
+    )
 }
 
 /// The API's finish reason for a sequence the scheduler ended.

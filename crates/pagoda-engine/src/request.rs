@@ -42,6 +42,10 @@ pub struct EngineRequest {
     /// What the output must match, enforced while decoding (a token mask per choice);
     /// `None`: free text.
     pub constraint: Option<ConstraintSpec>,
+    /// Keep control tokens (other than the ones that end a choice) in the output's text:
+    /// a family whose calls or reasoning are marked by control tokens (Mistral's
+    /// `[TOOL_CALLS]`, Gemma 4's `<|tool_call>`) is parsed from them.
+    pub keep_special_tokens: bool,
 }
 
 /// What a request's output must match (structured output, forced tool calls). Compiled
@@ -80,6 +84,7 @@ impl EngineRequest {
             speculative: true,
             adapter: None,
             constraint: None,
+            keep_special_tokens: false,
         }
     }
 }

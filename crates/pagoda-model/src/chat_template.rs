@@ -10,8 +10,13 @@
 //! list of `{"type": "function", "function": {...}}` objects, or none) as
 //! `apply_chat_template(tools=...)` passes them. A message may carry `tool_calls` (with
 //! `function.arguments` a JSON value, not a string: transformers' templates, Qwen2.5's among
-//! them, write it with `| tojson`) and `tool_call_id`; fields that are absent are undefined in
-//! the template, as keys missing from a Python dict are.
+//! them, write it with `| tojson`), `tool_call_id` and `reasoning_content` (an assistant
+//! turn's reasoning, which Qwen3's and Gemma 4's templates read); fields that are absent are
+//! undefined in the template, as keys missing from a Python dict are. Extra variables (vLLM's
+//! `chat_template_kwargs`, e.g. `enable_thinking`) join the context as `apply_chat_template`'s
+//! `**kwargs` do ([`ChatTemplate::render_with`]). The real templates of the families Pagoda
+//! serves render as transformers renders them: `tests/it/chat_templates.rs` checks them against
+//! goldens made by `scripts/golden_templates.py`.
 //!
 //! Invariant: a template is compiled once, in [`ChatTemplate::new`]; a syntax error is reported
 //! there, not at the first request.
@@ -54,6 +59,18 @@ pub const TEMPLATE_FUEL: u64 = 10_000_000;
 /// limit: a template repeats the conversation at most once or twice.
 pub const MAX_RENDERED_BYTES: usize = 8 << 20;
 
+/// Extra variables of a render's context, by name ([`ChatTemplate::render_with`]).
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// The variables every render sets itself: a template keyword may not be one of them.
+pub const RESERVED_TEMPLATE_VARIABLES: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 /// One turn of a conversation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -68,6 +85,10 @@ pub struct ChatMessage {
     /// On a `tool` turn: the function whose result this is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// On an assistant turn: its reasoning, given apart from `content` (OpenAI
+    /// `reasoning_content`, Ollama `thinking`), as Qwen3's and Gemma 4's templates read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -159,6 +180,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_test("iterable", is_iterable);
         env.add_template_owned(NAME, source.clone())
             .map_err(|e| ModelError::ChatTemplate(format!("cannot compile the template: {e}")))?;
         Ok(ChatTemplate {
@@ -188,14 +210,34 @@ impl ChatTemplate {
         self.render_with_tools::<()>(messages, None, add_generation_prompt)
     }
 
-    /// Renders `messages` with `tools` (each serialized as the template sees it: a struct's
-    /// fields keep their order, as a Python dict's keys do).
-    /// In a [`crate::template_sandbox`] worker when the binary installed them, else here.
+    /// [`Self::render_with`] without template keywords.
     pub fn render_with_tools<T: Serialize>(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[T]>,
         add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        self.render_with(
+            messages,
+            tools,
+            add_generation_prompt,
+            &TemplateKwargs::new(),
+        )
+    }
+
+    /// Renders `messages` with `tools` (each serialized as the template sees it: a struct's
+    /// fields keep their order, as a Python dict's keys do) and `kwargs`, extra variables of
+    /// the template's context as `apply_chat_template(**kwargs)` passes them (vLLM's
+    /// `chat_template_kwargs`: `enable_thinking`, ...). A keyword never replaces `messages`,
+    /// `tools`, `add_generation_prompt`, `bos_token` or `eos_token` (callers refuse those
+    /// names, [`RESERVED_TEMPLATE_VARIABLES`]).
+    /// In a [`crate::template_sandbox`] worker when the binary installed them, else here.
+    pub fn render_with<T: Serialize>(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[T]>,
+        add_generation_prompt: bool,
+        kwargs: &TemplateKwargs,
     ) -> Result<String, ModelError> {
         let tools = tools
             .map(|tools| tools.iter().map(serde_json::to_value).collect())
@@ -208,6 +250,7 @@ impl ChatTemplate {
             messages: messages.into(),
             tools,
             add_generation_prompt,
+            kwargs: Cow::Borrowed(kwargs),
         };
         let line = serde_json::to_string(&job)
             .map_err(|e| ModelError::ChatTemplate(format!("cannot pass the messages: {e}")))?;
@@ -218,7 +261,12 @@ impl ChatTemplate {
                 })?
                 .into_result(),
             Some(Err(stopped)) => Err(ModelError::TemplateLimit(stopped.to_string())),
-            None => self.render_in_process(messages, job.tools.as_deref(), add_generation_prompt),
+            None => self.render_in_process(
+                messages,
+                job.tools.as_deref(),
+                add_generation_prompt,
+                kwargs,
+            ),
         }
     }
 
@@ -228,6 +276,7 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&[T]>,
         add_generation_prompt: bool,
+        kwargs: &TemplateKwargs,
     ) -> Result<String, ModelError> {
         let tmpl = self
             .env
@@ -239,6 +288,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..Value::from_serialize(kwargs)
         };
         let rendered = run_isolated("rendering the chat template", DEEP_STACK_BYTES, || {
             let mut out = BoundedOutput::default();
@@ -301,6 +351,9 @@ struct RenderJob<'a> {
     /// Each tool as the template sees it (maps keep the order written), or none.
     tools: Option<Vec<serde_json::Value>>,
     add_generation_prompt: bool,
+    /// Extra template variables ([`ChatTemplate::render_with`]).
+    #[serde(default)]
+    kwargs: Cow<'a, TemplateKwargs>,
 }
 
 /// A worker's answer to one [`RenderJob`].
@@ -382,6 +435,7 @@ fn render_job(compiled: &mut Compiled, job: RenderJob<'_>) -> Result<String, Mod
         &job.messages,
         job.tools.as_deref(),
         job.add_generation_prompt,
+        &job.kwargs,
     )
 }
 
@@ -405,6 +459,13 @@ impl std::io::Write for BoundedOutput {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Jinja2's `iterable` test: whatever Python can iterate. `None` cannot (minijinja's own
+/// test says it can: Qwen3-Coder's `tools is iterable and tools | length > 0` then fails on
+/// `tools=None`); an undefined value can (jinja2's `Undefined` iterates as empty).
+fn is_iterable(value: &Value) -> bool {
+    !value.is_none() && (value.is_undefined() || value.try_iter().is_ok())
 }
 
 fn raise_exception(msg: String) -> Result<Value, Error> {
@@ -595,6 +656,7 @@ mod tests {
             messages: messages.into(),
             tools: None,
             add_generation_prompt: true,
+            kwargs: Cow::Owned(TemplateKwargs::new()),
         }
     }
 
@@ -619,7 +681,7 @@ mod tests {
         let messages = [ChatMessage::new("user", "Hi \"there\"\n")];
         let expected = ChatTemplate::new(CHATML_TEMPLATE.into(), "<s>".into(), "</s>".into())
             .unwrap()
-            .render_in_process::<()>(&messages, None, true)
+            .render_in_process::<()>(&messages, None, true, &TemplateKwargs::new())
             .unwrap();
         let line = serde_json::to_string(&job(CHATML_TEMPLATE, &messages)).unwrap();
         let replies = worker_answers(&[line.clone(), "not json".into(), line]);

@@ -148,6 +148,9 @@ pub struct GenerateResponse {
     pub model: String,
     pub created_at: String,
     pub response: String,
+    /// The model's reasoning, split from `response`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub done: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<String>,
@@ -182,7 +185,11 @@ pub struct Message {
     /// On a `tool` message: the function whose result this is (newer Ollama clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    /// Every other field (`thinking`, older clients' `name`, ...), for the server to check.
+    /// An assistant message's reasoning, split from its content (in responses, and in the
+    /// history sent back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// Every other field (older clients' `name`, ...), for the server to check.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }

@@ -29,6 +29,8 @@ pub enum Endpoint {
 enum Rule {
     /// Accepted whatever its value; the reason it changes nothing is in docs/serving.md.
     Ignored,
+    /// Read and checked by the route itself (`chat_template_kwargs`, `think`).
+    Read,
     /// Accepted when absent-equivalent (`null`, `false`, the listed values); refused
     /// otherwise, with the reason.
     NeutralOnly(fn(&Value) -> bool, &'static str),
@@ -87,12 +89,12 @@ fn rule(endpoint: Endpoint, name: &str) -> Option<Rule> {
         "web_search_options" if chat => {
             NeutralOnly(falsy, "Pagoda does not search the web; leave it out")
         }
+        // vLLM's template variables: `crate::formats::check_template_kwargs`.
+        "chat_template_kwargs" if chat => Read,
         _ if openai => return None,
-        // Ollama: `think` and logprobs are not implemented on the Ollama API yet.
-        "think" => NeutralOnly(
-            falsy,
-            "thinking output is not supported by this server; send false or leave it out",
-        ),
+        // Ollama's thinking switch: `crate::formats::think_kwargs`.
+        "think" => Read,
+        // Ollama: logprobs are not implemented on the Ollama API yet.
         "logprobs" => NeutralOnly(
             falsy,
             "logprobs are not supported on the Ollama API of this server (the OpenAI API has them); leave it out",
@@ -150,16 +152,11 @@ fn stream_option_rule(name: &str) -> Option<Rule> {
     })
 }
 
-/// Fields of an Ollama chat message beyond `role`, `content`, `images`, `tool_calls` and
-/// `tool_name` (`name`, older clients' spelling of `tool_name`, is read by the route).
-fn ollama_message_rule(name: &str) -> Option<Rule> {
-    use Rule::*;
-    Some(match name {
-        // A reasoning model's thoughts on an earlier turn: chat templates leave them out of
-        // the prompt (Ollama's do too).
-        "thinking" => Ignored,
-        _ => return None,
-    })
+/// Fields of an Ollama chat message beyond `role`, `content`, `images`, `tool_calls`,
+/// `tool_name` and `thinking` (`name`, older clients' spelling of `tool_name`, is read by the
+/// route).
+fn ollama_message_rule(_name: &str) -> Option<Rule> {
+    None
 }
 
 /// Checks `stream_options` keys beyond `include_usage`.
@@ -228,7 +225,7 @@ fn check_one(
     place: &str,
 ) -> Result<(), RequestError> {
     match rule {
-        Some(Rule::Ignored) => Ok(()),
+        Some(Rule::Ignored | Rule::Read) => Ok(()),
         // `null` asks for nothing, whatever the field (clients send unset fields as null).
         _ if value.is_null() => Ok(()),
         Some(Rule::NeutralOnly(neutral, _)) if neutral(value) => Ok(()),
@@ -293,6 +290,13 @@ mod tests {
             (Endpoint::OpenAiChat, "audio", Value::Null),
             (Endpoint::OpenAiChat, "reasoning_effort", Value::Null),
             (Endpoint::OllamaChat, "think", json!(false)),
+            // Read by the routes, which check them.
+            (Endpoint::OllamaChat, "think", json!(true)),
+            (
+                Endpoint::OpenAiChat,
+                "chat_template_kwargs",
+                json!({"enable_thinking": false}),
+            ),
             (Endpoint::OllamaGenerate, "logprobs", json!(false)),
             (Endpoint::OllamaGenerate, "top_logprobs", json!(0)),
         ];
@@ -309,8 +313,11 @@ mod tests {
             // Chat-only fields are unknown on the completions endpoint.
             (Endpoint::OpenAiCompletions, "metadata", json!({})),
             (Endpoint::OpenAiCompletions, "store", json!(false)),
-            (Endpoint::OllamaChat, "think", json!(true)),
-            (Endpoint::OllamaGenerate, "think", json!("high")),
+            (
+                Endpoint::OpenAiCompletions,
+                "chat_template_kwargs",
+                json!({}),
+            ),
             (Endpoint::OllamaChat, "logprobs", json!(true)),
             (Endpoint::OllamaChat, "top_logprobs", json!(3)),
             // OpenAI's names are unknown on Ollama's routes.

@@ -23,6 +23,7 @@
 
 pub mod collect;
 pub mod fields;
+pub mod formats;
 pub mod loader;
 pub mod ollama;
 pub mod openai;

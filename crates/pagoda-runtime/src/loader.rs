@@ -15,7 +15,7 @@ use pagoda_compress::quantize::{quantize_weights, QuantOptions, QuantReport, Qua
 use pagoda_compress::CompressError;
 use pagoda_engine::SamplingParams;
 use pagoda_model::arch::{LoraWeights, Model};
-use pagoda_model::chat_template::{ChatMessage, ChatTemplate};
+use pagoda_model::chat_template::{ChatMessage, ChatTemplate, TemplateKwargs};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
 use pagoda_model::tokenizer::{Shield, Tokenizer};
 use pagoda_model::{DeviceChoice, ModelError};
@@ -148,6 +148,7 @@ fn shield_message(shield: &mut Shield<'_>, message: &ChatMessage) -> ChatMessage
         }),
         tool_call_id: message.tool_call_id.as_deref().map(|id| shield.text(id)),
         name: message.name.as_deref().map(|n| shield.text(n)),
+        reasoning_content: message.reasoning_content.as_deref().map(|r| shield.text(r)),
     }
 }
 
@@ -178,6 +179,17 @@ impl LoadedModel {
         messages: &[ChatMessage],
         tools: Option<&[T]>,
     ) -> Result<Vec<u32>, ModelError> {
+        self.encode_chat_with(messages, tools, &TemplateKwargs::new())
+    }
+
+    /// [`Self::encode_chat_with_tools`] with extra template variables (`chat_template_kwargs`,
+    /// the thinking switch), shielded as the messages are.
+    pub fn encode_chat_with<T: serde::Serialize>(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[T]>,
+        kwargs: &TemplateKwargs,
+    ) -> Result<Vec<u32>, ModelError> {
         let mut shield = if self.control_tokens_in_messages {
             Shield::off(&self.tokenizer)
         } else {
@@ -200,9 +212,15 @@ impl LoadedModel {
             }
             None => None,
         };
+        let mut kwargs = serde_json::Value::Object(kwargs.clone());
+        shield.json(&mut kwargs);
+        let kwargs = match kwargs {
+            serde_json::Value::Object(map) => map,
+            _ => TemplateKwargs::new(),
+        };
         let text = self
             .chat_template
-            .render_with_tools(&messages, tools.as_deref(), true)?;
+            .render_with(&messages, tools.as_deref(), true, &kwargs)?;
         self.one_bos(shield.encode(&text, true)?)
     }
 

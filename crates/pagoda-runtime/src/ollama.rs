@@ -11,6 +11,7 @@
 //! refuses is named `format` (Ollama's tools never force a call).
 
 use crate::fields::{check_extra, check_ollama_message, check_ollama_options, Endpoint};
+use crate::formats;
 use crate::loader::LoadedModel;
 use crate::plan::{plain, Plan};
 use crate::request::{Bounds, Knobs, LengthField, LengthRule, RequestError};
@@ -32,6 +33,8 @@ pub type KeepAlive = Option<Option<Duration>>;
 pub struct CheckedGenerate<'a> {
     req: &'a GenerateRequest,
     constraint: Option<ConstraintSpec>,
+    /// `think`: thinking switched on or off, or left to the template.
+    think: Option<bool>,
     /// How long the model stays loaded after this request.
     pub keep_alive: KeepAlive,
 }
@@ -43,6 +46,8 @@ pub struct CheckedChat<'a> {
     constraint: Option<ConstraintSpec>,
     tools: Option<ToolSet>,
     messages: Vec<ChatMessage>,
+    /// `think`: thinking switched on or off, or left to the template.
+    think: Option<bool>,
     /// How long the model stays loaded after this request.
     pub keep_alive: KeepAlive,
 }
@@ -68,6 +73,7 @@ pub fn check_generate(req: &GenerateRequest) -> Result<CheckedGenerate<'_>, Requ
     Ok(CheckedGenerate {
         req,
         constraint,
+        think: think(req.extra.get("think"))?,
         keep_alive: keep_alive(req.keep_alive.as_ref())?,
     })
 }
@@ -95,6 +101,7 @@ impl CheckedGenerate<'_> {
             }
             prompt.extend_from_slice(ctx);
         }
+        let kwargs = formats::think_kwargs(loaded, self.think)?;
         let turn = if req.raw {
             loaded.encode_rendered(&req.prompt)
         } else {
@@ -103,13 +110,13 @@ impl CheckedGenerate<'_> {
                 messages.push(ChatMessage::new("system", system));
             }
             messages.push(ChatMessage::new("user", &req.prompt));
-            loaded.encode_chat(&loaded.with_preset(messages))
+            loaded.encode_chat_with::<()>(&loaded.with_preset(messages), None, &kwargs)
         }
         .map_err(|e| RequestError::param("prompt", format!("cannot build the prompt: {e}")))?;
         let skip_bos = !prompt.is_empty() && turn.first() == loaded.tokenizer.bos_id().as_ref();
         prompt.extend(turn.into_iter().skip(usize::from(skip_bos)));
         let knobs = request_knobs(loaded, req.options.as_ref(), req.priority, self.constraint);
-        finish(prompt, loaded, knobs, bounds, None)
+        finish(prompt, loaded, knobs, bounds, None, false)
     }
 }
 
@@ -127,6 +134,7 @@ pub fn check_chat(req: &ChatRequest) -> Result<CheckedChat<'_>, RequestError> {
     let constraint = ollama_format(req.format.as_ref())?;
     refuse_images(images)?;
     let tools = tools::check_ollama(req.tools.as_deref())?;
+    let think = think(req.extra.get("think"))?;
     let keep_alive = keep_alive(req.keep_alive.as_ref())?;
     let messages = req
         .messages
@@ -139,6 +147,7 @@ pub fn check_chat(req: &ChatRequest) -> Result<CheckedChat<'_>, RequestError> {
         constraint,
         tools,
         messages,
+        think,
         keep_alive,
     })
 }
@@ -155,28 +164,47 @@ impl CheckedChat<'_> {
     /// model's Modelfile stops and length, and `format`'s constraint.
     pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
         let req = self.req;
-        let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref())?;
+        let kwargs = formats::think_kwargs(loaded, self.think)?;
+        let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &kwargs)?;
         let knobs = request_knobs(loaded, req.options.as_ref(), req.priority, self.constraint);
         let offered = self.tools.as_ref().map(ToolSet::names);
-        finish(prompt, loaded, knobs, bounds, offered)
+        let template_tools = tools::template_renders_tools(loaded);
+        finish(prompt, loaded, knobs, bounds, offered, template_tools)
     }
 }
 
 /// The plan of an Ollama prompt: the model's defaults (not OpenAI's), lengths
 /// [`LengthRule::Clamp`] (generation ends at the context or the ceiling), `format` naming a
-/// refused constraint.
+/// refused constraint, the output's formats (`template_tools`: the template rendered the
+/// tools).
 fn finish(
     prompt: Vec<u32>,
     loaded: &LoadedModel,
     knobs: Knobs,
     bounds: &Bounds,
     offered_tools: Option<Vec<String>>,
+    template_tools: bool,
 ) -> Result<Plan, RequestError> {
     let bounds = bounds.with_rule(LengthRule::Clamp);
+    let formats = formats::output_formats(loaded, &prompt, template_tools);
     let mut plan = plain(prompt, &loaded.default_sampling, knobs, &bounds)?;
     plan.constraint_field = Some("format");
     plan.offered_tools = offered_tools;
+    plan.set_formats(formats);
     Ok(plan)
+}
+
+/// Ollama's `think`: `true` or `false` (the effort levels gpt-oss takes are not supported);
+/// `null` or absent leaves thinking to the template.
+fn think(v: Option<&Value>) -> Result<Option<bool>, RequestError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(RequestError::param(
+            "think",
+            format!("`think` must be true or false, got {other} (effort levels are not supported)"),
+        )),
+    }
 }
 
 fn refuse_images(images: bool) -> Result<(), RequestError> {
@@ -270,6 +298,7 @@ fn template_message(i: usize, m: &Message) -> Result<ChatMessage, RequestError> 
         ));
     }
     let mut out = ChatMessage::new(&m.role, &m.content);
+    out.reasoning_content = m.thinking.clone().filter(|t| !t.is_empty());
     if let Some(calls) = m.tool_calls.as_ref().filter(|c| !c.is_empty()) {
         if m.role != "assistant" {
             return Err(RequestError::param(
@@ -312,6 +341,8 @@ fn template_message(i: usize, m: &Message) -> Result<ChatMessage, RequestError> 
 pub enum OllamaPiece {
     /// Message content.
     Text(String),
+    /// Reasoning (`thinking`).
+    Thinking(String),
     /// A whole call, its arguments an object.
     Call(String, Map<String, Value>),
 }
@@ -325,6 +356,7 @@ pub enum OllamaPiece {
 pub fn ollama_piece(p: Piece) -> Option<OllamaPiece> {
     match p {
         Piece::Content(c) => Some(OllamaPiece::Text(c)),
+        Piece::Reasoning(r) => Some(OllamaPiece::Thinking(r)),
         Piece::CallStart { .. } | Piece::CallArguments(_) => None,
         Piece::Call(c) => Some(match serde_json::from_str(&c.arguments) {
             Ok(args) => OllamaPiece::Call(c.name, args),
@@ -353,11 +385,22 @@ pub fn ollama_call(name: String, arguments: Map<String, Value>, index: usize) ->
 /// else but whitespace was written) and its calls (of the `offered` tools), as a stream
 /// sends them ([`ollama_piece`]).
 pub fn ollama_output(text: &str, offered: Vec<String>) -> (String, Option<Vec<ToolCall>>) {
-    let pieces = OutputParser::new(offered).parse(text);
-    let (mut content, mut calls) = (String::new(), Vec::new());
+    let (content, _, calls) = ollama_reply(OutputParser::new(offered), text);
+    (content, calls)
+}
+
+/// A whole output through `parser`: its content (as [`ollama_output`]'s), its reasoning
+/// (`thinking`, `None` when it wrote none) and its calls.
+pub fn ollama_reply(
+    parser: OutputParser,
+    text: &str,
+) -> (String, Option<String>, Option<Vec<ToolCall>>) {
+    let pieces = parser.parse(text);
+    let (mut content, mut thinking, mut calls) = (String::new(), None::<String>, Vec::new());
     for piece in pieces.into_iter().filter_map(ollama_piece) {
         match piece {
             OllamaPiece::Text(c) => content.push_str(&c),
+            OllamaPiece::Thinking(t) => thinking.get_or_insert_with(String::new).push_str(&t),
             OllamaPiece::Call(name, args) => {
                 let index = calls.len();
                 calls.push(ollama_call(name, args, index));
@@ -365,11 +408,11 @@ pub fn ollama_output(text: &str, offered: Vec<String>) -> (String, Option<Vec<To
         }
     }
     if calls.is_empty() {
-        (content, None)
+        (content, thinking, None)
     } else {
         if content.trim().is_empty() {
             content.clear();
         }
-        (content, Some(calls))
+        (content, thinking, Some(calls))
     }
 }

@@ -20,6 +20,7 @@
 //! is submitted (`EngineHandle::submit`), and not again on its thread.
 
 use crate::request::{engine_request, Bounds, Knobs, RequestError};
+use crate::tools::{OutputFormats, OutputParser};
 use pagoda_engine::{EngineRequest, SamplingParams};
 
 /// A request admitted: the engine request, checked, and what answering it needs.
@@ -31,8 +32,10 @@ pub struct Plan {
     /// The request field a constraint the engine refuses to compile (at submit) is named by:
     /// the structured-output field, `tools` for a forced call, `format` for Ollama.
     pub constraint_field: Option<&'static str>,
-    /// The tools whose calls the output is parsed for; `None`: the output is not parsed.
+    /// The tools whose calls the output is parsed for; `None`: no calls are parsed.
     pub offered_tools: Option<Vec<String>>,
+    /// How the model writes calls and reasoning ([`crate::formats::output_formats`]).
+    pub formats: OutputFormats,
 }
 
 impl Plan {
@@ -44,6 +47,21 @@ impl Plan {
     /// Tokens in the prompt.
     pub fn prompt_tokens(&self) -> usize {
         self.request.prompt.len()
+    }
+
+    /// The parser of one choice's output, when it is parsed (tools offered, or a model that
+    /// reasons); `None`: the output is content as written.
+    pub fn output_parser(&self) -> Option<OutputParser> {
+        (self.offered_tools.is_some() || self.formats.reasoning.is_some())
+            .then(|| OutputParser::with_formats(self.offered_tools.clone(), self.formats))
+    }
+
+    /// Sets the output's `formats` (and keeps the control tokens their markers need in the
+    /// output's text).
+    pub fn set_formats(&mut self, formats: OutputFormats) {
+        self.formats = formats;
+        self.request.keep_special_tokens =
+            crate::formats::keeps_control_tokens(&formats, self.offered_tools.is_some());
     }
 }
 
@@ -60,5 +78,6 @@ pub fn plain(
         request: engine_request(prompt, base, knobs, bounds)?,
         constraint_field: None,
         offered_tools: None,
+        formats: OutputFormats::default(),
     })
 }

@@ -67,8 +67,8 @@ enum Pending {
         request: Box<Parsed>,
         stream: RequestStream,
         n: usize,
-        /// The tools whose calls the output is parsed for.
-        offered: Option<Vec<String>>,
+        /// The tools whose calls the output is parsed for, and how the model writes them.
+        offered: (Option<Vec<String>>, pagoda_runtime::tools::OutputFormats),
     },
     Failed {
         custom_id: Value,
@@ -200,7 +200,11 @@ impl Job<'_> {
         };
         let submitted = request.and_then(|request| {
             let plan = self.plan(&request)?;
-            let (n, offered, field) = (plan.n(), plan.offered_tools, plan.constraint_field);
+            let (n, offered, field) = (
+                plan.n(),
+                (plan.offered_tools, plan.formats),
+                plan.constraint_field,
+            );
             // A refused constraint names its field, as `serve` names it.
             let stream = self
                 .engine
@@ -306,7 +310,7 @@ impl Job<'_> {
         request: &Parsed,
         stream: RequestStream,
         n: usize,
-        offered: Option<Vec<String>>,
+        offered: (Option<Vec<String>>, pagoda_runtime::tools::OutputFormats),
     ) -> Result<(Value, usize), ApiError> {
         let choices = collect_blocking(stream, n)?;
         let tokens = choices.iter().map(|c| c.usage.completion_tokens).sum();
@@ -326,7 +330,8 @@ impl Job<'_> {
                 head("chatcmpl"),
                 choices,
                 req.logprobs,
-                offered,
+                offered.0,
+                offered.1,
                 tokenizer,
             )?),
             Parsed::Completion(req) => serde_json::to_string(&completions::response(

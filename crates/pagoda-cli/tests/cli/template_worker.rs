@@ -44,6 +44,7 @@ fn template_message(m: &Value) -> ChatMessage {
         }),
         tool_call_id: text("tool_call_id"),
         name: text("name"),
+        reasoning_content: text("reasoning_content"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one integration-test binary of pagoda-model.
 
 mod bad_files;
+mod chat_templates;
 mod common;
 mod cuda;
 mod embedding;

@@ -156,6 +156,10 @@ pub struct ChatMessage {
     /// On a `tool` message: which call this is the result of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// On an assistant message: its reasoning, as a response gave it (vLLM's and DeepSeek's
+    /// `reasoning_content`); templates that read it (Qwen3's, Gemma 4's) get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// Every field not named above (`refusal`, `annotations`, ...), for pagoda-runtime to
     /// check.
     #[serde(flatten)]
@@ -170,6 +174,7 @@ impl ChatMessage {
             name: None,
             tool_calls: None,
             tool_call_id: None,
+            reasoning_content: None,
             extra: Extra::new(),
         }
     }
@@ -254,8 +259,12 @@ pub struct ChatChoice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssistantMessage {
     pub role: String,
-    /// The text outside tool calls; `null` when the message is only calls.
+    /// The text outside tool calls and reasoning; `null` when the message is only calls.
     pub content: Option<String>,
+    /// The model's reasoning, split from its answer (vLLM's and DeepSeek's field); absent
+    /// when it wrote none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
 }
@@ -306,6 +315,9 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// A piece of the model's reasoning ([`AssistantMessage::reasoning_content`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

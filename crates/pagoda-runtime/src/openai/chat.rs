@@ -5,14 +5,15 @@
 use super::{check_ranges, finish_reason, token_text, usage, Aborted, ResponseHead};
 use crate::collect::{combined_usage, ChoiceOutput};
 use crate::fields::{check_extra, check_stream_options, Endpoint};
+use crate::formats;
 use crate::loader::LoadedModel;
 use crate::plan::{plain, Plan};
 use crate::request::{Bounds, Knobs, LengthRule, RequestError};
 use crate::structured::openai_constraint_and_field;
-use crate::tools::{self, ToolSet};
+use crate::tools::{self, OutputFormats, ToolSet};
 use pagoda_engine::{ConstraintSpec, SampledToken};
 use pagoda_model::chat_template::{
-    ChatMessage as TemplateMessage, TemplateFunctionCall, TemplateToolCall,
+    ChatMessage as TemplateMessage, TemplateFunctionCall, TemplateKwargs, TemplateToolCall,
 };
 use pagoda_model::tokenizer::Tokenizer;
 use pagoda_protocol::openai::chat::{
@@ -31,6 +32,8 @@ pub struct Checked<'a> {
     /// The structured-output constraint and the field it came from.
     structured: Option<(&'static str, ConstraintSpec)>,
     messages: Vec<TemplateMessage>,
+    /// `chat_template_kwargs`, checked.
+    kwargs: TemplateKwargs,
 }
 
 /// Everything about `req` that can be checked without the model: the first half of the
@@ -57,12 +60,17 @@ pub fn check(req: &ChatCompletionRequest) -> Result<Checked<'_>, RequestError> {
              the output too: send one of them",
         ));
     }
+    let kwargs = formats::check_template_kwargs(
+        req.extra.get("chat_template_kwargs"),
+        "chat_template_kwargs",
+    )?;
     let messages = template_messages(req)?;
     Ok(Checked {
         req,
         tools,
         structured,
         messages,
+        kwargs,
     })
 }
 
@@ -82,7 +90,10 @@ impl Checked<'_> {
     pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
         let req = self.req;
         let offered_tools = self.offered_tools();
-        let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref())?;
+        let prompt =
+            tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &self.kwargs)?;
+        let formats =
+            formats::output_formats(loaded, &prompt, tools::template_renders_tools(loaded));
         let (constraint_field, constraint) = match self.structured {
             Some((field, c)) => (Some(field), Some(c)),
             None => match self
@@ -103,6 +114,7 @@ impl Checked<'_> {
         let mut plan = plain(prompt, &loaded.openai_sampling(), knobs, &bounds)?;
         plan.constraint_field = constraint_field;
         plan.offered_tools = offered_tools;
+        plan.set_formats(formats);
         Ok(plan)
     }
 }
@@ -179,13 +191,15 @@ pub fn call_deltas(call: tools::ParsedCall, index: usize) -> [ToolCallDelta; 2] 
     ]
 }
 
-/// The whole response for collected `choices`; with `offered` tools, each choice's text is
-/// split into content and `tool_calls` ([`finish_with_calls`]).
+/// The whole response for collected `choices`; each choice's text is split into
+/// `reasoning_content` (a model that reasons), content and, with `offered` tools,
+/// `tool_calls` ([`finish_with_calls`]), as the stream splits it.
 pub fn response(
     head: ResponseHead,
     choices: Vec<ChoiceOutput>,
     with_logprobs: bool,
     offered: Option<Vec<String>>,
+    formats: OutputFormats,
     tokenizer: &Tokenizer,
 ) -> Result<ChatCompletionResponse, Aborted> {
     let total = usage(combined_usage(choices.iter().map(|c| c.usage)));
@@ -194,22 +208,24 @@ pub fn response(
         .enumerate()
         .map(|(index, c)| {
             let mut finish = finish_reason(c.finish).ok_or(Aborted)?;
-            let (content, tool_calls) = if let Some(names) = &offered {
-                let parsed = tools::parse_output_offered(&c.text, names.clone());
-                if parsed.calls.is_empty() {
-                    (parsed.content, None)
+            let (reasoning_content, content, tool_calls) =
+                if offered.is_some() || formats.reasoning.is_some() {
+                    let (reasoning, parsed) = tools::parse_reply(&c.text, offered.clone(), formats);
+                    if parsed.calls.is_empty() {
+                        (reasoning, parsed.content, None)
+                    } else {
+                        finish = finish_with_calls(finish, true);
+                        (reasoning, parsed.content, Some(openai_calls(parsed.calls)))
+                    }
                 } else {
-                    finish = finish_with_calls(finish, true);
-                    (parsed.content, Some(openai_calls(parsed.calls)))
-                }
-            } else {
-                (Some(c.text), None)
-            };
+                    (None, Some(c.text), None)
+                };
             Ok(ChatChoice {
                 index,
                 message: AssistantMessage {
                     role: "assistant".into(),
                     content,
+                    reasoning_content,
                     tool_calls,
                 },
                 logprobs: with_logprobs.then(|| ChatLogprobs {
@@ -293,6 +309,7 @@ fn template_messages(req: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>
             };
             let text = m.text().map_err(|e| RequestError::param("messages", e))?;
             let mut out = TemplateMessage::new(role, text);
+            out.reasoning_content = m.reasoning_content.clone();
             if let Some(tc) = m.tool_calls.as_ref().filter(|c| !c.is_empty()) {
                 if role != "assistant" {
                     return Err(RequestError::param(

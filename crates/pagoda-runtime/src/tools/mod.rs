@@ -17,18 +17,21 @@
 //! `function_call`), with the index in its message.
 
 pub mod bare;
+pub mod formats;
+pub mod marked;
 pub mod output;
 pub mod parse;
 
 use crate::loader::LoadedModel;
 use crate::request::RequestError;
 use pagoda_engine::ConstraintSpec;
-use pagoda_model::chat_template::ChatMessage;
+use pagoda_model::chat_template::{ChatMessage, TemplateKwargs};
 use pagoda_protocol::openai::chat::{Tool, ToolChoice};
 use serde_json::Value;
 
 pub use bare::{parse_bare_calls, BareCallGate, Gated};
-pub use output::{parse_output_offered, OutputParser};
+pub use formats::ToolCallFormat;
+pub use output::{parse_output_offered, parse_reply, reasoning_of, OutputFormats, OutputParser};
 pub use parse::{parse_output, ParsedCall, ParsedOutput, Piece, ToolCallParser};
 
 /// What `tool_choice` asks for, once the tools are known.
@@ -246,11 +249,13 @@ pub fn template_renders_tools(loaded: &LoadedModel) -> bool {
 }
 
 /// The prompt's token ids: `messages` (with the model's default system message and
-/// Modelfile MESSAGE turns) and the tools through the model's template, or the fallback.
+/// Modelfile MESSAGE turns) and the tools through the model's template, or the fallback;
+/// `kwargs`: extra template variables (`chat_template_kwargs`, the thinking switch).
 pub fn encode_prompt(
     loaded: &LoadedModel,
     messages: Vec<ChatMessage>,
     tools: Option<&ToolSet>,
+    kwargs: &TemplateKwargs,
 ) -> Result<Vec<u32>, RequestError> {
     let messages = loaded.with_preset(messages);
     let tools_for_template = if template_renders_tools(loaded) {
@@ -259,8 +264,8 @@ pub fn encode_prompt(
         None
     };
     let encoded = match tools_for_template {
-        Some(tools) => loaded.encode_chat_with_tools(&messages, tools),
-        None => loaded.encode_chat(&fallback_messages(messages, tools)),
+        Some(tools) => loaded.encode_chat_with(&messages, tools, kwargs),
+        None => loaded.encode_chat_with::<()>(&fallback_messages(messages, tools), None, kwargs),
     };
     encoded.map_err(template_error)
 }

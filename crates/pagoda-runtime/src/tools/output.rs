@@ -1,7 +1,11 @@
-//! The parser the chat routes run over a model's output when tools are offered: calls in
-//! `<tool_call>` markup ([`ToolCallParser`], streamed as they are written) and calls written
-//! without markup ([`super::bare`]: the whole output one call object naming an offered
-//! tool, bare or in a code fence).
+//! The parser the chat routes run over a model's output: its reasoning split off first
+//! ([`crate::formats::reasoning`], when the model's format has it: [`Piece::Reasoning`]),
+//! then, when tools are offered, calls in the family's markup ([`ToolCallParser`] for
+//! `<tool_call>` JSON, streamed as they are written; [`MarkedCalls`] with a
+//! [`super::formats`] syntax for the others, each call whole) and calls written without
+//! markup ([`super::bare`]: the whole output one call object naming an offered tool, bare
+//! or in a code fence; for the formats whose templates teach it).
+//! The routes handle the same [`Piece`]s whatever the format.
 //!
 //! Invariants: the pieces of any split of the output into deltas are those of one push of the
 //! whole ([`OutputParser::parse`]); an output that cannot be a bare call (its first visible
@@ -10,54 +14,154 @@
 //! ([`Piece::Call`]) or, when it is not one, parsed as markup.
 
 use super::bare::{BareCallGate, Gated};
+use super::formats::ToolCallFormat;
+use super::marked::MarkedCalls;
 use super::parse::{collect, ParsedOutput, Piece, ToolCallParser};
+use crate::formats::reasoning::{ReasoningFormat, ReasoningSplitter, Split};
+
+/// How a model's output is written: its call syntax and its reasoning markers, chosen from
+/// its chat template ([`crate::formats::OutputFormats::of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutputFormats {
+    pub tools: ToolCallFormat,
+    /// The reasoning markers, when the model reasons.
+    pub reasoning: Option<ReasoningFormat>,
+    /// The prompt opened the reasoning block: the output begins inside it.
+    pub reasoning_open: bool,
+}
+
+/// The call parser of one format.
+#[derive(Debug)]
+enum Calls {
+    /// No tools offered: content passes.
+    Off,
+    Hermes(ToolCallParser),
+    Marked(MarkedCalls),
+}
 
 /// See the module doc.
 #[derive(Debug)]
 pub struct OutputParser {
-    markup: ToolCallParser,
-    gate: BareCallGate,
+    reasoning: Option<ReasoningSplitter>,
+    calls: Calls,
+    /// Holds an output back while it may be a bare call (formats that take them).
+    gate: Option<BareCallGate>,
     /// The offered tools' names: a bare call must name one.
     offered: Vec<String>,
     bare_calls: usize,
 }
 
 impl OutputParser {
-    /// A parser for an output whose request offered tools named `offered`.
+    /// A parser for an output whose request offered tools named `offered`, written as the
+    /// fallback prompt and Qwen2.5 write calls, without reasoning.
     pub fn new(offered: Vec<String>) -> Self {
+        Self::with_formats(Some(offered), OutputFormats::default())
+    }
+
+    /// A parser for `formats`: calls parsed when tools were `offered`, reasoning split when
+    /// the format has it.
+    pub fn with_formats(offered: Option<Vec<String>>, formats: OutputFormats) -> Self {
+        let (calls, gate) = match &offered {
+            None => (Calls::Off, None),
+            Some(_) => {
+                let calls = match formats.tools.syntax() {
+                    Some(syntax) => Calls::Marked(MarkedCalls::new(syntax)),
+                    None => Calls::Hermes(ToolCallParser::default()),
+                };
+                let gate = formats.tools.takes_bare_calls().then(BareCallGate::default);
+                (calls, gate)
+            }
+        };
         OutputParser {
-            markup: ToolCallParser::default(),
-            gate: BareCallGate::default(),
-            offered,
+            reasoning: formats
+                .reasoning
+                .map(|f| ReasoningSplitter::new(f, formats.reasoning_open)),
+            calls,
+            gate,
+            offered: offered.unwrap_or_default(),
             bare_calls: 0,
         }
     }
 
     /// Calls begun so far (streamed calls count from their first piece).
     pub fn calls(&self) -> usize {
-        self.markup.calls() + self.bare_calls
+        let parsed = match &self.calls {
+            Calls::Off => 0,
+            Calls::Hermes(p) => p.calls(),
+            Calls::Marked(p) => p.calls(),
+        };
+        parsed + self.bare_calls
     }
 
     /// Feeds `delta`; returns what it decided.
     pub fn push(&mut self, delta: &str) -> Vec<Piece> {
-        match self.gate.push(delta) {
-            Gated::Held => Vec::new(),
-            Gated::Pass(text) => self.markup.push(&text),
+        let splits = match &mut self.reasoning {
+            Some(r) => r.push(delta),
+            None => vec![Split::Content(delta.to_string())],
+        };
+        let mut out = Vec::new();
+        for s in splits {
+            self.split(s, &mut out);
         }
+        out
     }
 
     /// The end of the output: whatever is held back is decided.
     pub fn finish(&mut self) -> Vec<Piece> {
-        match self.gate.finish(&self.offered) {
-            Ok(calls) => {
-                self.bare_calls += calls.len();
-                calls.into_iter().map(Piece::Call).collect()
+        let mut out = Vec::new();
+        if let Some(r) = &mut self.reasoning {
+            for s in r.finish() {
+                self.split(s, &mut out);
             }
-            Err(rest) => {
-                let mut pieces = self.markup.push(&rest);
-                pieces.extend(self.markup.finish());
-                pieces
+        }
+        let rest = match &mut self.gate {
+            Some(gate) => match gate.finish(&self.offered) {
+                Ok(calls) => {
+                    self.bare_calls += calls.len();
+                    out.extend(calls.into_iter().map(Piece::Call));
+                    String::new()
+                }
+                Err(rest) => rest,
+            },
+            None => String::new(),
+        };
+        match &mut self.calls {
+            Calls::Off => {}
+            Calls::Hermes(p) => {
+                out.extend(p.push(&rest));
+                out.extend(p.finish());
             }
+            Calls::Marked(p) => {
+                out.extend(p.push(&rest));
+                out.extend(p.finish());
+            }
+        }
+        out
+    }
+
+    fn split(&mut self, s: Split, out: &mut Vec<Piece>) {
+        let text = match s {
+            Split::Reasoning(r) => {
+                out.push(Piece::Reasoning(r));
+                return;
+            }
+            Split::Content(c) => c,
+        };
+        let text = match &mut self.gate {
+            Some(gate) => match gate.push(&text) {
+                Gated::Held => return,
+                Gated::Pass(t) => t,
+            },
+            None => text,
+        };
+        match &mut self.calls {
+            Calls::Off => {
+                if !text.is_empty() {
+                    out.push(Piece::Content(text));
+                }
+            }
+            Calls::Hermes(p) => out.extend(p.push(&text)),
+            Calls::Marked(p) => out.extend(p.push(&text)),
         }
     }
 
@@ -72,6 +176,29 @@ impl OutputParser {
 /// A whole output's content and calls, given the offered tools' names.
 pub fn parse_output_offered(text: &str, offered: Vec<String>) -> ParsedOutput {
     collect(OutputParser::new(offered).parse(text))
+}
+
+/// A whole output's reasoning (`None` when it wrote none) and its content and calls, in
+/// `formats`, calls parsed when tools were `offered`.
+pub fn parse_reply(
+    text: &str,
+    offered: Option<Vec<String>>,
+    formats: OutputFormats,
+) -> (Option<String>, ParsedOutput) {
+    let pieces = OutputParser::with_formats(offered, formats).parse(text);
+    let reasoning = reasoning_of(&pieces);
+    (reasoning, collect(pieces))
+}
+
+/// The reasoning text of `pieces`, `None` when there is none.
+pub fn reasoning_of(pieces: &[Piece]) -> Option<String> {
+    let mut out: Option<String> = None;
+    for p in pieces {
+        if let Piece::Reasoning(r) = p {
+            out.get_or_insert_with(String::new).push_str(r);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

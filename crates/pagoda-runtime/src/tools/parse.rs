@@ -86,6 +86,9 @@ pub enum Piece {
     },
     /// A whole call, decided at its end and not streamed.
     Call(ParsedCall),
+    /// Reasoning text, split from the answer ([`crate::formats::reasoning`]); never part of
+    /// the content.
+    Reasoning(String),
 }
 
 /// A whole output split into content and calls.
@@ -114,7 +117,7 @@ pub fn collect(pieces: impl IntoIterator<Item = Piece>) -> ParsedOutput {
         match p {
             Piece::Content(t) => content.push_str(&t),
             Piece::Call(c) | Piece::CallEnd { call: c, .. } => calls.push(c),
-            Piece::CallStart { .. } | Piece::CallArguments(_) => {}
+            Piece::CallStart { .. } | Piece::CallArguments(_) | Piece::Reasoning(_) => {}
         }
     }
     let content = if !calls.is_empty() && content.trim().is_empty() {
@@ -599,7 +602,9 @@ mod tests {
                     assert_eq!(call.arguments, args.concat());
                     assert!(text.starts_with(OPEN) && text.contains(&call.arguments));
                 }
-                Piece::Content(_) | Piece::Call(_) => assert!(!open, "{pieces:?}"),
+                Piece::Content(_) | Piece::Call(_) | Piece::Reasoning(_) => {
+                    assert!(!open, "{pieces:?}")
+                }
             }
         }
         assert!(!open, "{pieces:?}");

@@ -410,7 +410,7 @@ fn streamed_deltas_reassemble_to_the_whole_response() {
                     check_args(&d);
                     deltas.push(d);
                 }
-                Piece::CallEnd { .. } => {}
+                Piece::CallEnd { .. } | Piece::Reasoning(_) => {}
                 Piece::Call(c) => {
                     let [head, args] = crate::openai::chat::call_deltas(c, n);
                     check_head(&head);

@@ -18,8 +18,8 @@ use pagoda_engine::{FinishReason, RequestTimings, TokenEvent, Usage};
 use pagoda_protocol::ollama::{
     ChatRequest, ChatResponse, FinalStats, GenerateRequest, GenerateResponse, Message, ToolCall,
 };
-use pagoda_runtime::ollama::{self, ollama_call, ollama_output, ollama_piece, OllamaPiece};
-use pagoda_runtime::tools::{OutputParser, Piece};
+use pagoda_runtime::ollama::{self, ollama_call, ollama_piece, ollama_reply, OllamaPiece};
+use pagoda_runtime::tools::Piece;
 use pagoda_runtime::Plan;
 use std::time::{Duration, SystemTime};
 
@@ -75,6 +75,7 @@ fn piece_lines(w: &Writer, pieces: Vec<Piece>, calls_before: &mut usize) -> Stri
     for p in pieces.into_iter().filter_map(ollama_piece) {
         match p {
             OllamaPiece::Text(c) => out.push_str(&w.piece(c)),
+            OllamaPiece::Thinking(t) => out.push_str(&w.thinking(t)),
             OllamaPiece::Call(name, args) => {
                 out.push_str(&w.calls(vec![ollama_call(name, args, *calls_before)]));
                 *calls_before += 1;
@@ -150,7 +151,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let model = lease.served_name().to_string();
     let prompt = plan.request.prompt.clone();
-    let offered = plan.offered_tools.clone();
+    let output_parser = plan.output_parser();
     let id = app.request_id("ollama");
     let generation = crate::cpu_bound::run(|| Generation::start(app, lease, plan, id))?;
     let writer = Writer {
@@ -161,7 +162,7 @@ async fn run(
     };
     if stream {
         // The parser, and the calls sent so far.
-        let parser = offered.map(|names| (OutputParser::new(names), 0usize));
+        let parser = output_parser.map(|p| (p, 0usize));
         let s = futures_util::stream::unfold(
             Some((generation, writer, Vec::<u32>::new(), parser)),
             |state| async move {
@@ -194,6 +195,7 @@ async fn run(
                         }
                         out.push_str(&w.last(
                             String::new(),
+                            None,
                             None,
                             reason,
                             usage,
@@ -228,12 +230,11 @@ async fn run(
                 ..
             } => {
                 text.push_str(&t);
-                let (text, calls) = if let Some(names) = offered {
-                    ollama_output(&text, names)
-                } else {
-                    (text, None)
+                let (text, thinking, calls) = match output_parser {
+                    Some(p) => ollama_reply(p, &text),
+                    None => (text, None, None),
                 };
-                let body = writer.last(text, calls, reason, usage, &timings, &generated);
+                let body = writer.last(text, thinking, calls, reason, usage, &timings, &generated);
                 return Ok((
                     [(axum::http::header::CONTENT_TYPE, "application/json")],
                     body.trim_end().to_string(),
@@ -256,17 +257,24 @@ struct Writer {
 
 impl Writer {
     fn piece(&self, text: String) -> String {
-        self.object(text, None, false, None, None, None)
+        self.object(text, None, None, false, None, None, None)
+    }
+
+    /// A chunk of reasoning (`thinking`, with empty content, as Ollama streams it).
+    fn thinking(&self, thinking: String) -> String {
+        self.object(String::new(), Some(thinking), None, false, None, None, None)
     }
 
     /// A message chunk carrying complete tool calls (as Ollama streams them).
     fn calls(&self, calls: Vec<ToolCall>) -> String {
-        self.object(String::new(), Some(calls), false, None, None, None)
+        self.object(String::new(), None, Some(calls), false, None, None, None)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn last(
         &self,
         text: String,
+        thinking: Option<String>,
         tool_calls: Option<Vec<ToolCall>>,
         reason: FinishReason,
         usage: Usage,
@@ -293,12 +301,22 @@ impl Writer {
             FinishReason::Length => "length",
             _ => "stop",
         };
-        self.object(text, tool_calls, true, Some(reason), Some(stats), context)
+        self.object(
+            text,
+            thinking,
+            tool_calls,
+            true,
+            Some(reason),
+            Some(stats),
+            context,
+        )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn object(
         &self,
         text: String,
+        thinking: Option<String>,
         tool_calls: Option<Vec<ToolCall>>,
         done: bool,
         reason: Option<&str>,
@@ -311,6 +329,7 @@ impl Writer {
                 model: self.model.clone(),
                 created_at,
                 response: text,
+                thinking,
                 done,
                 done_reason: reason.map(str::to_string),
                 context,
@@ -322,6 +341,7 @@ impl Writer {
                 message: Message {
                     role: "assistant".into(),
                     content: text,
+                    thinking,
                     tool_calls,
                     ..Message::default()
                 },
@@ -336,6 +356,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pagoda_runtime::ollama::ollama_output;
+    use pagoda_runtime::tools::OutputParser;
     use serde_json::{json, Value};
 
     #[test]

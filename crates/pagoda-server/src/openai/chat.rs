@@ -40,6 +40,10 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
     let plan = crate::cpu_bound::run(|| checked.plan(&lease.loaded, &app.bounds(&lease)))?;
     let n = plan.n();
     let offered = plan.offered_tools.clone();
+    let formats = plan.formats;
+    let parsers: Option<Vec<OutputParser>> = plan
+        .output_parser()
+        .map(|_| (0..n).filter_map(|_| plan.output_parser()).collect());
     let tokenizer = lease.loaded.tokenizer.clone();
     let head = ResponseHead {
         id: app.request_id("chatcmpl"),
@@ -55,7 +59,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
             head,
             n,
             include_usage,
-            offered,
+            parsers,
             tokenizer,
         )));
     }
@@ -65,6 +69,7 @@ async fn run(app: &AppState, body: Body) -> Result<Response, ApiError> {
         choices,
         req.logprobs,
         offered,
+        formats,
         &tokenizer,
     )?)
     .into_response())
@@ -83,6 +88,12 @@ trait Chunks {
         &self,
         index: usize,
         call: ToolCallDelta,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String;
+    fn reasoning_delta(
+        &self,
+        index: usize,
+        reasoning: String,
         logprobs: Option<ChatLogprobs>,
     ) -> String;
 }
@@ -120,6 +131,26 @@ impl Chunks for ResponseHead {
         )
     }
 
+    fn reasoning_delta(
+        &self,
+        index: usize,
+        reasoning: String,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String {
+        self.chunk(
+            vec![ChunkChoice {
+                index,
+                delta: Delta {
+                    reasoning_content: Some(reasoning),
+                    ..Delta::default()
+                },
+                logprobs,
+                finish_reason: None,
+            }],
+            None,
+        )
+    }
+
     fn tool_delta(
         &self,
         index: usize,
@@ -147,7 +178,7 @@ fn stream(
     head: ResponseHead,
     n: usize,
     include_usage: bool,
-    offered: Option<Vec<String>>,
+    parsers: Option<Vec<OutputParser>>,
     tokenizer: Arc<Tokenizer>,
 ) -> impl futures_util::Stream<Item = String> + Send + 'static {
     let pending: VecDeque<String> = (0..n)
@@ -158,7 +189,7 @@ fn stream(
                     delta: Delta {
                         role: Some("assistant".into()),
                         content: Some(String::new()),
-                        tool_calls: None,
+                        ..Delta::default()
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -172,7 +203,7 @@ fn stream(
         tokenizer,
         usages: Vec::new(),
         include_usage,
-        parsers: offered.map(|names| (0..n).map(|_| OutputParser::new(names.clone())).collect()),
+        parsers,
     };
     frames(merge(vec![generation]), writer, pending)
 }
@@ -182,7 +213,7 @@ struct StreamState {
     tokenizer: Arc<Tokenizer>,
     usages: Vec<pagoda_engine::Usage>,
     include_usage: bool,
-    /// One tool call parser per choice when the output is parsed for calls.
+    /// One output parser per choice when the output is parsed (for calls or reasoning).
     parsers: Option<Vec<OutputParser>>,
 }
 
@@ -222,6 +253,9 @@ impl StreamState {
             match piece {
                 Piece::Content(c) => {
                     out.push_back(self.head.delta(index, Some(c), logprobs.take()))
+                }
+                Piece::Reasoning(r) => {
+                    out.push_back(self.head.reasoning_delta(index, r, logprobs.take()))
                 }
                 Piece::CallStart { name } => {
                     let d = chat::call_start_delta(name, next);

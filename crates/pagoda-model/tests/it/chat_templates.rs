@@ -1,0 +1,54 @@
+//! The families' real chat templates (llama.cpp's `models/templates/`, copied into
+//! `tests/golden/templates/`) render exactly as transformers renders them: plain, with a
+//! system turn, with tools, with a call and its result, with reasoning in the history, and with
+//! `enable_thinking` unset, true and false where the template reads it. The goldens are
+//! `scripts/golden_templates.py`'s.
+
+use pagoda_model::chat_template::{ChatMessage, ChatTemplate, TemplateKwargs};
+use serde_json::Value;
+
+#[test]
+fn chat_template_goldens() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{dir}/chat_templates.json")).expect("golden"),
+    )
+    .expect("golden JSON");
+    let tools = golden["tools"].as_array().expect("tools").clone();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in golden["cases"].as_array().expect("cases") {
+        let name = case["template"].as_str().expect("template");
+        let source = std::fs::read_to_string(format!("{dir}/templates/{name}")).expect("template");
+        let template = ChatTemplate::new(source, "<BOS>".into(), "<EOS>".into()).expect(name);
+        let conversation = case["conversation"].as_str().expect("conversation");
+        let messages: Vec<ChatMessage> =
+            serde_json::from_value(golden["conversations"][conversation].clone())
+                .expect("messages");
+        let kwargs: TemplateKwargs =
+            serde_json::from_value(case["kwargs"].clone()).expect("kwargs");
+        let with_tools = case["tools"].as_bool().unwrap_or(false);
+        let got = template.render_with(
+            &messages,
+            with_tools.then_some(tools.as_slice()),
+            true,
+            &kwargs,
+        );
+        let what = format!("{name} / {conversation} / {}", case["kwargs"]);
+        match (case["expected"].as_str(), got) {
+            (Some(expected), Ok(got)) if got == expected => {}
+            (None, Err(_)) => {}
+            (expected, got) => failures.push(format!(
+                "{what}:\n  transformers: {expected:?}\n  pagoda:       {got:?}"
+            )),
+        }
+        checked += 1;
+    }
+    assert!(checked >= 200, "{checked} renders checked");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} renders differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

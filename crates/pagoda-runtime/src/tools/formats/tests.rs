@@ -1,0 +1,344 @@
+//! Each family's calls parsed whole and streamed: the same calls, content and reasoning for
+//! every split of the output into two deltas and for one character at a time; bad markup
+//! stays content.
+
+use super::super::output::{parse_reply, OutputFormats, OutputParser};
+use super::super::parse::{collect, ParsedOutput, Piece};
+use super::*;
+use crate::formats::reasoning::ReasoningFormat;
+use proptest::prelude::*;
+
+fn offered() -> Vec<String> {
+    vec!["get_weather".into(), "now".into()]
+}
+
+fn formats(tools: ToolCallFormat) -> OutputFormats {
+    OutputFormats {
+        tools,
+        reasoning: None,
+        reasoning_open: false,
+    }
+}
+
+/// The reply of `text` parsed whole, checked to be what every split gives.
+fn split_invariant(text: &str, f: OutputFormats) -> (Option<String>, ParsedOutput) {
+    let whole = parse_reply(text, Some(offered()), f);
+    let gather = |pieces: Vec<Piece>| (super::super::reasoning_of(&pieces), collect(pieces));
+    for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+        let mut p = OutputParser::with_formats(Some(offered()), f);
+        let mut pieces = p.push(&text[..at]);
+        pieces.extend(p.push(&text[at..]));
+        pieces.extend(p.finish());
+        assert_eq!(gather(pieces), whole, "{text:?} split at {at}");
+    }
+    let mut p = OutputParser::with_formats(Some(offered()), f);
+    let mut pieces = Vec::new();
+    for c in text.chars() {
+        pieces.extend(p.push(&c.to_string()));
+    }
+    pieces.extend(p.finish());
+    assert_eq!(gather(pieces), whole, "{text:?} by characters");
+    whole
+}
+
+fn call(name: &str, args: serde_json::Value) -> ParsedCall {
+    ParsedCall {
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+#[test]
+fn detection_follows_the_templates_markup() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pagoda-model/tests/golden/templates"
+    );
+    for (name, want) in [
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", ToolCallFormat::Hermes),
+        ("Qwen-Qwen3-0.6B.jinja", ToolCallFormat::Hermes),
+        ("Qwen-QwQ-32B.jinja", ToolCallFormat::Hermes),
+        ("Qwen3-Coder.jinja", ToolCallFormat::Qwen3Coder),
+        ("Qwen3.5-4B.jinja", ToolCallFormat::Qwen3Coder),
+        (
+            "meta-llama-Llama-3.1-8B-Instruct.jinja",
+            ToolCallFormat::Llama3,
+        ),
+        (
+            "meta-llama-Llama-3.2-3B-Instruct.jinja",
+            ToolCallFormat::Llama3,
+        ),
+        (
+            "meta-llama-Llama-3.3-70B-Instruct.jinja",
+            ToolCallFormat::Llama3,
+        ),
+        ("google-gemma-4-31B-it.jinja", ToolCallFormat::Gemma4),
+        (
+            "google-gemma-4-31B-it-interleaved.jinja",
+            ToolCallFormat::Gemma4,
+        ),
+        (
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+            ToolCallFormat::Mistral,
+        ),
+        (
+            "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+            ToolCallFormat::Mistral,
+        ),
+    ] {
+        let source = std::fs::read_to_string(format!("{dir}/{name}")).expect(name);
+        assert_eq!(ToolCallFormat::detect(&source), want, "{name}");
+    }
+    for (name, want) in [
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", None),
+        ("Qwen-Qwen3-0.6B.jinja", Some(ReasoningFormat::Think)),
+        ("Qwen3.5-4B.jinja", Some(ReasoningFormat::Think)),
+        (
+            "HuggingFaceTB-SmolLM3-3B.jinja",
+            Some(ReasoningFormat::Think),
+        ),
+        (
+            "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+            Some(ReasoningFormat::Think),
+        ),
+        (
+            "google-gemma-4-31B-it.jinja",
+            Some(ReasoningFormat::GemmaChannel),
+        ),
+        (
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+            Some(ReasoningFormat::MistralThink),
+        ),
+        ("Mistral-Small-3.2-24B-Instruct-2506.jinja", None),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", None),
+    ] {
+        let source = std::fs::read_to_string(format!("{dir}/{name}")).expect(name);
+        assert_eq!(ReasoningFormat::detect(&source), want, "{name}");
+    }
+}
+
+#[test]
+fn qwen3_coder_calls() {
+    let text = "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+    let (_, p) = split_invariant(text, formats(ToolCallFormat::Qwen3Coder));
+    assert_eq!(p.content.as_deref(), Some("Checking."));
+    assert_eq!(
+        p.calls,
+        vec![
+            call(
+                "get_weather",
+                serde_json::json!({"city": "New York", "days": 3, "opts": {"unit": "c"}})
+            ),
+            call("now", serde_json::json!({})),
+        ]
+    );
+}
+
+#[test]
+fn mistral_calls_both_forms() {
+    let f = formats(ToolCallFormat::Mistral);
+    let text = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]now[CALL_ID]abc123def[ARGS]{}";
+    let (_, p) = split_invariant(text, f);
+    assert_eq!(p.content, None);
+    assert_eq!(
+        p.calls,
+        vec![
+            call("get_weather", serde_json::json!({"city": "Paris"})),
+            call("now", serde_json::json!({}))
+        ]
+    );
+    let text = "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]";
+    let (_, p) = split_invariant(text, f);
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(
+        p.calls[1],
+        call("get_weather", serde_json::json!({"city": "Oslo"}))
+    );
+}
+
+#[test]
+fn llama3_bare_json_and_python_tag() {
+    let f = formats(ToolCallFormat::Llama3);
+    let (_, p) = split_invariant(
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}",
+        f,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", serde_json::json!({"city": "Rome"}))]
+    );
+    let (_, p) = split_invariant(
+        "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}",
+        f,
+    );
+    assert_eq!(p.calls.len(), 2);
+    let (_, p) = split_invariant(
+        "<|python_tag|>brave_search.call(query=\"weather, \\\"Rome\\\"\", n=3, fresh=True)",
+        f,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "brave_search",
+            serde_json::json!({"query": "weather, \"Rome\"", "n": 3, "fresh": true})
+        )]
+    );
+    // Prose is content at once.
+    let (_, p) = split_invariant("It is sunny.", f);
+    assert_eq!(p.content.as_deref(), Some("It is sunny."));
+}
+
+#[test]
+fn phi4_calls() {
+    let (_, p) = split_invariant(
+        "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}]<|/tool_call|>",
+        formats(ToolCallFormat::Phi4),
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", serde_json::json!({"city": "Lima"}))]
+    );
+}
+
+#[test]
+fn gemma4_calls() {
+    let text = "<|tool_call>call:get_weather{city:<|\"|>Paris, France<|\"|>,days:3,opts:{metric:true,tags:[<|\"|>a<|\"|>,null]}}<tool_call|><|tool_call>call:now{}<tool_call|>";
+    let (_, p) = split_invariant(text, formats(ToolCallFormat::Gemma4));
+    assert_eq!(p.content, None);
+    assert_eq!(
+        p.calls,
+        vec![
+            call(
+                "get_weather",
+                serde_json::json!({"city": "Paris, France", "days": 3, "opts": {"metric": true, "tags": ["a", null]}})
+            ),
+            call("now", serde_json::json!({})),
+        ]
+    );
+}
+
+#[test]
+fn reasoning_then_calls() {
+    let f = OutputFormats {
+        tools: ToolCallFormat::Hermes,
+        reasoning: Some(ReasoningFormat::Think),
+        reasoning_open: false,
+    };
+    let (r, p) = split_invariant(
+        "<think>\nNeed weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>",
+        f,
+    );
+    assert_eq!(r.as_deref(), Some("Need weather."));
+    assert_eq!(p.content, None);
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", serde_json::json!({"city": "Paris"}))]
+    );
+    let f = OutputFormats {
+        tools: ToolCallFormat::Gemma4,
+        reasoning: Some(ReasoningFormat::GemmaChannel),
+        reasoning_open: false,
+    };
+    let (r, p) = split_invariant(
+        "<|channel>thought\nHmm.<channel|>Sure.<|tool_call>call:now{}<tool_call|>",
+        f,
+    );
+    assert_eq!(r.as_deref(), Some("Hmm."));
+    assert_eq!(p.content.as_deref(), Some("Sure."));
+    assert_eq!(p.calls.len(), 1);
+}
+
+#[test]
+fn bad_markup_stays_content() {
+    for (format, text) in [
+        (
+            ToolCallFormat::Qwen3Coder,
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis",
+        ),
+        (
+            ToolCallFormat::Qwen3Coder,
+            "<tool_call>not xml</tool_call> after",
+        ),
+        (
+            ToolCallFormat::Mistral,
+            "[TOOL_CALLS]get_weather[ARGS]{\"city\": ",
+        ),
+        (ToolCallFormat::Mistral, "[TOOL_CALLS]not a call"),
+        (
+            ToolCallFormat::Llama3,
+            "<|python_tag|>{\"name\": \"x\", \"parameters\": [1]}",
+        ),
+        (
+            ToolCallFormat::Phi4,
+            "<|tool_call|>[{\"name\": 1}]<|/tool_call|>",
+        ),
+        (ToolCallFormat::Phi4, "<|tool_call|>[{\"name\": \"now\""),
+        (
+            ToolCallFormat::Gemma4,
+            "<|tool_call>call:now{a:<|\"|>x}<tool_call|>",
+        ),
+        (ToolCallFormat::Gemma4, "<|tool_call>call:now{"),
+        (ToolCallFormat::Gemma4, "text <|tool_"),
+    ] {
+        let (_, p) = split_invariant(text, formats(format));
+        assert!(p.calls.is_empty(), "{format:?} {text}");
+        assert_eq!(p.content.as_deref(), Some(text), "{format:?}");
+    }
+}
+
+fn fragments() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("[TOOL_CALLS]".to_string()),
+        Just("get_weather[ARGS]{\"city\": \"a}\"}".to_string()),
+        Just("<|tool_call>".to_string()),
+        Just("call:now{a:<|\"|>b<|\"|>}".to_string()),
+        Just("<tool_call|>".to_string()),
+        Just("<tool_call>".to_string()),
+        Just("</tool_call>".to_string()),
+        Just("<function=now>\n</function>".to_string()),
+        Just("<|python_tag|>".to_string()),
+        Just("{\"name\": \"now\", \"parameters\": {}}".to_string()),
+        Just("<think>".to_string()),
+        Just("</think>".to_string()),
+        Just("\n".to_string()),
+        Just("{".to_string()),
+        Just("<".to_string()),
+        "[a-z é]{0,5}",
+    ]
+}
+
+proptest! {
+    /// Any text in any format, split anywhere: the pieces of one push of the whole.
+    #[test]
+    fn any_split_in_any_format(
+        parts in proptest::collection::vec(fragments(), 0..10),
+        cut in any::<usize>(),
+        which in 0usize..6,
+        think in any::<bool>(),
+    ) {
+        let tools = [
+            ToolCallFormat::Hermes,
+            ToolCallFormat::Qwen3Coder,
+            ToolCallFormat::Llama3,
+            ToolCallFormat::Mistral,
+            ToolCallFormat::Phi4,
+            ToolCallFormat::Gemma4,
+        ][which];
+        let f = OutputFormats {
+            tools,
+            reasoning: think.then_some(ReasoningFormat::Think),
+            reasoning_open: false,
+        };
+        let text: String = parts.concat();
+        let whole = parse_reply(&text, Some(offered()), f);
+        let mut at = if text.is_empty() { 0 } else { cut % (text.len() + 1) };
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let mut p = OutputParser::with_formats(Some(offered()), f);
+        let mut pieces = p.push(&text[..at]);
+        pieces.extend(p.push(&text[at..]));
+        pieces.extend(p.finish());
+        prop_assert_eq!((super::super::reasoning_of(&pieces), collect(pieces)), whole);
+    }
+}
