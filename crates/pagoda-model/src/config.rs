@@ -45,16 +45,6 @@ impl Architecture {
         Architecture::Mistral3,
         Architecture::Phi3,
     ];
-
-    /// The family spec of this architecture.
-    pub fn family(self) -> &'static crate::family::Family {
-        crate::family::of(self)
-    }
-
-    /// The name used by GGUF `general.architecture`.
-    pub fn gguf_name(self) -> &'static str {
-        self.family().gguf_name()
-    }
 }
 
 /// How RoPE frequencies are stretched for long context.

@@ -288,6 +288,20 @@ impl Weights {
         self.tensors.contains_key(name)
     }
 
+    /// Tensor `name` as `len` f32 values (a norm's weights, a bias, RoPE factors); an error
+    /// naming the tensor when it has another number of elements.
+    pub fn vector_f32(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.get(name)?;
+        if t.n_elements() != len {
+            return Err(ModelError::Tensor {
+                path: Default::default(),
+                tensor: name.to_string(),
+                message: format!("{} elements, but the config implies {len}", t.n_elements()),
+            });
+        }
+        t.to_f32()
+    }
+
     /// Takes a tensor out.
     pub fn remove(&mut self, name: &str) -> Option<TensorView> {
         self.tensors.remove(name)

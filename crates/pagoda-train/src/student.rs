@@ -13,7 +13,7 @@
 //!   Llama GGUF stores them in llama.cpp's interleaved order, so they are reordered on load
 //!   ([`pagoda_model::rope_order::hf_row_order`]) and back by [`Student::export`]; Qwen2 and
 //!   HF folders keep their order.
-//! - The RoPE frequencies are Pagoda's own (`pagoda_model::arch::layers::Rope`, scaling and
+//! - The RoPE frequencies are Pagoda's own (`pagoda_model::arch::rope::Rope`, scaling and
 //!   GGUF `rope_freqs` included), so the student computes what `Model::forward` computes.
 //! - No fused candle custom op (they have no backward pass): softmax and RMSNorm are spelled
 //!   out here.
@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor, Var, D};
-use pagoda_model::arch::layers::Rope;
+use pagoda_model::arch::rope::Rope;
 use pagoda_model::family::{Activation, NormPlacement};
 use pagoda_model::rope_order::{gguf_permutes_qk, gguf_row_order, hf_row_order, reorder_rows};
 use pagoda_model::source::{ModelFormat, ModelSource};

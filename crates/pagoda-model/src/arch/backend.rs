@@ -29,7 +29,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
-use super::layers::Rope;
+use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::observer::LinearObserver;

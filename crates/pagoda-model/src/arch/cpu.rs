@@ -12,8 +12,9 @@
 
 use super::adapter::{LoraBatch, LoraWeights};
 use super::backend::{Activation, Activations, Backend};
-use super::layers::{Linear, ObserverSlot, RmsNorm, Rope, Scratch};
+use super::layers::{Linear, ObserverSlot, RmsNorm, Scratch};
 use super::pass::DeviceKv;
+use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::observer::LinearObserver;

@@ -33,7 +33,7 @@
 use super::adapter::LoraWeights;
 use super::backend::{Activation, Activations, Backend};
 use super::cuda_weights::{self, CudaWeight};
-use super::layers::{load_vector, Rope};
+use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
 use crate::weights::Weights;
@@ -475,7 +475,7 @@ impl Backend for Cuda {
     ) -> Result<CudaLinear, ModelError> {
         let weight = cuda_weights::upload(&self.gpu, weights, name, rows, cols)?;
         let bias = match bias {
-            Some(b) if weights.contains(b) => Some(self.upload(&load_vector(weights, b, rows)?)?),
+            Some(b) if weights.contains(b) => Some(self.upload(&weights.vector_f32(b, rows)?)?),
             _ => None,
         };
         Ok(CudaLinear {
@@ -515,7 +515,7 @@ impl Backend for Cuda {
         cfg: &ModelConfig,
     ) -> Result<CudaNorm, ModelError> {
         Ok(CudaNorm {
-            weight: self.upload(&load_vector(weights, name, dim)?)?,
+            weight: self.upload(&weights.vector_f32(name, dim)?)?,
             dim,
             eps: cfg.rms_eps,
             offset: cfg.norm_weight_offset,

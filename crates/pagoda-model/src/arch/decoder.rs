@@ -12,7 +12,7 @@
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
-use super::layers::Rope;
+use super::rope::Rope;
 use crate::config::RopeScaling;
 use crate::family::NormPlacement;
 use crate::weights::Weights;

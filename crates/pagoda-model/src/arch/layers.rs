@@ -1,6 +1,6 @@
 //! The CPU's building blocks of the forward pass: linear layers over the file's quantized
-//! weights (repacked into strips where this CPU's kernels want them), RMSNorm weights, RoPE
-//! tables, the calibration observer, and the CPU pass's reusable [`Scratch`]. The CPU
+//! weights (repacked into strips where this CPU's kernels want them), RMSNorm weights, the
+//! calibration observer, and the CPU pass's reusable [`Scratch`] (RoPE tables: [`super::rope`]). The CPU
 //! [`Backend`](super::backend::Backend) ([`super::cpu`]) is made of these.
 //!
 //! A linear layer's output gets each segment's LoRA adapter added on that segment's rows
@@ -8,14 +8,12 @@
 //!
 //! Invariants: a [`Linear`] was shape-checked against the config when the model was built, so
 //! the kernel calls here cannot fail on shape; they return errors only for kernel faults.
-//! [`Rope`] holds the host-side frequency table every backend starts from.
 
 use super::adapter::LoraBatch;
 use super::backend::Activations;
-use crate::config::{QueryTemperature, RopeScaling};
 use crate::weights::{TensorView, Weights};
 use crate::{ModelConfig, ModelError};
-use pagoda_kernels::ops::{self, RopeStyle};
+use pagoda_kernels::ops;
 use pagoda_kernels::{WeightLayout, WeightMatrix};
 
 /// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
@@ -78,7 +76,7 @@ impl Linear {
             }
         })?;
         let bias = match bias_name {
-            Some(b) if weights.contains(b) => Some(load_vector(weights, b, rows)?),
+            Some(b) if weights.contains(b) => Some(weights.vector_f32(b, rows)?),
             _ => None,
         };
         let (weight, layout) = if may_pack && repack_for_this_cpu(weight.ty, rows, cols) {
@@ -278,7 +276,7 @@ impl RmsNorm {
         cfg: &ModelConfig,
     ) -> Result<Self, ModelError> {
         Ok(RmsNorm {
-            weight: load_vector(weights, name, dim)?,
+            weight: weights.vector_f32(name, dim)?,
             eps: cfg.rms_eps,
             offset: cfg.norm_weight_offset,
         })
@@ -312,201 +310,6 @@ pub(crate) fn expect_shape(t: &TensorView, shape: &[usize]) -> Result<(), ModelE
     Ok(())
 }
 
-pub(crate) fn load_vector(
-    weights: &Weights,
-    name: &str,
-    len: usize,
-) -> Result<Vec<f32>, ModelError> {
-    let t = weights.get(name)?;
-    if t.n_elements() != len {
-        return Err(ModelError::Tensor {
-            path: Default::default(),
-            tensor: name.to_string(),
-            message: format!("{} elements, but the config implies {len}", t.n_elements()),
-        });
-    }
-    t.to_f32()
-}
-
-/// Inverse RoPE frequencies of one layer kind, with the model's scaling applied.
-#[derive(Debug, Clone)]
-pub struct Rope {
-    inv_freq: Vec<f32>,
-    /// Multiplier on cos/sin (YaRN's attention temperature; 1 otherwise).
-    mscale: f32,
-    style: RopeStyle,
-    head_dim: usize,
-    /// Llama 4's query temperature, applied by [`Rope::apply_query`].
-    query_temperature: Option<QueryTemperature>,
-}
-
-impl Rope {
-    pub fn new(cfg: &ModelConfig, theta: f32, scaling: &RopeScaling) -> Self {
-        let dim = cfg.rope_dim;
-        let base: Vec<f32> = (0..dim / 2)
-            .map(|i| 1.0 / (theta as f64).powf(2.0 * i as f64 / dim as f64) as f32)
-            .collect();
-        let (inv_freq, mscale) = match *scaling {
-            RopeScaling::None => (base, 1.0),
-            RopeScaling::Linear { factor } => (base.iter().map(|f| f / factor).collect(), 1.0),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
-                let old = original_max_position as f32;
-                let low_wavelen = old / low_freq_factor;
-                let high_wavelen = old / high_freq_factor;
-                let scaled = base
-                    .iter()
-                    .map(|&f| {
-                        let wavelen = 2.0 * std::f32::consts::PI / f;
-                        if wavelen < high_wavelen {
-                            f
-                        } else if wavelen > low_wavelen {
-                            f / factor
-                        } else {
-                            let smooth = (old / wavelen - low_freq_factor)
-                                / (high_freq_factor - low_freq_factor);
-                            (1.0 - smooth) * f / factor + smooth * f
-                        }
-                    })
-                    .collect();
-                (scaled, 1.0)
-            }
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                beta_fast,
-                beta_slow,
-                attention_factor,
-            } => {
-                // Dimension index at which a frequency completes `rot` turns over the original context.
-                let correction_dim = |rot: f32| {
-                    dim as f32
-                        * (original_max_position as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
-                        / (2.0 * theta.ln())
-                };
-                let low = correction_dim(beta_fast).floor().max(0.0);
-                let high = correction_dim(beta_slow).ceil().min(dim as f32 - 1.0);
-                let scaled = base
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &f)| {
-                        let span = if high == low { 0.001 } else { high - low };
-                        let ramp = ((i as f32 - low) / span).clamp(0.0, 1.0);
-                        let extrapolation = 1.0 - ramp;
-                        f / factor * (1.0 - extrapolation) + f * extrapolation
-                    })
-                    .collect();
-                (scaled, attention_factor)
-            }
-            RopeScaling::LongRope {
-                ref long_factor,
-                ref short_factor,
-                original_max_position,
-                attention_factor,
-            } => {
-                let factors = if cfg.context_length > original_max_position {
-                    long_factor
-                } else {
-                    short_factor
-                };
-                let scaled = base.iter().zip(factors).map(|(f, d)| f / d).collect();
-                (scaled, attention_factor)
-            }
-        };
-        Rope {
-            inv_freq,
-            mscale,
-            style: cfg.rope_style,
-            head_dim: cfg.head_dim,
-            query_temperature: cfg.query_temperature,
-        }
-    }
-
-    /// The rotation by angle zero at every position: RoPE's frequencies all 0, so cos is
-    /// exactly 1 and sin exactly 0 and Q and K pass unchanged (the NoPE layers of SmolLM3,
-    /// through the same attention path as every other layer).
-    pub fn identity(cfg: &ModelConfig) -> Self {
-        Rope {
-            inv_freq: vec![0.0; cfg.rope_dim / 2],
-            mscale: 1.0,
-            style: cfg.rope_style,
-            head_dim: cfg.head_dim,
-            query_temperature: None,
-        }
-    }
-
-    /// Divides each frequency by a per-dimension factor: how GGUF files of Llama 3.1+ carry
-    /// their RoPE scaling (tensor `rope_freqs.weight`, `[rope_dim / 2]`), as llama.cpp applies it.
-    pub fn with_freq_factors(mut self, weights: &Weights) -> Result<Self, ModelError> {
-        const NAME: &str = "rope_freqs.weight";
-        if weights.contains(NAME) {
-            let factors = load_vector(weights, NAME, self.inv_freq.len())?;
-            for (f, d) in self.inv_freq.iter_mut().zip(factors) {
-                *f /= d;
-            }
-        }
-        Ok(self)
-    }
-
-    /// Inverse frequencies, `[rope_dim / 2]`.
-    pub fn inv_freq(&self) -> &[f32] {
-        &self.inv_freq
-    }
-
-    /// Multiplier on cos and sin.
-    pub fn mscale(&self) -> f32 {
-        self.mscale
-    }
-
-    /// Which pairs of a head rotate together.
-    pub fn style(&self) -> RopeStyle {
-        self.style
-    }
-
-    /// Values per head (the rotated ones first).
-    pub fn head_dim(&self) -> usize {
-        self.head_dim
-    }
-
-    /// Rotates `x` (`[n, heads * head_dim]`, row `t` at position `start + t`) in place.
-    pub fn apply(&self, x: &mut [f32], n: usize, start: usize) {
-        self.rotate(x, n, start, None);
-    }
-
-    /// [`Rope::apply`] for queries: also multiplies each row by the query temperature at its
-    /// position, when the model has one (full-width RoPE, checked by the config, so scaling
-    /// cos and sin scales the whole row).
-    pub fn apply_query(&self, x: &mut [f32], n: usize, start: usize) {
-        self.rotate(x, n, start, self.query_temperature);
-    }
-
-    /// The query temperature, if any.
-    pub fn query_temperature(&self) -> Option<QueryTemperature> {
-        self.query_temperature
-    }
-
-    fn rotate(&self, x: &mut [f32], n: usize, start: usize, temp: Option<QueryTemperature>) {
-        let half = self.inv_freq.len();
-        let mut cos = vec![0.0f32; half];
-        let mut sin = vec![0.0f32; half];
-        let row_len = x.len() / n.max(1);
-        for (t, row) in x.chunks_exact_mut(row_len).enumerate() {
-            let pos = (start + t) as f32;
-            let scale = self.mscale * temp.map_or(1.0, |q| q.at(start + t));
-            for i in 0..half {
-                let (s, c) = (pos * self.inv_freq[i]).sin_cos();
-                cos[i] = c * scale;
-                sin[i] = s * scale;
-            }
-            ops::rope(row, self.head_dim, &cos, &sin, self.style);
-        }
-    }
-}
-
 /// The CPU forward pass's reusable state (kept in the [`PagedKvCache`] between calls): the
 /// activation buffers, the calibration observer and the LoRA adapters of the pass.
 #[derive(Debug, Default, Clone)]
@@ -516,82 +319,4 @@ pub struct Scratch {
     pub observer: ObserverSlot,
     /// The LoRA adapters of the current forward pass, by rows (empty outside one).
     pub lora: LoraBatch,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gguf::{GgufFile, GgufWriter};
-    use crate::Architecture;
-
-    fn config(rope_dim: usize) -> ModelConfig {
-        ModelConfig {
-            arch: Architecture::Llama,
-            n_layers: 1,
-            hidden_size: 8,
-            n_heads: 1,
-            n_kv_heads: 1,
-            head_dim: rope_dim,
-            ffn_dim: 8,
-            vocab_size: 4,
-            rms_eps: 1e-5,
-            norm_weight_offset: 0.0,
-            rope_theta: 10000.0,
-            rope_theta_local: None,
-            rope_scaling: RopeScaling::None,
-            rope_style: RopeStyle::Neox,
-            rope_dim,
-            context_length: 64,
-            sliding_window: None,
-            layer_is_sliding: vec![false],
-            layer_uses_rope: vec![true],
-            query_temperature: None,
-            attention_scale: 1.0,
-            attn_logit_softcap: None,
-            final_logit_softcap: None,
-            embedding_scale: None,
-            tie_word_embeddings: true,
-        }
-    }
-
-    #[test]
-    fn rope_freq_factors_tensor_divides_frequencies() {
-        let cfg = config(8);
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("freqs.gguf");
-        let mut w = GgufWriter::new();
-        w.add_f32_tensor("rope_freqs.weight", &[4], &[2.0, 2.0, 2.0, 2.0])
-            .expect("tensor");
-        w.write(&path).expect("write");
-        let weights = Weights::from_gguf(&GgufFile::open(&path).expect("open")).expect("weights");
-        let with_factors = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::None)
-            .with_freq_factors(&weights)
-            .expect("factors");
-        let linear = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::Linear { factor: 2.0 });
-        assert_eq!(with_factors.inv_freq, linear.inv_freq);
-        let unscaled = Rope::new(&cfg, cfg.rope_theta, &RopeScaling::None);
-        assert_ne!(unscaled.inv_freq, linear.inv_freq);
-    }
-
-    #[test]
-    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
-        let cfg = config(64);
-        let scaled = Rope::new(
-            &cfg,
-            500000.0,
-            &RopeScaling::Llama3 {
-                factor: 8.0,
-                low_freq_factor: 1.0,
-                high_freq_factor: 4.0,
-                original_max_position: 8192,
-            },
-        );
-        let plain = Rope::new(&cfg, 500000.0, &RopeScaling::None);
-        assert_eq!(
-            scaled.inv_freq[0], plain.inv_freq[0],
-            "highest frequency untouched"
-        );
-        let last = plain.inv_freq.len() - 1;
-        assert!((scaled.inv_freq[last] - plain.inv_freq[last] / 8.0).abs() < 1e-12);
-    }
 }

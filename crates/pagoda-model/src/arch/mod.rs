@@ -39,6 +39,7 @@ pub mod layers;
 mod parts;
 mod pass;
 mod placed;
+pub mod rope;
 pub mod split;
 
 pub use adapter::LoraWeights;

@@ -15,7 +15,7 @@
 //!   local RoPE base of 10 000.
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{sliding_pattern, Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;

@@ -3,7 +3,7 @@
 //! in GGUF, as the `rope_freqs.weight` tensor (read by the forward pass when present).
 
 use super::keys::HfKeys;
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -31,7 +31,7 @@ pub(super) static SPEC: Family = Family {
         tie_word_embeddings: false,
         head_dim: None,
     },
-    gguf_extra: super::nothing_gguf,
+    gguf_extra: super::spec::nothing_gguf,
     split_fused: None,
     hf_extra: mistral_window,
 };

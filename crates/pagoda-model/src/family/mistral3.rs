@@ -8,7 +8,7 @@
 //! which the YaRN attention factor is read (config/from_gguf.rs).
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{Architecture, ModelConfig, QueryTemperature, RopeScaling};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;

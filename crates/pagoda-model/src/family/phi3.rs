@@ -8,7 +8,7 @@
 //! does ("Phi SWA is currently disabled").
 
 use super::keys::{GgufKeys, HfKeys};
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{Architecture, ModelConfig, RopeScaling};
 use crate::weights::Weights;
 use crate::ModelError;

@@ -2,7 +2,7 @@
 //! the layers from `max_window_layers` on.
 
 use super::keys::HfKeys;
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -30,7 +30,7 @@ pub(super) static SPEC: Family = Family {
         tie_word_embeddings: false,
         head_dim: None,
     },
-    gguf_extra: super::nothing_gguf,
+    gguf_extra: super::spec::nothing_gguf,
     split_fused: None,
     hf_extra: qwen_window,
 };

@@ -2,7 +2,7 @@
 //! and K before RoPE (llama.cpp `qwen3`, transformers `Qwen3ForCausalLM`). `head_dim` is its
 //! own key (128 unless said), not `hidden_size / num_attention_heads`.
 
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::Architecture;
 use pagoda_kernels::ops::RopeStyle;
 
@@ -29,7 +29,7 @@ pub(super) static SPEC: Family = Family {
         tie_word_embeddings: false,
         head_dim: Some(128),
     },
-    gguf_extra: super::nothing_gguf,
+    gguf_extra: super::spec::nothing_gguf,
     split_fused: None,
     hf_extra: super::qwen2::qwen_window,
 };

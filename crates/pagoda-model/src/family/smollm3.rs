@@ -4,7 +4,7 @@
 //! `no_rope_layer_interval`.
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
 use crate::config::{Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
