@@ -101,10 +101,11 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
         .collect();
     if !lacking.is_empty() {
         return Err(TrainError::Unsupported(format!(
-            "the student is a {} model: the trainable decoder implements Llama-style blocks \
+            "the student is a {} model ({}): the trainable decoder implements Llama-style blocks \
              (pre-norm, SwiGLU, optional Q/K/V biases: SmolLM2, Qwen2.5 students), not its {}; \
              a {} model can be the teacher of such a student that shares its tokenizer",
             family.display,
+            family.gguf_name(),
             lacking.join(", "),
             family.display
         )));

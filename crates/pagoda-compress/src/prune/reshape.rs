@@ -126,6 +126,11 @@ impl Keep {
             .iter()
             .map(|l| cfg.layer_is_sliding[l.source])
             .collect();
+        out.layer_uses_rope = self
+            .layers
+            .iter()
+            .map(|l| cfg.layer_uses_rope[l.source])
+            .collect();
         if out.embedding_scale.is_some() {
             out.embedding_scale = Some((out.hidden_size as f32).sqrt());
         }

@@ -135,7 +135,8 @@ pub fn think_kwargs(
     if think && !reasons(loaded) {
         return Err(RequestError::param(
             "think",
-            "this model does not support thinking (its chat template has no reasoning format)",
+            "`think`: this model does not support thinking (its chat template has no reasoning \
+             format); leave `think` out",
         ));
     }
     if thinking_switch(loaded) {
@@ -143,7 +144,8 @@ pub fn think_kwargs(
     } else if !think && reasons(loaded) {
         return Err(RequestError::param(
             "think",
-            "this model's chat template cannot switch thinking off (it has no `enable_thinking`)",
+            "`think`: this model's chat template cannot switch thinking off (it has no \
+             `enable_thinking`); leave `think` out to get its reasoning in `thinking`",
         ));
     }
     Ok(kwargs)
