@@ -30,7 +30,7 @@ use std::str::FromStr;
 use half::f16;
 use pagoda_kernels::GgmlType;
 use pagoda_model::weights::{TensorView, Weights};
-use pagoda_model::{Architecture, ModelConfig};
+use pagoda_model::ModelConfig;
 
 use super::awq::awq_search;
 use super::calibrate::CalibrationStats;
@@ -369,11 +369,12 @@ pub(crate) fn check_options(
             opts.method.as_str()
         )));
     }
-    if opts.method.scales_channels() && cfg.arch == Architecture::Gemma3 {
-        return Err(CompressError::InvalidInput(
-            "AWQ scale folding into Gemma 3's (1 + w) norms is not supported yet; use gptq or rtn"
-                .into(),
-        ));
+    let family = cfg.arch.family();
+    if opts.method.scales_channels() && family.hf_norm_offset != 0.0 {
+        return Err(CompressError::InvalidInput(format!(
+            "AWQ scale folding into {}'s (1 + w) norms is not supported yet; use gptq or rtn",
+            family.display
+        )));
     }
     Ok(())
 }
