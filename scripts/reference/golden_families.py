@@ -15,7 +15,17 @@ Families: qwen3 (QK-norm, head_dim != hidden/heads), smollm3 (every 4th layer wi
 mistral3 (Ministral 3: YaRN with its own attention factor, Llama 4 query temperature),
 phi3 (Phi-4-mini-like: fused QKV and gate/up, partial rotary, LongRoPE),
 llama31 (the existing tiny-llama folder with Llama 3 RoPE scaling, through llama.cpp's
-converter, which carries the scaling as rope_freqs.weight).
+converter, which carries the scaling as rope_freqs.weight),
+gemma4 (Gemma 4 E2B/E4B-like: sliding layers with head_dim 32 and full layers with
+global_head_dim 64 and proportional RoPE (a quarter of the dims rotated), per-layer embeddings,
+the last 2 layers reusing earlier layers' K/V, double-wide MLPs on those, per-layer
+layer_scalar, final logit softcapping, norms that scale by w),
+gemma4-keqv (Gemma 4 31B-like: full layers without v_proj, V = the K projection, and their own
+K/V head count num_global_key_value_heads; no per-layer embeddings, no K/V sharing).
+Gemma 4 folders use a Gemma-4-like tokenizer (BPE on raw UTF-8, `▁` for spaces, byte fallback:
+what the converter reads with LlamaHfVocab and writes as tokenizer model "gemma4"); their
+llama.cpp logits differ from transformers' by ~1e-2 because ggml-cpu's GELU is an f16 lookup
+table (GELU_NOTE).
 
 llama.cpp recipe: llama-cpp-python 0.3.36 (setup.sh), F32 weights, F32 K/V cache
 (type_k/type_v = GGML_TYPE_F32), no flash attention, one llama_decode over the prompt with
@@ -46,7 +56,57 @@ PROMPTS = [[5, 77, 120, 33, 250, 9], [300, 12, 12, 47], list(range(40, 58))]
 CONTINUE = 12
 
 PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
-       "phi3": "gpt-2"}
+       "phi3": "gpt-2",
+       "gemma4": "gemma4", "gemma4-keqv": "gemma4"}
+
+# Gemma's special ids (<pad> 0, <eos> 1, <bos> 2, <unk> 3) and Gemma 4's turn markers.
+GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
+
+# Gemma 4's conversation format in small (google/gemma-4-*-it's template also handles a system
+# turn, tools and thinking; the goldens need only a template that renders).
+GEMMA4_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<|turn>' + role + '\\n' + message['content'] | trim + '<turn|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|turn>model\\n' }}{% endif %}"
+)
+
+
+def gemma4_tokenizer(vocab_size: int):
+    """A Gemma-4-like tokenizer: BPE on raw UTF-8 with spaces as `▁`, split only into runs of
+    newlines and runs of anything else, byte fallback to the 256 `<0xNN>` tokens (the layout
+    that llama.cpp's converter reads with `LlamaHfVocab` and writes as tokenizer model
+    "gemma4"). Ids: the specials first (<pad> 0, <eos> 1, <bos> 2, ...), then the byte tokens,
+    then the trained pieces (deterministic: a fixed corpus)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    def shell(model):
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex("[^\\n]+|[\\n]+"), behavior="isolated")
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                         decoders.Fuse()])
+        return tok
+
+    n_bytes = 256
+    trained = shell(models.BPE(byte_fallback=True))
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - n_bytes, min_frequency=2,
+                                  special_tokens=GEMMA4_SPECIALS, limit_alphabet=30,
+                                  show_progress=False)
+    trained.train_from_iterator(mg.TINY_CORPUS.splitlines(keepends=True), trainer=trainer)
+    spec = json.loads(trained.to_str())
+    pieces = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])
+    n_special = len(GEMMA4_SPECIALS)
+    assert [p for p, _ in pieces[:n_special]] == GEMMA4_SPECIALS
+    order = ([p for p, _ in pieces[:n_special]] + [f"<0x{b:02X}>" for b in range(n_bytes)]
+             + [p for p, _ in pieces[n_special:]])
+    assert len(order) == len(set(order)) == vocab_size, len(order)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in spec["model"]["merges"]]
+    tok = shell(models.BPE({p: i for i, p in enumerate(order)}, merges, byte_fallback=True))
+    tok.add_special_tokens(GEMMA4_SPECIALS)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                       special_tokens=[("<bos>", 2)])
+    return tok
 
 
 def tiny_folder(kind: str) -> Path:
@@ -117,12 +177,64 @@ def tiny_folder(kind: str) -> Path:
         )
         legacy = {}
         cls, seed = transformers.Phi3ForCausalLM, 14
+    elif kind in ("gemma4", "gemma4-keqv"):
+        specials = GEMMA4_SPECIALS
+        bos, eos, pad, template = "<bos>", "<eos>", "<pad>", GEMMA4_TEMPLATE
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0}}
+        S, F = "sliding_attention", "full_attention"
+        if kind == "gemma4":
+            # E2B/E4B in small: per-layer embeddings (PLE), the last 2 layers reuse the K/V of
+            # the last earlier layer of their type (4 <- 2, 5 <- 3), and those 2 layers' MLPs
+            # are twice as wide (use_double_wide_mlp). transformers takes each type's last
+            # earlier layer; llama.cpp hard-codes the 2 layers before the first shared one
+            # (the one just before full, the one before that sliding, as in E2B and E4B), so
+            # the layout keeps both readings the same. Every role is present: layer 0 sliding
+            # and 1 full own their K/V, 2 and 3 produce the shared K/V, 4 and 5 reuse it.
+            shape = dict(num_key_value_heads=2, num_hidden_layers=6, layer_types=[S, F, S, F, S, F],
+                         hidden_size_per_layer_input=16, vocab_size_per_layer_input=vocab,
+                         num_kv_shared_layers=2, use_double_wide_mlp=True, attention_k_eq_v=False)
+            global_kv = None
+            seed = 15
+        else:
+            # 31B in small: full layers have no v_proj (V is the K projection, before k_norm:
+            # V gets v_norm only) and their own K/V head count; no PLE, no KV sharing.
+            shape = dict(num_key_value_heads=2, num_hidden_layers=5, layer_types=[S, S, F, S, F],
+                         hidden_size_per_layer_input=0, vocab_size_per_layer_input=vocab,
+                         num_kv_shared_layers=0, use_double_wide_mlp=False, attention_k_eq_v=True,
+                         num_global_key_value_heads=1)
+            global_kv = 1
+            seed = 16
+        cfg = transformers.Gemma4TextConfig(
+            **{**common, **shape}, head_dim=32, global_head_dim=64, sliding_window=8,
+            rope_parameters=rope, final_logit_softcapping=30.0,
+            hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+            bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        )
+        # Hub checkpoints carry these two keys (transformers 5.25 folds them into
+        # per_layer_config, which it also writes): both are written, consistent.
+        legacy = {"global_head_dim": 64, "num_global_key_value_heads": global_kv}
+        cls = transformers.Gemma4ForCausalLM
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
-    tok = mg.build_tokenizer(specials, vocab, bos)
+    gemma4 = kind.startswith("gemma4")
+    tok = gemma4_tokenizer(vocab) if gemma4 else mg.build_tokenizer(specials, vocab, bos)
+    assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
     model = cls(cfg).eval()
+    # Gemma 4's RMSNorm scales by w (not 1 + w): norms are randomized around 1 as for the others.
     mg.randomize_weights(model, seed=seed, gemma=False)
+    if gemma4:
+        # layer_scalar is a buffer (default 1.0) that scales the whole residual stream at the end
+        # of each layer: varied values, so a loader that drops it fails the goldens.
+        # The token embedding (tied to the output, scaled by sqrt(hidden) on input) at std 0.25:
+        # at std 1 the residual stream is the token's own embedding and greedy repeats it.
+        g = torch.Generator().manual_seed(seed + 100)
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(0.25)
+            for layer in model.model.layers:
+                layer.layer_scalar.copy_(0.5 + torch.rand(1, generator=g))
     model = model.to(torch.float32)
 
     folder = GOLDEN / f"tiny-{kind}"
@@ -130,8 +242,11 @@ def tiny_folder(kind: str) -> Path:
     for old in folder.glob("*"):
         old.unlink()
     model.save_pretrained(folder, safe_serialization=True)
+    extra_specials = {}
+    if kind.startswith("gemma4"):
+        extra_specials = dict(unk_token="<unk>", extra_special_tokens=GEMMA4_SPECIALS[4:])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos,
-                                   pad_token=pad, model_max_length=256)
+                                   pad_token=pad, model_max_length=256, **extra_specials)
     fast.chat_template = template
     fast.save_pretrained(folder)
     mg.legacy_config_keys(folder, legacy, template)
@@ -151,6 +266,8 @@ def tiny_folder(kind: str) -> Path:
     ids = prompts[-1]
     with torch.no_grad():
         logits = model2(torch.tensor([ids])).logits[0].float().numpy()
+        logits_mem = model(torch.tensor([ids])).logits[0].float().numpy()
+    assert np.allclose(logits, logits_mem, atol=1e-5), "reload changed the model"
     assert logits.shape == (len(ids), vocab)
     assert float(logits.std()) > 0.5, "logits too flat"
     greedy = []
@@ -168,6 +285,11 @@ def tiny_folder(kind: str) -> Path:
         "argmax": [int(i) for i in logits.argmax(-1)],
         "greedy_prompts": prompts,
         "greedy": greedy,
+        **({"layer_types": cfg.layer_types, "sliding_window": cfg.sliding_window,
+            "kv_sharing_modes": cfg.kv_sharing_modes,
+            "layer_scalar": [float(layer.layer_scalar) for layer in model2.model.layers],
+            "sliding_window_semantics": "query i attends key j iff 0 <= i - j < sliding_window (itself included)"}
+           if kind.startswith("gemma4") else {}),
     })
     print(f"wrote {folder.relative_to(ROOT)}")
     return folder
@@ -219,6 +341,16 @@ def llamacpp(gguf: Path, ids: list[int], prompts: list[list[int]]):
     return scores, greedy, llama_cpp.__version__
 
 
+# Why the Gemma 4 goldens' llama.cpp logits are ~1e-2 (not ~1e-5) from transformers'.
+GELU_NOTE = (
+    "ggml-cpu computes GELU (and GEGLU) through an f16 lookup table (GGML_GELU_FP16 in "
+    "ggml-cpu/vec.h: y = f16(gelu_tanh(f16(x)))), so its FFN and per-layer-input activations carry "
+    "~5e-4 relative error; transformers computes gelu_pytorch_tanh in f32. With that table "
+    "emulated in transformers the first positions agree to < 1e-5 and the rest to ~1e-3 (f32 "
+    "rounding then flips f16 roundings). Greedy continuations agree."
+)
+
+
 def gguf_golden(kind: str, folder: Path):
     import numpy as np
 
@@ -237,6 +369,8 @@ def gguf_golden(kind: str, folder: Path):
         "greedy_prompts": prompts,
         "greedy": greedy,
     }
+    if kind.startswith("gemma4"):
+        doc["note"] = GELU_NOTE
     if hf is not None and hf.get("token_ids") == ids:
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
@@ -246,7 +380,7 @@ def gguf_golden(kind: str, folder: Path):
 
 
 def main(kinds):
-    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3"]:
+    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv"]:
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:
