@@ -84,6 +84,8 @@ ELEMENTWISE(gather_rows)
 ELEMENTWISE(rope)
 ELEMENTWISE(kv_write)
 ELEMENTWISE(kv_write_fp8)
+ELEMENTWISE(scale_f32)
+ELEMENTWISE(copy_columns)
 
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode, DEC_THREADS)
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode_reduce, DEC_THREADS)

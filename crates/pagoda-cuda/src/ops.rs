@@ -186,6 +186,8 @@ pub struct Kernels {
     rope: CudaFunction,
     kv_write: CudaFunction,
     kv_write_fp8: CudaFunction,
+    scale: CudaFunction,
+    copy_columns: CudaFunction,
     pub(crate) attn_decode: CudaFunction,
     pub(crate) attn_decode_reduce: CudaFunction,
     pub(crate) attn_prefill: CudaFunction,
@@ -281,6 +283,8 @@ impl Kernels {
             rope: next(&mut e)?,
             kv_write: next(&mut e)?,
             kv_write_fp8: next(&mut e)?,
+            scale: next(&mut e)?,
+            copy_columns: next(&mut e)?,
             attn_decode: next(&mut a)?,
             attn_decode_reduce: next(&mut a)?,
             attn_prefill: next(&mut a)?,
@@ -433,6 +437,65 @@ impl Kernels {
         let (yp, _y) = c.input("y", y, n)?;
         let (xp, _x) = c.output("x", x, n)?;
         launch!(self.stream, c.kernel, &self.add, grid_1d(n), &xp, &yp, &n_l)
+    }
+
+    /// `x *= s` over `n` values, as `pagoda_kernels::ops::scale_inplace`.
+    pub fn scale(&self, x: &mut impl DevicePtrMut<f32>, n: usize, s: f32) -> Result<(), CudaError> {
+        let c = self.check("scale_f32");
+        if n == 0 {
+            return Ok(());
+        }
+        let n_l = n as i64;
+        let (xp, _x) = c.output("x", x, n)?;
+        launch!(
+            self.stream,
+            c.kernel,
+            &self.scale,
+            grid_1d(n),
+            &xp,
+            &n_l,
+            &s
+        )
+    }
+
+    /// `out[r, c] = x[r, cols.start + c]`: a block of columns of `x` (`[rows, width]`) into
+    /// `out` (`[rows, cols.len()]`).
+    pub fn copy_columns(
+        &self,
+        x: &impl DevicePtr<f32>,
+        out: &mut impl DevicePtrMut<f32>,
+        rows: usize,
+        width: usize,
+        cols: std::ops::Range<usize>,
+    ) -> Result<(), CudaError> {
+        let c = self.check("copy_columns");
+        if cols.start > cols.end || cols.end > width {
+            return Err(c.shape(format!("columns {cols:?} of rows {width} wide")));
+        }
+        let n = c.mul("out", rows, cols.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let rows_l = rows as i64;
+        let (width_i, col0, ncols) = (
+            c.int("width", width)?,
+            c.int("first column", cols.start)?,
+            c.int("columns", cols.len())?,
+        );
+        let (xp, _x) = c.input("x", x, c.mul("x", rows, width)?)?;
+        let (o, _o) = c.output("out", out, n)?;
+        launch!(
+            self.stream,
+            c.kernel,
+            &self.copy_columns,
+            grid_1d(n),
+            &xp,
+            &o,
+            &rows_l,
+            &width_i,
+            &col0,
+            &ncols
+        )
     }
 
     /// `out[r, c] += bias[c]` (`out`: `[rows, cols]`).

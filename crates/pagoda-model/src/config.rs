@@ -5,7 +5,10 @@
 //!
 //! Invariants (checked by [`ModelConfig::validate`]): `n_heads % n_kv_heads == 0`,
 //! `rope_dim <= head_dim` and even, `layer_is_sliding` and `layer_uses_rope` have one
-//! entry per layer.
+//! entry per layer; [`LayerVariants`] (layers that differ: Gemma 4) are consistent: per-layer
+//! lists have one entry per layer, every KV-shared layer has a source layer of its kind and
+//! width. Code that sizes a layer asks the per-layer accessors (`layer_head_dim(i)`,
+//! `layer_kv_dim(i)`, `layer_ffn_dim(i)`, …), never `head_dim` directly.
 
 mod from_gguf;
 mod from_hf;
@@ -32,6 +35,9 @@ pub enum Architecture {
     /// Phi-3 / Phi-3.5 / Phi-4-mini (llama.cpp `phi3`): fused QKV and gate/up projections,
     /// partial rotary, LongRoPE.
     Phi3,
+    /// Gemma 4 dense (llama.cpp `gemma4`): Gemma 3's block with global layers of their own
+    /// head size, proportional RoPE, shared-KV layers and per-layer embeddings.
+    Gemma4,
 }
 
 impl Architecture {
@@ -44,6 +50,7 @@ impl Architecture {
         Architecture::SmolLM3,
         Architecture::Mistral3,
         Architecture::Phi3,
+        Architecture::Gemma4,
     ];
 }
 
@@ -152,6 +159,38 @@ pub struct ModelConfig {
     pub embedding_scale: Option<f32>,
     /// Output projection shares the token embedding matrix.
     pub tie_word_embeddings: bool,
+    /// Layers that differ from the others (Gemma 4); the default for uniform families.
+    pub variants: LayerVariants,
+}
+
+/// What makes some layers of a model differ from the others (Gemma 4); every field's default
+/// means "no layer differs".
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LayerVariants {
+    /// The full-attention (non-sliding) layers' own head shape (Gemma 4's global layers);
+    /// `None`: every layer has `head_dim`, `n_kv_heads` and `rope_dim`.
+    pub global: Option<GlobalAttention>,
+    /// FFN width per layer where it varies (Gemma 4's double-wide MLP of the KV-shared
+    /// layers); empty: `ffn_dim` everywhere.
+    pub ffn_dims: Vec<usize>,
+    /// The last this many layers compute no K/V: each attends over the K/V of the last
+    /// earlier layer of its kind (sliding or full), written earlier in the same pass
+    /// (Gemma 4's shared-KV layers; [`ModelConfig::kv_source`]).
+    pub kv_shared: usize,
+    /// Width of each layer's slice of the per-layer embeddings (Gemma 4 E2B/E4B), if any.
+    pub per_layer_input: Option<usize>,
+}
+
+/// The head shape of the full-attention layers where it differs from the sliding ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlobalAttention {
+    pub head_dim: usize,
+    pub n_kv_heads: usize,
+    /// Dimensions of each head RoPE covers.
+    pub rope_dim: usize,
+    /// Of those, how many rotate with a non-zero frequency (Gemma 4's "proportional" RoPE:
+    /// the rest keep frequency 0); `rope_dim` for ordinary RoPE.
+    pub rotated_dim: usize,
 }
 
 impl ModelConfig {
@@ -215,12 +254,170 @@ impl ModelConfig {
         if self.layer_is_sliding.iter().any(|&s| s) && self.sliding_window.is_none() {
             return bad("sliding-window layers without a window size".into());
         }
-        Ok(())
+        self.validate_variants()
     }
 
     /// Query heads per KV head.
     pub fn gqa_group(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+
+    /// The global-layer shape that applies to layer `i`, if it differs from the others.
+    fn global_of(&self, i: usize) -> Option<&GlobalAttention> {
+        self.variants
+            .global
+            .as_ref()
+            .filter(|_| !self.layer_is_sliding.get(i).copied().unwrap_or(false))
+    }
+
+    /// Values per head in layer `i`.
+    pub fn layer_head_dim(&self, i: usize) -> usize {
+        self.global_of(i).map_or(self.head_dim, |g| g.head_dim)
+    }
+
+    /// KV heads of layer `i`.
+    pub fn layer_n_kv_heads(&self, i: usize) -> usize {
+        self.global_of(i).map_or(self.n_kv_heads, |g| g.n_kv_heads)
+    }
+
+    /// Dimensions of each head RoPE covers in layer `i`.
+    pub fn layer_rope_dim(&self, i: usize) -> usize {
+        self.global_of(i).map_or(self.rope_dim, |g| g.rope_dim)
+    }
+
+    /// `n_kv_heads * head_dim` of layer `i`: the width of the K (and V) it computes.
+    pub fn layer_kv_dim(&self, i: usize) -> usize {
+        self.layer_n_kv_heads(i) * self.layer_head_dim(i)
+    }
+
+    /// `n_heads * head_dim` of layer `i`.
+    pub fn layer_q_dim(&self, i: usize) -> usize {
+        self.n_heads * self.layer_head_dim(i)
+    }
+
+    /// FFN inner width of layer `i`.
+    pub fn layer_ffn_dim(&self, i: usize) -> usize {
+        self.variants
+            .ffn_dims
+            .get(i)
+            .copied()
+            .unwrap_or(self.ffn_dim)
+    }
+
+    /// The first layer that computes no K/V of its own (`n_layers` when every layer does).
+    pub fn first_kv_shared(&self) -> usize {
+        self.n_layers - self.variants.kv_shared.min(self.n_layers)
+    }
+
+    /// The layer whose K/V layer `i` attends over: `i` itself, or for a KV-shared layer the
+    /// last earlier layer of its kind that computes K/V (`None` if there is none: refused by
+    /// [`ModelConfig::validate`]).
+    pub fn kv_source(&self, i: usize) -> Option<usize> {
+        let first_shared = self.first_kv_shared();
+        if i < first_shared {
+            return Some(i);
+        }
+        let sliding = self.layer_is_sliding.get(i).copied()?;
+        (0..first_shared)
+            .rev()
+            .find(|&j| self.layer_is_sliding[j] == sliding)
+    }
+
+    /// Width of the K/V cache layer `i` keeps: its K/V width, 0 for a KV-shared layer.
+    pub fn layer_kv_cache_dim(&self, i: usize) -> usize {
+        if i < self.first_kv_shared() {
+            self.layer_kv_dim(i)
+        } else {
+            0
+        }
+    }
+
+    /// The widest K/V of any layer (at least the common layers', for a part of no layers).
+    pub fn max_kv_dim(&self) -> usize {
+        (0..self.n_layers)
+            .map(|i| self.layer_kv_dim(i))
+            .fold(self.n_kv_heads * self.head_dim, usize::max)
+    }
+
+    /// The widest query of any layer.
+    pub fn max_q_dim(&self) -> usize {
+        (0..self.n_layers)
+            .map(|i| self.layer_q_dim(i))
+            .fold(self.n_heads * self.head_dim, usize::max)
+    }
+
+    /// The widest FFN of any layer.
+    pub fn max_ffn_dim(&self) -> usize {
+        (0..self.n_layers)
+            .map(|i| self.layer_ffn_dim(i))
+            .fold(self.ffn_dim, usize::max)
+    }
+
+    /// Whether every layer has the same shape and its own K/V (what a writer, a split model
+    /// and the distillation student assume).
+    pub fn has_uniform_layers(&self) -> bool {
+        self.variants == LayerVariants::default()
+    }
+
+    fn validate_variants(&self) -> Result<(), ModelError> {
+        let bad = |msg: String| Err(ModelError::InvalidConfig(msg));
+        let v = &self.variants;
+        if let Some(g) = &v.global {
+            if g.head_dim == 0 || g.n_kv_heads == 0 || self.n_heads % g.n_kv_heads != 0 {
+                return bad(format!(
+                    "global layers' head shape {g:?} cannot serve {} query heads",
+                    self.n_heads
+                ));
+            }
+            if g.rope_dim > g.head_dim
+                || g.rope_dim % 2 != 0
+                || g.rotated_dim > g.rope_dim
+                || g.rotated_dim % 2 != 0
+            {
+                return bad(format!(
+                    "global layers' RoPE dimensions {} (rotated {}) must be even and at most                      head_dim {}",
+                    g.rope_dim, g.rotated_dim, g.head_dim
+                ));
+            }
+        }
+        if !v.ffn_dims.is_empty() && v.ffn_dims.len() != self.n_layers {
+            return bad(format!(
+                "{} FFN widths for {} layers",
+                v.ffn_dims.len(),
+                self.n_layers
+            ));
+        }
+        if v.ffn_dims.contains(&0) {
+            return bad("an FFN width of 0".into());
+        }
+        if v.kv_shared >= self.n_layers && v.kv_shared > 0 {
+            return bad(format!(
+                "{} KV-shared layers of {}: at least one layer must compute K/V",
+                v.kv_shared, self.n_layers
+            ));
+        }
+        for i in self.first_kv_shared()..self.n_layers {
+            if self.kv_source(i).is_none() {
+                return bad(format!(
+                    "KV-shared layer {i} has no earlier {} layer to share K/V with",
+                    if self.layer_is_sliding[i] {
+                        "sliding-window"
+                    } else {
+                        "full-attention"
+                    }
+                ));
+            }
+            let src = self.kv_source(i).unwrap_or(i);
+            if self.layer_kv_dim(src) != self.layer_kv_dim(i) {
+                return bad(format!(
+                    "KV-shared layer {i} and its source layer {src} differ in K/V width"
+                ));
+            }
+        }
+        if v.per_layer_input == Some(0) {
+            return bad("per-layer inputs of width 0".into());
+        }
+        Ok(())
     }
 }
 

@@ -86,6 +86,10 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
         "embed_tokens.weight" => return Some("token_embd.weight".into()),
         "norm.weight" => return Some("output_norm.weight".into()),
         "lm_head.weight" => return Some("output.weight".into()),
+        // Gemma 4's per-layer embeddings.
+        "embed_tokens_per_layer.weight" => return Some("per_layer_token_embd.weight".into()),
+        "per_layer_model_projection.weight" => return Some("per_layer_model_proj.weight".into()),
+        "per_layer_projection_norm.weight" => return Some("per_layer_proj_norm.weight".into()),
         _ => {}
     }
     let Some(rest) = n.strip_prefix("layers.") else {
@@ -111,7 +115,7 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
 /// field restricts an entry to families with sandwich norms (`Some(true)`: Gemma's
 /// `post_attention_layernorm` is a post-norm) or to the others (`Some(false)`: it is the
 /// MLP's pre-norm).
-const LAYER_NAMES: [(&str, &str, Option<bool>); 20] = [
+const LAYER_NAMES: [(&str, &str, Option<bool>); 24] = [
     ("self_attn.q_proj.weight", "attn_q.weight", None),
     ("self_attn.k_proj.weight", "attn_k.weight", None),
     ("self_attn.v_proj.weight", "attn_v.weight", None),
@@ -150,6 +154,11 @@ const LAYER_NAMES: [(&str, &str, Option<bool>); 20] = [
     // entries above when the model is opened: `family::prepare_weights`).
     ("self_attn.qkv_proj.weight", "attn_qkv.weight", None),
     ("mlp.gate_up_proj.weight", "ffn_up.weight", None),
+    // Gemma 4: the per-layer input's gate, projection and norm, and the layer's output scale.
+    ("per_layer_input_gate.weight", "inp_gate.weight", None),
+    ("per_layer_projection.weight", "proj.weight", None),
+    ("post_per_layer_input_norm.weight", "post_norm.weight", None),
+    ("layer_scalar", "layer_output_scale.weight", None),
 ];
 
 /// The Hugging Face (transformers `*ForCausalLM`) name of canonical tensor `canonical`: the

@@ -49,7 +49,9 @@ pub struct KvShape {
     pub n_blocks: usize,
     /// Positions per block.
     pub block_size: usize,
-    /// `n_kv_heads * head_dim`: values per position per layer, for K and for V each.
+    /// `n_kv_heads * head_dim` of the widest layer: values per position, for K and for V
+    /// each (every layer's, for models whose layers are alike; a layer's own width is its
+    /// storage's).
     pub kv_dim: usize,
     pub dtype: KvDtype,
 }
@@ -205,9 +207,11 @@ impl PagedKvCache {
         self.storage.whereabouts()
     }
 
-    /// Bytes one block takes over all layers, K and V together.
+    /// Bytes one block takes over all layers, K and V together (a KV-shared layer keeps
+    /// none).
     pub fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: KvDtype) -> usize {
-        2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * dtype.bytes()
+        let values: usize = (0..cfg.n_layers).map(|i| cfg.layer_kv_cache_dim(i)).sum();
+        2 * block_size * values * dtype.bytes()
     }
 
     /// The shape every layer shares.

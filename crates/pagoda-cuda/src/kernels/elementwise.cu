@@ -111,6 +111,21 @@ extern "C" __global__ void to_bf16(const float* x, bf16_t* out, long long n) {
     GRID_STRIDE(i, n) { out[i] = f32_to_bf16(x[i]); }
 }
 
+// x *= s
+extern "C" __global__ void scale_f32(float* x, long long n, float s) {
+    GRID_STRIDE(i, n) { x[i] *= s; }
+}
+
+// out[r, c] = x[r, col0 + c] for x of rows `width` wide, out of rows `cols` wide.
+extern "C" __global__ void copy_columns(const float* x, float* out, long long rows, int width,
+                                       int col0, int cols) {
+    GRID_STRIDE(i, rows * cols) {
+        const long long r = i / cols;
+        const int c = (int)(i % cols);
+        out[i] = x[r * width + col0 + c];
+    }
+}
+
 // x = cap * tanh(x / cap)
 extern "C" __global__ void softcap(float* x, long long n, float cap) {
     GRID_STRIDE(i, n) { x[i] = cap * tanhf(x[i] / cap); }

@@ -63,6 +63,8 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
         "rope",
         "kv_write",
         "kv_write_fp8",
+        "scale_f32",
+        "copy_columns",
     ],
 };
 

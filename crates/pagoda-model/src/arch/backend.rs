@@ -1,10 +1,11 @@
 //! The device seam: the few operations a forward pass asks of the device it runs on, and the
 //! device's own storage of the KV cache.
 //!
-//! Every architecture ([`super::llama`], [`super::gemma3`]) is written once, generic over a
+//! Every architecture ([`super::decoder`]) is written once, generic over a
 //! [`Backend`], out of these operations: load a linear layer, an RMSNorm and a RoPE table
-//! onto the device; run linear layers that share an input; normalize rows or heads; add;
-//! apply a gated activation; rotate, store and attend over one layer's paged K/V; and, for
+//! onto the device; run linear layers that share an input; normalize rows or heads; add,
+//! scale, take a block of columns; apply a gated activation; rotate, store and attend over
+//! one layer's paged K/V; and, for
 //! the parts every architecture shares, embed tokens and compute the logits rows. What an
 //! activation is ([`Backend::Act`]: a host `Vec<f32>` on the CPU, an f32 buffer in GPU
 //! memory on CUDA), how a weight is stored (the file's quantized blocks in CPU strips; bf16
@@ -76,11 +77,12 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// process's own memory).
     fn workspace_bytes(&self, cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64;
 
-    /// `n_layers` layers of zeroed K/V of `shape` (errors: a dtype the device cannot store,
-    /// memory that runs out).
+    /// One layer of zeroed K/V per entry of `kv_dims`, each of `shape`'s blocks with that
+    /// many values per position (0 for a layer that keeps no K/V of its own; errors: a dtype
+    /// the device cannot store, memory that runs out).
     fn new_kv_layers(
         &self,
-        n_layers: usize,
+        kv_dims: &[usize],
         shape: &KvShape,
     ) -> Result<Vec<Self::KvLayer>, ModelError>;
 
@@ -196,6 +198,19 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `x += y`.
     fn add(&self, x: &mut Self::Act, y: &Self::Act) -> Result<(), ModelError>;
 
+    /// `x *= s`.
+    fn scale(&self, x: &mut Self::Act, s: f32) -> Result<(), ModelError>;
+
+    /// `out = x[:, cols]` for `x` of rows `width` values wide: a block of columns of every
+    /// row (`out`: `[rows, cols.len()]`; `cols` within `0..width`, the caller checks).
+    fn columns(
+        &self,
+        x: &Self::Act,
+        width: usize,
+        cols: Range<usize>,
+        out: &mut Self::Act,
+    ) -> Result<(), ModelError>;
+
     /// `gate = act(gate) * up`.
     fn gated(
         &self,
@@ -204,17 +219,18 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         up: &Self::Act,
     ) -> Result<(), ModelError>;
 
-    /// Rotates `q` and `k` by their rows' positions, writes `k` and `v` into `kv` through the
-    /// rows' block tables, and attends every row of `q` over its sequence's positions up to
-    /// its own (within `shape.window`), into `out` (`[rows, n_heads * head_dim]`).
+    /// Rotates `q` (and `k`) by their rows' positions, writes the new `(k, v)` into `kv`
+    /// through the rows' block tables, and attends every row of `q` over its sequence's
+    /// positions up to its own (within `shape.window`), into `out`
+    /// (`[rows, n_heads * head_dim]`). Without new K/V (a KV-shared layer) it attends over
+    /// what `kv` holds, which an earlier layer of the same pass wrote for these rows.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         shape: &AttentionShape,
         rope: &Self::Rope,
         q: &mut Self::Act,
-        k: &mut Self::Act,
-        v: &Self::Act,
+        new_kv: Option<(&mut Self::Act, &Self::Act)>,
         kv: &mut Self::KvLayer,
         pass: &mut Self::Pass<'_>,
         out: &mut Self::Act,
@@ -278,6 +294,12 @@ pub struct Activations<A> {
     pub branch: A,
     /// Post-norm of a block's output (Gemma 3), `[total, hidden]`.
     pub post: A,
+    /// Every layer's per-layer input (Gemma 4), `[total, n_layers * per_layer]`.
+    pub per_layer: A,
+    /// One layer's slice of `per_layer`, `[total, per_layer]`.
+    pub per_layer_one: A,
+    /// The per-layer gate, `[total, per_layer]`.
+    pub per_layer_gate: A,
     /// Rows that need logits, gathered, `[n_out, hidden]`.
     pub logit_rows: A,
 }

@@ -9,20 +9,39 @@
 //! call fails only for a device fault.
 
 use super::backend::{Activation, Activations, Backend};
-use crate::weights::Weights;
+use crate::weights::{TensorView, Weights};
 use crate::{ModelConfig, ModelError};
 use pagoda_kernels::attention::AttentionShape;
+use pagoda_kernels::GgmlType;
 
-/// The head layout of one attention layer (`window`: its sliding window, if any).
-pub fn attention_shape(cfg: &ModelConfig, window: Option<usize>) -> AttentionShape {
+/// The head layout of layer `layer` (`window`: its sliding window, if any).
+pub fn attention_shape(cfg: &ModelConfig, layer: usize, window: Option<usize>) -> AttentionShape {
     AttentionShape {
         n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: cfg.head_dim,
+        n_kv_heads: cfg.layer_n_kv_heads(layer),
+        head_dim: cfg.layer_head_dim(layer),
         scale: cfg.attention_scale,
         softcap: cfg.attn_logit_softcap,
         window,
     }
+}
+
+/// An RMSNorm of `dim` ones (after the model's weight offset): a normalization without a
+/// weight (Gemma 4's V norm) through the backend's one norm operation.
+fn unit_norm<B: Backend>(
+    backend: &B,
+    dim: usize,
+    cfg: &ModelConfig,
+) -> Result<B::Norm, ModelError> {
+    const NAME: &str = "unit_norm.weight";
+    let ones: Vec<u8> = std::iter::repeat_n(1.0 - cfg.norm_weight_offset, dim)
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    let mut w = Weights::new();
+    TensorView::owned(NAME, GgmlType::F32, vec![dim], ones)
+        .and_then(|t| w.insert(t))
+        .map_err(ModelError::InvalidConfig)?;
+    backend.load_norm(&w, NAME, dim, cfg)
 }
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
@@ -42,7 +61,7 @@ impl<B: Backend> GatedMlp<B> {
         cfg: &ModelConfig,
         activation: Activation,
     ) -> Result<Self, ModelError> {
-        let (d, f) = (cfg.hidden_size, cfg.ffn_dim);
+        let (d, f) = (cfg.hidden_size, cfg.layer_ffn_dim(layer));
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         Ok(GatedMlp {
             gate: backend.load_linear(weights, &name("ffn_gate"), None, f, d)?,
@@ -75,16 +94,28 @@ impl<B: Backend> GatedMlp<B> {
     }
 }
 
+/// The K and V projections of a layer that computes its own K/V.
+#[derive(Debug)]
+pub struct KvProjections<B: Backend> {
+    pub k: B::Linear,
+    /// V's projection; a second handle to `k` where the layer has none and the family takes
+    /// V from K (`Block::v_defaults_to_k`).
+    pub v: B::Linear,
+    /// Per-head RMSNorm of keys (the family's `qk_norm`).
+    pub k_norm: Option<B::Norm>,
+    /// Per-head RMSNorm of values without a weight (the family's `v_norm`).
+    pub v_norm: Option<B::Norm>,
+}
+
 /// Attention projections of one layer.
 #[derive(Debug)]
 pub struct AttentionWeights<B: Backend> {
     pub q: B::Linear,
-    pub k: B::Linear,
-    pub v: B::Linear,
+    /// `None` for a layer that attends over an earlier layer's K/V (KV-shared layers).
+    pub kv: Option<KvProjections<B>>,
     pub o: B::Linear,
-    /// Per-head RMSNorm of queries and keys (the family's `qk_norm`: Gemma 3, Qwen3).
+    /// Per-head RMSNorm of queries (the family's `qk_norm`: Gemma 3/4, Qwen3).
     pub q_norm: Option<B::Norm>,
-    pub k_norm: Option<B::Norm>,
 }
 
 impl<B: Backend> AttentionWeights<B> {
@@ -95,18 +126,14 @@ impl<B: Backend> AttentionWeights<B> {
         cfg: &ModelConfig,
     ) -> Result<Self, ModelError> {
         let d = cfg.hidden_size;
-        let q_dim = cfg.n_heads * cfg.head_dim;
-        let kv_dim = cfg.n_kv_heads * cfg.head_dim;
+        let head_dim = cfg.layer_head_dim(layer);
+        let q_dim = cfg.layer_q_dim(layer);
+        let kv_dim = cfg.layer_kv_dim(layer);
         let name = |t: &str| format!("blk.{layer}.{t}");
-        let qk_norm = cfg.arch.family().block.qk_norm;
+        let block = cfg.arch.family().block;
         let norm = |t: &str| -> Result<Option<B::Norm>, ModelError> {
-            if qk_norm {
-                Ok(Some(backend.load_norm(
-                    weights,
-                    &name(t),
-                    cfg.head_dim,
-                    cfg,
-                )?))
+            if block.qk_norm {
+                Ok(Some(backend.load_norm(weights, &name(t), head_dim, cfg)?))
             } else {
                 Ok(None)
             }
@@ -115,19 +142,38 @@ impl<B: Backend> AttentionWeights<B> {
             let bias = name(&format!("{t}.bias"));
             backend.load_linear(weights, &name(&format!("{t}.weight")), Some(&bias), rows, d)
         };
+        let kv = if layer < cfg.first_kv_shared() {
+            let k = projection("attn_k", kv_dim)?;
+            let v = if block.v_defaults_to_k && !weights.contains(&name("attn_v.weight")) {
+                backend.share(&k)
+            } else {
+                projection("attn_v", kv_dim)?
+            };
+            Some(KvProjections {
+                k,
+                v,
+                k_norm: norm("attn_k_norm.weight")?,
+                v_norm: if block.v_norm {
+                    Some(unit_norm(backend, head_dim, cfg)?)
+                } else {
+                    None
+                },
+            })
+        } else {
+            None
+        };
         Ok(AttentionWeights {
             q: projection("attn_q", q_dim)?,
-            k: projection("attn_k", kv_dim)?,
-            v: projection("attn_v", kv_dim)?,
+            kv,
             o: backend.load_linear(weights, &name("attn_output.weight"), None, d, q_dim)?,
             q_norm: norm("attn_q_norm.weight")?,
-            k_norm: norm("attn_k_norm.weight")?,
         })
     }
 
-    /// Self-attention of a batch: projects all rows, normalizes Q and K per head, lets the
-    /// backend rotate, store and attend, and projects back. `a.normed` (`[total, hidden]`)
-    /// -> `a.branch` (`[total, hidden]`).
+    /// Self-attention of a batch: projects all rows, normalizes Q, K and V per head, lets the
+    /// backend rotate, store and attend over `kv` (this layer's, or for a KV-shared layer the
+    /// source layer's, which this pass already wrote), and projects back. `a.normed`
+    /// (`[total, hidden]`) -> `a.branch` (`[total, hidden]`).
     pub fn forward(
         &self,
         backend: &B,
@@ -137,24 +183,41 @@ impl<B: Backend> AttentionWeights<B> {
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<(), ModelError> {
-        backend.linears(
-            [&self.q, &self.k, &self.v],
-            &a.normed,
-            [&mut a.q, &mut a.k, &mut a.v],
-            pass,
-        )?;
+        match &self.kv {
+            Some(p) => {
+                backend.linears(
+                    [&self.q, &p.k, &p.v],
+                    &a.normed,
+                    [&mut a.q, &mut a.k, &mut a.v],
+                    pass,
+                )?;
+                if let Some(norm) = &p.k_norm {
+                    backend.rms_norm_heads(norm, &mut a.k)?;
+                }
+                if let Some(norm) = &p.v_norm {
+                    backend.rms_norm_heads(norm, &mut a.v)?;
+                }
+            }
+            None => backend.linears([&self.q], &a.normed, [&mut a.q], pass)?,
+        }
         if let Some(norm) = &self.q_norm {
             backend.rms_norm_heads(norm, &mut a.q)?;
         }
-        if let Some(norm) = &self.k_norm {
-            backend.rms_norm_heads(norm, &mut a.k)?;
-        }
-        backend.attention(shape, rope, &mut a.q, &mut a.k, &a.v, kv, pass, &mut a.attn)?;
+        let new_kv = match self.kv {
+            Some(_) => Some((&mut a.k, &a.v)),
+            None => None,
+        };
+        backend.attention(shape, rope, &mut a.q, new_kv, kv, pass, &mut a.attn)?;
         backend.linears([&self.o], &a.attn, [&mut a.branch], pass)
     }
 
-    /// The four projections.
-    pub fn linears(&self) -> [&B::Linear; 4] {
-        [&self.q, &self.k, &self.v, &self.o]
+    /// The projections (two or four).
+    pub fn linears(&self) -> Vec<&B::Linear> {
+        let mut all = vec![&self.q];
+        if let Some(p) = &self.kv {
+            all.extend([&p.k, &p.v]);
+        }
+        all.push(&self.o);
+        all
     }
 }

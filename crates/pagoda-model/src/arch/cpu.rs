@@ -30,11 +30,11 @@ use std::sync::Arc;
 /// One layer's keys and values in host memory, each `[n_blocks, block_size, kv_dim]`.
 pub type CpuKvLayer = (KvBlockStorage, KvBlockStorage);
 
-/// `n_layers` layers of zeroed K/V of `shape` in host memory.
-fn host_layers(n_layers: usize, shape: &KvShape) -> Vec<CpuKvLayer> {
+/// Zeroed K/V of `shape`'s blocks in host memory, one layer per entry of `kv_dims`.
+fn host_layers(kv_dims: &[usize], shape: &KvShape) -> Vec<CpuKvLayer> {
     let storage =
-        || KvBlockStorage::new(shape.dtype, shape.n_blocks, shape.block_size, shape.kv_dim);
-    (0..n_layers).map(|_| (storage(), storage())).collect()
+        |kv_dim| KvBlockStorage::new(shape.dtype, shape.n_blocks, shape.block_size, kv_dim);
+    kv_dims.iter().map(|&d| (storage(d), storage(d))).collect()
 }
 
 impl PagedKvCache {
@@ -49,9 +49,12 @@ impl PagedKvCache {
             n_blocks,
             block_size,
             dtype,
-            kv_dim: cfg.n_kv_heads * cfg.head_dim,
+            kv_dim: cfg.max_kv_dim(),
         };
-        let layers = host_layers(cfg.n_layers, &shape);
+        let kv_dims: Vec<usize> = (0..cfg.n_layers)
+            .map(|i| cfg.layer_kv_cache_dim(i))
+            .collect();
+        let layers = host_layers(&kv_dims, &shape);
         PagedKvCache::with_storage(shape, Box::new(DeviceKv::new(Cpu, shape, layers)))
     }
 }
@@ -93,10 +96,10 @@ impl Backend for Cpu {
 
     fn new_kv_layers(
         &self,
-        n_layers: usize,
+        kv_dims: &[usize],
         shape: &KvShape,
     ) -> Result<Vec<CpuKvLayer>, ModelError> {
-        Ok(host_layers(n_layers, shape))
+        Ok(host_layers(kv_dims, shape))
     }
 
     fn copy_kv_block(
@@ -255,6 +258,25 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn scale(&self, x: &mut Vec<f32>, s: f32) -> Result<(), ModelError> {
+        ops::scale_inplace(x, s);
+        Ok(())
+    }
+
+    fn columns(
+        &self,
+        x: &Vec<f32>,
+        width: usize,
+        cols: Range<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        out.clear();
+        for row in x.chunks_exact(width) {
+            out.extend_from_slice(&row[cols.clone()]);
+        }
+        Ok(())
+    }
+
     fn gated(
         &self,
         activation: Activation,
@@ -273,8 +295,7 @@ impl Backend for Cpu {
         shape: &AttentionShape,
         rope: &Rope,
         q: &mut Vec<f32>,
-        k: &mut Vec<f32>,
-        v: &Vec<f32>,
+        mut new_kv: Option<(&mut Vec<f32>, &Vec<f32>)>,
         kv: &mut (KvBlockStorage, KvBlockStorage),
         pass: &mut CpuPass<'_>,
         out: &mut Vec<f32>,
@@ -287,11 +308,13 @@ impl Backend for Cpu {
             let (r, n) = (seq.rows.clone(), seq.rows.len());
             let q = &mut q[r.start * q_dim..r.end * q_dim]; // [n, q_dim]
             rope.apply_query(q, n, seq.start);
-            let k = &mut k[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
-            rope.apply(k, n, seq.start);
-            keys.write(seq.block_table, seq.start, k);
-            let v = &v[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
-            values.write(seq.block_table, seq.start, v);
+            if let Some((k, v)) = new_kv.as_mut() {
+                let k = &mut k[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
+                rope.apply(k, n, seq.start);
+                keys.write(seq.block_table, seq.start, k);
+                let v = &v[r.start * kv_dim..r.end * kv_dim]; // [n, kv_dim]
+                values.write(seq.block_table, seq.start, v);
+            }
         }
         out.clear();
         out.resize(total * q_dim, 0.0); // [total, q_dim]

@@ -270,6 +270,16 @@ impl CudaKvLayer {
         })
     }
 
+    /// Values per position of this layer in a cache of `shape` (0 for a layer that keeps no
+    /// K/V: its buffers hold the one value an allocation needs).
+    pub(crate) fn kv_dim(&self, shape: &KvShape) -> usize {
+        let values = match self {
+            CudaKvLayer::Bf16 { k, .. } => k.len(),
+            CudaKvLayer::Fp8 { k, .. } => k.len(),
+        };
+        values / (shape.n_blocks * shape.block_size).max(1)
+    }
+
     /// Copies `len` values of K and of V from `src` to `dst` (non-overlapping ranges).
     pub(crate) fn copy_within(
         &mut self,
@@ -347,6 +357,57 @@ impl CudaScratch {
     }
 }
 
+impl Cuda {
+    /// Rotates `k` by its rows' positions and writes `k` and `v` into `kv` through the rows'
+    /// slots (the store half of [`Backend::attention`]).
+    fn store_kv(
+        &self,
+        shape: &AttentionShape,
+        rope: &CudaRope,
+        k: &mut CudaAct,
+        v: &CudaAct,
+        kv: &mut CudaKvLayer,
+        pass: &CudaPass<'_>,
+    ) -> Result<(), ModelError> {
+        let kernels = self.gpu.kernels();
+        let rows = pass.batch.total_rows();
+        let hd = shape.head_dim;
+        kernels.rope(
+            k.get_mut()?,
+            pass.batch.positions(),
+            &rope.inv_freq,
+            rows,
+            shape.n_kv_heads,
+            hd,
+            rope.half,
+            rope.style,
+            rope.mscale,
+            None,
+        )?;
+        let kv_dim = shape.n_kv_heads * hd;
+        match kv {
+            CudaKvLayer::Bf16 { k: kc, v: vc } => {
+                kernels.kv_write(k.get()?, v.get()?, kc, vc, pass.batch.slots(), rows, kv_dim)?
+            }
+            CudaKvLayer::Fp8 {
+                k: kc,
+                v: vc,
+                scales,
+            } => kernels.kv_write_fp8(
+                k.get()?,
+                v.get()?,
+                kc,
+                vc,
+                pass.batch.slots(),
+                rows,
+                kv_dim,
+                *scales,
+            )?,
+        }
+        Ok(())
+    }
+}
+
 impl Backend for Cuda {
     const NAME: &'static str = "GPU";
     type Act = CudaAct;
@@ -373,7 +434,7 @@ impl Backend for Cuda {
     /// refused.
     fn new_kv_layers(
         &self,
-        n_layers: usize,
+        kv_dims: &[usize],
         shape: &KvShape,
     ) -> Result<Vec<CudaKvLayer>, ModelError> {
         let fp8 = match shape.dtype {
@@ -387,9 +448,10 @@ impl Backend for Cuda {
                 )))
             }
         };
-        let len = shape.layer_values();
-        (0..n_layers)
-            .map(|_| CudaKvLayer::zeroed(&self.gpu, len, fp8))
+        let positions = shape.n_blocks * shape.block_size;
+        kv_dims
+            .iter()
+            .map(|&d| CudaKvLayer::zeroed(&self.gpu, positions * d, fp8))
             .collect()
     }
 
@@ -400,11 +462,14 @@ impl Backend for Cuda {
         src: u32,
         dst: u32,
     ) -> Result<(), ModelError> {
-        let block = shape.block_size * shape.kv_dim;
-        let (src, dst) = (src as usize * block, dst as usize * block);
-        if src != dst {
-            for layer in kv {
-                layer.copy_within(&self.gpu, src, dst, block)?;
+        if src == dst {
+            return Ok(());
+        }
+        for layer in kv {
+            let block = shape.block_size * layer.kv_dim(shape);
+            if block > 0 {
+                let (s, d) = (src as usize * block, dst as usize * block);
+                layer.copy_within(&self.gpu, s, d, block)?;
             }
         }
         Ok(())
@@ -412,7 +477,10 @@ impl Backend for Cuda {
 
     // bf16 for f16: the same bytes per value as the dtype says.
     fn kv_bytes(&self, kv: &[CudaKvLayer], shape: &KvShape) -> usize {
-        kv.len() * 2 * shape.layer_values() * shape.dtype.bytes()
+        let positions = shape.n_blocks * shape.block_size;
+        kv.iter()
+            .map(|l| 2 * positions * l.kv_dim(shape) * shape.dtype.bytes())
+            .sum()
     }
 
     fn kv_storage(&self, dtype: KvDtype) -> String {
@@ -632,6 +700,26 @@ impl Backend for Cuda {
         Ok(self.gpu.kernels().add(x.get_mut()?, y.get()?, n)?)
     }
 
+    fn scale(&self, x: &mut CudaAct, s: f32) -> Result<(), ModelError> {
+        let n = x.len;
+        Ok(self.gpu.kernels().scale(x.get_mut()?, n, s)?)
+    }
+
+    fn columns(
+        &self,
+        x: &CudaAct,
+        width: usize,
+        cols: Range<usize>,
+        out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        let rows = x.len / width.max(1);
+        let o = out.resize(&self.gpu, rows * cols.len())?;
+        Ok(self
+            .gpu
+            .kernels()
+            .copy_columns(x.get()?, o, rows, width, cols)?)
+    }
+
     fn gated(
         &self,
         activation: Activation,
@@ -654,8 +742,7 @@ impl Backend for Cuda {
         shape: &AttentionShape,
         rope: &CudaRope,
         q: &mut CudaAct,
-        k: &mut CudaAct,
-        v: &CudaAct,
+        new_kv: Option<(&mut CudaAct, &CudaAct)>,
         kv: &mut CudaKvLayer,
         pass: &mut CudaPass<'_>,
         out: &mut CudaAct,
@@ -676,37 +763,8 @@ impl Backend for Cuda {
             rope.mscale,
             rope.query_temperature,
         )?;
-        kernels.rope(
-            k.get_mut()?,
-            positions,
-            &rope.inv_freq,
-            rows,
-            shape.n_kv_heads,
-            hd,
-            rope.half,
-            rope.style,
-            rope.mscale,
-            None,
-        )?;
-        let kv_dim = shape.n_kv_heads * hd;
-        match kv {
-            CudaKvLayer::Bf16 { k: kc, v: vc } => {
-                kernels.kv_write(k.get()?, v.get()?, kc, vc, pass.batch.slots(), rows, kv_dim)?
-            }
-            CudaKvLayer::Fp8 {
-                k: kc,
-                v: vc,
-                scales,
-            } => kernels.kv_write_fp8(
-                k.get()?,
-                v.get()?,
-                kc,
-                vc,
-                pass.batch.slots(),
-                rows,
-                kv_dim,
-                *scales,
-            )?,
+        if let Some((k, v)) = new_kv {
+            self.store_kv(shape, rope, k, v, kv, pass)?;
         }
         let o = out.resize(&self.gpu, rows * shape.n_heads * hd)?;
         let params = AttentionParams {
@@ -855,10 +913,16 @@ pub fn weights_bytes(weights: &Weights) -> u64 {
 /// dequantized weights of the quantized GEMM, and a margin for cuBLAS's and the attention
 /// kernels' workspaces).
 pub fn workspace_bytes(cfg: &ModelConfig, rows: usize, logit_rows: usize) -> u64 {
-    let q_dim = cfg.n_heads * cfg.head_dim;
-    let kv_dim = cfg.n_kv_heads * cfg.head_dim;
-    let widest = cfg.hidden_size.max(cfg.ffn_dim).max(q_dim);
-    let per_row = 4 * (6 * cfg.hidden_size + 2 * q_dim + 2 * kv_dim + 2 * cfg.ffn_dim) + 2 * widest;
+    let q_dim = cfg.max_q_dim();
+    let kv_dim = cfg.max_kv_dim();
+    let ffn_dim = cfg.max_ffn_dim();
+    let per_layer = cfg
+        .variants
+        .per_layer_input
+        .map_or(0, |w| w * (cfg.n_layers + 2));
+    let widest = cfg.hidden_size.max(ffn_dim).max(q_dim).max(per_layer);
+    let per_row =
+        4 * (6 * cfg.hidden_size + 2 * q_dim + 2 * kv_dim + 2 * ffn_dim + per_layer) + 2 * widest;
     let logits = logit_rows * cfg.vocab_size * 4 + logit_rows * cfg.hidden_size * 8;
     (rows * per_row + logits) as u64 + cuda_weights::workspace_bytes(rows, widest) + (256u64 << 20)
 }

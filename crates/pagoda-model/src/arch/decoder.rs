@@ -9,9 +9,17 @@
 //! is a NoPE layer (`layer_uses_rope`: it gets [`Rope::identity`]), with the local base on sliding-window layers when the
 //! family has one (`rope_theta_local`) and the global base and scaling elsewhere. A
 //! sliding-window layer attends within `sliding_window`.
+//!
+//! Layers may differ ([`crate::config::LayerVariants`], Gemma 4): each layer's head shape,
+//! RoPE width and FFN width are its own (`cfg.layer_*`), global layers get their own RoPE
+//! table; a KV-shared layer projects only Q and attends over its source layer's K/V
+//! (`cfg.kv_source`), which an earlier layer of the same pass wrote; after the MLP a layer may
+//! add its per-layer input ([`super::per_layer`]) and scale its output
+//! (`layer_output_scale`).
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::per_layer::PerLayerGate;
 use super::rope::Rope;
 use crate::config::RopeScaling;
 use crate::family::NormPlacement;
@@ -37,6 +45,11 @@ struct DecoderLayer<B: Backend> {
     mlp: GatedMlp<B>,
     window: Option<usize>,
     rope: LayerRope,
+    /// The layer whose K/V this one attends over (itself unless KV-shared).
+    kv_source: usize,
+    per_layer: Option<PerLayerGate<B>>,
+    /// Multiplier on the layer's output (`layer_output_scale`), if the file has one.
+    output_scale: Option<f32>,
 }
 
 /// The decoder stack of a model.
@@ -66,6 +79,7 @@ impl<B: Backend> DecoderLayers<B> {
         let norm =
             |i: usize, t: &str| backend.load_norm(weights, &format!("blk.{i}.{t}.weight"), d, cfg);
         let first = owned.start;
+        let owned_start = owned.start;
         let layers = owned
             .map(|i| {
                 let sliding = cfg.layer_is_sliding[i];
@@ -82,6 +96,21 @@ impl<B: Backend> DecoderLayers<B> {
                         Some((norm(i, "post_attention_norm")?, norm(i, "post_ffw_norm")?))
                     }
                 };
+                let kv_source = cfg.kv_source(i).ok_or_else(|| {
+                    ModelError::InvalidConfig(format!("layer {i} has no layer to share K/V with"))
+                })?;
+                if kv_source < owned_start {
+                    return Err(ModelError::InvalidConfig(format!(
+                        "layer {i} shares the K/V of layer {kv_source}, which another part of \
+                         a split model holds; load this model on one device"
+                    )));
+                }
+                let scale_name = format!("blk.{i}.layer_output_scale.weight");
+                let output_scale = if weights.contains(&scale_name) {
+                    Some(weights.vector_f32(&scale_name, 1)?[0])
+                } else {
+                    None
+                };
                 Ok(DecoderLayer {
                     attn_norm: norm(i, "attn_norm")?,
                     attn: AttentionWeights::load(backend, weights, i, cfg)?,
@@ -90,12 +119,25 @@ impl<B: Backend> DecoderLayers<B> {
                     mlp: GatedMlp::load(backend, weights, i, cfg, block.activation)?,
                     window: if sliding { cfg.sliding_window } else { None },
                     rope,
+                    kv_source,
+                    per_layer: PerLayerGate::load(backend, weights, cfg, i)?,
+                    output_scale,
                 })
             })
             .collect::<Result<Vec<DecoderLayer<B>>, ModelError>>()?;
         // `rope_freqs.weight` (Llama 3.1+ GGUF files) scales the global rotation only, and
         // only in the families llama.cpp reads it for.
-        let mut global = Rope::new(cfg, cfg.rope_theta, &cfg.rope_scaling);
+        let mut global = match &cfg.variants.global {
+            Some(g) => Rope::with_dims(
+                cfg,
+                g.head_dim,
+                g.rope_dim,
+                cfg.rope_theta,
+                &cfg.rope_scaling,
+            )
+            .rotating_only(g.rotated_dim),
+            None => Rope::new(cfg, cfg.rope_theta, &cfg.rope_scaling),
+        };
         if cfg.arch.family().gguf_rope_freqs {
             global = global.with_freq_factors(weights)?;
         }
@@ -122,9 +164,13 @@ impl<B: Backend> DecoderLayers<B> {
 
     /// Every linear layer of the stack.
     pub fn linears(&self) -> impl Iterator<Item = &B::Linear> {
-        self.layers
-            .iter()
-            .flat_map(|l| l.attn.linears().into_iter().chain(l.mlp.linears()))
+        self.layers.iter().flat_map(|l| {
+            l.attn
+                .linears()
+                .into_iter()
+                .chain(l.mlp.linears())
+                .chain(l.per_layer.iter().flat_map(|p| p.linears()))
+        })
     }
 
     /// Runs the layers `layers` (all the stack owns for a full forward pass) over the batch
@@ -147,11 +193,14 @@ impl<B: Backend> DecoderLayers<B> {
                 (LayerRope::None, _, Some(r)) => r,
                 _ => &self.rope_global,
             };
-            let shape = attention_shape(cfg, layer.window);
+            let shape = attention_shape(cfg, i, layer.window);
             backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
+            let kv_layer = kv.get_mut(layer.kv_source - self.first).ok_or_else(|| {
+                ModelError::InvalidBatch(format!("no K/V for layer {}", layer.kv_source))
+            })?;
             layer
                 .attn
-                .forward(backend, &shape, rope, &mut kv[i - self.first], a, pass)?;
+                .forward(backend, &shape, rope, kv_layer, a, pass)?;
             match &layer.post_norms {
                 Some((post_attn, _)) => {
                     backend.rms_norm(post_attn, &a.branch, &mut a.post)?;
@@ -167,6 +216,12 @@ impl<B: Backend> DecoderLayers<B> {
                     backend.add(&mut a.x, &a.post)?;
                 }
                 None => backend.add(&mut a.x, &a.branch)?,
+            }
+            if let Some(p) = &layer.per_layer {
+                p.forward(backend, cfg, i, a, pass)?;
+            }
+            if let Some(s) = layer.output_scale {
+                backend.scale(&mut a.x, s)?;
             }
         }
         Ok(())

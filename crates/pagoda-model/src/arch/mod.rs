@@ -38,6 +38,7 @@ pub mod decoder;
 pub mod layers;
 mod parts;
 mod pass;
+pub mod per_layer;
 mod placed;
 pub mod rope;
 pub mod split;
@@ -297,13 +298,13 @@ impl Model {
                 "a forward pass over no segments".into(),
             ));
         }
-        if cache.n_layers() != cfg.n_layers || cache.kv_dim() != cfg.n_kv_heads * cfg.head_dim {
+        if cache.n_layers() != cfg.n_layers || cache.kv_dim() != cfg.max_kv_dim() {
             return Err(ModelError::InvalidBatch(format!(
                 "KV cache of {} layers x {} values per position, but the model has {} x {}",
                 cache.n_layers(),
                 cache.kv_dim(),
                 cfg.n_layers,
-                cfg.n_kv_heads * cfg.head_dim
+                cfg.max_kv_dim()
             )));
         }
         let mut seqs = Vec::with_capacity(segments.len());

@@ -11,6 +11,7 @@
 use super::backend::{Activations, Backend};
 use super::decoder::DecoderLayers;
 use super::pass::{with_pass, DeviceKv};
+use super::per_layer::PerLayerInputs;
 use super::placed::{BatchSegment, NonFiniteStage, Placed};
 use crate::device::Device;
 use crate::kv_cache::KvShape;
@@ -28,6 +29,8 @@ use std::ops::Range;
 pub(crate) struct Parts<B: Backend> {
     pub(crate) backend: B,
     embedding: Option<B::Linear>,
+    /// Per-layer embeddings (Gemma 4), with the token embedding.
+    per_layer: Option<PerLayerInputs<B>>,
     /// The final norm and the output head.
     head: Option<(B::Norm, B::Linear)>,
     /// The decoder layers held, within `0..n_layers`.
@@ -102,6 +105,20 @@ impl<B: Backend> Parts<B> {
             }
             (false, false) => (None, None),
         };
+        if (cfg.variants.per_layer_input.is_some() || cfg.variants.kv_shared > 0)
+            && !(spec.embedding && spec.head)
+        {
+            return Err(ModelError::InvalidConfig(format!(
+                "a {} model cannot be split between devices yet (its layers share K/V or \
+                 per-layer inputs); load it on one device",
+                cfg.arch.family().display
+            )));
+        }
+        let per_layer = if spec.embedding {
+            PerLayerInputs::load(&backend, weights, cfg)?
+        } else {
+            None
+        };
         let stack = DecoderLayers::load(&backend, weights, cfg, spec.layers.clone())?;
         let head = match output {
             Some(output) => Some((
@@ -113,6 +130,7 @@ impl<B: Backend> Parts<B> {
         Ok(Parts {
             backend,
             embedding,
+            per_layer,
             head,
             layers: spec.layers.clone(),
             stack,
@@ -133,19 +151,25 @@ impl<B: Backend> Parts<B> {
         })
     }
 
-    /// The embedding rows of every segment's tokens into `a.x` (`[total, hidden]`).
+    /// The embedding rows of every segment's tokens into `a.x` (`[total, hidden]`), and
+    /// their per-layer inputs into `a.per_layer` when the model has them.
     pub(crate) fn embed_segments(
         &self,
         cfg: &ModelConfig,
         segments: &[BatchSegment<'_>],
         a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
     ) -> Result<(), ModelError> {
         let tokens: Vec<u32> = segments
             .iter()
             .flat_map(|s| s.tokens.iter().copied())
             .collect();
         self.backend
-            .embed(self.embedding()?, &tokens, cfg.embedding_scale, &mut a.x)
+            .embed(self.embedding()?, &tokens, cfg.embedding_scale, &mut a.x)?;
+        match &self.per_layer {
+            Some(p) => p.compute(&self.backend, cfg, &tokens, a, pass),
+            None => Ok(()),
+        }
     }
 
     /// This part's decoder layers over `a.x`, in place; `kv` holds their K/V, in order.
@@ -202,7 +226,7 @@ impl<B: Backend> Parts<B> {
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<Vec<f32>, ModelError> {
-        self.embed_segments(cfg, segments, a)?;
+        self.embed_segments(cfg, segments, a, pass)?;
         self.run_layers(cfg, kv, a, pass)?;
         self.run_head(cfg, logit_rows, a, pass)
     }
@@ -221,9 +245,14 @@ impl<B: Backend> Parts<B> {
             n_blocks,
             block_size,
             dtype,
-            kv_dim: cfg.n_kv_heads * cfg.head_dim,
+            kv_dim: cfg.max_kv_dim(),
         };
-        DeviceKv::cache(self.backend.clone(), self.layers.len(), shape)
+        let kv_dims: Vec<usize> = self
+            .layers
+            .clone()
+            .map(|i| cfg.layer_kv_cache_dim(i))
+            .collect();
+        DeviceKv::cache(self.backend.clone(), &kv_dims, shape)
     }
 
     /// Layers whose K/V live outside host memory.

@@ -41,13 +41,14 @@ impl<B: Backend> DeviceKv<B> {
         }
     }
 
-    /// A cache of `n_layers` layers of `shape` on `backend`'s device.
+    /// A cache of `shape`'s blocks on `backend`'s device, one layer per entry of `kv_dims`
+    /// (its values per position).
     pub(crate) fn cache(
         backend: B,
-        n_layers: usize,
+        kv_dims: &[usize],
         shape: KvShape,
     ) -> Result<PagedKvCache, ModelError> {
-        let layers = backend.new_kv_layers(n_layers, &shape)?;
+        let layers = backend.new_kv_layers(kv_dims, &shape)?;
         Ok(PagedKvCache::with_storage(
             shape,
             Box::new(Self::new(backend, shape, layers)),

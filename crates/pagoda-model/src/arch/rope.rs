@@ -25,8 +25,21 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// The rotation of layers with the model's `head_dim` and `rope_dim`.
     pub fn new(cfg: &ModelConfig, theta: f32, scaling: &RopeScaling) -> Self {
-        let dim = cfg.rope_dim;
+        Self::with_dims(cfg, cfg.head_dim, cfg.rope_dim, theta, scaling)
+    }
+
+    /// The rotation of layers whose heads have `head_dim` values, the first `rope_dim` of
+    /// them covered by RoPE (Gemma 4's global layers differ from the rest).
+    pub fn with_dims(
+        cfg: &ModelConfig,
+        head_dim: usize,
+        rope_dim: usize,
+        theta: f32,
+        scaling: &RopeScaling,
+    ) -> Self {
+        let dim = rope_dim;
         let base: Vec<f32> = (0..dim / 2)
             .map(|i| 1.0 / (theta as f64).powf(2.0 * i as f64 / dim as f64) as f32)
             .collect();
@@ -105,9 +118,19 @@ impl Rope {
             inv_freq,
             mscale,
             style: cfg.rope_style,
-            head_dim: cfg.head_dim,
+            head_dim,
             query_temperature: cfg.query_temperature,
         }
+    }
+
+    /// Keeps only the first `rotated_dim / 2` frequencies and sets the others to 0 (angle 0
+    /// at every position): Gemma 4's proportional RoPE, whose exponents run over the whole
+    /// covered width but of which only a share rotates.
+    pub fn rotating_only(mut self, rotated_dim: usize) -> Self {
+        for f in self.inv_freq.iter_mut().skip(rotated_dim / 2) {
+            *f = 0.0;
+        }
+        self
     }
 
     /// The rotation by angle zero at every position: RoPE's frequencies all 0, so cos is
@@ -224,6 +247,7 @@ mod tests {
             final_logit_softcap: None,
             embedding_scale: None,
             tie_word_embeddings: true,
+            variants: Default::default(),
         }
     }
 

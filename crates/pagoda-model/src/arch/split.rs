@@ -132,7 +132,7 @@ impl<G: Backend> Split<G> {
             segments.iter().map(|s| s.adapter),
             seqs,
             |kv, a, pass| {
-                front_parts.embed_segments(cfg, segments, a)?;
+                front_parts.embed_segments(cfg, segments, a, pass)?;
                 front_parts.run_layers(cfg, kv, a, pass)?;
                 // [total, hidden]: handed over, the buffer regrows next step.
                 Ok(std::mem::take(&mut a.x))
@@ -375,6 +375,16 @@ mod tests {
             .expect("decode step"),
         );
         out
+    }
+
+    #[test]
+    fn a_model_whose_layers_share_kv_is_refused_a_split_by_name() {
+        let source = open_model(&golden("tiny-gemma4")).expect("open");
+        for k in 1..source.config.n_layers {
+            let err = Split::load(&source.config, &source.weights, Cpu, k)
+                .expect_err("a split of a Gemma 4 model");
+            assert!(err.to_string().contains("Gemma 4"), "{err}");
+        }
     }
 
     #[test]

@@ -33,10 +33,17 @@ impl ModelConfig {
         let n_heads = k
             .uniform("attention.head_count")?
             .ok_or_else(|| missing("attention.head_count"))?;
-        let n_kv_heads = k.uniform("attention.head_count_kv")?.unwrap_or(n_heads);
-        let ffn_dim = k
-            .uniform("feed_forward_length")?
-            .ok_or_else(|| missing("feed_forward_length"))?;
+        // Layer 0's value where the family reads the per-layer arrays itself.
+        let per_layer = |name: &str| {
+            if fam.gguf_varying_layers {
+                k.first_of(name)
+            } else {
+                k.uniform(name)
+            }
+        };
+        let n_kv_heads = per_layer("attention.head_count_kv")?.unwrap_or(n_heads);
+        let ffn_dim =
+            per_layer("feed_forward_length")?.ok_or_else(|| missing("feed_forward_length"))?;
         if n_heads == 0 {
             return Err(k.bad(format!("{} is 0", k.key("attention.head_count"))));
         }
@@ -107,6 +114,7 @@ impl ModelConfig {
             final_logit_softcap: None,
             embedding_scale: None,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
+            variants: Default::default(),
         };
         (fam.gguf_extra)(&k, &mut cfg)?;
         cfg.validate().map_err(|e| k.bad(e.to_string()))?;

@@ -150,6 +150,7 @@ impl ModelConfig {
             final_logit_softcap: None,
             embedding_scale: None,
             tie_word_embeddings,
+            variants: Default::default(),
         };
         (fam.hf_extra)(&c, &mut cfg)?;
         cfg.validate()?;
@@ -175,6 +176,10 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
         .unwrap_or(context_length);
     Ok(match ty {
         "default" => RopeScaling::None,
+        // Gemma 4's partial rotation: which dimensions rotate is the family's to read
+        // (`GlobalAttention::rotated_dim`); the frequencies are divided by `factor`.
+        "proportional" if factor == 1.0 => RopeScaling::None,
+        "proportional" => RopeScaling::Linear { factor },
         "linear" => RopeScaling::Linear { factor },
         "llama3" => RopeScaling::Llama3 {
             factor,

@@ -73,6 +73,28 @@ impl GgufKeys<'_> {
         }
     }
 
+    /// A per-layer key given as one number or an array: the first layer's value.
+    pub fn first_of(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        match self.per_layer(k, usize::MAX)? {
+            None => Ok(None),
+            Some(v) => Ok(v.first().copied()),
+        }
+    }
+
+    /// A per-layer key given as one number (the same for every layer) or an array of
+    /// `n_layers` entries (`usize::MAX`: any length but empty), one value per layer.
+    pub fn per_layer(&self, k: &str, n_layers: usize) -> Result<Option<Vec<usize>>, ModelError> {
+        let Some(v) = self.file.get_usize_or_array_opt(&self.key(k))? else {
+            return Ok(None);
+        };
+        match (v.len(), n_layers) {
+            (0, _) => Err(self.bad(format!("metadata key {:?} is an empty array", self.key(k)))),
+            (1, n) if n != usize::MAX && !self.is_array(k) => Ok(Some(vec![v[0]; n])),
+            (len, n) if n == usize::MAX || len == n => Ok(Some(v)),
+            (len, n) => Err(self.bad(format!("{} has {len} entries for {n} layers", self.key(k)))),
+        }
+    }
+
     /// Per-layer booleans given as an array of `n_layers` integers (non-zero = true).
     pub fn layer_flags(&self, k: &str, n_layers: usize) -> Result<Vec<bool>, ModelError> {
         let v = self.i32_array(k)?;

@@ -22,6 +22,7 @@
 //! and no two families share a GGUF name, HF class or model type (unit-tested).
 
 mod gemma3;
+mod gemma4;
 mod llama;
 mod mistral3;
 mod phi3;
@@ -59,6 +60,7 @@ pub static FAMILIES: &[&Family] = &[
     &smollm3::SPEC,
     &mistral3::SPEC,
     &phi3::SPEC,
+    &gemma4::SPEC,
 ];
 
 /// The family of `arch`.

@@ -35,6 +35,11 @@ pub struct Block {
     pub qk_norm: bool,
     /// Q, K and V projections carry biases.
     pub qkv_bias: bool,
+    /// Values are RMS-normalized per head, without a weight, before they are stored (Gemma 4).
+    pub v_norm: bool,
+    /// A layer without a V projection uses its K projection's output as V (Gemma 4's
+    /// `attention_k_eq_v` global layers), normalized as V.
+    pub v_defaults_to_k: bool,
 }
 
 /// Defaults for keys a `config.json` may omit: the transformers config class's.
@@ -78,6 +83,10 @@ pub struct Family {
     /// RMSNorm epsilon of a GGUF file that does not say.
     pub gguf_rms_eps: f32,
     pub hf_defaults: HfDefaults,
+    /// The GGUF per-layer keys `attention.head_count_kv` and `feed_forward_length` may vary
+    /// by layer: the shared reader takes layer 0's value and the family's hook reads the
+    /// arrays (Gemma 4). Otherwise a varying array is refused.
+    pub gguf_varying_layers: bool,
     /// Reads what only this family has from GGUF metadata, after the shared keys.
     pub gguf_extra: fn(&GgufKeys<'_>, &mut ModelConfig) -> Result<(), ModelError>,
     /// Reads what only this family has from `config.json`, after the shared keys.

@@ -65,8 +65,22 @@ fn argmax(row: &[f32]) -> usize {
         .0
 }
 
+/// Gemma 4 attends with scale 1 over normalized Q and K, so the logits of its tiny random
+/// models move with the K/V cache's precision ten times as much as Gemma 3's (on the CPU, FP8
+/// K/V against F32 moves Gemma 3's rows by 1-5 %, Gemma 4's by 5-50 %): the GPU's bf16 K/V
+/// against the CPU's F32 is held to this instead of [`CUDA_VS_CPU`] (measured: row 0, which
+/// attends only to itself, agrees to 0.6 % as Gemma 3's rows do; later rows up to 12 %). A
+/// missing layer scale or per-layer input moves every row by 40 % and more, and the top-1
+/// agreement is held to [`TOP1_AGREEMENT`] as for every family.
+const CUDA_VS_CPU_SCALE_ONE_ATTENTION: f32 = 2e-1;
+
 /// Asserts the two `[n, vocab]` logits agree within [`CUDA_VS_CPU`] and [`TOP1_AGREEMENT`].
 fn assert_agree(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
+    assert_agree_within(what, gpu, cpu, vocab, CUDA_VS_CPU)
+}
+
+/// [`assert_agree`] with rows within `tolerance` of their largest logit.
+fn assert_agree_within(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize, tolerance: f32) {
     assert_eq!(gpu.len(), cpu.len(), "{what}: shape");
     let (mut same, mut rows) = (0, 0);
     for (g, c) in gpu.chunks_exact(vocab).zip(cpu.chunks_exact(vocab)) {
@@ -77,7 +91,7 @@ fn assert_agree(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
             .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(g.iter().all(|x| x.is_finite()), "{what}: non-finite logits");
         assert!(
-            diff / scale <= CUDA_VS_CPU,
+            diff / scale <= tolerance,
             "{what}: row {rows}: {diff} (scale {scale})"
         );
         same += usize::from(argmax(g) == argmax(c));
@@ -102,6 +116,8 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         "tiny-smollm3.gguf",
         "tiny-mistral3",
         "tiny-phi3.gguf",
+        "tiny-gemma4",
+        "tiny-gemma4-keqv.gguf",
     ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");
@@ -109,11 +125,17 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         assert_eq!(cuda.device(), gpu);
         let vocab = cpu.config().vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
-        assert_agree(
+        let tolerance = if cpu.config().attention_scale == 1.0 {
+            CUDA_VS_CPU_SCALE_ONE_ATTENTION
+        } else {
+            CUDA_VS_CPU
+        };
+        assert_agree_within(
             name,
             &logits(&cuda, &tokens, None),
             &logits(&cpu, &tokens, None),
             vocab,
+            tolerance,
         );
     }
 }
