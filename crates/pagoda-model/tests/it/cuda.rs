@@ -65,22 +65,59 @@ fn argmax(row: &[f32]) -> usize {
         .0
 }
 
-/// Gemma 4 attends with scale 1 over normalized Q and K, so the logits of its tiny random
-/// models move with the K/V cache's precision ten times as much as Gemma 3's (on the CPU, FP8
-/// K/V against F32 moves Gemma 3's rows by 1-5 %, Gemma 4's by 5-50 %): the GPU's bf16 K/V
-/// against the CPU's F32 is held to this instead of [`CUDA_VS_CPU`] (measured: row 0, which
-/// attends only to itself, agrees to 0.6 % as Gemma 3's rows do; later rows up to 12 %). A
-/// missing layer scale or per-layer input moves every row by 40 % and more, and the top-1
-/// agreement is held to [`TOP1_AGREEMENT`] as for every family.
-const CUDA_VS_CPU_SCALE_ONE_ATTENTION: f32 = 2e-1;
+/// Gemma 4 attends with scale 1 over normalized Q and K, which makes its tiny random models'
+/// logits an order of magnitude more sensitive to bf16 than other families': in transformers,
+/// only rounding the weights to bf16 moves tiny-gemma4-keqv's rows by 4 % (median) and 17 %
+/// (worst of 48), tiny-gemma3's by 0.5 % and 0.7 %. The GPU (bf16 weights, GEMM inputs and
+/// K/V) is held to the median row instead of the worst for these models; a missing layer
+/// scale or per-layer input moves every row by 40 % and more.
+const CUDA_VS_CPU_SCALE_ONE_MEDIAN: f32 = 1e-1;
+
+/// Each row's largest |gpu - cpu| relative to its largest |cpu| logit (at least 1).
+fn row_errors(gpu: &[f32], cpu: &[f32], vocab: usize) -> Vec<f32> {
+    gpu.chunks_exact(vocab)
+        .zip(cpu.chunks_exact(vocab))
+        .map(|(g, c)| {
+            let scale = c.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let diff = g
+                .iter()
+                .zip(c)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            diff / scale
+        })
+        .collect()
+}
+
+/// [`assert_agree`] for models that attend with scale 1: the median row within
+/// [`CUDA_VS_CPU_SCALE_ONE_MEDIAN`], top-1 within [`TOP1_AGREEMENT`].
+fn assert_agree_in_median(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: shape");
+    assert!(
+        gpu.iter().all(|x| x.is_finite()),
+        "{what}: non-finite logits"
+    );
+    let mut errors = row_errors(gpu, cpu, vocab);
+    errors.sort_by(f32::total_cmp);
+    let median = errors[errors.len() / 2];
+    assert!(
+        median <= CUDA_VS_CPU_SCALE_ONE_MEDIAN,
+        "{what}: median row error {median} (rows {errors:?})"
+    );
+    let same = gpu
+        .chunks_exact(vocab)
+        .zip(cpu.chunks_exact(vocab))
+        .filter(|(g, c)| argmax(g) == argmax(c))
+        .count();
+    let agreement = same as f64 / errors.len() as f64;
+    assert!(
+        agreement >= TOP1_AGREEMENT,
+        "{what}: top-1 agreement {agreement}"
+    );
+}
 
 /// Asserts the two `[n, vocab]` logits agree within [`CUDA_VS_CPU`] and [`TOP1_AGREEMENT`].
 fn assert_agree(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize) {
-    assert_agree_within(what, gpu, cpu, vocab, CUDA_VS_CPU)
-}
-
-/// [`assert_agree`] with rows within `tolerance` of their largest logit.
-fn assert_agree_within(what: &str, gpu: &[f32], cpu: &[f32], vocab: usize, tolerance: f32) {
+    let tolerance = CUDA_VS_CPU;
     assert_eq!(gpu.len(), cpu.len(), "{what}: shape");
     let (mut same, mut rows) = (0, 0);
     for (g, c) in gpu.chunks_exact(vocab).zip(cpu.chunks_exact(vocab)) {
@@ -125,18 +162,12 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         assert_eq!(cuda.device(), gpu);
         let vocab = cpu.config().vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
-        let tolerance = if cpu.config().attention_scale == 1.0 {
-            CUDA_VS_CPU_SCALE_ONE_ATTENTION
+        let (gpu_logits, cpu_logits) = (logits(&cuda, &tokens, None), logits(&cpu, &tokens, None));
+        if cpu.config().attention_scale == 1.0 {
+            assert_agree_in_median(name, &gpu_logits, &cpu_logits, vocab);
         } else {
-            CUDA_VS_CPU
-        };
-        assert_agree_within(
-            name,
-            &logits(&cuda, &tokens, None),
-            &logits(&cpu, &tokens, None),
-            vocab,
-            tolerance,
-        );
+            assert_agree(name, &gpu_logits, &cpu_logits, vocab);
+        }
     }
 }
 
