@@ -325,7 +325,7 @@ impl ModelConfig {
 
     /// Width of the K/V cache layer `i` keeps: its K/V width, 0 for a KV-shared layer.
     pub fn layer_kv_cache_dim(&self, i: usize) -> usize {
-        if i < self.first_kv_shared() {
+        if self.variants.kv_shared == 0 || i < self.first_kv_shared() {
             self.layer_kv_dim(i)
         } else {
             0

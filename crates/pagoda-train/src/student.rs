@@ -93,6 +93,10 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
             cfg.layer_is_sliding.iter().any(|&s| s),
             "sliding-window layers",
         ),
+        (
+            !cfg.has_uniform_layers(),
+            "layers of different shapes, shared K/V or per-layer inputs",
+        ),
     ];
     let lacking: Vec<&str> = missing
         .iter()

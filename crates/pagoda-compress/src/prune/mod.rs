@@ -352,6 +352,13 @@ pub fn prune_model(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<(Weights, PruneReport), CompressError> {
     opts.validate()?;
+    if !cfg.has_uniform_layers() {
+        return Err(CompressError::InvalidInput(format!(
+            "Pruning of a {} model is not supported yet: its layers differ in shape or \
+             share K/V and per-layer inputs",
+            cfg.arch.family().display
+        )));
+    }
     let mut model = Model::from_weights(cfg, weights)?;
     let windows = calibration_windows(&model, seq.tokens, seq.window, seq.max_windows)?;
     let used = windows.iter().map(|w| w.len()).sum();

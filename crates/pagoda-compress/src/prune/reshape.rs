@@ -73,6 +73,13 @@ impl Keep {
     /// group keeping only its own heads.
     pub fn config(&self, cfg: &ModelConfig) -> Result<ModelConfig, CompressError> {
         let bad = |m: String| Err(CompressError::InvalidInput(m));
+        if !cfg.has_uniform_layers() {
+            return bad(format!(
+                "structured pruning of a {} model is not supported yet: its layers differ in \
+                 shape or share K/V and per-layer inputs",
+                cfg.arch.family().display
+            ));
+        }
         let Some(first) = self.layers.first() else {
             return bad("structured pruning would leave no decoder layer".into());
         };

@@ -148,6 +148,14 @@ pub fn hf_gguf_metadata(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue
 /// `general.*` and `{arch}.*` keys.
 fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressError> {
     let cfg = src.cfg;
+    if !cfg.has_uniform_layers() {
+        return Err(invalid(format!(
+            "GGUF output from a {} Hugging Face folder is not supported yet: its layers \
+             differ in shape or share K/V and per-layer inputs; convert it with llama.cpp's \
+             convert_hf_to_gguf.py, then quantize the GGUF",
+            cfg.arch.family().display
+        )));
+    }
     let a = gguf_arch_name(cfg.arch)?;
     let u32_of = |what: &str, v: usize| {
         u32::try_from(v).map_err(|_| invalid(format!("config.json: {what} {v} does not fit GGUF")))

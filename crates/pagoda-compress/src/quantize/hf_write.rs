@@ -435,6 +435,14 @@ fn write_into(e: &HfExport<'_>, dir: &Path) -> Result<HfWritten, CompressError> 
     std::fs::create_dir_all(dir).map_err(|err| io_error(dir, err))?;
     let from_gguf = matches!(e.source, ExportSource::Gguf { .. });
     let family = e.cfg.arch.family();
+    let cfg = e.cfg;
+    if !cfg.has_uniform_layers() {
+        return Err(CompressError::InvalidInput(format!(
+            "Hugging Face output of a {} model is not supported yet: its layers differ in shape or \
+             share K/V and per-layer inputs",
+            cfg.arch.family().display
+        )));
+    }
     if family.split_fused.is_some() {
         return Err(invalid(format!(
             "Hugging Face output of a {} model is not supported yet (its projections are \
