@@ -229,6 +229,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let resolved = loader::resolve(&store, &args.model, Pull::IfMissing)?;
     let source = open_model(&resolved.path)
         .with_context(|| format!("opening {}", resolved.path.display()))?;
+    pagoda_compress::quantize::offline::check_model(&source.config)?;
     let from_gguf = source.format == ModelFormat::Gguf;
     // A Hugging Face folder's config.json: the folder outputs copy it, GGUF output makes its
     // metadata from it.

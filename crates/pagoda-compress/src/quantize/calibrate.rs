@@ -166,6 +166,7 @@ pub fn calibrate(
     max_windows: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<CalibrationStats, CompressError> {
+    super::offline::check_model(model.config())?;
     let windows = calibration_windows(model, tokens, window, max_windows)?;
     let window = windows.iter().map(|w| w.len()).max().unwrap_or(1);
     let recorder = Arc::new(Recorder::default());

@@ -51,6 +51,21 @@ impl Calibration<'_> {
     }
 }
 
+/// Refuses, before any work, a model the offline quantizers (RTN, GPTQ, AWQ: layer by layer,
+/// every layer the same projections) cannot run: one whose layers differ in shape or share
+/// K/V and per-layer inputs (Gemma 4). [`super::quantize_weights`], which requantizes a file
+/// tensor by tensor, does not depend on the layers.
+pub fn check_model(cfg: &ModelConfig) -> Result<(), CompressError> {
+    if cfg.has_uniform_layers() {
+        return Ok(());
+    }
+    Err(CompressError::InvalidInput(format!(
+        "calibrated or layer-by-layer quantization of a {} model is not supported yet: its \
+         layers differ in shape or share K/V and per-layer inputs",
+        cfg.arch.family().display
+    )))
+}
+
 /// Quantizes every layer's linear weights of `weights` (a model shaped by `cfg`) with
 /// `opts` into GGUF blocks; `calib` is required for GPTQ and AWQ. `progress(done, total)`
 /// after each layer. Returns the new weights (quantized and folded tensors owned, the rest
