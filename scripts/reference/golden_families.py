@@ -21,7 +21,15 @@ global_head_dim 64 and proportional RoPE (a quarter of the dims rotated), per-la
 the last 2 layers reusing earlier layers' K/V, double-wide MLPs on those, per-layer
 layer_scalar, final logit softcapping, norms that scale by w),
 gemma4-keqv (Gemma 4 31B-like: full layers without v_proj, V = the K projection, and their own
-K/V head count num_global_key_value_heads; no per-layer embeddings, no K/V sharing).
+K/V head count num_global_key_value_heads; no per-layer embeddings, no K/V sharing),
+qwen3moe (Qwen3-30B-A3B-like: Qwen3 attention with QK-norm per head, every layer a sparse MoE
+of 8 experts, top-2, softmax then top-k, the chosen weights renormalized: norm_topk_prob),
+olmoe (OLMoE-1B-7B-like: QK-norm over the whole q/k projection (one weight of hidden_size, not
+per head), 8 experts, top-2, softmax then top-k without renormalizing; multi-head attention
+(llama.cpp's olmoe loader wants attn_k_norm of n_embd, so K/V heads = heads) and rms_norm_eps
+1e-5 (the converter writes 1e-5 whatever the config says)).
+MoE routers are scaled so routing is decisive (ROUTER_STD, ROUTER_MIN_GAP): logits.json records
+the smallest top-k gap met, and how much the logits move when norm_topk_prob is flipped.
 Gemma 4 folders use a Gemma-4-like tokenizer (BPE on raw UTF-8, `▁` for spaces, byte fallback:
 what the converter reads with LlamaHfVocab and writes as tokenizer model "gemma4"); their
 llama.cpp logits differ from transformers' by ~1e-2 because ggml-cpu's GELU is an f16 lookup
@@ -57,7 +65,15 @@ CONTINUE = 12
 
 PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
        "phi3": "gpt-2",
-       "gemma4": "gemma4", "gemma4-keqv": "gemma4"}
+       "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo"}
+
+# Mixture-of-experts kinds: routers scaled so router logits have std ~ROUTER_STD, and every
+# token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
+# ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
+# cannot flip an expert choice.
+MOE_KINDS = ("qwen3moe", "olmoe")
+ROUTER_STD = 3.0
+ROUTER_MIN_GAP = 1e-3
 
 # Gemma's special ids (<pad> 0, <eos> 1, <bos> 2, <unk> 3) and Gemma 4's turn markers.
 GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
@@ -216,15 +232,47 @@ def tiny_folder(kind: str) -> Path:
         # per_layer_config, which it also writes): both are written, consistent.
         legacy = {"global_head_dim": 64, "num_global_key_value_heads": global_kv}
         cls = transformers.Gemma4ForCausalLM
+    elif kind == "qwen3moe":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+        bos, eos, pad, template = None, "<|im_end|>", "<|endoftext|>", mg.CHATML_TEMPLATE
+        cfg = transformers.Qwen3MoeConfig(
+            **common, num_hidden_layers=3, head_dim=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+            decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+            use_sliding_window=False, attention_bias=False,
+            bos_token_id=None, eos_token_id=2, pad_token_id=0, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 1000000.0, "rope_scaling": None}
+        cls, seed = transformers.Qwen3MoeForCausalLM, 17
+    elif kind == "olmoe":
+        # OLMoE-1B-7B's tokenizer specials (GPT-NeoX: <|endoftext|> ends, <|padding|> pads).
+        specials = ["<|endoftext|>", "<|padding|>", "<|im_start|>", "<|im_end|>"]
+        bos, eos, pad, template = None, "<|endoftext|>", "<|padding|>", mg.CHATML_TEMPLATE
+        cfg = transformers.OlmoeConfig(
+            # OlmoeConfig has no moe_intermediate_size: intermediate_size is each expert's width.
+            **{**common, "num_key_value_heads": 4, "rms_norm_eps": 1e-5, "intermediate_size": 32},
+            num_hidden_layers=3,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=None,
+            tie_word_embeddings=False, attention_bias=False,
+            bos_token_id=None, eos_token_id=0, pad_token_id=1, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 10000.0, "rope_scaling": None}
+        cls, seed = transformers.OlmoeForCausalLM, 18
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
     gemma4 = kind.startswith("gemma4")
     tok = gemma4_tokenizer(vocab) if gemma4 else mg.build_tokenizer(specials, vocab, bos)
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
-    model = cls(cfg).eval()
-    # Gemma 4's RMSNorm scales by w (not 1 + w): norms are randomized around 1 as for the others.
-    mg.randomize_weights(model, seed=seed, gemma=False)
+    if kind in MOE_KINDS:
+        model, seed, min_gap = decisive_moe(cls, cfg, seed, prompts_of(kind))
+    else:
+        model = cls(cfg).eval()
+        # Gemma 4's RMSNorm scales by w (not 1 + w): norms are randomized around 1 as for the
+        # others.
+        mg.randomize_weights(model, seed=seed, gemma=False)
     if gemma4:
         # layer_scalar is a buffer (default 1.0) that scales the whole residual stream at the end
         # of each layer: varied values, so a loader that drops it fails the goldens.
@@ -276,6 +324,25 @@ def tiny_folder(kind: str) -> Path:
             out = model2.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
                                   eos_token_id=None, pad_token_id=0)
         greedy.append([int(t) for t in out[0][len(p):]])
+    moe = {}
+    if kind in MOE_KINDS:
+        # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
+        routers = [layer.mlp.gate for layer in model2.model.layers]
+        for r in routers:
+            r.norm_topk_prob = not r.norm_topk_prob
+        with torch.no_grad():
+            flipped = model2(torch.tensor([ids])).logits[0].float().numpy()
+        for r in routers:
+            r.norm_topk_prob = not r.norm_topk_prob
+        flip_diff = float(np.abs(flipped - logits).max())
+        assert flip_diff > 0.1, f"norm_topk_prob barely matters ({flip_diff})"
+        print(f"{kind}: norm_topk_prob={cfg.norm_topk_prob}; flipping it moves logits by {flip_diff:.3f}")
+        moe = {"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+               "norm_topk_prob": cfg.norm_topk_prob,
+               "norm_topk_prob_flipped_max_abs_diff": flip_diff,
+               "router_min_topk_gap": min_gap, "weights_seed": seed,
+               "router_note": "router logits of every token of greedy_prompts + greedy, every "
+                              "layer: the k-th and (k+1)-th differ by at least router_min_topk_gap"}
     mg.write_json(folder / "logits.json", {
         "source": f"transformers {transformers.__version__}, torch {torch.__version__}, float32, eager attention",
         "model_class": cls.__name__,
@@ -290,9 +357,57 @@ def tiny_folder(kind: str) -> Path:
             "layer_scalar": [float(layer.layer_scalar) for layer in model2.model.layers],
             "sliding_window_semantics": "query i attends key j iff 0 <= i - j < sliding_window (itself included)"}
            if kind.startswith("gemma4") else {}),
+        **moe,
     })
     print(f"wrote {folder.relative_to(ROOT)}")
     return folder
+
+
+def router_gaps(model, sequences: list[list[int]]):
+    """(smallest gap between the k-th and (k+1)-th router logit over every token of
+    `sequences` and every MoE layer, std of all router logits)."""
+    import torch
+
+    seen = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
+             for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            for seq in sequences:
+                model(torch.tensor([seq]))
+    finally:
+        for h in hooks:
+            h.remove()
+    k = model.config.num_experts_per_tok
+    all_logits = torch.cat([s.reshape(-1, s.shape[-1]) for s in seen])
+    top = all_logits.sort(dim=-1, descending=True).values
+    return float((top[:, k - 1] - top[:, k]).min()), float(all_logits.std())
+
+
+def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]]):
+    """A random MoE model whose routing is decisive on the golden sequences (prompts and their
+    greedy continuations): routers scaled to ROUTER_STD, seed bumped until the smallest top-k
+    gap exceeds ROUTER_MIN_GAP. Returns (model, seed, gap)."""
+    import torch
+
+    for attempt in range(20):
+        s = seed + 1000 * attempt
+        model = cls(cfg).eval()
+        mg.randomize_weights(model, seed=s, gemma=False)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.gate.weight.mul_(ROUTER_STD)
+        seqs = []
+        for p in prompts:
+            with torch.no_grad():
+                out = model.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
+                                     eos_token_id=None, pad_token_id=0)
+            seqs.append([int(t) for t in out[0]])
+        gap, std = router_gaps(model, seqs)
+        print(f"seed {s}: router logit std {std:.2f}, min top-{cfg.num_experts_per_tok} gap {gap:.2e}")
+        if gap > ROUTER_MIN_GAP:
+            return model, s, gap
+    raise RuntimeError("no seed gives decisive routing")
 
 
 def prompts_of(kind: str) -> list[list[int]]:
@@ -380,7 +495,8 @@ def gguf_golden(kind: str, folder: Path):
 
 
 def main(kinds):
-    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv"]:
+    for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
+                          "qwen3moe", "olmoe"]:
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:
