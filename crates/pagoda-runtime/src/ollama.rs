@@ -167,7 +167,7 @@ impl CheckedChat<'_> {
         let kwargs = formats::think_kwargs(loaded, self.think)?;
         let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &kwargs)?;
         let knobs = request_knobs(loaded, req.options.as_ref(), req.priority, self.constraint);
-        let offered = self.tools.as_ref().map(ToolSet::names);
+        let offered = self.tools.as_ref().map(ToolSet::offered);
         let template_tools = tools::template_renders_tools(loaded);
         finish(prompt, loaded, knobs, bounds, offered, template_tools)
     }
@@ -182,7 +182,7 @@ fn finish(
     loaded: &LoadedModel,
     knobs: Knobs,
     bounds: &Bounds,
-    offered_tools: Option<Vec<String>>,
+    offered_tools: Option<tools::Offered>,
     template_tools: bool,
 ) -> Result<Plan, RequestError> {
     let bounds = bounds.with_rule(LengthRule::Clamp);

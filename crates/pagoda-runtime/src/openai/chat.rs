@@ -77,8 +77,8 @@ pub fn check(req: &ChatCompletionRequest) -> Result<Checked<'_>, RequestError> {
 impl Checked<'_> {
     /// The names of the tools whose calls the output is parsed for; `None` when it is not
     /// parsed (no tools, or `tool_choice: "none"`).
-    pub fn offered_tools(&self) -> Option<Vec<String>> {
-        self.tools.as_ref().map(ToolSet::names)
+    pub fn offered_tools(&self) -> Option<tools::Offered> {
+        self.tools.as_ref().map(ToolSet::offered)
     }
 
     /// The request's plan on `loaded`: the messages (with the model's default system
@@ -198,7 +198,7 @@ pub fn response(
     head: ResponseHead,
     choices: Vec<ChoiceOutput>,
     with_logprobs: bool,
-    offered: Option<Vec<String>>,
+    offered: Option<tools::Offered>,
     formats: OutputFormats,
     tokenizer: &Tokenizer,
 ) -> Result<ChatCompletionResponse, Aborted> {

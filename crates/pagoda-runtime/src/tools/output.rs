@@ -1,8 +1,8 @@
 //! The parser the chat routes run over a model's output: its reasoning split off first
 //! ([`crate::formats::reasoning`], when the model's format has it: [`Piece::Reasoning`]),
 //! then, when tools are offered, calls in the family's markup ([`ToolCallParser`] for
-//! `<tool_call>` JSON, streamed as they are written; [`MarkedCalls`] with a
-//! [`super::formats`] syntax for the others, each call whole) and calls written without
+//! `<tool_call>` JSON; [`MarkedCalls`] with a [`super::formats`] syntax for the others; both
+//! stream a call's arguments as they are written) and calls written without
 //! markup ([`super::bare`]: the whole output one call object naming an offered tool, bare
 //! or in a code fence; for the formats whose templates teach it).
 //! The routes handle the same [`Piece`]s whatever the format.
@@ -17,6 +17,7 @@ use super::bare::{BareCallGate, Gated};
 use super::formats::ToolCallFormat;
 use super::marked::MarkedCalls;
 use super::parse::{collect, ParsedOutput, Piece, ToolCallParser};
+use super::Offered;
 use crate::formats::reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 
 /// How a model's output is written: its call syntax and its reasoning markers, chosen from
@@ -55,16 +56,16 @@ impl OutputParser {
     /// A parser for an output whose request offered tools named `offered`, written as the
     /// fallback prompt and Qwen2.5 write calls, without reasoning.
     pub fn new(offered: Vec<String>) -> Self {
-        Self::with_formats(Some(offered), OutputFormats::default())
+        Self::with_formats(Some(offered.into()), OutputFormats::default())
     }
 
     /// A parser for `formats`: calls parsed when tools were `offered`, reasoning split when
     /// the format has it.
-    pub fn with_formats(offered: Option<Vec<String>>, formats: OutputFormats) -> Self {
+    pub fn with_formats(offered: Option<Offered>, formats: OutputFormats) -> Self {
         let (calls, gate) = match &offered {
             None => (Calls::Off, None),
-            Some(_) => {
-                let calls = match formats.tools.syntax() {
+            Some(offered) => {
+                let calls = match formats.tools.syntax(offered) {
                     Some(syntax) => Calls::Marked(MarkedCalls::new(syntax)),
                     None => Calls::Hermes(ToolCallParser::default()),
                 };
@@ -78,7 +79,7 @@ impl OutputParser {
                 .map(|f| ReasoningSplitter::new(f, formats.reasoning_open)),
             calls,
             gate,
-            offered: offered.unwrap_or_default(),
+            offered: offered.map(|o| o.names).unwrap_or_default(),
             bare_calls: 0,
         }
     }
@@ -182,7 +183,7 @@ pub fn parse_output_offered(text: &str, offered: Vec<String>) -> ParsedOutput {
 /// `formats`, calls parsed when tools were `offered`.
 pub fn parse_reply(
     text: &str,
-    offered: Option<Vec<String>>,
+    offered: Option<Offered>,
     formats: OutputFormats,
 ) -> (Option<String>, ParsedOutput) {
     let pieces = OutputParser::with_formats(offered, formats).parse(text);
