@@ -50,12 +50,17 @@ pub enum ToolCallFormat {
     Mistral,
     Phi4,
     Gemma4,
+    /// gpt-oss's harmony messages: a call is a message to `functions.NAME`
+    /// ([`crate::formats::harmony`], which parses the whole output, channels included).
+    Harmony,
 }
 
 impl ToolCallFormat {
     /// The format a chat template's source teaches.
     pub fn detect(template: &str) -> ToolCallFormat {
-        if template.contains("<|tool_call>call:") {
+        if template.contains("<|channel|>commentary") && template.contains("functions.") {
+            ToolCallFormat::Harmony
+        } else if template.contains("<|tool_call>call:") {
             ToolCallFormat::Gemma4
         } else if template.contains("<tool_call>")
             && template.contains("<function=")
@@ -79,7 +84,7 @@ impl ToolCallFormat {
     /// [`ToolCallFormat::Hermes`].
     pub fn syntax(self, offered: &Offered) -> Option<Box<dyn BlockSyntax>> {
         match self {
-            ToolCallFormat::Hermes => None,
+            ToolCallFormat::Hermes | ToolCallFormat::Harmony => None,
             ToolCallFormat::Qwen3Coder => Some(Box::new(Qwen3Coder {
                 string_params: offered.string_params.clone(),
             })),
@@ -104,6 +109,7 @@ impl ToolCallFormat {
                 | ToolCallFormat::Mistral
                 | ToolCallFormat::Phi4
                 | ToolCallFormat::Gemma4
+                | ToolCallFormat::Harmony
         )
     }
 }

@@ -5,6 +5,7 @@
 //! stream a call's arguments as they are written) and calls written without
 //! markup ([`super::bare`]: the whole output one call object naming an offered tool, bare
 //! or in a code fence; for the formats whose templates teach it).
+//! gpt-oss's harmony output is parsed whole by [`HarmonyParser`] (channels and calls).
 //! The routes handle the same [`Piece`]s whatever the format.
 //!
 //! Invariants: the pieces of any split of the output into deltas are those of one push of the
@@ -18,6 +19,7 @@ use super::formats::ToolCallFormat;
 use super::marked::MarkedCalls;
 use super::parse::{collect, ParsedOutput, Piece, ToolCallParser};
 use super::Offered;
+use crate::formats::harmony::HarmonyParser;
 use crate::formats::reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 
 /// How a model's output is written: its call syntax and its reasoning markers, chosen from
@@ -43,6 +45,8 @@ enum Calls {
 /// See the module doc.
 #[derive(Debug)]
 pub struct OutputParser {
+    /// gpt-oss's harmony format: this parser takes the whole output (channels and calls).
+    harmony: Option<HarmonyParser>,
     reasoning: Option<ReasoningSplitter>,
     calls: Calls,
     /// Holds an output back while it may be a bare call (formats that take them).
@@ -73,9 +77,13 @@ impl OutputParser {
                 (calls, gate)
             }
         };
+        let harmony = formats.reasoning == Some(ReasoningFormat::Harmony)
+            || formats.tools == ToolCallFormat::Harmony;
         OutputParser {
+            harmony: harmony.then(|| HarmonyParser::new(offered.is_some())),
             reasoning: formats
                 .reasoning
+                .filter(|_| !harmony)
                 .map(|f| ReasoningSplitter::new(f, formats.reasoning_open)),
             calls,
             gate,
@@ -86,6 +94,9 @@ impl OutputParser {
 
     /// Calls begun so far (streamed calls count from their first piece).
     pub fn calls(&self) -> usize {
+        if let Some(h) = &self.harmony {
+            return h.calls();
+        }
         let parsed = match &self.calls {
             Calls::Off => 0,
             Calls::Hermes(p) => p.calls(),
@@ -96,6 +107,9 @@ impl OutputParser {
 
     /// Feeds `delta`; returns what it decided.
     pub fn push(&mut self, delta: &str) -> Vec<Piece> {
+        if let Some(h) = &mut self.harmony {
+            return h.push(delta);
+        }
         let splits = match &mut self.reasoning {
             Some(r) => r.push(delta),
             None => vec![Split::Content(delta.to_string())],
@@ -109,6 +123,9 @@ impl OutputParser {
 
     /// The end of the output: whatever is held back is decided.
     pub fn finish(&mut self) -> Vec<Piece> {
+        if let Some(h) = &mut self.harmony {
+            return h.finish();
+        }
         let mut out = Vec::new();
         if let Some(r) = &mut self.reasoning {
             for s in r.finish() {

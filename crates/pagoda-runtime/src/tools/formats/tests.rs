@@ -85,6 +85,7 @@ fn detection_follows_the_templates_markup() {
             "Mistral-Small-3.2-24B-Instruct-2506.jinja",
             ToolCallFormat::Mistral,
         ),
+        ("openai-gpt-oss-120b.jinja", ToolCallFormat::Harmony),
     ] {
         let source = std::fs::read_to_string(format!("{dir}/{name}")).expect(name);
         assert_eq!(ToolCallFormat::detect(&source), want, "{name}");
@@ -110,6 +111,7 @@ fn detection_follows_the_templates_markup() {
             Some(ReasoningFormat::MistralThink),
         ),
         ("Mistral-Small-3.2-24B-Instruct-2506.jinja", None),
+        ("openai-gpt-oss-120b.jinja", Some(ReasoningFormat::Harmony)),
         ("meta-llama-Llama-3.1-8B-Instruct.jinja", None),
     ] {
         let source = std::fs::read_to_string(format!("{dir}/{name}")).expect(name);
@@ -638,4 +640,30 @@ proptest! {
         prop_assert_eq!(view, calls);
         prop_assert_eq!(got, whole);
     }
+}
+
+/// gpt-oss: the whole output goes through the harmony parser, whatever was offered.
+#[test]
+fn harmony_channels_and_calls_through_the_output_parser() {
+    let f = OutputFormats {
+        tools: ToolCallFormat::Harmony,
+        reasoning: Some(ReasoningFormat::Harmony),
+        reasoning_open: false,
+    };
+    let text = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
+    let (r, p) = split_invariant(text, f);
+    assert_eq!(r.as_deref(), Some("Need weather."));
+    assert_eq!(p.content, None);
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", serde_json::json!({"city": "Paris"}))]
+    );
+    // No tools offered: reasoning and content still split.
+    let answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>";
+    let pieces = OutputParser::with_formats(None, f).parse(answer);
+    assert_eq!(
+        super::super::reasoning_of(&pieces).as_deref(),
+        Some("Easy.")
+    );
+    assert_eq!(collect(pieces).content.as_deref(), Some("4"));
 }
