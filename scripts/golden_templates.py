@@ -6,18 +6,22 @@ The templates are llama.cpp's `models/templates/*.jinja` (the llama-cpp-python 0
 copied into crates/pagoda-model/tests/golden/templates/. Each is rendered with transformers'
 own renderer (`transformers.utils.chat_template_utils.render_jinja_template`, what
 `apply_chat_template(tokenize=False)` calls) for every conversation below, with and without
-`enable_thinking` (True and False where the template reads it), always with
+`enable_thinking` (True and False where the template reads it) and `reasoning_effort` ("low" and
+"high" where the template reads it: gpt-oss), always with
 `add_generation_prompt=True`. A render the template refuses (`raise_exception`, a bad role) is
 recorded as `null`: Pagoda must refuse it too.
 
 Inputs are the dicts Pagoda passes: a message's `content` is always a string; `tool_calls`,
 `tool_call_id`, `name` and `reasoning_content` appear only where set; a call's `arguments` is a
 JSON value (transformers' users and vLLM pass it parsed). `date_string` is passed as a template
-keyword (as `chat_template_kwargs` does) so the Llama 3.x renders do not depend on today.
+keyword (as `chat_template_kwargs` does) so the Llama 3.x renders do not depend on today; the day
+of the render is recorded as `rendered_on` for the templates that write today's date anyway
+(gpt-oss's `strftime_now`).
 
     /root/.venvs/pagoda-ref/bin/python scripts/golden_templates.py
 """
 
+import datetime
 import json
 from pathlib import Path
 
@@ -111,12 +115,17 @@ def main():
         switches = [None]
         if "enable_thinking" in source:
             switches += [True, False]
+        efforts = [None]
+        if "reasoning_effort" in source:
+            efforts += ["low", "high"]
         for name, messages in CONVERSATIONS.items():
             tools = TOOLS if name in WITH_TOOLS else None
-            for thinking in switches:
+            for thinking, effort in [(t, e) for t in switches for e in efforts]:
                 kwargs = {"date_string": "26 Jul 2024"}
                 if thinking is not None:
                     kwargs["enable_thinking"] = thinking
+                if effort is not None:
+                    kwargs["reasoning_effort"] = effort
                 expected = render(source, messages, tools, kwargs)
                 cases.append(
                     {
@@ -128,7 +137,10 @@ def main():
                         "refusal": expected["error"] if isinstance(expected, dict) else None,
                     }
                 )
-    golden = {"tools": TOOLS, "conversations": CONVERSATIONS, "cases": cases}
+    # gpt-oss's template writes `strftime_now("%Y-%m-%d")`: the test puts its own day in place
+    # of this one.
+    rendered_on = datetime.datetime.now().strftime("%Y-%m-%d")
+    golden = {"tools": TOOLS, "conversations": CONVERSATIONS, "rendered_on": rendered_on, "cases": cases}
     (GOLDEN / "chat_templates.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
     refused = sum(c["expected"] is None for c in cases)
     print(f"{len(cases)} renders ({refused} refused by their template)")

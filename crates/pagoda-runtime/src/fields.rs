@@ -82,7 +82,9 @@ fn rule(endpoint: Endpoint, name: &str) -> Option<Rule> {
             "Pagoda's models write text only; send [\"text\"] or leave it out",
         ),
         "audio" if chat => NeutralOnly(falsy, "Pagoda's models do not speak; leave it out"),
-        "reasoning_effort" | "verbosity" if chat => NeutralOnly(
+        // For templates that read it (gpt-oss): `crate::formats::effort_kwargs`.
+        "reasoning_effort" if chat => Read,
+        "verbosity" if chat => NeutralOnly(
             falsy,
             "Pagoda has no control of this for its models; leave it out",
         ),
@@ -289,6 +291,7 @@ mod tests {
             (Endpoint::OpenAiChat, "modalities", json!(["text"])),
             (Endpoint::OpenAiChat, "audio", Value::Null),
             (Endpoint::OpenAiChat, "reasoning_effort", Value::Null),
+            (Endpoint::OpenAiChat, "reasoning_effort", json!("low")),
             (Endpoint::OllamaChat, "think", json!(false)),
             // Read by the routes, which check them.
             (Endpoint::OllamaChat, "think", json!(true)),
@@ -307,7 +310,6 @@ mod tests {
             (Endpoint::OpenAiChat, "service_tier", json!("flex")),
             (Endpoint::OpenAiChat, "modalities", json!(["text", "audio"])),
             (Endpoint::OpenAiChat, "audio", json!({"voice": "alloy"})),
-            (Endpoint::OpenAiChat, "reasoning_effort", json!("low")),
             (Endpoint::OpenAiChat, "verbosity", json!("low")),
             (Endpoint::OpenAiChat, "web_search_options", json!({})),
             // Chat-only fields are unknown on the completions endpoint.

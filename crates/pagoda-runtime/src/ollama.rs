@@ -34,7 +34,7 @@ pub struct CheckedGenerate<'a> {
     req: &'a GenerateRequest,
     constraint: Option<ConstraintSpec>,
     /// `think`: thinking switched on or off, or left to the template.
-    think: Option<bool>,
+    think: Option<formats::Think>,
     /// How long the model stays loaded after this request.
     pub keep_alive: KeepAlive,
 }
@@ -47,7 +47,7 @@ pub struct CheckedChat<'a> {
     tools: Option<ToolSet>,
     messages: Vec<ChatMessage>,
     /// `think`: thinking switched on or off, or left to the template.
-    think: Option<bool>,
+    think: Option<formats::Think>,
     /// How long the model stays loaded after this request.
     pub keep_alive: KeepAlive,
 }
@@ -101,7 +101,7 @@ impl CheckedGenerate<'_> {
             }
             prompt.extend_from_slice(ctx);
         }
-        let kwargs = formats::think_kwargs(loaded, self.think)?;
+        let kwargs = formats::think_kwargs(loaded, self.think.as_ref())?;
         let turn = if req.raw {
             loaded.encode_rendered(&req.prompt)
         } else {
@@ -164,10 +164,10 @@ impl CheckedChat<'_> {
     /// model's Modelfile stops and length, and `format`'s constraint.
     pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
         let req = self.req;
-        let kwargs = formats::think_kwargs(loaded, self.think)?;
+        let kwargs = formats::think_kwargs(loaded, self.think.as_ref())?;
         let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &kwargs)?;
         let knobs = request_knobs(loaded, req.options.as_ref(), req.priority, self.constraint);
-        let offered = self.tools.as_ref().map(ToolSet::names);
+        let offered = self.tools.as_ref().map(ToolSet::offered);
         let template_tools = tools::template_renders_tools(loaded);
         finish(prompt, loaded, knobs, bounds, offered, template_tools)
     }
@@ -182,7 +182,7 @@ fn finish(
     loaded: &LoadedModel,
     knobs: Knobs,
     bounds: &Bounds,
-    offered_tools: Option<Vec<String>>,
+    offered_tools: Option<tools::Offered>,
     template_tools: bool,
 ) -> Result<Plan, RequestError> {
     let bounds = bounds.with_rule(LengthRule::Clamp);
@@ -194,15 +194,18 @@ fn finish(
     Ok(plan)
 }
 
-/// Ollama's `think`: `true` or `false` (the effort levels gpt-oss takes are not supported);
-/// `null` or absent leaves thinking to the template.
-fn think(v: Option<&Value>) -> Result<Option<bool>, RequestError> {
+/// Ollama's `think`: `true` or `false`, or an effort level (`"low"`, `"medium"`,
+/// `"high"`, for gpt-oss); `null` or absent leaves thinking to the template.
+fn think(v: Option<&Value>) -> Result<Option<formats::Think>, RequestError> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::Bool(b)) => Ok(Some(formats::Think::Switch(*b))),
+        Some(Value::String(e)) if formats::EFFORTS.contains(&e.as_str()) => {
+            Ok(Some(formats::Think::Effort(e.clone())))
+        }
         Some(other) => Err(RequestError::param(
             "think",
-            format!("`think` must be true or false, got {other} (effort levels are not supported)"),
+            format!("`think` must be true, false, \"low\", \"medium\" or \"high\", got {other}"),
         )),
     }
 }

@@ -33,7 +33,7 @@ pub struct Plan {
     /// the structured-output field, `tools` for a forced call, `format` for Ollama.
     pub constraint_field: Option<&'static str>,
     /// The tools whose calls the output is parsed for; `None`: no calls are parsed.
-    pub offered_tools: Option<Vec<String>>,
+    pub offered_tools: Option<crate::tools::Offered>,
     /// How the model writes calls and reasoning ([`crate::formats::output_formats`]).
     pub formats: OutputFormats,
 }

@@ -68,7 +68,10 @@ enum Pending {
         stream: RequestStream,
         n: usize,
         /// The tools whose calls the output is parsed for, and how the model writes them.
-        offered: (Option<Vec<String>>, pagoda_runtime::tools::OutputFormats),
+        offered: (
+            Option<pagoda_runtime::tools::Offered>,
+            pagoda_runtime::tools::OutputFormats,
+        ),
     },
     Failed {
         custom_id: Value,
@@ -310,7 +313,10 @@ impl Job<'_> {
         request: &Parsed,
         stream: RequestStream,
         n: usize,
-        offered: (Option<Vec<String>>, pagoda_runtime::tools::OutputFormats),
+        offered: (
+            Option<pagoda_runtime::tools::Offered>,
+            pagoda_runtime::tools::OutputFormats,
+        ),
     ) -> Result<(Value, usize), ApiError> {
         let choices = collect_blocking(stream, n)?;
         let tokens = choices.iter().map(|c| c.usage.completion_tokens).sum();

@@ -9,6 +9,7 @@
 //! a template keyword is a JSON object of bounded size and depth that never replaces a
 //! variable the render sets itself.
 
+pub mod harmony;
 pub mod reasoning;
 
 use crate::loader::LoadedModel;
@@ -26,6 +27,62 @@ pub const MAX_TEMPLATE_KWARGS_DEPTH: usize = 8;
 /// The template variable that switches thinking on and off (Qwen3, QwQ, Qwen3.5, SmolLM3,
 /// Gemma 4, the DeepSeek-R1-Distill-Qwen template llama.cpp ships).
 pub const THINKING_SWITCH: &str = "enable_thinking";
+
+/// The template variable gpt-oss's template reads for its reasoning effort (`Reasoning: …`
+/// in its system message; `medium` when unset).
+pub const REASONING_EFFORT: &str = "reasoning_effort";
+/// The efforts accepted (OpenAI's `reasoning_effort`, Ollama's `think` levels).
+pub const EFFORTS: [&str; 3] = ["low", "medium", "high"];
+
+/// Ollama's `think`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Think {
+    /// `true` / `false`: thinking switched on or off.
+    Switch(bool),
+    /// `"low"`, `"medium"` or `"high"`: a reasoning effort (gpt-oss).
+    Effort(String),
+}
+
+/// A reasoning effort given in `field`: `None` for null or absent, else one of [`EFFORTS`].
+pub fn check_effort(
+    value: Option<&Value>,
+    field: &'static str,
+) -> Result<Option<String>, RequestError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(e)) if EFFORTS.contains(&e.as_str()) => Ok(Some(e.clone())),
+        Some(other) => Err(RequestError::param(
+            field,
+            format!("`{field}` must be one of \"low\", \"medium\" or \"high\", got {other}"),
+        )),
+    }
+}
+
+/// Whether `loaded`'s template reads [`REASONING_EFFORT`].
+pub fn takes_effort(loaded: &LoadedModel) -> bool {
+    loaded.chat_template.source().contains(REASONING_EFFORT)
+}
+
+/// Sets `effort` (given in `field`) as the template's [`REASONING_EFFORT`]; refused, naming
+/// `field`, when the template does not read it.
+pub fn effort_kwargs(
+    loaded: &LoadedModel,
+    effort: Option<&str>,
+    field: &'static str,
+    kwargs: &mut TemplateKwargs,
+) -> Result<(), RequestError> {
+    let Some(effort) = effort else {
+        return Ok(());
+    };
+    if !takes_effort(loaded) {
+        return Err(RequestError::param(
+            field,
+            format!("`{field}`: this model's chat template has no reasoning effort (it reads no `{REASONING_EFFORT}`); leave it out"),
+        ));
+    }
+    kwargs.insert(REASONING_EFFORT.into(), Value::String(effort.to_string()));
+    Ok(())
+}
 
 /// The formats of `loaded`'s output for a request whose prompt is `prompt`:
 /// `template_tools`: the template rendered the tools (otherwise the fallback prompt asked
@@ -121,16 +178,22 @@ fn depth(v: &Value) -> usize {
     }
 }
 
-/// The keywords for an Ollama `think`: `Some(true)`/`Some(false)` switch thinking through
-/// the template's [`THINKING_SWITCH`]. Refused (naming `think`) when the model does not reason
+/// The keywords for an Ollama `think`: `true`/`false` switch thinking through the
+/// template's [`THINKING_SWITCH`]; an effort level sets [`REASONING_EFFORT`] (refused, naming
+/// `think`, for a template that does not read it). Refused (naming `think`) when the model does not reason
 /// and thinking is asked for, or when the template cannot switch thinking off.
 pub fn think_kwargs(
     loaded: &LoadedModel,
-    think: Option<bool>,
+    think: Option<&Think>,
 ) -> Result<TemplateKwargs, RequestError> {
     let mut kwargs = TemplateKwargs::new();
-    let Some(think) = think else {
-        return Ok(kwargs);
+    let think = match think {
+        None => return Ok(kwargs),
+        Some(Think::Effort(e)) => {
+            effort_kwargs(loaded, Some(e), "think", &mut kwargs)?;
+            return Ok(kwargs);
+        }
+        Some(Think::Switch(b)) => *b,
     };
     if think && !reasons(loaded) {
         return Err(RequestError::param(
@@ -154,6 +217,23 @@ pub fn think_kwargs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn efforts_are_low_medium_or_high() {
+        assert_eq!(check_effort(None, "reasoning_effort").unwrap(), None);
+        assert_eq!(
+            check_effort(Some(&Value::Null), "reasoning_effort").unwrap(),
+            None
+        );
+        assert_eq!(
+            check_effort(Some(&serde_json::json!("high")), "reasoning_effort").unwrap(),
+            Some("high".into())
+        );
+        for bad in [serde_json::json!("max"), serde_json::json!(1)] {
+            let e = check_effort(Some(&bad), "think").unwrap_err();
+            assert_eq!(e.param_name(), Some("think"));
+        }
+    }
 
     #[test]
     fn template_kwargs_are_bounded_objects() {

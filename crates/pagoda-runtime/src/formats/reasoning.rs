@@ -25,13 +25,18 @@ pub enum ReasoningFormat {
     MistralThink,
     /// `<|channel>thought` … `<channel|>` (Gemma 4).
     GemmaChannel,
+    /// gpt-oss's harmony messages: the `analysis` channel is reasoning; parsed by
+    /// [`super::harmony::HarmonyParser`], not by [`ReasoningSplitter`].
+    Harmony,
 }
 
 impl ReasoningFormat {
     /// The format a chat template's source teaches, if any (detected by its markup, as
     /// llama.cpp's `common/chat` detects formats).
     pub fn detect(template: &str) -> Option<ReasoningFormat> {
-        if template.contains("<|channel>thought") {
+        if template.contains("<|channel|>analysis") {
+            Some(ReasoningFormat::Harmony)
+        } else if template.contains("<|channel>thought") {
             Some(ReasoningFormat::GemmaChannel)
         } else if template.contains("[THINK]") {
             Some(ReasoningFormat::MistralThink)
@@ -47,6 +52,7 @@ impl ReasoningFormat {
             ReasoningFormat::Think => "<think>",
             ReasoningFormat::MistralThink => "[THINK]",
             ReasoningFormat::GemmaChannel => "<|channel>thought",
+            ReasoningFormat::Harmony => "<|channel|>analysis<|message|>",
         }
     }
 
@@ -55,13 +61,14 @@ impl ReasoningFormat {
             ReasoningFormat::Think => "</think>",
             ReasoningFormat::MistralThink => "[/THINK]",
             ReasoningFormat::GemmaChannel => "<channel|>",
+            ReasoningFormat::Harmony => "<|end|>",
         }
     }
 
     /// Whether a prompt whose text ends with `prompt_tail` leaves the output inside the
     /// reasoning block (the template opened it).
     pub fn prompt_opens(self, prompt_tail: &str) -> bool {
-        prompt_tail.trim_end().ends_with(self.open())
+        self != ReasoningFormat::Harmony && prompt_tail.trim_end().ends_with(self.open())
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Checked<'a> {
     messages: Vec<TemplateMessage>,
     /// `chat_template_kwargs`, checked.
     kwargs: TemplateKwargs,
+    /// `reasoning_effort`, checked (set on the template at [`Checked::plan`]).
+    effort: Option<String>,
 }
 
 /// Everything about `req` that can be checked without the model: the first half of the
@@ -64,6 +66,13 @@ pub fn check(req: &ChatCompletionRequest) -> Result<Checked<'_>, RequestError> {
         req.extra.get("chat_template_kwargs"),
         "chat_template_kwargs",
     )?;
+    let effort = formats::check_effort(req.extra.get("reasoning_effort"), "reasoning_effort")?;
+    if effort.is_some() && kwargs.contains_key(formats::REASONING_EFFORT) {
+        return Err(RequestError::param(
+            "reasoning_effort",
+            "`reasoning_effort` is given twice (also in `chat_template_kwargs`): send one",
+        ));
+    }
     let messages = template_messages(req)?;
     Ok(Checked {
         req,
@@ -71,14 +80,15 @@ pub fn check(req: &ChatCompletionRequest) -> Result<Checked<'_>, RequestError> {
         structured,
         messages,
         kwargs,
+        effort,
     })
 }
 
 impl Checked<'_> {
     /// The names of the tools whose calls the output is parsed for; `None` when it is not
     /// parsed (no tools, or `tool_choice: "none"`).
-    pub fn offered_tools(&self) -> Option<Vec<String>> {
-        self.tools.as_ref().map(ToolSet::names)
+    pub fn offered_tools(&self) -> Option<tools::Offered> {
+        self.tools.as_ref().map(ToolSet::offered)
     }
 
     /// The request's plan on `loaded`: the messages (with the model's default system
@@ -90,8 +100,14 @@ impl Checked<'_> {
     pub fn plan(self, loaded: &LoadedModel, bounds: &Bounds) -> Result<Plan, RequestError> {
         let req = self.req;
         let offered_tools = self.offered_tools();
-        let prompt =
-            tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &self.kwargs)?;
+        let mut kwargs = self.kwargs;
+        formats::effort_kwargs(
+            loaded,
+            self.effort.as_deref(),
+            "reasoning_effort",
+            &mut kwargs,
+        )?;
+        let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &kwargs)?;
         let formats =
             formats::output_formats(loaded, &prompt, tools::template_renders_tools(loaded));
         let (constraint_field, constraint) = match self.structured {
@@ -198,7 +214,7 @@ pub fn response(
     head: ResponseHead,
     choices: Vec<ChoiceOutput>,
     with_logprobs: bool,
-    offered: Option<Vec<String>>,
+    offered: Option<tools::Offered>,
     formats: OutputFormats,
     tokenizer: &Tokenizer,
 ) -> Result<ChatCompletionResponse, Aborted> {

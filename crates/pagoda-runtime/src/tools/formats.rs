@@ -1,25 +1,40 @@
-//! The families' call syntaxes, each a [`BlockSyntax`] for [`MarkedCalls`] (Hermes'
-//! `<tool_call>{json}</tool_call>` is [`super::parse`]'s, which also streams arguments):
+//! The families' call syntaxes, each a [`BlockSyntax`] for [`super::marked::MarkedCalls`]
+//! (Hermes' `<tool_call>{json}</tool_call>` is [`super::parse`]'s), each streaming a call's
+//! arguments as they are written ([`BlockSyntax::stream`]):
 //! - [`Qwen3Coder`] (Qwen3-Coder, Qwen3.5): `<tool_call>\n<function=NAME>\n<parameter=KEY>\n
-//!   VALUE\n</parameter>…</function>\n</tool_call>`. A value that is JSON other than a
-//!   string (a number, `true`, an object, …) is that value; any other text is a string (the
-//!   parser does not read the tool's schema).
+//!   VALUE\n</parameter>…</function>\n</tool_call>`, translated into JSON, values typed by
+//!   the tool's schema ([`qwen3coder`]).
 //! - [`Mistral`] (Mistral Small 3.2, Ministral 3): `[TOOL_CALLS]NAME[ARGS]{json}` per call
-//!   (an optional `[CALL_ID]id` before `[ARGS]`), or the older `[TOOL_CALLS][{"name": …,
-//!   "arguments": {…}}, …]`.
+//!   (an optional `[CALL_ID]id` before `[ARGS]`; the call starts once its name is followed
+//!   by either), or the older `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`.
 //! - [`LlamaPythonTag`] (Llama 3.1–3.3): `<|python_tag|>` then a JSON call
-//!   `{"name": …, "parameters": {…}}` (several `;`-separated) or a built-in tool's
-//!   `NAME.call(key="value", …)`. The JSON form without the tag is the bare form
-//!   ([`super::bare`]), which the Llama 3 templates teach.
+//!   `{"name": …, "parameters": {…}}` (several `;`-separated, a `;` inside a JSON string
+//!   being text) or a built-in tool's `NAME.call(key="value", …)` (decided whole). The JSON
+//!   form without the tag is the bare form ([`super::bare`]), which the Llama 3 templates
+//!   teach.
 //! - [`Phi4`] (Phi-4-mini): `<|tool_call|>[{"name": …, "arguments": {…}}, …]<|/tool_call|>`.
 //! - [`Gemma4`]: `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1,…}<tool_call|>`, its own
-//!   value syntax (strings between `<|"|>` markers, bare keys) turned into JSON.
+//!   value syntax (strings between `<|"|>` markers, bare keys) translated into JSON
+//!   ([`gemma4`]).
+//!
+//! The JSON forms stream a call whose object begins `{"name": …, "arguments": {` (or
+//! `"parameters"`) as written, whitespace outside strings left out; another order is taken
+//! whole once its object closes ([`super::partial::json_calls_so_far`]).
 //!
 //! The syntax of a model is chosen from its chat template's markup ([`ToolCallFormat::detect`]),
 //! as llama.cpp's `common/chat` chooses it.
 
-use super::marked::{json_value_len, BlockSyntax};
-use super::parse::{parse_call, ParsedCall};
+pub mod gemma4;
+pub mod qwen3coder;
+
+pub use gemma4::Gemma4;
+pub use qwen3coder::Qwen3Coder;
+
+use super::marked::json_value_len;
+pub use super::marked::BlockSyntax;
+use super::parse::{parse_call, ParsedCall, Scan};
+use super::partial::{json_calls_so_far, minify, split_top_level, Partial};
+use super::Offered;
 use serde_json::{Map, Value};
 
 /// How a model writes its calls.
@@ -35,12 +50,17 @@ pub enum ToolCallFormat {
     Mistral,
     Phi4,
     Gemma4,
+    /// gpt-oss's harmony messages: a call is a message to `functions.NAME`
+    /// ([`crate::formats::harmony`], which parses the whole output, channels included).
+    Harmony,
 }
 
 impl ToolCallFormat {
     /// The format a chat template's source teaches.
     pub fn detect(template: &str) -> ToolCallFormat {
-        if template.contains("<|tool_call>call:") {
+        if template.contains("<|channel|>commentary") && template.contains("functions.") {
+            ToolCallFormat::Harmony
+        } else if template.contains("<|tool_call>call:") {
             ToolCallFormat::Gemma4
         } else if template.contains("<tool_call>")
             && template.contains("<function=")
@@ -60,11 +80,14 @@ impl ToolCallFormat {
         }
     }
 
-    /// The block syntax of a marked format; `None` for [`ToolCallFormat::Hermes`].
-    pub fn syntax(self) -> Option<Box<dyn BlockSyntax>> {
+    /// The block syntax of a marked format, for calls of the `offered` tools; `None` for
+    /// [`ToolCallFormat::Hermes`].
+    pub fn syntax(self, offered: &Offered) -> Option<Box<dyn BlockSyntax>> {
         match self {
-            ToolCallFormat::Hermes => None,
-            ToolCallFormat::Qwen3Coder => Some(Box::new(Qwen3Coder)),
+            ToolCallFormat::Hermes | ToolCallFormat::Harmony => None,
+            ToolCallFormat::Qwen3Coder => Some(Box::new(Qwen3Coder {
+                string_params: offered.string_params.clone(),
+            })),
             ToolCallFormat::Llama3 => Some(Box::new(LlamaPythonTag)),
             ToolCallFormat::Mistral => Some(Box::new(Mistral)),
             ToolCallFormat::Phi4 => Some(Box::new(Phi4)),
@@ -86,6 +109,7 @@ impl ToolCallFormat {
                 | ToolCallFormat::Mistral
                 | ToolCallFormat::Phi4
                 | ToolCallFormat::Gemma4
+                | ToolCallFormat::Harmony
         )
     }
 }
@@ -111,50 +135,6 @@ fn json_calls(body: &str) -> Option<Vec<ParsedCall>> {
         _ => return None,
     };
     items.iter().map(|o| parse_call(&o.to_string())).collect()
-}
-
-/// Qwen3-Coder's XML-ish calls.
-#[derive(Debug)]
-pub struct Qwen3Coder;
-
-impl BlockSyntax for Qwen3Coder {
-    fn open(&self) -> &'static str {
-        "<tool_call>"
-    }
-    fn close(&self) -> Option<&'static str> {
-        Some("</tool_call>")
-    }
-    fn parse(&self, body: &str) -> Option<Vec<ParsedCall>> {
-        let mut calls = Vec::new();
-        let mut rest = body.trim();
-        while !rest.is_empty() {
-            let after = rest.strip_prefix("<function=")?;
-            let (name, inner) = after.split_once('>')?;
-            let end = inner.find("</function>")?;
-            let mut params = &inner[..end];
-            let mut args = Map::new();
-            loop {
-                params = params.trim_start();
-                if params.is_empty() {
-                    break;
-                }
-                let p = params.strip_prefix("<parameter=")?;
-                let (key, value) = p.split_once('>')?;
-                let close = value.find("</parameter>")?;
-                let text = value[..close].strip_prefix('\n').unwrap_or(&value[..close]);
-                let text = text.strip_suffix('\n').unwrap_or(text);
-                let v = match serde_json::from_str::<Value>(text) {
-                    Ok(v) if !v.is_string() => v,
-                    _ => Value::String(text.to_string()),
-                };
-                args.insert(key.trim().to_string(), v);
-                params = &value[close + "</parameter>".len()..];
-            }
-            calls.push(call(name, Value::Object(args))?);
-            rest = inner[end + "</function>".len()..].trim_start();
-        }
-        Some(calls)
-    }
 }
 
 /// Mistral's `[TOOL_CALLS]`.
@@ -185,6 +165,40 @@ impl BlockSyntax for Mistral {
         let (_, args_at) = Self::head(body)?;
         Some(args_at + json_value_len(&body[args_at..])?)
     }
+    fn stream(&self, body: &str, end: bool) -> Option<Vec<Partial>> {
+        let t = body.trim_start();
+        if t.starts_with('[') || t.starts_with('{') {
+            return json_calls_so_far(body, end, None);
+        }
+        let named = ["[CALL_ID]", "[ARGS]"]
+            .iter()
+            .filter_map(|m| body.find(m))
+            .min()?;
+        let name = body[..named].trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return None;
+        }
+        let raw = Self::head(body).map_or("", |(_, args_at)| &body[args_at..]);
+        let mut arguments = if raw.trim_start().starts_with('{') {
+            let mut scan = Scan::default();
+            let closed = raw
+                .bytes()
+                .position(|c| scan.feed(c))
+                .map_or(raw.len(), |p| p + 1);
+            minify(&raw[..closed])
+        } else {
+            String::new()
+        };
+        if end && arguments.is_empty() {
+            arguments.push_str("{}");
+        }
+        Some(vec![Partial {
+            name: name.to_string(),
+            arguments,
+            done: end,
+            end: body.len(),
+        }])
+    }
     fn parse(&self, body: &str) -> Option<Vec<ParsedCall>> {
         let t = body.trim();
         if t.starts_with('[') || t.starts_with('{') {
@@ -210,11 +224,14 @@ impl BlockSyntax for LlamaPythonTag {
     fn close(&self) -> Option<&'static str> {
         None
     }
+    fn stream(&self, body: &str, end: bool) -> Option<Vec<Partial>> {
+        json_calls_so_far(body, end, Some(b';'))
+    }
     fn parse(&self, body: &str) -> Option<Vec<ParsedCall>> {
         let t = body.trim();
         if t.starts_with('{') || t.starts_with('[') {
             let mut calls = Vec::new();
-            for part in t.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            for part in split_top_level(t, b';') {
                 calls.extend(json_calls(part)?);
             }
             return Some(calls);
@@ -284,123 +301,11 @@ impl BlockSyntax for Phi4 {
     fn close(&self) -> Option<&'static str> {
         Some("<|/tool_call|>")
     }
+    fn stream(&self, body: &str, end: bool) -> Option<Vec<Partial>> {
+        json_calls_so_far(body, end, None)
+    }
     fn parse(&self, body: &str) -> Option<Vec<ParsedCall>> {
         json_calls(body)
-    }
-}
-
-/// Gemma 4's `<|tool_call>call:NAME{…}<tool_call|>`.
-#[derive(Debug)]
-pub struct Gemma4;
-
-const GEMMA_QUOTE: &str = "<|\"|>";
-/// Deepest nesting of a Gemma 4 value read.
-const GEMMA_DEPTH: usize = 64;
-
-impl BlockSyntax for Gemma4 {
-    fn open(&self) -> &'static str {
-        "<|tool_call>"
-    }
-    fn close(&self) -> Option<&'static str> {
-        Some("<tool_call|>")
-    }
-    fn parse(&self, body: &str) -> Option<Vec<ParsedCall>> {
-        let rest = body.trim().strip_prefix("call:")?;
-        let brace = rest.find('{')?;
-        let name = &rest[..brace];
-        let mut reader = GemmaReader {
-            text: &rest[brace..],
-        };
-        let args = reader.value(0)?;
-        if !reader.text.trim().is_empty() {
-            return None;
-        }
-        Some(vec![call(name, args)?])
-    }
-}
-
-/// Reads Gemma 4's value syntax.
-struct GemmaReader<'a> {
-    text: &'a str,
-}
-
-impl GemmaReader<'_> {
-    fn skip_ws(&mut self) {
-        self.text = self.text.trim_start();
-    }
-
-    fn eat(&mut self, s: &str) -> bool {
-        match self.text.strip_prefix(s) {
-            Some(rest) => {
-                self.text = rest;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn value(&mut self, depth: usize) -> Option<Value> {
-        if depth > GEMMA_DEPTH {
-            return None;
-        }
-        self.skip_ws();
-        if self.eat(GEMMA_QUOTE) {
-            let end = self.text.find(GEMMA_QUOTE)?;
-            let s = self.text[..end].to_string();
-            self.text = &self.text[end + GEMMA_QUOTE.len()..];
-            return Some(Value::String(s));
-        }
-        if self.eat("{") {
-            let mut map = Map::new();
-            self.skip_ws();
-            if self.eat("}") {
-                return Some(Value::Object(map));
-            }
-            loop {
-                self.skip_ws();
-                let colon = self.text.find(':')?;
-                let key = self.text[..colon].trim();
-                if key.is_empty() || key.contains('}') {
-                    return None;
-                }
-                let key = key.strip_prefix(GEMMA_QUOTE).unwrap_or(key);
-                let key = key.strip_suffix(GEMMA_QUOTE).unwrap_or(key).to_string();
-                self.text = &self.text[colon + 1..];
-                let v = self.value(depth + 1)?;
-                map.insert(key, v);
-                self.skip_ws();
-                if self.eat("}") {
-                    return Some(Value::Object(map));
-                }
-                if !self.eat(",") {
-                    return None;
-                }
-            }
-        }
-        if self.eat("[") {
-            let mut items = Vec::new();
-            self.skip_ws();
-            if self.eat("]") {
-                return Some(Value::Array(items));
-            }
-            loop {
-                items.push(self.value(depth + 1)?);
-                self.skip_ws();
-                if self.eat("]") {
-                    return Some(Value::Array(items));
-                }
-                if !self.eat(",") {
-                    return None;
-                }
-            }
-        }
-        // A number, boolean or null: up to the next delimiter.
-        let end = self.text.find([',', '}', ']']).unwrap_or(self.text.len());
-        let raw = self.text[..end].trim();
-        self.text = &self.text[end..];
-        serde_json::from_str::<Value>(raw)
-            .ok()
-            .filter(|v| !v.is_object() && !v.is_array() && !v.is_string())
     }
 }
 

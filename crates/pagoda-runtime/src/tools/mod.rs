@@ -21,6 +21,7 @@ pub mod formats;
 pub mod marked;
 pub mod output;
 pub mod parse;
+pub mod partial;
 
 use crate::loader::LoadedModel;
 use crate::request::RequestError;
@@ -28,6 +29,7 @@ use pagoda_engine::ConstraintSpec;
 use pagoda_model::chat_template::{ChatMessage, TemplateKwargs};
 use pagoda_protocol::openai::chat::{Tool, ToolChoice};
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use bare::{parse_bare_calls, BareCallGate, Gated};
 pub use formats::ToolCallFormat;
@@ -68,6 +70,64 @@ impl ToolSet {
             .iter()
             .map(|t| function_name(t).to_string())
             .collect()
+    }
+
+    /// What the output's parser needs of the tools ([`Offered`]).
+    pub fn offered(&self) -> Offered {
+        let mut string_params = BTreeMap::new();
+        for t in &self.tools {
+            let properties = t
+                .function
+                .as_ref()
+                .and_then(|f| f.parameters.as_ref())
+                .and_then(|p| p.get("properties"))
+                .and_then(Value::as_object);
+            let strings: BTreeSet<String> = properties
+                .into_iter()
+                .flatten()
+                .filter(|(_, schema)| string_typed(schema))
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !strings.is_empty() {
+                string_params.insert(function_name(t).to_string(), strings);
+            }
+        }
+        Offered {
+            names: self.names(),
+            string_params,
+        }
+    }
+}
+
+/// Whether a parameter's schema says its value is a string (`"type": "string"`, or a list
+/// of types that is `"string"` and perhaps `"null"`).
+fn string_typed(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => {
+            types.iter().any(|t| t == "string")
+                && types.iter().all(|t| t == "string" || t == "null")
+        }
+        _ => false,
+    }
+}
+
+/// The tools whose calls an output is parsed for, as its parser needs them: their names
+/// (a bare call must name one), and per function the parameters its schema types as strings
+/// (Qwen3-Coder's values are typed by them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Offered {
+    pub names: Vec<String>,
+    pub string_params: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl From<Vec<String>> for Offered {
+    /// Tools known by name only (no schemas).
+    fn from(names: Vec<String>) -> Self {
+        Offered {
+            names,
+            string_params: BTreeMap::new(),
+        }
     }
 }
 

@@ -1,10 +1,11 @@
 //! The parser the chat routes run over a model's output: its reasoning split off first
 //! ([`crate::formats::reasoning`], when the model's format has it: [`Piece::Reasoning`]),
 //! then, when tools are offered, calls in the family's markup ([`ToolCallParser`] for
-//! `<tool_call>` JSON, streamed as they are written; [`MarkedCalls`] with a
-//! [`super::formats`] syntax for the others, each call whole) and calls written without
+//! `<tool_call>` JSON; [`MarkedCalls`] with a [`super::formats`] syntax for the others; both
+//! stream a call's arguments as they are written) and calls written without
 //! markup ([`super::bare`]: the whole output one call object naming an offered tool, bare
 //! or in a code fence; for the formats whose templates teach it).
+//! gpt-oss's harmony output is parsed whole by [`HarmonyParser`] (channels and calls).
 //! The routes handle the same [`Piece`]s whatever the format.
 //!
 //! Invariants: the pieces of any split of the output into deltas are those of one push of the
@@ -17,6 +18,8 @@ use super::bare::{BareCallGate, Gated};
 use super::formats::ToolCallFormat;
 use super::marked::MarkedCalls;
 use super::parse::{collect, ParsedOutput, Piece, ToolCallParser};
+use super::Offered;
+use crate::formats::harmony::HarmonyParser;
 use crate::formats::reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 
 /// How a model's output is written: its call syntax and its reasoning markers, chosen from
@@ -42,6 +45,8 @@ enum Calls {
 /// See the module doc.
 #[derive(Debug)]
 pub struct OutputParser {
+    /// gpt-oss's harmony format: this parser takes the whole output (channels and calls).
+    harmony: Option<HarmonyParser>,
     reasoning: Option<ReasoningSplitter>,
     calls: Calls,
     /// Holds an output back while it may be a bare call (formats that take them).
@@ -55,16 +60,16 @@ impl OutputParser {
     /// A parser for an output whose request offered tools named `offered`, written as the
     /// fallback prompt and Qwen2.5 write calls, without reasoning.
     pub fn new(offered: Vec<String>) -> Self {
-        Self::with_formats(Some(offered), OutputFormats::default())
+        Self::with_formats(Some(offered.into()), OutputFormats::default())
     }
 
     /// A parser for `formats`: calls parsed when tools were `offered`, reasoning split when
     /// the format has it.
-    pub fn with_formats(offered: Option<Vec<String>>, formats: OutputFormats) -> Self {
+    pub fn with_formats(offered: Option<Offered>, formats: OutputFormats) -> Self {
         let (calls, gate) = match &offered {
             None => (Calls::Off, None),
-            Some(_) => {
-                let calls = match formats.tools.syntax() {
+            Some(offered) => {
+                let calls = match formats.tools.syntax(offered) {
                     Some(syntax) => Calls::Marked(MarkedCalls::new(syntax)),
                     None => Calls::Hermes(ToolCallParser::default()),
                 };
@@ -72,19 +77,26 @@ impl OutputParser {
                 (calls, gate)
             }
         };
+        let harmony = formats.reasoning == Some(ReasoningFormat::Harmony)
+            || formats.tools == ToolCallFormat::Harmony;
         OutputParser {
+            harmony: harmony.then(|| HarmonyParser::new(offered.is_some())),
             reasoning: formats
                 .reasoning
+                .filter(|_| !harmony)
                 .map(|f| ReasoningSplitter::new(f, formats.reasoning_open)),
             calls,
             gate,
-            offered: offered.unwrap_or_default(),
+            offered: offered.map(|o| o.names).unwrap_or_default(),
             bare_calls: 0,
         }
     }
 
     /// Calls begun so far (streamed calls count from their first piece).
     pub fn calls(&self) -> usize {
+        if let Some(h) = &self.harmony {
+            return h.calls();
+        }
         let parsed = match &self.calls {
             Calls::Off => 0,
             Calls::Hermes(p) => p.calls(),
@@ -95,6 +107,9 @@ impl OutputParser {
 
     /// Feeds `delta`; returns what it decided.
     pub fn push(&mut self, delta: &str) -> Vec<Piece> {
+        if let Some(h) = &mut self.harmony {
+            return h.push(delta);
+        }
         let splits = match &mut self.reasoning {
             Some(r) => r.push(delta),
             None => vec![Split::Content(delta.to_string())],
@@ -108,6 +123,9 @@ impl OutputParser {
 
     /// The end of the output: whatever is held back is decided.
     pub fn finish(&mut self) -> Vec<Piece> {
+        if let Some(h) = &mut self.harmony {
+            return h.finish();
+        }
         let mut out = Vec::new();
         if let Some(r) = &mut self.reasoning {
             for s in r.finish() {
@@ -182,7 +200,7 @@ pub fn parse_output_offered(text: &str, offered: Vec<String>) -> ParsedOutput {
 /// `formats`, calls parsed when tools were `offered`.
 pub fn parse_reply(
     text: &str,
-    offered: Option<Vec<String>>,
+    offered: Option<Offered>,
     formats: OutputFormats,
 ) -> (Option<String>, ParsedOutput) {
     let pieces = OutputParser::with_formats(offered, formats).parse(text);

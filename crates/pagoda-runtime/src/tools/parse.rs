@@ -398,17 +398,17 @@ fn partial_open_len(s: &str) -> usize {
 /// The JSON state of a streamed call's arguments, fed byte by byte (the structural
 /// characters are ASCII, which never occurs inside a multi-byte UTF-8 character).
 #[derive(Debug, Default)]
-struct Scan {
+pub(crate) struct Scan {
     /// Open braces and brackets.
-    depth: usize,
-    in_string: bool,
+    pub(crate) depth: usize,
+    pub(crate) in_string: bool,
     /// Just after a backslash in a string.
-    escaped: bool,
+    pub(crate) escaped: bool,
 }
 
 impl Scan {
     /// Feeds the next byte; `true` when it closes the arguments object.
-    fn feed(&mut self, c: u8) -> bool {
+    pub(crate) fn feed(&mut self, c: u8) -> bool {
         if self.in_string {
             if self.escaped {
                 self.escaped = false;
@@ -434,7 +434,7 @@ impl Scan {
 
 /// How far a call's body begins the streamed form.
 #[derive(Debug, PartialEq, Eq)]
-enum Head {
+pub(crate) enum Head {
     /// It may still: the body is a prefix of it.
     Partial,
     /// It cannot.
@@ -446,15 +446,31 @@ enum Head {
 /// Whether `body` begins `{"name": "<name>", "arguments": {` (JSON whitespace anywhere
 /// between the tokens; the name a JSON string, non-empty once trimmed).
 fn head(body: &str) -> Head {
-    const TOKENS: [Option<&str>; 8] = [
-        Some("{"),
-        Some("\"name\""),
-        Some(":"),
-        None, // the name
-        Some(","),
-        Some("\"arguments\""),
-        Some(":"),
-        Some("{"),
+    head_keys(body, &["arguments"])
+}
+
+/// One token of a streamed call's head.
+#[derive(Clone, Copy)]
+enum Token {
+    Lit(&'static str),
+    /// The name: a JSON string.
+    Name,
+    /// The arguments key: a JSON string, one of the keys allowed.
+    Key,
+}
+
+/// Whether `body` begins `{"name": "<name>", "<key>": {` with `<key>` one of `keys`, as
+/// [`head`] (Llama writes `parameters`).
+pub(crate) fn head_keys(body: &str, keys: &[&str]) -> Head {
+    const TOKENS: [Token; 8] = [
+        Token::Lit("{"),
+        Token::Lit("\"name\""),
+        Token::Lit(":"),
+        Token::Name,
+        Token::Lit(","),
+        Token::Key,
+        Token::Lit(":"),
+        Token::Lit("{"),
     ];
     let b = body.as_bytes();
     let mut i = 0;
@@ -467,7 +483,7 @@ fn head(body: &str) -> Head {
             return Head::Partial;
         }
         match token {
-            Some(lit) => {
+            Token::Lit(lit) => {
                 for &c in lit.as_bytes() {
                     if i == b.len() {
                         return Head::Partial;
@@ -478,7 +494,7 @@ fn head(body: &str) -> Head {
                     i += 1;
                 }
             }
-            None => {
+            Token::Name | Token::Key => {
                 if b[i] != b'"' {
                     return Head::No;
                 }
@@ -493,8 +509,12 @@ fn head(body: &str) -> Head {
                     scan.feed(b[i]);
                     i += 1;
                 }
-                match serde_json::from_str::<String>(&body[start..i]) {
-                    Ok(n) if !n.trim().is_empty() => name = Some(n.trim().to_string()),
+                let Ok(text) = serde_json::from_str::<String>(&body[start..i]) else {
+                    return Head::No;
+                };
+                match token {
+                    Token::Name if !text.trim().is_empty() => name = Some(text.trim().to_string()),
+                    Token::Key if keys.contains(&text.as_str()) => {}
                     _ => return Head::No,
                 }
             }

@@ -183,7 +183,7 @@ fn a_tool_round_trip_history_passes() {
     );
     let checked = crate::openai::chat::check(&r).unwrap();
     assert_eq!(
-        checked.offered_tools(),
+        checked.offered_tools().map(|o| o.names),
         Some(vec!["get_weather".to_string()])
     );
 }
@@ -448,4 +448,91 @@ fn streamed_deltas_reassemble_to_the_whole_response() {
         }
         assert_eq!(argument_pieces[2], 1);
     }
+}
+
+/// The other families' calls through the route's deltas: a header (id, name, empty
+/// arguments) as soon as the name is known, then the arguments in pieces, reassembling to
+/// the non-streamed response's calls.
+#[test]
+fn every_familys_streamed_deltas_reassemble_to_the_whole_response() {
+    use crate::tools::formats::ToolCallFormat;
+    use crate::tools::output::{parse_reply, OutputFormats};
+    for (tools, text) in [
+        (ToolCallFormat::Qwen3Coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"),
+        (ToolCallFormat::Mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"),
+        (ToolCallFormat::Phi4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>"),
+        (ToolCallFormat::Llama3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
+        (ToolCallFormat::Gemma4, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"),
+    ] {
+        let f = OutputFormats {
+            tools,
+            ..OutputFormats::default()
+        };
+        // `city` typed as a string: Qwen3-Coder's value streams as it is written.
+        let offered = || {
+            let mut o = crate::tools::Offered::from(vec!["get_weather".to_string()]);
+            o.string_params
+                .insert("get_weather".into(), ["city".to_string()].into());
+            Some(o)
+        };
+        let (_, whole) = parse_reply(text, offered(), f);
+        assert_eq!(whole.calls.len(), 1, "{tools:?}");
+        let mut p = OutputParser::with_formats(offered(), f);
+        let mut deltas = Vec::new();
+        let mut n = 0;
+        let mut pieces = Vec::new();
+        for c in text.chars() {
+            pieces.extend(p.push(&c.to_string()));
+        }
+        pieces.extend(p.finish());
+        for piece in pieces {
+            match piece {
+                Piece::CallStart { name } => {
+                    deltas.push(crate::openai::chat::call_start_delta(name, n));
+                    n += 1;
+                }
+                Piece::CallArguments(a) => {
+                    deltas.push(crate::openai::chat::arguments_delta(a, n - 1))
+                }
+                Piece::CallEnd { .. } => {}
+                other => panic!("{tools:?}: {other:?}"),
+            }
+        }
+        let head = &deltas[0];
+        assert!(head.id.as_deref().is_some_and(|i| i.starts_with("call_")));
+        let function = head.function.as_ref().unwrap();
+        assert_eq!(function.name.as_deref(), Some("get_weather"));
+        assert_eq!(function.arguments.as_deref(), Some(""));
+        assert!(deltas.len() > 5, "{tools:?}: {} deltas", deltas.len());
+        let calls = reassemble(&deltas);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].1, "get_weather");
+        assert_eq!(calls[0].2, whole.calls[0].arguments, "{tools:?}");
+        assert_eq!(calls[0].2, "{\"city\":\"Paris\"}", "{tools:?}");
+    }
+}
+
+#[test]
+fn offered_tools_carry_their_string_typed_parameters() {
+    let set = ToolSet {
+        tools: vec![
+            tool(
+                "get_weather",
+                json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": ["string", "null"]}, "any": {}}}),
+            ),
+            tool("now", json!({"type": "object"})),
+        ],
+        choice: Choice::Auto,
+        parallel: true,
+    };
+    let o = set.offered();
+    assert_eq!(o.names, ["get_weather", "now"]);
+    assert_eq!(
+        o.string_params,
+        [(
+            "get_weather".to_string(),
+            ["city".to_string(), "zip".to_string()].into()
+        )]
+        .into()
+    );
 }
