@@ -86,6 +86,7 @@ ELEMENTWISE(kv_write)
 ELEMENTWISE(kv_write_fp8)
 ELEMENTWISE(scale_f32)
 ELEMENTWISE(copy_columns)
+ELEMENTWISE(scatter_add_rows)
 
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode, DEC_THREADS)
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode_reduce, DEC_THREADS)

@@ -188,6 +188,7 @@ pub struct Kernels {
     kv_write_fp8: CudaFunction,
     scale: CudaFunction,
     copy_columns: CudaFunction,
+    scatter_add_rows: CudaFunction,
     pub(crate) attn_decode: CudaFunction,
     pub(crate) attn_decode_reduce: CudaFunction,
     pub(crate) attn_prefill: CudaFunction,
@@ -285,6 +286,7 @@ impl Kernels {
             kv_write_fp8: next(&mut e)?,
             scale: next(&mut e)?,
             copy_columns: next(&mut e)?,
+            scatter_add_rows: next(&mut e)?,
             attn_decode: next(&mut a)?,
             attn_decode_reduce: next(&mut a)?,
             attn_prefill: next(&mut a)?,
@@ -495,6 +497,43 @@ impl Kernels {
             &width_i,
             &col0,
             &ncols
+        )
+    }
+
+    /// `x[rows[j]] += weights[j] * y[j]` for rows of `d` values (`y`: `[n, d]`, `rows` and
+    /// `weights`: `[n]`; the rows must be distinct and within `x`, which holds `x_rows`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter_add_rows(
+        &self,
+        x: &mut impl DevicePtrMut<f32>,
+        x_rows: usize,
+        y: &impl DevicePtr<f32>,
+        rows: &impl DevicePtr<i32>,
+        weights: &impl DevicePtr<f32>,
+        n: usize,
+        d: usize,
+    ) -> Result<(), CudaError> {
+        let c = self.check("scatter_add_rows");
+        let total = c.mul("y", n, d)?;
+        if total == 0 {
+            return Ok(());
+        }
+        let (n_i, d_i) = (c.int("n", n)?, c.int("d", d)?);
+        let (yp, _y) = c.input("y", y, total)?;
+        let (r, _r) = c.input("rows", rows, n)?;
+        let (w, _w) = c.input("weights", weights, n)?;
+        let (xp, _x) = c.output("x", x, c.mul("x", x_rows, d)?)?;
+        launch!(
+            self.stream,
+            c.kernel,
+            &self.scatter_add_rows,
+            grid_1d(total),
+            &xp,
+            &yp,
+            &r,
+            &w,
+            &n_i,
+            &d_i
         )
     }
 

@@ -38,6 +38,10 @@ pub enum Architecture {
     /// Gemma 4 dense (llama.cpp `gemma4`): Gemma 3's block with global layers of their own
     /// head size, proportional RoPE, shared-KV layers and per-layer embeddings.
     Gemma4,
+    /// Qwen3-MoE (llama.cpp `qwen3moe`): Qwen3's attention, mixture-of-experts MLPs.
+    Qwen3Moe,
+    /// OLMoE (llama.cpp `olmoe`): QK-norm over the whole projection, 64 experts top-8.
+    Olmoe,
 }
 
 impl Architecture {
@@ -51,6 +55,8 @@ impl Architecture {
         Architecture::Mistral3,
         Architecture::Phi3,
         Architecture::Gemma4,
+        Architecture::Qwen3Moe,
+        Architecture::Olmoe,
     ];
 }
 
@@ -161,6 +167,38 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// Layers that differ from the others (Gemma 4); the default for uniform families.
     pub variants: LayerVariants,
+    /// Mixture-of-experts feed-forward layers, if the model has them.
+    pub moe: Option<MoeConfig>,
+}
+
+/// A mixture-of-experts feed-forward layer: a router picks `n_used` of `n_experts` gated
+/// MLPs per token and sums their outputs, weighted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub n_experts: usize,
+    /// Experts each token uses (top-k).
+    pub n_used: usize,
+    /// Inner width of each expert's MLP.
+    pub expert_ffn_dim: usize,
+    /// How router logits become weights.
+    pub gating: Gating,
+    /// Divide the chosen experts' weights by their sum (Qwen3-MoE's `norm_topk_prob`).
+    pub normalize_top_k: bool,
+    /// Multiplier on the weights (1 unless the model says).
+    pub weights_scale: f32,
+    /// One entry per layer: is its feed-forward a mixture (else a dense MLP of `ffn_dim`)?
+    pub layers: Vec<bool>,
+}
+
+/// How a router turns logits into expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, then the top k (Qwen3-MoE, OLMoE, Mixtral).
+    Softmax,
+    /// Top k of the logits, then a softmax over those k (gpt-oss).
+    SoftmaxOfTopK,
+    /// Sigmoid of each logit (DeepSeek-V3-style routers).
+    Sigmoid,
 }
 
 /// What makes some layers of a model differ from the others (Gemma 4); every field's default
@@ -353,10 +391,29 @@ impl ModelConfig {
             .fold(self.ffn_dim, usize::max)
     }
 
-    /// Whether every layer has the same shape and its own K/V (what a writer, a split model
-    /// and the distillation student assume).
+    /// Whether every layer has the same shape and its own K/V and a dense MLP (what the
+    /// writers, pruning and the distillation student assume).
     pub fn has_uniform_layers(&self) -> bool {
-        self.variants == LayerVariants::default()
+        self.irregular_layers().is_none()
+    }
+
+    /// Why this model's layers are not all the same dense block, for refusals: `None` when
+    /// they are.
+    pub fn irregular_layers(&self) -> Option<&'static str> {
+        if self.moe.is_some() {
+            Some("its feed-forward layers are mixtures of experts")
+        } else if self.variants != LayerVariants::default() {
+            Some("its layers differ in shape or share K/V and per-layer inputs")
+        } else {
+            None
+        }
+    }
+
+    /// Whether layer `i`'s feed-forward is a mixture of experts.
+    pub fn layer_is_moe(&self, i: usize) -> bool {
+        self.moe
+            .as_ref()
+            .is_some_and(|m| m.layers.get(i).copied().unwrap_or(false))
     }
 
     fn validate_variants(&self) -> Result<(), ModelError> {
@@ -416,6 +473,22 @@ impl ModelConfig {
         }
         if v.per_layer_input == Some(0) {
             return bad("per-layer inputs of width 0".into());
+        }
+        if let Some(m) = &self.moe {
+            if m.n_experts == 0 || m.n_used == 0 || m.n_used > m.n_experts {
+                return bad(format!("{} of {} experts per token", m.n_used, m.n_experts));
+            }
+            if m.expert_ffn_dim == 0 || m.layers.len() != self.n_layers {
+                return bad(format!(
+                    "experts of width {} and {} expert-layer flags for {} layers",
+                    m.expert_ffn_dim,
+                    m.layers.len(),
+                    self.n_layers
+                ));
+            }
+            if !(m.weights_scale.is_finite() && m.weights_scale > 0.0) {
+                return bad(format!("expert weights scale {}", m.weights_scale));
+            }
         }
         Ok(())
     }

@@ -101,6 +101,9 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
     if layer.parse::<usize>().is_err() {
         return Some(n.to_string());
     }
+    if let Some(name) = expert_tensor(layer, sub) {
+        return Some(name);
+    }
     let gemma = arch.family().block.norms == NormPlacement::Sandwich;
     match LAYER_NAMES
         .iter()
@@ -109,6 +112,20 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
         Some((_, gguf, _)) => Some(format!("blk.{layer}.{gguf}")),
         None => Some(format!("blk.{layer}.{sub}")),
     }
+}
+
+/// The canonical name of a mixture-of-experts tensor of layer `layer`: the router
+/// (`mlp.gate.weight`) and per-expert projections (`mlp.experts.{e}.{gate,up,down}_proj.weight`),
+/// as `family::moe` names them.
+fn expert_tensor(layer: &str, sub: &str) -> Option<String> {
+    if sub == "mlp.gate.weight" {
+        return Some(format!("blk.{layer}.ffn_gate_inp.weight"));
+    }
+    let rest = sub.strip_prefix("mlp.experts.")?;
+    let (e, proj) = rest.split_once('.')?;
+    let e: usize = e.parse().ok()?;
+    let proj = proj.strip_suffix("_proj.weight")?;
+    matches!(proj, "gate" | "up" | "down").then(|| format!("blk.{layer}.ffn_{proj}_exp.{e}.weight"))
 }
 
 /// Per-layer HF tensor suffixes and their GGUF names, both directions' one table; the third

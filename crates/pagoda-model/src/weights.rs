@@ -119,6 +119,33 @@ impl TensorView {
         )
     }
 
+    /// Slice `index` of a three-dimensional tensor (`[n, rows, cols]`) as a `[rows, cols]`
+    /// matrix view of the same bytes, named `name` (no copy: every block format stores whole
+    /// rows). `Err` for an index outside the tensor or a tensor that is not three-dimensional.
+    pub fn outer_slice(&self, name: impl Into<String>, index: usize) -> Result<TensorView, String> {
+        let [n, rows, cols] = self.shape[..] else {
+            return Err(format!(
+                "{} is not three-dimensional: shape {:?}",
+                self.name, self.shape
+            ));
+        };
+        if index >= n || rows == 0 {
+            return Err(format!(
+                "slice {index} is outside {} ({n} slices)",
+                self.name
+            ));
+        }
+        let slice_bytes = self.len / n;
+        TensorView::new(
+            name.into(),
+            self.ty,
+            vec![rows, cols],
+            self.bytes.clone(),
+            self.start + index * slice_bytes,
+            slice_bytes,
+        )
+    }
+
     /// A view that owns `data`: a tensor made in memory (e.g. weights quantized at load time).
     /// `data` must be exactly `ty.row_bytes(shape.last()) * rows` bytes; `Err` says why not.
     pub fn owned(

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor, Var, D};
 use pagoda_model::arch::rope::Rope;
-use pagoda_model::family::{Activation, NormPlacement};
+use pagoda_model::family::{Activation, NormPlacement, QkNorm};
 use pagoda_model::rope_order::{gguf_permutes_qk, gguf_row_order, hf_row_order, reorder_rows};
 use pagoda_model::source::{ModelFormat, ModelSource};
 use pagoda_model::ModelConfig;
@@ -84,7 +84,7 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
     let missing = [
         (block.norms != NormPlacement::Pre, "post-norms"),
         (block.activation != Activation::Silu, "GeGLU"),
-        (block.qk_norm, "QK-norm"),
+        (block.qk_norm != QkNorm::None, "QK-norm"),
         (
             cfg.layer_uses_rope.iter().any(|&r| !r),
             "layers without RoPE",
@@ -95,7 +95,7 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
         ),
         (
             !cfg.has_uniform_layers(),
-            "layers of different shapes, shared K/V or per-layer inputs",
+            "layers of different shapes, shared K/V, per-layer inputs or experts",
         ),
     ];
     let lacking: Vec<&str> = missing

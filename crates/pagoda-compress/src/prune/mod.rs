@@ -352,10 +352,9 @@ pub fn prune_model(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<(Weights, PruneReport), CompressError> {
     opts.validate()?;
-    if !cfg.has_uniform_layers() {
+    if let Some(why) = cfg.irregular_layers() {
         return Err(CompressError::InvalidInput(format!(
-            "Pruning of a {} model is not supported yet: its layers differ in shape or \
-             share K/V and per-layer inputs",
+            "pruning a {} model is not supported yet: {why}",
             cfg.arch.family().display
         )));
     }

@@ -73,10 +73,9 @@ impl Keep {
     /// group keeping only its own heads.
     pub fn config(&self, cfg: &ModelConfig) -> Result<ModelConfig, CompressError> {
         let bad = |m: String| Err(CompressError::InvalidInput(m));
-        if !cfg.has_uniform_layers() {
+        if let Some(why) = cfg.irregular_layers() {
             return bad(format!(
-                "structured pruning of a {} model is not supported yet: its layers differ in \
-                 shape or share K/V and per-layer inputs",
+                "structured pruning of a {} model is not supported yet: {why}",
                 cfg.arch.family().display
             ));
         }

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pagoda_model::{LinearObserver, Logits, Model};
+use pagoda_model::{LinearObserver, Logits, Model, ModelConfig};
 
 use super::gptq::Hessian;
 use crate::CompressError;
@@ -157,6 +157,21 @@ pub fn calibration_windows<'a>(
     Ok(tokens.chunks(window).take(max_windows.max(1)).collect())
 }
 
+/// Refuses, before any work, a model the offline quantizers (RTN, GPTQ, AWQ: layer by layer,
+/// every layer the same projections) cannot run: one whose layers differ in shape or share
+/// K/V and per-layer inputs (Gemma 4). [`super::quantize_weights`], which requantizes a file
+/// tensor by tensor, does not depend on the layers.
+pub fn check_model(cfg: &ModelConfig) -> Result<(), CompressError> {
+    match cfg.irregular_layers() {
+        None => Ok(()),
+        Some(why) => Err(CompressError::InvalidInput(format!(
+            "calibrated or layer-by-layer quantization of a {} model is not supported yet: \
+             {why}",
+            cfg.arch.family().display
+        ))),
+    }
+}
+
 /// Runs up to `max_windows` windows of `window` tokens of `tokens` through `model` and
 /// returns every site's statistics. `progress(done, total)` is called after each window.
 pub fn calibrate(
@@ -166,7 +181,7 @@ pub fn calibrate(
     max_windows: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<CalibrationStats, CompressError> {
-    super::offline::check_model(model.config())?;
+    check_model(model.config())?;
     let windows = calibration_windows(model, tokens, window, max_windows)?;
     let window = windows.iter().map(|w| w.len()).max().unwrap_or(1);
     let recorder = Arc::new(Recorder::default());

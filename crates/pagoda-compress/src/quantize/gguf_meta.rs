@@ -148,11 +148,10 @@ pub fn hf_gguf_metadata(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue
 /// `general.*` and `{arch}.*` keys.
 fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressError> {
     let cfg = src.cfg;
-    if !cfg.has_uniform_layers() {
+    if let Some(why) = cfg.irregular_layers() {
         return Err(invalid(format!(
-            "GGUF output from a {} Hugging Face folder is not supported yet: its layers \
-             differ in shape or share K/V and per-layer inputs; convert it with llama.cpp's \
-             convert_hf_to_gguf.py, then quantize the GGUF",
+            "GGUF output from a {} Hugging Face folder is not supported yet: {why}; convert \
+             it with llama.cpp's convert_hf_to_gguf.py",
             cfg.arch.family().display
         )));
     }

@@ -436,10 +436,9 @@ fn write_into(e: &HfExport<'_>, dir: &Path) -> Result<HfWritten, CompressError> 
     let from_gguf = matches!(e.source, ExportSource::Gguf { .. });
     let family = e.cfg.arch.family();
     let cfg = e.cfg;
-    if !cfg.has_uniform_layers() {
+    if let Some(why) = cfg.irregular_layers() {
         return Err(CompressError::InvalidInput(format!(
-            "Hugging Face output of a {} model is not supported yet: its layers differ in shape or \
-             share K/V and per-layer inputs",
+            "Hugging Face output of a {} model is not supported yet: {why}",
             cfg.arch.family().display
         )));
     }
@@ -715,7 +714,7 @@ fn config_from_model(
     let obj = c
         .as_object_mut()
         .ok_or_else(|| invalid("config.json is not an object".into()))?;
-    if family.block.qkv_bias || family.block.qk_norm {
+    if family.block.qkv_bias || family.block.qk_norm != pagoda_model::family::QkNorm::None {
         obj.insert("use_sliding_window".into(), json!(false));
     } else {
         obj.insert("attention_bias".into(), json!(false));

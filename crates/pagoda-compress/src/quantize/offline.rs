@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use pagoda_model::weights::{TensorView, Weights};
 use pagoda_model::ModelConfig;
 
+pub use super::calibrate::check_model;
 use super::calibrate::CalibrationStats;
 use super::layer::{check_options, merge_weights, quantize_layer, quantized_view};
 use super::sequential::{quantize_layers_sequential, SequentialCalibration};
@@ -49,21 +50,6 @@ impl Calibration<'_> {
     fn is_some(&self) -> bool {
         !matches!(self, Calibration::None)
     }
-}
-
-/// Refuses, before any work, a model the offline quantizers (RTN, GPTQ, AWQ: layer by layer,
-/// every layer the same projections) cannot run: one whose layers differ in shape or share
-/// K/V and per-layer inputs (Gemma 4). [`super::quantize_weights`], which requantizes a file
-/// tensor by tensor, does not depend on the layers.
-pub fn check_model(cfg: &ModelConfig) -> Result<(), CompressError> {
-    if cfg.has_uniform_layers() {
-        return Ok(());
-    }
-    Err(CompressError::InvalidInput(format!(
-        "calibrated or layer-by-layer quantization of a {} model is not supported yet: its \
-         layers differ in shape or share K/V and per-layer inputs",
-        cfg.arch.family().display
-    )))
 }
 
 /// Quantizes every layer's linear weights of `weights` (a model shaped by `cfg`) with

@@ -126,6 +126,16 @@ extern "C" __global__ void copy_columns(const float* x, float* out, long long ro
     }
 }
 
+// x[rows[j], :] += weights[j] * y[j, :] (rows distinct: no two threads write one value)
+extern "C" __global__ void scatter_add_rows(float* x, const float* y, const int* rows,
+                                           const float* weights, int n, int d) {
+    GRID_STRIDE(i, (long long)n * d) {
+        const int j = (int)(i / d);
+        const int c = (int)(i % d);
+        x[(long long)rows[j] * d + c] += weights[j] * y[i];
+    }
+}
+
 // x = cap * tanh(x / cap)
 extern "C" __global__ void softcap(float* x, long long n, float cap) {
     GRID_STRIDE(i, n) { x[i] = cap * tanhf(x[i] / cap); }

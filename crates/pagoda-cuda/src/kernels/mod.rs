@@ -65,6 +65,7 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
         "kv_write_fp8",
         "scale_f32",
         "copy_columns",
+        "scatter_add_rows",
     ],
 };
 

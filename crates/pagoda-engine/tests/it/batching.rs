@@ -227,6 +227,8 @@ fn every_other_family_batches_equal_each_alone() {
         "tiny-phi3",
         "tiny-gemma4",
         "tiny-gemma4-keqv",
+        "tiny-qwen3moe",
+        "tiny-olmoe",
     ] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);
@@ -249,6 +251,7 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         ("tiny-mistral3", 14, true, KvDtype::F16),
         ("tiny-phi3", 14, true, KvDtype::F16),
         ("tiny-gemma4", 14, true, KvDtype::F16),
+        ("tiny-qwen3moe", 14, true, KvDtype::F16),
         // FP8 K/V: twice the blocks in the same memory, batched as alone.
         ("tiny-llama", 12, true, KvDtype::Fp8E4m3),
         ("tiny-gemma3", 14, false, KvDtype::Fp8E4m3),

@@ -201,6 +201,29 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Act, s: f32) -> Result<(), ModelError>;
 
+    /// `x = [0; len]`.
+    fn zeros(&self, x: &mut Self::Act, len: usize) -> Result<(), ModelError>;
+
+    /// `out[j] = x[rows[j]]` for rows `width` values wide (`rows` within `x`: the caller's).
+    fn gather_rows(
+        &self,
+        x: &Self::Act,
+        width: usize,
+        rows: &[u32],
+        out: &mut Self::Act,
+    ) -> Result<(), ModelError>;
+
+    /// `x[rows[j]] += weights[j] * y[j]` for rows `width` values wide (`rows` distinct and
+    /// within `x`: the caller's).
+    fn scatter_add_rows(
+        &self,
+        x: &mut Self::Act,
+        width: usize,
+        rows: &[u32],
+        weights: &[f32],
+        y: &Self::Act,
+    ) -> Result<(), ModelError>;
+
     /// `out = x[:, cols]` for `x` of rows `width` values wide: a block of columns of every
     /// row (`out`: `[rows, cols.len()]`; `cols` within `0..width`, the caller checks).
     fn columns(
@@ -300,6 +323,12 @@ pub struct Activations<A> {
     pub per_layer_one: A,
     /// The per-layer gate, `[total, per_layer]`.
     pub per_layer_gate: A,
+    /// Router logits of a mixture-of-experts layer, `[total, n_experts]`.
+    pub router: A,
+    /// The rows one expert runs on, gathered, `[rows, hidden]`.
+    pub expert_in: A,
+    /// That expert's output, `[rows, hidden]`.
+    pub expert_out: A,
     /// Rows that need logits, gathered, `[n_out, hidden]`.
     pub logit_rows: A,
 }

@@ -9,6 +9,7 @@
 //! call fails only for a device fault.
 
 use super::backend::{Activation, Activations, Backend};
+use crate::family::QkNorm;
 use crate::weights::{TensorView, Weights};
 use crate::{ModelConfig, ModelError};
 use pagoda_kernels::attention::AttentionShape;
@@ -101,7 +102,8 @@ pub struct KvProjections<B: Backend> {
     /// V's projection; a second handle to `k` where the layer has none and the family takes
     /// V from K (`Block::v_defaults_to_k`).
     pub v: B::Linear,
-    /// Per-head RMSNorm of keys (the family's `qk_norm`).
+    /// RMSNorm of keys, per head or over the whole projection (the family's `qk_norm`;
+    /// both run as `rms_norm_heads` with the norm's width).
     pub k_norm: Option<B::Norm>,
     /// Per-head RMSNorm of values without a weight (the family's `v_norm`).
     pub v_norm: Option<B::Norm>,
@@ -131,12 +133,14 @@ impl<B: Backend> AttentionWeights<B> {
         let kv_dim = cfg.layer_kv_dim(layer);
         let name = |t: &str| format!("blk.{layer}.{t}");
         let block = cfg.arch.family().block;
-        let norm = |t: &str| -> Result<Option<B::Norm>, ModelError> {
-            if block.qk_norm {
-                Ok(Some(backend.load_norm(weights, &name(t), head_dim, cfg)?))
-            } else {
-                Ok(None)
-            }
+        // `whole`: the width of the projection the norm covers when it covers all heads.
+        let norm = |t: &str, whole: usize| -> Result<Option<B::Norm>, ModelError> {
+            let dim = match block.qk_norm {
+                QkNorm::None => return Ok(None),
+                QkNorm::PerHead => head_dim,
+                QkNorm::Whole => whole,
+            };
+            Ok(Some(backend.load_norm(weights, &name(t), dim, cfg)?))
         };
         let projection = |t: &str, rows: usize| {
             let bias = name(&format!("{t}.bias"));
@@ -152,7 +156,7 @@ impl<B: Backend> AttentionWeights<B> {
             Some(KvProjections {
                 k,
                 v,
-                k_norm: norm("attn_k_norm.weight")?,
+                k_norm: norm("attn_k_norm.weight", kv_dim)?,
                 v_norm: if block.v_norm {
                     Some(unit_norm(backend, head_dim, cfg)?)
                 } else {
@@ -166,7 +170,7 @@ impl<B: Backend> AttentionWeights<B> {
             q: projection("attn_q", q_dim)?,
             kv,
             o: backend.load_linear(weights, &name("attn_output.weight"), None, d, q_dim)?,
-            q_norm: norm("attn_q_norm.weight")?,
+            q_norm: norm("attn_q_norm.weight", q_dim)?,
         })
     }
 

@@ -263,6 +263,44 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn zeros(&self, x: &mut Vec<f32>, len: usize) -> Result<(), ModelError> {
+        x.clear();
+        x.resize(len, 0.0);
+        Ok(())
+    }
+
+    fn gather_rows(
+        &self,
+        x: &Vec<f32>,
+        width: usize,
+        rows: &[u32],
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        out.clear();
+        for &r in rows {
+            let r = r as usize;
+            out.extend_from_slice(&x[r * width..(r + 1) * width]);
+        }
+        Ok(())
+    }
+
+    fn scatter_add_rows(
+        &self,
+        x: &mut Vec<f32>,
+        width: usize,
+        rows: &[u32],
+        weights: &[f32],
+        y: &Vec<f32>,
+    ) -> Result<(), ModelError> {
+        for ((&r, &w), src) in rows.iter().zip(weights).zip(y.chunks_exact(width)) {
+            let r = r as usize;
+            for (dst, &v) in x[r * width..(r + 1) * width].iter_mut().zip(src) {
+                *dst += w * v;
+            }
+        }
+        Ok(())
+    }
+
     fn columns(
         &self,
         x: &Vec<f32>,

@@ -705,6 +705,52 @@ impl Backend for Cuda {
         Ok(self.gpu.kernels().scale(x.get_mut()?, n, s)?)
     }
 
+    fn zeros(&self, x: &mut CudaAct, len: usize) -> Result<(), ModelError> {
+        let buf = x.resize(&self.gpu, len)?;
+        self.gpu
+            .stream()
+            .memset_zeros(&mut buf.slice_mut(0..len))
+            .map_err(|e| driver("cuMemsetD8", e))
+    }
+
+    fn gather_rows(
+        &self,
+        x: &CudaAct,
+        width: usize,
+        rows: &[u32],
+        out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        let index = self.upload(&index)?;
+        let o = out.resize(&self.gpu, rows.len() * width)?;
+        Ok(self
+            .gpu
+            .kernels()
+            .gather_rows(x.get()?, &index, o, rows.len(), width)?)
+    }
+
+    fn scatter_add_rows(
+        &self,
+        x: &mut CudaAct,
+        width: usize,
+        rows: &[u32],
+        weights: &[f32],
+        y: &CudaAct,
+    ) -> Result<(), ModelError> {
+        let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        let (index, weights) = (self.upload(&index)?, self.upload(weights)?);
+        let x_rows = x.len / width.max(1);
+        Ok(self.gpu.kernels().scatter_add_rows(
+            x.get_mut()?,
+            x_rows,
+            y.get()?,
+            &index,
+            &weights,
+            rows.len(),
+            width,
+        )?)
+    }
+
     fn columns(
         &self,
         x: &CudaAct,

@@ -4,7 +4,8 @@
 //! Per layer `i`:
 //! `x += post_attn?(o(attn(rope_i?(qk_norm?(q(n))), rope_i?(qk_norm?(k(n))), v(n))))` with
 //! `n = attn_norm(x)`, then `x += post_ffw?(down(act(gate(m)) * up(m)))` with
-//! `m = ffn_norm(x)`. The `?` parts are the block's: post-norms for
+//! `m = ffn_norm(x)`; in a mixture-of-experts layer (`cfg.layer_is_moe`) the MLP is the
+//! router's chosen experts ([`super::moe`]). The `?` parts are the block's: post-norms for
 //! [`NormPlacement::Sandwich`], QK-norm when the file has its weights, RoPE unless the layer
 //! is a NoPE layer (`layer_uses_rope`: it gets [`Rope::identity`]), with the local base on sliding-window layers when the
 //! family has one (`rope_theta_local`) and the global base and scaling elsewhere. A
@@ -19,6 +20,7 @@
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::moe::MoeBlock;
 use super::per_layer::PerLayerGate;
 use super::rope::Rope;
 use crate::config::RopeScaling;
@@ -42,7 +44,7 @@ struct DecoderLayer<B: Backend> {
     /// Sandwich norms: after attention and after the MLP.
     post_norms: Option<(B::Norm, B::Norm)>,
     ffn_norm: B::Norm,
-    mlp: GatedMlp<B>,
+    ffn: Ffn<B>,
     window: Option<usize>,
     rope: LayerRope,
     /// The layer whose K/V this one attends over (itself unless KV-shared).
@@ -50,6 +52,22 @@ struct DecoderLayer<B: Backend> {
     per_layer: Option<PerLayerGate<B>>,
     /// Multiplier on the layer's output (`layer_output_scale`), if the file has one.
     output_scale: Option<f32>,
+}
+
+/// A layer's feed-forward block.
+#[derive(Debug)]
+enum Ffn<B: Backend> {
+    Dense(GatedMlp<B>),
+    Experts(MoeBlock<B>),
+}
+
+impl<B: Backend> Ffn<B> {
+    fn linears(&self) -> Box<dyn Iterator<Item = &B::Linear> + '_> {
+        match self {
+            Ffn::Dense(m) => Box::new(m.linears().into_iter()),
+            Ffn::Experts(m) => Box::new(m.linears()),
+        }
+    }
 }
 
 /// The decoder stack of a model.
@@ -116,7 +134,19 @@ impl<B: Backend> DecoderLayers<B> {
                     attn: AttentionWeights::load(backend, weights, i, cfg)?,
                     post_norms,
                     ffn_norm: norm(i, "ffn_norm")?,
-                    mlp: GatedMlp::load(backend, weights, i, cfg, block.activation)?,
+                    ffn: match &cfg.moe {
+                        Some(moe) if cfg.layer_is_moe(i) => Ffn::Experts(MoeBlock::load(
+                            backend,
+                            weights,
+                            i,
+                            cfg,
+                            moe,
+                            block.activation,
+                        )?),
+                        _ => {
+                            Ffn::Dense(GatedMlp::load(backend, weights, i, cfg, block.activation)?)
+                        }
+                    },
                     window: if sliding { cfg.sliding_window } else { None },
                     rope,
                     kv_source,
@@ -168,7 +198,7 @@ impl<B: Backend> DecoderLayers<B> {
             l.attn
                 .linears()
                 .into_iter()
-                .chain(l.mlp.linears())
+                .chain(l.ffn.linears())
                 .chain(l.per_layer.iter().flat_map(|p| p.linears()))
         })
     }
@@ -209,7 +239,10 @@ impl<B: Backend> DecoderLayers<B> {
                 None => backend.add(&mut a.x, &a.branch)?,
             }
             backend.rms_norm(&layer.ffn_norm, &a.x, &mut a.normed)?;
-            layer.mlp.forward(backend, a, pass)?;
+            match &layer.ffn {
+                Ffn::Dense(mlp) => mlp.forward(backend, a, pass)?,
+                Ffn::Experts(moe) => moe.forward(backend, a, pass)?,
+            }
             match &layer.post_norms {
                 Some((_, post_ffw)) => {
                     backend.rms_norm(post_ffw, &a.branch, &mut a.post)?;

@@ -248,6 +248,7 @@ mod tests {
             embedding_scale: None,
             tie_word_embeddings: true,
             variants: Default::default(),
+            moe: None,
         }
     }
 

@@ -115,6 +115,7 @@ impl ModelConfig {
             embedding_scale: None,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             variants: Default::default(),
+            moe: None,
         };
         (fam.gguf_extra)(&k, &mut cfg)?;
         cfg.validate().map_err(|e| k.bad(e.to_string()))?;

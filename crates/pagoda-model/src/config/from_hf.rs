@@ -151,6 +151,7 @@ impl ModelConfig {
             embedding_scale: None,
             tie_word_embeddings,
             variants: Default::default(),
+            moe: None,
         };
         (fam.hf_extra)(&c, &mut cfg)?;
         cfg.validate()?;

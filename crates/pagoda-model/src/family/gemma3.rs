@@ -15,7 +15,7 @@
 //!   local RoPE base of 10 000.
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{sliding_pattern, Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -29,7 +29,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Sandwich,
         activation: Activation::GeluTanh,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         qkv_bias: false,
         v_norm: false,
         v_defaults_to_k: false,

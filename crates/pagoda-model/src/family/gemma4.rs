@@ -27,7 +27,7 @@
 //! bidirectional attention over text (`use_bidirectional_attention: "all"`).
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{Architecture, GlobalAttention, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -42,7 +42,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Sandwich,
         activation: Activation::GeluTanh,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         qkv_bias: false,
         v_norm: true,
         v_defaults_to_k: true,

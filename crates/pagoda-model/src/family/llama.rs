@@ -3,7 +3,7 @@
 //! in GGUF, as the `rope_freqs.weight` tensor (read by the forward pass when present).
 
 use super::keys::HfKeys;
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -17,7 +17,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Pre,
         activation: Activation::Silu,
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         qkv_bias: false,
         v_norm: false,
         v_defaults_to_k: false,

@@ -8,7 +8,7 @@
 //! which the YaRN attention factor is read (config/from_gguf.rs).
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{Architecture, ModelConfig, QueryTemperature, RopeScaling};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -22,7 +22,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Pre,
         activation: Activation::Silu,
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         qkv_bias: false,
         v_norm: false,
         v_defaults_to_k: false,

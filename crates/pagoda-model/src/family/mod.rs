@@ -25,15 +25,18 @@ mod gemma3;
 mod gemma4;
 mod llama;
 mod mistral3;
+pub mod moe;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 mod smollm3;
 
 pub mod keys;
 mod spec;
 
-pub use spec::{Activation, Block, Family, HfDefaults, NormPlacement, SplitFused};
+pub use spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm, SplitFused};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::Weights;
@@ -61,6 +64,8 @@ pub static FAMILIES: &[&Family] = &[
     &mistral3::SPEC,
     &phi3::SPEC,
     &gemma4::SPEC,
+    &qwen3moe::SPEC,
+    &olmoe::SPEC,
 ];
 
 /// The family of `arch`.
@@ -99,12 +104,13 @@ pub fn by_hf(classes: &[String], model_type: &str) -> Option<&'static Family> {
 }
 
 /// Applies the family's [`Family::split_fused`] to freshly opened weights (a no-op for
-/// families without fused projections).
+/// families without fused projections), and opens stacked experts as one view per expert
+/// ([`moe::split_experts`]).
 pub fn prepare_weights(cfg: &ModelConfig, weights: &mut Weights) -> Result<(), ModelError> {
-    match cfg.arch.family().split_fused {
-        Some(split) => split(cfg, weights),
-        None => Ok(()),
+    if let Some(split) = cfg.arch.family().split_fused {
+        split(cfg, weights)?;
     }
+    moe::split_experts(cfg, weights)
 }
 
 /// The GGUF names of every family, for error messages.

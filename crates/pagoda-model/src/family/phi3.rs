@@ -8,7 +8,7 @@
 //! does ("Phi SWA is currently disabled").
 
 use super::keys::{GgufKeys, HfKeys};
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{Architecture, ModelConfig, RopeScaling};
 use crate::weights::Weights;
 use crate::ModelError;
@@ -23,7 +23,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Pre,
         activation: Activation::Silu,
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         qkv_bias: false,
         v_norm: false,
         v_defaults_to_k: false,

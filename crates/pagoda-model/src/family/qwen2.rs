@@ -2,7 +2,7 @@
 //! the layers from `max_window_layers` on.
 
 use super::keys::HfKeys;
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::{Architecture, ModelConfig};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -16,7 +16,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Pre,
         activation: Activation::Silu,
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         qkv_bias: true,
         v_norm: false,
         v_defaults_to_k: false,

@@ -2,7 +2,7 @@
 //! and K before RoPE (llama.cpp `qwen3`, transformers `Qwen3ForCausalLM`). `head_dim` is its
 //! own key (128 unless said), not `hidden_size / num_attention_heads`.
 
-use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
 use crate::config::Architecture;
 use pagoda_kernels::ops::RopeStyle;
 
@@ -15,7 +15,7 @@ pub(super) static SPEC: Family = Family {
     block: Block {
         norms: NormPlacement::Pre,
         activation: Activation::Silu,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         qkv_bias: false,
         v_norm: false,
         v_defaults_to_k: false,

@@ -16,6 +16,17 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// Whether and over what queries and keys are RMS-normalized before RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Each head on its own (Qwen3, Gemma 3/4): weights of `head_dim`.
+    PerHead,
+    /// The whole projection of a row, all heads at once (OLMoE): weights of
+    /// `n_heads * head_dim` (queries) and `n_kv_heads * head_dim` (keys).
+    Whole,
+}
+
 /// Where a decoder layer normalizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NormPlacement {
@@ -31,8 +42,8 @@ pub enum NormPlacement {
 pub struct Block {
     pub norms: NormPlacement,
     pub activation: Activation,
-    /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
-    pub qk_norm: bool,
+    /// RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: QkNorm,
     /// Q, K and V projections carry biases.
     pub qkv_bias: bool,
     /// Values are RMS-normalized per head, without a weight, before they are stored (Gemma 4).

@@ -70,7 +70,9 @@ fn argmax(row: &[f32]) -> usize {
 /// only rounding the weights to bf16 moves tiny-gemma4-keqv's rows by 4 % (median) and 17 %
 /// (worst of 48), tiny-gemma3's by 0.5 % and 0.7 %. The GPU (bf16 weights, GEMM inputs and
 /// K/V) is held to the median row instead of the worst for these models; a missing layer
-/// scale or per-layer input moves every row by 40 % and more.
+/// scale or per-layer input moves every row by 40 % and more. Mixtures of experts likewise:
+/// where two experts' router logits are close, bf16 can pick the other one, which changes
+/// that row discontinuously (tiny-qwen3moe: one row of 48 by 12 %).
 const CUDA_VS_CPU_SCALE_ONE_MEDIAN: f32 = 1e-1;
 
 /// Each row's largest |gpu - cpu| relative to its largest |cpu| logit (at least 1).
@@ -155,6 +157,8 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         "tiny-phi3.gguf",
         "tiny-gemma4",
         "tiny-gemma4-keqv.gguf",
+        "tiny-qwen3moe",
+        "tiny-olmoe.gguf",
     ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");
@@ -163,7 +167,7 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         let vocab = cpu.config().vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
         let (gpu_logits, cpu_logits) = (logits(&cuda, &tokens, None), logits(&cpu, &tokens, None));
-        if cpu.config().attention_scale == 1.0 {
+        if cpu.config().attention_scale == 1.0 || cpu.config().moe.is_some() {
             assert_agree_in_median(name, &gpu_logits, &cpu_logits, vocab);
         } else {
             assert_agree(name, &gpu_logits, &cpu_logits, vocab);

@@ -346,3 +346,44 @@ fn gemma4_k_eq_v_gguf_matches_transformers_and_llama_cpp() {
         gemma4_keqv_shape,
     );
 }
+
+fn qwen3moe_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Qwen3Moe);
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.n_experts, moe.n_used, moe.expert_ffn_dim), (8, 2, 32));
+    assert!(moe.normalize_top_k);
+    assert!((0..c.n_layers).all(|i| c.layer_is_moe(i)));
+}
+
+#[test]
+fn qwen3moe_folder_matches_transformers() {
+    // Per-expert tensors in the folder; routing decisive on every golden token (the golden
+    // script checks the gap between the 2nd and 3rd router logits).
+    hf("qwen3moe", qwen3moe_shape);
+}
+
+#[test]
+fn qwen3moe_gguf_matches_llama_cpp() {
+    // Stacked expert tensors, opened as one view per expert.
+    gguf("qwen3moe", qwen3moe_shape);
+}
+
+fn olmoe_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Olmoe);
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.n_experts, moe.n_used, moe.expert_ffn_dim), (8, 2, 32));
+    // OLMoE's weights are the softmax's as they are (transformers' norm_topk_prob false;
+    // llama.cpp never renormalizes for olmoe).
+    assert!(!moe.normalize_top_k);
+}
+
+#[test]
+fn olmoe_folder_matches_transformers() {
+    // QK-norm over the whole projection, not per head.
+    hf("olmoe", olmoe_shape);
+}
+
+#[test]
+fn olmoe_gguf_matches_llama_cpp() {
+    gguf("olmoe", olmoe_shape);
+}

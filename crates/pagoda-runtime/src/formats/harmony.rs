@@ -19,8 +19,8 @@
 //! kind, as one push of the whole (a tail that may begin a marker is held back until the
 //! next delta decides); a call's argument pieces concatenate to its `arguments`.
 
+use crate::tools::parse::{ParsedCall, Piece};
 use crate::tools::partial::{held_tail, minify};
-use crate::tools::{ParsedCall, Piece};
 
 const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";

@@ -30,9 +30,9 @@ pub mod qwen3coder;
 pub use gemma4::Gemma4;
 pub use qwen3coder::Qwen3Coder;
 
-use super::marked::json_value_len;
 pub use super::marked::BlockSyntax;
 use super::parse::{parse_call, ParsedCall, Scan};
+use super::partial::json_value_len;
 use super::partial::{json_calls_so_far, minify, split_top_level, Partial};
 use super::Offered;
 use serde_json::{Map, Value};

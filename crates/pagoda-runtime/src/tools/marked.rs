@@ -321,39 +321,3 @@ impl MarkedCalls {
         self.held_ws.push_str(&text[body.len()..]);
     }
 }
-
-/// The length of the first JSON value (an object or a list) at the start of `text`, leading
-/// whitespace included, once it is whole.
-pub fn json_value_len(text: &str) -> Option<usize> {
-    let lead = text.len() - text.trim_start().len();
-    let rest = &text[lead..];
-    if !(rest.starts_with('{') || rest.starts_with('[')) {
-        return None;
-    }
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, b) in rest.bytes().enumerate() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return Some(lead + i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}

@@ -13,7 +13,6 @@
 //! the same holds from `stream(a, false)` to `stream(a, true)` (the end of the block only
 //! completes).
 
-use super::marked::json_value_len;
 use super::parse::{head_keys, parse_call, Head, Scan};
 
 /// One call of a block's body so far.
@@ -174,6 +173,42 @@ pub fn json_calls_so_far(body: &str, end: bool, sep: Option<u8>) -> Option<Vec<P
 /// The length of the longest tail of `text` that is a proper prefix of `marker`.
 pub fn held_tail(text: &str, marker: &str) -> usize {
     crate::formats::reasoning::partial_suffix(text, marker)
+}
+
+/// The length of the first JSON value (an object or a list) at the start of `text`, leading
+/// whitespace included, once it is whole.
+pub fn json_value_len(text: &str) -> Option<usize> {
+    let lead = text.len() - text.trim_start().len();
+    let rest = &text[lead..];
+    if !(rest.starts_with('{') || rest.starts_with('[')) {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, b) in rest.bytes().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some(lead + i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]

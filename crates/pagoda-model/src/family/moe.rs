@@ -1,0 +1,128 @@
+//! What every mixture-of-experts family shares: reading the expert keys ([`gguf_moe`],
+//! [`hf_moe`]) and opening the experts as one linear per expert ([`split_experts`]).
+//!
+//! Tensor layout, canonical: the router `blk.{i}.ffn_gate_inp.weight` (`[n_experts, hidden]`)
+//! and per expert `e` `blk.{i}.ffn_{gate,up}_exp.{e}.weight` (`[expert_ffn, hidden]`) and
+//! `blk.{i}.ffn_down_exp.{e}.weight` (`[hidden, expert_ffn]`). GGUF files stack each
+//! projection's experts in one tensor (`ffn_gate_exps`, `[n_experts, expert_ffn, hidden]`),
+//! which [`split_experts`] turns into per-expert views of the same bytes (no copy, any block
+//! format); Hugging Face folders store per-expert tensors, which `hf.rs` names as above.
+
+use super::keys::{hf_bad, GgufKeys, HfKeys};
+use crate::config::{Gating, ModelConfig, MoeConfig};
+use crate::weights::Weights;
+use crate::ModelError;
+
+/// Upper bound on experts read from a file (the largest models have a few hundred).
+const MAX_EXPERTS: usize = 4096;
+
+fn check_counts(n_experts: usize, n_used: usize) -> Result<(), String> {
+    if n_experts == 0 || n_experts > MAX_EXPERTS || n_used == 0 || n_used > n_experts {
+        return Err(format!(
+            "{n_used} of {n_experts} experts per token (at most {MAX_EXPERTS} experts)"
+        ));
+    }
+    Ok(())
+}
+
+/// The experts of a GGUF file: `expert_count`, `expert_used_count`, and the expert width
+/// from `expert_feed_forward_length`, else `feed_forward_length` (OLMoE's files).
+/// `normalize_top_k` is the family's (llama.cpp fixes it per architecture).
+pub(super) fn gguf_moe(
+    k: &GgufKeys<'_>,
+    cfg: &mut ModelConfig,
+    gating: Gating,
+    normalize_top_k: bool,
+) -> Result<(), ModelError> {
+    let n_experts = k.usize("expert_count")?;
+    let n_used = k.usize("expert_used_count")?;
+    check_counts(n_experts, n_used).map_err(|m| k.bad(m))?;
+    let expert_ffn_dim = k
+        .usize_opt("expert_feed_forward_length")?
+        .unwrap_or(cfg.ffn_dim);
+    cfg.moe = Some(MoeConfig {
+        n_experts,
+        n_used,
+        expert_ffn_dim,
+        gating,
+        normalize_top_k,
+        weights_scale: k.f32_opt("expert_weights_scale")?.unwrap_or(1.0),
+        layers: vec![true; cfg.n_layers],
+    });
+    Ok(())
+}
+
+/// The experts of a `config.json`: `num_experts` (or `num_local_experts`),
+/// `num_experts_per_tok`, the expert width from `width_key`, `norm_topk_prob`, and which
+/// layers are sparse (`decoder_sparse_step`, `mlp_only_layers`).
+pub(super) fn hf_moe(
+    c: &HfKeys<'_>,
+    cfg: &mut ModelConfig,
+    width_key: &str,
+    gating: Gating,
+) -> Result<(), ModelError> {
+    let n_experts = match c.usize_opt("num_experts")? {
+        Some(n) => n,
+        None => c.usize("num_local_experts")?,
+    };
+    let n_used = c.usize("num_experts_per_tok")?;
+    check_counts(n_experts, n_used).map_err(hf_bad)?;
+    let step = c.usize_opt("decoder_sparse_step")?.unwrap_or(1).max(1);
+    let dense: Vec<usize> = match c.get("mlp_only_layers") {
+        None => Vec::new(),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+            hf_bad(format!(
+                "mlp_only_layers should be a list of layers, got {v}"
+            ))
+        })?,
+    };
+    cfg.moe = Some(MoeConfig {
+        n_experts,
+        n_used,
+        expert_ffn_dim: c.usize(width_key)?,
+        gating,
+        normalize_top_k: c.bool_opt("norm_topk_prob")?.unwrap_or(false),
+        weights_scale: 1.0,
+        layers: (0..cfg.n_layers)
+            .map(|i| !dense.contains(&i) && (i + 1) % step == 0)
+            .collect(),
+    });
+    Ok(())
+}
+
+/// The canonical name of expert `e`'s projection `proj` (`gate`, `up`, `down`) in layer `i`.
+pub fn expert_name(i: usize, proj: &str, e: usize) -> String {
+    format!("blk.{i}.ffn_{proj}_exp.{e}.weight")
+}
+
+/// Replaces each stacked expert tensor of a mixture-of-experts model with one view per
+/// expert (a no-op for a dense model and for folders, whose experts are already apart).
+pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
+    let Some(moe) = &cfg.moe else {
+        return Ok(());
+    };
+    for i in 0..cfg.n_layers {
+        for proj in ["gate", "up", "down"] {
+            let stacked = format!("blk.{i}.ffn_{proj}_exps.weight");
+            let Some(t) = w.remove(&stacked) else {
+                continue;
+            };
+            let bad = |message: String| ModelError::Tensor {
+                path: Default::default(),
+                tensor: stacked.clone(),
+                message,
+            };
+            if t.shape.len() != 3 || t.shape[0] != moe.n_experts {
+                return Err(bad(format!(
+                    "shape {:?}, but the config has {} experts",
+                    t.shape, moe.n_experts
+                )));
+            }
+            for e in 0..moe.n_experts {
+                let view = t.outer_slice(expert_name(i, proj, e), e).map_err(bad)?;
+                w.insert(view).map_err(bad)?;
+            }
+        }
+    }
+    Ok(())
+}
