@@ -27,7 +27,14 @@ of 8 experts, top-2, softmax then top-k, the chosen weights renormalized: norm_t
 olmoe (OLMoE-1B-7B-like: QK-norm over the whole q/k projection (one weight of hidden_size, not
 per head), 8 experts, top-2, softmax then top-k without renormalizing; multi-head attention
 (llama.cpp's olmoe loader wants attn_k_norm of n_embd, so K/V heads = heads) and rms_norm_eps
-1e-5 (the converter writes 1e-5 whatever the config says)).
+1e-5 (the converter writes 1e-5 whatever the config says)),
+gpt-oss (gpt-oss-20b/120b-like: alternating sliding (window 8) / full layers, attention sinks,
+biases on q/k/v/o, router and experts, 8 experts top-2 with softmax over the chosen logits,
+the clamped SwiGLU (alpha 1.702, limit 7, (up + 1)) on fused interleaved gate/up experts in f32
+(the converter splits them into ffn_gate_exps / ffn_up_exps), YaRN factor 32 over 4096 with
+truncate false; logits.json records how far the logits move without sinks and without the
+clamp; llama.cpp ignores truncate false, so its logits are ~1e-2 from transformers' and
+~1e-5 from transformers' with truncate true (YARN_TRUNCATE_NOTE)).
 MoE routers are scaled so routing is decisive (ROUTER_STD, ROUTER_MIN_GAP): logits.json records
 the smallest top-k gap met, and how much the logits move when norm_topk_prob is flipped.
 Gemma 4 folders use a Gemma-4-like tokenizer (BPE on raw UTF-8, `▁` for spaces, byte fallback:
@@ -65,15 +72,38 @@ CONTINUE = 12
 
 PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
        "phi3": "gpt-2",
-       "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo"}
+       "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
+       "gpt-oss": "gpt-4o"}
 
 # Mixture-of-experts kinds: routers scaled so router logits have std ~ROUTER_STD, and every
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
+
+# gpt-oss (o200k_harmony) specials, in the order of their real ids (199998 <|startoftext|>,
+# 199999 <|endoftext|>, 200002 <|return|>, 200003 <|constrain|>, 200005 <|channel|>,
+# 200006 <|start|>, 200007 <|end|>, 200008 <|message|>, 200012 <|call|>): here ids 0..8.
+GPT_OSS_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                    "<|start|>", "<|end|>", "<|message|>", "<|call|>"]
+
+# The harmony conversation format in small (openai/gpt-oss-*'s template also renders the
+# system preamble, developer instructions, tools and the analysis channel).
+GPT_OSS_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'assistant' %}"
+    "{{ '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' }}"
+    "{% else %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}"
+)
+
+# gpt-oss: scale of the fused gate/up expert weights (on top of 1/sqrt(fan_in)), so that some
+# gate/up values pass the SwiGLU clamp (swiglu_limit 7) on the golden tokens, and the std of the
+# attention sinks (N(0, SINK_STD^2)), so that the sinks move the logits.
+GPT_OSS_GATE_UP_SCALE = 3.0
+SINK_STD = 1.0
 
 # Gemma's special ids (<pad> 0, <eos> 1, <bos> 2, <unk> 3) and Gemma 4's turn markers.
 GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
@@ -260,11 +290,36 @@ def tiny_folder(kind: str) -> Path:
         )
         legacy = {"rope_theta": 10000.0, "rope_scaling": None}
         cls, seed = transformers.OlmoeForCausalLM, 18
+    elif kind == "gpt-oss":
+        # gpt-oss-20b/120b in small: alternating sliding (window 8) / full attention layers
+        # (layer 0 sliding), attention sinks (one learned logit per head), biases on q/k/v/o,
+        # the router and the experts, 8 experts top-2 with softmax over the top-k logits, the
+        # clamped SwiGLU (alpha 1.702, limit 7) with (up + 1), fused interleaved gate/up experts,
+        # YaRN as in the real config (factor 32 over 4096, beta 32/1, truncate false), head_dim
+        # 32 so that heads * head_dim (128) != hidden (64) as in the real models (64 * 64 vs
+        # 2880). max_position_embeddings 256 (real: 131072 = 32 * 4096; transformers warns, and
+        # uses the explicit factor, as llama.cpp does).
+        specials = GPT_OSS_SPECIALS
+        bos, eos, pad, template = "<|startoftext|>", "<|return|>", "<|endoftext|>", GPT_OSS_TEMPLATE
+        rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096}
+        cfg = transformers.GptOssConfig(
+            **{**common, "intermediate_size": 32, "rms_norm_eps": 1e-5}, num_hidden_layers=4,
+            head_dim=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"] * 2, rope_parameters=rope,
+            attention_bias=True, swiglu_alpha=1.702, swiglu_limit=7.0, tie_word_embeddings=False,
+            bos_token_id=0, eos_token_id=2, pad_token_id=1, hidden_act="silu",
+        )
+        cfg._experts_implementation = "eager"
+        legacy = {}
+        cls, seed = transformers.GptOssForCausalLM, 19
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
     gemma4 = kind.startswith("gemma4")
-    tok = gemma4_tokenizer(vocab) if gemma4 else mg.build_tokenizer(specials, vocab, bos)
+    # gpt-oss's tokenizer names <|startoftext|> but does not prepend it.
+    tok = (gemma4_tokenizer(vocab) if gemma4
+           else mg.build_tokenizer(specials, vocab, None if kind == "gpt-oss" else bos))
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
     if kind in MOE_KINDS:
         model, seed, min_gap = decisive_moe(cls, cfg, seed, prompts_of(kind))
@@ -309,7 +364,9 @@ def tiny_folder(kind: str) -> Path:
         if (folder / extra).exists():
             (folder / extra).unlink()
 
-    model2 = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    load_kw = {"experts_implementation": "eager"} if kind == "gpt-oss" else {}
+    model2 = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32,
+                                 **load_kw).eval()
     prompts = prompts_of(kind)
     ids = prompts[-1]
     with torch.no_grad():
@@ -325,9 +382,11 @@ def tiny_folder(kind: str) -> Path:
                                   eos_token_id=None, pad_token_id=0)
         greedy.append([int(t) for t in out[0][len(p):]])
     moe = {}
-    if kind in MOE_KINDS:
+    if kind == "gpt-oss":
+        moe = gpt_oss_checks(model2, ids, logits, greedy, prompts, min_gap, seed)
+    elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
-        routers = [layer.mlp.gate for layer in model2.model.layers]
+        routers = [router_of(layer) for layer in model2.model.layers]
         for r in routers:
             r.norm_topk_prob = not r.norm_topk_prob
         with torch.no_grad():
@@ -363,13 +422,117 @@ def tiny_folder(kind: str) -> Path:
     return folder
 
 
+def router_of(layer):
+    """The router (the module whose first output is the router logits) of a MoE layer."""
+    return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
+
+
+def gpt_oss_weights(model, seed: int):
+    """gpt-oss weights on top of randomize_weights: experts at their real fan-in (the HF
+    layout is transposed, [experts, in, out], which randomize_weights reads as fan-in = out),
+    the fused gate/up GPT_OSS_GATE_UP_SCALE larger so that the SwiGLU clamp bites, and the
+    attention sinks N(0, SINK_STD^2). Biases keep randomize_weights' N(0, 0.2^2)."""
+    import math
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 200)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            ex = layer.mlp.experts
+            n_exp, hidden, two_ff = ex.gate_up_proj.shape
+            ex.gate_up_proj.copy_(GPT_OSS_GATE_UP_SCALE * torch.randn(ex.gate_up_proj.shape, generator=g)
+                                  / math.sqrt(hidden))
+            ex.down_proj.copy_(torch.randn(ex.down_proj.shape, generator=g) / math.sqrt(two_ff // 2))
+            layer.self_attn.sinks.copy_(SINK_STD * torch.randn(layer.self_attn.sinks.shape, generator=g))
+
+
+def gpt_oss_checks(model, ids: list[int], logits, greedy, prompts, min_gap: float, seed: int) -> dict:
+    """What logits.json records for gpt-oss: that the sinks and the SwiGLU clamp matter (how
+    far the logits move without them) and how often the clamp bites, plus the routing facts."""
+    import numpy as np
+    import torch
+
+    layers = model.model.layers
+    cfg = model.config
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids])).logits[0].float().numpy()
+
+    # Clamp statistics over the golden tokens (the experts each token chose, every layer).
+    seen = []
+    originals = []
+    for layer in layers:
+        ex = layer.mlp.experts
+        orig = ex._apply_gate
+        originals.append(orig)
+
+        def rec(gate_up, _orig=orig):
+            seen.append(gate_up.detach().clone())
+            return _orig(gate_up)
+        ex._apply_gate = rec
+    assert np.allclose(run(), logits, atol=1e-6)
+    for layer, orig in zip(layers, originals):
+        layer.mlp.experts._apply_gate = orig
+    gu = torch.cat([t.reshape(-1, t.shape[-1]) for t in seen])
+    gate, up = gu[:, ::2], gu[:, 1::2]
+    limit = cfg.swiglu_limit
+    n_gate_clamped = int((gate > limit).sum())
+    n_up_clamped = int((up.abs() > limit).sum())
+    assert n_gate_clamped > 0 and n_up_clamped > 0, (n_gate_clamped, n_up_clamped)
+
+    # Without the clamp (limit +inf).
+    for layer in layers:
+        layer.mlp.experts.limit = float("inf")
+    unclamped = run()
+    for layer in layers:
+        layer.mlp.experts.limit = limit
+    # Sinks at 0 (still one extra exp(0) in each softmax denominator), and no sinks (-inf).
+    saved = [layer.self_attn.sinks.detach().clone() for layer in layers]
+    diffs = {}
+    for label, value in (("zero", 0.0), ("none", float("-inf"))):
+        with torch.no_grad():
+            for layer in layers:
+                layer.self_attn.sinks.fill_(value)
+        diffs[label] = float(np.abs(run() - logits).max())
+    with torch.no_grad():
+        for layer, s in zip(layers, saved):
+            layer.self_attn.sinks.copy_(s)
+    assert np.allclose(run(), logits, atol=1e-6)
+    clamp_diff = float(np.abs(unclamped - logits).max())
+    assert clamp_diff > 0.1 and diffs["zero"] > 0.1 and diffs["none"] > 0.1, (clamp_diff, diffs)
+    print(f"gpt-oss: clamp bites on {n_gate_clamped} gate / {n_up_clamped} up values of "
+          f"{gate.numel()}; logits move by {clamp_diff:.3f} without it, by {diffs['zero']:.3f} "
+          f"with sinks 0, by {diffs['none']:.3f} without sinks")
+    return {
+        "num_experts": cfg.num_local_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+        "routing": "router logits = W x + b; top-k of the logits; softmax over the k chosen logits",
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "router logits of every token of greedy_prompts + greedy, every "
+                       "layer: the k-th and (k+1)-th differ by at least router_min_topk_gap",
+        "layer_types": cfg.layer_types, "sliding_window": cfg.sliding_window,
+        "sliding_window_semantics": "query i attends key j iff 0 <= i - j < sliding_window (itself included)",
+        "sinks": [[float(v) for v in layer.self_attn.sinks.detach()] for layer in layers],
+        "swiglu": {"alpha": cfg.swiglu_alpha, "limit": limit,
+                   "formula": "gate = min(gate, limit); up = clamp(up, -limit, limit); "
+                              "out = gate * sigmoid(alpha * gate) * (up + 1); gate/up interleaved "
+                              "in gate_up_proj's last dim (gate = [..., 0::2], up = [..., 1::2])",
+                   "gate_values_above_limit": n_gate_clamped,
+                   "up_values_beyond_limit": n_up_clamped,
+                   "values_per_kind": int(gate.numel()),
+                   "unclamped_max_abs_diff": clamp_diff},
+        "sinks_zero_max_abs_diff": diffs["zero"],
+        "sinks_removed_max_abs_diff": diffs["none"],
+    }
+
+
 def router_gaps(model, sequences: list[list[int]]):
     """(smallest gap between the k-th and (k+1)-th router logit over every token of
     `sequences` and every MoE layer, std of all router logits)."""
     import torch
 
     seen = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
+    hooks = [router_of(layer).register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
              for layer in model.model.layers]
     try:
         with torch.no_grad():
@@ -394,9 +557,11 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]]):
         s = seed + 1000 * attempt
         model = cls(cfg).eval()
         mg.randomize_weights(model, seed=s, gemma=False)
+        if cfg.model_type == "gpt_oss":
+            gpt_oss_weights(model, s)
         with torch.no_grad():
             for layer in model.model.layers:
-                layer.mlp.gate.weight.mul_(ROUTER_STD)
+                router_of(layer).weight.mul_(ROUTER_STD)
         seqs = []
         for p in prompts:
             with torch.no_grad():
@@ -466,6 +631,32 @@ GELU_NOTE = (
 )
 
 
+# Why the gpt-oss goldens' llama.cpp logits are ~1e-2 (not ~1e-5) from transformers'.
+YARN_TRUNCATE_NOTE = (
+    "gpt-oss's rope_parameters say truncate: false: transformers then uses the YaRN correction "
+    "range [low, high] unrounded (low = d*ln(L/(2*pi*beta_fast))/(2*ln(theta)), high likewise with "
+    "beta_slow; d = head_dim, L = original_max_position_embeddings). llama.cpp's converter drops "
+    "the key and ggml_rope_yarn_corr_dims always floors low and ceils high (as truncate: true), so "
+    "the inverse frequencies of the dims inside the ramp differ (here pairs 5..8 of 16: low 4.05 "
+    "-> 4, high 8.66 -> 9). max_abs_diff_vs_transformers_truncated_yarn: transformers with "
+    "truncate: true against these llama.cpp logits."
+)
+
+
+def truncated_yarn_logits(folder: Path, ids: list[int]):
+    """transformers' logits on `folder` with rope_parameters.truncate forced to true."""
+    import torch
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    cfg.rope_parameters["truncate"] = True
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, config=cfg, attn_implementation="eager", experts_implementation="eager",
+        dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
 def gguf_golden(kind: str, folder: Path):
     import numpy as np
 
@@ -490,13 +681,18 @@ def gguf_golden(kind: str, folder: Path):
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
         print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
+        if kind == "gpt-oss":
+            trunc = float(np.abs(truncated_yarn_logits(folder, ids) - scores).max())
+            doc["note"] = YARN_TRUNCATE_NOTE
+            doc["max_abs_diff_vs_transformers_truncated_yarn"] = trunc
+            print(f"{kind}: llama.cpp vs transformers with YaRN truncate max |diff| {trunc:.2e}")
     mg.write_json(GOLDEN / f"tiny-{kind}.llamacpp.json", doc)
     print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size} bytes)")
 
 
 def main(kinds):
     for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
-                          "qwen3moe", "olmoe"]:
+                          "qwen3moe", "olmoe", "gpt-oss"]:
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:
