@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Token ids llama.cpp gives for pre-tokenizers it ships no ggml-vocab test file for (Tekken of
-Mistral/Ministral 3, llama.cpp's `default`, smaug-bpe, exaone, deepseek-llm, stablelm2): a
+Mistral/Ministral 3, gpt-4o of gpt-oss, llama.cpp's `default`, smaug-bpe, exaone, deepseek-llm, stablelm2): a
 shipped vocabulary (llama-bpe's or qwen2's, from the llama-cpp-python 0.3.36 sdist's
 vendor/llama.cpp/models/) with only `tokenizer.ggml.pre` changed, tokenized by llama.cpp
 (`vocab_only`, no BOS, special-token text read as text, as test-tokenizer-0 does) on the texts
@@ -25,6 +25,7 @@ import llama_cpp
 
 CASES = [
     ("llama-bpe", "tekken"),
+    ("llama-bpe", "gpt-4o"),
     ("llama-bpe", "default"),
     ("llama-bpe", "smaug-bpe"),
     ("llama-bpe", "exaone"),

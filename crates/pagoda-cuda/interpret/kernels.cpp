@@ -87,6 +87,7 @@ ELEMENTWISE(kv_write_fp8)
 ELEMENTWISE(scale_f32)
 ELEMENTWISE(copy_columns)
 ELEMENTWISE(scatter_add_rows)
+ELEMENTWISE(swiglu_oai_mul)
 
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode, DEC_THREADS)
 PAGODA_KERNEL("attention", pagoda_attention, attn_decode_reduce, DEC_THREADS)

@@ -30,6 +30,8 @@ pub enum GatedActivation {
     Silu,
     /// GeGLU with the tanh approximation, as `pagoda_kernels::ops::gelu_tanh_mul`.
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU, as `pagoda_kernels::ops::swiglu_oai_mul`.
+    SwigluOai,
 }
 
 /// Which pairs of a head RoPE rotates (mirrors `pagoda_kernels::ops::RopeStyle`).
@@ -189,6 +191,7 @@ pub struct Kernels {
     scale: CudaFunction,
     copy_columns: CudaFunction,
     scatter_add_rows: CudaFunction,
+    swiglu_oai_mul: CudaFunction,
     pub(crate) attn_decode: CudaFunction,
     pub(crate) attn_decode_reduce: CudaFunction,
     pub(crate) attn_prefill: CudaFunction,
@@ -287,6 +290,7 @@ impl Kernels {
             scale: next(&mut e)?,
             copy_columns: next(&mut e)?,
             scatter_add_rows: next(&mut e)?,
+            swiglu_oai_mul: next(&mut e)?,
             attn_decode: next(&mut a)?,
             attn_decode_reduce: next(&mut a)?,
             attn_prefill: next(&mut a)?,
@@ -577,6 +581,7 @@ impl Kernels {
         let (kernel, func) = match activation {
             GatedActivation::Silu => ("silu_mul", &self.silu_mul),
             GatedActivation::GeluTanh => ("gelu_tanh_mul", &self.gelu_tanh_mul),
+            GatedActivation::SwigluOai => ("swiglu_oai_mul", &self.swiglu_oai_mul),
         };
         let c = self.check(kernel);
         if n == 0 {

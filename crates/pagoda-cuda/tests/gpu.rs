@@ -187,13 +187,18 @@ fn elementwise_kernels_match_the_cpu() {
     assert_close("add_bias", &down(&g, &x), &want, 0.0);
 
     let scaled: Vec<f32> = a.iter().map(|v| v * 8.0).collect();
-    for act in [GatedActivation::Silu, GatedActivation::GeluTanh] {
+    for act in [
+        GatedActivation::Silu,
+        GatedActivation::GeluTanh,
+        GatedActivation::SwigluOai,
+    ] {
         let mut gate = up(&g, &scaled);
         k.gated(act, &mut gate, &up(&g, &b), n).expect("gated");
         let mut want = scaled.clone();
         match act {
             GatedActivation::Silu => ops::silu_mul(&mut want, &b),
             GatedActivation::GeluTanh => ops::gelu_tanh_mul(&mut want, &b),
+            GatedActivation::SwigluOai => ops::swiglu_oai_mul(&mut want, &b),
         }
         assert_close(
             &format!("{act:?}"),

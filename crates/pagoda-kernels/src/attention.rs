@@ -109,7 +109,7 @@ fn attention_gemm(
                 values: &values[lo * kv_dim + kh * hd..],
                 kv_stride: kv_dim,
             };
-            head_gemm(isa, shape, &heads, n, start, lo, &mut o);
+            head_gemm(isa, shape, None, &heads, n, start, lo, &mut o);
             o
         })
         .collect();
@@ -133,11 +133,14 @@ pub(crate) struct HeadRows<'a> {
 
 /// The GEMM path for one query head: `n` rows at positions `start..start + n` against the
 /// keys and values of positions `lo..start + n` (`lo` at most the first position row 0 may
-/// see), `S = scale · Q Kᵀ`, masked soft(capped) max, `O = S V` into `out` (`[n, head_dim]`).
+/// see), `S = scale · Q Kᵀ`, masked soft(capped) max (with `sink` in its denominator when
+/// set), `O = S V` into `out` (`[n, head_dim]`).
 /// The softmax runs on path `isa` (which must be available).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn head_gemm(
     isa: Isa,
     shape: &AttentionShape,
+    sink: Option<f32>,
     rows: &HeadRows<'_>,
     n: usize,
     start: usize,
@@ -188,8 +191,18 @@ pub(crate) fn head_gemm(
         if let Some(cap) = shape.softcap {
             ops::softcap_inplace(visible, cap);
         }
+        // A sink's share of the denominator, from the scores before they are normalized:
+        // with `m` their max and `z = Σ exp(s - m)`, weights become `p · z / (z + exp(sink - m))`.
+        let keep = sink.map(|sink| {
+            let m = visible.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = visible.iter().map(|&s| (s - m).exp()).sum();
+            z / (z + (sink - m).exp())
+        });
         // SAFETY: `softmax` is the path of an available ISA (caller's contract).
         unsafe { softmax(visible) };
+        if let Some(keep) = keep {
+            ops::scale_inplace(visible, keep);
+        }
         row[..first].fill(0.0);
         row[last + 1..].fill(0.0);
     }

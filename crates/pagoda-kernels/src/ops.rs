@@ -106,6 +106,22 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// gpt-oss's clamped SwiGLU: the gate's slope of its sigmoid.
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+/// gpt-oss's clamped SwiGLU: the gate is at most this, `up` within ± this.
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
+
+/// `gate = g · sigmoid(α g) · (u + 1)` with `g = min(gate, limit)`, `u = clamp(up, ±limit)`
+/// (gpt-oss; llama.cpp's `swiglu_oai`, transformers' `GptOssExperts`).
+pub fn swiglu_oai_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(SWIGLU_OAI_LIMIT);
+        let y = u.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT);
+        *g = x / (1.0 + (-SWIGLU_OAI_ALPHA * x).exp()) * (y + 1.0);
+    }
+}
+
 /// `acc += x`.
 pub fn add_inplace(acc: &mut [f32], x: &[f32]) {
     assert_eq!(acc.len(), x.len());

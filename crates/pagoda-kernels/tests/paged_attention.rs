@@ -487,3 +487,103 @@ fn empty_batches_and_empty_sequences_do_nothing() {
     paged_attention(&c.shape, &b.q, &b.keys, &b.values, &empty, &mut out);
     assert!(out.iter().all(|&x| x == 3.0));
 }
+
+/// Attention with sinks computed the plain way: per row and query head, the scores of the
+/// visible positions, `p_j = exp(s_j - m) / (Σ exp(s - m) + exp(sink - m))`, `Σ p_j v_j`.
+fn naive_with_sinks(
+    shape: &AttentionShape,
+    sinks: &[f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n: usize,
+    start: usize,
+) -> Vec<f32> {
+    let hd = shape.head_dim;
+    let (q_dim, kv_dim) = (shape.n_heads * hd, shape.n_kv_heads * hd);
+    let group = shape.n_heads / shape.n_kv_heads;
+    let mut out = vec![0.0f32; n * q_dim];
+    for t in 0..n {
+        let pos = start + t;
+        let first = shape.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        for h in 0..shape.n_heads {
+            let kvh = h / group;
+            let qh = &q[t * q_dim + h * hd..][..hd];
+            let scores: Vec<f32> = (first..=pos)
+                .map(|p| {
+                    let kp = &k[p * kv_dim + kvh * hd..][..hd];
+                    shape.scale * qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>()
+                })
+                .collect();
+            let m = scores.iter().copied().fold(sinks[h], f32::max);
+            let denom: f32 =
+                scores.iter().map(|s| (s - m).exp()).sum::<f32>() + (sinks[h] - m).exp();
+            let o = &mut out[t * q_dim + h * hd..][..hd];
+            for (s, p) in scores.iter().zip(first..=pos) {
+                let w = (s - m).exp() / denom;
+                let vp = &v[p * kv_dim + kvh * hd..][..hd];
+                for (x, y) in o.iter_mut().zip(vp) {
+                    *x += w * y;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Sinks on the decode path (whole and split along positions) and the prefill GEMM path,
+/// with GQA and a window: the same as the plain computation, and different from no sinks.
+#[test]
+fn attention_sinks_join_the_denominator_on_every_path() {
+    use pagoda_kernels::paged_attention::paged_attention_with_sinks;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .expect("a test pool");
+    pool.install(|| {
+        for (shape, seqs) in [
+            (shape(4, 2, 16, None, None), vec![(30, 1), (0, 1)]),
+            // 1100 visible positions: split into parts, merged.
+            (shape(4, 2, 16, None, None), vec![(1100, 1)]),
+            (shape(4, 2, 16, None, Some(8)), vec![(60, 1)]),
+            (shape(6, 2, 16, None, Some(12)), vec![(5, 40), (300, 2)]),
+        ] {
+            let c = Case {
+                shape,
+                dtype: KvDtype::F32,
+                block_size: 16,
+                seqs,
+                seed: 7,
+            };
+            let b = build(&c);
+            let seqs = seq_views(&c, &b.tables);
+            let sinks: Vec<f32> = (0..shape.n_heads).map(|h| h as f32 * 1.5 + 4.0).collect();
+            let mut got = vec![f32::NAN; b.q.len()];
+            paged_attention_with_sinks(
+                &shape,
+                Some(&sinks),
+                &b.q,
+                &b.keys,
+                &b.values,
+                &seqs,
+                &mut got,
+            );
+            let mut plain = vec![f32::NAN; b.q.len()];
+            paged_attention(&shape, &b.q, &b.keys, &b.values, &seqs, &mut plain);
+            let q_dim = shape.n_heads * shape.head_dim;
+            let (mut worst, mut moved) = (0.0f32, 0.0f32);
+            for (s, (k, v)) in seqs.iter().zip(&b.contiguous) {
+                let n = s.rows.len();
+                let qs = &b.q[s.rows.start * q_dim..s.rows.end * q_dim];
+                let want = naive_with_sinks(&shape, &sinks, qs, k, v, n, s.start);
+                let range = s.rows.start * q_dim..s.rows.end * q_dim;
+                for ((x, y), z) in got[range.clone()].iter().zip(&want).zip(&plain[range]) {
+                    worst = worst.max((x - y).abs());
+                    moved = moved.max((x - z).abs());
+                }
+            }
+            assert!(worst < 1e-5, "{shape:?}: max error {worst}");
+            assert!(moved > 1e-2, "{shape:?}: sinks changed nothing ({moved})");
+        }
+    });
+}

@@ -42,6 +42,9 @@ pub enum Architecture {
     Qwen3Moe,
     /// OLMoE (llama.cpp `olmoe`): QK-norm over the whole projection, 64 experts top-8.
     Olmoe,
+    /// gpt-oss (llama.cpp `gpt-oss`): attention sinks, biases, alternating sliding layers,
+    /// experts with the clamped SwiGLU.
+    GptOss,
 }
 
 impl Architecture {
@@ -57,6 +60,7 @@ impl Architecture {
         Architecture::Gemma4,
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
+        Architecture::GptOss,
     ];
 }
 
@@ -85,6 +89,9 @@ pub enum RopeScaling {
         /// the checkpoint says otherwise (`mscale` / `mscale_all_dim`, GGUF
         /// `yarn_log_multiplier`).
         attention_factor: f32,
+        /// Round the ramp's ends to whole dimensions (llama.cpp always does; transformers
+        /// unless the checkpoint says `truncate: false`, as gpt-oss does).
+        truncate: bool,
     },
     /// LongRoPE (Phi-3.5, Phi-4-mini): every frequency divided by a per-dimension factor, the
     /// long factors when the model runs past `original_max_position` (its `context_length`

@@ -118,8 +118,12 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
 /// (`mlp.gate.weight`) and per-expert projections (`mlp.experts.{e}.{gate,up,down}_proj.weight`),
 /// as `family::moe` names them.
 fn expert_tensor(layer: &str, sub: &str) -> Option<String> {
-    if sub == "mlp.gate.weight" {
-        return Some(format!("blk.{layer}.ffn_gate_inp.weight"));
+    match sub {
+        "mlp.gate.weight" | "mlp.router.weight" => {
+            return Some(format!("blk.{layer}.ffn_gate_inp.weight"))
+        }
+        "mlp.router.bias" => return Some(format!("blk.{layer}.ffn_gate_inp.bias")),
+        _ => {}
     }
     let rest = sub.strip_prefix("mlp.experts.")?;
     let (e, proj) = rest.split_once('.')?;
@@ -132,7 +136,7 @@ fn expert_tensor(layer: &str, sub: &str) -> Option<String> {
 /// field restricts an entry to families with sandwich norms (`Some(true)`: Gemma's
 /// `post_attention_layernorm` is a post-norm) or to the others (`Some(false)`: it is the
 /// MLP's pre-norm).
-const LAYER_NAMES: [(&str, &str, Option<bool>); 24] = [
+const LAYER_NAMES: [(&str, &str, Option<bool>); 25] = [
     ("self_attn.q_proj.weight", "attn_q.weight", None),
     ("self_attn.k_proj.weight", "attn_k.weight", None),
     ("self_attn.v_proj.weight", "attn_v.weight", None),
@@ -176,6 +180,8 @@ const LAYER_NAMES: [(&str, &str, Option<bool>); 24] = [
     ("per_layer_projection.weight", "proj.weight", None),
     ("post_per_layer_input_norm.weight", "post_norm.weight", None),
     ("layer_scalar", "layer_output_scale.weight", None),
+    // gpt-oss's attention sinks.
+    ("self_attn.sinks", "attn_sinks.weight", None),
 ];
 
 /// The Hugging Face (transformers `*ForCausalLM`) name of canonical tensor `canonical`: the

@@ -228,6 +228,7 @@ fn hparams(src: &HfGgufSource<'_>) -> Result<Vec<(String, GgufValue)>, CompressE
             beta_fast,
             beta_slow,
             attention_factor,
+            ..
         } => {
             put("rope.scaling.type", GgufValue::String("yarn".into()));
             put("rope.scaling.factor", GgufValue::F32(factor));

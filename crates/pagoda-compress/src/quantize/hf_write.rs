@@ -757,6 +757,7 @@ fn config_from_model(
             beta_fast,
             beta_slow,
             attention_factor,
+            ..
         } => json!({
             "rope_type": "yarn",
             "factor": factor,

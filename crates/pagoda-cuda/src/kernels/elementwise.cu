@@ -106,6 +106,15 @@ extern "C" __global__ void gelu_tanh_mul(float* gate, const float* up, long long
     }
 }
 
+// gate = g * sigmoid(1.702 g) * (u + 1), g = min(gate, 7), u = clamp(up, -7, 7) (gpt-oss)
+extern "C" __global__ void swiglu_oai_mul(float* gate, const float* up, long long n) {
+    GRID_STRIDE(i, n) {
+        const float g = fminf(gate[i], 7.0f);
+        const float u = fminf(fmaxf(up[i], -7.0f), 7.0f);
+        gate[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+    }
+}
+
 // out = bf16(x), round to nearest even
 extern "C" __global__ void to_bf16(const float* x, bf16_t* out, long long n) {
     GRID_STRIDE(i, n) { out[i] = f32_to_bf16(x[i]); }

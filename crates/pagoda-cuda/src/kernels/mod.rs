@@ -66,6 +66,7 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
         "scale_f32",
         "copy_columns",
         "scatter_add_rows",
+        "swiglu_oai_mul",
     ],
 };
 

@@ -229,6 +229,7 @@ fn every_other_family_batches_equal_each_alone() {
         "tiny-gemma4-keqv",
         "tiny-qwen3moe",
         "tiny-olmoe",
+        "tiny-gpt-oss",
     ] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 14), &LENGTHS, 10);

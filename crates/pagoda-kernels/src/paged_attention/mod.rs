@@ -67,7 +67,24 @@ pub fn paged_attention(
     seqs: &[SeqAttention<'_>],
     out: &mut [f32],
 ) {
-    if let Err(e) = paged_attention_with_isa(best_isa(), shape, q, keys, values, seqs, out) {
+    paged_attention_with_sinks(shape, None, q, keys, values, seqs, out)
+}
+
+/// [`paged_attention`] with attention sinks (gpt-oss): per query head `h` a learned logit
+/// `sinks[h]` joins the softmax's denominator without a value,
+/// `out[t] = Σ_j exp(s_j - m) v_j / (Σ_j exp(s_j - m) + exp(sinks[h] - m))`, so a row's
+/// weights sum to less than 1 (as llama.cpp's `ggml_soft_max_add_sinks` and transformers).
+/// `sinks` has `n_heads` entries (checked: a panic, as the other shape errors).
+pub fn paged_attention_with_sinks(
+    shape: &AttentionShape,
+    sinks: Option<&[f32]>,
+    q: &[f32],
+    keys: &KvBlockStorage,
+    values: &KvBlockStorage,
+    seqs: &[SeqAttention<'_>],
+    out: &mut [f32],
+) {
+    if let Err(e) = run(best_isa(), shape, sinks, q, keys, values, seqs, out) {
         panic!("paged_attention: {e}");
     }
 }
@@ -83,14 +100,38 @@ pub fn paged_attention_with_isa(
     seqs: &[SeqAttention<'_>],
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    run(isa, shape, None, q, keys, values, seqs, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    isa: Isa,
+    shape: &AttentionShape,
+    sinks: Option<&[f32]>,
+    q: &[f32],
+    keys: &KvBlockStorage,
+    values: &KvBlockStorage,
+    seqs: &[SeqAttention<'_>],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     if !isa.is_available() {
         return Err(KernelError::IsaUnavailable(isa.name()));
     }
     validate(shape, q, keys, values, seqs, out)?;
+    if let Some(s) = sinks {
+        if s.len() != shape.n_heads {
+            return shape_err(format!(
+                "{} attention sinks for {} query heads",
+                s.len(),
+                shape.n_heads
+            ));
+        }
+    }
     let decode = decode_fn(isa);
     let args = CallArgs {
         isa,
         shape,
+        sinks,
         q,
         keys,
         values,
@@ -292,6 +333,8 @@ struct CallArgs<'a> {
     /// An available ISA.
     isa: Isa,
     shape: &'a AttentionShape,
+    /// Per query head, the sink logit (see [`paged_attention_with_sinks`]).
+    sinks: Option<&'a [f32]>,
     q: &'a [f32],
     keys: &'a KvBlockStorage,
     values: &'a KvBlockStorage,
@@ -363,7 +406,8 @@ fn prefill_group(a: &CallArgs<'_>, seq: &SeqAttention<'_>, kv_head: usize) {
             kv_stride: hd,
         };
         let mut o = vec![0.0f32; n * hd];
-        head_gemm(isa, shape, &rows, n, seq.start, lo, &mut o);
+        let sink = a.sinks.map(|s| s[h]);
+        head_gemm(isa, shape, sink, &rows, n, seq.start, lo, &mut o);
         for (t, row) in o.chunks_exact(hd).enumerate() {
             // SAFETY: cell (row t of this sequence, head h) belongs to this task alone.
             unsafe { a.out.write((seq.rows.start + t) * q_dim + h * hd, row) };
@@ -449,7 +493,9 @@ fn decode_task(
         }
         // The values' scale (FP8; 1 otherwise) is folded into the normalisation.
         let v_scale = a.values.scale();
-        for (acc, &sum) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum) {
+        let group = shape.n_heads / shape.n_kv_heads;
+        for (st, (acc, &sum)) in sc.acc.chunks_exact_mut(hd).zip(&sc.sum).enumerate() {
+            let sum = sum + sink_mass(a.sinks, kv_head * group + st % group, sc.max[st]);
             ops::scale_inplace(acc, v_scale / sum);
         }
         for (t, row) in sc.acc.chunks_exact(gd).enumerate() {
@@ -464,6 +510,13 @@ fn decode_task(
     })
 }
 
+/// What a sink adds to the softmax denominator of query head `h` whose running max is `max`:
+/// `exp(sink - max)` (0 without sinks). The running max need not include the sink: the
+/// accumulator and sum are relative to the same `max`.
+fn sink_mass(sinks: Option<&[f32]>, h: usize, max: f32) -> f32 {
+    sinks.map_or(0.0, |s| (s[h] - max).exp())
+}
+
 /// Combines the parts of one split decode task (`parts`: all of them, same sequence and kv
 /// head) and writes the outputs: with `M` the largest part max, every part's accumulator and
 /// sum are weighted by `exp(max_part - M)`.
@@ -472,6 +525,7 @@ fn merge_partials(a: &CallArgs<'_>, seq: &SeqAttention<'_>, parts: &[Partial]) {
     let q_dim = a.shape.n_heads * hd;
     let gd = a.shape.n_heads / a.shape.n_kv_heads * hd;
     let kv_head = parts[0].kv_head;
+    let group = a.shape.n_heads / a.shape.n_kv_heads;
     let mut acc = vec![0.0f32; parts[0].acc.len()];
     for (st, out) in acc.chunks_exact_mut(hd).enumerate() {
         let m = parts
@@ -488,6 +542,7 @@ fn merge_partials(a: &CallArgs<'_>, seq: &SeqAttention<'_>, parts: &[Partial]) {
             sum += w * p.sum[st];
             ops::axpy(out, w, &p.acc[st * hd..(st + 1) * hd]);
         }
+        let sum = sum + sink_mass(a.sinks, kv_head * group + st % group, m);
         ops::scale_inplace(out, a.values.scale() / sum);
     }
     for (t, row) in acc.chunks_exact(gd).enumerate() {

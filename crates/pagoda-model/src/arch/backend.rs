@@ -46,6 +46,9 @@ use std::sync::Arc;
 pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The device's name in errors: `CPU`, `GPU`.
     const NAME: &'static str;
+    /// Whether [`Backend::attention`] takes attention sinks (a model with sinks is refused
+    /// at load on a backend without them).
+    const ATTENTION_SINKS: bool;
 
     /// A `[rows, width]` f32 activation on the device.
     type Act: Default + Send;
@@ -247,6 +250,7 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
     /// positions up to its own (within `shape.window`), into `out`
     /// (`[rows, n_heads * head_dim]`). Without new K/V (a KV-shared layer) it attends over
     /// what `kv` holds, which an earlier layer of the same pass wrote for these rows.
+    /// `sinks` (one logit per query head, gpt-oss) join each head's softmax denominator.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -254,6 +258,7 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         rope: &Self::Rope,
         q: &mut Self::Act,
         new_kv: Option<(&mut Self::Act, &Self::Act)>,
+        sinks: Option<&[f32]>,
         kv: &mut Self::KvLayer,
         pass: &mut Self::Pass<'_>,
         out: &mut Self::Act,

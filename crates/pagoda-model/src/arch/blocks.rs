@@ -118,6 +118,8 @@ pub struct AttentionWeights<B: Backend> {
     pub o: B::Linear,
     /// Per-head RMSNorm of queries (the family's `qk_norm`: Gemma 3/4, Qwen3).
     pub q_norm: Option<B::Norm>,
+    /// Per query head, a logit in the softmax's denominator (gpt-oss's `attn_sinks`).
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl<B: Backend> AttentionWeights<B> {
@@ -166,11 +168,32 @@ impl<B: Backend> AttentionWeights<B> {
         } else {
             None
         };
+        let sinks_name = name("attn_sinks.weight");
+        let sinks = if weights.contains(&sinks_name) {
+            if !B::ATTENTION_SINKS {
+                return Err(ModelError::InvalidConfig(format!(
+                    "{} attends with sinks, which the {} backend does not support yet; run \
+                     it on the CPU (--device cpu)",
+                    cfg.arch.family().display,
+                    B::NAME
+                )));
+            }
+            Some(weights.vector_f32(&sinks_name, cfg.n_heads)?)
+        } else {
+            None
+        };
         Ok(AttentionWeights {
             q: projection("attn_q", q_dim)?,
             kv,
-            o: backend.load_linear(weights, &name("attn_output.weight"), None, d, q_dim)?,
+            o: backend.load_linear(
+                weights,
+                &name("attn_output.weight"),
+                Some(&name("attn_output.bias")),
+                d,
+                q_dim,
+            )?,
             q_norm: norm("attn_q_norm.weight", q_dim)?,
+            sinks,
         })
     }
 
@@ -211,7 +234,16 @@ impl<B: Backend> AttentionWeights<B> {
             Some(_) => Some((&mut a.k, &a.v)),
             None => None,
         };
-        backend.attention(shape, rope, &mut a.q, new_kv, kv, pass, &mut a.attn)?;
+        backend.attention(
+            shape,
+            rope,
+            &mut a.q,
+            new_kv,
+            self.sinks.as_deref(),
+            kv,
+            pass,
+            &mut a.attn,
+        )?;
         backend.linears([&self.o], &a.attn, [&mut a.branch], pass)
     }
 

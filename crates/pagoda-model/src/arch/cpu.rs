@@ -23,7 +23,7 @@ use crate::{KvDtype, ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::kv_blocks::KvBlockStorage;
 use pagoda_kernels::ops;
-use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
+use pagoda_kernels::paged_attention::{paged_attention_with_sinks, SeqAttention};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -73,6 +73,7 @@ pub struct CpuPass<'a> {
 
 impl Backend for Cpu {
     const NAME: &'static str = "CPU";
+    const ATTENTION_SINKS: bool = true;
     type Act = Vec<f32>;
     type Linear = Linear;
     type Norm = RmsNorm;
@@ -324,6 +325,7 @@ impl Backend for Cpu {
         match activation {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
+            Activation::SwigluOai => ops::swiglu_oai_mul(gate, up),
         }
         Ok(())
     }
@@ -334,6 +336,7 @@ impl Backend for Cpu {
         rope: &Rope,
         q: &mut Vec<f32>,
         mut new_kv: Option<(&mut Vec<f32>, &Vec<f32>)>,
+        sinks: Option<&[f32]>,
         kv: &mut (KvBlockStorage, KvBlockStorage),
         pass: &mut CpuPass<'_>,
         out: &mut Vec<f32>,
@@ -356,7 +359,7 @@ impl Backend for Cpu {
         }
         out.clear();
         out.resize(total * q_dim, 0.0); // [total, q_dim]
-        paged_attention(shape, q, keys, values, pass.seqs, out);
+        paged_attention_with_sinks(shape, sinks, q, keys, values, pass.seqs, out);
         Ok(())
     }
 

@@ -410,6 +410,7 @@ impl Cuda {
 
 impl Backend for Cuda {
     const NAME: &'static str = "GPU";
+    const ATTENTION_SINKS: bool = false;
     type Act = CudaAct;
     type Linear = CudaLinear;
     type Norm = CudaNorm;
@@ -776,6 +777,7 @@ impl Backend for Cuda {
         let activation = match activation {
             Activation::Silu => GatedActivation::Silu,
             Activation::GeluTanh => GatedActivation::GeluTanh,
+            Activation::SwigluOai => GatedActivation::SwigluOai,
         };
         Ok(self
             .gpu
@@ -789,10 +791,17 @@ impl Backend for Cuda {
         rope: &CudaRope,
         q: &mut CudaAct,
         new_kv: Option<(&mut CudaAct, &CudaAct)>,
+        sinks: Option<&[f32]>,
         kv: &mut CudaKvLayer,
         pass: &mut CudaPass<'_>,
         out: &mut CudaAct,
     ) -> Result<(), ModelError> {
+        if sinks.is_some() {
+            // Refused at load (`Backend::ATTENTION_SINKS`); a caller bug if reached.
+            return Err(ModelError::Device(
+                "attention sinks are not supported on the GPU yet".into(),
+            ));
+        }
         let kernels = self.gpu.kernels();
         let rows = pass.batch.total_rows();
         let hd = shape.head_dim;

@@ -14,7 +14,7 @@
 use super::backend::{Activation, Activations, Backend};
 use super::blocks::GatedMlp;
 use crate::config::{Gating, MoeConfig};
-use crate::family::moe::expert_name;
+use crate::family::moe::{expert_bias_name, expert_name};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 
@@ -100,17 +100,27 @@ impl<B: Backend> MoeBlock<B> {
         let router = backend.load_linear(
             weights,
             &format!("blk.{layer}.ffn_gate_inp.weight"),
-            None,
+            Some(&format!("blk.{layer}.ffn_gate_inp.bias")),
             moe.n_experts,
             d,
         )?;
         let experts = (0..moe.n_experts)
             .map(|e| {
-                let name = |proj: &str| expert_name(layer, proj, e);
+                // Biases where the file has them (gpt-oss).
+                let linear = |proj: &str, rows, cols| {
+                    let bias = expert_bias_name(layer, proj, e);
+                    backend.load_linear(
+                        weights,
+                        &expert_name(layer, proj, e),
+                        Some(&bias),
+                        rows,
+                        cols,
+                    )
+                };
                 Ok(GatedMlp {
-                    gate: backend.load_linear(weights, &name("gate"), None, f, d)?,
-                    up: backend.load_linear(weights, &name("up"), None, f, d)?,
-                    down: backend.load_linear(weights, &name("down"), None, d, f)?,
+                    gate: linear("gate", f, d)?,
+                    up: linear("up", f, d)?,
+                    down: linear("down", d, f)?,
                     activation,
                 })
             })

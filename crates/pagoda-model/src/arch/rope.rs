@@ -78,6 +78,7 @@ impl Rope {
                 beta_fast,
                 beta_slow,
                 attention_factor,
+                truncate,
             } => {
                 // Dimension index at which a frequency completes `rot` turns over the original context.
                 let correction_dim = |rot: f32| {
@@ -85,8 +86,13 @@ impl Rope {
                         * (original_max_position as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
                         / (2.0 * theta.ln())
                 };
-                let low = correction_dim(beta_fast).floor().max(0.0);
-                let high = correction_dim(beta_slow).ceil().min(dim as f32 - 1.0);
+                let (low, high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+                let (low, high) = if truncate {
+                    (low.floor(), high.ceil())
+                } else {
+                    (low, high)
+                };
+                let (low, high) = (low.max(0.0), high.min(dim as f32 - 1.0));
                 let scaled = base
                     .iter()
                     .enumerate()

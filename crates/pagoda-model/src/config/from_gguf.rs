@@ -151,6 +151,8 @@ fn rope_scaling(k: &GgufKeys<'_>, context_length: usize) -> Result<RopeScaling, 
                 beta_fast: k.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
                 beta_slow: k.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
                 attention_factor,
+                // GGUF has no key for it; llama.cpp always rounds.
+                truncate: true,
             }
         }
         (Some(other), _) => {
@@ -205,6 +207,7 @@ mod tests {
                 beta_fast: 32.0,
                 beta_slow: 1.0,
                 attention_factor: yarn_mscale(4.0, 1.0),
+                truncate: true,
             }
         );
         assert!(c.tie_word_embeddings);

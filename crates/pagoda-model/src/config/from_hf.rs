@@ -206,6 +206,7 @@ fn parse_rope_scaling(v: Option<&Value>, context_length: usize) -> Result<RopeSc
                 (None, Some(m), Some(all)) => yarn_mscale(factor, m) / yarn_mscale(factor, all),
                 _ => yarn_mscale(factor, 1.0),
             },
+            truncate: c.bool_opt("truncate")?.unwrap_or(true),
         },
         "longrope" | "su" => {
             let list = |k: &str| -> Result<Vec<f32>, ModelError> {

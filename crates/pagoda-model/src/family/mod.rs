@@ -23,6 +23,7 @@
 
 mod gemma3;
 mod gemma4;
+mod gpt_oss;
 mod llama;
 mod mistral3;
 pub mod moe;
@@ -66,6 +67,7 @@ pub static FAMILIES: &[&Family] = &[
     &gemma4::SPEC,
     &qwen3moe::SPEC,
     &olmoe::SPEC,
+    &gpt_oss::SPEC,
 ];
 
 /// The family of `arch`.

@@ -95,6 +95,11 @@ pub fn expert_name(i: usize, proj: &str, e: usize) -> String {
     format!("blk.{i}.ffn_{proj}_exp.{e}.weight")
 }
 
+/// The canonical name of expert `e`'s bias of projection `proj` in layer `i` (gpt-oss).
+pub fn expert_bias_name(i: usize, proj: &str, e: usize) -> String {
+    format!("blk.{i}.ffn_{proj}_exp.{e}.bias")
+}
+
 /// Replaces each stacked expert tensor of a mixture-of-experts model with one view per
 /// expert (a no-op for a dense model and for folders, whose experts are already apart).
 pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
@@ -121,6 +126,15 @@ pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelErro
             for e in 0..moe.n_experts {
                 let view = t.outer_slice(expert_name(i, proj, e), e).map_err(bad)?;
                 w.insert(view).map_err(bad)?;
+            }
+            // Per-expert biases (gpt-oss): `[n_experts, width]`, a row each.
+            let stacked_bias = format!("blk.{i}.ffn_{proj}_exps.bias");
+            if let Some(b) = w.remove(&stacked_bias) {
+                for e in 0..moe.n_experts {
+                    let name = expert_bias_name(i, proj, e);
+                    let view = b.row_range(name, e..e + 1).map_err(bad)?;
+                    w.insert(view).map_err(bad)?;
+                }
             }
         }
     }

@@ -14,6 +14,8 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh approximation (Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (`pagoda_kernels::ops::swiglu_oai_mul`).
+    SwigluOai,
 }
 
 /// Whether and over what queries and keys are RMS-normalized before RoPE.

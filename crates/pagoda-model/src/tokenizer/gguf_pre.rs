@@ -37,6 +37,10 @@ pub const QWEN35_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][
 /// as llama.cpp rewrites it with lookaheads (a letter outside ASCII counts as both cases).
 pub const TEKKEN_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// gpt-oss's o200k (llama.cpp's `GPT4O`): Tekken's letter runs with English contractions
+/// attached, numbers in runs of up to three.
+pub const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// DeepSeek LLM: newlines, then Latin/Greek/Cyrillic/… words, ASCII and full-width
 /// punctuation, trailing whitespace, CJK runs and numbers. `$` of llama.cpp's `\s+$` (the end
 /// of the piece in its `std::regex`) is `\z` here (Oniguruma's `$` is also before a `\n`).
@@ -79,6 +83,12 @@ pub const PRE_TOKENIZERS: &[PreTokenizerSpec] = &[
     PreTokenizerSpec {
         names: &["qwen35"],
         regexes: &[QWEN35_SPLIT],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizerSpec {
+        names: &["gpt-4o", "llama4", "kanana2", "talkie"],
+        regexes: &[GPT4O_SPLIT],
         ignore_merges: false,
         add_bos: false,
     },
@@ -185,9 +195,9 @@ mod tests {
 
     #[test]
     fn unknown_names_have_no_entry() {
-        for name in ["", "gpt-4o", "llama4", "kimi-k2", "chameleon", "Qwen2"] {
+        for name in ["", "granite-embed-multi-97m", "kimi-k2", "chameleon", "Qwen2"] {
             assert!(pre_tokenizer(name).is_none(), "{name}");
         }
-        assert!(pre_tokenizer("qwen35").is_some());
+        assert!(pre_tokenizer("qwen35").is_some() && pre_tokenizer("gpt-4o").is_some());
     }
 }

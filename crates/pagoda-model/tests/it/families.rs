@@ -387,3 +387,41 @@ fn olmoe_folder_matches_transformers() {
 fn olmoe_gguf_matches_llama_cpp() {
     gguf("olmoe", olmoe_shape);
 }
+
+fn gpt_oss_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::GptOss);
+    assert_eq!(c.layer_is_sliding, vec![true, false, true, false]);
+    assert_eq!(c.sliding_window, Some(8));
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.n_experts, moe.n_used), (8, 2));
+    assert_eq!(moe.gating, pagoda_model::config::Gating::SoftmaxOfTopK);
+    assert!(!moe.normalize_top_k);
+}
+
+#[test]
+fn gpt_oss_folder_matches_transformers() {
+    // Sinks, biases, fused interleaved gate/up experts, the clamped SwiGLU (some gates past
+    // the limit), YaRN with `truncate: false`.
+    hf("gpt-oss", |c| {
+        gpt_oss_shape(c);
+        assert!(matches!(
+            c.rope_scaling,
+            RopeScaling::Yarn {
+                truncate: false,
+                ..
+            }
+        ));
+    });
+}
+
+#[test]
+fn gpt_oss_gguf_matches_llama_cpp() {
+    // llama.cpp rounds YaRN's ramp (no truncate key in GGUF): so does Pagoda for GGUF.
+    gguf("gpt-oss", |c| {
+        gpt_oss_shape(c);
+        assert!(matches!(
+            c.rope_scaling,
+            RopeScaling::Yarn { truncate: true, .. }
+        ));
+    });
+}

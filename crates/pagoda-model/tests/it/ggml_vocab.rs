@@ -227,6 +227,7 @@ macro_rules! relabelled_tests {
 
 relabelled_tests! {
     llama_bpe_as_tekken => "llama-bpe" as "tekken",
+    llama_bpe_as_gpt_4o => "llama-bpe" as "gpt-4o",
     llama_bpe_as_default => "llama-bpe" as "default",
     llama_bpe_as_smaug_bpe => "llama-bpe" as "smaug-bpe",
     llama_bpe_as_exaone => "llama-bpe" as "exaone",
@@ -327,17 +328,20 @@ round_trip_tests! {
 }
 
 /// Without the vocabulary files: a `tokenizer.ggml.pre` Pagoda has no regexes for is refused
-/// by name (llama.cpp's `gpt-4o` here), never tokenized with another family's.
+/// by name (llama.cpp's `granite-embed-multi-97m` here), never tokenized with another
+/// family's.
 #[test]
 fn unknown_pre_tokenizer_is_refused() {
     let mut w = crate::common::tiny_llama();
-    w.add_str("tokenizer.ggml.pre", "gpt-4o");
+    w.add_str("tokenizer.ggml.pre", "granite-embed-multi-97m");
     let file = GgufFile::from_bytes("tiny.gguf", w.to_bytes()).expect("valid GGUF");
     let e = Tokenizer::from_gguf(&file)
         .expect_err("an unknown pre-tokenizer must be refused")
         .to_string();
     assert!(
-        e.contains("\"gpt-4o\"") && e.contains("tokenizer.ggml.pre") && e.contains("qwen35"),
+        e.contains("\"granite-embed-multi-97m\"")
+            && e.contains("tokenizer.ggml.pre")
+            && e.contains("qwen35"),
         "{e}"
     );
 }

@@ -1,0 +1,222 @@
+//! gpt-oss (gpt-oss-20b, gpt-oss-120b; llama.cpp `gpt-oss`, transformers `GptOssForCausalLM`):
+//! Llama-style pre-norm layers with biases on Q, K, V and O, per-head attention sinks
+//! (`attn_sinks`: a logit in each head's softmax denominator without a value), layers
+//! alternating sliding (window 128) and full attention, YaRN RoPE on every layer, and a
+//! mixture of experts: a router with a bias, the top k logits then a softmax over those k,
+//! experts with biases and the clamped SwiGLU (`Activation::SwigluOai`).
+//!
+//! Files: llama.cpp's converter writes the FFN pre-norm as `post_attention_norm` (renamed to
+//! `ffn_norm` when opened) and de-interleaves the HF checkpoints' fused experts into stacked
+//! `ffn_{gate,up,down}_exps` with `.bias` tensors. HF folders store
+//! `mlp.experts.gate_up_proj` (`[experts, hidden, 2 · ffn]`, used as `x · W`, gate in the even
+//! and up in the odd columns) and `down_proj` (`[experts, ffn, hidden]`) with their biases:
+//! [`prepare`] turns them into one matrix per expert and projection (a copy, f32). Experts in
+//! MXFP4 (the released checkpoints) are not read yet: such a file is refused by the GGUF
+//! reader (unknown block type) or by this hook (HF `*_blocks`/`*_scales` tensors).
+//! YaRN follows each file: HF `truncate: false` keeps the ramp's ends unrounded; GGUF files
+//! carry no such key and are rounded as llama.cpp does.
+
+use super::keys::{hf_bad, GgufKeys, HfKeys};
+use super::moe::{expert_bias_name, expert_name, gguf_moe, hf_moe};
+use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
+use crate::config::{sliding_pattern, Architecture, Gating, ModelConfig};
+use crate::weights::{TensorView, Weights};
+use crate::ModelError;
+use pagoda_kernels::ops::{RopeStyle, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT};
+use pagoda_kernels::GgmlType;
+
+pub(super) static SPEC: Family = Family {
+    arch: Architecture::GptOss,
+    display: "gpt-oss",
+    gguf_names: &["gpt-oss"],
+    hf_classes: &["GptOssForCausalLM"],
+    hf_model_types: &["gpt_oss"],
+    block: Block {
+        norms: NormPlacement::Pre,
+        activation: Activation::SwigluOai,
+        qk_norm: QkNorm::None,
+        qkv_bias: true,
+        v_norm: false,
+        v_defaults_to_k: false,
+    },
+    gguf_rope_style: RopeStyle::Neox,
+    hf_norm_offset: 0.0,
+    gguf_rope_freqs: false,
+    gguf_rms_eps: 1e-5,
+    hf_defaults: HfDefaults {
+        rope_theta: 150_000.0,
+        context_length: 131_072,
+        rms_eps: 1e-5,
+        tie_word_embeddings: false,
+        head_dim: Some(64),
+    },
+    gguf_varying_layers: false,
+    gguf_extra: gguf,
+    split_fused: Some(prepare),
+    hf_extra: hf,
+};
+
+fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    cfg.sliding_window = k.usize_opt("attention.sliding_window")?;
+    if cfg.sliding_window.is_some() {
+        // llama.cpp's default for this architecture: even layers slide.
+        cfg.layer_is_sliding = if k.is_array("attention.sliding_window_pattern") {
+            k.layer_flags("attention.sliding_window_pattern", cfg.n_layers)?
+        } else {
+            (0..cfg.n_layers).map(|i| i % 2 == 0).collect()
+        };
+    }
+    gguf_moe(k, cfg, Gating::SoftmaxOfTopK, false)?;
+    if let Some(moe) = &mut cfg.moe {
+        // llama.cpp reads 0 (its default) as "no scale".
+        if moe.weights_scale == 0.0 {
+            moe.weights_scale = 1.0;
+        }
+    }
+    Ok(())
+}
+
+fn hf(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    for (key, want) in [
+        ("swiglu_limit", SWIGLU_OAI_LIMIT),
+        ("swiglu_alpha", SWIGLU_OAI_ALPHA),
+    ] {
+        if let Some(v) = c.f32_opt(key)? {
+            if v != want {
+                return Err(hf_bad(format!(
+                    "{key} {v} is not supported (gpt-oss uses {want})"
+                )));
+            }
+        }
+    }
+    if c.get("layer_types").is_none() {
+        if let Some(w) = c.usize_opt("sliding_window")? {
+            cfg.sliding_window = Some(w);
+            cfg.layer_is_sliding = sliding_pattern(cfg.n_layers, 2);
+        }
+    }
+    // Every layer rotates with the one (YaRN) table.
+    cfg.rope_theta_local = None;
+    hf_moe(c, cfg, "intermediate_size", Gating::SoftmaxOfTopK)
+}
+
+fn bad(tensor: &str, message: String) -> ModelError {
+    ModelError::Tensor {
+        path: Default::default(),
+        tensor: tensor.to_string(),
+        message,
+    }
+}
+
+/// Renames the GGUF FFN pre-norm, and turns an HF folder's fused experts into one matrix and
+/// bias per expert and projection (see the module doc).
+fn prepare(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
+    for i in 0..cfg.n_layers {
+        if let Some(t) = w.remove(&format!("blk.{i}.post_attention_norm.weight")) {
+            let name = format!("blk.{i}.ffn_norm.weight");
+            let renamed = t
+                .row_range(name.clone(), 0..t.rows())
+                .or_else(|_| {
+                    TensorView::owned(name.clone(), t.ty, t.shape.clone(), t.data().to_vec())
+                })
+                .map_err(|m| bad(&name, m))?;
+            w.insert(renamed).map_err(|m| bad(&name, m))?;
+        }
+        split_hf_experts(cfg, w, i)?;
+    }
+    Ok(())
+}
+
+/// An f32 matrix tensor named `name`.
+fn f32_tensor(
+    name: String,
+    rows: usize,
+    cols: usize,
+    data: &[f32],
+) -> Result<TensorView, ModelError> {
+    let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    TensorView::owned(name.clone(), GgmlType::F32, vec![rows, cols], bytes)
+        .map_err(|m| bad(&name, m))
+}
+
+/// Layer `i`'s HF experts (`blk.{i}.mlp.experts.*`, as `hf.rs` leaves names it does not
+/// know), if any, into per-expert canonical tensors.
+fn split_hf_experts(cfg: &ModelConfig, w: &mut Weights, i: usize) -> Result<(), ModelError> {
+    let fused = format!("blk.{i}.mlp.experts.gate_up_proj");
+    if w.contains(&format!("{fused}_blocks")) {
+        return Err(bad(
+            &fused,
+            "MXFP4 experts (`_blocks`/`_scales`) are not supported yet; use a GGUF with \
+             another expert type, or dequantize the checkpoint"
+                .into(),
+        ));
+    }
+    let Some(gate_up) = w.remove(&fused) else {
+        return Ok(());
+    };
+    let moe = cfg
+        .moe
+        .as_ref()
+        .ok_or_else(|| bad(&fused, "experts in a model without experts".into()))?;
+    let (e_n, d, f) = (moe.n_experts, cfg.hidden_size, moe.expert_ffn_dim);
+    let take = |w: &mut Weights, name: String, len: usize| -> Result<Vec<f32>, ModelError> {
+        let t = w
+            .remove(&name)
+            .ok_or_else(|| bad(&name, "missing".into()))?;
+        if t.n_elements() != len {
+            return Err(bad(
+                &name,
+                format!("{} values, the config implies {len}", t.n_elements()),
+            ));
+        }
+        t.to_f32()
+    };
+    if gate_up.n_elements() != e_n * d * 2 * f {
+        return Err(bad(
+            &fused,
+            format!(
+                "{} values, the config implies {e_n} × {d} × {}",
+                gate_up.n_elements(),
+                2 * f
+            ),
+        ));
+    }
+    let gu = gate_up.to_f32()?; // [e, d, 2f]
+    let gu_bias = take(w, format!("{fused}_bias"), e_n * 2 * f)?; // [e, 2f]
+    let down = take(w, format!("blk.{i}.mlp.experts.down_proj"), e_n * f * d)?; // [e, f, d]
+    let down_bias = take(w, format!("blk.{i}.mlp.experts.down_proj_bias"), e_n * d)?; // [e, d]
+    for e in 0..e_n {
+        let at = |c: usize, j: usize| gu[(e * d + c) * 2 * f + j];
+        let mut gate = vec![0.0f32; f * d];
+        let mut up = vec![0.0f32; f * d];
+        for r in 0..f {
+            for c in 0..d {
+                gate[r * d + c] = at(c, 2 * r);
+                up[r * d + c] = at(c, 2 * r + 1);
+            }
+        }
+        let mut dn = vec![0.0f32; d * f];
+        for r in 0..d {
+            for c in 0..f {
+                dn[r * f + c] = down[(e * f + c) * d + r];
+            }
+        }
+        let b = &gu_bias[e * 2 * f..(e + 1) * 2 * f];
+        let gate_b: Vec<f32> = b.iter().step_by(2).copied().collect();
+        let up_b: Vec<f32> = b.iter().skip(1).step_by(2).copied().collect();
+        let down_b = &down_bias[e * d..(e + 1) * d];
+        let bias_name = |proj: &str| expert_bias_name(i, proj, e);
+        for t in [
+            f32_tensor(expert_name(i, "gate", e), f, d, &gate)?,
+            f32_tensor(expert_name(i, "up", e), f, d, &up)?,
+            f32_tensor(expert_name(i, "down", e), d, f, &dn)?,
+            f32_tensor(bias_name("gate"), 1, f, &gate_b)?,
+            f32_tensor(bias_name("up"), 1, f, &up_b)?,
+            f32_tensor(bias_name("down"), 1, d, down_b)?,
+        ] {
+            let name = t.name.clone();
+            w.insert(t).map_err(|m| bad(&name, m))?;
+        }
+    }
+    Ok(())
+}
