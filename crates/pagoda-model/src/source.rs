@@ -42,6 +42,10 @@ pub struct ModelInfo {
     /// `llama`, `qwen2`, `gemma3`.
     pub architecture: String,
     pub parameter_count: u64,
+    /// Parameters one token reads: `parameter_count` for a dense model; for a mixture of
+    /// experts, without the experts a token does not choose (`n_used` of `n_experts` per
+    /// layer).
+    pub active_parameter_count: u64,
     /// Bytes of all weight tensors as read (a GPTQ/AWQ checkpoint's as converted at load);
     /// unlike `file_size`, no tokenizer or metadata.
     pub tensor_bytes: u64,
@@ -52,6 +56,22 @@ pub struct ModelInfo {
     pub context_length: usize,
     /// Bytes on disk (all shards for a folder).
     pub file_size: u64,
+}
+
+/// Parameters one token reads (see [`ModelInfo::active_parameter_count`]): every expert
+/// tensor (`*_exp.{e}.*`, `family::moe`) counts `n_used / n_experts` of its size.
+fn active_parameters(cfg: &ModelConfig, weights: &Weights) -> u64 {
+    let total = weights.n_parameters();
+    let Some(moe) = &cfg.moe else {
+        return total;
+    };
+    let experts: u64 = weights
+        .iter()
+        .filter(|t| t.name.contains("_exp."))
+        .map(|t| t.n_elements() as u64)
+        .sum();
+    let unused = experts * (moe.n_experts - moe.n_used) as u64 / moe.n_experts as u64;
+    total - unused
 }
 
 /// Everything read from a model file or folder.
@@ -183,6 +203,7 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
         name,
         architecture: file.architecture()?.to_string(),
         parameter_count: weights.n_parameters(),
+        active_parameter_count: active_parameters(&config, &weights),
         tensor_bytes: weights.n_bytes(),
         file_type,
         tensor_types: tensor_types(&weights),
@@ -232,6 +253,7 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
         name,
         architecture: f.config.arch.gguf_name().to_string(),
         parameter_count: f.weights.n_parameters(),
+        active_parameter_count: active_parameters(&f.config, &f.weights),
         tensor_bytes: f.weights.n_bytes(),
         file_type: match &f.checkpoint_quant {
             Some(r) => format!("{} ({})", r.scheme, r.target_type().name()),

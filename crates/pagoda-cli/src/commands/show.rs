@@ -149,6 +149,17 @@ fn render_details(opened: &Validated) -> String {
             }
             row("architecture", info.architecture.clone());
             row("parameters", human_count(info.parameter_count));
+            if let Some(moe) = &c.moe {
+                row(
+                    "active parameters",
+                    format!(
+                        "{} per token ({} of {} experts)",
+                        human_count(info.active_parameter_count),
+                        moe.n_used,
+                        moe.n_experts
+                    ),
+                );
+            }
             row("context length", info.context_length.to_string());
             row("quantization", info.file_type.clone());
             row("layers", c.n_layers.to_string());

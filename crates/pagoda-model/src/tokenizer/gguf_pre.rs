@@ -195,7 +195,13 @@ mod tests {
 
     #[test]
     fn unknown_names_have_no_entry() {
-        for name in ["", "granite-embed-multi-97m", "kimi-k2", "chameleon", "Qwen2"] {
+        for name in [
+            "",
+            "granite-embed-multi-97m",
+            "kimi-k2",
+            "chameleon",
+            "Qwen2",
+        ] {
             assert!(pre_tokenizer(name).is_none(), "{name}");
         }
         assert!(pre_tokenizer("qwen35").is_some() && pre_tokenizer("gpt-4o").is_some());

@@ -425,3 +425,23 @@ fn gpt_oss_gguf_matches_llama_cpp() {
         ));
     });
 }
+
+#[test]
+fn a_mixture_of_experts_reports_the_parameters_a_token_reads() {
+    // 3 layers × 8 experts × (gate, up, down: 3 × 64 × 32); a token reads 2 of the 8.
+    let experts = 3 * 8 * 3 * 64 * 32u64;
+    for file in ["tiny-qwen3moe", "tiny-qwen3moe.gguf"] {
+        let source = open_model(&golden_root().join(file)).expect("open");
+        let info = &source.info;
+        assert_eq!(
+            info.active_parameter_count,
+            info.parameter_count - experts * 6 / 8,
+            "{file}"
+        );
+    }
+    let dense = open_model(&golden_root().join("tiny-qwen3")).expect("open");
+    assert_eq!(
+        dense.info.active_parameter_count,
+        dense.info.parameter_count
+    );
+}
