@@ -60,6 +60,8 @@ if ! python3 -c "import openai, ollama, websocket, langchain_openai, jsonschema,
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages $clients
 fi
 python3 scripts/conformance/clients.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
+echo "== a mixture of experts end to end: tiny Qwen3-MoE, the openai client, streaming, n=2, a tool call"
+python3 scripts/conformance/moe_serve.py --pagoda "$PAGODA"
 echo "== tools and structured output: openai, ollama and LangChain clients against Qwen2.5-Coder-0.5B"
 python3 scripts/conformance/tools.py --pagoda "$PAGODA" --model qwen2.5-coder:0.5b --validity 50
 echo "== agent loops: the catalog's tool model (Qwen2.5-Coder-1.5B) through the openai client, 2 tools, 5 questions"

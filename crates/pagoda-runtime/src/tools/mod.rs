@@ -408,6 +408,10 @@ pub fn fallback_messages(messages: Vec<ChatMessage>, tools: Option<&ToolSet>) ->
     out
 }
 
+/// Whitespace a forced call may have between two JSON tokens: up to 16 spaces, newlines or
+/// tabs (a pretty-printed call's indentation fits; endless padding does not).
+pub const FORCED_CALL_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,16}";
+
 /// The constraint that forces a call when `tool_choice` is `required` or names a function:
 /// a Lark grammar of one `<tool_call>` (or, with parallel calls, one or more, a newline
 /// apart) whose JSON is `{"name": <that tool's name>, "arguments": <its parameters schema>}`,
@@ -443,8 +447,12 @@ pub fn forced_call(set: &ToolSet, newlines: bool) -> Option<ConstraintSpec> {
         // As a `json_schema` response format is: only the listed keys, unless it says more.
         pagoda_engine::close_objects(&mut params);
         // Written by hand so `name` comes before `arguments`, as the model writes them.
+        // Whitespace between tokens is bounded (`FORCED_CALL_WHITESPACE`), so a call always
+        // ends: with JSON's unbounded whitespace a model can pad a forced call until
+        // `max_tokens` (a random-weight model does, every time).
         g.push_str(&format!(
-            "fn_{i}: %json {{\"type\": \"object\", \"properties\": {{\"name\": {{\"const\": {}}}, \"arguments\": {}}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}}\n",
+            "fn_{i}: %json {{\"x-guidance\": {{\"whitespace_pattern\": {}}}, \"type\": \"object\", \"properties\": {{\"name\": {{\"const\": {}}}, \"arguments\": {}}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}}\n",
+            Value::String(FORCED_CALL_WHITESPACE.to_string()),
             Value::String(function_name(t).to_string()),
             params
         ));

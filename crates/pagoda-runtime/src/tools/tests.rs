@@ -205,7 +205,7 @@ fn forced_grammar_for_required_and_named() {
             "call: \"<tool_call>\\n\" (fn_0 | fn_1) \"\\n</tool_call>\""
         ]
     );
-    assert!(g.contains("fn_0: %json {\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get_weather\"}, \"arguments\": {\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"],\"additionalProperties\":false}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}"), "{g}");
+    assert!(g.contains("fn_0: %json {\"x-guidance\": {\"whitespace_pattern\": \"[\\\\x20\\\\x0A\\\\x0D\\\\x09]{1,16}\"}, \"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get_weather\"}, \"arguments\": {\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"],\"additionalProperties\":false}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}"), "{g}");
     // The parameters are closed (only the listed keys), as a json_schema response format is.
     // Every %json body is valid JSON.
     for l in g.lines().filter(|l| l.contains("%json")) {
