@@ -408,3 +408,32 @@ fn speculative_decoding_on_cuda_equals_plain_greedy() {
         assert!(stats.spec.acceptance_rate() > 0.5, "{:?}", stats.spec);
     }
 }
+
+/// A mixture-of-experts target (tiny Qwen3-MoE): n-gram proposals, a dense draft of the same
+/// vocabulary (tiny Qwen3) and the MoE model as its own draft all give plain greedy's tokens.
+#[test]
+fn speculative_decoding_with_a_mixture_of_experts_equals_plain_greedy() {
+    let (model, tok) = load("tiny-qwen3moe");
+    let prompts = repetitive_prompts(model.config().vocab_size as u32);
+    let (plain, _) = run_all(&model, &tok, None, &prompts, |_| true);
+    let (spec, stats) = run_all(&model, &tok, Some(ngram(4, false)), &prompts, |_| true);
+    assert_eq!(spec, plain, "n-gram proposals");
+    assert!(stats.spec.proposed_tokens > 0, "{:?}", stats.spec);
+    let (dense, dense_tok) = load("tiny-qwen3");
+    for (what, draft, draft_tok) in [
+        ("a dense draft", dense, dense_tok),
+        ("the MoE model as its own draft", model.clone(), tok.clone()),
+    ] {
+        let spec = SpeculativeConfig {
+            proposer: ProposerConfig::Draft {
+                model: draft,
+                tokenizer: draft_tok,
+            },
+            num_tokens: 3,
+            adaptive: false,
+        };
+        let (got, stats) = run_all(&model, &tok, Some(spec), &prompts, |_| true);
+        assert_eq!(got, plain, "{what}");
+        assert!(stats.spec.proposed_tokens > 0, "{what}: {:?}", stats.spec);
+    }
+}
