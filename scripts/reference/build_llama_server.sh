@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's `llama-server` (the peer of `pagoda bench batching`) from the llama.cpp
 # source vendored in the llama-cpp-python sdist, so the peer is the same llama.cpp version as
-# the llama-cpp-python references. CPU only, native ISA, Release. Never committed.
+# the llama-cpp-python references. CPU only, native ISA (AMX off where the CPU has it),
+# Release. Never committed. LLAMA_SERVER_CMAKE_ARGS replaces the ISA flags.
 #
 #   scripts/reference/build_llama_server.sh        # -> $PAGODA_PEER_DIR/bin/llama-server
 #
@@ -42,8 +43,19 @@ if [[ -z "$cmake_bin" ]]; then
     fi
 fi
 
+# On a CPU with AMX the native build segfaults at the first decode (setup.sh); build with
+# everything else the CPU has (AVX-512, VNNI, BF16, weight repacking) and AMX off there.
+isa_args="-DGGML_NATIVE=ON"
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    isa_args="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
+      -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF \
+      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_CPU_REPACK=ON"
+fi
+isa_args="${LLAMA_SERVER_CMAKE_ARGS:-$isa_args}"
+
 build="$peer_dir/build"
-"$cmake_bin" -S "$llama" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+# shellcheck disable=SC2086 # isa_args is a list of flags
+"$cmake_bin" -S "$llama" -B "$build" -DCMAKE_BUILD_TYPE=Release $isa_args \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF
 "$cmake_bin" --build "$build" --target llama-server -j "$jobs"

@@ -151,7 +151,7 @@ fn render_details(opened: &Validated) -> String {
             row("parameters", human_count(info.parameter_count));
             if let Some(moe) = &c.moe {
                 row(
-                    "active parameters",
+                    "active params",
                     format!(
                         "{} per token ({} of {} experts)",
                         human_count(info.active_parameter_count),
