@@ -384,9 +384,12 @@ impl Kernels {
         v_cache: &impl DevicePtr<bf16>,
         out: &mut impl DevicePtrMut<f32>,
         params: AttentionParams,
+        sinks: Option<&CudaSlice<f32>>,
         workspace: &mut AttentionWorkspace,
     ) -> Result<(), CudaError> {
-        self.attention_on(batch, q, k_cache, v_cache, out, params, workspace, None)
+        self.attention_on(
+            batch, q, k_cache, v_cache, out, params, sinks, workspace, None,
+        )
     }
 
     /// As [`Kernels::paged_attention`] over FP8 E4M3 caches (codes as `u8`) read as
@@ -401,6 +404,7 @@ impl Kernels {
         out: &mut impl DevicePtrMut<f32>,
         params: AttentionParams,
         scales: Fp8Scales,
+        sinks: Option<&CudaSlice<f32>>,
         workspace: &mut AttentionWorkspace,
     ) -> Result<(), CudaError> {
         let scales = scales.check("paged_attention_fp8")?;
@@ -411,6 +415,7 @@ impl Kernels {
             v_cache,
             out,
             params,
+            sinks,
             workspace,
             Some(scales),
         )
@@ -427,6 +432,7 @@ impl Kernels {
         v_cache: &impl DevicePtr<T>,
         out: &mut impl DevicePtrMut<f32>,
         params: AttentionParams,
+        sinks: Option<&CudaSlice<f32>>,
         workspace: &mut AttentionWorkspace,
         fp8: Option<Fp8Scales>,
     ) -> Result<(), CudaError> {
@@ -484,6 +490,12 @@ impl Kernels {
         let at = |off: usize| meta + 4 * off as u64;
 
         let (op, _o) = c.output("out", out, q_len)?;
+        // Per query head, a logit in the softmax's denominator (0: none).
+        let sinks = match sinks {
+            Some(s) => Some(c.input("sinks", s, nh)?),
+            None => None,
+        };
+        let sinks_p = sinks.as_ref().map_or(0u64, |s| s.0);
         // The guards (`_q`, `_k`, `_v`, `_m`, `_o`) live until every launch is enqueued.
         let args = KernelArgs {
             q: qp,
@@ -505,6 +517,7 @@ impl Kernels {
             softcap,
             window,
             v_scale,
+            sinks: sinks_p,
         };
 
         if batch.n_tiles > 0 {
@@ -554,7 +567,8 @@ impl Kernels {
                 &a.scale,
                 &a.softcap,
                 &a.window,
-                &a.v_scale
+                &a.v_scale,
+                &a.sinks
             )?;
         } else {
             launch!(
@@ -578,7 +592,8 @@ impl Kernels {
                 &a.block_size,
                 &a.scale,
                 &a.softcap,
-                &a.window
+                &a.window,
+                &a.sinks
             )?;
         }
         Ok(())
@@ -670,7 +685,8 @@ impl Kernels {
                 &a.window,
                 &split_len_i,
                 &n_splits_i,
-                &a.v_scale
+                &a.v_scale,
+                &a.sinks
             )?;
         } else {
             launch!(
@@ -697,7 +713,8 @@ impl Kernels {
                 &a.softcap,
                 &a.window,
                 &split_len_i,
-                &n_splits_i
+                &n_splits_i,
+                &a.sinks
             )?;
         }
         if n_splits > 1 {
@@ -718,7 +735,8 @@ impl Kernels {
                 &a.first_row,
                 &a.n_heads,
                 &a.head_dim,
-                &n_splits_i
+                &n_splits_i,
+                &a.sinks
             )?;
         }
         Ok(())
@@ -748,6 +766,8 @@ struct KernelArgs {
     softcap: f32,
     window: i32,
     v_scale: f32,
+    /// Device address of the per-head sinks, 0 for none.
+    sinks: u64,
 }
 
 /// The checks of `p` against the kernels' limits and `batch`, and the soft-cap and window

@@ -15,7 +15,7 @@ use pagoda_kernels::attention::AttentionShape;
 use pagoda_kernels::fp8::E4m3;
 use pagoda_kernels::kv_blocks::{KvBlockStorage, KvDtype};
 use pagoda_kernels::ops;
-use pagoda_kernels::paged_attention::{paged_attention, SeqAttention};
+use pagoda_kernels::paged_attention::{paged_attention_with_sinks, SeqAttention};
 
 /// Relative tolerance of RMSNorm (the sum of squares is reduced in another order).
 const NORM_TOLERANCE: f32 = 1e-5;
@@ -362,7 +362,7 @@ struct Seq {
 }
 
 fn attention_case(g: &GpuContext, shape: AttentionShape, seqs: &[Seq], seed: u64) {
-    attention_case_as(g, shape, seqs, seed, None)
+    attention_case_as(g, shape, seqs, seed, None, None)
 }
 
 /// As [`attention_case`], over FP8 caches under `fp8`'s scales when given (the CPU reference
@@ -373,6 +373,7 @@ fn attention_case_as(
     seqs: &[Seq],
     seed: u64,
     fp8: Option<Fp8Scales>,
+    sinks: Option<&[f32]>,
 ) {
     let mut r = Rng(seed);
     let bs = 16;
@@ -448,7 +449,8 @@ fn attention_case_as(
         first += s.rows;
     }
     let mut want = vec![0.0f32; q.len()];
-    paged_attention(&shape, &q, &keys, &values, &cpu_seqs, &mut want);
+    paged_attention_with_sinks(&shape, sinks, &q, &keys, &values, &cpu_seqs, &mut want);
+    let gpu_sinks = sinks.map(|s| up(g, s));
 
     let batch = AttentionBatch::upload(g, &spans, bs).expect("upload");
     let positions = down(g, batch.positions());
@@ -476,6 +478,7 @@ fn attention_case_as(
             &up(g, &vc),
             &mut out,
             params,
+            gpu_sinks.as_ref(),
             &mut ws,
         ),
         Some(sc) => g.kernels().paged_attention_fp8(
@@ -486,6 +489,7 @@ fn attention_case_as(
             &mut out,
             params,
             sc,
+            gpu_sinks.as_ref(),
             &mut ws,
         ),
     }
@@ -590,7 +594,7 @@ fn fp8_paged_attention_matches_the_cpu_for_decode_and_prefill_rows() {
                     window,
                 };
                 seed += 1;
-                attention_case_as(&g, shape, &seqs, seed, Some(scales));
+                attention_case_as(&g, shape, &seqs, seed, Some(scales), None);
             }
         }
     }
@@ -665,6 +669,45 @@ fn kv_write_fp8_stores_the_cpu_codes_at_their_slots() {
             Fp8Scales { k: 0.0, v: 1.0 },
         )
         .is_err());
+}
+
+/// Attention sinks (gpt-oss) on every path — decode, split decode (merged by the reduce
+/// kernel), prefill tiles — bf16 and FP8, against the CPU's `paged_attention_with_sinks`.
+#[test]
+fn paged_attention_with_sinks_matches_the_cpu_on_every_path() {
+    let Some(g) = gpu() else { return };
+    let seqs = [
+        Seq { rows: 1, start: 30 },
+        Seq {
+            rows: 1,
+            start: 3000,
+        },
+        Seq {
+            rows: 37,
+            start: 50,
+        },
+    ];
+    let shape = AttentionShape {
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.25,
+        softcap: None,
+        window: None,
+    };
+    let sinks: Vec<f32> = (0..8).map(|h| h as f32 * 1.5 - 2.0).collect();
+    for (seed, fp8) in [
+        (71, None),
+        (
+            72,
+            Some(Fp8Scales {
+                k: 1.0 / 32.0,
+                v: 1.0 / 128.0,
+            }),
+        ),
+    ] {
+        attention_case_as(&g, shape, &seqs, seed, fp8, Some(&sinks));
+    }
 }
 
 #[test]

@@ -137,7 +137,7 @@ __device__ __forceinline__ void attn_decode_body(
     float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
     const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
     int n_kv_heads, int head_dim, int block_size, float scale, float softcap, int window,
-    int split_len, int n_splits, float v_scale) {
+    int split_len, int n_splits, float v_scale, const float* sinks) {
     __shared__ __align__(16) float q_sh[MAX_HD];
     __shared__ float logits[DEC_SPLIT_MAX];
     __shared__ float red[DEC_WARPS];
@@ -238,8 +238,10 @@ __device__ __forceinline__ void attn_decode_body(
     __syncthreads();
 
     if (n_splits == 1) {
-        // n >= 1 here (the query sees its own position), so sum > 0.
-        const float inv = 1.0f / sum * v_scale;
+        // n >= 1 here (the query sees its own position), so sum > 0. A sink (gpt-oss) adds
+        // its mass to the denominator only.
+        const float sink = sinks ? expf(sinks[h] - mx) : 0.0f;
+        const float inv = 1.0f / (sum + sink) * v_scale;
         for (int d = tid; d < head_dim; d += DEC_THREADS) {
             float a = 0.0f;
             for (int w = 0; w < DEC_WARPS; ++w) a += acc_sh[w][d];
@@ -264,11 +266,11 @@ attn_decode(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float*
             float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
             const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
             int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
-            int window, int split_len, int n_splits) {
+            int window, int split_len, int n_splits, const float* sinks) {
     attn_decode_body<KvBf16>(q, k_cache, v_cache, out, ws_acc, ws_ml, decode_seqs,
                              seq_first_row, seq_start, seq_table_off, tables, n_heads,
                              n_kv_heads, head_dim, block_size, scale, softcap, window,
-                             split_len, n_splits, 1.0f);
+                             split_len, n_splits, 1.0f, sinks);
 }
 
 // `scale` already holds the keys' scale (q . k_scale code = (q . code) k_scale).
@@ -277,16 +279,18 @@ attn_decode_fp8(const float* q, const fp8_t* k_cache, const fp8_t* v_cache, floa
                 float* ws_acc, float* ws_ml, const int* decode_seqs, const int* seq_first_row,
                 const int* seq_start, const int* seq_table_off, const int* tables,
                 int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
-                float softcap, int window, int split_len, int n_splits, float v_scale) {
+                float softcap, int window, int split_len, int n_splits, float v_scale,
+                const float* sinks) {
     attn_decode_body<KvFp8>(q, k_cache, v_cache, out, ws_acc, ws_ml, decode_seqs,
                             seq_first_row, seq_start, seq_table_off, tables, n_heads,
                             n_kv_heads, head_dim, block_size, scale, softcap, window,
-                            split_len, n_splits, v_scale);
+                            split_len, n_splits, v_scale, sinks);
 }
 
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
 attn_decode_reduce(const float* ws_acc, const float* ws_ml, float* out, const int* decode_seqs,
-                   const int* seq_first_row, int n_heads, int head_dim, int n_splits) {
+                   const int* seq_first_row, int n_heads, int head_dim, int n_splits,
+                   const float* sinks) {
     const int di = blockIdx.x, h = blockIdx.y;
     const int row = seq_first_row[decode_seqs[di]];
     const long long first = ((long long)di * n_heads + h) * n_splits;
@@ -297,6 +301,7 @@ attn_decode_reduce(const float* ws_acc, const float* ws_ml, float* out, const in
         const float ms = ws_ml[(first + s) * 2];
         if (ms != NEG_INF) total += expf(ms - m) * ws_ml[(first + s) * 2 + 1];
     }
+    if (sinks) total += expf(sinks[h] - m);
     const float inv = 1.0f / total;
     const long long o = (long long)row * n_heads * head_dim + (long long)h * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -324,7 +329,7 @@ __device__ __forceinline__ void attn_prefill_body(
     const float* q, const typename KV::T* k_cache, const typename KV::T* v_cache, float* out,
     const int* tiles, const int* seq_first_row, const int* seq_rows, const int* seq_start,
     const int* seq_table_off, const int* tables, int n_heads, int n_kv_heads, int head_dim,
-    int block_size, float scale, float softcap, int window, float v_scale) {
+    int block_size, float scale, float softcap, int window, float v_scale, const float* sinks) {
     __shared__ __align__(16) float q_sh[PF_BQ][MAX_HD];
     __shared__ __align__(16) bf16_t kv_sh[PF_BK][PF_KV_STRIDE];
     __shared__ float s_sh[PF_BQ][PF_BK + 1];
@@ -459,8 +464,9 @@ __device__ __forceinline__ void attn_prefill_body(
 #pragma unroll
             for (int i = 0; i < PF_BQ; ++i) {
                 if (i < nq) {
+                    const float sink = sinks ? expf(sinks[h] - m_sh[i]) : 0.0f;
                     out[(long long)(row0 + i) * q_stride + (long long)h * head_dim + d] =
-                        acc[i][k] / l_sh[i] * v_scale;
+                        acc[i][k] / (l_sh[i] + sink) * v_scale;
                 }
             }
         }
@@ -472,10 +478,10 @@ attn_prefill(const float* q, const bf16_t* k_cache, const bf16_t* v_cache, float
              const int* tiles, const int* seq_first_row, const int* seq_rows,
              const int* seq_start, const int* seq_table_off, const int* tables, int n_heads,
              int n_kv_heads, int head_dim, int block_size, float scale, float softcap,
-             int window) {
+             int window, const float* sinks) {
     attn_prefill_body<KvBf16>(q, k_cache, v_cache, out, tiles, seq_first_row, seq_rows,
                               seq_start, seq_table_off, tables, n_heads, n_kv_heads, head_dim,
-                              block_size, scale, softcap, window, 1.0f);
+                              block_size, scale, softcap, window, 1.0f, sinks);
 }
 
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
@@ -483,8 +489,8 @@ attn_prefill_fp8(const float* q, const fp8_t* k_cache, const fp8_t* v_cache, flo
                  const int* tiles, const int* seq_first_row, const int* seq_rows,
                  const int* seq_start, const int* seq_table_off, const int* tables,
                  int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
-                 float softcap, int window, float v_scale) {
+                 float softcap, int window, float v_scale, const float* sinks) {
     attn_prefill_body<KvFp8>(q, k_cache, v_cache, out, tiles, seq_first_row, seq_rows,
                              seq_start, seq_table_off, tables, n_heads, n_kv_heads, head_dim,
-                             block_size, scale, softcap, window, v_scale);
+                             block_size, scale, softcap, window, v_scale, sinks);
 }

@@ -410,7 +410,7 @@ impl Cuda {
 
 impl Backend for Cuda {
     const NAME: &'static str = "GPU";
-    const ATTENTION_SINKS: bool = false;
+    const ATTENTION_SINKS: bool = true;
     type Act = CudaAct;
     type Linear = CudaLinear;
     type Norm = CudaNorm;
@@ -796,12 +796,11 @@ impl Backend for Cuda {
         pass: &mut CudaPass<'_>,
         out: &mut CudaAct,
     ) -> Result<(), ModelError> {
-        if sinks.is_some() {
-            // Refused at load (`Backend::ATTENTION_SINKS`); a caller bug if reached.
-            return Err(ModelError::Device(
-                "attention sinks are not supported on the GPU yet".into(),
-            ));
-        }
+        // A few floats per layer and step (gpt-oss's sinks), copied as the pass is enqueued.
+        let sinks = match sinks {
+            Some(s) => Some(self.upload(s)?),
+            None => None,
+        };
         let kernels = self.gpu.kernels();
         let rows = pass.batch.total_rows();
         let hd = shape.head_dim;
@@ -839,6 +838,7 @@ impl Backend for Cuda {
                 v,
                 o,
                 params,
+                sinks.as_ref(),
                 pass.scratch.workspace,
             )?,
             CudaKvLayer::Fp8 { k, v, scales } => kernels.paged_attention_fp8(
@@ -849,6 +849,7 @@ impl Backend for Cuda {
                 o,
                 params,
                 *scales,
+                sinks.as_ref(),
                 pass.scratch.workspace,
             )?,
         }
