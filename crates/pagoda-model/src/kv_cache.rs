@@ -1,8 +1,9 @@
 //! KV caches: [`PagedKvCache`], the paged keys and values of every layer shared by many
 //! sequences, and [`KvCache`], one sequence's cache built on it (one private block table).
 //!
-//! Layout: per layer a K and a V of `n_blocks` blocks of `block_size` token rows of
-//! `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`), stored as f16,
+//! Layout: per layer a K and a V of `n_blocks` blocks of `block_size` token rows of that
+//! layer's `kv_dim = n_kv_heads * head_dim` values (`[n_blocks, block_size, kv_dim]`; layers
+//! may differ, and a KV-shared layer keeps none: `ModelConfig::layer_kv_cache_dim`), stored as f16,
 //! f32 or FP8 E4M3 with a static scale ([`KvDtype`]). A block's bytes follow the dtype
 //! ([`PagedKvCache::bytes_per_block`]), so FP8 holds twice f16's blocks in the same memory.
 //! A sequence's position `p` lives in block `table[p / block_size]`, slot `p % block_size`;
@@ -25,7 +26,8 @@
 //! the slot a sequence uses is named in its batch segment as its block table is. The paging
 //! here does not change, and neither does any code outside the backends and that storage.
 //!
-//! Invariants: every layer's K and V storages share the cache's shape and dtype; a
+//! Invariants: every layer's K and V storages share the cache's blocks, block size and dtype
+//! (each its own width, the cache's `kv_dim` the widest); a
 //! [`KvCache`]'s positions `0..len` are valid in every layer once a forward pass over them
 //! returned; `truncate` only shortens (a conversation that diverges recomputes from the common
 //! prefix). The reusable state of the forward pass (activation buffers, on the device) lives in
