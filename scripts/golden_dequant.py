@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the golden files of pagoda-kernels' bit-exact tests, computed with gguf-py.
 
-    pip install gguf numpy
-    python3 scripts/golden_dequant.py
+    pip install gguf numpy     # MXFP4 needs a gguf-py that knows it, e.g. the llama.cpp sdist's:
+    PYTHONPATH=$SDIST/vendor/llama.cpp/gguf-py python3 scripts/golden_dequant.py
 
 For every block type gguf-py can dequantize, a few blocks of random bytes (with their f16 scale
 fields replaced by finite, moderate values so no NaN or Inf appears) are dequantized by
@@ -92,6 +92,26 @@ def quant_goldens(rng: np.random.Generator) -> None:
         write(f"quant_{qtype.name}.bin", np.ascontiguousarray(q).view(np.uint8).tobytes())
 
 
+def mxfp4_goldens(rng: np.random.Generator) -> None:
+    """MXFP4 (gpt-oss's expert weights): blocks with every code, exponents across the range
+    (0 and 1 are ggml's subnormal halves, 254 the largest) and a zero block; and quantized rows
+    at several scales with a zero block and values on the codebook's midpoints (ties)."""
+    raw = rng.integers(0, 256, size=(N_BLOCKS, 17), dtype=np.uint8)
+    raw[:, 0] = [0, 1, 2, 100, 127, 128, 140, 254]
+    raw[5, 1:] = np.arange(16, dtype=np.uint8) * 17  # every code, low and high nibble
+    write("dequant_MXFP4.bin", raw.tobytes())
+    write("dequant_MXFP4.f32", quants.dequantize(raw, T.MXFP4).astype("<f4").tobytes())
+    nb = 16
+    x = rng.standard_normal((nb, 32)).astype(np.float32)
+    x *= np.exp2(rng.uniform(-8, 4, size=(nb, 1))).astype(np.float32)
+    x[3] = 0.0
+    # amax 6 gives e = 127 (d = 0.5): 0.25, 1.25, 2.5, 3.5, 5 are midpoints of the grid.
+    x[7] = np.resize(np.float32([6.0, 0.25, -1.25, 2.5, -3.5, 5.0, 0.75, -0.25]), 32)
+    x = x.reshape(1, -1)
+    write("quant_MXFP4.f32", x.astype("<f4").tobytes())
+    write("quant_MXFP4.bin", np.ascontiguousarray(quants.quantize(x, T.MXFP4)).view(np.uint8).tobytes())
+
+
 def write(name: str, data: bytes) -> None:
     with open(os.path.join(OUT, name), "wb") as f:
         f.write(data)
@@ -102,6 +122,8 @@ def main() -> int:
     rng = np.random.default_rng(20260)
     dequant_goldens(rng)
     quant_goldens(rng)
+    # Its own stream, so adding it left the files above unchanged.
+    mxfp4_goldens(np.random.default_rng(39))
     print(f"wrote golden files to {os.path.normpath(OUT)}")
     return 0
 

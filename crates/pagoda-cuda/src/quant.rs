@@ -6,14 +6,15 @@
 //!
 //! Formats ([`QuantFormat`]): GGUF's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Pagoda's INT8
 //! (per-row f32 scale), INT4 in groups of 64 / 128 (symmetric or not; groups of 32 are Q4_0 /
-//! Q4_1 blocks already), NF4 and NF4_DQ, with the byte layouts of pagoda-kernels' `quant/`
+//! Q4_1 blocks already), NF4 and NF4_DQ, and MXFP4 (gpt-oss's experts), with the byte layouts of pagoda-kernels' `quant/`
 //! files (that crate is the reference; this one depends on it only in its tests).
 //!
 //! Invariants:
 //! - A matrix's device buffer is the host bytes as given, not repacked: `rows` rows of
 //!   [`QuantFormat::row_bytes`]`(cols)` bytes, so its GPU memory is the file's size of the
 //!   tensor ([`QuantizedMatrix::bytes`]). The kernels read every format in place (each
-//!   block's fields sit at even offsets except NF4_DQ's, which is read by bytes).
+//!   block's fields sit at even offsets except NF4_DQ's and MXFP4's 17-byte blocks, which
+//!   are read by bytes).
 //! - [`QuantKernels::matmul`] takes the GEMV for at most [`GEMV_MAX_ROWS`] activation rows
 //!   and the tiled bf16 GEMM above (weights and activations rounded to bf16 as the dense
 //!   path's, f32 accumulation, tiles in the caller's [`QuantWorkspace`]). The GEMV is
@@ -75,11 +76,13 @@ pub enum QuantFormat {
     /// An NF4 row with double-quantized absmaxes: `[mean: f32][c: f32 per 256 blocks]
     /// [k: i8 per block][codes: 32 per block]`, `absmax = k c + mean`.
     Nf4Dq,
+    /// MXFP4 blocks of 32: `[e: E8M0][codes: 16]`, `x = KVALUES[q] 2^(e - 128)` (17 bytes).
+    Mxfp4,
 }
 
 impl QuantFormat {
     /// Every format, in the order of the kernels' format ids (`F_*` in quant.cu).
-    pub const ALL: [QuantFormat; 13] = [
+    pub const ALL: [QuantFormat; 14] = [
         QuantFormat::Q8_0,
         QuantFormat::Q4_0,
         QuantFormat::Q4_1,
@@ -93,6 +96,7 @@ impl QuantFormat {
         QuantFormat::Int4G128Sym,
         QuantFormat::Nf4,
         QuantFormat::Nf4Dq,
+        QuantFormat::Mxfp4,
     ];
 
     /// The kernels' suffix (`qgemv_<name>`, ...), as in [`QUANT`]'s entries.
@@ -111,13 +115,18 @@ impl QuantFormat {
             QuantFormat::Int4G128Sym => "int4_g128_sym",
             QuantFormat::Nf4 => "nf4",
             QuantFormat::Nf4Dq => "nf4_dq",
+            QuantFormat::Mxfp4 => "mxfp4",
         }
     }
 
     /// Elements per block (a row's length must be a multiple).
     pub fn block_elems(self) -> usize {
         match self {
-            QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q4_1 | QuantFormat::Int8 => 32,
+            QuantFormat::Q8_0
+            | QuantFormat::Q4_0
+            | QuantFormat::Q4_1
+            | QuantFormat::Int8
+            | QuantFormat::Mxfp4 => 32,
             QuantFormat::Int4G64 | QuantFormat::Int4G64Sym | QuantFormat::Nf4 => 64,
             QuantFormat::Nf4Dq => 64,
             QuantFormat::Int4G128 | QuantFormat::Int4G128Sym => 128,
@@ -148,6 +157,7 @@ impl QuantFormat {
                 QuantFormat::Int4G128 => 68,
                 QuantFormat::Int4G128Sym => 66,
                 QuantFormat::Nf4 => 36,
+                QuantFormat::Mxfp4 => 17,
                 QuantFormat::Int8 | QuantFormat::Nf4Dq => return None,
             }),
         }

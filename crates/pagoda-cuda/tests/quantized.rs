@@ -60,6 +60,7 @@ const CASES: &[(QuantFormat, GgmlType, usize)] = &[
     (QuantFormat::Nf4, GgmlType::Nf4, 448),
     (QuantFormat::Nf4Dq, GgmlType::Nf4Dq, 448),
     (QuantFormat::Nf4Dq, GgmlType::Nf4Dq, 257 * 64),
+    (QuantFormat::Mxfp4, GgmlType::Mxfp4, 416),
 ];
 
 /// Weight rows: not a multiple of the GEMV's 4 rows per block nor of [`TILE_ROWS`].
@@ -327,6 +328,7 @@ int main(int argc, char** argv) {
             case 10: bad = check<10>(bin, f32, rows, cols, rb); break;
             case 11: bad = check<11>(bin, f32, rows, cols, rb); break;
             case 12: bad = check<12>(bin, f32, rows, cols, rb); break;
+            case 13: bad = check<13>(bin, f32, rows, cols, rb); break;
         }
         std::printf("format %d [%d, %d]: %ld values differ\n", id, rows, cols, bad);
         failed += bad != 0;

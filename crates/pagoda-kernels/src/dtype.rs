@@ -31,6 +31,8 @@ pub enum GgmlType {
     Q6_K,
     Q8_K,
     BF16,
+    /// MXFP4 (OCP microscaling FP4): 32 E2M1 codes with one shared E8M0 exponent.
+    Mxfp4,
     /// INT8 per-channel (Pagoda-internal): one f32 scale per row, `absmax / 127`.
     Int8,
     /// INT4, groups of 32, asymmetric: Q4_1's block layout (f16 scale, f16 min).
@@ -59,7 +61,7 @@ pub const NF4_DQ_GROUP: usize = 256;
 
 impl GgmlType {
     /// Every type this crate knows, in GGUF id order.
-    pub const ALL: [GgmlType; 15] = [
+    pub const ALL: [GgmlType; 16] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -75,6 +77,7 @@ impl GgmlType {
         GgmlType::Q6_K,
         GgmlType::Q8_K,
         GgmlType::BF16,
+        GgmlType::Mxfp4,
     ];
 
     /// The Pagoda-internal weight types: no GGUF id, produced only in memory by online
@@ -114,6 +117,7 @@ impl GgmlType {
             GgmlType::Q6_K => 14,
             GgmlType::Q8_K => 15,
             GgmlType::BF16 => 30,
+            GgmlType::Mxfp4 => 39,
             GgmlType::Int8
             | GgmlType::Int4G32
             | GgmlType::Int4G32Sym
@@ -144,6 +148,7 @@ impl GgmlType {
             GgmlType::Q6_K => "Q6_K",
             GgmlType::Q8_K => "Q8_K",
             GgmlType::BF16 => "BF16",
+            GgmlType::Mxfp4 => "MXFP4",
             GgmlType::Int8 => "INT8",
             GgmlType::Int4G32 => "INT4_G32",
             GgmlType::Int4G32Sym => "INT4_G32_SYM",
@@ -168,7 +173,8 @@ impl GgmlType {
             | GgmlType::Q8_1
             | GgmlType::Int8
             | GgmlType::Int4G32
-            | GgmlType::Int4G32Sym => 32,
+            | GgmlType::Int4G32Sym
+            | GgmlType::Mxfp4 => 32,
             GgmlType::Int4G64 | GgmlType::Int4G64Sym | GgmlType::Nf4 | GgmlType::Nf4Dq => 64,
             GgmlType::Int4G128 | GgmlType::Int4G128Sym => 128,
             GgmlType::Q2_K
@@ -198,6 +204,7 @@ impl GgmlType {
             GgmlType::Q5_K => 2 + 2 + 12 + QK_K / 8 + QK_K / 2,
             GgmlType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
             GgmlType::Q8_K => 4 + QK_K + QK_K / 16 * 2,
+            GgmlType::Mxfp4 => 1 + 16,
             GgmlType::Int8 => 32,
             GgmlType::Int4G32 => 2 + 2 + 16,
             GgmlType::Int4G32Sym => 2 + 16,
@@ -317,6 +324,8 @@ mod tests {
         assert_eq!(GgmlType::Q2_K.type_size(), 84);
         assert_eq!(GgmlType::Q3_K.type_size(), 110);
         assert_eq!(GgmlType::Q8_0.row_bytes(64).unwrap(), 68);
+        assert_eq!(GgmlType::Mxfp4.type_size(), 17);
+        assert_eq!(GgmlType::from_id(39), Some(GgmlType::Mxfp4));
         assert!(GgmlType::Q8_0.row_bytes(33).is_err());
     }
 }

@@ -26,7 +26,8 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// Types gguf-py dequantizes, with golden files.
-const DEQUANT_GOLDEN: [GgmlType; 12] = [
+const DEQUANT_GOLDEN: [GgmlType; 13] = [
+    GgmlType::Mxfp4,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q4_0,
@@ -75,6 +76,7 @@ fn quantize_matches_gguf_py_bit_for_bit() {
         GgmlType::Q5_1,
         GgmlType::BF16,
         GgmlType::F16,
+        GgmlType::Mxfp4,
     ] {
         let x = f32s(&read(&format!("quant_{ty}.f32")));
         let expected = read(&format!("quant_{ty}.bin"));
@@ -187,6 +189,8 @@ fn round_trip_tolerance(ty: GgmlType) -> f64 {
         GgmlType::Q4_K => 0.11,
         GgmlType::Q4_1 => 0.12,
         GgmlType::Q4_0 => 0.14,
+        // A power-of-two scale per 32 and eight magnitudes.
+        GgmlType::Mxfp4 => 0.15,
         GgmlType::Q2_K | GgmlType::Q3_K => f64::NAN,
         // One scale per row: measured on rows without scale steps (see below).
         GgmlType::Int8 => 0.012,
@@ -208,7 +212,7 @@ fn all_types() -> Vec<GgmlType> {
         .collect()
 }
 
-const QUANTIZABLE: [GgmlType; 22] = [
+const QUANTIZABLE: [GgmlType; 23] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -222,6 +226,7 @@ const QUANTIZABLE: [GgmlType; 22] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_K,
+    GgmlType::Mxfp4,
     GgmlType::Int8,
     GgmlType::Int4G32,
     GgmlType::Int4G32Sym,
@@ -312,7 +317,8 @@ fn q2_k_and_q3_k_have_no_quantizer_and_say_so() {
 }
 
 /// Weight types matmul supports.
-const MATMUL_TYPES: [GgmlType; 22] = [
+const MATMUL_TYPES: [GgmlType; 23] = [
+    GgmlType::Mxfp4,
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,

@@ -7,7 +7,8 @@
 //! Invariants: every tensor of every shard is validated by [`SafetensorsFile`]; two source
 //! names that map to one canonical name are an error, never a silent overwrite; a folder
 //! without `tokenizer.json` is an error naming the folder. A GPTQ/AWQ checkpoint's packed
-//! linear layers are converted by `hf_quant.rs` and then mapped like any other tensor. A PEFT
+//! linear layers are converted by `hf_quant.rs`, an MXFP4 checkpoint's (gpt-oss) blocks by
+//! `hf_mxfp4.rs`, and then mapped like any other tensor. A PEFT
 //! adapter folder or a bitsandbytes (QLoRA) checkpoint is refused with the way to serve it
 //! (merge, then quantize: [`crate::lora::MERGE_THEN_QUANTIZE`]).
 
@@ -341,7 +342,14 @@ impl HfFolder {
             other => other,
         })?;
 
-        let scheme = CheckpointQuant::from_folder(dir, &config_json)?;
+        // MXFP4 (gpt-oss) keeps its blocks as they are; GPTQ/AWQ linears are converted.
+        let mxfp4 = crate::hf_mxfp4::is_mxfp4(config_json.get("quantization_config"));
+        let mut mxfp4_tensors = crate::hf_mxfp4::Mxfp4Tensors::default();
+        let scheme = if mxfp4 {
+            None
+        } else {
+            CheckpointQuant::from_folder(dir, &config_json)?
+        };
         let mut weights = Weights::new();
         let mut weights_file_size = 0u64;
         let mut sources: std::collections::HashMap<String, (String, PathBuf)> = Default::default();
@@ -369,10 +377,11 @@ impl HfFolder {
                 })
             };
         for shard in shard_paths(dir)? {
-            let file = match scheme {
-                // Packed weights are I32 tensors.
-                Some(_) => SafetensorsFile::open_skipping_unsupported(&shard)?,
-                None => SafetensorsFile::open(&shard)?,
+            let file = if scheme.is_some() || mxfp4 {
+                // Packed weights are I32 (GPTQ/AWQ) or U8 (MXFP4) tensors.
+                SafetensorsFile::open_skipping_unsupported(&shard)?
+            } else {
+                SafetensorsFile::open(&shard)?
             };
             weights_file_size += std::fs::metadata(&shard).map(|m| m.len()).unwrap_or(0);
             let (views, raws) = file.into_parts();
@@ -385,12 +394,19 @@ impl HfFolder {
                 insert(view, &shard)?;
             }
             for raw in raws {
+                if mxfp4 {
+                    mxfp4_tensors.add(raw, &shard)?;
+                    continue;
+                }
                 if split_part(&raw.name).is_some() {
                     let name = raw.name.clone();
                     quantized.add(&name, Part::Int(raw, shard.clone()))?;
                 }
                 // Other integer buffers (position ids and the like) are not weights.
             }
+        }
+        for (view, shard) in mxfp4_tensors.convert()? {
+            insert(view, &shard)?;
         }
         let checkpoint_quant = match &scheme {
             Some(scheme) => {

@@ -20,6 +20,7 @@ pub mod error;
 pub mod family;
 pub mod gguf;
 pub mod hf;
+pub mod hf_mxfp4;
 pub mod hf_quant;
 pub mod isolated;
 pub mod kv_cache;

@@ -104,6 +104,15 @@ impl SafetensorsFile {
         Self::parse(path.to_path_buf(), bytes, true)
     }
 
+    /// [`from_bytes`](Self::from_bytes) as [`open_skipping_unsupported`](Self::open_skipping_unsupported)
+    /// reads a file.
+    pub fn from_bytes_skipping_unsupported(
+        path: impl Into<PathBuf>,
+        bytes: Vec<u8>,
+    ) -> Result<Self, ModelError> {
+        Self::parse(path.into(), Arc::new(Bytes::Owned(bytes)), true)
+    }
+
     /// Parses an in-memory file; `path` is only used in messages.
     pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, ModelError> {
         Self::parse(path.into(), Arc::new(Bytes::Owned(bytes)), false)

@@ -114,7 +114,8 @@ pub const QUANT: KernelModule = KernelModule {
         "int4_g128",
         "int4_g128_sym",
         "nf4",
-        "nf4_dq"
+        "nf4_dq",
+        "mxfp4"
     ),
 };
 

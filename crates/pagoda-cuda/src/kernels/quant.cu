@@ -9,8 +9,8 @@
 // codes are 8 consecutive bytes (the nibble formats keep elements j and j + 16 of a
 // 32-element chunk in one byte, so the group's 8 bytes are shared with the group 16
 // elements away, low or high nibble). Every block and every group's 8 code bytes start at
-// an even byte offset for every format but NF4_DQ (its row header has one byte per block),
-// so those are read as 16-bit words; NF4_DQ reads bytes.
+// an even byte offset for every format but NF4_DQ (its row header has one byte per block)
+// and MXFP4 (17-byte blocks), so those are read as 16-bit words; NF4_DQ and MXFP4 read bytes.
 //
 // Kernels, one set per format (suffix = QuantFormat::name on the host):
 // - qgemv_<f>:    out[r, i] = sum_c W[i, c] * x[r, c] for r < m (m <= 8 activation rows, f32):
@@ -53,6 +53,7 @@ typedef unsigned char u8;
 #define F_I4_G128_SYM 10
 #define F_NF4 11
 #define F_NF4_DQ 12
+#define F_MXFP4 13
 
 // bitsandbytes' NF4 codebook (pagoda-kernels' NF4_CODEBOOK, the same f32 values).
 __constant__ float NF4_CODEBOOK[16] = {
@@ -60,6 +61,15 @@ __constant__ float NF4_CODEBOOK[16] = {
     -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236572f, 1.0f};
+
+// MXFP4's E2M1 values doubled (pagoda-kernels' mxfp4::KVALUES; ggml's kvalues_mxfp4).
+__constant__ float MXFP4_KVALUES[16] = {0.0f,  1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
+                                        0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+
+// Half the E8M0 exponent's value, 2^(e - 128), bit for bit as ggml's GGML_E8M0_TO_FP32_HALF.
+__device__ __forceinline__ float e8m0_half(unsigned int e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
 
 #if defined(PAGODA_CUDA_HOST)
 // The CUDA interpreter's path (interpret/cuda_host.h): the same exact conversion.
@@ -229,6 +239,14 @@ __device__ __forceinline__ void dequant8(const u8* row, int g, int k, float* v) 
         const u8* q = row + q_off + 32 * (long long)blk + 16 * (o >> 5) + (j & 15);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = NF4_CODEBOOK[(q[i] >> shift) & 0xF] * amax;
+    } else if constexpr (F == F_MXFP4) {
+        // [e: E8M0][qs: 16], 17 bytes per 32; byte j = element j (low) and j + 16 (high).
+        const u8* blk = row + (long long)(g >> 2) * 17;
+        const int w = g & 3, shift = (w >> 1) * 4;
+        const float d = e8m0_half(blk[0]);
+        const u8* q = blk + 1 + 8 * (w & 1);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = MXFP4_KVALUES[(q[i] >> shift) & 0xF] * d;
     }
 }
 
@@ -453,5 +471,6 @@ QUANT_KERNELS(int4_g128, F_I4_G128)
 QUANT_KERNELS(int4_g128_sym, F_I4_G128_SYM)
 QUANT_KERNELS(nf4, F_NF4)
 QUANT_KERNELS(nf4_dq, F_NF4_DQ)
+QUANT_KERNELS(mxfp4, F_MXFP4)
 
 #endif  // PAGODA_HOST_TEST

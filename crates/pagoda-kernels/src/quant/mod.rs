@@ -15,6 +15,7 @@
 pub mod float;
 pub mod int4;
 pub mod int8;
+pub mod mxfp4;
 pub mod nf4;
 pub mod q2_k;
 pub mod q3_k;
@@ -30,6 +31,7 @@ pub mod q8_1;
 pub mod q8_k;
 mod search;
 
+pub use mxfp4::BlockMxfp4;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
@@ -181,6 +183,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         GgmlType::Q5_K => dequant_blocks::<BlockQ5K>(src, dst),
         GgmlType::Q6_K => dequant_blocks::<BlockQ6K>(src, dst),
         GgmlType::Q8_K => dequant_blocks::<BlockQ8K>(src, dst),
+        GgmlType::Mxfp4 => dequant_blocks::<BlockMxfp4>(src, dst),
         GgmlType::Int8 => int8::dequantize(src, dst),
         GgmlType::Int4G32 => dequant_blocks::<BlockQ4_1>(src, dst),
         GgmlType::Int4G32Sym => dequant_blocks::<BlockQ4_0>(src, dst),
@@ -223,6 +226,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Ker
         GgmlType::Q5_K => quant_blocks::<BlockQ5K>(src, dst)?,
         GgmlType::Q6_K => quant_blocks::<BlockQ6K>(src, dst)?,
         GgmlType::Q8_K => quant_blocks::<BlockQ8K>(src, dst)?,
+        GgmlType::Mxfp4 => quant_blocks::<BlockMxfp4>(src, dst)?,
         GgmlType::Int8 => int8::quantize(src, dst),
         GgmlType::Int4G32 => int4::quantize_row(src, 32, false, dst),
         GgmlType::Int4G32Sym => int4::quantize_row(src, 32, true, dst),
@@ -261,6 +265,7 @@ mod tests {
         geometry::<BlockQ5K>();
         geometry::<BlockQ6K>();
         geometry::<BlockQ8K>();
+        geometry::<BlockMxfp4>();
     }
 
     #[test]

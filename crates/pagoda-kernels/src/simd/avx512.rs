@@ -603,6 +603,7 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         GgmlType::Int4G128Sym => split(fmt::dot_int4_g128_sym),
         GgmlType::Nf4 => split(fmt::dot_nf4),
         GgmlType::Nf4Dq => split(fmt::dot_nf4_dq),
+        GgmlType::Mxfp4 => split(fmt::dot_mxfp4),
         _ => None,
     }
 }

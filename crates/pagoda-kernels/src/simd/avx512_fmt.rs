@@ -1,8 +1,9 @@
 //! AVX-512 VNNI row kernels of the Pagoda-internal weight formats (INT8 per-channel, INT4
 //! with groups of 64 and 128, NF4, NF4_DQ; INT4 with groups of 32 shares Q4_0/Q4_1's
-//! kernels), against activations in the [`ActLayout::Split32`](super::ActLayout) layout:
-//! 64 weights per `vpdpbusd` step, signed weights through `|w|` and the sign moved onto the
-//! activations, NF4 codes looked up in the int8 codebook with `vpshufb`.
+//! kernels) and of the codebook format MXFP4, against activations in the
+//! [`ActLayout::Split32`](super::ActLayout) layout: 64 weights per `vpdpbusd` step, signed
+//! weights through `|w|` and the sign moved onto the activations, NF4 and MXFP4 codes looked
+//! up in their int8 codebooks with `vpshufb`.
 //!
 //! Invariant: every function here is `#[target_feature]` with the AVX-512 set it uses (VNNI
 //! included) or `#[inline(always)]` and called only from such functions, and is reached
@@ -14,13 +15,18 @@ use std::arch::x86_64::*;
 
 use super::avx2::{self, hsum_epi32};
 use super::NT;
-use crate::quant::{int4, nf4};
+use crate::quant::{int4, mxfp4, nf4};
 
 /// 16 + 16 nibble bytes (32 weights each: low nibbles then high) to 64 codes in order.
 #[inline(always)]
 unsafe fn nibbles64(p: *const u8) -> __m512i {
+    nibbles64_of(_mm256_loadu_si256(p as *const __m256i))
+}
+
+/// As [`nibbles64`], from the 32 bytes in a register.
+#[inline(always)]
+unsafe fn nibbles64_of(v: __m256i) -> __m512i {
     let m4 = _mm256_set1_epi8(0x0F);
-    let v = _mm256_loadu_si256(p as *const __m256i);
     let lo = _mm256_and_si256(v, m4);
     let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -170,6 +176,64 @@ unsafe fn nf4z<const DQ: bool, const N: usize>(w: &[u8], a: &[u8], st: usize, ou
     }
 }
 
+/// MXFP4 · split activations: two 17-byte blocks per step, their 64 codes looked up in the
+/// doubled E2M1 codebook (exact int8) with one `vpshufb`, each block's `2^(e - 128)` on its
+/// eight lanes of the activation scales; an odd last block takes the 256-bit path.
+#[inline(always)]
+unsafe fn mxfp4z<const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    const BB: usize = 17;
+    let nb = w.len() / BB;
+    let cols = nb * 32;
+    debug_assert!(a.len() >= (N - 1) * st + cols + 36 * nb);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let cb128 = _mm_loadu_si128(mxfp4::KVALUES.as_ptr() as *const __m128i);
+    let cb = _mm512_broadcast_i32x4(cb128);
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut tail = [0.0f32; N];
+    let mut b = 0;
+    while b + 2 <= nb {
+        let wb = wp.add(BB * b);
+        let q0 = _mm_loadu_si128(wb.add(1) as *const __m128i);
+        let q1 = _mm_loadu_si128(wb.add(BB + 1) as *const __m128i);
+        let codes = nibbles64_of(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+        let wv = _mm512_shuffle_epi8(cb, codes);
+        let (u, neg) = (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv));
+        let dw = _mm512_mask_blend_ps(
+            0xFF00,
+            _mm512_set1_ps(mxfp4::e8m0_half(*wb)),
+            _mm512_set1_ps(mxfp4::e8m0_half(*wb.add(BB))),
+        );
+        for t in 0..N {
+            let at = ap.add(t * st);
+            let p = dot_signed(u, neg, _mm512_loadu_si512(at.add(32 * b) as *const _));
+            let da = _mm512_loadu_ps(at.add(cols + 32 * b) as *const f32);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(da, dw), acc[t]);
+        }
+        b += 2;
+    }
+    if b < nb {
+        let wb = wp.add(BB * b);
+        let q = _mm_loadu_si128(wb.add(1) as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0F);
+        let (lo, hi) = (
+            _mm_and_si128(q, m4),
+            _mm_and_si128(_mm_srli_epi16(q, 4), m4),
+        );
+        let wv = _mm256_set_m128i(_mm_shuffle_epi8(cb128, hi), _mm_shuffle_epi8(cb128, lo));
+        let u = _mm256_abs_epi8(wv);
+        let dw = mxfp4::e8m0_half(*wb);
+        for t in 0..N {
+            let at = ap.add(t * st);
+            let av = _mm256_sign_epi8(_mm256_loadu_si256(at.add(32 * b) as *const __m256i), wv);
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, av);
+            tail[t] = hsum_epi32(p) as f32 * avx2::f32_at(at.add(cols + 32 * b)) * dw;
+        }
+    }
+    for t in 0..N {
+        out[t] = _mm512_reduce_add_ps(acc[t]) + tail[t];
+    }
+}
+
 macro_rules! entry {
     ($($name:ident => $body:ident [$($g:tt),*]),* $(,)?) => {
         $(
@@ -203,4 +267,5 @@ entry!(
     dot_int4_g128_sym => int4z[128, true],
     dot_nf4 => nf4z[false],
     dot_nf4_dq => nf4z[true],
+    dot_mxfp4 => mxfp4z[],
 );

@@ -23,7 +23,7 @@ pub(crate) mod avx512_q4k;
 
 use crate::quant::{self, as_blocks, float, int4, int8, nf4, Block, BlockQ8_1, VecDot};
 use crate::quant::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
 };
 use crate::{GgmlType, Isa};
 
@@ -180,6 +180,7 @@ fn scalar_kernel(ty: GgmlType) -> RowKernel {
         GgmlType::Q4_K => quant::<BlockQ4K>(scalar_dot::<BlockQ4K>),
         GgmlType::Q5_K => quant::<BlockQ5K>(scalar_dot::<BlockQ5K>),
         GgmlType::Q6_K => quant::<BlockQ6K>(scalar_dot::<BlockQ6K>),
+        GgmlType::Mxfp4 => quant::<BlockMxfp4>(scalar_dot::<BlockMxfp4>),
         GgmlType::Q8_1 | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q8_K => RowKernel::Dequant,
         // INT4 with groups of 32 is stored as Q4_1 / Q4_0 blocks.
         GgmlType::Int4G32 => quant::<BlockQ4_1>(scalar_dot::<BlockQ4_1>),

@@ -51,6 +51,7 @@ pub fn gpu_format(ty: GgmlType) -> Option<QuantFormat> {
         GgmlType::Int4G128Sym => QuantFormat::Int4G128Sym,
         GgmlType::Nf4 => QuantFormat::Nf4,
         GgmlType::Nf4Dq => QuantFormat::Nf4Dq,
+        GgmlType::Mxfp4 => QuantFormat::Mxfp4,
         GgmlType::F32
         | GgmlType::F16
         | GgmlType::BF16

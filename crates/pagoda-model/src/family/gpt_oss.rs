@@ -10,9 +10,13 @@
 //! `ffn_{gate,up,down}_exps` with `.bias` tensors. HF folders store
 //! `mlp.experts.gate_up_proj` (`[experts, hidden, 2 · ffn]`, used as `x · W`, gate in the even
 //! and up in the odd columns) and `down_proj` (`[experts, ffn, hidden]`) with their biases:
-//! [`prepare`] turns them into one matrix per expert and projection (a copy, f32). Experts in
-//! MXFP4 (the released checkpoints) are not read yet: such a file is refused by the GGUF
-//! reader (unknown block type) or by this hook (HF `*_blocks`/`*_scales` tensors).
+//! [`prepare`] turns them into one matrix per expert and projection (a copy, f32). The
+//! released checkpoints keep experts in MXFP4: GGUF files as stacked MXFP4 tensors (opened as
+//! views like any block type), HF folders as `*_blocks`/`*_scales`, which `hf_mxfp4.rs` turns
+//! into MXFP4 matrices `[experts · 2 · ffn, hidden]` (gate and up rows interleaved) and
+//! `[experts · hidden, ffn]` (already output-major, unlike the float layout); [`prepare`]
+//! then copies each expert's gate and up rows apart and views its down rows, never
+//! dequantizing.
 //! YaRN follows each file: HF `truncate: false` keeps the ramp's ends unrounded; GGUF files
 //! carry no such key and are rounded as llama.cpp does.
 
@@ -143,14 +147,6 @@ fn f32_tensor(
 /// know), if any, into per-expert canonical tensors.
 fn split_hf_experts(cfg: &ModelConfig, w: &mut Weights, i: usize) -> Result<(), ModelError> {
     let fused = format!("blk.{i}.mlp.experts.gate_up_proj");
-    if w.contains(&format!("{fused}_blocks")) {
-        return Err(bad(
-            &fused,
-            "MXFP4 experts (`_blocks`/`_scales`) are not supported yet; use a GGUF with \
-             another expert type, or dequantize the checkpoint"
-                .into(),
-        ));
-    }
     let Some(gate_up) = w.remove(&fused) else {
         return Ok(());
     };
@@ -159,6 +155,10 @@ fn split_hf_experts(cfg: &ModelConfig, w: &mut Weights, i: usize) -> Result<(), 
         .as_ref()
         .ok_or_else(|| bad(&fused, "experts in a model without experts".into()))?;
     let (e_n, d, f) = (moe.n_experts, cfg.hidden_size, moe.expert_ffn_dim);
+    let down_name = format!("blk.{i}.mlp.experts.down_proj");
+    let down = w
+        .remove(&down_name)
+        .ok_or_else(|| bad(&down_name, "missing".into()))?;
     let take = |w: &mut Weights, name: String, len: usize| -> Result<Vec<f32>, ModelError> {
         let t = w
             .remove(&name)
@@ -171,20 +171,53 @@ fn split_hf_experts(cfg: &ModelConfig, w: &mut Weights, i: usize) -> Result<(), 
         }
         t.to_f32()
     };
-    if gate_up.n_elements() != e_n * d * 2 * f {
-        return Err(bad(
-            &fused,
-            format!(
-                "{} values, the config implies {e_n} × {d} × {}",
-                gate_up.n_elements(),
-                2 * f
-            ),
-        ));
-    }
-    let gu = gate_up.to_f32()?; // [e, d, 2f]
     let gu_bias = take(w, format!("{fused}_bias"), e_n * 2 * f)?; // [e, 2f]
-    let down = take(w, format!("blk.{i}.mlp.experts.down_proj"), e_n * f * d)?; // [e, f, d]
-    let down_bias = take(w, format!("blk.{i}.mlp.experts.down_proj_bias"), e_n * d)?; // [e, d]
+    let down_bias = take(w, format!("{down_name}_bias"), e_n * d)?; // [e, d]
+    let mats = if gate_up.ty == GgmlType::Mxfp4 {
+        mxfp4_experts(i, &gate_up, &down, (e_n, d, f))?
+    } else {
+        float_experts(i, &gate_up, &down, (e_n, d, f))?
+    };
+    for (e, [gate, up, dn]) in mats.into_iter().enumerate() {
+        let b = &gu_bias[e * 2 * f..(e + 1) * 2 * f];
+        let gate_b: Vec<f32> = b.iter().step_by(2).copied().collect();
+        let up_b: Vec<f32> = b.iter().skip(1).step_by(2).copied().collect();
+        let down_b = &down_bias[e * d..(e + 1) * d];
+        let bias_name = |proj: &str| expert_bias_name(i, proj, e);
+        for t in [
+            gate,
+            up,
+            dn,
+            f32_tensor(bias_name("gate"), 1, f, &gate_b)?,
+            f32_tensor(bias_name("up"), 1, f, &up_b)?,
+            f32_tensor(bias_name("down"), 1, d, down_b)?,
+        ] {
+            let name = t.name.clone();
+            w.insert(t).map_err(|m| bad(&name, m))?;
+        }
+    }
+    Ok(())
+}
+
+/// Each expert's gate, up and down matrices from the float layout: `gate_up` `[e, d, 2f]`
+/// (gate in the even columns), `down` `[e, f, d]`, both used as `x · W` (transposed here).
+fn float_experts(
+    i: usize,
+    gate_up: &TensorView,
+    down: &TensorView,
+    (e_n, d, f): (usize, usize, usize),
+) -> Result<Vec<[TensorView; 3]>, ModelError> {
+    for (t, want) in [(gate_up, e_n * d * 2 * f), (down, e_n * f * d)] {
+        if t.n_elements() != want {
+            return Err(bad(
+                &t.name,
+                format!("{} values, the config implies {want}", t.n_elements()),
+            ));
+        }
+    }
+    let gu = gate_up.to_f32()?;
+    let dn_all = down.to_f32()?;
+    let mut out = Vec::with_capacity(e_n);
     for e in 0..e_n {
         let at = |c: usize, j: usize| gu[(e * d + c) * 2 * f + j];
         let mut gate = vec![0.0f32; f * d];
@@ -198,25 +231,53 @@ fn split_hf_experts(cfg: &ModelConfig, w: &mut Weights, i: usize) -> Result<(), 
         let mut dn = vec![0.0f32; d * f];
         for r in 0..d {
             for c in 0..f {
-                dn[r * f + c] = down[(e * f + c) * d + r];
+                dn[r * f + c] = dn_all[(e * f + c) * d + r];
             }
         }
-        let b = &gu_bias[e * 2 * f..(e + 1) * 2 * f];
-        let gate_b: Vec<f32> = b.iter().step_by(2).copied().collect();
-        let up_b: Vec<f32> = b.iter().skip(1).step_by(2).copied().collect();
-        let down_b = &down_bias[e * d..(e + 1) * d];
-        let bias_name = |proj: &str| expert_bias_name(i, proj, e);
-        for t in [
+        out.push([
             f32_tensor(expert_name(i, "gate", e), f, d, &gate)?,
             f32_tensor(expert_name(i, "up", e), f, d, &up)?,
             f32_tensor(expert_name(i, "down", e), d, f, &dn)?,
-            f32_tensor(bias_name("gate"), 1, f, &gate_b)?,
-            f32_tensor(bias_name("up"), 1, f, &up_b)?,
-            f32_tensor(bias_name("down"), 1, d, down_b)?,
-        ] {
-            let name = t.name.clone();
-            w.insert(t).map_err(|m| bad(&name, m))?;
+        ]);
+    }
+    Ok(out)
+}
+
+/// Each expert's matrices from the MXFP4 layout (`hf_mxfp4.rs`): `gate_up` `[e · 2f, d]` with
+/// gate and up rows interleaved (rows copied apart), `down` `[e · d, f]` (row views).
+fn mxfp4_experts(
+    i: usize,
+    gate_up: &TensorView,
+    down: &TensorView,
+    (e_n, d, f): (usize, usize, usize),
+) -> Result<Vec<[TensorView; 3]>, ModelError> {
+    for (t, want) in [(gate_up, [e_n * 2 * f, d]), (down, [e_n * d, f])] {
+        if t.ty != GgmlType::Mxfp4 || t.shape[..] != want {
+            return Err(bad(
+                &t.name,
+                format!("{} {:?}; the config implies MXFP4 {want:?}", t.ty, t.shape),
+            ));
         }
     }
-    Ok(())
+    let rb = gate_up.n_bytes() / (e_n * 2 * f);
+    let rows_of = |e: usize, parity: usize, name: String| {
+        let mut bytes = Vec::with_capacity(f * rb);
+        for r in 0..f {
+            let row = e * 2 * f + 2 * r + parity;
+            bytes.extend_from_slice(&gate_up.data()[row * rb..(row + 1) * rb]);
+        }
+        TensorView::owned(name.clone(), GgmlType::Mxfp4, vec![f, d], bytes)
+            .map_err(|m| bad(&name, m))
+    };
+    (0..e_n)
+        .map(|e| {
+            let dn_name = expert_name(i, "down", e);
+            Ok([
+                rows_of(e, 0, expert_name(i, "gate", e))?,
+                rows_of(e, 1, expert_name(i, "up", e))?,
+                down.row_range(dn_name.clone(), e * d..(e + 1) * d)
+                    .map_err(|m| bad(&dn_name, m))?,
+            ])
+        })
+        .collect()
 }
