@@ -720,6 +720,41 @@ unsafe fn nf4_dq<D: IntDot, const N: usize>(w: &[u8], a: &[u8], st: usize, out: 
     nf4_body::<D, true, N>(w, a, st, out)
 }
 
+/// MXFP4 · Q8_0: a block's 32 codes looked up in the doubled E2M1 codebook (exact int8) with
+/// one `vpshufb`, signed through `|w|` and the sign moved onto the activations, scaled by
+/// `2^(e - 128)` times the activation block's `d`.
+#[inline(always)]
+unsafe fn mxfp4<D: IntDot, const N: usize>(w: &[u8], a: &[u8], st: usize, out: &mut [f32; NT]) {
+    use crate::quant::mxfp4;
+    const AB: usize = BlockQ8_0::BYTES;
+    const BB: usize = 17;
+    let nb = w.len() / BB;
+    debug_assert!(a.len() >= (N - 1) * st + nb * AB);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let cb =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(mxfp4::KVALUES.as_ptr() as *const __m128i));
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let wb = wp.add(BB * b);
+        let wv = _mm256_shuffle_epi8(cb, nibbles32(wb.add(1)));
+        let u = _mm256_sign_epi8(wv, wv);
+        let dw = mxfp4::e8m0_half(*wb);
+        for t in 0..N {
+            let ab = ap.add(t * st + b * AB);
+            let p = D::dot(
+                _mm256_setzero_si256(),
+                u,
+                _mm256_sign_epi8(load(ab.add(2)), wv),
+            );
+            let d = _mm256_set1_ps(dw * f16_at(ab));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    for t in 0..N {
+        out[t] = hsum(acc[t]);
+    }
+}
+
 /// INT4 with groups of `G` (64, 128) · Q8_0 (symmetric: `q - 8` signed, as INT8) or Q8_1
 /// (asymmetric: unsigned codes, the minimum times the stored activation sums).
 #[inline(always)]
@@ -816,7 +851,7 @@ pub(crate) use entry_points;
 entry_points!("avx2,fma,f16c", Maddubs;
     dot_q4_0 => q4_0, dot_q4_1 => q4_1, dot_q5_0 => q5_0, dot_q5_1 => q5_1, dot_q8_0 => q8_0,
     dot_q4_k => q4_k, dot_q5_k => q5_k, dot_q6_k => q6_k,
-    dot_int8 => int8, dot_nf4 => nf4, dot_nf4_dq => nf4_dq,
+    dot_int8 => int8, dot_nf4 => nf4, dot_nf4_dq => nf4_dq, dot_mxfp4 => mxfp4,
     dot_int4_g64 => int4_g64, dot_int4_g64_sym => int4_g64_sym,
     dot_int4_g128 => int4_g128, dot_int4_g128_sym => int4_g128_sym,
 );
@@ -893,6 +928,7 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<RowKernel> {
         GgmlType::Int4G128Sym => q80(dot_int4_g128_sym),
         GgmlType::Nf4 => q80(dot_nf4),
         GgmlType::Nf4Dq => q80(dot_nf4_dq),
+        GgmlType::Mxfp4 => q80(dot_mxfp4),
         GgmlType::Q4_K => q8k(dot_q4_k),
         GgmlType::Q5_K => q8k(dot_q5_k),
         GgmlType::Q6_K => q8k(dot_q6_k),
