@@ -34,7 +34,16 @@ the clamped SwiGLU (alpha 1.702, limit 7, (up + 1)) on fused interleaved gate/up
 (the converter splits them into ffn_gate_exps / ffn_up_exps), YaRN factor 32 over 4096 with
 truncate false; logits.json records how far the logits move without sinks and without the
 clamp; llama.cpp ignores truncate false, so its logits are ~1e-2 from transformers' and
-~1e-5 from transformers' with truncate true (YARN_TRUNCATE_NOTE)).
+~1e-5 from transformers' with truncate true (YARN_TRUNCATE_NOTE)),
+gpt-oss-mxfp4 (gpt-oss as released: the experts in MXFP4 as openai/gpt-oss-20b stores them,
+`mlp.experts.{gate_up,down}_proj_{blocks,scales}` (uint8; scripts/reference/mxfp4.py has the
+format) and `quantization_config` {quant_method: mxfp4}; the other tensors f32 as in every tiny
+folder (the released files keep them in bf16). The expert weights are quantized once when the
+model is made (decisive routing is checked on the quantized model) and transformers loads the
+folder with Mxfp4Config(dequantize=True); expert width 96 (3 blocks per row of down_proj, 2 of
+gate_up_proj); 2 layers (sliding, full) to keep the files small. llama.cpp's converter repacks the blocks into GGML MXFP4 (type 39) without
+dequantizing; ggml-cpu multiplies MXFP4 by activations it quantizes to Q8_0 (Q8_ACTIVATION_NOTE)).
+Also `mxfp4-blocks`: tests/golden/mxfp4_blocks.json (mxfp4.py's `blocks_golden`).
 MoE routers are scaled so routing is decisive (ROUTER_STD, ROUTER_MIN_GAP): logits.json records
 the smallest top-k gap met, and how much the logits move when norm_topk_prob is flipped.
 Gemma 4 folders use a Gemma-4-like tokenizer (BPE on raw UTF-8, `▁` for spaces, byte fallback:
@@ -60,6 +69,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_goldens as mg  # noqa: E402
+import mxfp4  # noqa: E402
 
 ROOT = mg.ROOT
 GOLDEN = mg.GOLDEN
@@ -73,13 +83,13 @@ CONTINUE = 12
 PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
        "phi3": "gpt-2",
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
-       "gpt-oss": "gpt-4o"}
+       "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o"}
 
 # Mixture-of-experts kinds: routers scaled so router logits have std ~ROUTER_STD, and every
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
 
@@ -290,7 +300,7 @@ def tiny_folder(kind: str) -> Path:
         )
         legacy = {"rope_theta": 10000.0, "rope_scaling": None}
         cls, seed = transformers.OlmoeForCausalLM, 18
-    elif kind == "gpt-oss":
+    elif kind in ("gpt-oss", "gpt-oss-mxfp4"):
         # gpt-oss-20b/120b in small: alternating sliding (window 8) / full attention layers
         # (layer 0 sliding), attention sinks (one learned logit per head), biases on q/k/v/o,
         # the router and the experts, 8 experts top-2 with softmax over the top-k logits, the
@@ -298,31 +308,38 @@ def tiny_folder(kind: str) -> Path:
         # YaRN as in the real config (factor 32 over 4096, beta 32/1, truncate false), head_dim
         # 32 so that heads * head_dim (128) != hidden (64) as in the real models (64 * 64 vs
         # 2880). max_position_embeddings 256 (real: 131072 = 32 * 4096; transformers warns, and
-        # uses the explicit factor, as llama.cpp does).
+        # uses the explicit factor, as llama.cpp does). MXFP4: experts 96 wide (3 blocks of 32 per
+        # row of down_proj, 2 per row of gate_up_proj; no expert matrix square, so a transposed
+        # read shows in the shapes) and 2 layers (one sliding, one full), to keep the files small.
+        mx = kind == "gpt-oss-mxfp4"
+        n_layers = 2 if mx else 4
         specials = GPT_OSS_SPECIALS
         bos, eos, pad, template = "<|startoftext|>", "<|return|>", "<|endoftext|>", GPT_OSS_TEMPLATE
         rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
                 "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096}
         cfg = transformers.GptOssConfig(
-            **{**common, "intermediate_size": 32, "rms_norm_eps": 1e-5}, num_hidden_layers=4,
-            head_dim=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"] * 2, rope_parameters=rope,
+            **{**common, "intermediate_size": 96 if mx else 32, "rms_norm_eps": 1e-5},
+            num_hidden_layers=n_layers, head_dim=32, num_local_experts=8, num_experts_per_tok=2,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention"] * (n_layers // 2),
+            rope_parameters=rope,
             attention_bias=True, swiglu_alpha=1.702, swiglu_limit=7.0, tie_word_embeddings=False,
             bos_token_id=0, eos_token_id=2, pad_token_id=1, hidden_act="silu",
         )
         cfg._experts_implementation = "eager"
         legacy = {}
-        cls, seed = transformers.GptOssForCausalLM, 19
+        cls, seed = transformers.GptOssForCausalLM, 20 if mx else 19
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
     gemma4 = kind.startswith("gemma4")
+    gpt_oss = kind.startswith("gpt-oss")
     # gpt-oss's tokenizer names <|startoftext|> but does not prepend it.
     tok = (gemma4_tokenizer(vocab) if gemma4
-           else mg.build_tokenizer(specials, vocab, None if kind == "gpt-oss" else bos))
+           else mg.build_tokenizer(specials, vocab, None if gpt_oss else bos))
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
     if kind in MOE_KINDS:
-        model, seed, min_gap = decisive_moe(cls, cfg, seed, prompts_of(kind))
+        model, seed, min_gap = decisive_moe(cls, cfg, seed, prompts_of(kind),
+                                            mxfp4_experts=kind == "gpt-oss-mxfp4")
     else:
         model = cls(cfg).eval()
         # Gemma 4's RMSNorm scales by w (not 1 + w): norms are randomized around 1 as for the
@@ -363,16 +380,23 @@ def tiny_folder(kind: str) -> Path:
     for extra in ("generation_config.json", "special_tokens_map.json"):
         if (folder / extra).exists():
             (folder / extra).unlink()
+    mx_doc = write_mxfp4_experts(folder, model) if kind == "gpt-oss-mxfp4" else None
 
-    load_kw = {"experts_implementation": "eager"} if kind == "gpt-oss" else {}
-    model2 = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32,
-                                 **load_kw).eval()
+    load_kw = load_kwargs(kind)
+    model2, info = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32,
+                                       output_loading_info=True, **load_kw)
+    model2 = model2.eval()
+    if mx_doc is not None:
+        # Every tensor of the folder read, none left to its initializer.
+        assert not any(info.values()), f"transformers did not read the folder as written: {info}"
     prompts = prompts_of(kind)
     ids = prompts[-1]
     with torch.no_grad():
         logits = model2(torch.tensor([ids])).logits[0].float().numpy()
         logits_mem = model(torch.tensor([ids])).logits[0].float().numpy()
     assert np.allclose(logits, logits_mem, atol=1e-5), "reload changed the model"
+    if mx_doc is not None:
+        mx_doc.update(mxfp4_reload_checks(folder, model, model2, ids, logits, logits_mem))
     assert logits.shape == (len(ids), vocab)
     assert float(logits.std()) > 0.5, "logits too flat"
     greedy = []
@@ -382,7 +406,7 @@ def tiny_folder(kind: str) -> Path:
                                   eos_token_id=None, pad_token_id=0)
         greedy.append([int(t) for t in out[0][len(p):]])
     moe = {}
-    if kind == "gpt-oss":
+    if gpt_oss:
         moe = gpt_oss_checks(model2, ids, logits, greedy, prompts, min_gap, seed)
     elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
@@ -402,6 +426,22 @@ def tiny_folder(kind: str) -> Path:
                "router_min_topk_gap": min_gap, "weights_seed": seed,
                "router_note": "router logits of every token of greedy_prompts + greedy, every "
                               "layer: the k-th and (k+1)-th differ by at least router_min_topk_gap"}
+    if mx_doc is not None:
+        # What an engine that multiplies the MXFP4 experts as ggml-cpu does (Q8_0 activations)
+        # computes on this folder (YaRN as the folder says: truncate false).
+        q8_0_expert_activations(model2)
+        q8_logits = logits_of(model2, ids)
+        q8_diff = float(np.abs(q8_logits - logits).max())
+        print(f"gpt-oss-mxfp4: Q8_0 expert activations move the logits by {q8_diff:.3f}")
+        mx_doc["q8_0_expert_activations"] = {
+            "note": "transformers on this folder with the inputs of both expert matmuls quantized "
+                    "to Q8_0 and back as ggml-cpu does for MXFP4 weights (golden_families.py "
+                    "q8_0_expert_activations; the llama.cpp golden agrees with it to ~1e-5 once "
+                    "YaRN is truncated as llama.cpp does); not a reference we did not write",
+            "logits": [mg.f32_list(row) for row in q8_logits],
+            "greedy": greedy_of(model2, prompts),
+            "max_abs_diff_vs_logits": q8_diff,
+        }
     mg.write_json(folder / "logits.json", {
         "source": f"transformers {transformers.__version__}, torch {torch.__version__}, float32, eager attention",
         "model_class": cls.__name__,
@@ -417,6 +457,7 @@ def tiny_folder(kind: str) -> Path:
             "sliding_window_semantics": "query i attends key j iff 0 <= i - j < sliding_window (itself included)"}
            if kind.startswith("gemma4") else {}),
         **moe,
+        **({"mxfp4": mx_doc} if mx_doc is not None else {}),
     })
     print(f"wrote {folder.relative_to(ROOT)}")
     return folder
@@ -526,6 +567,150 @@ def gpt_oss_checks(model, ids: list[int], logits, greedy, prompts, min_gap: floa
     }
 
 
+# openai/gpt-oss-20b's and -120b's quantization_config: everything but the experts stays float.
+GPT_OSS_MXFP4_CONFIG = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                               "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4",
+}
+EXPERT_PROJS = ("gate_up_proj", "down_proj")
+
+
+def load_kwargs(kind: str) -> dict:
+    """from_pretrained's extra arguments for `kind`'s folder: gpt-oss's experts through the
+    eager loop; MXFP4 experts dequantized on load (into the f32 parameters: exact; without
+    dequantize transformers would want its Triton kernels from the Hub)."""
+    if not kind.startswith("gpt-oss"):
+        return {}
+    kw = {"experts_implementation": "eager"}
+    if kind == "gpt-oss-mxfp4":
+        from transformers import Mxfp4Config
+
+        kw["quantization_config"] = Mxfp4Config(dequantize=True)
+    return kw
+
+
+def mxfp4_round_trip(model):
+    """Each gpt-oss expert weight replaced by its MXFP4 quantization, dequantized: blocks of 32
+    along the input dimension, as the HF files store them (gate_up_proj [E, hidden, 2 * ffn]
+    and down_proj [E, ffn, hidden] are x @ W, so rows of the transposes)."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in EXPERT_PROJS:
+                p = getattr(layer.mlp.experts, proj)
+                blocks, scales = mxfp4.quantize(p.detach().numpy().transpose(0, 2, 1))
+                p.copy_(torch.from_numpy(mxfp4.dequantize(blocks, scales).transpose(0, 2, 1).copy()))
+
+
+def write_mxfp4_experts(folder: Path, model) -> dict:
+    """Rewrites `folder`'s model.safetensors with the experts as openai/gpt-oss-20b stores
+    them (`*_blocks` uint8 [E, rows, in / 32, 16], `*_scales` uint8 [E, rows, in / 32], rows
+    = 2 * ffn gate/up interleaved or hidden; biases as they were) and adds its
+    quantization_config to config.json. The weights must already be MXFP4 values
+    (`mxfp4_round_trip`). Returns what logits.json records about them."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    codes = np.zeros(16, dtype=np.int64)
+    scales_seen = []
+    shapes = {}
+    for i, layer in enumerate(model.model.layers):
+        for proj in EXPERT_PROJS:
+            name = f"model.layers.{i}.mlp.experts.{proj}"
+            rows = state.pop(name).numpy().transpose(0, 2, 1)  # [E, out, in]
+            blocks, scales = mxfp4.quantize(rows)
+            assert np.array_equal(mxfp4.dequantize(blocks, scales), rows), f"{name} is not MXFP4"
+            mxfp4.check_against_references(rows, blocks, scales)
+            state[f"{name}_blocks"] = torch.from_numpy(np.ascontiguousarray(blocks))
+            state[f"{name}_scales"] = torch.from_numpy(np.ascontiguousarray(scales))
+            codes += np.bincount(mxfp4.codes_of(blocks).ravel(), minlength=16)
+            scales_seen.append(scales.ravel())
+            if i == 0:
+                shapes[f"{proj}_blocks"] = list(blocks.shape)
+                shapes[f"{proj}_scales"] = list(scales.shape)
+    (folder / "model.safetensors").unlink()
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg_path = folder / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = GPT_OSS_MXFP4_CONFIG
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    scales_all = np.concatenate(scales_seen)
+    assert codes[8] == 0 and (codes[np.arange(16) != 8] > 0).all(), codes
+    print(f"gpt-oss-mxfp4: codes {codes.tolist()}, scale bytes {scales_all.min()}..{scales_all.max()}")
+    return {
+        "format": "model.layers.N.mlp.experts.{gate_up,down}_proj_{blocks,scales} as in "
+                  "openai/gpt-oss-20b: blocks uint8 [experts, rows, in / 32, 16], scales uint8 "
+                  "[experts, rows, in / 32]; gate_up rows are 2 * intermediate_size (gate even, up "
+                  "odd), in = hidden_size; down rows are hidden_size, in = intermediate_size. Byte i "
+                  "of a block: element 2i in the low nibble, 2i + 1 in the high nibble; value = "
+                  "E2M1[code] * 2^(scale - 127). transformers dequantizes [E, rows, in] and "
+                  "transposes to its [E, in, rows] parameter",
+        "shapes_layer0": shapes,
+        "quantizer": "scripts/reference/mxfp4.py quantize (= gguf-py's MXFP4 quantization, checked "
+                     "on every expert tensor): scale = floor(log2(amax)) - 2 + 127, nearest code",
+        "code_counts": codes.tolist(),
+        "scale_byte_range": [int(scales_all.min()), int(scales_all.max())],
+        "scale_byte_counts": {str(int(v)): int(c)
+                              for v, c in zip(*np.unique(scales_all, return_counts=True))},
+    }
+
+
+def mxfp4_reload_checks(folder: Path, model, model2, ids: list[int], logits, logits_mem) -> dict:
+    """That transformers dequantized the folder's MXFP4 experts into plain f32 experts equal to
+    the in-memory model's, and how far its logits are from a plain float model: the in-memory
+    one, and one built from the config without quantization_config and the folder's tensors
+    dequantized by mxfp4.py."""
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    # The folder declares MXFP4; a dequantizing load drops the quantizer and the config entry.
+    declared = AutoConfig.from_pretrained(folder).quantization_config
+    assert declared == GPT_OSS_MXFP4_CONFIG, declared
+    assert getattr(model2, "hf_quantizer", None) is None
+    assert getattr(model2.config, "quantization_config", None) is None
+    for l1, l2 in zip(model.model.layers, model2.model.layers):
+        assert type(l2.mlp.experts) is GptOssExperts, type(l2.mlp.experts)
+        for proj in EXPERT_PROJS:
+            a, b = getattr(l1.mlp.experts, proj), getattr(l2.mlp.experts, proj)
+            assert b.dtype == torch.float32 and torch.equal(a, b), proj
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    state = {}
+    for k, v in tensors.items():
+        if k.endswith("_blocks"):
+            base = k.removesuffix("_blocks")
+            deq = mxfp4.dequantize(v, tensors[f"{base}_scales"]).transpose(0, 2, 1)
+            state[base] = torch.from_numpy(np.ascontiguousarray(deq))
+        elif not k.endswith("_scales"):
+            state[k] = torch.from_numpy(v)
+    assert getattr(model.config, "quantization_config", None) is None
+    plain = type(model)(model.config).eval()
+    plain.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        plain_logits = plain(torch.tensor([ids])).logits[0].float().numpy()
+    d_mem = float(np.abs(logits - logits_mem).max())
+    d_plain = float(np.abs(logits - plain_logits).max())
+    assert d_mem < 1e-6 and d_plain < 1e-6, (d_mem, d_plain)
+    print(f"gpt-oss-mxfp4: transformers on the folder vs the float model in memory {d_mem:.2e}, "
+          f"vs a float model of the dequantized file {d_plain:.2e}")
+    return {
+        "transformers_load": "from_pretrained(folder, quantization_config=Mxfp4Config(dequantize=True), "
+                             "dtype=float32): every tensor read (no missing or unexpected keys: "
+                             "gate_up_proj / down_proj come from the _blocks and _scales), experts "
+                             "dequantized into plain GptOssExperts equal (bit for bit) to the model "
+                             "the folder was written from",
+        "vs_float_model_max_abs_diff": d_mem,
+        "vs_float_model_of_dequantized_file_max_abs_diff": d_plain,
+    }
+
+
 def router_gaps(model, sequences: list[list[int]]):
     """(smallest gap between the k-th and (k+1)-th router logit over every token of
     `sequences` and every MoE layer, std of all router logits)."""
@@ -547,10 +732,11 @@ def router_gaps(model, sequences: list[list[int]]):
     return float((top[:, k - 1] - top[:, k]).min()), float(all_logits.std())
 
 
-def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]]):
+def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: bool = False):
     """A random MoE model whose routing is decisive on the golden sequences (prompts and their
     greedy continuations): routers scaled to ROUTER_STD, seed bumped until the smallest top-k
-    gap exceeds ROUTER_MIN_GAP. Returns (model, seed, gap)."""
+    gap exceeds ROUTER_MIN_GAP. With `mxfp4_experts` the (gpt-oss) expert weights are replaced
+    by their MXFP4 quantization first. Returns (model, seed, gap)."""
     import torch
 
     for attempt in range(20):
@@ -559,6 +745,8 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]]):
         mg.randomize_weights(model, seed=s, gemma=False)
         if cfg.model_type == "gpt_oss":
             gpt_oss_weights(model, s)
+        if mxfp4_experts:
+            mxfp4_round_trip(model)
         with torch.no_grad():
             for layer in model.model.layers:
                 router_of(layer).weight.mul_(ROUTER_STD)
@@ -643,18 +831,126 @@ YARN_TRUNCATE_NOTE = (
 )
 
 
-def truncated_yarn_logits(folder: Path, ids: list[int]):
-    """transformers' logits on `folder` with rope_parameters.truncate forced to true."""
+def truncated_yarn_model(folder: Path, kind: str):
+    """transformers' model of `folder` with rope_parameters.truncate forced to true."""
     import torch
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(folder)
     cfg.rope_parameters["truncate"] = True
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, config=cfg, attn_implementation="eager", experts_implementation="eager",
-        dtype=torch.float32).eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, config=cfg, attn_implementation="eager", dtype=torch.float32,
+        **load_kwargs(kind)).eval()
+
+
+def logits_of(model, ids: list[int]):
+    import torch
+
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def greedy_of(model, prompts: list[list[int]]) -> list[list[int]]:
+    import torch
+
+    out = []
+    for p in prompts:
+        with torch.no_grad():
+            seq = model.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+        out.append([int(t) for t in seq[0][len(p):]])
+    return out
+
+
+# Why the gpt-oss MXFP4 goldens' llama.cpp logits are ~0.25 (not ~1e-5) from transformers'.
+Q8_ACTIVATION_NOTE = (
+    "ggml-cpu multiplies MXFP4 weights by activations quantized to Q8_0 (MXFP4's vec_dot_type): "
+    "each 32 inputs of an expert matmul (the normed hidden state into gate/up, the SwiGLU output "
+    "into down) become round(x * 127 / amax) times amax / 127 rounded to f16. transformers "
+    "multiplies the dequantized weights by f32 activations. With that quantization emulated in "
+    "transformers' experts (q8_0_expert_activations in golden_families.py) and YaRN truncate "
+    "true, its logits agree with llama.cpp's (max_abs_diff_vs_transformers_truncated_yarn_q8_0_"
+    "activations). Q8_0 rounding is discontinuous: float differences of ~1e-7 between engines can "
+    "carry an activation across a rounding boundary and move later logits by ~1e-2..1e-1, so greedy "
+    "continuations may part where two logits are close (greedy_equals_transformers_truncated_yarn_"
+    "q8_0_activations). The weights are exact in both: the same MXFP4 values."
+)
+
+
+def q8_0_round_trip(x):
+    """`x` [..., 32k] through ggml-cpu's Q8_0 activation quantization (x86 quantize_row_q8_0:
+    per 32 values d = amax / 127 stored as f16, q = round-half-even(x * 127 / amax)),
+    dequantized."""
+    import torch
+
+    blocks = x.reshape(-1, 32)
+    amax = blocks.abs().max(dim=-1, keepdim=True).values
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    q = torch.round(blocks * inv)
+    d = (amax / 127.0).to(torch.float16).to(torch.float32)
+    return (q * d).reshape(x.shape)
+
+
+def q8_0_expert_activations(model):
+    """Patches `model`'s gpt-oss experts so that the inputs of both expert matmuls go through
+    `q8_0_round_trip`, as ggml-cpu computes MXFP4 matmuls."""
+    import types
+    import torch
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        out = torch.zeros_like(hidden_states)
+        for e in range(self.num_experts):
+            token_idx, top_k_pos = torch.where(router_indices == e)
+            if token_idx.numel() == 0:
+                continue
+            x = q8_0_round_trip(hidden_states[token_idx])
+            gated = self._apply_gate(x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e])
+            y = q8_0_round_trip(gated) @ self.down_proj[e] + self.down_proj_bias[e]
+            out.index_add_(0, token_idx, y * routing_weights[token_idx, top_k_pos, None])
+        return out
+
+    for layer in model.model.layers:
+        layer.mlp.experts.forward = types.MethodType(forward, layer.mlp.experts)
+    return model
+
+
+def mxfp4_gguf_checks(gguf_path: Path, folder: Path) -> dict:
+    """That llama.cpp's converter wrote every expert matrix as GGML MXFP4 (type 39), holding
+    the folder's blocks moved into ggml's layout (mxfp4.to_ggml; gate/up de-interleaved), and
+    everything else as F32."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    gguf = mxfp4.gguf_module()
+    reader = gguf.GGUFReader(str(gguf_path))
+    hf = load_file(str(folder / "model.safetensors"))
+    types = {}
+    n_exps = 0
+    for t in reader.tensors:
+        types.setdefault(t.tensor_type.name, 0)
+        types[t.tensor_type.name] += 1
+        if "_exps.weight" not in t.name:
+            assert t.tensor_type == gguf.GGMLQuantizationType.F32, (t.name, t.tensor_type.name)
+            continue
+        assert t.tensor_type == gguf.GGMLQuantizationType.MXFP4, (t.name, t.tensor_type.name)
+        layer, which = int(t.name.split(".")[1]), t.name.split(".")[2]
+        prefix = f"model.layers.{layer}.mlp.experts."
+        proj = "down_proj" if which == "ffn_down_exps" else "gate_up_proj"
+        blocks, scales = hf[prefix + proj + "_blocks"], hf[prefix + proj + "_scales"]
+        if which != "ffn_down_exps":
+            part = slice(0, None, 2) if which == "ffn_gate_exps" else slice(1, None, 2)
+            blocks, scales = blocks[:, part], scales[:, part]
+        want = mxfp4.to_ggml(blocks, scales)
+        got = np.asarray(t.data, dtype=np.uint8).reshape(want.shape)
+        assert np.array_equal(got, want), t.name
+        n_exps += 1
+    assert n_exps == 3 * len({t.name.split(".")[1] for t in reader.tensors if "_exps" in t.name})
+    print(f"{gguf_path.name}: tensor types {types}; {n_exps} expert tensors are MXFP4 with the "
+          "folder's blocks")
+    return {"tensor_type_counts": types,
+            "experts": "blk.N.ffn_{gate,up,down}_exps.weight are GGML MXFP4 (type 39), bytes equal to "
+                       "the folder's blocks and scales in ggml's layout (gate = even rows of "
+                       "gate_up_proj, up = odd rows); every other tensor F32"}
 
 
 def gguf_golden(kind: str, folder: Path):
@@ -681,18 +977,36 @@ def gguf_golden(kind: str, folder: Path):
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
         print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
-        if kind == "gpt-oss":
-            trunc = float(np.abs(truncated_yarn_logits(folder, ids) - scores).max())
+        if kind.startswith("gpt-oss"):
+            truncated = truncated_yarn_model(folder, kind)
+            trunc = float(np.abs(logits_of(truncated, ids) - scores).max())
             doc["note"] = YARN_TRUNCATE_NOTE
             doc["max_abs_diff_vs_transformers_truncated_yarn"] = trunc
             print(f"{kind}: llama.cpp vs transformers with YaRN truncate max |diff| {trunc:.2e}")
+        if kind == "gpt-oss-mxfp4":
+            q8_0_expert_activations(truncated)
+            q8 = float(np.abs(logits_of(truncated, ids) - scores).max())
+            q8_greedy = greedy_of(truncated, prompts)
+            same = [a == b for a, b in zip(q8_greedy, greedy)]
+            print(f"{kind}: llama.cpp vs transformers with YaRN truncate and Q8_0 expert activations "
+                  f"max |diff| {q8:.2e}; greedy equal per prompt {same}")
+            assert q8 < 1e-4, q8
+            doc["note"] = YARN_TRUNCATE_NOTE + " " + Q8_ACTIVATION_NOTE
+            doc["max_abs_diff_vs_transformers_truncated_yarn_q8_0_activations"] = q8
+            doc["greedy_equals_transformers"] = [a == b for a, b in zip(greedy, hf["greedy"])]
+            doc["greedy_equals_transformers_truncated_yarn_q8_0_activations"] = same
+    if kind == "gpt-oss-mxfp4":
+        doc["mxfp4"] = mxfp4_gguf_checks(out, folder)
     mg.write_json(GOLDEN / f"tiny-{kind}.llamacpp.json", doc)
     print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size} bytes)")
 
 
 def main(kinds):
     for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
-                          "qwen3moe", "olmoe", "gpt-oss"]:
+                          "qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "mxfp4-blocks"]:
+        if kind == "mxfp4-blocks":
+            mxfp4.blocks_golden(GOLDEN / "mxfp4_blocks.json")
+            continue
         if kind == "llama31":
             folder = GOLDEN / "tiny-llama"
         else:
