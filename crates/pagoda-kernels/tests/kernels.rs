@@ -627,3 +627,63 @@ fn k_quant_prefill_edge_tiles_match_scalar() {
         }
     }
 }
+
+/// `tests/golden/mxfp4_blocks.json` (scripts/reference/golden_families.py `mxfp4-blocks`,
+/// gguf-py's MXFP4): single blocks at the edges of the format — every code, the subnormal
+/// exponents 0 and 1, 254, ties, saturation, an amax one ulp below a power of two (whose
+/// float `log2` rounds up) — dequantized and quantized bit for bit, and the HF checkpoint
+/// layout of each block converted to ggml's.
+#[test]
+fn mxfp4_edge_blocks_match_gguf_py_and_the_hf_layout() {
+    use pagoda_kernels::quant::mxfp4::from_hf_block;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/golden/mxfp4_blocks.json"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("mxfp4_blocks.json")).expect("json");
+    let hex = |c: &serde_json::Value| -> Vec<u8> {
+        let s = c.as_str().expect("hex string");
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect()
+    };
+    let floats = |c: &serde_json::Value| -> Vec<f32> {
+        serde_json::from_value::<Vec<f64>>(c.clone())
+            .expect("values")
+            .into_iter()
+            .map(|x| x as f32)
+            .collect()
+    };
+    let hf_to_ggml = |case: &serde_json::Value| {
+        let hf: [u8; 16] = hex(&case["hf_blocks_hex"]).try_into().expect("16 bytes");
+        let b = from_hf_block(case["scale"].as_u64().expect("scale") as u8, &hf);
+        let mut bytes = vec![b.e];
+        bytes.extend_from_slice(&b.qs);
+        bytes
+    };
+    let dequant = v["dequant"].as_array().expect("dequant cases");
+    assert!(dequant.len() >= 8);
+    for case in dequant {
+        let name = &case["name"];
+        let block = hex(&case["block_hex"]);
+        let want = floats(&case["values"]);
+        let mut got = vec![f32::NAN; 32];
+        dequantize_row(GgmlType::Mxfp4, &block, &mut got).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // Code 8 is -0: ggml's integer codebook gives +0, and so does Pagoda.
+            assert!(g == w, "{name} element {i}: {g} vs gguf-py {w}");
+        }
+        assert_eq!(hf_to_ggml(case), block, "{name}: HF layout");
+    }
+    let quant = v["quant"].as_array().expect("quant cases");
+    assert!(quant.len() >= 8);
+    for case in quant {
+        let name = &case["name"];
+        let x = floats(&case["values"]);
+        let mut got = vec![0u8; 17];
+        quantize_row(GgmlType::Mxfp4, &x, &mut got).unwrap();
+        assert_eq!(got, hex(&case["block_hex"]), "{name}: quantized block");
+        assert_eq!(hf_to_ggml(case), got, "{name}: HF layout");
+    }
+}

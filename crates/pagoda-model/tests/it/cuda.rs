@@ -162,6 +162,8 @@ fn cuda_logits_match_the_cpu_on_every_architecture() {
         // Attention sinks, biases, the clamped SwiGLU.
         "tiny-gpt-oss.gguf",
         "tiny-gpt-oss",
+        // MXFP4 experts (the quant kernels' MXFP4 GEMV and dequantized GEMM tiles).
+        "tiny-gpt-oss-mxfp4.gguf",
     ] {
         let source = open_model(&golden(name)).expect("open");
         let cpu = Model::from_source(&source).expect("cpu model");
