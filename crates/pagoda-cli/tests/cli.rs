@@ -1831,6 +1831,61 @@ fn quantize_writes_gguf_from_an_hf_folder() {
     assert!(!out.exists() && !env.dir.path().join("spm.gguf.partial").exists());
 }
 
+/// A mixture-of-experts GGUF (the layer-wise quantizer cannot walk its experts) is quantized
+/// with RTN tensor by tensor: stacked experts (F32, and gpt-oss's MXFP4) become Q8_0 or Q4_1
+/// blocks, the result runs; GPTQ is refused before any work, naming what works.
+#[test]
+fn quantize_rtn_of_a_mixture_of_experts_gguf_runs_and_gptq_says_what_works() {
+    let env = Env::new();
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
+    for (file, flags, ty) in [
+        ("tiny-qwen3moe.gguf", &["--bits", "8", "--sym"][..], "Q8_0"),
+        ("tiny-gpt-oss-mxfp4.gguf", &[][..], "Q4_1"),
+    ] {
+        let out = env.dir.path().join(format!("q-{file}"));
+        let src = golden.join(file);
+        let args = [
+            &[
+                "quantize",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--method",
+                "rtn",
+            ][..],
+            flags,
+        ]
+        .concat();
+        let o = env.run(&args);
+        ok(&o);
+        assert!(stderr(&o).contains(&format!("to {ty}")), "{}", stderr(&o));
+        let r = env.run(&[
+            "run",
+            out.to_str().unwrap(),
+            "--raw",
+            "hello",
+            "--max-tokens",
+            "3",
+        ]);
+        ok(&r);
+    }
+    let out = env.dir.path().join("gptq.gguf");
+    let src = golden.join("tiny-qwen3moe.gguf");
+    let o = env.run(&[
+        "quantize",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("mixtures of experts") && err.contains("--method rtn"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
 /// Every option the chosen layout cannot hold is refused before any work, with what to do
 /// instead, and leaves neither OUT nor OUT.partial behind.
 #[test]

@@ -195,6 +195,45 @@ fn calibration_error_line(method: Method, mine: f64, rtn: f64) -> String {
     }
 }
 
+/// The `general.quantized_by` note of an RTN run with `args`.
+fn started_note(args: &QuantizeArgs) -> String {
+    format!(
+        "rtn {}-bit group {} {} tensor by tensor",
+        args.bits,
+        args.group_size,
+        if args.sym { "sym" } else { "asym float-min" }
+    )
+}
+
+/// RTN into GGUF blocks of type `ty`, tensor by tensor, for a GGUF whose layers the layer-wise
+/// quantizer cannot walk (mixtures of experts, layers that differ): every weight matrix of
+/// the file as it is stored (stacked experts included) quantized row by row with the block
+/// type's own round-to-nearest, by llama.cpp's rules (`quantize::rules`: norms, biases and
+/// routers kept, the output head Q6_K or Q8_0), then written with the file's metadata.
+fn quantize_file_tensorwise(
+    path: &std::path::Path,
+    ty: pagoda_kernels::GgmlType,
+    out: &std::path::Path,
+    note: String,
+) -> anyhow::Result<()> {
+    use pagoda_compress::quantize::{quantize_weights, QuantOptions, QuantTarget};
+    let started = Instant::now();
+    let gguf = GgufFile::open(path)?;
+    let weights = pagoda_model::weights::Weights::from_gguf(&gguf)?;
+    let target = QuantTarget::new(ty)?;
+    let (quantized, report) = quantize_weights(&weights, target, &QuantOptions::default())?;
+    let written = write_gguf(&gguf, &quantized, ty, &note, out)?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "{}; wrote {} ({:.1} MiB) in {:.1} s",
+        report,
+        out.display(),
+        mib(written),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Runs `pagoda quantize`.
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let method: Method = args.method.parse()?;
@@ -229,8 +268,25 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let resolved = loader::resolve(&store, &args.model, Pull::IfMissing)?;
     let source = open_model(&resolved.path)
         .with_context(|| format!("opening {}", resolved.path.display()))?;
-    pagoda_compress::quantize::offline::check_model(&source.config)?;
     let from_gguf = source.format == ModelFormat::Gguf;
+    if let Some(why) = source.config.irregular_layers() {
+        let tensorwise = method == Method::Rtn
+            && from_gguf
+            && format == OutputFormat::Gguf
+            && args.group_size == 32
+            && !args.clip_search
+            && !args.int_zero;
+        if !tensorwise {
+            bail!(
+                "{}; RTN into GGUF blocks works for it, tensor by tensor (`--method rtn` on a \
+                 GGUF, groups of 32, to a .gguf: every matrix, stacked experts included)",
+                pagoda_compress::quantize::offline::check_model(&source.config)
+                    .err()
+                    .map_or_else(|| why.to_string(), |e| e.to_string())
+            );
+        }
+        return quantize_file_tensorwise(&resolved.path, ty, &args.output, started_note(&args));
+    }
     // A Hugging Face folder's config.json: the folder outputs copy it, GGUF output makes its
     // metadata from it.
     let config_json: Option<serde_json::Value> = if from_gguf {
