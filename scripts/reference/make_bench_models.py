@@ -40,8 +40,11 @@ by running BPE on each token with the ranks below its own, and the harmony speci
 199998..201087 as control tokens (<|startoftext|> BOS, <|return|> EOS, <|endoftext|> pad, BOS
 not added), pre-tokenizer `gpt-4o`, and the vendored gpt-oss chat template. llama.cpp tokenizes
 the benchmark prompt (3632 tokens) exactly as tiktoken's o200k_base does. The cut is 8 layers
-(4 sliding, 4 full; 4.86 GB): the full 24 layers (12.1 GB) held by llama.cpp and by Pagoda at
-once would not leave this 24 GiB machine room for anything else.
+(4 sliding, 4 full; 4.86 GB): llama.cpp's CPU build repacks the MXFP4 experts into a buffer of
+its own (mxfp4_8x8) beside the mapped file, so its peak RSS is 8.1 GB for this cut (1.7 times the
+file); the full 24 layers would take it near 21 GB alone, and 12 layers near 12 GB, which with
+Pagoda's copy leaves this shared 24 GiB machine too little. 8 layers keep both engines near
+13 GB together.
 
     PY=/root/.venvs/pagoda-ref/bin/python
     $PY scripts/reference/make_bench_models.py llama31-8b --layers 8 -o /root/models/bench
