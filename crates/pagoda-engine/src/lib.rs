@@ -33,6 +33,7 @@ pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
+pub mod state_pool;
 mod step_sampling;
 pub mod stop;
 
