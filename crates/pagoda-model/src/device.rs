@@ -114,6 +114,17 @@ impl DeviceChoice {
                     },
                     None => cpu(Some("no NVIDIA GPU found".into())),
                 },
+                // No driver: a machine without an NVIDIA GPU, where what to install for CUDA
+                // is noise (`pagoda devices` and `--device cuda` still say it in full).
+                Err(pagoda_cuda::CudaError::MissingLibraries(missing))
+                    if missing.contains(&pagoda_cuda::libraries::DRIVER) =>
+                {
+                    tracing::debug!(
+                        "auto device: {}",
+                        pagoda_cuda::CudaError::MissingLibraries(missing.clone())
+                    );
+                    cpu(Some("no NVIDIA driver".into()))
+                }
                 Err(e) => cpu(Some(e.to_string())),
             }),
             DeviceChoice::CudaInterpret => {
@@ -185,7 +196,15 @@ mod tests {
             Ok(_) => assert_eq!(auto.device, Device::Cpu),
             Err(e) => {
                 assert_eq!(auto.device, Device::Cpu);
-                assert_eq!(auto.cpu_because, Some(e.to_string()));
+                // Without a driver, auto says only that (the install hints are for `cuda`).
+                let short = matches!(&e, pagoda_cuda::CudaError::MissingLibraries(m)
+                    if m.contains(&pagoda_cuda::libraries::DRIVER));
+                let want = if short {
+                    "no NVIDIA driver".to_string()
+                } else {
+                    e.to_string()
+                };
+                assert_eq!(auto.cpu_because, Some(want));
                 let err = DeviceChoice::Cuda(None).resolve().expect_err("no GPU");
                 assert!(err.to_string().contains(&e.to_string()), "{err}");
             }
