@@ -1,6 +1,6 @@
 //! Load-time repacked weights: 16 rows of one matrix interleaved into one *strip* (Q4_0,
-//! Q4_1 and the INT4 g32 types stored as those, Q5_0, Q8_0, INT8 per-channel rows, Q4_K and
-//! Q6_K super-blocks), so that a single AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows
+//! Q4_1 and the INT4 g32 types stored as those, Q5_0, Q8_0, MXFP4, INT8 per-channel rows,
+//! Q4_K and Q6_K super-blocks), so that a single AVX-512 VNNI `vpdpbusd` multiplies 4 codes of 16 rows
 //! by a 4-byte broadcast of one token's activation codes, and each block's scales of 16 rows
 //! are one vector. The row layout instead unpacks a scale (and a minimum) per block and row,
 //! and sums lanes per row at the end; on a decode step that arithmetic, not memory, bounded
@@ -17,6 +17,8 @@
 //!         512 bytes   Q8_0: vector k (0..8): bytes 4l .. 4l + 4 are qs[4k .. 4k + 4] of
 //!                     row l's block b, XOR 0x80 (code + 128, unsigned)
 //! d       32 bytes    the 16 rows' f16 scales, row order
+//!         16 bytes    MXFP4: the 16 rows' E8M0 exponents instead (codes as Q4_0's nibbles,
+//!                     looked up in the codebook by the kernel)
 //! m       32 bytes    (Q4_1 only) the 16 rows' f16 minimums
 //!
 //! Q5_0 blocks add, after the codes, eight 64-bit masks of the fifth bits (mask i, bit 4l + j:
@@ -78,6 +80,9 @@ pub(crate) struct StripFormat {
     /// A fifth code bit (Q5_0): after a block's nibble codes, eight 64-bit masks, mask `i`
     /// bit `4l + j` = the fifth bit of row `l`, column `4i + j`.
     pub(crate) high5: bool,
+    /// MXFP4: the scale is one E8M0 byte per row and block (16 bytes per strip block), and
+    /// the nibbles index the codebook (`quant::mxfp4::KVALUES`, looked up plus `offset`).
+    pub(crate) e8m0: bool,
 }
 
 impl StripFormat {
@@ -120,6 +125,7 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         q4k: false,
         q6k: false,
         high5: false,
+        e8m0: false,
     };
     let bytes = |row_scale: bool| StripFormat {
         nibbles: false,
@@ -134,12 +140,22 @@ pub(crate) fn format(ty: GgmlType) -> Option<StripFormat> {
         q4k: false,
         q6k: false,
         high5: false,
+        e8m0: false,
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Int4G32Sym => Some(q4(false)),
         GgmlType::Q4_1 | GgmlType::Int4G32 => Some(q4(true)),
         GgmlType::Q8_0 => Some(bytes(false)),
         GgmlType::Int8 => Some(bytes(true)),
+        // Codebook values plus 12 are 0..=24: unsigned for `vpdpbusd`, 12 taken off with the
+        // activation sums as Q4_0's 8.
+        GgmlType::Mxfp4 => Some(StripFormat {
+            offset: 12,
+            q_at: 1,
+            block_bytes: 17,
+            e8m0: true,
+            ..q4(false)
+        }),
         GgmlType::Q5_0 => Some(StripFormat {
             offset: 16,
             q_at: 6,
@@ -200,7 +216,7 @@ pub(crate) fn block_geometry(f: StripFormat) -> (usize, usize, usize) {
     if f.row_scale {
         return (d_in, 0, 0);
     }
-    let m_in = d_in + 32;
+    let m_in = d_in + if f.e8m0 { STRIP_ROWS } else { 32 };
     (if f.min { m_in + 32 } else { m_in }, d_in, m_in)
 }
 
@@ -279,7 +295,9 @@ pub(crate) fn pack_into(
                         dst[at] = (dst[at] & !(0xF << shift)) | (bits << shift);
                     }
                 }
-                if !f.row_scale {
+                if f.e8m0 {
+                    dst[d_in + l] = blk[f.d_at];
+                } else if !f.row_scale {
                     dst[d_in + 2 * l..][..2].copy_from_slice(&blk[f.d_at..f.d_at + 2]);
                 }
                 if f.min {
@@ -487,7 +505,9 @@ pub(crate) fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, out: 
             }
             blk[2..6].copy_from_slice(&qh.to_le_bytes());
         }
-        if !f.row_scale {
+        if f.e8m0 {
+            blk[f.d_at] = src[d_in + l];
+        } else if !f.row_scale {
             blk[f.d_at..f.d_at + 2].copy_from_slice(&src[d_in + 2 * l..][..2]);
         }
         if f.min {
@@ -550,7 +570,8 @@ mod tests {
             .collect()
     }
 
-    const TYPES: [GgmlType; 9] = [
+    const TYPES: [GgmlType; 10] = [
+        GgmlType::Mxfp4,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Int4G32,

@@ -1,5 +1,5 @@
 //! The strip kernels of packed weights (`crate::packed`: Q4_0, Q4_1, INT4 g32, Q5_0, Q8_0,
-//! INT8, Q4_K, Q6_K) on AVX-512 VNNI: one strip of
+//! MXFP4, INT8, Q4_K, Q6_K) on AVX-512 VNNI: one strip of
 //! 16 rows against up to [`TOKENS`] (8: a verification step of speculative decoding is one
 //! pass) tokens whose activations are in the `Split32` layout.
 //!
@@ -63,7 +63,9 @@ unsafe fn rdf32(p: *const u8) -> f32 {
 /// writes 16 outputs per token at `tok.out`. `NIB`: codes are nibbles (256 code bytes per
 /// block) else bytes (512); `MIN`: blocks carry minimums; `OFF`: the code offset; `RS`: one
 /// f32 scale per row (INT8) in a 64-byte strip header instead of per-block scales; `H5`: a
-/// fifth code bit per code (Q5_0) in eight 64-bit masks after the nibbles.
+/// fifth code bit per code (Q5_0) in eight 64-bit masks after the nibbles; `E8`: MXFP4, the
+/// nibbles index the codebook plus `OFF` (one `vpshufb`) and the 16 rows' scales are E8M0
+/// bytes.
 #[inline(always)]
 unsafe fn strip<
     const NIB: bool,
@@ -71,6 +73,7 @@ unsafe fn strip<
     const OFF: i32,
     const RS: bool,
     const H5: bool,
+    const E8: bool,
     const T: usize,
 >(
     s: *const u8,
@@ -99,6 +102,13 @@ unsafe fn strip<
                 u[k] = _mm512_and_si512(v, m4);
                 u[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             }
+            if E8 {
+                let lut =
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(MXFP4_LUT.as_ptr() as *const __m128i));
+                for ui in u.iter_mut() {
+                    *ui = _mm512_shuffle_epi8(lut, *ui);
+                }
+            }
             if H5 {
                 // Fifth bits: mask i selects the bytes of vector i that get 0x10.
                 let bit5 = _mm512_set1_epi8(0x10);
@@ -114,6 +124,8 @@ unsafe fn strip<
         }
         let dw = if RS {
             _mm512_setzero_ps()
+        } else if E8 {
+            e8m0_half_x16(c.add(d_in))
         } else {
             _mm512_cvtph_ps(_mm256_loadu_si256(c.add(d_in) as *const __m256i))
         };
@@ -152,6 +164,29 @@ unsafe fn strip<
         };
         _mm512_storeu_ps(tok[t].out, v);
     }
+}
+
+/// MXFP4's codebook plus 12 (`quant::mxfp4::KVALUES[i] + 12`, 0..=24): unsigned codes for
+/// `vpdpbusd`, the 12 taken off with the activation sums.
+const MXFP4_LUT: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (crate::quant::mxfp4::KVALUES[i] + 12) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The 16 E8M0 bytes at `p` as f32 `2^(e - 128)` (`quant::mxfp4::e8m0_half`, bit for bit:
+/// `(e - 1) << 23`, and the subnormals `0x200000 << e` for `e < 2`).
+#[inline(always)]
+unsafe fn e8m0_half_x16(p: *const u8) -> __m512 {
+    let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+    let normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub))
 }
 
 /// Bytes of one Q8_K activation block: d (f32), 256 codes, 16 i16 sums of 16 codes.
@@ -342,16 +377,16 @@ pub(crate) unsafe fn strip_kernel(
     tok: &[TokenRow],
 ) {
     macro_rules! go {
-        ($nib:literal, $min:literal, $off:literal, $rs:literal, $h5:literal) => {
+        ($nib:literal, $min:literal, $off:literal, $rs:literal, $h5:literal, $e8:literal) => {
             match tok.len() {
-                1 => strip::<$nib, $min, $off, $rs, $h5, 1>(s, nb, geometry, tok),
-                2 => strip::<$nib, $min, $off, $rs, $h5, 2>(s, nb, geometry, tok),
-                3 => strip::<$nib, $min, $off, $rs, $h5, 3>(s, nb, geometry, tok),
-                4 => strip::<$nib, $min, $off, $rs, $h5, 4>(s, nb, geometry, tok),
-                5 => strip::<$nib, $min, $off, $rs, $h5, 5>(s, nb, geometry, tok),
-                6 => strip::<$nib, $min, $off, $rs, $h5, 6>(s, nb, geometry, tok),
-                7 => strip::<$nib, $min, $off, $rs, $h5, 7>(s, nb, geometry, tok),
-                _ => strip::<$nib, $min, $off, $rs, $h5, 8>(s, nb, geometry, tok),
+                1 => strip::<$nib, $min, $off, $rs, $h5, $e8, 1>(s, nb, geometry, tok),
+                2 => strip::<$nib, $min, $off, $rs, $h5, $e8, 2>(s, nb, geometry, tok),
+                3 => strip::<$nib, $min, $off, $rs, $h5, $e8, 3>(s, nb, geometry, tok),
+                4 => strip::<$nib, $min, $off, $rs, $h5, $e8, 4>(s, nb, geometry, tok),
+                5 => strip::<$nib, $min, $off, $rs, $h5, $e8, 5>(s, nb, geometry, tok),
+                6 => strip::<$nib, $min, $off, $rs, $h5, $e8, 6>(s, nb, geometry, tok),
+                7 => strip::<$nib, $min, $off, $rs, $h5, $e8, 7>(s, nb, geometry, tok),
+                _ => strip::<$nib, $min, $off, $rs, $h5, $e8, 8>(s, nb, geometry, tok),
             }
         };
     }
@@ -381,12 +416,13 @@ pub(crate) unsafe fn strip_kernel(
         }
         return;
     }
-    match (f.nibbles, f.min, f.offset, f.row_scale, f.high5) {
-        (true, true, 0, false, false) => go!(true, true, 0, false, false),
-        (true, false, 8, false, false) => go!(true, false, 8, false, false),
-        (true, false, 16, false, true) => go!(true, false, 16, false, true),
-        (false, false, 128, false, false) => go!(false, false, 128, false, false),
-        (false, false, 128, true, false) => go!(false, false, 128, true, false),
+    match (f.nibbles, f.min, f.offset, f.row_scale, f.high5, f.e8m0) {
+        (true, true, 0, false, false, false) => go!(true, true, 0, false, false, false),
+        (true, false, 8, false, false, false) => go!(true, false, 8, false, false, false),
+        (true, false, 12, false, false, true) => go!(true, false, 12, false, false, true),
+        (true, false, 16, false, true, false) => go!(true, false, 16, false, true, false),
+        (false, false, 128, false, false, false) => go!(false, false, 128, false, false, false),
+        (false, false, 128, true, false, false) => go!(false, false, 128, true, false, false),
         _ => debug_assert!(false, "no strip kernel for {f:?}"),
     }
 }
