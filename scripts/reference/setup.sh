@@ -47,9 +47,11 @@ fi
 PIP="$VENV/bin/pip"
 PY="$VENV/bin/python"
 
-echo "== python references (gguf, numpy, transformers, torch, safetensors, tokenizers, jinja2)"
+echo "== python references (gguf, numpy, transformers, torch, safetensors, tokenizers, jinja2, peft)"
 # PyPI's torch wheel pulls the CUDA runtime wheels (a few GB); it runs on CPU all the same.
-"$PIP" install -q gguf numpy transformers torch safetensors tokenizers 'jinja2>=3.1.6' sentencepiece protobuf accelerate
+# peft: the LoRA goldens (scripts/golden_lora_logits.py), made with 0.21.2.
+"$PIP" install -q gguf numpy transformers torch safetensors tokenizers 'jinja2>=3.1.6' sentencepiece protobuf accelerate \
+  'peft==0.21.2'
 
 have_llama() {
   "$PY" -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.__version__ == '$LLAMA_CPP_VERSION' else 1)" 2>/dev/null

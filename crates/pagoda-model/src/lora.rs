@@ -19,7 +19,11 @@
 //!   for that module (`rank_pattern` first, then `r`); anything else is an error at open.
 //! - The tensors of the file decide which modules are adapted. A list `target_modules` is
 //!   checked against them (each adapted module's last name, or its whole path, must be listed);
-//!   the string (regex) form is kept for messages only.
+//!   the string (regex) form is kept for messages only. `target_parameters` (peft's LoRA on a
+//!   module's parameter, e.g. a transformers 5 MoE router's `gate.weight`) also names a module
+//!   when the parameter is the module's `weight`, a 2-D matrix adapted as a linear's is; any
+//!   other parameter (the fused 3-D expert weights `mlp.experts.gate_up_proj` / `down_proj`,
+//!   whose pairs have rank `r · n_experts`) is an error naming the module.
 //! - The merge never changes shapes: the base weight must be `[out, in]` (`[in, out]` with
 //!   `fan_in_fan_out`, GPT-2's Conv1D layout), else an error; no input is unwrapped.
 
@@ -80,6 +84,11 @@ pub struct LoraConfig {
     pub lora_alpha: f32,
     #[serde(default)]
     pub target_modules: Option<TargetModules>,
+    /// peft's LoRA on parameters (`"<module>.<parameter>"`), for modules that are not
+    /// `nn.Linear`: a transformers 5 MoE router (`gate.weight`) or fused experts
+    /// (`mlp.experts.gate_up_proj`).
+    #[serde(default)]
+    pub target_parameters: Option<Vec<String>>,
     #[serde(default)]
     pub fan_in_fan_out: bool,
     /// Scaling `alpha / sqrt(r)` instead of `alpha / r`.
@@ -143,16 +152,11 @@ impl LoraConfig {
                 )));
             }
         }
-        let keys = config
-            .rank_pattern
-            .keys()
-            .chain(config.alpha_pattern.keys());
-        for key in keys {
-            if key.is_empty() || key.chars().any(|c| "*+?()[]{}|^$\\".contains(c)) {
-                return Err(fmt(format!(
-                    "rank_pattern/alpha_pattern key {key:?} is a regex; only plain module names are supported"
-                )));
-            }
+        // peft writes regex keys of its own for the parameters it adapts (`.*\.gate_up_proj`);
+        // such an adapter is refused by module once its tensors are read (`untargeted`), and the
+        // keys are checked again after that (`LoraAdapter::from_parts`).
+        if !config.adapts_parameters() {
+            config.check_pattern_keys().map_err(fmt)?;
         }
         for (key, &r) in &config.rank_pattern {
             if r == 0 {
@@ -162,6 +166,33 @@ impl LoraConfig {
             }
         }
         Ok(config)
+    }
+
+    /// `rank_pattern` / `alpha_pattern` keys are plain module names, not regexes.
+    fn check_pattern_keys(&self) -> Result<(), String> {
+        let keys = self.rank_pattern.keys().chain(self.alpha_pattern.keys());
+        for key in keys {
+            if key.is_empty() || key.chars().any(|c| "*+?()[]{}|^$\\".contains(c)) {
+                return Err(format!(
+                    "rank_pattern/alpha_pattern key {key:?} is a regex; only plain module names are supported"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `target_parameters` entries as (owning module's name, possibly empty; parameter).
+    fn parameter_targets(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.target_parameters.iter().flatten().map(|t| {
+            let (owner, param) = t.rsplit_once('.').unwrap_or(("", t));
+            (t.as_str(), owner, param)
+        })
+    }
+
+    /// Whether `target_parameters` names a parameter other than a module's `weight`.
+    fn adapts_parameters(&self) -> bool {
+        self.parameter_targets()
+            .any(|(_, _, param)| param != "weight")
     }
 
     /// The value of the one pattern key naming `module` (its whole path or its last names).
@@ -201,15 +232,67 @@ impl LoraConfig {
         })
     }
 
-    /// Whether a list `target_modules` names `module`; `true` for the regex form.
+    /// Whether a list `target_modules` names `module` (`true` for the regex form), or
+    /// `target_parameters` names its `weight`.
     fn targets(&self, module: &str) -> bool {
-        match &self.target_modules {
-            Some(TargetModules::List(list)) => list
-                .iter()
-                .any(|t| module == t || module.ends_with(&format!(".{t}"))),
+        let listed = match &self.target_modules {
+            Some(TargetModules::List(list)) => list.iter().any(|t| names(module, t)),
             Some(TargetModules::Pattern(_)) | None => true,
-        }
+        };
+        listed
+            || self
+                .parameter_targets_of(module)
+                .any(|(_, param)| param == "weight")
     }
+
+    /// The `target_parameters` entries that may name a parameter of `module`, with their
+    /// parameter: those whose owner names `module`, and bare parameter names (peft matches
+    /// them in any module). peft saves a parameter's pair under its module; a second parameter
+    /// of the same module nests one `base_layer` deeper (`mlp.experts.base_layer.lora_A`),
+    /// which is dropped before matching.
+    fn parameter_targets_of<'a>(
+        &'a self,
+        module: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let module = module.replace(".base_layer", "");
+        self.parameter_targets()
+            .filter(move |(_, owner, _)| owner.is_empty() || names(&module, owner))
+            .map(|(t, _, param)| (t, param))
+    }
+
+    /// Why `module`, adapted in the file, is not an adapter Pagoda reads (see
+    /// [`targets`](Self::targets)), or `None` when it is one.
+    fn untargeted(&self, module: &str) -> Option<String> {
+        if self.targets(module) {
+            return None;
+        }
+        let params: Vec<&str> = self.parameter_targets_of(module).map(|(t, _)| t).collect();
+        Some(if params.is_empty() {
+            format!(
+                "module {module} is not in target_modules {:?} (target_parameters {:?})",
+                self.target_modules, self.target_parameters
+            )
+        } else if module.split('.').any(|part| part == "experts") {
+            format!(
+                "module {module} is adapted through target_parameters {params:?}: LoRA on the \
+                 experts of a mixture-of-experts model is not supported (adapt the attention \
+                 projections q_proj, k_proj, v_proj, o_proj)"
+            )
+        } else {
+            format!(
+                "module {module} is adapted through target_parameters {params:?}: LoRA on a \
+                 parameter other than a module's 2-D weight is not supported"
+            )
+        })
+    }
+}
+
+/// Whether `name` (a module's last names, or its whole path) names `module`.
+fn names(module: &str, name: &str) -> bool {
+    module == name
+        || module
+            .strip_suffix(name)
+            .is_some_and(|head| head.ends_with('.'))
 }
 
 /// One adapted linear: `A: [r, in]`, `B: [out, r]` (row-major f32) and its scaling.
@@ -429,6 +512,10 @@ impl LoraAdapter {
             };
             let (a_name, a_shape, a_values) = a;
             let (b_name, b_shape, b_values) = b;
+            // Before the ranks: a fused-experts pair's rank is r · n_experts.
+            if let Some(message) = config.untargeted(&module) {
+                return Err(terr(&a_name, message));
+            }
             let want = config.rank_for(&module).map_err(|m| terr(&a_name, m))?;
             let (r, in_features) = (a_shape[0], a_shape[1]);
             let (out_features, rb) = (b_shape[0], b_shape[1]);
@@ -437,15 +524,6 @@ impl LoraAdapter {
                     &a_name,
                     format!(
                         "rank mismatch for module {module}: lora_A {a_shape:?} has rank {r}, lora_B {b_name:?} {b_shape:?} has rank {rb}, adapter_config.json says {want}"
-                    ),
-                ));
-            }
-            if !config.targets(&module) {
-                return Err(terr(
-                    &a_name,
-                    format!(
-                        "module {module} is not in target_modules {:?}",
-                        config.target_modules
                     ),
                 ));
             }
@@ -462,6 +540,9 @@ impl LoraAdapter {
                     fan_in_fan_out: config.fan_in_fan_out,
                 },
             );
+        }
+        if let Err(message) = config.check_pattern_keys() {
+            return Err(ModelError::Format { path, message });
         }
         if pairs.is_empty() {
             return Err(ModelError::Format {
@@ -550,6 +631,47 @@ mod tests {
         .unwrap();
         assert_eq!(rs.scaling_for("q_proj"), Ok(2.0));
         assert!(rs.targets("anything"));
+    }
+
+    #[test]
+    fn target_parameters_name_a_module_by_its_weight_only() {
+        let cfg = LoraConfig::from_json(
+            Path::new("c.json"),
+            r#"{"r": 1, "lora_alpha": 2, "target_modules": ["q_proj"],
+                "target_parameters": ["gate.weight", "mlp.experts.gate_up_proj", "down_proj"],
+                "rank_pattern": {".*\\.gate_up_proj": 2}}"#,
+        )
+        .unwrap();
+        assert!(cfg.targets("model.layers.0.self_attn.q_proj"));
+        assert!(cfg.targets("model.layers.0.mlp.gate"));
+        assert!(!cfg.targets("model.layers.0.mlp.up_gate"));
+        assert!(cfg.adapts_parameters());
+        assert!(cfg.check_pattern_keys().unwrap_err().contains("regex"));
+        assert_eq!(cfg.untargeted("model.layers.0.mlp.gate"), None);
+        for module in [
+            "model.layers.0.mlp.experts",
+            "model.layers.0.mlp.experts.base_layer",
+        ] {
+            let e = cfg.untargeted(module).unwrap();
+            assert!(
+                e.contains(module) && e.contains("experts of a mixture-of-experts model"),
+                "{e}"
+            );
+        }
+        let e = cfg.untargeted("model.layers.0.mlp.gate_proj").unwrap();
+        assert!(
+            e.contains("not supported") && e.contains("down_proj"),
+            "{e}"
+        );
+        let plain = LoraConfig::from_json(
+            Path::new("c.json"),
+            r#"{"r": 1, "lora_alpha": 2, "target_modules": ["q_proj"]}"#,
+        )
+        .unwrap();
+        let e = plain.untargeted("model.layers.0.mlp.down_proj").unwrap();
+        assert!(e.contains("not in target_modules"), "{e}");
+        assert!(names("a.b.q_proj", "q_proj") && names("q_proj", "q_proj"));
+        assert!(!names("a.b.xq_proj", "q_proj"));
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! - A `LoraWeights` was shape-checked against its model when built: every pair's `A` is
 //!   `[r, cols]` and `B` is `[rows, r]` of the linear it names, so applying it cannot fail;
 //!   [`LoraWeights::fits`] tells whether another model has the same shape.
+//! - Every module an adapter names is applied, or the adapter is refused: the linears of a
+//!   mixture-of-experts model's experts run over the rows routed to them, not the batch's
+//!   rows that [`LoraBatch`] spans, so an adapter on an expert (`mlp.experts.3.gate_proj`) is
+//!   an error naming the module. A MoE router runs over every row and is adapted like any
+//!   linear.
 //! - `LoraWeights` is cheap to clone (an `Arc`): requests in flight keep an adapter alive after
 //!   it is unloaded.
 //! - [`LoraBatch`] holds adapters only during a forward pass (set and cleared by
@@ -85,6 +90,13 @@ impl LoraWeights {
                 )));
             }
             let canonical = hf::canonical_name(&format!("{module}.weight"), cfg.arch);
+            if is_expert(module, canonical.as_deref()) {
+                return Err(err(format!(
+                    "module {module}: LoRA on the experts of a mixture-of-experts model is not \
+                     supported (each expert runs over only the tokens routed to it); adapt the \
+                     attention projections (q_proj, k_proj, v_proj, o_proj) or the router"
+                )));
+            }
             let Some((canonical, (linear_rows, linear_cols))) =
                 canonical.and_then(|c| model.linear_shape(&c).map(|l| (c, l)))
             else {
@@ -193,6 +205,14 @@ impl LoraWeights {
     pub fn same(&self, other: &LoraWeights) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+}
+
+/// Whether `module` (an HF module path) is inside a mixture-of-experts layer's experts
+/// (`mlp.experts.3.gate_proj`, Mixtral's `block_sparse_moe.experts.0.w1`, the fused
+/// `mlp.experts`), or its canonical name is an expert's (`blk.0.ffn_gate_exp.3.weight`).
+fn is_expert(module: &str, canonical: Option<&str>) -> bool {
+    module.split('.').any(|part| part == "experts")
+        || canonical.is_some_and(|c| c.contains("_exp.") || c.contains("_exps."))
 }
 
 /// Which rows of the current batch use which adapter (set for one forward pass).

@@ -12,6 +12,7 @@ mod ggml_vocab;
 mod golden;
 mod hf_quant;
 mod lora;
+mod lora_moe;
 mod lora_serve;
 mod mutations;
 mod non_finite;
