@@ -18,7 +18,7 @@ use pagoda_kernels::{WeightLayout, WeightMatrix};
 
 /// A linear layer `y = W x (+ b)` whose weight stays in its block format (the file's own, or
 /// the one it was quantized to at load). Weights of the types where strips pay (Q4_0, Q4_1,
-/// INT4 g32, Q5_0, Q8_0, INT8, Q4_K, Q6_K: `pagoda_kernels::packed::strips_pay`) are repacked at
+/// INT4 g32, Q5_0, Q8_0, MXFP4, INT8, Q4_K, Q6_K: `pagoda_kernels::packed::strips_pay`) are repacked at
 /// load into 16-row strips when this CPU runs the strip kernels (AVX-512 VNNI;
 /// `PAGODA_WEIGHT_LAYOUT=rows` keeps the file's row layout): the same bytes, reordered.
 #[derive(Debug, Clone)]
