@@ -59,7 +59,7 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "not_found_error",
             format!(
-                "model `{name}` not found; GET /v1/models lists the models this server has (the operator adds models with `pagoda pull`)"
+                "model `{name}` not found; {OPENAI_MODEL_LIST} (the operator adds models with `pagoda pull`)"
             ),
         )
         .with_param("model")
@@ -73,14 +73,17 @@ impl ApiError {
             .with_code("model_not_found")
     }
 
-    /// 404: no such route.
+    /// 404: no such route; an Ollama path (`/api/...`) is pointed at Ollama's routes.
     pub fn route_not_found(path: &str) -> Self {
+        let see = if path.starts_with("/api/") {
+            "GET /api/tags, POST /api/chat, POST /api/generate"
+        } else {
+            "GET /v1/models, POST /v1/chat/completions, POST /api/chat"
+        };
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found_error",
-            format!(
-                "no route {path}; see GET /v1/models, POST /v1/chat/completions, POST /api/chat"
-            ),
+            format!("no route {path}; see {see}"),
         )
     }
 
@@ -257,7 +260,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// An [`ApiError`] written the Ollama way.
+/// Where a model-not-found message points OpenAI clients, and Ollama clients instead.
+const OPENAI_MODEL_LIST: &str = "GET /v1/models lists the models this server has";
+const OLLAMA_MODEL_LIST: &str = "GET /api/tags lists the models this server has";
+
+/// An [`ApiError`] written the Ollama way (a model-not-found points at `GET /api/tags`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OllamaError(pub ApiError);
 
@@ -270,7 +277,7 @@ impl From<ApiError> for OllamaError {
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
         let body = serde_json::to_string(&ollama::ErrorResponse {
-            error: self.0.message.clone(),
+            error: self.0.message.replace(OPENAI_MODEL_LIST, OLLAMA_MODEL_LIST),
         })
         .unwrap_or_default();
         self.0.respond(body)
@@ -363,6 +370,25 @@ mod tests {
         for needle in ["NaN/inf", "broken", "quantization", "step 3 (position 17)"] {
             assert!(e.message.contains(needle), "{needle}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn ollama_clients_are_pointed_at_ollama_routes() {
+        let e = ApiError::model_not_found("nope");
+        let body = OllamaError(e.clone()).into_response();
+        assert_eq!(body.status(), StatusCode::NOT_FOUND);
+        assert!(e.message.contains("GET /v1/models"), "{}", e.message);
+        let ollama = e.message.replace(OPENAI_MODEL_LIST, OLLAMA_MODEL_LIST);
+        assert!(
+            ollama.contains("GET /api/tags") && !ollama.contains("/v1/"),
+            "{ollama}"
+        );
+        assert!(ApiError::route_not_found("/api/nope")
+            .message
+            .contains("GET /api/tags"));
+        assert!(ApiError::route_not_found("/v2/x")
+            .message
+            .contains("GET /v1/models"));
     }
 
     #[test]
