@@ -44,6 +44,23 @@ folder with Mxfp4Config(dequantize=True); expert width 96 (3 blocks per row of d
 gate_up_proj); 2 layers (sliding, full) to keep the files small. llama.cpp's converter repacks the blocks into GGML MXFP4 (type 39) without
 dequantizing; ggml-cpu multiplies MXFP4 by activations it quantizes to Q8_0 (Q8_ACTIVATION_NOTE)).
 Also `mxfp4-blocks`: tests/golden/mxfp4_blocks.json (mxfp4.py's `blocks_golden`).
+Hybrid families (recurrent layers beside attention; HYBRID_KINDS):
+qwen35 (Qwen3.5 dense, Qwen3_5ForCausalLM, llama.cpp arch qwen35: 3 gated DeltaNet layers, then
+a gated full-attention layer; DeltaNet with 2 key heads / 4 value heads (grouped: the converter
+reorders value heads to ggml's tiled order), head dims 16, causal conv kernel 4, decays spread
+so the state is carried across chunks; attention with per-head output gate, QK-norm, partial
+interleaved MRoPE; (1 + w) norms; the released Qwen3.5 tokenizer's added tokens and the
+Qwen3.5-4B chat template), qwen35moe (Qwen3.5-35B-A3B-like: the same with every MLP a MoE of 8
+experts top-2, always renormalized, plus a sigmoid-gated shared expert; experts fused as the
+released checkpoints store them), lfm2 (LFM2-1.2B-like: its first 6 layers, double-gated short
+convolutions of kernel 3 and attention with QK-norm; the derived FFN width; LFM2's specials and
+the LFM2.5 instruct template). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
+boundaries at 64 and 128; full rows at HYBRID_LOGIT_POSITIONS, argmax and largest logit at every
+position: logits_fields) and a fourth greedy prompt decodes across position 128. logits.json
+records how far transformers' one-token-at-a-time decode, its recurrent rule and a float64 run
+are from its logits and that dropping the state at chunk boundaries moves them; the llama.cpp
+json records the agreement with transformers per chunk and with float64, and that every GGUF
+tensor is the folder's transformed as documented (QWEN35_GGUF_NOTE, LFM2_GGUF_NOTE).
 MoE routers are scaled so routing is decisive (ROUTER_STD, ROUTER_MIN_GAP): logits.json records
 the smallest top-k gap met, and how much the logits move when norm_topk_prob is flipped.
 Gemma 4 folders use a Gemma-4-like tokenizer (BPE on raw UTF-8, `▁` for spaces, byte fallback:
@@ -83,13 +100,80 @@ CONTINUE = 12
 PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistral3": "tekken",
        "phi3": "gpt-2",
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
-       "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o"}
+       "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o",
+       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2"}
+
+# Extra converter arguments: the tiny Qwen3.5 folders have no multi-token-prediction layers
+# (the released checkpoints keep one under mtp.*), and without --no-mtp the converter asserts
+# it found some.
+CONVERT_ARGS = {"qwen35": ["--no-mtp"], "qwen35moe": ["--no-mtp"]}
+
+# Hybrid kinds (recurrent layers beside attention layers): their logits are taken on a longer
+# sequence of HYBRID_LEN token ids (seeded, ids HYBRID_IDS), which passes the DeltaNet chunk
+# boundaries at 64 and 128 (transformers' torch_chunk_gated_delta_rule and llama.cpp's unfused
+# graph, build_delta_net_chunking, use chunks of DELTANET_CHUNK tokens; llama.cpp on CPU runs
+# its fused token-by-token op instead: LLAMACPP_DELTANET_NOTE). Full logits rows are stored at
+# HYBRID_LOGIT_POSITIONS only (each side of 64 and 128, the first and last positions); the
+# argmax and the largest logit at every position. A fourth greedy prompt, the first
+# HYBRID_LONG_PROMPT ids of that sequence, decodes across position 128.
+HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2")
+DELTANET_CHUNK = 64
+HYBRID_LEN = 180
+HYBRID_SEED = 4242
+HYBRID_IDS = (32, 320)
+HYBRID_LONG_PROMPT = 120
+HYBRID_LOGIT_POSITIONS = [0, 1, 2, 3, 31, 62, 63, 64, 65, 66, 100, 126, 127, 128, 129, 130, 150,
+                          177, 178, 179]
+HYBRID_LOGITS_NOTE = (
+    "token_ids has HYBRID_LEN ids; logits_at_positions[i] is the full logits row at position "
+    "logit_positions[i]; argmax[p] and max_logit[p] are given for every position p; "
+    "argmax_margin_min is the smallest gap between the largest and second largest logit over "
+    "all positions (an engine's argmax can only differ where its logits differ by more)"
+)
+
+# Qwen3.5's added tokens in their real order (ids 248044.. in the released 248320-entry
+# vocabulary; here ids 0..25): <|endoftext|> pads, <|im_end|> ends a turn.
+QWEN35_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+                   "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
+                   "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+                   "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                   "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+                   "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+                   "<think>", "</think>"]
+
+# LFM2's first 14 ids as in LiquidAI's vocabulary (<|pad|> 0, <|startoftext|> 1 = BOS,
+# <|im_end|> 7 = EOS of the instruct models).
+LFM2_SPECIALS = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|fim_pre|>", "<|fim_mid|>",
+                 "<|fim_suf|>", "<|im_start|>", "<|im_end|>", "<|tool_list_start|>",
+                 "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
+                 "<|tool_response_start|>", "<|tool_response_end|>"]
+
+# The pre-tokenizer splits (before byte-level BPE) that llama.cpp applies for tokenizer.ggml.pre
+# "qwen35" (Qwen3.5's tokenizer.json: letters with their combining marks, single digits) and
+# "lfm2" (the Llama 3 split: digits in runs of up to 3).
+QWEN35_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+                r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LFM2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Qwen3.5's DeltaNet decay: per value head A = exp(A_log) log-spaced over [DECAY_A_MIN,
+# DECAY_A_MAX], so the per-token state decay exp(-A * softplus(a + dt_bias)) spans ~0.999
+# (state carried across chunks) to ~0.3 (the released init, A ~ U(0.01, 16), forgets almost
+# at once with random projections).
+DECAY_A_MIN = 0.002
+DECAY_A_MAX = 1.0
+
+# Hybrid kinds: std of a tied token embedding (hybrid_weights), and the smallest gap between the
+# largest and second largest logit that the golden ids and greedy decisions must show (the seed
+# is bumped otherwise; decision_margin), so that float noise cannot flip an argmax.
+TIED_EMBED_STD = 0.25
+ARGMAX_MIN_MARGIN = 1e-3
 
 # Mixture-of-experts kinds: routers scaled so router logits have std ~ROUTER_STD, and every
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
 
@@ -163,6 +247,115 @@ def gemma4_tokenizer(vocab_size: int):
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
                                                        special_tokens=[("<bos>", 2)])
     return tok
+
+
+def split_bpe_tokenizer(specials: list[str], vocab_size: int, bos: str | None, split: str):
+    """A byte-level BPE tokenizer laid out as the Qwen3.5 and LFM2 tokenizer.json files are: a
+    regex Split (`split`, isolated) then ByteLevel without its own regex; trained on the fixed
+    corpus (deterministic), the specials first. Prepends `bos` when given."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(mg.TINY_CORPUS.splitlines(keepends=True), trainer=trainer)
+    assert [tok.token_to_id(t) for t in specials] == list(range(len(specials)))
+    if bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def golden_ids(kind: str) -> list[int]:
+    """The token ids whose logits the goldens record: the last greedy prompt, or for a hybrid
+    kind HYBRID_LEN seeded ids (past two DeltaNet chunk boundaries)."""
+    import random
+
+    if kind in HYBRID_KINDS:
+        return random.Random(HYBRID_SEED).choices(range(*HYBRID_IDS), k=HYBRID_LEN)
+    return prompts_of(kind)[-1]
+
+
+def logits_fields(kind: str, logits) -> dict:
+    """The logits entries of a golden json: every row, or for a hybrid kind the rows at
+    HYBRID_LOGIT_POSITIONS with the argmax and largest logit of every position."""
+    import numpy as np
+
+    if kind not in HYBRID_KINDS:
+        return {"logits": [mg.f32_list(row) for row in logits],
+                "argmax": [int(i) for i in logits.argmax(-1)]}
+    assert logits.shape[0] == HYBRID_LEN, logits.shape
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    return {
+        "logits_note": HYBRID_LOGITS_NOTE,
+        "logit_positions": HYBRID_LOGIT_POSITIONS,
+        "logits_at_positions": [mg.f32_list(logits[p]) for p in HYBRID_LOGIT_POSITIONS],
+        "argmax": [int(i) for i in logits.argmax(-1)],
+        "max_logit": mg.f32_list(logits.max(-1)),
+        "argmax_margin_min": float((top2[:, 1] - top2[:, 0]).min()),
+    }
+
+
+def hybrid_weights(model, kind: str, seed: int):
+    """A hybrid kind's weights on top of randomize_weights: Qwen3.5's (qwen35_weights), and a
+    tied token embedding at std TIED_EMBED_STD (at std 1 the residual stream is mostly the
+    token's own embedding, which the tied output matrix then predicts: greedy repeats it)."""
+    import torch
+
+    if kind != "lfm2":
+        qwen35_weights(model, seed)
+    if model.config.tie_word_embeddings:
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(TIED_EMBED_STD)
+
+
+def qwen35_weights(model, seed: int):
+    """Qwen3.5 weights on top of randomize_weights (which puts every norm's w around 1): the
+    norms that scale by (1 + w) get w ~ N(0, 0.2^2), the same scales as the other kinds; the
+    gated norm of the linear attention (scales by w) keeps w ~ 1 + N(0, 0.2^2). Per DeltaNet
+    layer, A_log gives the value heads decays log-spaced over [DECAY_A_MIN, DECAY_A_MAX] in a
+    seeded order, dt_bias ~ N(0, 0.5^2)."""
+    import math
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 300)
+    with torch.no_grad():
+        for module in model.modules():
+            name = type(module).__name__
+            if name in ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm"):
+                module.weight.sub_(1.0)
+            elif name.endswith("GatedDeltaNet"):
+                n = module.num_v_heads
+                a = torch.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
+                module.A_log.copy_(a[torch.randperm(n, generator=g)].log())
+                module.dt_bias.copy_(0.5 * torch.randn(n, generator=g))
+
+
+def write_fused_experts(folder: Path, model):
+    """Rewrites `folder`'s model.safetensors with each layer's experts fused as the released
+    Qwen3.5 MoE checkpoints store them (`mlp.experts.gate_up_proj` [E, 2 * ffn, hidden], gate
+    rows first, and `mlp.experts.down_proj` [E, hidden, ffn], no `.weight` suffix), where
+    save_pretrained splits them into per-expert gate_proj / up_proj / down_proj tensors."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = folder / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        written = set(f.keys())
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    fused = {k for k in state if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))}
+    split = {k for k in written if ".mlp.experts." in k}
+    assert fused and split and written - split == set(state) - fused, (written ^ set(state))
+    path.unlink()
+    save_file(state, str(path), metadata={"format": "pt"})
 
 
 def tiny_folder(kind: str) -> Path:
@@ -328,18 +521,87 @@ def tiny_folder(kind: str) -> Path:
         cfg._experts_implementation = "eager"
         legacy = {}
         cls, seed = transformers.GptOssForCausalLM, 20 if mx else 19
+    elif kind in ("qwen35", "qwen35moe"):
+        # Qwen3.5 in small (the text model, Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM): 3 gated
+        # DeltaNet layers then 1 gated full-attention layer (full_attention_interval 4), as
+        # every Qwen3.5. Linear attention: 2 key heads and 4 value heads (the real 16 / 32),
+        # key and value head dims equal (16; real 128: llama.cpp requires them equal), conv
+        # kernel 4. Full attention: head_dim 32 with heads * head_dim (256) != hidden (64), as
+        # the 4B's 16 * 256 vs 2560; q_proj twice as wide (query and output gate per head),
+        # QK-norm, partial rotary 0.25 (8 of 32 dims) as interleaved MRoPE with mrope_section
+        # [2, 1, 1] (real [11, 11, 10]: sums to rotary_dim / 2). Dense: 8 heads / 2 K/V heads
+        # (the 4B/9B's 4:1), embeddings tied (as the smaller models). MoE: 8 heads / 1 K/V head (the
+        # 35B-A3B's 16 / 2), 8 experts top-2 (softmax, top-k, always renormalized), a shared
+        # expert behind a sigmoid gate, experts fused [E, 2 * ffn, hidden] as the released
+        # checkpoints store them, embeddings untied. Norms are (1 + w) except the gated norm.
+        moe = kind == "qwen35moe"
+        specials = QWEN35_SPECIALS
+        bos, eos, pad = None, "<|im_end|>", "<|endoftext|>"
+        template = (SDIST / "models" / "templates" / "Qwen3.5-4B.jinja").read_text()
+        rope = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                "mrope_interleaved": True, "mrope_section": [2, 1, 1]}
+        L, F = "linear_attention", "full_attention"
+        shape = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=4, layer_types=[L, L, L, F],
+                     num_attention_heads=8, num_key_value_heads=1 if moe else 2, head_dim=32,
+                     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                     linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                     max_position_embeddings=256, rms_norm_eps=1e-6, rope_parameters=rope,
+                     attention_bias=False, hidden_act="silu", tie_word_embeddings=not moe,
+                     bos_token_id=None, eos_token_id=2, pad_token_id=0)
+        if moe:
+            cfg = transformers.Qwen3_5MoeTextConfig(
+                **shape, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                shared_expert_intermediate_size=16)
+            cfg._experts_implementation = "eager"
+            cls, seed = transformers.Qwen3_5MoeForCausalLM, 22
+        else:
+            cfg = transformers.Qwen3_5TextConfig(**shape, intermediate_size=128)
+            cls, seed = transformers.Qwen3_5ForCausalLM, 21
+        legacy = {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "full_attention_interval": 4}
+    elif kind == "lfm2":
+        # LFM2 (LiquidAI/LFM2-1.2B / LFM2.5-1.2B) in small: its first 6 layers (conv, conv,
+        # attention, conv, conv, attention), double-gated short convolutions of kernel 3
+        # (conv_L_cache), attention with QK-norm, 4 heads / 2 K/V heads, head_dim 16, RMSNorm
+        # eps 1e-5, the final norm named embedding_norm, embeddings tied. The FFN width is
+        # derived as the real config does (block_auto_adjust_ff_dim): intermediate_size 136 ->
+        # int(2 * 136 / 3) = 90 -> rounded up to block_multiple_of 32 -> 96.
+        specials = LFM2_SPECIALS
+        bos, eos, pad = "<|startoftext|>", "<|im_end|>", "<|pad|>"
+        template = (SDIST / "models" / "templates" / "LFM2.5-Instruct.jinja").read_text()
+        C, F = "conv", "full_attention"
+        cfg = transformers.Lfm2Config(
+            vocab_size=vocab, hidden_size=64, intermediate_size=136, num_hidden_layers=6,
+            layer_types=[C, C, F, C, C, F], full_attn_idxs=[2, 5], num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            conv_L_cache=3, conv_bias=False, block_auto_adjust_ff_dim=True,
+            block_ffn_dim_multiplier=1.0, block_multiple_of=32, tie_word_embeddings=True,
+            bos_token_id=1, eos_token_id=7, pad_token_id=0,
+        )
+        # LiquidAI's config.json keys: block_ff_dim (= intermediate_size), tie_embedding,
+        # rope_theta.
+        legacy = {"rope_theta": 1000000.0, "block_ff_dim": 136, "tie_embedding": True}
+        cls, seed = transformers.Lfm2ForCausalLM, 23
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
     gemma4 = kind.startswith("gemma4")
     gpt_oss = kind.startswith("gpt-oss")
     # gpt-oss's tokenizer names <|startoftext|> but does not prepend it.
-    tok = (gemma4_tokenizer(vocab) if gemma4
-           else mg.build_tokenizer(specials, vocab, None if gpt_oss else bos))
+    if gemma4:
+        tok = gemma4_tokenizer(vocab)
+    elif kind in HYBRID_KINDS:
+        tok = split_bpe_tokenizer(specials, vocab, bos, LFM2_SPLIT if kind == "lfm2" else QWEN35_SPLIT)
+    else:
+        tok = mg.build_tokenizer(specials, vocab, None if gpt_oss else bos)
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
     if kind in MOE_KINDS:
-        model, seed, min_gap = decisive_moe(cls, cfg, seed, prompts_of(kind),
-                                            mxfp4_experts=kind == "gpt-oss-mxfp4")
+        # Routing decisive on the long logits sequence too.
+        routed = prompts_of(kind) + ([golden_ids(kind)] if kind in HYBRID_KINDS else [])
+        model, seed, min_gap = decisive_moe(cls, cfg, seed, routed,
+                                            mxfp4_experts=kind == "gpt-oss-mxfp4", kind=kind)
+    elif kind in HYBRID_KINDS:
+        model, seed = decisive_hybrid(cls, cfg, kind, seed)
     else:
         model = cls(cfg).eval()
         # Gemma 4's RMSNorm scales by w (not 1 + w): norms are randomized around 1 as for the
@@ -381,16 +643,18 @@ def tiny_folder(kind: str) -> Path:
         if (folder / extra).exists():
             (folder / extra).unlink()
     mx_doc = write_mxfp4_experts(folder, model) if kind == "gpt-oss-mxfp4" else None
+    if kind == "qwen35moe":
+        write_fused_experts(folder, model)
 
     load_kw = load_kwargs(kind)
     model2, info = cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32,
                                        output_loading_info=True, **load_kw)
     model2 = model2.eval()
-    if mx_doc is not None:
+    if mx_doc is not None or kind in HYBRID_KINDS:
         # Every tensor of the folder read, none left to its initializer.
         assert not any(info.values()), f"transformers did not read the folder as written: {info}"
     prompts = prompts_of(kind)
-    ids = prompts[-1]
+    ids = golden_ids(kind)
     with torch.no_grad():
         logits = model2(torch.tensor([ids])).logits[0].float().numpy()
         logits_mem = model(torch.tensor([ids])).logits[0].float().numpy()
@@ -408,6 +672,8 @@ def tiny_folder(kind: str) -> Path:
     moe = {}
     if gpt_oss:
         moe = gpt_oss_checks(model2, ids, logits, greedy, prompts, min_gap, seed)
+    elif kind == "qwen35moe":
+        moe = qwen35moe_checks(model2, ids, logits, min_gap, seed)
     elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
         routers = [router_of(layer) for layer in model2.model.layers]
@@ -447,8 +713,7 @@ def tiny_folder(kind: str) -> Path:
         "model_class": cls.__name__,
         "token_ids": ids,
         "vocab_size": vocab,
-        "logits": [mg.f32_list(row) for row in logits],
-        "argmax": [int(i) for i in logits.argmax(-1)],
+        **logits_fields(kind, logits),
         "greedy_prompts": prompts,
         "greedy": greedy,
         **({"layer_types": cfg.layer_types, "sliding_window": cfg.sliding_window,
@@ -458,9 +723,260 @@ def tiny_folder(kind: str) -> Path:
            if kind.startswith("gemma4") else {}),
         **moe,
         **({"mxfp4": mx_doc} if mx_doc is not None else {}),
+        **(hybrid_checks(model2, kind, ids, logits, seed) if kind in HYBRID_KINDS else {}),
     })
     print(f"wrote {folder.relative_to(ROOT)}")
     return folder
+
+
+# What the float64 figures are (hybrid kinds).
+FLOAT64_NOTE = (
+    "float64_*: against the same transformers model run in float64 throughout (golden_families.py "
+    "float64_logits: a float64 copy whose modeling module's float32 casts are made float64, RoPE "
+    "frequencies recomputed in float64; its prefill and its one-token-at-a-time decode agree to "
+    "float64_prefill_vs_stepwise_max_abs_diff), the exact answer to float32 noise: how far a float32 "
+    "reference is from it is the noise an engine's float32 logits may also carry"
+)
+
+# How transformers computes the hybrid layers on CPU (recorded in logits.json).
+HYBRID_KERNEL_NOTE = (
+    "flash-linear-attention (fla) and causal-conv1d are not installed: transformers falls back to "
+    "its PyTorch paths (it says so in its log): torch_chunk_gated_delta_rule (chunks of 64, a "
+    "triangular solve per chunk, the state carried between chunks) for a prompt, "
+    "torch_recurrent_gated_delta_rule for one-token decode steps, F.conv1d for the causal "
+    "depthwise convolutions (causal_conv1d_fn / causal_conv1d_update), all in float32"
+)
+
+
+LFM2_KERNEL_NOTE = (
+    "causal-conv1d is not installed: transformers computes the short convolutions with F.conv1d "
+    "(causal_conv1d_fn for a prompt, causal_conv1d_update for one-token decode steps), in float32"
+)
+
+
+def decode_stepwise(model, ids: list[int]):
+    """`model`'s logits for `ids` fed one token at a time through its cache."""
+    import numpy as np
+    import torch
+
+    rows, cache = [], None
+    with torch.no_grad():
+        for t in ids:
+            out = model(torch.tensor([[t]]), cache=cache, use_cache=True)
+            cache = out.cache
+            rows.append(out.logits[0, -1].float().numpy())
+    return np.stack(rows)
+
+
+class _Float64Torch:
+    """`torch` as a modeling module sees it inside float64_logits: float32 (and float) mean
+    float64, so the module's explicit float32 casts keep float64."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        return self._torch.float64 if name in ("float32", "float") else getattr(self._torch, name)
+
+
+def float64_logits(model, ids: list[int], stepwise: bool = False):
+    """`model`'s logits for `ids` computed in float64 throughout: a float64 copy, its modeling
+    module's float32 casts (the DeltaNet rules, the norms, the attention softmax) and
+    Tensor.float() made float64 while it runs, RoPE inverse frequencies recomputed in float64.
+    With `stepwise` one token at a time through the cache (a check that nothing is left in
+    float32: prefill and stepwise then agree to ~1e-12)."""
+    import copy
+    import sys
+
+    import numpy as np
+    import torch
+
+    m64 = copy.deepcopy(model).double()
+    mods = {sys.modules[type(x).__module__] for x in m64.modules()
+            if type(x).__module__.startswith("transformers.models.")}
+    saved_float = torch.Tensor.float
+    try:
+        for mod in mods:
+            mod.torch = _Float64Torch(torch)
+        torch.Tensor.float = lambda self, *a, **k: self.double()
+        for x in m64.modules():
+            if hasattr(x, "compute_default_rope_parameters") and hasattr(x, "inv_freq"):
+                assert x.rope_type == "default", x.rope_type
+                x.inv_freq = type(x).compute_default_rope_parameters(x.config)[0]
+                assert x.inv_freq.dtype == torch.float64
+        if stepwise:
+            out = decode_stepwise(m64, ids)
+        else:
+            with torch.no_grad():
+                out = m64(torch.tensor([ids]), use_cache=False).logits[0].numpy()
+    finally:
+        torch.Tensor.float = saved_float
+        for mod in mods:
+            mod.torch = torch
+    assert out.dtype == np.float64, out.dtype
+    return out
+
+
+def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
+    """What logits.json records for a hybrid kind: the layer types, which transformers code
+    paths ran, how far a one-token-at-a-time decode through the cache is from the prefill, and
+    for Qwen3.5 the DeltaNet facts: the decay and beta the golden tokens meet, how far
+    transformers' own recurrent rule is from its chunked one, and how much the logits move
+    when the state is not carried across chunk boundaries (so the goldens test that)."""
+    import importlib.util
+    import sys
+
+    import numpy as np
+    import torch
+
+    assert importlib.util.find_spec("fla") is None and importlib.util.find_spec("causal_conv1d") is None
+    cfg = model.config
+
+    def prefill():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    assert np.array_equal(prefill(), logits)
+    step_diff = float(np.abs(decode_stepwise(model, ids) - logits).max())
+    exact = float64_logits(model, ids)
+    exact_check = float(np.abs(float64_logits(model, ids, stepwise=True) - exact).max())
+    assert exact_check < 1e-9, exact_check
+    exact_diff = float(np.abs(logits - exact).max())
+    margin = decision_margin(model, kind)
+    assert margin > ARGMAX_MIN_MARGIN, margin
+    doc = {"layer_types": cfg.layer_types,
+           **({} if kind in MOE_KINDS else {"weights_seed": seed}),
+           "transformers_paths": LFM2_KERNEL_NOTE if kind == "lfm2" else HYBRID_KERNEL_NOTE,
+           "decision_margin_min": margin,
+           "decision_margin_note": "smallest gap between the largest and second largest logit over "
+                                   "every position of token_ids and every greedy decision (the "
+                                   f"weights' seed is bumped until it exceeds {ARGMAX_MIN_MARGIN})",
+           "stepwise_decode_max_abs_diff": step_diff,
+           "float64_max_abs_diff": exact_diff,
+           "float64_note": FLOAT64_NOTE,
+           "float64_prefill_vs_stepwise_max_abs_diff": exact_check}
+    print(f"{kind}: transformers one token at a time vs prefill {step_diff:.2e}; vs float64 {exact_diff:.2e} "
+          f"(float64 prefill vs stepwise {exact_check:.1e})")
+    if kind == "lfm2":
+        ff = model.model.layers[0].feed_forward.w1.out_features
+        assert ff == 96, ff
+        doc.update({"feed_forward_width": ff,
+                    "feed_forward_width_note": "block_auto_adjust_ff_dim: int(2 * intermediate_size / 3) "
+                                               "(90) rounded up to a multiple of block_multiple_of (96)",
+                    "conv_kernel": cfg.conv_L_cache})
+        return doc
+
+    layers = [layer.linear_attn for layer in model.model.layers if hasattr(layer, "linear_attn")]
+    mod = sys.modules[type(layers[0]).__module__]
+    chunked = mod.torch_chunk_gated_delta_rule
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs["g"].exp()[0], kwargs["beta"][0]))
+        return chunked(*args, **kwargs)
+
+    def recurrent(query, key, value, g, beta, chunk_size=64, **kwargs):
+        return mod.torch_recurrent_gated_delta_rule(query, key, value, g=g, beta=beta, **kwargs)
+
+    def state_dropped(query, key, value, g, beta, chunk_size=64, initial_state=None, **kwargs):
+        outs = []
+        for s in range(0, query.shape[1], chunk_size):
+            part = slice(s, s + chunk_size)
+            out, _ = chunked(query[:, part], key[:, part], value[:, part], g=g[:, part],
+                             beta=beta[:, part], chunk_size=chunk_size, initial_state=None, **kwargs)
+            outs.append(out)
+        return torch.cat(outs, dim=1), None
+
+    moved = {}
+    try:
+        for label, fn in (("recording", recording), ("recurrent", recurrent), ("dropped", state_dropped)):
+            mod.torch_chunk_gated_delta_rule = fn
+            moved[label] = np.abs(prefill() - logits).max(axis=-1)
+    finally:
+        mod.torch_chunk_gated_delta_rule = chunked
+    assert moved["recording"].max() == 0.0 and len(seen) == len(layers)
+    dropped = moved["dropped"]
+    assert dropped[:DELTANET_CHUNK].max() == 0.0 and dropped[DELTANET_CHUNK:].max() > 1.0, dropped
+    decay = [[[round(float(v), 4) for v in (d[:, h].min(), d[:, h].mean(), d[:, h].max())]
+              for h in range(d.shape[1])] for d, _ in seen]
+    print(f"{kind}: chunked vs recurrent rule {moved['recurrent'].max():.2e}; state dropped at chunk "
+          f"boundaries moves logits by {dropped.max():.2f}")
+    doc.update({
+        "deltanet_chunk_size": DELTANET_CHUNK,
+        "recurrent_rule_max_abs_diff": float(moved["recurrent"].max()),
+        "recurrent_rule_note": "transformers with torch_recurrent_gated_delta_rule (token by token) "
+                               "in place of the chunked rule for the whole prompt, against logits",
+        "state_dropped_at_chunk_boundaries_max_abs_diff": float(dropped.max()),
+        "state_dropped_note": "the chunked rule run on each 64-token chunk from a zero state: the "
+                              "logits from position 64 on move by this much (before 64: not at all)",
+        "decay_per_token_min_mean_max": decay,
+        "decay_note": "exp(g) = exp(-exp(A_log) * softplus(a + dt_bias)) over the golden tokens, "
+                      "per linear-attention layer and value head (the folder's head order)",
+        "beta_mean": [round(float(b.mean()), 4) for _, b in seen],
+    })
+    return doc
+
+
+def qwen35moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
+    """What logits.json records for the Qwen3.5 MoE: routing facts, and how far the logits move
+    when the top-k weights are not renormalized, when the shared expert's sigmoid gate is 0.5
+    (gate weight 0) and without the shared expert."""
+    import types
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    layers = model.model.layers
+    cfg = model.config
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    def softmax_topk(self, hidden_states):
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        router_logits = F.linear(hidden_states, self.weight)
+        probs = torch.softmax(router_logits, dtype=torch.float, dim=-1)
+        top, index = torch.topk(probs, self.top_k, dim=-1)
+        return router_logits, top.to(router_logits.dtype), index
+
+    for layer in layers:
+        layer.mlp.gate.forward = types.MethodType(softmax_topk, layer.mlp.gate)
+    not_renormalized = run()
+    for layer in layers:
+        del layer.mlp.gate.forward
+    diffs = {"renorm": float(np.abs(not_renormalized - logits).max())}
+    for label, param in (("gate", lambda mlp: mlp.shared_expert_gate.weight),
+                         ("shared", lambda mlp: mlp.shared_expert.down_proj.weight)):
+        saved = [param(layer.mlp).detach().clone() for layer in layers]
+        with torch.no_grad():
+            for layer in layers:
+                param(layer.mlp).zero_()
+        diffs[label] = float(np.abs(run() - logits).max())
+        with torch.no_grad():
+            for layer, s in zip(layers, saved):
+                param(layer.mlp).copy_(s)
+    assert np.array_equal(run(), logits)
+    assert min(diffs.values()) > 0.1, diffs
+    print(f"qwen35moe: logits move by {diffs['renorm']:.3f} without renormalizing, "
+          f"{diffs['gate']:.3f} with the shared gate at 0.5, {diffs['shared']:.3f} without the shared expert")
+    return {
+        "num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+        "routing": "router logits = W x; softmax over all experts; top-k; the k weights divided by "
+                   "their sum (always: Qwen3.5 has no norm_topk_prob switch); plus the shared "
+                   "expert times sigmoid(shared_expert_gate x)",
+        "not_renormalized_max_abs_diff": diffs["renorm"],
+        "shared_gate_half_max_abs_diff": diffs["gate"],
+        "shared_expert_removed_max_abs_diff": diffs["shared"],
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "router logits of every token of greedy_prompts + greedy and of token_ids + "
+                       "its greedy continuation, every layer: the k-th and (k+1)-th differ by at "
+                       "least router_min_topk_gap",
+        "experts_layout": "model.layers.N.mlp.experts.gate_up_proj [experts, 2 * moe_intermediate_size, "
+                          "hidden] (gate rows, then up rows) and mlp.experts.down_proj [experts, hidden, "
+                          "moe_intermediate_size], as Qwen/Qwen3.5-35B-A3B stores them",
+    }
 
 
 def router_of(layer):
@@ -580,6 +1096,8 @@ def load_kwargs(kind: str) -> dict:
     """from_pretrained's extra arguments for `kind`'s folder: gpt-oss's experts through the
     eager loop; MXFP4 experts dequantized on load (into the f32 parameters: exact; without
     dequantize transformers would want its Triton kernels from the Hub)."""
+    if kind == "qwen35moe":
+        return {"experts_implementation": "eager"}
     if not kind.startswith("gpt-oss"):
         return {}
     kw = {"experts_implementation": "eager"}
@@ -732,11 +1250,13 @@ def router_gaps(model, sequences: list[list[int]]):
     return float((top[:, k - 1] - top[:, k]).min()), float(all_logits.std())
 
 
-def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: bool = False):
+def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: bool = False,
+                 kind: str | None = None):
     """A random MoE model whose routing is decisive on the golden sequences (prompts and their
     greedy continuations): routers scaled to ROUTER_STD, seed bumped until the smallest top-k
     gap exceeds ROUTER_MIN_GAP. With `mxfp4_experts` the (gpt-oss) expert weights are replaced
-    by their MXFP4 quantization first. Returns (model, seed, gap)."""
+    by their MXFP4 quantization first. A hybrid `kind` gets hybrid_weights and must also have
+    decisive argmaxes (decision_margin). Returns (model, seed, gap)."""
     import torch
 
     for attempt in range(20):
@@ -745,6 +1265,8 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
         mg.randomize_weights(model, seed=s, gemma=False)
         if cfg.model_type == "gpt_oss":
             gpt_oss_weights(model, s)
+        if kind in HYBRID_KINDS:
+            hybrid_weights(model, kind, s)
         if mxfp4_experts:
             mxfp4_round_trip(model)
         with torch.no_grad():
@@ -758,25 +1280,70 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
             seqs.append([int(t) for t in out[0]])
         gap, std = router_gaps(model, seqs)
         print(f"seed {s}: router logit std {std:.2f}, min top-{cfg.num_experts_per_tok} gap {gap:.2e}")
-        if gap > ROUTER_MIN_GAP:
-            return model, s, gap
+        if gap <= ROUTER_MIN_GAP:
+            continue
+        if kind in HYBRID_KINDS:
+            margin = decision_margin(model, kind)
+            print(f"seed {s}: smallest argmax margin {margin:.2e}")
+            if margin <= ARGMAX_MIN_MARGIN:
+                continue
+        return model, s, gap
     raise RuntimeError("no seed gives decisive routing")
 
 
+def decisive_hybrid(cls, cfg, kind: str, seed: int):
+    """A random model of the (dense) hybrid `kind` whose argmaxes are decisive: seed bumped until
+    decision_margin exceeds ARGMAX_MIN_MARGIN. Returns (model, seed)."""
+    for attempt in range(20):
+        s = seed + 1000 * attempt
+        model = cls(cfg).eval()
+        mg.randomize_weights(model, seed=s, gemma=False)
+        hybrid_weights(model, kind, s)
+        margin = decision_margin(model, kind)
+        print(f"seed {s}: smallest argmax margin {margin:.2e}")
+        if margin > ARGMAX_MIN_MARGIN:
+            return model, s
+    raise RuntimeError("no seed gives decisive argmaxes")
+
+
+def decision_margin(model, kind: str) -> float:
+    """The smallest gap between the largest and second largest logit over every position of
+    golden_ids(kind) and every greedy decision on prompts_of(kind)."""
+    import numpy as np
+    import torch
+
+    margins = []
+    for p in prompts_of(kind) + [golden_ids(kind)]:
+        with torch.no_grad():
+            seq = model.generate(torch.tensor([p]), max_new_tokens=CONTINUE, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)[0]
+            logits = model(seq[None, :-1], use_cache=False).logits[0].float().numpy()
+        # The prompt's own positions count only for the golden ids.
+        rows = logits if len(p) == HYBRID_LEN else logits[len(p) - 1:]
+        top2 = np.sort(rows, axis=-1)[:, -2:]
+        margins.append(float((top2[:, 1] - top2[:, 0]).min()))
+    return min(margins)
+
+
 def prompts_of(kind: str) -> list[list[int]]:
-    """The greedy prompts; the last one's logits are recorded at every position."""
+    """The greedy prompts; the last one's logits are recorded at every position, except for a
+    hybrid kind (golden_ids), whose last prompt is the first HYBRID_LONG_PROMPT of those ids."""
     if kind == "phi3":
         return [list(range(100, 125)), list(range(40, 58))]
+    if kind in HYBRID_KINDS:
+        return PROMPTS + [golden_ids(kind)[:HYBRID_LONG_PROMPT]]
     return PROMPTS
 
 
-def convert(folder: Path, out: Path, pre: str):
-    """llama.cpp's converter on `folder`, F32, with the tokenizer's pre-tokenizer named `pre`."""
+def convert(folder: Path, out: Path, pre: str, extra: list[str] | None = None):
+    """llama.cpp's converter on `folder`, F32, with the tokenizer's pre-tokenizer named `pre`
+    and `extra` arguments."""
+    argv = ["convert_hf_to_gguf.py", str(folder), "--outfile", str(out), "--outtype", "f32", *(extra or [])]
     code = f"""
 import sys
 sys.path.insert(0, {str(SDIST / 'gguf-py')!r})
 sys.path.insert(0, {str(SDIST)!r})
-sys.argv = ["convert_hf_to_gguf.py", {str(folder)!r}, "--outfile", {str(out)!r}, "--outtype", "f32"]
+sys.argv = {argv!r}
 import conversion.base as base
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}
 import runpy
@@ -953,13 +1520,210 @@ def mxfp4_gguf_checks(gguf_path: Path, folder: Path) -> dict:
                        "gate_up_proj, up = odd rows); every other tensor F32"}
 
 
+def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], scores, greedy,
+                     hf: dict) -> dict:
+    """llama.cpp's logits and greedy continuations of a hybrid kind against transformers' on
+    the folder (recomputed: logits.json keeps only some rows), over every position and per
+    DeltaNet chunk, plus the checks of the GGUF's layout (hybrid_gguf_layout)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float32, **load_kwargs(kind)).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+    assert ref.argmax(-1).tolist() == hf["argmax"], "transformers' reload differs from logits.json"
+    exact_diff = float(np.abs(float64_logits(model, ids) - scores).max())
+    diff = np.abs(ref - scores).max(axis=-1)
+    chunks = {f"{a}..{min(a + DELTANET_CHUNK, len(ids)) - 1}": float(diff[a:a + DELTANET_CHUNK].max())
+              for a in range(0, len(ids), DELTANET_CHUNK)}
+    argmax_same = bool((ref.argmax(-1) == scores.argmax(-1)).all())
+    greedy_same = [a == b for a, b in zip(greedy, hf["greedy"])]
+    # The long prompt's first greedy token is the argmax of the prefill at its last position.
+    assert greedy[-1][0] == int(scores[HYBRID_LONG_PROMPT - 1].argmax()), "llama.cpp state reuse"
+    print(f"{kind}: llama.cpp vs transformers max |diff| {diff.max():.2e} (position {int(diff.argmax())}; "
+          f"per chunk {chunks}); argmax equal at every position {argmax_same}; greedy equal {greedy_same}; "
+          f"llama.cpp vs float64 {exact_diff:.2e}")
+    return {
+        "max_abs_diff_vs_transformers": float(diff.max()),
+        "max_abs_diff_vs_float64": exact_diff,
+        "llamacpp_paths": LLAMACPP_SHORTCONV_NOTE if kind == "lfm2" else LLAMACPP_DELTANET_NOTE,
+        "float64_note": FLOAT64_NOTE + "; transformers' own float32 logits are float64_max_abs_diff "
+                        "from it (logits.json)",
+        "max_abs_diff_vs_transformers_position": int(diff.argmax()),
+        "max_abs_diff_vs_transformers_per_chunk": chunks,
+        "argmax_equals_transformers_every_position": argmax_same,
+        "greedy_equals_transformers": greedy_same,
+        "gguf_layout": hybrid_gguf_layout(kind, gguf_path, folder),
+    }
+
+
+def qwen35_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for a Qwen3.5 (MoE) folder, computed from the
+    folder's tensors `hf` (numpy, HF shapes; GGUFReader gives the same shapes, ne reversed)."""
+    import numpy as np
+
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    kd = nk * dk
+
+    def tiled(x, axis: int, head_dim: int):
+        # V heads from grouped (k0v0 k0v1 k1v0 k1v1: value head h uses key head h // (nv/nk))
+        # to tiled order (k0v0 k1v0 k0v1 k1v1: GGUF head g uses key head g % nk).
+        x = np.moveaxis(x, axis, 0)
+        shape = x.shape
+        x = x.reshape(nk, nv // nk, head_dim, *shape[1:]).swapaxes(0, 1).reshape(shape)
+        return np.moveaxis(x, 0, axis)
+
+    one_plus = lambda w: (1.0 + w).astype(np.float32)  # noqa: E731
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            "output_norm.weight": one_plus(hf["model.norm.weight"])}
+    if "lm_head.weight" in hf:
+        want["output.weight"] = hf["lm_head.weight"]
+    for i, layer_type in enumerate(cfg["layer_types"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        want[b + "attn_norm.weight"] = one_plus(hf[p + "input_layernorm.weight"])
+        want[b + "post_attention_norm.weight"] = one_plus(hf[p + "post_attention_layernorm.weight"])
+        if layer_type == "linear_attention":
+            la = p + "linear_attn."
+            qkv, conv = hf[la + "in_proj_qkv.weight"], hf[la + "conv1d.weight"][:, 0, :]
+            want.update({
+                b + "attn_qkv.weight": np.concatenate([qkv[:2 * kd], tiled(qkv[2 * kd:], 0, dv)]),
+                b + "attn_gate.weight": tiled(hf[la + "in_proj_z.weight"], 0, dv),
+                b + "ssm_alpha.weight": tiled(hf[la + "in_proj_a.weight"], 0, 1),
+                b + "ssm_beta.weight": tiled(hf[la + "in_proj_b.weight"], 0, 1),
+                b + "ssm_a": -np.exp(tiled(hf[la + "A_log"], 0, 1)),
+                b + "ssm_dt.bias": tiled(hf[la + "dt_bias"], 0, 1),
+                b + "ssm_conv1d.weight": np.concatenate([conv[:2 * kd], tiled(conv[2 * kd:], 0, dv)]),
+                b + "ssm_norm.weight": hf[la + "norm.weight"],
+                b + "ssm_out.weight": tiled(hf[la + "out_proj.weight"], 1, dv),
+            })
+        else:
+            sa = p + "self_attn."
+            want.update({b + "attn_q.weight": hf[sa + "q_proj.weight"],
+                         b + "attn_k.weight": hf[sa + "k_proj.weight"],
+                         b + "attn_v.weight": hf[sa + "v_proj.weight"],
+                         b + "attn_output.weight": hf[sa + "o_proj.weight"],
+                         b + "attn_q_norm.weight": one_plus(hf[sa + "q_norm.weight"]),
+                         b + "attn_k_norm.weight": one_plus(hf[sa + "k_norm.weight"])})
+        m = p + "mlp."
+        if m + "experts.gate_up_proj" in hf:
+            gate_up = hf[m + "experts.gate_up_proj"]
+            ff = gate_up.shape[1] // 2
+            want.update({b + "ffn_gate_inp.weight": hf[m + "gate.weight"],
+                         b + "ffn_gate_exps.weight": gate_up[:, :ff],
+                         b + "ffn_up_exps.weight": gate_up[:, ff:],
+                         b + "ffn_down_exps.weight": hf[m + "experts.down_proj"],
+                         b + "ffn_gate_inp_shexp.weight": hf[m + "shared_expert_gate.weight"],
+                         b + "ffn_gate_shexp.weight": hf[m + "shared_expert.gate_proj.weight"],
+                         b + "ffn_up_shexp.weight": hf[m + "shared_expert.up_proj.weight"],
+                         b + "ffn_down_shexp.weight": hf[m + "shared_expert.down_proj.weight"]})
+        else:
+            want.update({b + f"ffn_{w}.weight": hf[m + f"{w}_proj.weight"] for w in ("gate", "up", "down")})
+    return want
+
+
+def lfm2_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for an LFM2 folder, from the folder's tensors."""
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            # LFM2's final norm (model.embedding_norm, applied after the last layer) keeps the
+            # name of an embedding norm in GGUF.
+            "token_embd_norm.weight": hf["model.embedding_norm.weight"]}
+    for i, layer_type in enumerate(cfg["layer_types"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        want.update({b + "attn_norm.weight": hf[p + "operator_norm.weight"],
+                     b + "ffn_norm.weight": hf[p + "ffn_norm.weight"],
+                     b + "ffn_gate.weight": hf[p + "feed_forward.w1.weight"],
+                     b + "ffn_up.weight": hf[p + "feed_forward.w3.weight"],
+                     b + "ffn_down.weight": hf[p + "feed_forward.w2.weight"]})
+        if layer_type == "conv":
+            want.update({b + "shortconv.conv.weight": hf[p + "conv.conv.weight"][:, 0, :],
+                         b + "shortconv.in_proj.weight": hf[p + "conv.in_proj.weight"],
+                         b + "shortconv.out_proj.weight": hf[p + "conv.out_proj.weight"]})
+        else:
+            sa = p + "self_attn."
+            want.update({b + "attn_q.weight": hf[sa + "q_proj.weight"],
+                         b + "attn_k.weight": hf[sa + "k_proj.weight"],
+                         b + "attn_v.weight": hf[sa + "v_proj.weight"],
+                         b + "attn_output.weight": hf[sa + "out_proj.weight"],
+                         b + "attn_q_norm.weight": hf[sa + "q_layernorm.weight"],
+                         b + "attn_k_norm.weight": hf[sa + "k_layernorm.weight"]})
+    return want
+
+
+# How llama.cpp computes the hybrid layers on CPU (recorded in the llama.cpp json).
+LLAMACPP_DELTANET_NOTE = (
+    "ggml-cpu runs each gated DeltaNet layer as one fused op, ggml_gated_delta_net (llama_context "
+    "sets fused_gdn_ch / fused_gdn_ar, not probed on CPU): per value head a token-by-token "
+    "recurrence in float32 over the whole ubatch (here all the prompt's tokens in one), not "
+    "chunked as transformers; the state of a head is kept transposed (s[j * S_v + i] = S[i][j] for "
+    "transformers' S [key dim][value dim]); q and k L2-normalized as rms_norm(x, eps / n) / sqrt(n) "
+    "= x / sqrt(sum x^2 + eps) with eps = rms_norm_eps (transformers: eps 1e-6 fixed; equal here); "
+    "the 1 / sqrt(head_k_dim) scale applied to the output instead of q; value head g reads key "
+    "head g % n_k_heads (the converter's tiled order); the causal conv is ggml_ssm_conv over the "
+    "kernel-1 previous inputs kept as recurrent state followed by SiLU"
+)
+LLAMACPP_SHORTCONV_NOTE = (
+    "ggml-cpu computes LFM2's short convolution with ggml_ssm_conv over the L - 1 = 2 previous "
+    "inputs (B * x) kept as recurrent state, the attention layers with an F32 K/V cache"
+)
+
+# How llama.cpp's converter lays out a hybrid GGUF (recorded in the llama.cpp json).
+QWEN35_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor transformed as follows (checked, numpy shapes = "
+    "ggml ne reversed): norms that scale by (1 + w) are stored as 1 + w (attn_norm, "
+    "post_attention_norm, attn_q_norm, attn_k_norm, output_norm), the gated DeltaNet norm ssm_norm "
+    "as w; ssm_a = -exp(A_log); ssm_dt.bias = dt_bias; ssm_conv1d.weight [conv_dim, kernel] = "
+    "conv1d.weight [conv_dim, 1, kernel] squeezed (ne [kernel, conv_dim]); attn_qkv = in_proj_qkv, "
+    "attn_gate = in_proj_z, ssm_alpha = in_proj_a, ssm_beta = in_proj_b, ssm_out = out_proj. When "
+    "linear_num_value_heads > linear_num_key_heads the value heads are reordered from grouped "
+    "(HF: value head h reads key head h // (nv / nk)) to tiled (GGUF: value head g reads key head "
+    "g % nk; g = i_r * nk + i_k holds HF head i_k * (nv / nk) + i_r) in the V rows of attn_qkv and "
+    "ssm_conv1d, the rows of attn_gate, ssm_alpha, ssm_beta, the entries of ssm_a and ssm_dt, and "
+    "the columns of ssm_out. Full attention: attn_q is q_proj unchanged (per head head_dim query "
+    "rows then head_dim gate rows). MoE: ffn_gate_exps / ffn_up_exps = the first / second half of "
+    "gate_up_proj's rows, ffn_down_exps = down_proj, ffn_gate_inp = mlp.gate, ffn_*_shexp = the "
+    "shared expert, ffn_gate_inp_shexp = shared_expert_gate. Tied embeddings: no output.weight."
+)
+LFM2_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor, renamed (checked): the final norm "
+    "model.embedding_norm is token_embd_norm.weight (applied after the last layer, as in "
+    "transformers, despite both names); operator_norm -> attn_norm, feed_forward.w1/w3/w2 -> "
+    "ffn_gate/up/down, conv.conv.weight [hidden, 1, L] squeezed -> shortconv.conv.weight (ne [L, "
+    "hidden]), conv.in_proj (rows B, C, x) -> shortconv.in_proj, self_attn.out_proj -> attn_output, "
+    "q/k_layernorm -> attn_q/k_norm; lfm2.attention.head_count_kv is per layer, 0 for the conv "
+    "layers; lfm2.feed_forward_length is the derived width (96)."
+)
+
+
+def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
+    """Checks that every tensor of the converter's GGUF is the folder's tensor transformed as
+    the note returned says (exactly, or within 1 ulp where the converter computes in float32),
+    and that the GGUF has no other tensor."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    hf = load_file(str(folder / "model.safetensors"))
+    cfg = json.loads((folder / "config.json").read_text())
+    want = lfm2_gguf_expected(hf, cfg) if kind == "lfm2" else qwen35_gguf_expected(hf, cfg)
+    reader = mxfp4.gguf_module().GGUFReader(str(gguf_path))
+    got = {t.name: np.asarray(t.data) for t in reader.tensors}
+    assert set(got) == set(want), sorted(set(got) ^ set(want))
+    for name, w in want.items():
+        assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
+        assert np.allclose(got[name], w, rtol=1e-6, atol=0), name
+    print(f"{gguf_path.name}: all {len(got)} tensors are the folder's, transformed as documented")
+    return {"tensors_checked": len(got), "note": LFM2_GGUF_NOTE if kind == "lfm2" else QWEN35_GGUF_NOTE}
+
+
 def gguf_golden(kind: str, folder: Path):
     import numpy as np
 
     out = GOLDEN / f"tiny-{kind}.gguf"
-    convert(folder, out, PRE[kind])
+    convert(folder, out, PRE[kind], CONVERT_ARGS.get(kind))
     prompts = prompts_of(kind)
-    ids = prompts[-1]
+    ids = golden_ids(kind)
     scores, greedy, version = llamacpp(out, ids, prompts)
     hf = json.loads((folder / "logits.json").read_text()) if (folder / "logits.json").exists() else None
     doc = {
@@ -967,13 +1731,16 @@ def gguf_golden(kind: str, folder: Path):
                   "F32 K/V cache, no flash attention",
         "gguf": out.name,
         "token_ids": ids,
-        "logits": [mg.f32_list(row) for row in scores],
+        **(logits_fields(kind, scores) if kind in HYBRID_KINDS
+           else {"logits": [mg.f32_list(row) for row in scores]}),
         "greedy_prompts": prompts,
         "greedy": greedy,
     }
     if kind.startswith("gemma4"):
         doc["note"] = GELU_NOTE
-    if hf is not None and hf.get("token_ids") == ids:
+    if kind in HYBRID_KINDS:
+        doc.update(hybrid_agreement(kind, folder, out, ids, scores, greedy, hf))
+    elif hf is not None and hf.get("token_ids") == ids:
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
         print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
@@ -1003,7 +1770,8 @@ def gguf_golden(kind: str, folder: Path):
 
 def main(kinds):
     for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
-                          "qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "mxfp4-blocks"]:
+                          "qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "mxfp4-blocks",
+                          "qwen35", "qwen35moe", "lfm2"]:
         if kind == "mxfp4-blocks":
             mxfp4.blocks_golden(GOLDEN / "mxfp4_blocks.json")
             continue
