@@ -83,6 +83,14 @@ impl EngineCore {
         tokenizer: Arc<Tokenizer>,
         config: &EngineConfig,
     ) -> Result<Self, EngineError> {
+        if model.config().has_recurrent_state() {
+            // The scheduler does not hand out state slots yet (`state_pool.rs` is the pool it
+            // will use): refused by name rather than run with a shared state.
+            return Err(EngineError::Model(pagoda_model::ModelError::InvalidConfig(format!(
+                "this {} model is a hybrid (recurrent layers beside attention), and serving                  hybrids (pagoda run / serve) is not available yet: the engine does not                  schedule their per-sequence state. Use a transformer model for now",
+                model.config().arch.family().display
+            ))));
+        }
         let layout = KvLayout::plan(&model, config)?;
         let cache = model.try_new_paged_cache(layout.n_blocks, layout.block_size, layout.dtype)?;
         let pool = BlockPool::new(layout.n_blocks, layout.block_size, config.prefix_caching);

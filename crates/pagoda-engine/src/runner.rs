@@ -65,6 +65,7 @@ impl ModelRunner {
                     (true, _) => Some(Logits::All),
                 },
                 adapter: adapters.get(i).and_then(Option::as_ref),
+                state_slot: None,
             })
             .collect();
         Ok(self.model.forward_batch(&segments, &mut self.cache)?)

@@ -45,6 +45,8 @@ pub enum Architecture {
     /// gpt-oss (llama.cpp `gpt-oss`): attention sinks, biases, alternating sliding layers,
     /// experts with the clamped SwiGLU.
     GptOss,
+    /// LFM2 (llama.cpp `lfm2`): a hybrid of gated short-convolution and attention layers.
+    Lfm2,
 }
 
 impl Architecture {
@@ -61,6 +63,7 @@ impl Architecture {
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
         Architecture::GptOss,
+        Architecture::Lfm2,
     ];
 }
 
@@ -176,6 +179,31 @@ pub struct ModelConfig {
     pub variants: LayerVariants,
     /// Mixture-of-experts feed-forward layers, if the model has them.
     pub moe: Option<MoeConfig>,
+    /// Recurrent token mixers in some layers (hybrid models), if the model has them.
+    pub hybrid: Option<HybridConfig>,
+}
+
+/// What mixes tokens in one layer of a hybrid model (issue 40).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mixer {
+    /// Attention over the paged K/V, as every layer of a transformer.
+    Attention,
+    /// LFM2's gated short convolution: `in_proj` gives B, C and x per row; the output is
+    /// `out_proj(C · conv(B · x))` with a causal depthwise convolution of
+    /// [`HybridConfig::conv_kernel`] taps. Its state per sequence: the last `conv_kernel - 1`
+    /// rows of `B · x`.
+    ShortConv,
+}
+
+/// The layers of a hybrid model whose token mixer is recurrent: their per-sequence state
+/// lives in a state slot (`pagoda-engine`'s state pool) instead of K/V blocks, and such a
+/// layer keeps no K/V.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HybridConfig {
+    /// One entry per layer.
+    pub mixers: Vec<Mixer>,
+    /// Taps of the causal convolution (LFM2's `conv_L_cache`).
+    pub conv_kernel: usize,
 }
 
 /// A mixture-of-experts feed-forward layer: a router picks `n_used` of `n_experts` gated
@@ -299,6 +327,21 @@ impl ModelConfig {
         if self.layer_is_sliding.iter().any(|&s| s) && self.sliding_window.is_none() {
             return bad("sliding-window layers without a window size".into());
         }
+        if let Some(h) = &self.hybrid {
+            if h.mixers.len() != self.n_layers {
+                return bad(format!(
+                    "{} layer mixers for {} layers",
+                    h.mixers.len(),
+                    self.n_layers
+                ));
+            }
+            if !(2..=64).contains(&h.conv_kernel) {
+                return bad(format!(
+                    "a causal convolution of {} taps (2 to 64 are supported)",
+                    h.conv_kernel
+                ));
+            }
+        }
         self.validate_variants()
     }
 
@@ -368,9 +411,12 @@ impl ModelConfig {
             .find(|&j| self.layer_is_sliding[j] == sliding)
     }
 
-    /// Width of the K/V cache layer `i` keeps: its K/V width, 0 for a KV-shared layer.
+    /// Width of the K/V cache layer `i` keeps: its K/V width, 0 for a KV-shared layer or a
+    /// recurrent one.
     pub fn layer_kv_cache_dim(&self, i: usize) -> usize {
-        if self.variants.kv_shared == 0 || i < self.first_kv_shared() {
+        if self.layer_mixer(i) != Mixer::Attention {
+            0
+        } else if self.variants.kv_shared == 0 || i < self.first_kv_shared() {
             self.layer_kv_dim(i)
         } else {
             0
@@ -409,11 +455,34 @@ impl ModelConfig {
     pub fn irregular_layers(&self) -> Option<&'static str> {
         if self.moe.is_some() {
             Some("its feed-forward layers are mixtures of experts")
+        } else if self.hybrid.is_some() {
+            Some("some of its layers are recurrent (a hybrid model)")
         } else if self.variants != LayerVariants::default() {
             Some("its layers differ in shape or share K/V and per-layer inputs")
         } else {
             None
         }
+    }
+
+    /// Layer `i`'s token mixer (attention unless the model is a hybrid that says otherwise).
+    pub fn layer_mixer(&self, i: usize) -> Mixer {
+        self.hybrid
+            .as_ref()
+            .and_then(|h| h.mixers.get(i).copied())
+            .unwrap_or(Mixer::Attention)
+    }
+
+    /// f32 values of one sequence's recurrent state in layer `i` (0 for attention layers).
+    pub fn layer_state_floats(&self, i: usize) -> usize {
+        match (self.layer_mixer(i), &self.hybrid) {
+            (Mixer::ShortConv, Some(h)) => h.conv_kernel.saturating_sub(1) * self.hidden_size,
+            _ => 0,
+        }
+    }
+
+    /// Whether any layer keeps a recurrent state (the model needs a state slot per sequence).
+    pub fn has_recurrent_state(&self) -> bool {
+        (0..self.n_layers).any(|i| self.layer_state_floats(i) > 0)
     }
 
     /// Whether layer `i`'s feed-forward is a mixture of experts.

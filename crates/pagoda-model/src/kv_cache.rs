@@ -95,6 +95,12 @@ pub trait KvStorage: Any + Send + Sync + std::fmt::Debug {
 
     /// The storage as its own type, for the forward pass of its device.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    /// The recurrent state of a hybrid model's layers held beside the K/V, if any
+    /// ([`crate::recurrent_state`]).
+    fn recurrent_states(&mut self) -> Option<&mut crate::recurrent_state::RecurrentStates> {
+        None
+    }
 }
 
 /// Paged keys and values of every layer.
@@ -200,6 +206,20 @@ impl PagedKvCache {
     }
 
     /// The device's storage, for a forward pass on that device.
+    /// Remakes the recurrent state beside the K/V with `slots` zeroed slots per recurrent
+    /// layer (a hybrid model's cache for `slots` sequences); no effect without recurrent
+    /// layers.
+    pub fn set_state_slots(&mut self, slots: usize) {
+        if let Some(states) = self.storage.recurrent_states() {
+            states.set_slots(slots);
+        }
+    }
+
+    /// State slots per recurrent layer (0 for a model without recurrent layers).
+    pub fn state_slots(&mut self) -> usize {
+        self.storage.recurrent_states().map_or(0, |s| s.slots())
+    }
+
     pub(crate) fn storage_mut(&mut self) -> &mut dyn KvStorage {
         &mut *self.storage
     }

@@ -27,6 +27,7 @@ pub mod kv_cache;
 pub mod lora;
 pub mod observer;
 pub mod placement;
+pub mod recurrent_state;
 pub mod rope_order;
 pub mod safetensors;
 pub mod source;

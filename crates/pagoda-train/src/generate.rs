@@ -198,6 +198,7 @@ fn generate_batch(
                 block_table: &live[*k].table,
                 logits: Some(Logits::Last),
                 adapter: None,
+                state_slot: None,
             })
             .collect();
         let logits = teacher.forward_batch(&segments, &mut kv)?;

@@ -348,6 +348,7 @@ impl LabelCache {
                     block_table: &tables[s - first][..sequences[s].len().div_ceil(BLOCK)],
                     logits: Some(Logits::All),
                     adapter: None,
+                    state_slot: None,
                 })
                 .collect();
             let logits = teacher.forward_batch(&segments, &mut cache)?;

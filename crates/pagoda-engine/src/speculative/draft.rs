@@ -122,6 +122,7 @@ impl DraftProposer {
                         // The draft proposes with its own weights only; the target verifies
                         // under the request's adapter.
                         adapter: None,
+                        state_slot: None,
                     }
                 })
                 .collect();

@@ -237,6 +237,23 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         out: &mut Self::Act,
     ) -> Result<(), ModelError>;
 
+    /// LFM2's gated short convolution over `bcx` (`[rows, 3 · channels]`: B, C and x of each
+    /// row): per sequence of the pass, `out = C · conv(B · x)` (`[rows, channels]`) with the
+    /// causal depthwise convolution of `weight` (`[channels, taps]`, oldest tap first),
+    /// continuing from and updating the sequence's slot of `state` (`(floats per slot, every
+    /// slot, the pass's slot per sequence)`: the last `taps - 1` rows of `B · x`, oldest
+    /// first); a sequence whose rows start at position 0 starts from zeros. Backends without
+    /// recurrent layers refuse.
+    fn short_conv(
+        &self,
+        weight: &[f32],
+        taps: usize,
+        state: (usize, &mut [f32], &[u32]),
+        bcx: &Self::Act,
+        pass: &Self::Pass<'_>,
+        out: &mut Self::Act,
+    ) -> Result<(), ModelError>;
+
     /// `gate = act(gate) * up`.
     fn gated(
         &self,

@@ -55,7 +55,11 @@ impl PagedKvCache {
             .map(|i| cfg.layer_kv_cache_dim(i))
             .collect();
         let layers = host_layers(&kv_dims, &shape);
-        PagedKvCache::with_storage(shape, Box::new(DeviceKv::new(Cpu, shape, layers)))
+        let floats: Vec<usize> = (0..cfg.n_layers)
+            .map(|i| cfg.layer_state_floats(i))
+            .collect();
+        let states = crate::recurrent_state::RecurrentStates::new(&floats, 1);
+        PagedKvCache::with_storage(shape, Box::new(DeviceKv::new(Cpu, shape, layers, states)))
     }
 }
 
@@ -174,6 +178,18 @@ impl Backend for Cpu {
             scratch.lora.clear();
             out
         })
+    }
+
+    fn short_conv(
+        &self,
+        weight: &[f32],
+        taps: usize,
+        (floats, slots, batch): (usize, &mut [f32], &[u32]),
+        bcx: &Vec<f32>,
+        pass: &CpuPass<'_>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        super::short_conv::run_cpu(weight, taps, (floats, slots, batch), bcx, pass.seqs, out)
     }
 
     fn load_linear(

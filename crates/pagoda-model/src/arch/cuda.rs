@@ -534,6 +534,21 @@ impl Backend for Cuda {
         body(kv, act, &mut pass)
     }
 
+    fn short_conv(
+        &self,
+        _weight: &[f32],
+        _taps: usize,
+        _state: (usize, &mut [f32], &[u32]),
+        _bcx: &CudaAct,
+        _pass: &CudaPass<'_>,
+        _out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        Err(ModelError::Device(
+            "recurrent (hybrid) layers run on the CPU only; load this model with --device cpu"
+                .into(),
+        ))
+    }
+
     fn load_linear(
         &self,
         weights: &Weights,

@@ -17,14 +17,20 @@
 //! (`cfg.kv_source`), which an earlier layer of the same pass wrote; after the MLP a layer may
 //! add its per-layer input ([`super::per_layer`]) and scale its output
 //! (`layer_output_scale`).
+//!
+//! In a hybrid model (`cfg.hybrid`) a layer's token mixer may be recurrent instead of
+//! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`]): it
+//! reads and writes its sequences' state slots ([`crate::recurrent_state`]) and keeps no K/V.
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
 use super::moe::MoeBlock;
 use super::per_layer::PerLayerGate;
 use super::rope::Rope;
-use crate::config::RopeScaling;
+use super::short_conv::ShortConv;
+use crate::config::{Mixer, RopeScaling};
 use crate::family::NormPlacement;
+use crate::recurrent_state::RecurrentStates;
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 use std::ops::Range;
@@ -40,7 +46,7 @@ enum LayerRope {
 #[derive(Debug)]
 struct DecoderLayer<B: Backend> {
     attn_norm: B::Norm,
-    attn: AttentionWeights<B>,
+    mixer: TokenMixer<B>,
     /// Sandwich norms: after attention and after the MLP.
     post_norms: Option<(B::Norm, B::Norm)>,
     ffn_norm: B::Norm,
@@ -52,6 +58,22 @@ struct DecoderLayer<B: Backend> {
     per_layer: Option<PerLayerGate<B>>,
     /// Multiplier on the layer's output (`layer_output_scale`), if the file has one.
     output_scale: Option<f32>,
+}
+
+/// What mixes a layer's tokens.
+#[derive(Debug)]
+enum TokenMixer<B: Backend> {
+    Attention(AttentionWeights<B>),
+    ShortConv(ShortConv<B>),
+}
+
+impl<B: Backend> TokenMixer<B> {
+    fn linears(&self) -> Vec<&B::Linear> {
+        match self {
+            TokenMixer::Attention(a) => a.linears().into_iter().collect(),
+            TokenMixer::ShortConv(c) => c.linears().into_iter().collect(),
+        }
+    }
 }
 
 /// A layer's feed-forward block.
@@ -129,9 +151,23 @@ impl<B: Backend> DecoderLayers<B> {
                 } else {
                     None
                 };
+                let mixer = match (cfg.layer_mixer(i), &cfg.hybrid) {
+                    (Mixer::ShortConv, Some(h)) => {
+                        TokenMixer::ShortConv(ShortConv::load(backend, weights, i, cfg, h.conv_kernel)?)
+                    }
+                    _ => TokenMixer::Attention(AttentionWeights::load(backend, weights, i, cfg)?),
+                };
+                if !matches!(mixer, TokenMixer::Attention(_))
+                    && backend.device() != crate::device::Device::Cpu
+                {
+                    return Err(ModelError::InvalidConfig(format!(
+                        "layer {i} of this {} model is recurrent, and recurrent layers run on                          the CPU only; load it with --device cpu",
+                        cfg.arch.family().display
+                    )));
+                }
                 Ok(DecoderLayer {
                     attn_norm: norm(i, "attn_norm")?,
-                    attn: AttentionWeights::load(backend, weights, i, cfg)?,
+                    mixer,
                     post_norms,
                     ffn_norm: norm(i, "ffn_norm")?,
                     ffn: match &cfg.moe {
@@ -195,7 +231,7 @@ impl<B: Backend> DecoderLayers<B> {
     /// Every linear layer of the stack.
     pub fn linears(&self) -> impl Iterator<Item = &B::Linear> {
         self.layers.iter().flat_map(|l| {
-            l.attn
+            l.mixer
                 .linears()
                 .into_iter()
                 .chain(l.ffn.linears())
@@ -205,14 +241,14 @@ impl<B: Backend> DecoderLayers<B> {
 
     /// Runs the layers `layers` (all the stack owns for a full forward pass) over the batch
     /// `a.x` (`[total, hidden]`), in place, writing layer `i`'s K/V into `kv[i - first]`
-    /// (`kv` holds the owned layers' K/V, `first` the first owned layer). `layers` is within
-    /// the owned layers (the caller checks).
+    /// (`kv` holds the owned layers' K/V, `first` the first owned layer) and a recurrent
+    /// layer's state into `states`. `layers` is within the owned layers (the caller checks).
     pub fn forward(
         &self,
         backend: &B,
         cfg: &ModelConfig,
         layers: Range<usize>,
-        kv: &mut [B::KvLayer],
+        (kv, states): (&mut [B::KvLayer], &mut RecurrentStates),
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<(), ModelError> {
@@ -223,14 +259,24 @@ impl<B: Backend> DecoderLayers<B> {
                 (LayerRope::None, _, Some(r)) => r,
                 _ => &self.rope_global,
             };
-            let shape = attention_shape(cfg, i, layer.window);
             backend.rms_norm(&layer.attn_norm, &a.x, &mut a.normed)?;
-            let kv_layer = kv.get_mut(layer.kv_source - self.first).ok_or_else(|| {
-                ModelError::InvalidBatch(format!("no K/V for layer {}", layer.kv_source))
-            })?;
-            layer
-                .attn
-                .forward(backend, &shape, rope, kv_layer, a, pass)?;
+            match &layer.mixer {
+                TokenMixer::Attention(attn) => {
+                    let shape = attention_shape(cfg, i, layer.window);
+                    let kv_layer = kv.get_mut(layer.kv_source - self.first).ok_or_else(|| {
+                        ModelError::InvalidBatch(format!("no K/V for layer {}", layer.kv_source))
+                    })?;
+                    attn.forward(backend, &shape, rope, kv_layer, a, pass)?;
+                }
+                TokenMixer::ShortConv(conv) => {
+                    let state = states.layer_mut(i - self.first).ok_or_else(|| {
+                        ModelError::InvalidBatch(format!(
+                            "layer {i} is recurrent but the cache holds no state for it: make                              the cache with the model's try_new_paged_cache"
+                        ))
+                    })?;
+                    conv.forward(backend, state, a, pass)?;
+                }
+            }
             match &layer.post_norms {
                 Some((post_attn, _)) => {
                     backend.rms_norm(post_attn, &a.branch, &mut a.post)?;

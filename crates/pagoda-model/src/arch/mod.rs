@@ -42,6 +42,7 @@ mod pass;
 pub mod per_layer;
 mod placed;
 pub mod rope;
+pub mod short_conv;
 pub mod split;
 
 pub use adapter::LoraWeights;
@@ -262,6 +263,8 @@ impl Model {
             block_table,
             logits: Some(logits),
             adapter,
+            // A single sequence: the cache's one state slot (a hybrid model's).
+            state_slot: Some(0),
         };
         let out = self.forward_batch(&[segment], paged)?;
         cache.set_len(start + tokens.len());
@@ -282,9 +285,47 @@ impl Model {
         cache: &mut PagedKvCache,
     ) -> Result<Vec<f32>, ModelError> {
         let seqs = self.plan_batch(segments, cache)?;
+        self.bind_state_slots(segments, cache)?;
         let logit_rows = logit_rows(segments, &seqs);
         self.weights
             .forward_batch(&self.config, segments, &seqs, &logit_rows, cache)
+    }
+
+    /// For a model with recurrent layers: checks that every segment names a state slot of
+    /// `cache`, each a different one, and makes them the next pass's slots.
+    fn bind_state_slots(
+        &self,
+        segments: &[BatchSegment<'_>],
+        cache: &mut PagedKvCache,
+    ) -> Result<(), ModelError> {
+        if !self.config.has_recurrent_state() {
+            return Ok(());
+        }
+        let Some(states) = cache.storage_mut().recurrent_states() else {
+            return Err(ModelError::InvalidBatch(
+                "a hybrid model over a cache without recurrent state: make the cache with                  the model's try_new_paged_cache"
+                    .into(),
+            ));
+        };
+        let n = states.slots();
+        let mut slots = Vec::with_capacity(segments.len());
+        for (i, seg) in segments.iter().enumerate() {
+            match seg.state_slot {
+                Some(s) if (s as usize) < n && !slots.contains(&s) => slots.push(s),
+                Some(s) => {
+                    return Err(ModelError::InvalidBatch(format!(
+                        "segment {i}: state slot {s} is outside the cache's {n} or taken by                          another segment"
+                    )))
+                }
+                None => {
+                    return Err(ModelError::InvalidBatch(format!(
+                        "segment {i} names no state slot, and this hybrid model keeps a                          recurrent state per sequence"
+                    )))
+                }
+            }
+        }
+        states.bind(slots);
+        Ok(())
     }
 
     /// Validates the batch and lays out its rows: segment `i` owns rows `seqs[i].rows`.
@@ -412,8 +453,10 @@ impl Model {
         let DeviceKv {
             layers: kv,
             scratch,
+            states,
             ..
         } = DeviceKv::<Cpu>::of(paged)?;
+        states.bind([0]);
         let mut act = std::mem::take(&mut scratch.act);
         act.x.clear();
         act.x.extend_from_slice(x);
@@ -426,7 +469,7 @@ impl Model {
             &parts.backend,
             cfg,
             layer..layer + 1,
-            kv,
+            (kv, states),
             &mut act,
             &mut pass,
         );

@@ -15,6 +15,7 @@ use super::per_layer::PerLayerInputs;
 use super::placed::{BatchSegment, NonFiniteStage, Placed};
 use crate::device::Device;
 use crate::kv_cache::KvShape;
+use crate::recurrent_state::RecurrentStates;
 use crate::weights::Weights;
 use crate::{KvCache, KvDtype, ModelConfig, ModelError, PagedKvCache};
 use pagoda_kernels::paged_attention::SeqAttention;
@@ -177,6 +178,7 @@ impl<B: Backend> Parts<B> {
         &self,
         cfg: &ModelConfig,
         kv: &mut [B::KvLayer],
+        states: &mut RecurrentStates,
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<(), ModelError> {
@@ -188,8 +190,14 @@ impl<B: Backend> Parts<B> {
                 self.layers
             )));
         }
-        self.stack
-            .forward(&self.backend, cfg, self.layers.clone(), kv, a, pass)
+        self.stack.forward(
+            &self.backend,
+            cfg,
+            self.layers.clone(),
+            (kv, states),
+            a,
+            pass,
+        )
     }
 
     /// The logits of the rows `logit_rows` of `a.x` (final norm, head, soft-cap).
@@ -222,12 +230,12 @@ impl<B: Backend> Parts<B> {
         cfg: &ModelConfig,
         segments: &[BatchSegment<'_>],
         logit_rows: &[Range<usize>],
-        kv: &mut [B::KvLayer],
+        (kv, states): (&mut [B::KvLayer], &mut RecurrentStates),
         a: &mut Activations<B::Act>,
         pass: &mut B::Pass<'_>,
     ) -> Result<Vec<f32>, ModelError> {
         self.embed_segments(cfg, segments, a, pass)?;
-        self.run_layers(cfg, kv, a, pass)?;
+        self.run_layers(cfg, kv, states, a, pass)?;
         self.run_head(cfg, logit_rows, a, pass)
     }
 }
@@ -252,7 +260,15 @@ impl<B: Backend> Parts<B> {
             .clone()
             .map(|i| cfg.layer_kv_cache_dim(i))
             .collect();
-        DeviceKv::cache(self.backend.clone(), &kv_dims, shape)
+        let floats: Vec<usize> = self
+            .layers
+            .clone()
+            .map(|i| cfg.layer_state_floats(i))
+            .collect();
+        // One sequence's state by default (a single-sequence cache); a server sizes the
+        // slots to its sequences (`PagedKvCache::set_state_slots`).
+        let states = RecurrentStates::new(&floats, 1);
+        DeviceKv::cache(self.backend.clone(), &kv_dims, shape, states)
     }
 
     /// Layers whose K/V live outside host memory.
@@ -305,31 +321,38 @@ impl<B: Backend> Parts<B> {
             block_table: table,
         }];
         let backend = &self.backend;
-        with_pass(backend, cache, std::iter::empty(), &seqs, |kv, a, pass| {
-            backend.copy_from_host(x, &mut a.x)?;
-            for layer in self.layers.clone() {
-                self.stack
-                    .forward(backend, cfg, layer..layer + 1, kv, a, pass)?;
-                *x = backend.to_host(&a.x)?;
-                if !finite(x) {
-                    return Ok(Some(NonFiniteStage::Layer(layer)));
+        with_pass(
+            backend,
+            cache,
+            std::iter::empty(),
+            &seqs,
+            |kv, states, a, pass| {
+                backend.copy_from_host(x, &mut a.x)?;
+                states.bind([0]);
+                for layer in self.layers.clone() {
+                    self.stack
+                        .forward(backend, cfg, layer..layer + 1, (kv, states), a, pass)?;
+                    *x = backend.to_host(&a.x)?;
+                    if !finite(x) {
+                        return Ok(Some(NonFiniteStage::Layer(layer)));
+                    }
                 }
-            }
-            let Some((norm, head)) = &self.head else {
-                return Ok(None);
-            };
-            backend.copy_from_host(&x[x.len() - d..], &mut a.logit_rows)?;
-            backend.rms_norm(norm, &a.logit_rows, &mut a.normed)?;
-            if !finite(&backend.to_host(&a.normed)?) {
-                return Ok(Some(NonFiniteStage::OutputNorm));
-            }
-            backend.linears([head], &a.normed, [&mut a.branch], pass)?;
-            let mut logits = backend.to_host(&a.branch)?;
-            if let Some(cap) = cfg.final_logit_softcap {
-                pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
-            }
-            Ok((!finite(&logits)).then_some(NonFiniteStage::OutputHead))
-        })
+                let Some((norm, head)) = &self.head else {
+                    return Ok(None);
+                };
+                backend.copy_from_host(&x[x.len() - d..], &mut a.logit_rows)?;
+                backend.rms_norm(norm, &a.logit_rows, &mut a.normed)?;
+                if !finite(&backend.to_host(&a.normed)?) {
+                    return Ok(Some(NonFiniteStage::OutputNorm));
+                }
+                backend.linears([head], &a.normed, [&mut a.branch], pass)?;
+                let mut logits = backend.to_host(&a.branch)?;
+                if let Some(cap) = cfg.final_logit_softcap {
+                    pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
+                }
+                Ok((!finite(&logits)).then_some(NonFiniteStage::OutputHead))
+            },
+        )
     }
 }
 
@@ -348,7 +371,7 @@ impl<B: Backend> Placed for Parts<B> {
             cache,
             segments.iter().map(|s| s.adapter),
             seqs,
-            |kv, a, pass| self.run(cfg, segments, logit_rows, kv, a, pass),
+            |kv, states, a, pass| self.run(cfg, segments, logit_rows, (kv, states), a, pass),
         )
     }
 

@@ -13,45 +13,53 @@ use super::adapter::LoraWeights;
 use super::backend::{Activations, Backend};
 use crate::kv_cache::{KvShape, KvStorage};
 use crate::observer::LinearObserver;
+use crate::recurrent_state::RecurrentStates;
 use crate::{ModelError, PagedKvCache};
 use pagoda_kernels::kv_blocks::KvBlockStorage;
 use pagoda_kernels::paged_attention::SeqAttention;
 use std::any::Any;
 use std::sync::Arc;
 
-/// The K/V layers of a cache on `B`'s device, and `B`'s reusable pass state. (Per-sequence
-/// state of another kind, such as recurrent state, is held here beside `layers`: see the
-/// extension point in [`crate::kv_cache`].)
+/// The K/V layers of a cache on `B`'s device, `B`'s reusable pass state, and the recurrent
+/// state of a hybrid model's layers (host memory, [`crate::recurrent_state`]).
 #[derive(Debug)]
 pub(crate) struct DeviceKv<B: Backend> {
     backend: B,
     shape: KvShape,
     pub(crate) layers: Vec<B::KvLayer>,
     pub(crate) scratch: Box<B::Scratch>,
+    pub(crate) states: RecurrentStates,
 }
 
 impl<B: Backend> DeviceKv<B> {
-    /// `layers` of `shape` made by `backend`, with a fresh scratch.
-    pub(crate) fn new(backend: B, shape: KvShape, layers: Vec<B::KvLayer>) -> Self {
+    /// `layers` of `shape` made by `backend` and `states`, with a fresh scratch.
+    pub(crate) fn new(
+        backend: B,
+        shape: KvShape,
+        layers: Vec<B::KvLayer>,
+        states: RecurrentStates,
+    ) -> Self {
         DeviceKv {
             backend,
             shape,
             layers,
             scratch: Box::default(),
+            states,
         }
     }
 
     /// A cache of `shape`'s blocks on `backend`'s device, one layer per entry of `kv_dims`
-    /// (its values per position).
+    /// (its values per position), with `states` beside them.
     pub(crate) fn cache(
         backend: B,
         kv_dims: &[usize],
         shape: KvShape,
+        states: RecurrentStates,
     ) -> Result<PagedKvCache, ModelError> {
         let layers = backend.new_kv_layers(kv_dims, &shape)?;
         Ok(PagedKvCache::with_storage(
             shape,
-            Box::new(Self::new(backend, shape, layers)),
+            Box::new(Self::new(backend, shape, layers, states)),
         ))
     }
 
@@ -80,7 +88,11 @@ impl<B: Backend> KvStorage for DeviceKv<B> {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.backend.kv_bytes(&self.layers, &self.shape)
+        self.backend.kv_bytes(&self.layers, &self.shape) + self.states.memory_bytes()
+    }
+
+    fn recurrent_states(&mut self) -> Option<&mut RecurrentStates> {
+        Some(&mut self.states)
     }
 
     fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), ModelError> {
@@ -118,19 +130,25 @@ pub(crate) fn with_pass<'s, B: Backend, R: Send>(
     seqs: &[SeqAttention<'_>],
     body: impl for<'p> FnOnce(
             &mut [B::KvLayer],
+            &mut RecurrentStates,
             &mut Activations<B::Act>,
             &mut B::Pass<'p>,
         ) -> Result<R, ModelError>
         + Send,
 ) -> Result<R, ModelError> {
     let block_size = cache.block_size();
-    let kv = DeviceKv::<B>::of(cache)?;
+    let DeviceKv {
+        layers,
+        scratch,
+        states,
+        ..
+    } = DeviceKv::<B>::of(cache)?;
     backend.with_pass(
-        &mut kv.layers,
-        &mut kv.scratch,
+        layers,
+        scratch,
         block_size,
         seqs,
         adapters,
-        body,
+        |kv, a, pass| body(kv, states, a, pass),
     )
 }

@@ -37,6 +37,8 @@ pub struct BatchSegment<'a> {
     /// A LoRA adapter applied, unmerged, to this segment's rows only (checked against the
     /// model when it was prepared; one that does not [`fit`](LoraWeights::fits) is an error).
     pub adapter: Option<&'a LoraWeights>,
+    /// The sequence's recurrent-state slot in the cache (hybrid models; `None` otherwise).
+    pub state_slot: Option<u32>,
 }
 
 /// A stage of the forward pass, as [`super::Model::first_non_finite`] names where non-finite values

@@ -255,6 +255,7 @@ mod tests {
             tie_word_embeddings: true,
             variants: Default::default(),
             moe: None,
+            hybrid: None,
         }
     }
 

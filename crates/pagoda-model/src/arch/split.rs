@@ -131,9 +131,9 @@ impl<G: Backend> Split<G> {
             front,
             segments.iter().map(|s| s.adapter),
             seqs,
-            |kv, a, pass| {
+            |kv, states, a, pass| {
                 front_parts.embed_segments(cfg, segments, a, pass)?;
-                front_parts.run_layers(cfg, kv, a, pass)?;
+                front_parts.run_layers(cfg, kv, states, a, pass)?;
                 // [total, hidden]: handed over, the buffer regrows next step.
                 Ok(std::mem::take(&mut a.x))
             },
@@ -144,9 +144,9 @@ impl<G: Backend> Split<G> {
             back,
             segments.iter().map(|s| s.adapter),
             seqs,
-            |kv, a, pass| {
+            |kv, states, a, pass| {
                 back_parts.backend.copy_from_host(&hidden, &mut a.x)?;
-                back_parts.run_layers(cfg, kv, a, pass)?;
+                back_parts.run_layers(cfg, kv, states, a, pass)?;
                 back_parts.run_head(cfg, logit_rows, a, pass)
             },
         )
@@ -351,6 +351,7 @@ mod tests {
                 block_table,
                 logits,
                 adapter: None,
+                state_slot: None,
             }
         }
         let mut out = run(&[seg(&b[..4], 0, &table_b, None)], cache).expect("first chunk of b");
@@ -454,6 +455,7 @@ mod tests {
             block_table: &table,
             logits: Some(Logits::Last),
             adapter: None,
+            state_slot: None,
         }];
         let seqs = model.plan_batch(&seg, &wrong).expect("valid batch");
         let rows = super::super::logit_rows(&seg, &seqs);

@@ -116,6 +116,7 @@ impl ModelConfig {
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             variants: Default::default(),
             moe: None,
+            hybrid: None,
         };
         (fam.gguf_extra)(&k, &mut cfg)?;
         cfg.validate().map_err(|e| k.bad(e.to_string()))?;

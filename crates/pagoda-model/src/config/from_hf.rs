@@ -152,6 +152,7 @@ impl ModelConfig {
             tie_word_embeddings,
             variants: Default::default(),
             moe: None,
+            hybrid: None,
         };
         (fam.hf_extra)(&c, &mut cfg)?;
         cfg.validate()?;

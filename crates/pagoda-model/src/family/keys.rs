@@ -163,7 +163,8 @@ impl HfKeys<'_> {
     }
 
     /// `layer_types` (transformers' per-layer attention kinds): `Some(sliding flags)` when
-    /// present; an entry other than `sliding_attention`/`full_attention` is an error.
+    /// present. A hybrid's recurrent layers (`conv`, `linear_attention`) are not sliding (their
+    /// family reads the kinds itself); any other entry is an error.
     pub fn layer_types(&self, n_layers: usize) -> Result<Option<Vec<bool>>, ModelError> {
         let Some(Value::Array(types)) = self.get("layer_types") else {
             return Ok(None);
@@ -178,7 +179,7 @@ impl HfKeys<'_> {
             .iter()
             .map(|t| match t.as_str() {
                 Some("sliding_attention") => Ok(true),
-                Some("full_attention") => Ok(false),
+                Some("full_attention" | "conv" | "linear_attention") => Ok(false),
                 _ => Err(hf_bad(format!("unknown layer type {t} in layer_types"))),
             })
             .collect::<Result<Vec<_>, _>>()

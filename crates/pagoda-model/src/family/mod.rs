@@ -24,6 +24,7 @@
 mod gemma3;
 mod gemma4;
 mod gpt_oss;
+mod lfm2;
 mod llama;
 mod mistral3;
 pub mod moe;
@@ -68,6 +69,7 @@ pub static FAMILIES: &[&Family] = &[
     &qwen3moe::SPEC,
     &olmoe::SPEC,
     &gpt_oss::SPEC,
+    &lfm2::SPEC,
 ];
 
 /// The family of `arch`.

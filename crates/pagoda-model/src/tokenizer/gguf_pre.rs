@@ -63,6 +63,7 @@ pub const PRE_TOKENIZERS: &[PreTokenizerSpec] = &[
             "falcon3",
             "falcon-h1",
             "pixtral",
+            "lfm2",
         ],
         regexes: &[LLAMA3_SPLIT],
         ignore_merges: true,

@@ -535,3 +535,140 @@ fn a_mixture_of_experts_reports_the_parameters_a_token_reads() {
         dense.info.parameter_count
     );
 }
+
+/// A hybrid golden (`golden_families.py` `qwen35`, `qwen35moe`, `lfm2`): 180 tokens (past
+/// the chunk boundaries 64 and 128), full logits rows at `logit_positions`, every
+/// position's argmax, and greedy continuations (the last prompt 120 tokens long).
+struct HybridGolden {
+    tokens: Vec<u32>,
+    positions: Vec<usize>,
+    rows: Vec<Vec<f32>>,
+    argmax: Vec<u32>,
+    prompts: Vec<Vec<u32>>,
+    greedy: Vec<Vec<u32>>,
+}
+
+fn read_hybrid_golden(path: &Path) -> HybridGolden {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("golden json");
+    let f = |k: &str| v[k].clone();
+    HybridGolden {
+        tokens: serde_json::from_value(f("token_ids")).expect("token_ids"),
+        positions: serde_json::from_value(f("logit_positions")).expect("logit_positions"),
+        rows: serde_json::from_value(f("logits_at_positions")).expect("logits_at_positions"),
+        argmax: serde_json::from_value(f("argmax")).expect("argmax"),
+        prompts: serde_json::from_value(f("greedy_prompts")).expect("greedy_prompts"),
+        greedy: serde_json::from_value(f("greedy")).expect("greedy"),
+    }
+}
+
+/// A hybrid model against `golden`: the stored rows in one prefill, in chunks of 50 (the
+/// recurrent state carried across passes), and a token at a time; every position's argmax;
+/// the greedy continuations.
+fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&ModelConfig)) {
+    let name = model_path.display();
+    let g = read_hybrid_golden(golden_path);
+    let source = open_model(model_path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    check_config(&source.config);
+    let model = Model::from_source(&source).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let vocab = model.config().vocab_size;
+    let n = g.tokens.len();
+    let compare = |how: &str, logits_of: &dyn Fn(usize) -> Vec<f32>| {
+        for (p, want) in g.positions.iter().zip(&g.rows) {
+            let got = logits_of(*p);
+            let worst = want
+                .iter()
+                .zip(&got)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                worst < F32_LOGIT_TOLERANCE,
+                "{name}: {how}: position {p}: logits differ by {worst}"
+            );
+        }
+    };
+    let mut cache = model.new_cache_with(256, KvDtype::F32);
+    let all = model
+        .forward(&g.tokens, 0, &mut cache, Logits::All)
+        .expect("forward");
+    compare("one prefill", &|p| all[p * vocab..(p + 1) * vocab].to_vec());
+    for (p, want) in g.argmax.iter().enumerate() {
+        assert_eq!(
+            argmax(&all[p * vocab..(p + 1) * vocab]),
+            *want,
+            "{name}: argmax at {p}"
+        );
+    }
+    let mut cache = model.new_cache_with(256, KvDtype::F32);
+    let mut chunked = Vec::with_capacity(n * vocab);
+    for start in (0..n).step_by(50) {
+        let end = (start + 50).min(n);
+        chunked.extend(
+            model
+                .forward(&g.tokens[start..end], start, &mut cache, Logits::All)
+                .expect("chunk"),
+        );
+    }
+    compare("chunks of 50", &|p| {
+        chunked[p * vocab..(p + 1) * vocab].to_vec()
+    });
+    let mut cache = model.new_cache_with(256, KvDtype::F32);
+    let mut stepped = Vec::with_capacity(n * vocab);
+    for (t, &tok) in g.tokens.iter().enumerate() {
+        stepped.extend(
+            model
+                .forward(&[tok], t, &mut cache, Logits::Last)
+                .expect("step"),
+        );
+    }
+    compare("a token at a time", &|p| {
+        stepped[p * vocab..(p + 1) * vocab].to_vec()
+    });
+    for (prompt, want) in g.prompts.iter().zip(&g.greedy) {
+        let mut cache = model.new_cache_with(256, KvDtype::F32);
+        let mut logits = model
+            .forward(prompt, 0, &mut cache, Logits::Last)
+            .expect("prompt");
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let next = argmax(&logits);
+            got.push(next);
+            logits = model
+                .forward(
+                    &[next],
+                    prompt.len() + got.len() - 1,
+                    &mut cache,
+                    Logits::Last,
+                )
+                .expect("decode");
+        }
+        assert_eq!(&got, want, "{name}: greedy continuation of {prompt:?}");
+    }
+}
+
+fn lfm2_shape(c: &ModelConfig) {
+    use pagoda_model::config::Mixer::{Attention, ShortConv};
+    assert_eq!(c.arch, Architecture::Lfm2);
+    let h = c.hybrid.as_ref().expect("hybrid");
+    assert_eq!(
+        h.mixers,
+        vec![ShortConv, ShortConv, Attention, ShortConv, ShortConv, Attention]
+    );
+    assert_eq!((h.conv_kernel, c.ffn_dim, c.n_kv_heads), (3, 96, 2));
+}
+
+#[test]
+fn lfm2_folder_matches_transformers() {
+    let dir = golden_root().join("tiny-lfm2");
+    check_hybrid(&dir, &dir.join("logits.json"), lfm2_shape);
+}
+
+#[test]
+fn lfm2_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-lfm2.gguf"),
+        &root.join("tiny-lfm2.llamacpp.json"),
+        lfm2_shape,
+    );
+}

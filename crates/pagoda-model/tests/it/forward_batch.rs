@@ -180,6 +180,7 @@ fn check_batched_matches_alone_on(model: &Model, name: &str) {
                 block_table: &tables[i],
                 logits,
                 adapter: None,
+                state_slot: None,
             })
             .collect();
         let out = model
@@ -288,6 +289,7 @@ fn check_fork_matches_alone(model: &Model) {
                 block_table: &parent_table,
                 logits: None,
                 adapter: None,
+                state_slot: None,
             }],
             &mut cache,
         )
@@ -305,6 +307,7 @@ fn check_fork_matches_alone(model: &Model) {
                     block_table: &child_table,
                     logits: Some(Logits::All),
                     adapter: None,
+                    state_slot: None,
                 },
                 BatchSegment {
                     tokens: &parent_next,
@@ -312,6 +315,7 @@ fn check_fork_matches_alone(model: &Model) {
                     block_table: &parent_table,
                     logits: Some(Logits::All),
                     adapter: None,
+                    state_slot: None,
                 },
             ],
             &mut cache,
@@ -374,6 +378,7 @@ fn seg<'a>(tokens: &'a [u32], start: usize, block_table: &'a [u32]) -> BatchSegm
         block_table,
         logits: Some(Logits::Last),
         adapter: None,
+        state_slot: None,
     }
 }
 

@@ -190,6 +190,7 @@ fn one_batch_serves_two_adapters_and_the_base() {
             block_table: t,
             logits: Some(Logits::All),
             adapter: a,
+            state_slot: None,
         })
         .collect();
     let out = model.forward_batch(&segments, &mut cache).unwrap();
