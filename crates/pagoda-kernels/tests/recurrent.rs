@@ -8,14 +8,17 @@
 
 use pagoda_kernels::recurrent::{
     conv1d_causal_prefill, conv1d_causal_step, gated_delta_gates, gated_delta_prefill,
-    gated_delta_step, ssd_dt, ssd_prefill, ssd_step, ConvActivation, ConvWeights, GatedDeltaInputs,
-    GatedDeltaShape, SsdInputs, SsdParams, SsdShape,
+    gated_delta_prefill_form, gated_delta_step, ssd_dt, ssd_prefill, ssd_prefill_form, ssd_step,
+    ConvActivation, ConvWeights, GatedDeltaInputs, GatedDeltaShape, PrefillForm, SsdInputs,
+    SsdParams, SsdShape,
 };
 use pagoda_kernels::KernelError;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
+
+const FORMS: [PrefillForm; 2] = [PrefillForm::Scan, PrefillForm::Chunked];
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/recurrent");
 
@@ -253,7 +256,7 @@ impl DeltaCase {
     }
 
     /// `(outputs, final state)` of prefills over the pieces `0..s1, s1..s2, ..`.
-    fn prefill(&self, splits: &[usize]) -> (Vec<f32>, Vec<f32>) {
+    fn prefill(&self, form: PrefillForm, splits: &[usize]) -> (Vec<f32>, Vec<f32>) {
         let row = self.shape.n_v_heads * self.shape.d_v;
         let t = self.tokens();
         let mut state = self.state0.clone();
@@ -263,7 +266,8 @@ impl DeltaCase {
         bounds.push(t);
         for w in bounds.windows(2) {
             let (a, b) = (w[0], w[1]);
-            gated_delta_prefill(
+            gated_delta_prefill_form(
+                form,
                 &self.shape,
                 b - a,
                 &self.inputs(a, b),
@@ -311,7 +315,6 @@ fn gated_delta_matches_transformers() {
     for case in gold.cases("delta_") {
         let d = DeltaCase::golden(&gold, &case);
         let (out_s, state_s) = d.steps();
-        let (out_p, state_p) = d.prefill(&[]);
         // Measured: <= 1e-6 absolute at outputs of magnitude <= 2 (torch's own chunk form is
         // 6e-7 from its recurrent form).
         let tol = (5e-6, 5e-5);
@@ -329,44 +332,55 @@ fn gated_delta_matches_transformers() {
             tol.0,
             tol.1,
         );
-        close(
-            &format!("{case} prefill out vs torch chunk"),
-            &out_p,
-            &gold.get(&case, "out_chunk"),
-            tol.0,
-            tol.1,
-        );
-        close(
-            &format!("{case} prefill state vs torch chunk"),
-            &state_p,
-            &gold.get(&case, "state_chunk"),
-            tol.0,
-            tol.1,
-        );
-        close(
-            &format!("{case} prefill vs step out"),
-            &out_p,
-            &out_s,
-            tol.0,
-            tol.1,
-        );
-        // Cached prefixes: the same tokens in several calls, each resuming the state.
-        for splits in [&[1usize, 2, 3][..], &[63, 64, 65], &[100], &[5, 70, 149]] {
-            let (o, s) = d.prefill(splits);
+        for form in FORMS {
+            let (out_p, state_p) = d.prefill(form, &[]);
             close(
-                &format!("{case} prefill split {splits:?} out"),
-                &o,
+                &format!("{case} {form:?} prefill out vs torch chunk"),
                 &out_p,
+                &gold.get(&case, "out_chunk"),
                 tol.0,
                 tol.1,
             );
             close(
-                &format!("{case} prefill split {splits:?} state"),
-                &s,
+                &format!("{case} {form:?} prefill state vs torch chunk"),
                 &state_p,
+                &gold.get(&case, "state_chunk"),
                 tol.0,
                 tol.1,
             );
+            if form == PrefillForm::Scan {
+                assert_eq!(
+                    (&out_p, &state_p),
+                    (&out_s, &state_s),
+                    "{case}: scan == steps"
+                );
+            } else {
+                close(
+                    &format!("{case} {form:?} prefill vs step out"),
+                    &out_p,
+                    &out_s,
+                    tol.0,
+                    tol.1,
+                );
+            }
+            // Cached prefixes: the same tokens in several calls, each resuming the state.
+            for splits in [&[1usize, 2, 3][..], &[63, 64, 65], &[100], &[5, 70, 149]] {
+                let (o, st) = d.prefill(form, splits);
+                close(
+                    &format!("{case} {form:?} prefill split {splits:?} out"),
+                    &o,
+                    &out_p,
+                    tol.0,
+                    tol.1,
+                );
+                close(
+                    &format!("{case} {form:?} prefill split {splits:?} state"),
+                    &st,
+                    &state_p,
+                    tol.0,
+                    tol.1,
+                );
+            }
         }
     }
 }
@@ -442,7 +456,7 @@ impl SsdCase {
         (out, state)
     }
 
-    fn prefill(&self, splits: &[usize]) -> (Vec<f32>, Vec<f32>) {
+    fn prefill(&self, form: PrefillForm, splits: &[usize]) -> (Vec<f32>, Vec<f32>) {
         let row = self.shape.n_heads * self.shape.head_dim;
         let t = self.tokens();
         let mut state = self.state0.clone();
@@ -452,7 +466,8 @@ impl SsdCase {
         bounds.push(t);
         for w in bounds.windows(2) {
             let (a, b) = (w[0], w[1]);
-            ssd_prefill(
+            ssd_prefill_form(
+                form,
                 &self.shape,
                 &self.params(),
                 b - a,
@@ -490,7 +505,6 @@ fn ssd_matches_transformers() {
     for case in gold.cases("ssd_") {
         let s = SsdCase::golden(&gold, &case);
         let (out_s, state_s) = s.steps();
-        let (out_p, state_p) = s.prefill(&[]);
         // Measured: <= 7e-6 absolute at outputs of magnitude <= 28 (3e-7 of the largest);
         // torch's chunk scan is 7e-6 from its step.
         let tol = (2e-5, 5e-5);
@@ -508,43 +522,55 @@ fn ssd_matches_transformers() {
             tol.0,
             tol.1,
         );
-        close(
-            &format!("{case} prefill out vs torch chunk scan"),
-            &out_p,
-            &gold.get(&case, "out_chunk"),
-            tol.0,
-            tol.1,
-        );
-        close(
-            &format!("{case} prefill state vs torch chunk scan"),
-            &state_p,
-            &gold.get(&case, "state_chunk"),
-            tol.0,
-            tol.1,
-        );
-        close(
-            &format!("{case} prefill vs step out"),
-            &out_p,
-            &out_s,
-            tol.0,
-            tol.1,
-        );
-        for splits in [&[1usize, 2, 3][..], &[63, 64, 65], &[100], &[5, 70, 149]] {
-            let (o, st) = s.prefill(splits);
+        for form in FORMS {
+            let (out_p, state_p) = s.prefill(form, &[]);
             close(
-                &format!("{case} prefill split {splits:?} out"),
-                &o,
+                &format!("{case} {form:?} prefill out vs torch chunk scan"),
                 &out_p,
+                &gold.get(&case, "out_chunk"),
                 tol.0,
                 tol.1,
             );
             close(
-                &format!("{case} prefill split {splits:?} state"),
-                &st,
+                &format!("{case} {form:?} prefill state vs torch chunk scan"),
                 &state_p,
+                &gold.get(&case, "state_chunk"),
                 tol.0,
                 tol.1,
             );
+            if form == PrefillForm::Scan {
+                assert_eq!(
+                    (&out_p, &state_p),
+                    (&out_s, &state_s),
+                    "{case}: scan == steps"
+                );
+            } else {
+                close(
+                    &format!("{case} {form:?} prefill vs step out"),
+                    &out_p,
+                    &out_s,
+                    tol.0,
+                    tol.1,
+                );
+            }
+            // Cached prefixes: the same tokens in several calls, each resuming the state.
+            for splits in [&[1usize, 2, 3][..], &[63, 64, 65], &[100], &[5, 70, 149]] {
+                let (o, st) = s.prefill(form, splits);
+                close(
+                    &format!("{case} {form:?} prefill split {splits:?} out"),
+                    &o,
+                    &out_p,
+                    tol.0,
+                    tol.1,
+                );
+                close(
+                    &format!("{case} {form:?} prefill split {splits:?} state"),
+                    &st,
+                    &state_p,
+                    tol.0,
+                    tol.1,
+                );
+            }
         }
     }
 }
@@ -685,9 +711,11 @@ proptest! {
             state0: randv(&mut rng, shape.state_len(), 1.0),
         };
         let (out_s, state_s) = d.steps();
-        let (out_p, state_p) = d.prefill(&[split]);
-        for (g, w) in out_p.iter().zip(&out_s).chain(state_p.iter().zip(&state_s)) {
-            prop_assert!((g - w).abs() <= 1e-4 + 1e-4 * w.abs(), "{g} vs {w}");
+        for form in FORMS {
+            let (out_p, state_p) = d.prefill(form, &[split]);
+            for (g, w) in out_p.iter().zip(&out_s).chain(state_p.iter().zip(&state_s)) {
+                prop_assert!((g - w).abs() <= 1e-4 + 1e-4 * w.abs(), "{form:?}: {g} vs {w}");
+            }
         }
     }
 
@@ -710,11 +738,13 @@ proptest! {
             state0: randv(&mut rng, shape.state_len(), 1.0),
         };
         let (out_s, state_s) = s.steps();
-        let (out_p, state_p) = s.prefill(&[split]);
         // Errors scale with the magnitudes (sums of up to N products of O(1) values).
         let scale = out_s.iter().chain(&state_s).fold(1.0f32, |m, v| m.max(v.abs()));
-        for (g, w) in out_p.iter().zip(&out_s).chain(state_p.iter().zip(&state_s)) {
-            prop_assert!((g - w).abs() <= 2e-5 * scale + 1e-4 * w.abs(), "{g} vs {w}");
+        for form in FORMS {
+            let (out_p, state_p) = s.prefill(form, &[split]);
+            for (g, w) in out_p.iter().zip(&out_s).chain(state_p.iter().zip(&state_s)) {
+                prop_assert!((g - w).abs() <= 2e-5 * scale + 1e-4 * w.abs(), "{form:?}: {g} vs {w}");
+            }
         }
     }
 

@@ -173,21 +173,22 @@ fn conv_fixed<M: MulAdd, const K: usize>(
     out: &mut [f32],
 ) {
     let c = weight.len() / K;
+    let weight = &weight[..c * K];
+    let bias = bias.map(|b| &b[..c]);
     for (i, o) in out.chunks_exact_mut(c).enumerate() {
         let t = t0 + i;
-        let rows: [&[f32]; K] = std::array::from_fn(|j| ext_row(state, x, K - 1, c, t + j));
-        for ch in 0..c {
-            let wc = &weight[ch * K..ch * K + K];
+        // Rows sliced to `c` and taps walked by `chunks_exact(K)`: the compiler proves the
+        // bounds, deinterleaves the taps (`vpermt2ps`) and vectorizes over channels.
+        let rows: [&[f32]; K] = std::array::from_fn(|j| &ext_row(state, x, K - 1, c, t + j)[..c]);
+        for (ch, (v, wc)) in o.iter_mut().zip(weight.chunks_exact(K)).enumerate() {
             let mut acc = bias.map_or(0.0, |b| b[ch]);
             for j in 0..K {
                 acc = M::madd(wc[j], rows[j][ch], acc);
             }
-            o[ch] = acc;
+            *v = acc;
         }
         if silu {
-            for v in o.iter_mut() {
-                *v /= 1.0 + (-*v).exp();
-            }
+            super::silu_inplace(o);
         }
     }
 }
@@ -219,9 +220,7 @@ fn conv_any_body<M: MulAdd>(
             }
         }
         if silu {
-            for v in o.iter_mut() {
-                *v /= 1.0 + (-*v).exp();
-            }
+            super::silu_inplace(o);
         }
     }
 }

@@ -34,14 +34,37 @@ pub mod ssd;
 
 pub use conv1d::{conv1d_causal_prefill, conv1d_causal_step, ConvActivation, ConvWeights};
 pub use gated_delta::{
-    gated_delta_gates, gated_delta_prefill, gated_delta_step, GatedDeltaInputs, GatedDeltaShape,
-    GATED_DELTA_CHUNK,
+    gated_delta_gates, gated_delta_prefill, gated_delta_prefill_form, gated_delta_step,
+    GatedDeltaInputs, GatedDeltaShape, GATED_DELTA_CHUNK,
 };
-pub use ssd::{ssd_dt, ssd_prefill, ssd_step, SsdInputs, SsdParams, SsdShape, SSD_CHUNK};
+pub use ssd::{
+    ssd_dt, ssd_prefill, ssd_prefill_form, ssd_step, SsdInputs, SsdParams, SsdShape, SSD_CHUNK,
+};
 
 #[cfg(doc)]
 use crate::Isa;
 use crate::KernelError;
+
+/// How a prefill runs: both give the steps' results (the scan bit for bit on one ISA, the
+/// chunked form within f32 rounding); they differ in speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillForm {
+    /// The step's body, token after token, one head (and column tile) at a time so the
+    /// state stays in L1 across a block of tokens: the steps' arithmetic without their
+    /// per-token trip through the whole state.
+    Scan,
+    /// The chunked (WY / SSD) form of the torch references: per chunk, products of
+    /// `[C, C]` and `[C, d]` matrices (`gemm` crate) instead of per-token passes.
+    Chunked,
+}
+
+impl PrefillForm {
+    /// What `*_prefill` runs: the chunked form, the faster or equal one at every length
+    /// measured (`tests/recurrent_bench.rs`). The scan is for callers that need a prefill to
+    /// reproduce the steps exactly (a prefill of speculative tokens that must match decoding
+    /// them one by one).
+    pub const DEFAULT: PrefillForm = PrefillForm::Chunked;
+}
 
 /// `Err(Shape)` unless `what` holds exactly `expected` values.
 pub(crate) fn check_len(what: &str, actual: usize, expected: usize) -> Result<(), KernelError> {
@@ -85,6 +108,66 @@ pub(crate) fn softplus(x: f32) -> f32 {
 #[inline]
 pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
+}
+
+/// `e^x` by the Cephes `expf` polynomial (range reduction by `ln 2` in two parts, degree-6
+/// polynomial, `2^n` by exponent arithmetic), written with adds, multiplies and integer casts
+/// only so loops over it vectorize on every ISA (libm's `expf` is a call per element). Within
+/// 2 ulp of libm for `|x| <= 87`; arguments are clamped to `[-87.3, 88.3]`, so the result is
+/// finite (about `1e-38` below, `3e38` above); NaN stays NaN.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // 1.5 · 2^23: adding and subtracting it rounds to the nearest integer.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.3, 88.3);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `x · sigmoid(x)` over a slice, in place.
+#[inline(always)]
+pub(crate) fn silu_inplace(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v /= 1.0 + exp(-*v);
+    }
+}
+
+/// The longest chunk of the chunked prefills.
+pub(crate) const CHUNK_MAX: usize = 64;
+
+/// The decays inside one chunk of `l <= CHUNK_MAX` tokens whose per-token log decays are `a(i)`:
+/// `decay[i][j] = exp(Σ_{j<s<=i} a_s)` for `j <= i` and 0 above the diagonal (`[l, l]`, row
+/// stride `l`), and `cum[i] = Σ_{s<=i} a_s`. Segment sums, as torch's `segment_sum`: each entry
+/// is a short sum of its own terms, never a difference of two long cumulative sums.
+pub(crate) fn chunk_decays(a: impl Fn(usize) -> f32, l: usize, decay: &mut [f32], cum: &mut [f32]) {
+    assert!(l <= CHUNK_MAX && decay.len() >= l * l && cum.len() >= l);
+    let mut run = [0.0f32; CHUNK_MAX];
+    let mut total = 0.0f32;
+    for i in 0..l {
+        let ai = a(i);
+        total += ai;
+        cum[i] = total;
+        for r in &mut run[..i] {
+            *r += ai;
+        }
+        run[i] = 0.0;
+        let row = &mut decay[i * l..(i + 1) * l];
+        for (d, &r) in row[..=i].iter_mut().zip(&run[..=i]) {
+            *d = exp(r);
+        }
+        row[i + 1..].fill(0.0);
+    }
 }
 
 /// How a compiled instantiation of a hot loop multiplies and adds.
@@ -239,6 +322,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn polynomial_exp_is_within_2_ulp_of_libm() {
+        let mut worst = 0.0f32;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (exp(x), x.exp());
+            worst = worst.max((got - want).abs() / want);
+            x += 0.001_7;
+        }
+        assert!(worst < 2.5e-7, "relative error {worst}");
+        assert!(exp(-1000.0) < 1e-37 && exp(-1000.0) >= 0.0);
+        assert!(exp(1000.0).is_finite());
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(0.0), 1.0);
     }
 
     #[test]

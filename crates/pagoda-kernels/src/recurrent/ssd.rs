@@ -20,21 +20,28 @@
 //! (`N` = state_dim), output `[T, H, P]`, state `[H, P, N]` (transformers' `ssm_states`
 //! without the batch dimension; zeros = no history).
 //!
-//! The step is one pass per state row (update and dot product together). The prefill runs the
-//! chunked SSD form per chunk of [`SSD_CHUNK`] tokens: `C Bᵀ` once per group and chunk
-//! (shared by the group's heads), then per head three products (`M x`, `C Sᵀ`, `xᵀ B`), with
-//! decays from segment sums like torch's `segment_sum`. Prompts shorter than
-//! [`STEP_PREFILL_BELOW`] tokens run the step. The prefill allocates scratch proportional to
-//! its inputs, once per call.
+//! The step is one pass per state row (update and dot product together, two accumulator
+//! vectors and a tree sum). The prefill runs in blocks of [`SSD_CHUNK`] tokens, heads in
+//! parallel within a block, by one of two forms ([`PrefillForm`]):
+//! - chunked (the default): the SSD chunk form of `mamba2_chunk_scan`: `C Bᵀ` once per group
+//!   and chunk (shared by the group's heads), then per head three products (`M x`, `C Sᵀ`,
+//!   `xᵀ B`, `gemm` crate), with decays from segment sums like torch's `segment_sum`;
+//! - scan: the step body token after token per head, its state (`P x N`, 32 KiB for
+//!   Nemotron-H's 64 x 128) in L1 for the block; bit-identical to the steps.
+//!
+//! Prompts shorter than [`STEP_PREFILL_BELOW`] tokens run the step. Scratch is per block, not
+//! per prompt.
 
 use rayon::prelude::*;
 
-use super::{check_len, dims, ensure, per_isa, softplus, MulAdd};
+use super::{check_len, chunk_decays, dims, ensure, exp, per_isa, softplus, MulAdd, PrefillForm};
 use crate::f32_gemm::{gemm_strided, View, ViewMut};
 use crate::{Isa, KernelError};
 
-/// Tokens per chunk of the prefill.
+/// Tokens per chunk (and block) of the prefill (any chunk length gives the same results up to
+/// rounding; 32 measured no faster here).
 pub const SSD_CHUNK: usize = 64;
+const _: () = assert!(SSD_CHUNK <= super::CHUNK_MAX);
 
 /// Below this many tokens the prefill runs step by step.
 pub const STEP_PREFILL_BELOW: usize = 4;
@@ -215,27 +222,60 @@ fn step_head_body<M: MulAdd>(
     out: &mut [f32],
 ) {
     let n = b.len();
-    let full = n / LANES * LANES;
+    let (b, c) = (&b[..n], &c[..n]);
     for (p, (row, o)) in s.chunks_exact_mut(n).zip(out.iter_mut()).enumerate() {
-        let xdt = dt * x[p];
-        let mut acc = [0.0f32; LANES];
-        for ((r, bb), cc) in row[..full]
-            .chunks_exact_mut(LANES)
-            .zip(b[..full].chunks_exact(LANES))
-            .zip(c[..full].chunks_exact(LANES))
-        {
-            for l in 0..LANES {
-                r[l] = M::madd(xdt, bb[l], r[l] * decay);
-                acc[l] = M::madd(r[l], cc[l], acc[l]);
-            }
-        }
-        let mut y: f32 = acc.iter().sum();
-        for i in full..n {
-            row[i] = M::madd(xdt, b[i], row[i] * decay);
-            y = M::madd(row[i], c[i], y);
-        }
+        let y = update_row::<M>(row, b, c, dt * x[p], decay);
         *o = M::madd(d, x[p], y);
     }
+}
+
+/// `row = decay · row + xdt · b`, then `row · c`. Two accumulator vectors over 32-wide
+/// steps (two independent FMA chains), then a 16-wide step, a scalar tail and a tree sum:
+/// a sequential sum of the lanes would cost more than the row.
+#[inline(always)]
+fn update_row<M: MulAdd>(row: &mut [f32], b: &[f32], c: &[f32], xdt: f32, decay: f32) -> f32 {
+    const W: usize = 2 * LANES;
+    let n = row.len();
+    let (b, c) = (&b[..n], &c[..n]);
+    let mut acc = [0.0f32; W];
+    let mut k = 0;
+    while k + W <= n {
+        let r = &mut row[k..k + W];
+        let (bb, cc) = (&b[k..k + W], &c[k..k + W]);
+        for l in 0..W {
+            r[l] = M::madd(xdt, bb[l], r[l] * decay);
+            acc[l] = M::madd(r[l], cc[l], acc[l]);
+        }
+        k += W;
+    }
+    if k + LANES <= n {
+        let r = &mut row[k..k + LANES];
+        let (bb, cc) = (&b[k..k + LANES], &c[k..k + LANES]);
+        for l in 0..LANES {
+            r[l] = M::madd(xdt, bb[l], r[l] * decay);
+            acc[l] = M::madd(r[l], cc[l], acc[l]);
+        }
+        k += LANES;
+    }
+    let mut tail = 0.0f32;
+    for i in k..n {
+        row[i] = M::madd(xdt, b[i], row[i] * decay);
+        tail = M::madd(row[i], c[i], tail);
+    }
+    tree_sum(&mut acc) + tail
+}
+
+/// Pairwise sum of 32 lanes (halving, so the compiler adds whole vector halves).
+#[inline(always)]
+fn tree_sum(a: &mut [f32; 2 * LANES]) -> f32 {
+    let mut w = a.len() / 2;
+    while w > 0 {
+        for l in 0..w {
+            a[l] += a[l + w];
+        }
+        w /= 2;
+    }
+    a[0]
 }
 
 per_isa! {
@@ -245,8 +285,21 @@ per_isa! {
 }
 
 /// A prefill of `n_tokens`: `x` holds `T` tokens, `state` is updated in place, `out`
-/// `[T, H, P]`.
+/// `[T, H, P]`. Runs [`PrefillForm::DEFAULT`].
 pub fn ssd_prefill(
+    shape: &SsdShape,
+    p: &SsdParams<'_>,
+    n_tokens: usize,
+    x: &SsdInputs<'_>,
+    state: &mut [f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    ssd_prefill_form(PrefillForm::DEFAULT, shape, p, n_tokens, x, state, out)
+}
+
+/// [`ssd_prefill`] by the given form.
+pub fn ssd_prefill_form(
+    form: PrefillForm,
     shape: &SsdShape,
     p: &SsdParams<'_>,
     n_tokens: usize,
@@ -263,13 +316,78 @@ pub fn ssd_prefill(
         }
         return Ok(());
     }
-    chunked(shape, p, n_tokens, x, state, out);
+    blocks(isa, form, shape, p, n_tokens, x, state, out);
     Ok(())
 }
 
-/// The chunked prefill: `C Bᵀ` per (group, chunk) in parallel, then one task per head writing
-/// its outputs `[T, P]`, scattered at the end.
-fn chunked(
+/// One head's inputs over a prefill, for the scan: token `t`'s `x` at `t * x_stride + x_off`,
+/// `B`/`C` at `t * bc_stride + bc_off`, `dt` at `t * dt_stride + dt_off`.
+pub(crate) struct HeadRows<'a> {
+    /// `P` and `N`.
+    head_dim: usize,
+    state_dim: usize,
+    x: &'a [f32],
+    x_stride: usize,
+    x_off: usize,
+    b: &'a [f32],
+    c: &'a [f32],
+    bc_stride: usize,
+    bc_off: usize,
+    dt: &'a [f32],
+    dt_stride: usize,
+    dt_off: usize,
+    a: f32,
+    d: f32,
+}
+
+/// The step body over every token of one head; the head's state (`P x N`, 32 KiB for
+/// Nemotron-H's 64 x 128) stays in L1 across the tokens.
+#[inline(always)]
+fn scan_head_body<M: MulAdd>(s: &mut [f32], r: &HeadRows<'_>, out: &mut [f32]) {
+    let (p, n) = (r.head_dim, r.state_dim);
+    for (t, o) in out.chunks_exact_mut(p).enumerate() {
+        let dt = r.dt[t * r.dt_stride + r.dt_off];
+        let bc = t * r.bc_stride + r.bc_off;
+        step_head_body::<M>(
+            s,
+            &r.x[t * r.x_stride + r.x_off..][..p],
+            &r.b[bc..bc + n],
+            &r.c[bc..bc + n],
+            dt,
+            (dt * r.a).exp(),
+            r.d,
+            o,
+        );
+    }
+}
+
+per_isa! {
+    /// One head's scan over a prefill.
+    fn scan_head => scan_head_body(s: &mut [f32], r: &HeadRows<'_>, out: &mut [f32])
+}
+
+impl<'a> SsdInputs<'a> {
+    /// Tokens `a..b`.
+    fn tokens(&self, shape: &SsdShape, a: usize, b: usize) -> SsdInputs<'a> {
+        let xr = shape.n_heads * shape.head_dim;
+        let (h, bc) = (shape.n_heads, shape.n_groups * shape.state_dim);
+        SsdInputs {
+            x: &self.x[a * xr..b * xr],
+            dt: &self.dt[a * h..b * h],
+            b: &self.b[a * bc..b * bc],
+            c: &self.c[a * bc..b * bc],
+        }
+    }
+}
+
+/// The prefill in blocks of [`SSD_CHUNK`] tokens: within a block, the chunked form first
+/// makes `C Bᵀ` per group (in parallel), then heads run in parallel, each writing its rows of
+/// a block buffer `[H, C, P]` that is then copied to `out`. Scratch is per block, not per
+/// prompt.
+#[allow(clippy::too_many_arguments)]
+fn blocks(
+    isa: Isa,
+    form: PrefillForm,
     shape: &SsdShape,
     p: &SsdParams<'_>,
     n_tokens: usize,
@@ -277,74 +395,88 @@ fn chunked(
     state: &mut [f32],
     out: &mut [f32],
 ) {
-    const CH: usize = SSD_CHUNK;
+    const C: usize = SSD_CHUNK;
     let (h_n, pd, n, g_n) = (
         shape.n_heads,
         shape.head_dim,
         shape.state_dim,
         shape.n_groups,
     );
-    let n_chunks = n_tokens.div_ceil(CH);
-    // cb[(g · n_chunks + c) · CH² ..]: the chunk's `C Bᵀ` `[l, l]`.
-    let mut cb = vec![0.0f32; g_n * n_chunks * CH * CH];
-    cb.par_chunks_mut(CH * CH).enumerate().for_each(|(i, m)| {
-        let (g, c) = (i / n_chunks, i % n_chunks);
-        let t0 = c * CH;
-        let l = CH.min(n_tokens - t0);
-        let at = (t0 * g_n + g) * n;
-        gemm_strided(
-            ViewMut::rows(&mut m[..l * l], l, l, l),
-            None,
-            View::rows(&x.c[at..], l, n, g_n * n),
-            View::rows(&x.b[at..], l, n, g_n * n).t(),
-            1.0,
-        );
-    });
     let hpg = shape.heads_per_group();
-    let per_head: Vec<Vec<f32>> = state
-        .par_chunks_mut(pd * n)
-        .enumerate()
-        .map(|(h, s)| {
-            let g = h / hpg;
-            let mut sc = Scratch {
-                seg: vec![0.0; CH * CH],
-                m: vec![0.0; CH * CH],
-                cd: vec![0.0; CH * n],
-                xd: vec![0.0; CH * pd],
-            };
-            let mut y = vec![0.0f32; n_tokens * pd];
-            for c in 0..n_chunks {
-                let t0 = c * CH;
-                let l = CH.min(n_tokens - t0);
-                let cb = &cb[(g * n_chunks + c) * CH * CH..][..l * l];
-                chunk_head(
-                    shape,
-                    p,
-                    x,
-                    h,
-                    t0,
-                    l,
-                    cb,
-                    &mut sc,
-                    s,
-                    &mut y[t0 * pd..][..l * pd],
-                );
+    let mut buf = vec![0.0f32; h_n * C * pd];
+    let mut cb = match form {
+        PrefillForm::Chunked => vec![0.0f32; g_n * C * C],
+        PrefillForm::Scan => Vec::new(),
+    };
+    for t0 in (0..n_tokens).step_by(C) {
+        let l = C.min(n_tokens - t0);
+        let xb = x.tokens(shape, t0, t0 + l);
+        match form {
+            PrefillForm::Scan => state
+                .par_chunks_mut(pd * n)
+                .zip(buf.par_chunks_mut(C * pd))
+                .enumerate()
+                .for_each(|(h, (s, o))| {
+                    let rows = HeadRows {
+                        head_dim: pd,
+                        state_dim: n,
+                        x: xb.x,
+                        x_stride: h_n * pd,
+                        x_off: h * pd,
+                        b: xb.b,
+                        c: xb.c,
+                        bc_stride: g_n * n,
+                        bc_off: h / hpg * n,
+                        dt: xb.dt,
+                        dt_stride: h_n,
+                        dt_off: h,
+                        a: p.a[h],
+                        d: p.d.map_or(0.0, |d| d[h]),
+                    };
+                    scan_head(isa, s, &rows, &mut o[..l * pd]);
+                }),
+            PrefillForm::Chunked => {
+                cb.par_chunks_mut(C * C).enumerate().for_each(|(g, m)| {
+                    gemm_strided(
+                        ViewMut::rows(&mut m[..l * l], l, l, l),
+                        None,
+                        View::rows(&xb.c[g * n..], l, n, g_n * n),
+                        View::rows(&xb.b[g * n..], l, n, g_n * n).t(),
+                        1.0,
+                    );
+                });
+                let cb = &cb;
+                state
+                    .par_chunks_mut(pd * n)
+                    .zip(buf.par_chunks_mut(C * pd))
+                    .enumerate()
+                    .for_each_init(
+                        || Scratch::new(pd, n),
+                        |sc, (h, (s, o))| {
+                            let cb = &cb[h / hpg * C * C..][..l * l];
+                            chunk_head(shape, p, &xb, h, l, cb, sc, s, &mut o[..l * pd]);
+                        },
+                    );
             }
-            y
-        })
-        .collect();
-    for (h, y) in per_head.iter().enumerate() {
-        for (dst, src) in out.chunks_exact_mut(h_n * pd).zip(y.chunks_exact(pd)) {
-            dst[h * pd..(h + 1) * pd].copy_from_slice(src);
+        }
+        for (i, row) in out[t0 * h_n * pd..(t0 + l) * h_n * pd]
+            .chunks_exact_mut(h_n * pd)
+            .enumerate()
+        {
+            for (h, dst) in row.chunks_exact_mut(pd).enumerate() {
+                dst.copy_from_slice(&buf[(h * C + i) * pd..][..pd]);
+            }
         }
     }
 }
 
-/// Per-head scratch of the chunked prefill (`C` = chunk length).
+/// Per-task scratch of the chunked prefill (`C` = chunk length).
 struct Scratch {
-    /// `[C, C]` segment sums of `dt · A`: `seg[i][j] = Σ_{j<s<=i} dt_s A` (`j <= i`).
-    seg: Vec<f32>,
-    /// `[C, C]` `M[i][j] = (C_i·B_j) exp(seg[i][j]) dt_j`, `j <= i`, else 0.
+    /// `[C, C]` decays from token j to token i: `exp(Σ_{j<s<=i} dt_s A)` (`j <= i`, else 0).
+    decay: Vec<f32>,
+    /// `[C]` `Σ_{s<=i} dt_s A`.
+    cum: Vec<f32>,
+    /// `[C, C]` `M[i][j] = (C_i·B_j) decay[i][j] dt_j`, `j <= i`, else 0.
     m: Vec<f32>,
     /// `[C, N]` `C` rows decayed from the chunk start.
     cd: Vec<f32>,
@@ -352,7 +484,20 @@ struct Scratch {
     xd: Vec<f32>,
 }
 
-/// Head `h` over the chunk `t0 .. t0 + l`: `y` `[l, P]` gets its outputs, `s` its state
+impl Scratch {
+    fn new(pd: usize, n: usize) -> Self {
+        const C: usize = SSD_CHUNK;
+        Scratch {
+            decay: vec![0.0; C * C],
+            cum: vec![0.0; C],
+            m: vec![0.0; C * C],
+            cd: vec![0.0; C * n],
+            xd: vec![0.0; C * pd],
+        }
+    }
+}
+
+/// Head `h` over one chunk (`x`, `l` tokens): `y` `[l, P]` gets its outputs, `s` its state
 /// after the chunk; `cb` is the group's `C Bᵀ` `[l, l]`.
 #[allow(clippy::too_many_arguments)]
 fn chunk_head(
@@ -360,7 +505,6 @@ fn chunk_head(
     p: &SsdParams<'_>,
     x: &SsdInputs<'_>,
     h: usize,
-    t0: usize,
     l: usize,
     cb: &[f32],
     sc: &mut Scratch,
@@ -375,27 +519,17 @@ fn chunk_head(
     );
     let g = h / shape.heads_per_group();
     let a = p.a[h];
-    let dt = |i: usize| x.dt[(t0 + i) * h_n + h];
-    for j in 0..l {
-        let mut acc = 0.0f32;
-        sc.seg[j * l + j] = 0.0;
-        for i in j + 1..l {
-            acc += dt(i) * a;
-            sc.seg[i * l + j] = acc;
-        }
-    }
+    let dt = |i: usize| x.dt[i * h_n + h];
+    chunk_decays(|i| dt(i) * a, l, &mut sc.decay, &mut sc.cum);
     // Decay from the chunk start (before token 0) to token i.
-    let from_start = |sc: &Scratch, i: usize| (sc.seg[i * l] + dt(0) * a).exp();
+    let from_start = |sc: &Scratch, i: usize| exp(sc.cum[i]);
     for i in 0..l {
         for j in 0..l {
-            sc.m[i * l + j] = if j <= i {
-                cb[i * l + j] * sc.seg[i * l + j].exp() * dt(j)
-            } else {
-                0.0
-            };
+            // decay is 0 above the diagonal.
+            sc.m[i * l + j] = cb[i * l + j] * sc.decay[i * l + j] * dt(j);
         }
     }
-    let xv = View::rows(&x.x[(t0 * h_n + h) * pd..], l, pd, h_n * pd);
+    let xv = View::rows(&x.x[h * pd..], l, pd, h_n * pd);
     // Within the chunk: y = M x.
     gemm_strided(
         ViewMut::rows(y, l, pd, pd),
@@ -407,7 +541,7 @@ fn chunk_head(
     // From the state before the chunk: y += diag(exp(cum)) C Sᵀ.
     for i in 0..l {
         let f = from_start(sc, i);
-        let c_row = &x.c[((t0 + i) * g_n + g) * n..][..n];
+        let c_row = &x.c[(i * g_n + g) * n..][..n];
         for (d, &c) in sc.cd[i * n..(i + 1) * n].iter_mut().zip(c_row) {
             *d = f * c;
         }
@@ -422,16 +556,16 @@ fn chunk_head(
     if let Some(d) = p.d {
         let d = d[h];
         for i in 0..l {
-            let x_row = &x.x[((t0 + i) * h_n + h) * pd..][..pd];
+            let x_row = &x.x[(i * h_n + h) * pd..][..pd];
             for (yv, &xv) in y[i * pd..(i + 1) * pd].iter_mut().zip(x_row) {
                 *yv += d * xv;
             }
         }
     }
-    // S = exp(Σ dt A) S + (diag(exp(seg[l-1][i]) dt_i) x)ᵀ B.
+    // S = exp(Σ dt A) S + (diag(decay[l-1][i] dt_i) x)ᵀ B.
     for i in 0..l {
-        let f = sc.seg[(l - 1) * l + i].exp() * dt(i);
-        let x_row = &x.x[((t0 + i) * h_n + h) * pd..][..pd];
+        let f = sc.decay[(l - 1) * l + i] * dt(i);
+        let x_row = &x.x[(i * h_n + h) * pd..][..pd];
         for (d, &xv) in sc.xd[i * pd..(i + 1) * pd].iter_mut().zip(x_row) {
             *d = f * xv;
         }
@@ -441,7 +575,7 @@ fn chunk_head(
         ViewMut::rows(s, pd, n, n),
         Some(chunk_decay),
         View::rows(&sc.xd[..l * pd], l, pd, pd).t(),
-        View::rows(&x.b[(t0 * g_n + g) * n..], l, n, g_n * n),
+        View::rows(&x.b[g * n..], l, n, g_n * n),
         1.0,
     );
 }
