@@ -30,6 +30,9 @@
 //!   F32 or FP8 E4M3 with a static scale: `fp8`, the E4M3 codec) and attention of a batch of sequences through their block tables;
 //!   `paged_attention/decode.rs`: the decode tile primitives, their scalar bodies and the
 //!   driver generic over them, which `simd/attn.rs` implements.
+//! - `recurrent/`: the recurrent layers of hybrid models on one sequence's f32 state: causal
+//!   short convolution (`conv1d`), the gated delta rule of Qwen3.5 (`gated_delta`), the
+//!   Mamba-2 scan (`ssd`); step (decode) and chunked prefill forms of each.
 //!
 //! Architecture Invariant: no function here allocates per call on the hot path except the
 //! activation quantization scratch inside `matmul` (with, for strips of Q4_0 / Q5_0 / Q8_0
@@ -61,6 +64,7 @@ pub mod ops;
 pub mod packed;
 pub mod paged_attention;
 pub mod quant;
+pub mod recurrent;
 mod simd;
 
 pub use cpu::{available_isas, best_isa, Isa};
