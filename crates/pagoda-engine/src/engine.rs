@@ -47,6 +47,10 @@ pub struct EngineStats {
     pub preempted_total: u64,
     pub kv_blocks_used: usize,
     pub kv_blocks_total: usize,
+    /// A hybrid model's recurrent-state slots in use (running sequences) and in all; 0 for
+    /// a transformer.
+    pub state_slots_used: usize,
+    pub state_slots_total: usize,
     /// Share of admitted prompt tokens whose KV came from the prefix cache (0 when none yet).
     pub prefix_cache_hit_rate: f64,
     /// Prompt tokens looked up in the prefix cache since start (vLLM's `prefix_cache_queries`).
@@ -83,17 +87,27 @@ impl EngineCore {
         tokenizer: Arc<Tokenizer>,
         config: &EngineConfig,
     ) -> Result<Self, EngineError> {
-        if model.config().has_recurrent_state() {
-            // The scheduler does not hand out state slots yet (`state_pool.rs` is the pool it
-            // will use): refused by name rather than run with a shared state.
-            return Err(EngineError::Model(pagoda_model::ModelError::InvalidConfig(format!(
-                "this {} model is a hybrid (recurrent layers beside attention), and serving                  hybrids (pagoda run / serve) is not available yet: the engine does not                  schedule their per-sequence state. Use a transformer model for now",
+        let hybrid = model.config().has_recurrent_state();
+        if hybrid && config.speculative.is_some() {
+            return Err(EngineError::InvalidRequest(format!(
+                "speculative decoding with a hybrid {} model is not supported: its recurrent \
+                 state cannot be rolled back past rejected proposals; serve it without a draft",
                 model.config().arch.family().display
-            ))));
+            )));
         }
         let layout = KvLayout::plan(&model, config)?;
         let cache = model.try_new_paged_cache(layout.n_blocks, layout.block_size, layout.dtype)?;
-        let pool = BlockPool::new(layout.n_blocks, layout.block_size, config.prefix_caching);
+        // A hybrid's recurrent state is not kept per block: a cached prefix would skip the
+        // tokens that build it, so prefix caching is off for hybrids (state snapshots at
+        // chunk ends, `state_pool.rs`, are not wired yet).
+        if hybrid && config.prefix_caching {
+            tracing::info!("prefix caching is off for this hybrid model (recurrent layers)");
+        }
+        let pool = BlockPool::new(
+            layout.n_blocks,
+            layout.block_size,
+            config.prefix_caching && !hybrid,
+        );
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens.max(1),
@@ -120,7 +134,14 @@ impl EngineCore {
         Ok(EngineCore {
             speculator,
             scheduler,
-            runner: ModelRunner::new(model, cache),
+            runner: if hybrid {
+                let slot_bytes = (0..model.config().n_layers)
+                    .map(|i| model.config().layer_state_floats(i) * 4)
+                    .sum();
+                ModelRunner::with_state_slots(model, cache, config.max_num_seqs.max(1), slot_bytes)
+            } else {
+                ModelRunner::new(model, cache)
+            },
             layout,
             constraints: Arc::new(Constraints::new(tokenizer.clone())),
             outputs: OutputProcessor::new(tokenizer),
@@ -187,6 +208,14 @@ impl EngineCore {
                 prompt_tokens: req.prompt.len(),
                 kv_tokens: layout.capacity_tokens(),
             });
+        }
+        if req.n > 1 && model.config().has_recurrent_state() {
+            return Err(EngineError::InvalidRequest(format!(
+                "n = {} with a hybrid {} model is not supported yet (its recurrent state is not \
+                 forked per choice); send n = 1 requests",
+                req.n,
+                model.config().arch.family().display
+            )));
         }
         if req.n == 0 || req.n > MAX_CHOICES {
             return Err(EngineError::InvalidRequest(format!(
@@ -354,15 +383,19 @@ impl EngineCore {
         let adapters = self.outputs.adapters(&plan.chunks);
         let result = if self.outputs.has_constrained() {
             let (outputs, runner) = (&mut self.outputs, &mut self.runner);
+            let scheduler = &self.scheduler;
             std::thread::scope(|s| {
                 let masks = s.spawn(|| outputs.prepare_masks(&plan.chunks));
-                let result = runner.execute_with_adapters(plan, &adapters);
+                let result =
+                    runner.execute_with_adapters(plan, &adapters, &|id| scheduler.is_running(id));
                 // A mask left uncomputed (a panic there) is computed again when sampling.
                 let _ = masks.join();
                 result
             })
         } else {
-            self.runner.execute_with_adapters(plan, &adapters)
+            let scheduler = &self.scheduler;
+            self.runner
+                .execute_with_adapters(plan, &adapters, &|id| scheduler.is_running(id))
         };
         let logits = match result {
             Ok(l) => l,
@@ -492,6 +525,10 @@ impl EngineCore {
         self.stats.preempted_total = s.preempted_total;
         self.stats.kv_blocks_used = s.pool.blocks_used;
         self.stats.kv_blocks_total = s.pool.blocks_total;
+        if let Some((used, total)) = self.runner.state_slots_used() {
+            self.stats.state_slots_used = used;
+            self.stats.state_slots_total = total;
+        }
         self.stats.prefix_cache_hit_rate = s.prefix_hit_rate();
         self.stats.prefix_cache_queried_tokens = s.prefix_queried_tokens;
         self.stats.prefix_cache_hit_tokens = s.prefix_hit_tokens;

@@ -236,6 +236,27 @@ fn every_other_family_batches_equal_each_alone() {
     }
 }
 
+/// A hybrid (LFM2: short-convolution layers with a state slot per running sequence): mixed
+/// prompts with chunked prefill, then under preemption forced by a small KV pool (a preempted
+/// sequence gives its slot back and recomputes from position 0), give each prompt's tokens
+/// alone; n > 1 and a draft model are refused by name.
+#[test]
+fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
+    let dir = golden("tiny-lfm2");
+    check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
+    check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
+    let (model, tok) = load(&dir);
+    let engine = EngineHandle::start(model, tok, small_config(&dir, 64)).expect("starts");
+    let mut req = EngineRequest::new(vec![1, 2, 3], SamplingParams::greedy(), 4);
+    req.n = 2;
+    let err = engine
+        .submit(req)
+        .map(|_| ())
+        .expect_err("n = 2 on a hybrid");
+    assert!(err.to_string().contains("hybrid"), "{err}");
+    engine.shutdown();
+}
+
 #[test]
 fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
     let gpu = match pagoda_model::DeviceChoice::Cuda(None).resolve() {
