@@ -788,9 +788,15 @@ fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
         // No usable GPU: auto ran on the CPU (same output), cuda is an error naming why.
         assert_eq!(stdout(&auto), stdout(&cpu));
         let why = report["gpu_unavailable"].as_str().unwrap();
-        // The start-up line says why.
+        // The start-up line says why: in short without a driver (the install hints are
+        // `pagoda devices`' and `--device cuda`'s), in full when a library is missing.
+        let said = if why.contains("the NVIDIA driver (libcuda.so") {
+            "no NVIDIA driver"
+        } else {
+            why
+        };
         assert!(
-            stderr(&auto).contains(&format!("cpu: {why}")),
+            stderr(&auto).contains(&format!("cpu: {said}")),
             "{}",
             stderr(&auto)
         );
