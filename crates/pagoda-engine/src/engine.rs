@@ -209,14 +209,6 @@ impl EngineCore {
                 kv_tokens: layout.capacity_tokens(),
             });
         }
-        if req.n > 1 && model.config().has_recurrent_state() {
-            return Err(EngineError::InvalidRequest(format!(
-                "n = {} with a hybrid {} model is not supported yet (its recurrent state is not \
-                 forked per choice); send n = 1 requests",
-                req.n,
-                model.config().arch.family().display
-            )));
-        }
         if req.n == 0 || req.n > MAX_CHOICES {
             return Err(EngineError::InvalidRequest(format!(
                 "n must be between 1 and {MAX_CHOICES}, got {}",
@@ -367,6 +359,7 @@ impl EngineCore {
     fn schedule(&mut self) -> SchedulerOutput {
         let now = Instant::now();
         let plan = self.scheduler.schedule(now);
+        self.runner.apply_forks(&plan.forks);
         let (outputs, mut seqs) = self.parts();
         outputs.end_by_scheduler(plan.ended.clone(), &mut seqs);
         outputs.mark_scheduled(&plan.chunks, now);

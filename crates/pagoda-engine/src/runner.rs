@@ -4,7 +4,8 @@
 //!
 //! A hybrid model's sequences each get a recurrent-state slot ([`crate::state_pool`]) while
 //! they run: the cache holds one per sequence the scheduler may run at once, a sequence
-//! takes one when it first runs and gives it back when it no longer runs (finished, aborted
+//! takes one when it first runs (a forked `n > 1` choice: a copy of its parent's, see
+//! [`ModelRunner::apply_forks`]) and gives it back when it no longer runs (finished, aborted
 //! or preempted; a preempted sequence recomputes from position 0, where its new slot starts
 //! from zeros).
 //!
@@ -58,6 +59,26 @@ impl ModelRunner {
             let s = pool.stats();
             (s.slots_used, s.slots_total)
         })
+    }
+
+    /// A hybrid model's forks (`(parent, child)`, from the scheduler's output): each child
+    /// takes a slot holding a copy of its parent's state (the parent has computed exactly
+    /// the prompt the child shares, and nothing ran since the fork). A parent without a slot
+    /// leaves its child without one (it then recomputes). A no-op for transformers.
+    pub fn apply_forks(&mut self, forks: &[(SeqId, SeqId)]) {
+        let Some((pool, by_seq)) = self.states.as_mut() else {
+            return;
+        };
+        for &(parent, child) in forks {
+            let Some(&src) = by_seq.get(&parent) else {
+                continue;
+            };
+            let Some(dst) = pool.allocate_live() else {
+                continue;
+            };
+            self.cache.copy_state_slot(src, dst);
+            by_seq.insert(child, dst);
+        }
     }
 
     /// Each chunk's state slot: slots of sequences that no longer run go back first, then a

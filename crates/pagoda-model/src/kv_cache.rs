@@ -215,6 +215,14 @@ impl PagedKvCache {
         }
     }
 
+    /// Copies state slot `src` into `dst` in every recurrent layer (a forked sequence's
+    /// state); no effect without recurrent layers or for slots outside the cache.
+    pub fn copy_state_slot(&mut self, src: u32, dst: u32) {
+        if let Some(states) = self.storage.recurrent_states() {
+            states.copy_slot(src, dst);
+        }
+    }
+
     /// State slots per recurrent layer (0 for a model without recurrent layers).
     pub fn state_slots(&mut self) -> usize {
         self.storage.recurrent_states().map_or(0, |s| s.slots())

@@ -156,6 +156,10 @@ pub struct SchedulerOutput {
     pub ended: Vec<(SeqId, SeqEnd)>,
     /// Sum of `chunks[i].tokens.len()`.
     pub num_batched_tokens: usize,
+    /// `(parent, child)` forks since the last output whose child continues from its parent's
+    /// computed prompt (shared blocks): a hybrid model's runner copies the parent's recurrent
+    /// state to the child before the next pass.
+    pub forks: Vec<(SeqId, SeqId)>,
 }
 
 /// Why a sequence left the scheduler.
@@ -211,6 +215,8 @@ pub struct Scheduler {
     /// Children that were complete when forked (their first token already reached
     /// `max_tokens` or the context): hold nothing, reported in the next output's `ended`.
     pending_ends: Vec<(SeqId, SeqEnd)>,
+    /// Forks that share their parent's computed prompt, reported in the next output.
+    pending_forks: Vec<(SeqId, SeqId)>,
     /// Sequences the latest `update` ended, kept until the next `schedule` so that the
     /// engine may still fork from them.
     just_ended: HashMap<SeqId, ForkSource>,
@@ -240,6 +246,7 @@ impl Scheduler {
             running: Vec::new(),
             waiting: VecDeque::new(),
             pending_ends: Vec::new(),
+            pending_forks: Vec::new(),
             just_ended: HashMap::new(),
             next_order: 0,
             preempted_total: 0,
@@ -322,6 +329,7 @@ impl Scheduler {
         self.just_ended.clear();
         let mut out = SchedulerOutput {
             ended: std::mem::take(&mut self.pending_ends),
+            forks: std::mem::take(&mut self.pending_forks),
             ..SchedulerOutput::default()
         };
         let mut budget = self.config.max_num_batched_tokens;
@@ -603,6 +611,7 @@ impl Scheduler {
             c.num_computed = c.prompt_len;
             c.state = SeqStatus::Running;
             self.running.push(child);
+            self.pending_forks.push((parent, child));
         }
         self.seqs.insert(child, c);
         self.debug_check();
