@@ -38,6 +38,7 @@ pub struct Metrics {
     running: IntGaugeVec,
     waiting: IntGaugeVec,
     kv_usage: GaugeVec,
+    state_usage: GaugeVec,
     lora_info: GaugeVec,
     prompt_tokens: IntCounterVec,
     generation_tokens: IntCounterVec,
@@ -100,6 +101,10 @@ impl Metrics {
             "pagoda:kv_cache_usage_perc",
             "KV cache usage: share of KV blocks in use (1 = 100%)",
         )?;
+        let state_usage = fgauge(
+            "pagoda:state_slots_usage_perc",
+            "Hybrid models: share of recurrent-state slots in use (1 = 100%; 0 for transformers)",
+        )?;
         // The Gateway API Inference Extension's LoRA metric (vLLM's `lora_requests_info`):
         // one series whose labels list the adapters and whose value is when it was last
         // updated, so an endpoint picker can route an adapter's requests to replicas that hold
@@ -150,6 +155,7 @@ impl Metrics {
                 "Sequences waiting to be scheduled",
             )?,
             kv_usage,
+            state_usage,
             lora_info,
             prompt_tokens: counter(
                 "pagoda:prompt_tokens_total",
@@ -253,6 +259,7 @@ impl Metrics {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         // Sum the versions of one name (an old version may still be finishing requests).
         let mut names: HashMap<&str, (i64, i64, usize, usize)> = HashMap::new();
+        let mut states: HashMap<&str, (usize, usize)> = HashMap::new();
         for m in loaded {
             let s = m.engine.stats();
             let e = names.entry(m.name.as_str()).or_default();
@@ -260,6 +267,9 @@ impl Metrics {
             e.1 += s.waiting as i64;
             e.2 += s.kv_blocks_used;
             e.3 += s.kv_blocks_total;
+            let st = states.entry(m.name.as_str()).or_default();
+            st.0 += s.state_slots_used;
+            st.1 += s.state_slots_total;
             let key = (m.name.clone(), m.version.clone());
             let before = seen.get(&key).copied().unwrap_or_default();
             let label = [m.name.as_str()];
@@ -317,6 +327,14 @@ impl Metrics {
             g.reset();
         }
         self.kv_usage.reset();
+        self.state_usage.reset();
+        for (name, (used, total)) in states {
+            if total > 0 {
+                self.state_usage
+                    .with_label_values(&[name])
+                    .set(used as f64 / total as f64);
+            }
+        }
         for (name, (running, waiting, used, total)) in names {
             self.running.with_label_values(&[name]).set(running);
             self.waiting.with_label_values(&[name]).set(waiting);
