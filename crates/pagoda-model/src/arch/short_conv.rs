@@ -8,7 +8,8 @@
 //! stores `[hidden, 1, taps]`, read the same), `blk.N.shortconv.out_proj.weight`.
 //!
 //! The state of one sequence is its last `taps - 1` rows of `B · x`, oldest first
-//! ([`crate::recurrent_state`]); [`run_cpu`] is the CPU kernel.
+//! ([`crate::recurrent_state`]); [`run_cpu`] runs it on the CPU through pagoda-kernels'
+//! `recurrent::conv1d_causal_prefill`.
 //!
 //! Invariant: a sequence's rows are convolved in position order with the state its earlier
 //! rows left (a segment at position 0 starts from zeros), so a prompt in one pass, in
@@ -18,6 +19,7 @@ use super::backend::{Activations, Backend};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 use pagoda_kernels::paged_attention::SeqAttention;
+use pagoda_kernels::recurrent::{conv1d_causal_prefill, ConvActivation, ConvWeights};
 
 /// One layer's short-convolution weights on a backend.
 #[derive(Debug)]
@@ -108,8 +110,13 @@ pub(crate) fn run_cpu(
     }
     out.clear();
     out.resize(rows * channels, 0.0);
-    // The window of one channel: the `keep` previous inputs, then the current one.
-    let mut window = vec![0.0f32; (keep + 1) * channels];
+    let conv = ConvWeights {
+        weight,
+        bias: None,
+        channels,
+        width: taps,
+    };
+    let mut bx = Vec::new();
     for (seq, &slot) in seqs.iter().zip(batch) {
         let at = slot as usize * floats;
         let Some(state) = slots.get_mut(at..at + floats) else {
@@ -121,27 +128,32 @@ pub(crate) fn run_cpu(
         if seq.start == 0 {
             state.fill(0.0);
         }
-        window[..floats].copy_from_slice(state);
+        // B · x of the sequence's rows, through the convolution, then times C.
+        bx.clear();
         for r in seq.rows.clone() {
             let row = &bcx[r * 3 * channels..(r + 1) * 3 * channels];
-            let (b, rest) = row.split_at(channels);
-            let (c, x) = rest.split_at(channels);
-            let newest = &mut window[keep * channels..];
-            for ((w, &b), &x) in newest.iter_mut().zip(b).zip(x) {
-                *w = b * x;
-            }
-            let o = &mut out[r * channels..(r + 1) * channels];
-            for (ch, (o, &c)) in o.iter_mut().zip(c).enumerate() {
-                let taps_of = &weight[ch * taps..(ch + 1) * taps];
-                let mut acc = 0.0f32;
-                for (j, &w) in taps_of.iter().enumerate() {
-                    acc += w * window[j * channels + ch];
-                }
-                *o = c * acc;
-            }
-            window.copy_within(channels.., 0);
+            bx.extend(
+                row[..channels]
+                    .iter()
+                    .zip(&row[2 * channels..])
+                    .map(|(b, x)| b * x),
+            );
         }
-        state.copy_from_slice(&window[..floats]);
+        let o = &mut out[seq.rows.start * channels..seq.rows.end * channels];
+        conv1d_causal_prefill(
+            &conv,
+            ConvActivation::Identity,
+            seq.rows.len(),
+            &bx,
+            state,
+            o,
+        )?;
+        for (r, o) in seq.rows.clone().zip(o.chunks_exact_mut(channels)) {
+            let c = &bcx[r * 3 * channels + channels..r * 3 * channels + 2 * channels];
+            for (o, &c) in o.iter_mut().zip(c) {
+                *o *= c;
+            }
+        }
     }
     Ok(())
 }
