@@ -74,6 +74,16 @@ fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
     let conv_kernel = k
         .usize_opt("shortconv.l_cache")?
         .ok_or_else(|| k.bad(format!("{} is missing", k.key("shortconv.l_cache"))))?;
+    // llama.cpp's LFM2 may make its attention layers sliding-window; not read here yet, so
+    // refused rather than run with full attention.
+    if k.usize_opt("attention.sliding_window")?
+        .is_some_and(|w| w > 0)
+    {
+        return Err(k.bad(format!(
+            "{} is set: sliding-window attention in LFM2 is not supported yet",
+            k.key("attention.sliding_window")
+        )));
+    }
     cfg.hybrid = Some(HybridConfig {
         mixers,
         conv_kernel,
@@ -116,6 +126,17 @@ fn hf(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
         }
         let multiple = c.usize_opt("block_multiple_of")?.unwrap_or(256).max(1);
         cfg.ffn_dim = ff.div_ceil(multiple) * multiple;
+        if cfg.ffn_dim == 0 {
+            return Err(hf_bad(
+                "the MLP width derived from intermediate_size and block_ffn_dim_multiplier is 0"
+                    .into(),
+            ));
+        }
+    }
+    if c.usize_opt("sliding_window")?.is_some_and(|w| w > 0) {
+        return Err(hf_bad(
+            "sliding_window is set: sliding-window attention in LFM2 is not supported yet".into(),
+        ));
     }
     cfg.hybrid = Some(HybridConfig {
         mixers,

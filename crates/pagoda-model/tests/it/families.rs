@@ -128,8 +128,26 @@ fn check_golden(
         );
     }
 
-    for (prompt, want) in golden.prompts.iter().zip(&golden.greedy) {
-        let mut cache = model.new_cache_with(64, KvDtype::F32);
+    check_greedy(
+        &model,
+        &name.to_string(),
+        &golden.prompts,
+        &golden.greedy,
+        64,
+    );
+}
+
+/// Each prompt's greedy continuation (as long as the reference's) equals the reference's;
+/// `capacity` positions of f32 K/V.
+fn check_greedy(
+    model: &Model,
+    name: &str,
+    prompts: &[Vec<u32>],
+    greedy: &[Vec<u32>],
+    capacity: usize,
+) {
+    for (prompt, want) in prompts.iter().zip(greedy) {
+        let mut cache = model.new_cache_with(capacity, KvDtype::F32);
         let mut logits = model
             .forward(prompt, 0, &mut cache, Logits::Last)
             .expect("prompt");
@@ -624,26 +642,7 @@ fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&Mo
     compare("a token at a time", &|p| {
         stepped[p * vocab..(p + 1) * vocab].to_vec()
     });
-    for (prompt, want) in g.prompts.iter().zip(&g.greedy) {
-        let mut cache = model.new_cache_with(256, KvDtype::F32);
-        let mut logits = model
-            .forward(prompt, 0, &mut cache, Logits::Last)
-            .expect("prompt");
-        let mut got = Vec::new();
-        while got.len() < want.len() {
-            let next = argmax(&logits);
-            got.push(next);
-            logits = model
-                .forward(
-                    &[next],
-                    prompt.len() + got.len() - 1,
-                    &mut cache,
-                    Logits::Last,
-                )
-                .expect("decode");
-        }
-        assert_eq!(&got, want, "{name}: greedy continuation of {prompt:?}");
-    }
+    check_greedy(&model, &name.to_string(), &g.prompts, &g.greedy, 256);
 }
 
 fn lfm2_shape(c: &ModelConfig) {
@@ -671,4 +670,32 @@ fn lfm2_gguf_matches_llama_cpp() {
         &root.join("tiny-lfm2.llamacpp.json"),
         lfm2_shape,
     );
+}
+
+#[test]
+fn lfm2_configs_it_cannot_run_are_refused_by_name() {
+    let src = golden_root().join("tiny-lfm2");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(&src).expect("golden folder") {
+        let p = entry.expect("entry").path();
+        std::fs::copy(&p, dir.path().join(p.file_name().expect("name"))).expect("copy");
+    }
+    let config = dir.path().join("config.json");
+    let original: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("json");
+    for (key, value, needle) in [
+        ("sliding_window", serde_json::json!(128), "sliding_window"),
+        ("conv_bias", serde_json::json!(true), "conv_bias"),
+        (
+            "layer_types",
+            serde_json::json!(["conv", "mamba", "conv", "conv", "conv", "full_attention"]),
+            "mamba",
+        ),
+    ] {
+        let mut c = original.clone();
+        c[key] = value;
+        std::fs::write(&config, c.to_string()).expect("write");
+        let err = open_model(dir.path()).expect_err(key).to_string();
+        assert!(err.contains(needle), "{key}: {err}");
+    }
 }
