@@ -107,13 +107,15 @@ impl ModelRunner {
                 }
                 if c.start != 0 {
                     return Err(EngineError::InvalidRequest(format!(
-                        "sequence {} resumes at position {} without a recurrent state (a                          hybrid model's state is not shared through the prefix cache or a fork)",
+                        "sequence {} resumes at position {} without a recurrent state (a \
+                         hybrid model's state is not shared through the prefix cache or a fork)",
                         c.seq, c.start
                     )));
                 }
                 let slot = pool.allocate_live().ok_or_else(|| {
                     EngineError::InvalidRequest(
-                        "no free recurrent-state slot: more sequences run than the cache was                          made for"
+                        "no free recurrent-state slot: more sequences run than the cache was \
+                         made for"
                             .into(),
                     )
                 })?;

@@ -47,6 +47,9 @@ pub enum Architecture {
     GptOss,
     /// LFM2 (llama.cpp `lfm2`): a hybrid of gated short-convolution and attention layers.
     Lfm2,
+    /// Qwen2-MoE (llama.cpp `qwen2moe`): Qwen2's attention, routed experts and a gated
+    /// shared expert.
+    Qwen2Moe,
 }
 
 impl Architecture {
@@ -64,6 +67,7 @@ impl Architecture {
         Architecture::Olmoe,
         Architecture::GptOss,
         Architecture::Lfm2,
+        Architecture::Qwen2Moe,
     ];
 }
 
@@ -223,6 +227,11 @@ pub struct MoeConfig {
     pub weights_scale: f32,
     /// One entry per layer: is its feed-forward a mixture (else a dense MLP of `ffn_dim`)?
     pub layers: Vec<bool>,
+    /// Inner width of the shared expert: a dense gated MLP every token runs beside its routed
+    /// experts (Qwen2-MoE, Qwen3.5-MoE, DeepSeek, GLM); `None`: no shared expert. Whether a
+    /// sigmoid gate scales it, and whether the router has a selection bias, the file says
+    /// (`arch::moe`).
+    pub shared_ffn_dim: Option<usize>,
 }
 
 /// How a router turns logits into expert weights.

@@ -116,15 +116,29 @@ pub fn canonical_name(name: &str, arch: Architecture) -> Option<String> {
 }
 
 /// The canonical name of a mixture-of-experts tensor of layer `layer`: the router
-/// (`mlp.gate.weight`) and per-expert projections (`mlp.experts.{e}.{gate,up,down}_proj.weight`),
-/// as `family::moe` names them.
+/// (`mlp.gate.weight`) and its selection bias (`mlp.gate.e_score_correction_bias`), per-expert
+/// projections (`mlp.experts.{e}.{gate,up,down}_proj.weight`), and the shared expert
+/// (`mlp.shared_expert{,s}.*_proj.weight`, its gate `mlp.shared_expert_gate.weight`), as
+/// `family::moe` names them.
 fn expert_tensor(layer: &str, sub: &str) -> Option<String> {
     match sub {
         "mlp.gate.weight" | "mlp.router.weight" => {
             return Some(format!("blk.{layer}.ffn_gate_inp.weight"))
         }
         "mlp.router.bias" => return Some(format!("blk.{layer}.ffn_gate_inp.bias")),
+        "mlp.shared_expert_gate.weight" => {
+            return Some(format!("blk.{layer}.ffn_gate_inp_shexp.weight"))
+        }
+        "mlp.gate.e_score_correction_bias" => return Some(format!("blk.{layer}.exp_probs_b.bias")),
         _ => {}
+    }
+    if let Some(proj) = sub
+        .strip_prefix("mlp.shared_expert.")
+        .or_else(|| sub.strip_prefix("mlp.shared_experts."))
+        .and_then(|p| p.strip_suffix("_proj.weight"))
+    {
+        return matches!(proj, "gate" | "up" | "down")
+            .then(|| format!("blk.{layer}.ffn_{proj}_shexp.weight"));
     }
     let rest = sub.strip_prefix("mlp.experts.")?;
     let (e, proj) = rest.split_once('.')?;
@@ -473,6 +487,39 @@ impl HfFolder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maps_shared_expert_and_router_bias_names() {
+        let a = Architecture::Qwen2Moe;
+        for (hf, gguf) in [
+            (
+                "model.layers.2.mlp.shared_expert.gate_proj.weight",
+                "blk.2.ffn_gate_shexp.weight",
+            ),
+            (
+                "model.layers.2.mlp.shared_expert.down_proj.weight",
+                "blk.2.ffn_down_shexp.weight",
+            ),
+            (
+                "model.layers.0.mlp.shared_experts.up_proj.weight",
+                "blk.0.ffn_up_shexp.weight",
+            ),
+            (
+                "model.layers.1.mlp.shared_expert_gate.weight",
+                "blk.1.ffn_gate_inp_shexp.weight",
+            ),
+            (
+                "model.layers.1.mlp.gate.e_score_correction_bias",
+                "blk.1.exp_probs_b.bias",
+            ),
+            (
+                "model.layers.1.mlp.experts.7.up_proj.weight",
+                "blk.1.ffn_up_exp.7.weight",
+            ),
+        ] {
+            assert_eq!(canonical_name(hf, a).as_deref(), Some(gguf), "{hf}");
+        }
+    }
 
     #[test]
     fn maps_hf_names() {

@@ -31,6 +31,7 @@ pub mod moe;
 mod olmoe;
 mod phi3;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 mod smollm3;
@@ -70,6 +71,7 @@ pub static FAMILIES: &[&Family] = &[
     &olmoe::SPEC,
     &gpt_oss::SPEC,
     &lfm2::SPEC,
+    &qwen2moe::SPEC,
 ];
 
 /// The family of `arch`.

@@ -48,6 +48,9 @@ pub(super) fn gguf_moe(
         normalize_top_k,
         weights_scale: k.f32_opt("expert_weights_scale")?.unwrap_or(1.0),
         layers: vec![true; cfg.n_layers],
+        shared_ffn_dim: k
+            .usize_opt("expert_shared_feed_forward_length")?
+            .filter(|&f| f > 0),
     });
     Ok(())
 }
@@ -86,6 +89,9 @@ pub(super) fn hf_moe(
         layers: (0..cfg.n_layers)
             .map(|i| !dense.contains(&i) && (i + 1) % step == 0)
             .collect(),
+        shared_ffn_dim: c
+            .usize_opt("shared_expert_intermediate_size")?
+            .filter(|&f| f > 0),
     });
     Ok(())
 }
@@ -100,6 +106,23 @@ pub fn expert_bias_name(i: usize, proj: &str, e: usize) -> String {
     format!("blk.{i}.ffn_{proj}_exp.{e}.bias")
 }
 
+/// The canonical name of the shared expert's projection `proj` (`gate`, `up`, `down`) in
+/// layer `i` (`[shared_ffn, hidden]`, down `[hidden, shared_ffn]`).
+pub fn shared_expert_name(i: usize, proj: &str) -> String {
+    format!("blk.{i}.ffn_{proj}_shexp.weight")
+}
+
+/// The canonical name of the shared expert's sigmoid gate in layer `i` (`[1, hidden]`; GGUF
+/// files store it as a `[hidden]` vector, [`split_experts`] reshapes it).
+pub fn shared_expert_gate_name(i: usize) -> String {
+    format!("blk.{i}.ffn_gate_inp_shexp.weight")
+}
+
+/// The canonical name of the router's selection bias in layer `i` (`[n_experts]`).
+pub fn selection_bias_name(i: usize) -> String {
+    format!("blk.{i}.exp_probs_b.bias")
+}
+
 /// Replaces each stacked expert tensor of a mixture-of-experts model with one view per
 /// expert (a no-op for a dense model and for folders, whose experts are already apart).
 pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
@@ -107,6 +130,17 @@ pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelErro
         return Ok(());
     };
     for i in 0..cfg.n_layers {
+        let gate = shared_expert_gate_name(i);
+        if let Some(mut t) = w.remove(&gate) {
+            if t.shape.len() == 1 {
+                t.shape = vec![1, t.shape[0]];
+            }
+            w.insert(t).map_err(|message| ModelError::Tensor {
+                path: Default::default(),
+                tensor: gate.clone(),
+                message,
+            })?;
+        }
         for proj in ["gate", "up", "down"] {
             let stacked = format!("blk.{i}.ffn_{proj}_exps.weight");
             let Some(t) = w.remove(&stacked) else {
