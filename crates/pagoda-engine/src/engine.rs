@@ -28,6 +28,7 @@ use crate::scheduler::{
     SeqRequest, SeqStatus,
 };
 use crate::speculative::{SpecStats, Speculator};
+use crate::state_pool::StatePool;
 use crate::step_sampling::{self, SampledStep};
 use crate::EngineError;
 // Re-exported where they were before planning had a module of its own.
@@ -97,17 +98,7 @@ impl EngineCore {
         }
         let layout = KvLayout::plan(&model, config)?;
         let cache = model.try_new_paged_cache(layout.n_blocks, layout.block_size, layout.dtype)?;
-        // A hybrid's recurrent state is not kept per block: a cached prefix would skip the
-        // tokens that build it, so prefix caching is off for hybrids (state snapshots at
-        // chunk ends, `state_pool.rs`, are not wired yet).
-        if hybrid && config.prefix_caching {
-            tracing::info!("prefix caching is off for this hybrid model (recurrent layers)");
-        }
-        let pool = BlockPool::new(
-            layout.n_blocks,
-            layout.block_size,
-            config.prefix_caching && !hybrid,
-        );
+        let pool = BlockPool::new(layout.n_blocks, layout.block_size, config.prefix_caching);
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens.max(1),
@@ -119,6 +110,23 @@ impl EngineCore {
             },
             pool,
         );
+        // A hybrid's sequences hold recurrent-state slots, and resume cached prefixes from
+        // state snapshots (`scheduler/states.rs`).
+        let scheduler = match layout.states {
+            Some(plan) => {
+                tracing::info!(
+                    slots = plan.slots,
+                    mib_each = plan.slot_bytes as f64 / (1 << 20) as f64,
+                    "recurrent-state slots"
+                );
+                scheduler.with_states(StatePool::new(
+                    plan.slots,
+                    plan.slot_bytes,
+                    config.prefix_caching,
+                ))
+            }
+            None => scheduler,
+        };
         tracing::info!(
             blocks = layout.n_blocks,
             block_size = layout.block_size,
@@ -134,13 +142,9 @@ impl EngineCore {
         Ok(EngineCore {
             speculator,
             scheduler,
-            runner: if hybrid {
-                let slot_bytes = (0..model.config().n_layers)
-                    .map(|i| model.config().layer_state_floats(i) * 4)
-                    .sum();
-                ModelRunner::with_state_slots(model, cache, config.max_num_seqs.max(1), slot_bytes)
-            } else {
-                ModelRunner::new(model, cache)
+            runner: match layout.states {
+                Some(plan) => ModelRunner::with_state_slots(model, cache, plan.slots),
+                None => ModelRunner::new(model, cache),
             },
             layout,
             constraints: Arc::new(Constraints::new(tokenizer.clone())),
@@ -359,7 +363,6 @@ impl EngineCore {
     fn schedule(&mut self) -> SchedulerOutput {
         let now = Instant::now();
         let plan = self.scheduler.schedule(now);
-        self.runner.apply_forks(&plan.forks);
         let (outputs, mut seqs) = self.parts();
         outputs.end_by_scheduler(plan.ended.clone(), &mut seqs);
         outputs.mark_scheduled(&plan.chunks, now);
@@ -376,19 +379,15 @@ impl EngineCore {
         let adapters = self.outputs.adapters(&plan.chunks);
         let result = if self.outputs.has_constrained() {
             let (outputs, runner) = (&mut self.outputs, &mut self.runner);
-            let scheduler = &self.scheduler;
             std::thread::scope(|s| {
                 let masks = s.spawn(|| outputs.prepare_masks(&plan.chunks));
-                let result =
-                    runner.execute_with_adapters(plan, &adapters, &|id| scheduler.is_running(id));
+                let result = runner.execute_with_adapters(plan, &adapters);
                 // A mask left uncomputed (a panic there) is computed again when sampling.
                 let _ = masks.join();
                 result
             })
         } else {
-            let scheduler = &self.scheduler;
-            self.runner
-                .execute_with_adapters(plan, &adapters, &|id| scheduler.is_running(id))
+            self.runner.execute_with_adapters(plan, &adapters)
         };
         let logits = match result {
             Ok(l) => l,
@@ -518,9 +517,9 @@ impl EngineCore {
         self.stats.preempted_total = s.preempted_total;
         self.stats.kv_blocks_used = s.pool.blocks_used;
         self.stats.kv_blocks_total = s.pool.blocks_total;
-        if let Some((used, total)) = self.runner.state_slots_used() {
-            self.stats.state_slots_used = used;
-            self.stats.state_slots_total = total;
+        if let Some(states) = s.states {
+            self.stats.state_slots_used = states.slots_used;
+            self.stats.state_slots_total = states.slots_total;
         }
         self.stats.prefix_cache_hit_rate = s.prefix_hit_rate();
         self.stats.prefix_cache_queried_tokens = s.prefix_queried_tokens;

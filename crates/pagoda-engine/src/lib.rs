@@ -43,7 +43,7 @@ pub use constraint::{ConstraintError, Constraints};
 pub use engine::{EngineCore, EngineStats};
 pub use error::EngineError;
 pub use handle::{EngineHandle, RequestStream};
-pub use planning::{EngineConfig, KvLayout};
+pub use planning::{EngineConfig, KvLayout, StatePlan};
 pub use request::{ConstraintSpec, EngineRequest, RequestId, RequestTimings, TokenEvent, Usage};
 pub use sampling::{NonFiniteLogits, SampledToken, Sampler, SamplingParams};
 pub use scheduler::{BatchingMode, Policy, Scheduler, SchedulerConfig, SeqEnd, SeqId};

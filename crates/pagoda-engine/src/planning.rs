@@ -3,6 +3,10 @@
 //! memory ([`KvLayout::plan`]: pool size from `kv_cache_memory`, or
 //! [`DEFAULT_KV_FRACTION`] of available RAM through [`crate::memory`]).
 //!
+//! A hybrid model's recurrent-state slots ([`StatePlan`]: one live slot per sequence that may
+//! run, and with prefix caching half as many again for prefix snapshots) come out of the same
+//! budget before the blocks do.
+//!
 //! Invariants: a planned pool has at least two blocks, or all the blocks one sequence of
 //! `max_model_len` positions needs when that is fewer; its block size is at least 1; its
 //! `max_model_len` is at least 2 and at most the model's context length. Planning reads the
@@ -70,8 +74,49 @@ pub struct KvLayout {
     pub n_blocks: usize,
     pub block_size: usize,
     pub dtype: KvDtype,
+    /// Bytes of the KV blocks (not counting `states`).
     pub bytes: usize,
     pub max_model_len: usize,
+    /// A hybrid model's recurrent-state slots (`None` for transformers).
+    pub states: Option<StatePlan>,
+}
+
+/// A hybrid model's recurrent-state slots, planned beside the KV blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatePlan {
+    /// Slots in all: `max_num_seqs` live ones, plus snapshot ones with prefix caching.
+    pub slots: usize,
+    /// Bytes of one slot (every recurrent layer's convolution window and state matrix).
+    pub slot_bytes: usize,
+}
+
+impl StatePlan {
+    /// The slots `model` needs under `config`, or `None` for a model without recurrent
+    /// layers: one per sequence that may run, and `max(2, max_num_seqs / 2)` more for prefix
+    /// snapshots when prefix caching is on (a snapshot is only worth keeping for prefixes
+    /// that recur; the least recently used are evicted first).
+    pub fn for_model(model: &Model, config: &EngineConfig) -> Option<Self> {
+        let cfg = model.config();
+        if !cfg.has_recurrent_state() {
+            return None;
+        }
+        let live = config.max_num_seqs.max(1);
+        let snapshots = if config.prefix_caching {
+            (live / 2).max(2)
+        } else {
+            0
+        };
+        Some(StatePlan {
+            slots: live + snapshots,
+            slot_bytes: (0..cfg.n_layers)
+                .map(|i| cfg.layer_state_floats(i) * 4)
+                .sum(),
+        })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.slots.saturating_mul(self.slot_bytes)
+    }
 }
 
 impl KvLayout {
@@ -89,6 +134,8 @@ impl KvLayout {
             .min(cfg.context_length)
             .max(2);
         let all_layers = PagedKvCache::bytes_per_block(cfg, config.block_size, config.kv_dtype);
+        let states = StatePlan::for_model(model, config);
+        let state_bytes = states.map_or(0, |s| s.bytes() as u64);
         let blocks_per_seq = max_model_len.div_ceil(config.block_size);
         let util = config.gpu_memory_utilization;
         if !(util > 0.0 && util <= 1.0) {
@@ -127,7 +174,19 @@ impl KvLayout {
             }
         }
         let n_blocks = match (config.kv_cache_memory, gpu) {
-            (Some(bytes), _) => (bytes / (per_block + host_per_block) as u64) as usize,
+            (Some(bytes), _) => {
+                if bytes < state_bytes {
+                    return Err(EngineError::InvalidConfig(format!(
+                        "--kv-cache-memory {:.2} GiB is less than the recurrent states of \
+                         --max-num-seqs {} sequences need ({:.2} GiB); raise \
+                         --kv-cache-memory or lower --max-num-seqs",
+                        gib(bytes),
+                        config.max_num_seqs,
+                        gib(state_bytes)
+                    )));
+                }
+                ((bytes - state_bytes) / (per_block + host_per_block) as u64) as usize
+            }
             (None, Some((free, total))) => {
                 let workspace = model.workspace_bytes(
                     config.max_num_batched_tokens.max(1),
@@ -170,7 +229,8 @@ impl KvLayout {
             }
             (None, None) => {
                 let budget = crate::memory::available_memory()
-                    .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64);
+                    .map_or(1 << 30, |m| (m as f64 * DEFAULT_KV_FRACTION) as u64)
+                    .saturating_sub(state_bytes);
                 let want = blocks_per_seq * config.max_num_seqs.max(1);
                 ((budget / per_block as u64) as usize).min(want)
             }
@@ -188,6 +248,7 @@ impl KvLayout {
             dtype: config.kv_dtype,
             bytes: n_blocks * (per_block + host_per_block),
             max_model_len,
+            states,
         })
     }
 

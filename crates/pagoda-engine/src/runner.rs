@@ -2,127 +2,36 @@
 //! forward pass over every scheduled chunk (each under its request's LoRA adapter, if any),
 //! returning logits for the chunks that sample.
 //!
-//! A hybrid model's sequences each get a recurrent-state slot ([`crate::state_pool`]) while
-//! they run: the cache holds one per sequence the scheduler may run at once, a sequence
-//! takes one when it first runs (a forked `n > 1` choice: a copy of its parent's, see
-//! [`ModelRunner::apply_forks`]) and gives it back when it no longer runs (finished, aborted
-//! or preempted; a preempted sequence recomputes from position 0, where its new slot starts
-//! from zeros).
+//! A hybrid model's recurrent-state slots are the scheduler's to hand out
+//! (`scheduler/states.rs`): each chunk names its slot, and the runner copies slots as the step
+//! says — snapshots into resuming sequences and parents into forks before the pass, live
+//! states into prefix snapshots after it.
 //!
 //! Invariant: the runner never decides who runs; it does exactly what the
 //! [`SchedulerOutput`] says, and owns the paged KV memory the block pool's ids index and
 //! the state slots of its running sequences.
 
-use crate::scheduler::{SchedulerOutput, SeqId};
-use crate::state_pool::{SlotId, StatePool};
+use crate::scheduler::SchedulerOutput;
 use crate::EngineError;
 use pagoda_model::arch::{BatchSegment, Logits, LoraWeights, Model};
 use pagoda_model::PagedKvCache;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 pub struct ModelRunner {
     model: Arc<Model>,
     cache: PagedKvCache,
-    /// A hybrid model's state slots: the pool and each running sequence's slot.
-    states: Option<(StatePool, HashMap<SeqId, SlotId>)>,
 }
 
 impl ModelRunner {
     pub fn new(model: Arc<Model>, cache: PagedKvCache) -> Self {
-        ModelRunner {
-            model,
-            cache,
-            states: None,
-        }
+        ModelRunner { model, cache }
     }
 
-    /// A runner for a hybrid model: `max_seqs` state slots (the most sequences the scheduler
-    /// runs at once), each `slot_bytes` bytes.
-    pub fn with_state_slots(
-        model: Arc<Model>,
-        mut cache: PagedKvCache,
-        max_seqs: usize,
-        slot_bytes: usize,
-    ) -> Self {
-        cache.set_state_slots(max_seqs);
-        ModelRunner {
-            model,
-            cache,
-            states: Some((StatePool::new(max_seqs, slot_bytes, false), HashMap::new())),
-        }
-    }
-
-    /// State slots in use (running sequences of a hybrid model) and in all.
-    pub fn state_slots_used(&self) -> Option<(usize, usize)> {
-        self.states.as_ref().map(|(pool, _)| {
-            let s = pool.stats();
-            (s.slots_used, s.slots_total)
-        })
-    }
-
-    /// A hybrid model's forks (`(parent, child)`, from the scheduler's output): each child
-    /// takes a slot holding a copy of its parent's state (the parent has computed exactly
-    /// the prompt the child shares, and nothing ran since the fork). A parent without a slot
-    /// leaves its child without one (it then recomputes). A no-op for transformers.
-    pub fn apply_forks(&mut self, forks: &[(SeqId, SeqId)]) {
-        let Some((pool, by_seq)) = self.states.as_mut() else {
-            return;
-        };
-        for &(parent, child) in forks {
-            let Some(&src) = by_seq.get(&parent) else {
-                continue;
-            };
-            let Some(dst) = pool.allocate_live() else {
-                continue;
-            };
-            self.cache.copy_state_slot(src, dst);
-            by_seq.insert(child, dst);
-        }
-    }
-
-    /// Each chunk's state slot: slots of sequences that no longer run go back first, then a
-    /// chunk's sequence keeps its slot or takes a free one (only at position 0: a sequence
-    /// cannot resume a state it never had).
-    fn state_slots(
-        &mut self,
-        step: &SchedulerOutput,
-        running: &dyn Fn(SeqId) -> bool,
-    ) -> Result<Vec<Option<u32>>, EngineError> {
-        let Some((pool, by_seq)) = self.states.as_mut() else {
-            return Ok(vec![None; step.chunks.len()]);
-        };
-        by_seq.retain(|&seq, &mut slot| {
-            let keep = running(seq);
-            if !keep {
-                pool.release(slot);
-            }
-            keep
-        });
-        step.chunks
-            .iter()
-            .map(|c| {
-                if let Some(&slot) = by_seq.get(&c.seq) {
-                    return Ok(Some(slot));
-                }
-                if c.start != 0 {
-                    return Err(EngineError::InvalidRequest(format!(
-                        "sequence {} resumes at position {} without a recurrent state (a \
-                         hybrid model's state is not shared through the prefix cache or a fork)",
-                        c.seq, c.start
-                    )));
-                }
-                let slot = pool.allocate_live().ok_or_else(|| {
-                    EngineError::InvalidRequest(
-                        "no free recurrent-state slot: more sequences run than the cache was \
-                         made for"
-                            .into(),
-                    )
-                })?;
-                by_seq.insert(c.seq, slot);
-                Ok(Some(slot))
-            })
-            .collect()
+    /// A runner for a hybrid model whose cache keeps `slots` recurrent-state slots (the
+    /// scheduler's state pool's size).
+    pub fn with_state_slots(model: Arc<Model>, mut cache: PagedKvCache, slots: usize) -> Self {
+        cache.set_state_slots(slots);
+        ModelRunner { model, cache }
     }
 
     pub fn model(&self) -> &Model {
@@ -138,25 +47,25 @@ impl ModelRunner {
     ///
     /// [`ScheduledChunk::sample_rows`]: crate::scheduler::ScheduledChunk::sample_rows
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<Vec<f32>, EngineError> {
-        self.execute_with_adapters(step, &[], &|_| true)
+        self.execute_with_adapters(step, &[])
     }
 
     /// [`execute`](Self::execute) with chunk `i`'s rows under LoRA adapter `adapters[i]`
-    /// (missing entries: the base model); `running` says which sequences still run (a hybrid
-    /// model's state slots of the others go back).
+    /// (missing entries: the base model).
     pub fn execute_with_adapters(
         &mut self,
         step: &SchedulerOutput,
         adapters: &[Option<LoraWeights>],
-        running: &dyn Fn(SeqId) -> bool,
     ) -> Result<Vec<f32>, EngineError> {
         for &(src, dst) in &step.copies {
             self.cache.copy_block(src, dst)?;
         }
+        for &(src, dst) in &step.state_copies {
+            self.cache.copy_state_slot(src, dst);
+        }
         if step.chunks.is_empty() {
             return Ok(Vec::new());
         }
-        let slots = self.state_slots(step, running)?;
         let segments: Vec<BatchSegment<'_>> = step
             .chunks
             .iter()
@@ -172,9 +81,13 @@ impl ModelRunner {
                     (true, _) => Some(Logits::All),
                 },
                 adapter: adapters.get(i).and_then(Option::as_ref),
-                state_slot: slots[i],
+                state_slot: c.state_slot,
             })
             .collect();
-        Ok(self.model.forward_batch(&segments, &mut self.cache)?)
+        let logits = self.model.forward_batch(&segments, &mut self.cache)?;
+        for &(live, snapshot) in &step.state_snapshots {
+            self.cache.copy_state_slot(live, snapshot);
+        }
+        Ok(logits)
     }
 }

@@ -45,6 +45,7 @@ mod error;
 mod policy;
 pub mod predict;
 mod sequence;
+mod states;
 
 pub use crate::block_pool::BlockId;
 pub use error::SchedulerError;
@@ -52,8 +53,10 @@ pub use policy::{BatchingMode, Policy};
 pub use sequence::{SeqInfo, SeqRequest, SeqStatus};
 
 use crate::block_pool::{BlockPool, PoolStats};
+use crate::state_pool::{SlotId, StatePool, StateStats};
 use predict::OutputEstimate;
 use sequence::Sequence;
+use states::HybridStates;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
@@ -124,6 +127,9 @@ pub struct ScheduledChunk {
     /// sequence's last known token, to be verified against the rows before them. Their KV is
     /// written but counts only once `update` accepts them. Always 0 unless `sample`.
     pub num_draft: usize,
+    /// A hybrid model's recurrent-state slot this chunk continues and updates (`None` for
+    /// transformers).
+    pub state_slot: Option<SlotId>,
 }
 
 impl ScheduledChunk {
@@ -156,10 +162,13 @@ pub struct SchedulerOutput {
     pub ended: Vec<(SeqId, SeqEnd)>,
     /// Sum of `chunks[i].tokens.len()`.
     pub num_batched_tokens: usize,
-    /// `(parent, child)` forks since the last output whose child continues from its parent's
-    /// computed prompt (shared blocks): a hybrid model's runner copies the parent's recurrent
-    /// state to the child before the next pass.
-    pub forks: Vec<(SeqId, SeqId)>,
+    /// Recurrent-state slot copies `(src, dst)` to run before the forward pass (a hybrid
+    /// model: a prefix snapshot into a resuming sequence's slot, a parent's state into its
+    /// fork's).
+    pub state_copies: Vec<(SlotId, SlotId)>,
+    /// Recurrent-state slot copies `(live, snapshot)` to run after the forward pass: prefix
+    /// snapshots (`states.rs`).
+    pub state_snapshots: Vec<(SlotId, SlotId)>,
 }
 
 /// Why a sequence left the scheduler.
@@ -190,6 +199,8 @@ pub struct SchedulerStats {
     pub prefix_queried_tokens: u64,
     /// Of those, tokens whose KV came from the prefix cache.
     pub prefix_hit_tokens: u64,
+    /// A hybrid model's recurrent-state slots (`None` for transformers).
+    pub states: Option<StateStats>,
 }
 
 impl SchedulerStats {
@@ -215,8 +226,8 @@ pub struct Scheduler {
     /// Children that were complete when forked (their first token already reached
     /// `max_tokens` or the context): hold nothing, reported in the next output's `ended`.
     pending_ends: Vec<(SeqId, SeqEnd)>,
-    /// Forks that share their parent's computed prompt, reported in the next output.
-    pending_forks: Vec<(SeqId, SeqId)>,
+    /// A hybrid model's recurrent-state slots (`states.rs`); `None` for transformers.
+    states: Option<HybridStates>,
     /// Sequences the latest `update` ended, kept until the next `schedule` so that the
     /// engine may still fork from them.
     just_ended: HashMap<SeqId, ForkSource>,
@@ -246,7 +257,7 @@ impl Scheduler {
             running: Vec::new(),
             waiting: VecDeque::new(),
             pending_ends: Vec::new(),
-            pending_forks: Vec::new(),
+            states: None,
             just_ended: HashMap::new(),
             next_order: 0,
             preempted_total: 0,
@@ -256,6 +267,14 @@ impl Scheduler {
             prefix_hit_tokens: 0,
             output_estimate: OutputEstimate::default(),
         }
+    }
+
+    /// This scheduler for a hybrid model: every running sequence holds a recurrent-state
+    /// slot of `states`, and with prefix caching prefixes resume from state snapshots
+    /// (`states.rs`).
+    pub fn with_states(mut self, states: StatePool) -> Self {
+        self.states = Some(HybridStates::new(states));
+        self
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -329,7 +348,11 @@ impl Scheduler {
         self.just_ended.clear();
         let mut out = SchedulerOutput {
             ended: std::mem::take(&mut self.pending_ends),
-            forks: std::mem::take(&mut self.pending_forks),
+            state_copies: self
+                .states
+                .as_mut()
+                .map(HybridStates::begin_step)
+                .unwrap_or_default(),
             ..SchedulerOutput::default()
         };
         let mut budget = self.config.max_num_batched_tokens;
@@ -360,7 +383,7 @@ impl Scheduler {
                 continue;
             };
             // `update` ends a sequence before it outgrows the pool, so `n` always fits.
-            let n = seq.to_compute().min(budget);
+            let n = self.chunk_len(seq, seq.num_computed, seq.to_compute().min(budget));
             if n == 0 {
                 i += 1;
                 continue;
@@ -381,7 +404,7 @@ impl Scheduler {
                 break;
             }
             if self.grow(id, n + k, &mut out.copies) {
-                if let Some(chunk) = self.make_chunk(id, n, k) {
+                if let Some(chunk) = self.make_chunk(id, n, k, &mut out.state_snapshots) {
                     out.chunks.push(chunk);
                     budget -= n + k;
                 }
@@ -433,6 +456,9 @@ impl Scheduler {
         let caching = self.pool.prefix_caching();
         let tokens: HashMap<SeqId, &[u32]> =
             sampled.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+        if let Some(states) = &mut self.states {
+            states.step_applied();
+        }
         for chunk in &out.chunks {
             let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
                 continue;
@@ -553,7 +579,11 @@ impl Scheduler {
         if self.holds(child) {
             return Err(SchedulerError::DuplicateId { id: child });
         }
+        // Whether the parent has computed exactly its prompt (a hybrid's state is then the
+        // prompt's, which the child continues).
+        let mut at_prompt_end = false;
         let (source, shared) = if let Some(p) = self.seqs.get(&parent) {
+            at_prompt_end = p.state == SeqStatus::Running && p.num_computed == p.prompt_len;
             let prompt_done = match p.state {
                 SeqStatus::Running => p.in_flight == 0 && p.num_computed >= p.prompt_len,
                 SeqStatus::Waiting => p.generated() > 0,
@@ -601,6 +631,13 @@ impl Scheduler {
         if self.pool.prefix_caching() {
             c.extend_hashes(self.pool.block_size());
         }
+        // A hybrid child continues from a copy of its parent's state (only while that is the
+        // prompt's), or recomputes.
+        let forked = match &mut self.states {
+            Some(states) => at_prompt_end && !shared.is_empty() && states.fork(parent, child),
+            None => true,
+        };
+        let shared = if forked { shared } else { Vec::new() };
         if shared.is_empty() {
             self.waiting.push_front(child);
         } else {
@@ -611,7 +648,6 @@ impl Scheduler {
             c.num_computed = c.prompt_len;
             c.state = SeqStatus::Running;
             self.running.push(child);
-            self.pending_forks.push((parent, child));
         }
         self.seqs.insert(child, c);
         self.debug_check();
@@ -628,6 +664,7 @@ impl Scheduler {
             pool: self.pool.stats(),
             prefix_queried_tokens: self.prefix_queried_tokens,
             prefix_hit_tokens: self.prefix_hit_tokens,
+            states: self.states.as_ref().map(HybridStates::stats),
         }
     }
 
@@ -775,6 +812,9 @@ impl Scheduler {
         if st.blocks_free + st.blocks_used != st.blocks_total {
             return Err("free + used blocks != total".into());
         }
+        if let Some(states) = &self.states {
+            states.check(&self.running)?;
+        }
         Ok(())
     }
 
@@ -862,10 +902,52 @@ impl Scheduler {
         seq.draft.len().min(budget - n).min(by_tokens).min(by_len)
     }
 
+    /// How many of the `n` tokens from position `start` a step could give `seq` it gets: all of them, except that a
+    /// hybrid model's prefill chunk under prefix caching ends on a block boundary when it
+    /// stops short of the sequence's end, and at the last boundary before its final token when
+    /// it would cross it (the points its state is snapshotted at, `states.rs`).
+    fn chunk_len(&self, seq: &Sequence, start: usize, n: usize) -> usize {
+        if self.states.is_none() || !self.pool.prefix_caching() {
+            return n;
+        }
+        let bs = self.pool.block_size();
+        let len = seq.tokens.len();
+        let last_boundary = (len - 1) / bs * bs;
+        if start < last_boundary && start + n > last_boundary {
+            return last_boundary - start;
+        }
+        let aligned = (start + n) / bs * bs;
+        if start + n < len && aligned > start {
+            aligned - start
+        } else {
+            n
+        }
+    }
+
     /// The chunk of `n` tokens from `num_computed` followed by `k` of the sequence's
-    /// proposals, marked in flight; the proposals are consumed.
-    fn make_chunk(&mut self, id: SeqId, n: usize, k: usize) -> Option<ScheduledChunk> {
+    /// proposals, marked in flight; the proposals are consumed. A hybrid model's chunk that
+    /// ends a prefill on a block boundary adds its state snapshot to `snapshots`.
+    fn make_chunk(
+        &mut self,
+        id: SeqId,
+        n: usize,
+        k: usize,
+        snapshots: &mut Vec<(SlotId, SlotId)>,
+    ) -> Option<ScheduledChunk> {
+        let bs = self.pool.block_size();
+        let caching = self.pool.prefix_caching();
         let s = self.seqs.get_mut(&id)?;
+        let mut state_slot = None;
+        if let Some(states) = &mut self.states {
+            state_slot = states.live(id);
+            let end = s.num_computed + n;
+            let prefill = end < s.tokens.len();
+            if caching && prefill && end.is_multiple_of(bs) {
+                if let Some(&hash) = s.hashes.get(end / bs - 1) {
+                    snapshots.extend(states.snapshot(id, hash));
+                }
+            }
+        }
         let start = s.num_computed;
         let mut tokens = s.tokens.get(start..start + n)?.to_vec();
         let sample = start + n == s.tokens.len();
@@ -881,6 +963,7 @@ impl Scheduler {
             block_table: s.blocks.clone(),
             sample,
             num_draft: k,
+            state_slot,
         })
     }
 
@@ -890,6 +973,9 @@ impl Scheduler {
             return;
         };
         s.release_blocks(&mut self.pool);
+        if let Some(states) = &mut self.states {
+            states.stop(id);
+        }
         s.state = SeqStatus::Waiting;
         s.preemptions += 1;
         self.waiting.push_front(id);
@@ -945,8 +1031,21 @@ impl Scheduler {
                     None => break,
                 }
             }
+            let mut resume = None;
+            if let Some(states) = &self.states {
+                if !states.can_start() {
+                    break;
+                }
+                // A hybrid resumes only where a state snapshot was kept.
+                while hit > 0 && !states.has_snapshot(s.hashes[hit - 1]) {
+                    hit -= 1;
+                    let b = self.pool.peek(s.hashes[hit]);
+                    hit_free -= usize::from(b.is_some_and(|b| self.pool.ref_count(b) == 0));
+                }
+                resume = hit.checked_sub(1).map(|k| s.hashes[k]);
+            }
             let cached = hit * bs;
-            let n = (s.tokens.len() - cached).min(*budget);
+            let n = self.chunk_len(s, cached, (s.tokens.len() - cached).min(*budget));
             let new_blocks = if wave {
                 self.pool.blocks_for(s.tokens.len()) - hit
             } else {
@@ -954,6 +1053,11 @@ impl Scheduler {
             };
             if (n == 0 && !wave) || self.pool.num_free() < new_blocks + hit_free + promised {
                 break;
+            }
+            if let Some(states) = &mut self.states {
+                if states.start(id, resume, &mut out.state_copies).is_none() {
+                    break;
+                }
             }
             let Some(s) = self.seqs.get_mut(&id) else {
                 continue;
@@ -981,7 +1085,7 @@ impl Scheduler {
             self.running.push(id);
             admitted.insert(id);
             if n > 0 && self.grow(id, n, &mut out.copies) {
-                if let Some(chunk) = self.make_chunk(id, n, 0) {
+                if let Some(chunk) = self.make_chunk(id, n, 0, &mut out.state_snapshots) {
                     out.chunks.push(chunk);
                     *budget -= n;
                 }
@@ -1013,6 +1117,9 @@ impl Scheduler {
     fn drop_seq(&mut self, id: SeqId) {
         if let Some(mut s) = self.seqs.remove(&id) {
             s.release_blocks(&mut self.pool);
+        }
+        if let Some(states) = &mut self.states {
+            states.stop(id);
         }
     }
 }

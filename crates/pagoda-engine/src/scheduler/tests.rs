@@ -843,3 +843,101 @@ fn sjf_ages_long_predicted_jobs() {
     let out = s.schedule(later);
     assert_eq!(out.chunks[0].seq, 1);
 }
+
+/// A hybrid model's scheduler: `slots` state slots, prefix caching on.
+fn hybrid(cfg: SchedulerConfig, blocks: usize, slots: usize) -> Scheduler {
+    sched(cfg, blocks, true).with_states(StatePool::new(slots, 64, true))
+}
+
+/// Two prompts sharing their first 12 tokens (3 blocks of 4).
+fn shared_prefix(id: SeqId, suffix: u32, len: usize) -> SeqRequest {
+    let mut r = req(id, len, 2);
+    for (i, t) in r.prompt.iter_mut().enumerate() {
+        *t = if i < 12 {
+            i as u32
+        } else {
+            500 + suffix + i as u32
+        };
+    }
+    r
+}
+
+#[test]
+fn a_hybrid_prefill_ends_its_chunks_on_blocks_and_snapshots_there() {
+    let t = Instant::now();
+    let mut s = hybrid(config(10, 4), 16, 6);
+    s.add(shared_prefix(1, 0, 15), t).unwrap();
+    // Budget 10: the first chunk stops at the boundary 8, the second at 12 (the last
+    // boundary before the final token), the third computes the rest and samples.
+    let (a, _) = step(&mut s, t);
+    assert_eq!(lens(&a), vec![(1, 0, 8)]);
+    let live = a.chunks[0].state_slot.expect("a live slot");
+    assert_eq!(a.state_snapshots.len(), 1);
+    assert_eq!(a.state_snapshots[0].0, live);
+    let (b, _) = step(&mut s, t);
+    assert_eq!(lens(&b), vec![(1, 8, 4)]);
+    assert_eq!(b.state_snapshots.len(), 1);
+    let (c, _) = step(&mut s, t);
+    assert_eq!(lens(&c), vec![(1, 12, 3)]);
+    assert!(c.chunks[0].sample && c.state_snapshots.is_empty());
+    let st = s.stats().states.expect("hybrid stats");
+    assert_eq!((st.slots_used, st.snapshots), (1, 2));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_hybrid_resumes_a_shared_prefix_from_its_snapshot_only() {
+    let t = Instant::now();
+    let mut s = hybrid(config(32, 4), 16, 6);
+    s.add(shared_prefix(1, 0, 15), t).unwrap();
+    let (a, _) = step(&mut s, t);
+    // One chunk up to the last boundary (12), snapshotted; then the rest.
+    assert_eq!(lens(&a), vec![(1, 0, 12)]);
+    let snapshot = a.state_snapshots[0].1;
+    step(&mut s, t);
+    // The second prompt shares 3 blocks; its state resumes from the snapshot at 12.
+    s.add(shared_prefix(2, 7, 18), t).unwrap();
+    let (b, _) = step(&mut s, t);
+    let chunk = b.chunks.iter().find(|c| c.seq == 2).expect("seq 2 runs");
+    assert_eq!(chunk.start, 12, "computes only its suffix");
+    let live = chunk.state_slot.expect("a live slot");
+    assert!(b.state_copies.contains(&(snapshot, live)), "{b:?}");
+    assert_eq!(s.stats().prefix_hit_tokens, 12);
+    s.check_invariants().unwrap();
+
+    // A prompt that shares only 2 blocks finds blocks but no snapshot there: it recomputes.
+    let mut r = shared_prefix(3, 9, 14);
+    r.prompt[9] = 9999;
+    s.add(r, t).unwrap();
+    let (c, _) = step(&mut s, t);
+    let chunk = c.chunks.iter().find(|c| c.seq == 3).expect("seq 3 runs");
+    assert_eq!(chunk.start, 0);
+    assert!(c.state_copies.is_empty());
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn hybrid_slots_go_back_on_finish_preemption_and_forks_copy_their_parent() {
+    let t = Instant::now();
+    let mut s = hybrid(config(32, 4), 16, 4);
+    s.add(req(1, 6, 4), t).unwrap();
+    step(&mut s, t);
+    step(&mut s, t);
+    s.fork(1, 2, 9).unwrap();
+    let (out, _) = step(&mut s, t);
+    let slot = |id| {
+        out.chunks
+            .iter()
+            .find(|c| c.seq == id)
+            .and_then(|c| c.state_slot)
+    };
+    let (parent, child) = (slot(1).unwrap(), slot(2).unwrap());
+    assert_ne!(parent, child);
+    assert!(out.state_copies.contains(&(parent, child)), "{out:?}");
+    s.check_invariants().unwrap();
+    assert!(s.finish(2, SeqEnd::Aborted));
+    assert!(s.finish(1, SeqEnd::Stopped));
+    let st = s.stats().states.unwrap();
+    assert_eq!(st.slots_used, 0, "{st:?}");
+    s.check_invariants().unwrap();
+}

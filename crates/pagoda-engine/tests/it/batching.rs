@@ -154,15 +154,18 @@ fn wait_idle(engine: &EngineHandle) {
     }
 }
 
+/// `blocks` KV blocks of 8 positions (and a hybrid's recurrent-state slots beside them).
 fn small_config(model_dir: &Path, blocks: usize) -> EngineConfig {
     let (model, _) = load(model_dir);
-    EngineConfig {
+    let mut config = EngineConfig {
         max_num_batched_tokens: 24,
         max_num_seqs: 4,
         block_size: 8,
-        kv_cache_memory: Some(kv_bytes(&model, blocks, 8)),
         ..EngineConfig::default()
-    }
+    };
+    let states = pagoda_engine::StatePlan::for_model(&model, &config).map_or(0, |p| p.bytes());
+    config.kv_cache_memory = Some(kv_bytes(&model, blocks, 8) + states as u64);
+    config
 }
 
 const LENGTHS: [usize; 7] = [5, 40, 17, 63, 2, 30, 9];
@@ -343,6 +346,74 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     wait_idle(&engine);
     assert!(engine.stats().prefix_cache_hit_rate > 0.0);
     engine.shutdown();
+}
+
+/// A hybrid (LFM2) under prefix caching: a second prompt sharing the first one's 40 leading
+/// tokens resumes from the recurrent-state snapshot at that block boundary, computes only its
+/// suffix, and gives the tokens and logprobs (top 5 at every step) of a run without the cache.
+#[test]
+fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
+    let dir = golden("tiny-lfm2");
+    let (model, tok) = load(&dir);
+    let vocab = model.config().vocab_size;
+    let mut ps = prompts(vocab, &[40, 7, 11]);
+    let (shared, first_tail, second_tail) = (ps.remove(0), ps.remove(0), ps.remove(0));
+    let first: Vec<u32> = shared.iter().chain(&first_tail).copied().collect();
+    let second: Vec<u32> = shared.iter().chain(&second_tail).copied().collect();
+    let run = |engine: &EngineHandle, p: &[u32]| {
+        let sampling = SamplingParams {
+            logprobs: Some(5),
+            ..SamplingParams::greedy()
+        };
+        let mut req = EngineRequest::new(p.to_vec(), sampling, 8);
+        req.ignore_eos = true;
+        let mut tokens = Vec::new();
+        let mut usage = None;
+        for ev in engine.submit(req).expect("submits") {
+            match ev {
+                TokenEvent::Token { token, logprob, .. } => {
+                    let l = logprob.expect("logprobs asked for");
+                    tokens.push((token, l.top_logprobs));
+                }
+                TokenEvent::Finished { usage: u, .. } => usage = Some(u),
+                TokenEvent::Error { message } => panic!("{message}"),
+            }
+        }
+        (tokens, usage.expect("finished"))
+    };
+    let cached =
+        EngineHandle::start(model.clone(), tok.clone(), small_config(&dir, 64)).expect("starts");
+    let (_, miss) = run(&cached, &first);
+    assert_eq!(miss.cached_prompt_tokens, 0);
+    let (got, hit) = run(&cached, &second);
+    // 40 shared tokens are 5 blocks of 8; the state was kept at 40 (the first prompt's last
+    // boundary before its final token is 40, and its chunks of 24 end on blocks).
+    assert_eq!(hit.cached_prompt_tokens, 40, "only the suffix is computed");
+    let stats = cached.stats();
+    assert!(stats.state_slots_total > 0);
+    wait_idle(&cached);
+    cached.shutdown();
+
+    let mut plain_config = small_config(&dir, 64);
+    plain_config.prefix_caching = false;
+    let plain = EngineHandle::start(model.clone(), tok, plain_config).expect("starts");
+    let (want, none) = run(&plain, &second);
+    assert_eq!(none.cached_prompt_tokens, 0);
+    assert_eq!(got.len(), want.len());
+    for (step, ((a, la), (b, lb))) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a, b, "token {step}");
+        for (x, y) in la.iter().zip(lb) {
+            assert_eq!(x.token, y.token, "step {step}");
+            assert!(
+                (x.logprob - y.logprob).abs() < 1e-5,
+                "step {step}: {} vs {}",
+                x.logprob,
+                y.logprob
+            );
+        }
+    }
+    wait_idle(&plain);
+    plain.shutdown();
 }
 
 #[test]

@@ -10,12 +10,18 @@
 //! the tables holding each block, the step respects its limits, and every live sequence's
 //! tokens are the prompt plus what it was sampled — also across preemptions. At the end every
 //! request has finished or been aborted within a step bound.
+//!
+//! Some setups are a hybrid model's (state slots beside the blocks): the simulated runner's
+//! "state" in a slot is the prefix hash of the tokens it has consumed, so a chunk whose slot
+//! does not hold exactly its sequence's tokens `0..start` (restored from a snapshot, copied at
+//! a fork, kept across steps) is caught; at the end no slot is held.
 
 use pagoda_engine::block_pool::BlockPool;
 use pagoda_engine::scheduler::{
     BatchingMode, Policy, Scheduler, SchedulerConfig, SchedulerError, SchedulerOutput, SeqEnd,
     SeqId, SeqRequest, SeqStatus,
 };
+use pagoda_engine::state_pool::StatePool;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -28,10 +34,12 @@ struct Track {
     max_tokens: usize,
 }
 
-/// The simulated runner's KV: `slots[block][slot]` = prefix hash of the token written there.
+/// The simulated runner's KV: `slots[block][slot]` = prefix hash of the token written there;
+/// a hybrid's state slots: `states[slot]` = prefix hash of the last token consumed.
 struct Kv {
     bs: usize,
     slots: Vec<Vec<Option<u64>>>,
+    states: Vec<Option<u64>>,
 }
 
 fn prefix_hashes(tokens: &[u32]) -> Vec<u64> {
@@ -48,11 +56,35 @@ fn prefix_hashes(tokens: &[u32]) -> Vec<u64> {
 }
 
 impl Kv {
-    fn new(n_blocks: usize, bs: usize) -> Self {
+    fn new(n_blocks: usize, bs: usize, state_slots: usize) -> Self {
         Kv {
             bs,
             slots: vec![vec![None; bs]; n_blocks],
+            states: vec![None; state_slots],
         }
+    }
+
+    /// A hybrid chunk's state: continues exactly its sequence's tokens `0..start`.
+    fn consume_state(
+        &mut self,
+        slot: u32,
+        seq: SeqId,
+        start: usize,
+        hashes: &[u64],
+        end: usize,
+    ) -> Result<(), String> {
+        let s = self
+            .states
+            .get_mut(slot as usize)
+            .ok_or_else(|| format!("seq {seq}: state slot {slot} out of range"))?;
+        let want = start.checked_sub(1).map(|p| hashes[p]);
+        if start > 0 && *s != want {
+            return Err(format!(
+                "seq {seq}: state slot {slot} does not hold its first {start} tokens"
+            ));
+        }
+        *s = Some(hashes[end - 1]);
+        Ok(())
     }
 
     /// Runs a step as the runner would: copies first, then every chunk's writes. Checks that
@@ -66,11 +98,24 @@ impl Kv {
             let row = self.slots[src as usize].clone();
             self.slots[dst as usize] = row;
         }
+        for &(src, dst) in &out.state_copies {
+            self.states[dst as usize] = self.states[src as usize];
+        }
         for c in &out.chunks {
             let t = live
                 .get(&c.seq)
                 .ok_or_else(|| format!("chunk for unknown sequence {}", c.seq))?;
             let hashes = prefix_hashes(&t.tokens);
+            match (c.state_slot, self.states.is_empty()) {
+                (Some(slot), false) => {
+                    let end = c.start + c.tokens.len() - c.num_draft;
+                    self.consume_state(slot, c.seq, c.start, &hashes, end)?;
+                }
+                (None, true) => {}
+                (slot, _) => {
+                    return Err(format!("seq {}: state slot {slot:?} for this model", c.seq))
+                }
+            }
             for (p, &want) in hashes.iter().enumerate().take(c.start) {
                 let b = c.block_table[p / self.bs] as usize;
                 if self.slots[b][p % self.bs] != Some(want) {
@@ -87,6 +132,9 @@ impl Kv {
                 let b = c.block_table[p / self.bs] as usize;
                 self.slots[b][p % self.bs] = Some(hashes[p]);
             }
+        }
+        for &(live_slot, snapshot) in &out.state_snapshots {
+            self.states[snapshot as usize] = self.states[live_slot as usize];
         }
         Ok(())
     }
@@ -133,6 +181,8 @@ struct Setup {
     block_size: usize,
     caching: bool,
     config: SchedulerConfig,
+    /// A hybrid model's state slots (0: a transformer).
+    state_slots: usize,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -150,20 +200,25 @@ fn setup() -> impl Strategy<Value = Setup> {
         prop_oneof![3 => Just(BatchingMode::Continuous), 1 => Just(BatchingMode::Static)],
         8usize..96,
         prop_oneof![Just(0.0), Just(1.0), Just(50.0)],
+        prop_oneof![2 => Just(0usize), 1 => 0usize..4],
     )
         .prop_map(
-            |(n_blocks, block_size, caching, budget, seqs, policy, mode, len, aging)| Setup {
-                n_blocks,
-                block_size,
-                caching,
-                config: SchedulerConfig {
-                    max_num_batched_tokens: budget,
-                    max_num_seqs: seqs,
-                    policy,
-                    mode,
-                    max_model_len: len,
-                    aging_per_sec: aging,
-                },
+            |(n_blocks, block_size, caching, budget, seqs, policy, mode, len, aging, extra)| {
+                Setup {
+                    n_blocks,
+                    block_size,
+                    caching,
+                    // A hybrid has a live slot per sequence that may run, and some for snapshots.
+                    state_slots: if extra == 0 { 0 } else { seqs + extra - 1 },
+                    config: SchedulerConfig {
+                        max_num_batched_tokens: budget,
+                        max_num_seqs: seqs,
+                        policy,
+                        mode,
+                        max_model_len: len,
+                        aging_per_sec: aging,
+                    },
+                }
             },
         )
 }
@@ -181,9 +236,13 @@ struct Harness {
 impl Harness {
     fn new(setup: &Setup) -> Self {
         let pool = BlockPool::new(setup.n_blocks, setup.block_size, setup.caching);
+        let mut s = Scheduler::new(setup.config.clone(), pool);
+        if setup.state_slots > 0 {
+            s = s.with_states(StatePool::new(setup.state_slots, 8, setup.caching));
+        }
         Harness {
-            s: Scheduler::new(setup.config.clone(), pool),
-            kv: Kv::new(setup.n_blocks, setup.block_size),
+            s,
+            kv: Kv::new(setup.n_blocks, setup.block_size, setup.state_slots),
             live: BTreeMap::new(),
             next_id: 1,
             t0: Instant::now(),
@@ -564,6 +623,11 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), String> {
     if st.blocks_free != st.blocks_total {
         return Err(format!("blocks leaked: {st:?}"));
     }
+    if let Some(states) = h.s.stats().states {
+        if states.slots_used != 0 {
+            return Err(format!("state slots leaked: {states:?}"));
+        }
+    }
     Ok(())
 }
 
@@ -583,14 +647,22 @@ proptest! {
 #[test]
 fn small_pools_preempt_and_still_finish() {
     let mut preempted = 0;
-    for (i, policy) in [Policy::Fcfs, Policy::Priority, Policy::Sjf]
-        .into_iter()
-        .enumerate()
+    // The last two: a hybrid model's (state slots, with and without snapshots).
+    for (i, policy) in [
+        Policy::Fcfs,
+        Policy::Priority,
+        Policy::Sjf,
+        Policy::Fcfs,
+        Policy::Priority,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let setup = Setup {
             n_blocks: 6,
             block_size: 4,
-            caching: i != 1,
+            caching: i != 1 && i != 4,
+            state_slots: if i >= 3 { 6 } else { 0 },
             config: SchedulerConfig {
                 max_num_batched_tokens: 16,
                 max_num_seqs: 4,
