@@ -28,6 +28,15 @@ olmoe (OLMoE-1B-7B-like: QK-norm over the whole q/k projection (one weight of hi
 per head), 8 experts, top-2, softmax then top-k without renormalizing; multi-head attention
 (llama.cpp's olmoe loader wants attn_k_norm of n_embd, so K/V heads = heads) and rms_norm_eps
 1e-5 (the converter writes 1e-5 whatever the config says)),
+qwen2moe (Qwen1.5-MoE-A2.7B / Qwen2-57B-A14B-like: Qwen2 attention with q/k/v biases, head_dim
+16; 3 layers, every one a sparse MoE of 8 experts 32 wide, top-2, softmax then top-k NOT
+renormalized (norm_topk_prob false; llama.cpp's qwen2moe graph calls build_moe_ffn with norm_w
+false whatever the GGUF says, so it could not represent true), plus a shared expert 48 wide
+(shared_expert_intermediate_size; intermediate_size 128 is used by no layer) times
+sigmoid(shared_expert_gate x) (llama.cpp: silu(g) / g), the gate weight scaled so the sigmoid
+spans ~0..1; logits.json records how far the logits move renormalized, without the shared
+expert, ungated and with the gate at 0.5. No dense layer: llama.cpp's qwen2moe requires the MoE
+and shared-expert tensors in every layer (QWEN2MOE_DENSE_NOTE); untied output),
 gpt-oss (gpt-oss-20b/120b-like: alternating sliding (window 8) / full layers, attention sinks,
 biases on q/k/v/o, router and experts, 8 experts top-2 with softmax over the chosen logits,
 the clamped SwiGLU (alpha 1.702, limit 7, (up + 1)) on fused interleaved gate/up experts in f32
@@ -101,7 +110,7 @@ PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistra
        "phi3": "gpt-2",
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
        "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o",
-       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2"}
+       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2", "qwen2moe": "qwen2"}
 
 # Extra converter arguments: the tiny Qwen3.5 folders have no multi-token-prediction layers
 # (the released checkpoints keep one under mtp.*), and without --no-mtp the converter asserts
@@ -173,7 +182,7 @@ ARGMAX_MIN_MARGIN = 1e-3
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe", "qwen2moe")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
 
@@ -558,6 +567,27 @@ def tiny_folder(kind: str) -> Path:
             cfg = transformers.Qwen3_5TextConfig(**shape, intermediate_size=128)
             cls, seed = transformers.Qwen3_5ForCausalLM, 21
         legacy = {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "full_attention_interval": 4}
+    elif kind == "qwen2moe":
+        # Qwen1.5-MoE-A2.7B / Qwen2-57B-A14B in small: Qwen2 attention (biases on q/k/v, none on
+        # o; head_dim = hidden / heads = 16), every layer a sparse MoE of 8 experts 32 wide, top-2,
+        # softmax then top-k WITHOUT renormalizing (norm_topk_prob false, as the released configs;
+        # llama.cpp's qwen2moe graph never renormalizes: build_moe_ffn(norm_w = false)), plus a
+        # shared expert 48 wide (shared_expert_intermediate_size, not the experts' 32 nor
+        # intermediate_size 128, which no layer uses) times sigmoid(shared_expert_gate x). No dense
+        # layer: llama.cpp's qwen2moe loader wants ffn_gate_inp / *_exps / *_shexp in every layer
+        # (QWEN2MOE_DENSE_NOTE).
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        bos, eos, pad, template = None, "<|im_end|>", "<|endoftext|>", mg.CHATML_TEMPLATE
+        cfg = transformers.Qwen2MoeConfig(
+            **common, num_hidden_layers=3,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1,
+            mlp_only_layers=[], qkv_bias=True, tie_word_embeddings=False, use_sliding_window=False,
+            bos_token_id=None, eos_token_id=2, pad_token_id=0, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 1000000.0, "rope_scaling": None}
+        cls, seed = transformers.Qwen2MoeForCausalLM, 24
     elif kind == "lfm2":
         # LFM2 (LiquidAI/LFM2-1.2B / LFM2.5-1.2B) in small: its first 6 layers (conv, conv,
         # attention, conv, conv, attention), double-gated short convolutions of kernel 3
@@ -674,6 +704,8 @@ def tiny_folder(kind: str) -> Path:
         moe = gpt_oss_checks(model2, ids, logits, greedy, prompts, min_gap, seed)
     elif kind == "qwen35moe":
         moe = qwen35moe_checks(model2, ids, logits, min_gap, seed)
+    elif kind == "qwen2moe":
+        moe = qwen2moe_checks(model2, ids, logits, min_gap, seed)
     elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
         routers = [router_of(layer) for layer in model2.model.layers]
@@ -979,6 +1011,132 @@ def qwen35moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -
     }
 
 
+# Qwen2-MoE: the shared expert's gate weight is scaled by this on top of randomize_weights, so
+# that sigmoid(shared_expert_gate x) spans most of (0, 1) over the golden tokens (a gate read as
+# a plain factor, or dropped, then shows clearly).
+QWEN2MOE_SHARED_GATE_SCALE = 2.0
+
+# Why the tiny Qwen2-MoE has no dense layer.
+QWEN2MOE_DENSE_NOTE = (
+    "transformers' Qwen2-MoE can make layers dense (mlp_only_layers, decoder_sparse_step); "
+    "llama.cpp's qwen2moe loader (src/models/qwen2moe.cpp) creates ffn_gate_inp, ffn_{gate,up,down}"
+    "_exps and the ffn_*_shexp tensors for every layer (required) and its graph runs every layer "
+    "as MoE + shared expert, so a GGUF of a folder with a dense layer does not load: every layer "
+    "here is sparse (mlp_only_layers [], decoder_sparse_step 1), as in the released Qwen1.5-MoE "
+    "and Qwen2-57B-A14B"
+)
+
+
+def qwen2moe_weights(model, seed: int):
+    """Qwen2-MoE weights on top of randomize_weights: the shared expert gate times
+    QWEN2MOE_SHARED_GATE_SCALE."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.shared_expert_gate.weight.mul_(QWEN2MOE_SHARED_GATE_SCALE)
+
+
+def qwen2moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
+    """What logits.json records for Qwen2-MoE: routing facts, the shared expert's gate values
+    over the golden tokens, and how far the logits move when the top-k weights are
+    renormalized, without the shared expert, with the shared expert ungated (factor 1 in place
+    of the sigmoid) and with its gate at 0.5 (gate weight 0)."""
+    import types
+
+    import numpy as np
+    import torch
+
+    layers = model.model.layers
+    cfg = model.config
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    def moe_forward(shared_factor):
+        def forward(self, hidden_states):
+            b, s, d = hidden_states.shape
+            flat = hidden_states.view(-1, d)
+            _, weights, chosen = self.gate(flat)
+            out = self.experts(flat, chosen, weights)
+            if shared_factor is not None:
+                out = out + shared_factor(self, flat) * self.shared_expert(flat)
+            return out.reshape(b, s, d)
+        return forward
+
+    gates = []
+    hooks = [layer.mlp.shared_expert_gate.register_forward_hook(
+        lambda _m, _i, out: gates.append(torch.sigmoid(out.detach()))) for layer in layers]
+    try:
+        assert np.array_equal(run(), logits)
+    finally:
+        for h in hooks:
+            h.remove()
+    variants = {"ungated": lambda self, x: 1.0,
+                "half": lambda self, x: 0.5,
+                "removed": None}
+    diffs = {}
+    for label, factor in variants.items():
+        for layer in layers:
+            layer.mlp.forward = types.MethodType(moe_forward(factor), layer.mlp)
+        try:
+            diffs[label] = float(np.abs(run() - logits).max())
+        finally:
+            for layer in layers:
+                del layer.mlp.forward
+    # The same forward with the real gate reproduces the logits (the variants differ only there).
+    for layer in layers:
+        layer.mlp.forward = types.MethodType(
+            moe_forward(lambda self, x: torch.sigmoid(self.shared_expert_gate(x))), layer.mlp)
+    try:
+        assert np.allclose(run(), logits, atol=1e-6)
+    finally:
+        for layer in layers:
+            del layer.mlp.forward
+    routers = [layer.mlp.gate for layer in layers]
+    for r in routers:
+        r.norm_topk_prob = not r.norm_topk_prob
+    try:
+        diffs["renorm"] = float(np.abs(run() - logits).max())
+    finally:
+        for r in routers:
+            r.norm_topk_prob = not r.norm_topk_prob
+    assert np.array_equal(run(), logits)
+    assert min(diffs.values()) > 0.1, diffs
+    step_diff = float(np.abs(decode_stepwise(model, ids) - logits).max())
+    assert step_diff < 1e-4, step_diff
+    gate_range = [[round(float(g.min()), 4), round(float(g.mean()), 4), round(float(g.max()), 4)]
+                  for g in gates]
+    print(f"qwen2moe: logits move by {diffs['renorm']:.3f} renormalized, {diffs['removed']:.3f} without "
+          f"the shared expert, {diffs['ungated']:.3f} with it ungated, {diffs['half']:.3f} with its gate "
+          f"at 0.5; sigmoid gate min/mean/max per layer {gate_range}")
+    return {
+        "num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "moe_intermediate_size": cfg.moe_intermediate_size,
+        "shared_expert_intermediate_size": cfg.shared_expert_intermediate_size,
+        "routing": "router logits = W x (mlp.gate.weight); softmax over all experts; top-k; the k "
+                   "probabilities used as they are (norm_topk_prob false: not renormalized); plus "
+                   "the shared expert (SwiGLU of width shared_expert_intermediate_size) times "
+                   "sigmoid(shared_expert_gate x), a scalar per token",
+        "norm_topk_prob_flipped_max_abs_diff": diffs["renorm"],
+        "shared_expert_removed_max_abs_diff": diffs["removed"],
+        "shared_expert_ungated_max_abs_diff": diffs["ungated"],
+        "shared_gate_half_max_abs_diff": diffs["half"],
+        "shared_gate_sigmoid_min_mean_max": gate_range,
+        "shared_gate_note": "sigmoid(shared_expert_gate x) over token_ids per layer; shared_expert_"
+                            "ungated: the shared expert added with factor 1 in place of the sigmoid",
+        "dense_layers_note": QWEN2MOE_DENSE_NOTE,
+        "stepwise_decode_max_abs_diff": step_diff,
+        "stepwise_decode_note": "transformers fed token_ids one token at a time through its cache, "
+                                "against logits",
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "router logits of every token of greedy_prompts + greedy, every "
+                       "layer: the k-th and (k+1)-th differ by at least router_min_topk_gap",
+    }
+
+
 def router_of(layer):
     """The router (the module whose first output is the router logits) of a MoE layer."""
     return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
@@ -1265,6 +1423,8 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
         mg.randomize_weights(model, seed=s, gemma=False)
         if cfg.model_type == "gpt_oss":
             gpt_oss_weights(model, s)
+        if cfg.model_type == "qwen2_moe":
+            qwen2moe_weights(model, s)
         if kind in HYBRID_KINDS:
             hybrid_weights(model, kind, s)
         if mxfp4_experts:
@@ -1524,7 +1684,7 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
                      hf: dict) -> dict:
     """llama.cpp's logits and greedy continuations of a hybrid kind against transformers' on
     the folder (recomputed: logits.json keeps only some rows), over every position and per
-    DeltaNet chunk, plus the checks of the GGUF's layout (hybrid_gguf_layout)."""
+    DeltaNet chunk, plus the checks of the GGUF's layout (gguf_layout)."""
     import numpy as np
     import torch
     import transformers
@@ -1555,7 +1715,7 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
         "max_abs_diff_vs_transformers_per_chunk": chunks,
         "argmax_equals_transformers_every_position": argmax_same,
         "greedy_equals_transformers": greedy_same,
-        "gguf_layout": hybrid_gguf_layout(kind, gguf_path, folder),
+        "gguf_layout": gguf_layout(kind, gguf_path, folder),
     }
 
 
@@ -1697,7 +1857,67 @@ LFM2_GGUF_NOTE = (
 )
 
 
-def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
+def qwen2moe_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for a Qwen2-MoE folder, from the folder's
+    tensors (per-expert gate_proj / up_proj / down_proj stacked into [experts, ...])."""
+    import numpy as np
+
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            "output_norm.weight": hf["model.norm.weight"],
+            "output.weight": hf["lm_head.weight"]}
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        sa, m = p + "self_attn.", p + "mlp."
+        want.update({b + "attn_norm.weight": hf[p + "input_layernorm.weight"],
+                     b + "ffn_norm.weight": hf[p + "post_attention_layernorm.weight"],
+                     b + "attn_output.weight": hf[sa + "o_proj.weight"],
+                     b + "ffn_gate_inp.weight": hf[m + "gate.weight"],
+                     b + "ffn_gate_inp_shexp.weight": hf[m + "shared_expert_gate.weight"],
+                     b + "ffn_gate_shexp.weight": hf[m + "shared_expert.gate_proj.weight"],
+                     b + "ffn_up_shexp.weight": hf[m + "shared_expert.up_proj.weight"],
+                     b + "ffn_down_shexp.weight": hf[m + "shared_expert.down_proj.weight"]})
+        for w in ("q", "k", "v"):
+            want[b + f"attn_{w}.weight"] = hf[sa + f"{w}_proj.weight"]
+            want[b + f"attn_{w}.bias"] = hf[sa + f"{w}_proj.bias"]
+        for w in ("gate", "up", "down"):
+            want[b + f"ffn_{w}_exps.weight"] = np.stack(
+                [hf[m + f"experts.{e}.{w}_proj.weight"] for e in range(cfg["num_experts"])])
+    return want
+
+
+QWEN2MOE_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor, renamed (checked): input_layernorm -> "
+    "attn_norm, post_attention_layernorm -> ffn_norm, q/k/v_proj weight and bias -> attn_q/k/v "
+    "weight and bias (no o_proj bias), mlp.gate -> ffn_gate_inp [experts, hidden], the per-expert "
+    "mlp.experts.E.{gate,up,down}_proj stacked into ffn_{gate,up,down}_exps [experts, out, in], "
+    "mlp.shared_expert.{gate,up,down}_proj -> ffn_{gate,up,down}_shexp, mlp.shared_expert_gate "
+    "[1, hidden] -> ffn_gate_inp_shexp.weight as it is (ne [hidden, 1]; llama.cpp's loader "
+    "asks for {n_embd} and accepts the trailing 1), model.norm -> output_norm, "
+    "lm_head -> output. Metadata: qwen2moe.expert_feed_forward_length = moe_intermediate_size, "
+    "qwen2moe.expert_shared_feed_forward_length = shared_expert_intermediate_size, "
+    "qwen2moe.feed_forward_length = intermediate_size (unused by llama.cpp when the two are set)."
+)
+
+QWEN2MOE_LLAMACPP_NOTE = (
+    "llama.cpp's qwen2moe graph (src/models/qwen2moe.cpp): build_moe_ffn with softmax gating and "
+    "norm_w = false (the chosen probabilities are never renormalized; the GGUF has no key that "
+    "could say otherwise) and no expert_weights_scale; the shared expert's gate as "
+    "silu(g) / g = sigmoid(g), g = ffn_gate_inp_shexp . x; every layer MoE + shared expert"
+)
+
+# llama.cpp's converter output per kind: (expected tensors from the folder's, what they are).
+GGUF_LAYOUT = {"qwen35": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
+               "qwen35moe": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
+               "lfm2": (lfm2_gguf_expected, LFM2_GGUF_NOTE),
+               "qwen2moe": (qwen2moe_gguf_expected, QWEN2MOE_GGUF_NOTE)}
+
+# Kinds whose llama.cpp logits must agree with transformers' within LLAMACPP_TOLERANCE (the
+# goldens made after the check was written; the others record their agreement).
+LLAMACPP_CHECKED = ("qwen2moe",)
+LLAMACPP_TOLERANCE = 1e-4
+
+
+def gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
     """Checks that every tensor of the converter's GGUF is the folder's tensor transformed as
     the note returned says (exactly, or within 1 ulp where the converter computes in float32),
     and that the GGUF has no other tensor."""
@@ -1706,7 +1926,8 @@ def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
 
     hf = load_file(str(folder / "model.safetensors"))
     cfg = json.loads((folder / "config.json").read_text())
-    want = lfm2_gguf_expected(hf, cfg) if kind == "lfm2" else qwen35_gguf_expected(hf, cfg)
+    expected, note = GGUF_LAYOUT[kind]
+    want = expected(hf, cfg)
     reader = mxfp4.gguf_module().GGUFReader(str(gguf_path))
     got = {t.name: np.asarray(t.data) for t in reader.tensors}
     assert set(got) == set(want), sorted(set(got) ^ set(want))
@@ -1714,7 +1935,7 @@ def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
         assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
         assert np.allclose(got[name], w, rtol=1e-6, atol=0), name
     print(f"{gguf_path.name}: all {len(got)} tensors are the folder's, transformed as documented")
-    return {"tensors_checked": len(got), "note": LFM2_GGUF_NOTE if kind == "lfm2" else QWEN35_GGUF_NOTE}
+    return {"tensors_checked": len(got), "note": note}
 
 
 def gguf_golden(kind: str, folder: Path):
@@ -1744,6 +1965,15 @@ def gguf_golden(kind: str, folder: Path):
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
         print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
+        if kind in LLAMACPP_CHECKED:
+            assert diff < LLAMACPP_TOLERANCE, (kind, diff)
+            same = [a == b for a, b in zip(greedy, hf["greedy"])]
+            assert all(same), same
+            doc["greedy_equals_transformers"] = same
+        if kind in GGUF_LAYOUT:
+            doc["gguf_layout"] = gguf_layout(kind, out, folder)
+    if kind == "qwen2moe":
+        doc["note"] = QWEN2MOE_LLAMACPP_NOTE
         if kind.startswith("gpt-oss"):
             truncated = truncated_yarn_model(folder, kind)
             trunc = float(np.abs(logits_of(truncated, ids) - scores).max())
