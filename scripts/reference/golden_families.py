@@ -63,7 +63,16 @@ Qwen3.5-4B chat template), qwen35moe (Qwen3.5-35B-A3B-like: the same with every 
 experts top-2, always renormalized, plus a sigmoid-gated shared expert; experts fused as the
 released checkpoints store them), lfm2 (LFM2-1.2B-like: its first 6 layers, double-gated short
 convolutions of kernel 3 and attention with QK-norm; the derived FFN width; LFM2's specials and
-the LFM2.5 instruct template). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
+the LFM2.5 instruct template), lfm2moe (LFM2-8B-A1B-like: the lfm2 layer pattern, the first
+num_dense_layers 2 with a dense SwiGLU of intermediate_size 96 as written, then MoE layers of 8
+experts 32 wide top-2 with bias-corrected sigmoid routing: the experts chosen on sigmoid(W x) +
+expert_bias, weighted by the unbiased sigmoids renormalized (norm_topk_prob) times
+routed_scaling_factor 1.0 (the converter does not carry another value: LFM2MOE_NOTE); expert_bias
+is a buffer saved in model.safetensors as model.layers.N.feed_forward.expert_bias, in the GGUF
+blk.N.exp_probs_b.bias (LFM2MOE_GGUF_NOTE), ~N(0, 0.2^2) so that it changes the chosen experts
+of ~60% of the (token, layer) routings; logits.json records that fraction and how far the
+logits move with the bias ignored, with weights from the biased scores and without
+renormalizing; the LFM2-8B-A1B template). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
 boundaries at 64 and 128; full rows at HYBRID_LOGIT_POSITIONS, argmax and largest logit at every
 position: logits_fields) and a fourth greedy prompt decodes across position 128. logits.json
 records how far transformers' one-token-at-a-time decode, its recurrent rule and a float64 run
@@ -110,7 +119,8 @@ PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistra
        "phi3": "gpt-2",
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
        "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o",
-       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2", "qwen2moe": "qwen2"}
+       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2", "qwen2moe": "qwen2",
+       "lfm2moe": "lfm2"}
 
 # Extra converter arguments: the tiny Qwen3.5 folders have no multi-token-prediction layers
 # (the released checkpoints keep one under mtp.*), and without --no-mtp the converter asserts
@@ -125,7 +135,9 @@ CONVERT_ARGS = {"qwen35": ["--no-mtp"], "qwen35moe": ["--no-mtp"]}
 # HYBRID_LOGIT_POSITIONS only (each side of 64 and 128, the first and last positions); the
 # argmax and the largest logit at every position. A fourth greedy prompt, the first
 # HYBRID_LONG_PROMPT ids of that sequence, decodes across position 128.
-HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2")
+HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2", "lfm2moe")
+# The LFM2 kinds (short convolutions beside attention; LFM2's tokenizer and final norm).
+LFM2_KINDS = ("lfm2", "lfm2moe")
 DELTANET_CHUNK = 64
 HYBRID_LEN = 180
 HYBRID_SEED = 4242
@@ -182,9 +194,18 @@ ARGMAX_MIN_MARGIN = 1e-3
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe", "qwen2moe")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe", "qwen2moe", "lfm2moe")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
+
+# LFM2-MoE chooses experts on sigmoid(router logits) + expert_bias (values in (0, 1) plus the
+# bias, not logits): its routers are scaled to std LFM2MOE_ROUTER_STD (sigmoids spread, not
+# saturated), expert_bias ~ N(0, LFM2MOE_BIAS_STD^2) per layer (large enough to change the chosen
+# experts of many tokens), and the k-th and (k+1)-th biased scores must differ by more than
+# LFM2MOE_MIN_GAP (float32 noise in a score is below ~1e-6: the sigmoid's slope is at most 1/4).
+LFM2MOE_ROUTER_STD = 1.0
+LFM2MOE_BIAS_STD = 0.2
+LFM2MOE_MIN_GAP = 2e-5
 
 # gpt-oss (o200k_harmony) specials, in the order of their real ids (199998 <|startoftext|>,
 # 199999 <|endoftext|>, 200002 <|return|>, 200003 <|constrain|>, 200005 <|channel|>,
@@ -319,7 +340,7 @@ def hybrid_weights(model, kind: str, seed: int):
     token's own embedding, which the tied output matrix then predicts: greedy repeats it)."""
     import torch
 
-    if kind != "lfm2":
+    if kind not in LFM2_KINDS:
         qwen35_weights(model, seed)
     if model.config.tie_word_embeddings:
         with torch.no_grad():
@@ -612,6 +633,32 @@ def tiny_folder(kind: str) -> Path:
         # rope_theta.
         legacy = {"rope_theta": 1000000.0, "block_ff_dim": 136, "tie_embedding": True}
         cls, seed = transformers.Lfm2ForCausalLM, 23
+    elif kind == "lfm2moe":
+        # LFM2-8B-A1B in small: the lfm2 layer pattern (conv, conv, attention, conv, conv,
+        # attention: the real model's first 6), the first num_dense_layers 2 with a dense SwiGLU
+        # of intermediate_size 96 (as written: LFM2-MoE has no block_auto_adjust_ff_dim), the
+        # others a MoE of 8 experts 32 wide, top-2, chosen on sigmoid(router logits) +
+        # expert_bias, weighted by the unbiased sigmoids renormalized (norm_topk_prob) times
+        # routed_scaling_factor 1.0 (llama.cpp's converter does not write it: LFM2MOE_NOTE).
+        # Attention as lfm2 (QK-norm, 4 heads / 2 K/V heads, head_dim 16), norm eps 1e-5,
+        # embeddings tied, LFM2's specials, the LFM2-8B-A1B template.
+        specials = LFM2_SPECIALS
+        bos, eos, pad = "<|startoftext|>", "<|im_end|>", "<|pad|>"
+        template = (SDIST / "models" / "templates" / "LFM2-8B-A1B.jinja").read_text()
+        C, F = "conv", "full_attention"
+        cfg = transformers.Lfm2MoeConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_hidden_layers=6, layer_types=[C, C, F, C, C, F], num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            conv_L_cache=3, conv_bias=False, num_dense_layers=2, num_experts=8,
+            num_experts_per_tok=2, use_expert_bias=True, routed_scaling_factor=1.0,
+            norm_topk_prob=True, tie_word_embeddings=True,
+            bos_token_id=1, eos_token_id=7, pad_token_id=0,
+        )
+        cfg._experts_implementation = "eager"
+        legacy = {"rope_theta": 1000000.0, "tie_embedding": True}
+        cls, seed = transformers.Lfm2MoeForCausalLM, 25
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
@@ -621,7 +668,7 @@ def tiny_folder(kind: str) -> Path:
     if gemma4:
         tok = gemma4_tokenizer(vocab)
     elif kind in HYBRID_KINDS:
-        tok = split_bpe_tokenizer(specials, vocab, bos, LFM2_SPLIT if kind == "lfm2" else QWEN35_SPLIT)
+        tok = split_bpe_tokenizer(specials, vocab, bos, LFM2_SPLIT if kind in LFM2_KINDS else QWEN35_SPLIT)
     else:
         tok = mg.build_tokenizer(specials, vocab, None if gpt_oss else bos)
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
@@ -706,6 +753,8 @@ def tiny_folder(kind: str) -> Path:
         moe = qwen35moe_checks(model2, ids, logits, min_gap, seed)
     elif kind == "qwen2moe":
         moe = qwen2moe_checks(model2, ids, logits, min_gap, seed)
+    elif kind == "lfm2moe":
+        moe = lfm2moe_checks(model2, ids, logits, min_gap, seed)
     elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
         routers = [router_of(layer) for layer in model2.model.layers]
@@ -878,7 +927,7 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
     assert margin > ARGMAX_MIN_MARGIN, margin
     doc = {"layer_types": cfg.layer_types,
            **({} if kind in MOE_KINDS else {"weights_seed": seed}),
-           "transformers_paths": LFM2_KERNEL_NOTE if kind == "lfm2" else HYBRID_KERNEL_NOTE,
+           "transformers_paths": LFM2_KERNEL_NOTE if kind in LFM2_KINDS else HYBRID_KERNEL_NOTE,
            "decision_margin_min": margin,
            "decision_margin_note": "smallest gap between the largest and second largest logit over "
                                    "every position of token_ids and every greedy decision (the "
@@ -896,6 +945,12 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
                     "feed_forward_width_note": "block_auto_adjust_ff_dim: int(2 * intermediate_size / 3) "
                                                "(90) rounded up to a multiple of block_multiple_of (96)",
                     "conv_kernel": cfg.conv_L_cache})
+        return doc
+    if kind == "lfm2moe":
+        doc.update({"conv_kernel": cfg.conv_L_cache, "num_dense_layers": cfg.num_dense_layers,
+                    "dense_feed_forward_width": cfg.intermediate_size,
+                    "dense_feed_forward_width_note": "LFM2-MoE's dense layers are intermediate_size "
+                                                     "wide as written (no block_auto_adjust_ff_dim)"})
         return doc
 
     layers = [layer.linear_attn for layer in model.model.layers if hasattr(layer, "linear_attn")]
@@ -1137,9 +1192,143 @@ def qwen2moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) ->
     }
 
 
+# What llama.cpp computes for LFM2-MoE's routing (recorded in the llama.cpp json).
+LFM2MOE_NOTE = (
+    "llama.cpp's lfm2moe graph (src/models/lfm2.cpp, build_moe_feed_forward) calls build_moe_ffn "
+    "(src/llama-graph.cpp) with exp_probs_b = blk.N.exp_probs_b.bias, norm_w = true, w_scale = "
+    "hparams.expert_weights_scale (never read for lfm2moe: 0, no scaling) and gating sigmoid: "
+    "probs = sigmoid(W x); selection_probs = probs + exp_probs_b; top-k by argsort of "
+    "selection_probs; weights = the unbiased probs of the chosen experts, divided by their sum "
+    "(clamped below at 6.1e-5; transformers adds 1e-6 to the sum instead). That is transformers' "
+    "Lfm2MoeTopKRouter with routed_scaling_factor 1; a folder with another routed_scaling_factor "
+    "would convert to a GGUF that drops it"
+)
+
+
+def lfm2moe_weights(model, seed: int):
+    """LFM2-MoE weights on top of randomize_weights: each MoE layer's expert_bias (a buffer,
+    zero at init) ~ N(0, LFM2MOE_BIAS_STD^2)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 400)
+    with torch.no_grad():
+        for layer in moe_layers(model):
+            bias = layer.feed_forward.expert_bias
+            bias.copy_(LFM2MOE_BIAS_STD * torch.randn(bias.shape, generator=g))
+
+
+def lfm2moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
+    """What logits.json records for LFM2-MoE: the expert biases, how many (token, layer)
+    routings of token_ids the bias changes, and how far the logits move when the bias is
+    ignored, when the weights are taken from the biased scores, and when the top-k weights are
+    not renormalized."""
+    import types
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    layers = moe_layers(model)
+    cfg = model.config
+    k = cfg.num_experts_per_tok
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    seen = []
+    hooks = [router_of(layer).register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
+             for layer in layers]
+    try:
+        assert np.array_equal(run(), logits)
+    finally:
+        for h in hooks:
+            h.remove()
+    changed_per_layer = []
+    for layer, router_logits in zip(layers, seen):
+        probs = router_logits.sigmoid()
+        biased = torch.topk(probs + layer.feed_forward.expert_bias, k, dim=-1).indices.sort(-1).values
+        plain = torch.topk(probs, k, dim=-1).indices.sort(-1).values
+        changed_per_layer.append(int((biased != plain).any(-1).sum()))
+    fraction = sum(changed_per_layer) / (len(layers) * len(ids))
+
+    def biased_weights(self, hidden_states, expert_bias=None):
+        router_logits = F.linear(hidden_states, self.weight)
+        scores = router_logits.sigmoid() + expert_bias
+        weights, chosen = torch.topk(scores, k=self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-6)
+        return router_logits, weights * self.routed_scaling_factor, chosen
+
+    diffs = {}
+    saved = [layer.feed_forward.expert_bias.clone() for layer in layers]
+    with torch.no_grad():
+        for layer in layers:
+            layer.feed_forward.expert_bias.zero_()
+    try:
+        diffs["no_bias"] = float(np.abs(run() - logits).max())
+    finally:
+        with torch.no_grad():
+            for layer, b in zip(layers, saved):
+                layer.feed_forward.expert_bias.copy_(b)
+    for layer in layers:
+        router_of(layer).forward = types.MethodType(biased_weights, router_of(layer))
+    try:
+        diffs["biased_weights"] = float(np.abs(run() - logits).max())
+    finally:
+        for layer in layers:
+            del router_of(layer).forward
+    for layer in layers:
+        router_of(layer).norm_topk_prob = not router_of(layer).norm_topk_prob
+    try:
+        diffs["renorm"] = float(np.abs(run() - logits).max())
+    finally:
+        for layer in layers:
+            router_of(layer).norm_topk_prob = not router_of(layer).norm_topk_prob
+    assert np.array_equal(run(), logits)
+    assert fraction > 0.2 and min(diffs.values()) > 0.1, (fraction, diffs)
+    print(f"lfm2moe: the expert bias changes {fraction:.1%} of the routings {changed_per_layer}; logits "
+          f"move by {diffs['no_bias']:.3f} without it, {diffs['biased_weights']:.3f} with weights from the "
+          f"biased scores, {diffs['renorm']:.3f} without renormalizing")
+    return {
+        "num_experts": cfg.num_experts, "num_experts_per_tok": k,
+        "num_dense_layers": cfg.num_dense_layers, "moe_intermediate_size": cfg.moe_intermediate_size,
+        "norm_topk_prob": cfg.norm_topk_prob, "routed_scaling_factor": cfg.routed_scaling_factor,
+        "use_expert_bias": cfg.use_expert_bias,
+        "routing": "p = sigmoid(W x) (feed_forward.gate.weight, no bias); the k experts with the largest "
+                   "p + expert_bias are chosen; their weights are their p (without the bias) divided "
+                   "by the sum of the k (norm_topk_prob; transformers adds 1e-6 to the sum) times "
+                   "routed_scaling_factor",
+        "expert_bias": [[float(v) for v in layer.feed_forward.expert_bias] for layer in layers],
+        "expert_bias_note": "per MoE layer (layers num_dense_layers..), model.layers.N.feed_forward."
+                            "expert_bias (a float32 buffer, saved in model.safetensors)",
+        "bias_changed_routings_fraction": fraction,
+        "bias_changed_routings_per_layer": changed_per_layer,
+        "bias_changed_note": "(token, layer) pairs of token_ids whose chosen expert set with the bias "
+                             "differs from the set without it (top-k of p alone), over "
+                             f"{len(layers)} MoE layers x {len(ids)} tokens",
+        "bias_ignored_max_abs_diff": diffs["no_bias"],
+        "weights_from_biased_scores_max_abs_diff": diffs["biased_weights"],
+        "norm_topk_prob_flipped_max_abs_diff": diffs["renorm"],
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "the scores experts are chosen on, sigmoid(router logits) + expert_bias, of every "
+                       "token of greedy_prompts + greedy and of token_ids + its greedy continuation, "
+                       "every MoE layer: the k-th and (k+1)-th differ by at least router_min_topk_gap "
+                       f"(> {LFM2MOE_MIN_GAP})",
+    }
+
+
 def router_of(layer):
-    """The router (the module whose first output is the router logits) of a MoE layer."""
+    """The router (the module whose first output is the router logits) of a MoE layer; None
+    for an LFM2-MoE dense layer."""
+    if hasattr(layer, "feed_forward"):
+        return getattr(layer.feed_forward, "gate", None)
     return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
+
+
+def moe_layers(model) -> list:
+    """The layers of `model` that route (all, except LFM2-MoE's leading dense layers)."""
+    return [layer for layer in model.model.layers if router_of(layer) is not None]
 
 
 def gpt_oss_weights(model, seed: int):
@@ -1254,7 +1443,7 @@ def load_kwargs(kind: str) -> dict:
     """from_pretrained's extra arguments for `kind`'s folder: gpt-oss's experts through the
     eager loop; MXFP4 experts dequantized on load (into the f32 parameters: exact; without
     dequantize transformers would want its Triton kernels from the Hub)."""
-    if kind == "qwen35moe":
+    if kind in ("qwen35moe", "lfm2moe"):
         return {"experts_implementation": "eager"}
     if not kind.startswith("gpt-oss"):
         return {}
@@ -1389,12 +1578,24 @@ def mxfp4_reload_checks(folder: Path, model, model2, ids: list[int], logits, log
 
 def router_gaps(model, sequences: list[list[int]]):
     """(smallest gap between the k-th and (k+1)-th router logit over every token of
-    `sequences` and every MoE layer, std of all router logits)."""
+    `sequences` and every MoE layer, std of all router logits). For LFM2-MoE the gap is that of
+    the scores the experts are chosen on, sigmoid(logits) + expert_bias."""
     import torch
 
     seen = []
-    hooks = [router_of(layer).register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
-             for layer in model.model.layers]
+    gaps = []
+    k = model.config.num_experts_per_tok
+
+    def hook(layer):
+        def record(_m, _i, out):
+            seen.append(out[0].detach())
+            if hasattr(layer, "feed_forward"):
+                scores = out[0].detach().sigmoid() + layer.feed_forward.expert_bias
+                top = scores.sort(dim=-1, descending=True).values
+                gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+        return record
+
+    hooks = [router_of(layer).register_forward_hook(hook(layer)) for layer in moe_layers(model)]
     try:
         with torch.no_grad():
             for seq in sequences:
@@ -1402,8 +1603,9 @@ def router_gaps(model, sequences: list[list[int]]):
     finally:
         for h in hooks:
             h.remove()
-    k = model.config.num_experts_per_tok
     all_logits = torch.cat([s.reshape(-1, s.shape[-1]) for s in seen])
+    if gaps:
+        return min(gaps), float(all_logits.std())
     top = all_logits.sort(dim=-1, descending=True).values
     return float((top[:, k - 1] - top[:, k]).min()), float(all_logits.std())
 
@@ -1427,11 +1629,14 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
             qwen2moe_weights(model, s)
         if kind in HYBRID_KINDS:
             hybrid_weights(model, kind, s)
+        if cfg.model_type == "lfm2_moe":
+            lfm2moe_weights(model, s)
         if mxfp4_experts:
             mxfp4_round_trip(model)
+        router_std = LFM2MOE_ROUTER_STD if kind == "lfm2moe" else ROUTER_STD
         with torch.no_grad():
-            for layer in model.model.layers:
-                router_of(layer).weight.mul_(ROUTER_STD)
+            for layer in moe_layers(model):
+                router_of(layer).weight.mul_(router_std)
         seqs = []
         for p in prompts:
             with torch.no_grad():
@@ -1440,7 +1645,7 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
             seqs.append([int(t) for t in out[0]])
         gap, std = router_gaps(model, seqs)
         print(f"seed {s}: router logit std {std:.2f}, min top-{cfg.num_experts_per_tok} gap {gap:.2e}")
-        if gap <= ROUTER_MIN_GAP:
+        if gap <= (LFM2MOE_MIN_GAP if kind == "lfm2moe" else ROUTER_MIN_GAP):
             continue
         if kind in HYBRID_KINDS:
             margin = decision_margin(model, kind)
@@ -1702,13 +1907,16 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
     greedy_same = [a == b for a, b in zip(greedy, hf["greedy"])]
     # The long prompt's first greedy token is the argmax of the prefill at its last position.
     assert greedy[-1][0] == int(scores[HYBRID_LONG_PROMPT - 1].argmax()), "llama.cpp state reuse"
+    if kind in LLAMACPP_CHECKED:
+        assert diff.max() < LLAMACPP_TOLERANCE and argmax_same and all(greedy_same), (
+            kind, float(diff.max()), argmax_same, greedy_same)
     print(f"{kind}: llama.cpp vs transformers max |diff| {diff.max():.2e} (position {int(diff.argmax())}; "
           f"per chunk {chunks}); argmax equal at every position {argmax_same}; greedy equal {greedy_same}; "
           f"llama.cpp vs float64 {exact_diff:.2e}")
     return {
         "max_abs_diff_vs_transformers": float(diff.max()),
         "max_abs_diff_vs_float64": exact_diff,
-        "llamacpp_paths": LLAMACPP_SHORTCONV_NOTE if kind == "lfm2" else LLAMACPP_DELTANET_NOTE,
+        "llamacpp_paths": LLAMACPP_SHORTCONV_NOTE if kind in LFM2_KINDS else LLAMACPP_DELTANET_NOTE,
         "float64_note": FLOAT64_NOTE + "; transformers' own float32 logits are float64_max_abs_diff "
                         "from it (logits.json)",
         "max_abs_diff_vs_transformers_position": int(diff.argmax()),
@@ -1785,18 +1993,33 @@ def qwen35_gguf_expected(hf: dict, cfg: dict) -> dict:
 
 
 def lfm2_gguf_expected(hf: dict, cfg: dict) -> dict:
-    """Each tensor llama.cpp's converter writes for an LFM2 folder, from the folder's tensors."""
+    """Each tensor llama.cpp's converter writes for an LFM2 or LFM2-MoE folder, from the
+    folder's tensors (LFM2-MoE: layers from num_dense_layers on are MoE, their per-expert
+    w1 / w3 / w2 stacked into [experts, ...], expert_bias as exp_probs_b.bias)."""
+    import numpy as np
+
     want = {"token_embd.weight": hf["model.embed_tokens.weight"],
             # LFM2's final norm (model.embedding_norm, applied after the last layer) keeps the
             # name of an embedding norm in GGUF.
             "token_embd_norm.weight": hf["model.embedding_norm.weight"]}
+    n_dense = cfg.get("num_dense_layers", len(cfg["layer_types"]))
     for i, layer_type in enumerate(cfg["layer_types"]):
         p, b = f"model.layers.{i}.", f"blk.{i}."
+        ff = p + "feed_forward."
         want.update({b + "attn_norm.weight": hf[p + "operator_norm.weight"],
-                     b + "ffn_norm.weight": hf[p + "ffn_norm.weight"],
-                     b + "ffn_gate.weight": hf[p + "feed_forward.w1.weight"],
-                     b + "ffn_up.weight": hf[p + "feed_forward.w3.weight"],
-                     b + "ffn_down.weight": hf[p + "feed_forward.w2.weight"]})
+                     b + "ffn_norm.weight": hf[p + "ffn_norm.weight"]})
+        if i < n_dense:
+            want.update({b + "ffn_gate.weight": hf[ff + "w1.weight"],
+                         b + "ffn_up.weight": hf[ff + "w3.weight"],
+                         b + "ffn_down.weight": hf[ff + "w2.weight"]})
+        else:
+            stack = lambda w: np.stack([hf[ff + f"experts.{e}.{w}.weight"]  # noqa: E731
+                                        for e in range(cfg["num_experts"])])
+            want.update({b + "ffn_gate_inp.weight": hf[ff + "gate.weight"],
+                         b + "exp_probs_b.bias": hf[ff + "expert_bias"],
+                         b + "ffn_gate_exps.weight": stack("w1"),
+                         b + "ffn_up_exps.weight": stack("w3"),
+                         b + "ffn_down_exps.weight": stack("w2")})
         if layer_type == "conv":
             want.update({b + "shortconv.conv.weight": hf[p + "conv.conv.weight"][:, 0, :],
                          b + "shortconv.in_proj.weight": hf[p + "conv.in_proj.weight"],
@@ -1905,15 +2128,31 @@ QWEN2MOE_LLAMACPP_NOTE = (
     "silu(g) / g = sigmoid(g), g = ffn_gate_inp_shexp . x; every layer MoE + shared expert"
 )
 
+LFM2MOE_GGUF_NOTE = LFM2_GGUF_NOTE.removesuffix(
+    "; lfm2.feed_forward_length is the derived width (96).") + (
+    ". LFM2-MoE (arch lfm2moe): the dense layers (blk.0, blk.1: lfm2moe.leading_dense_block_count "
+    "= num_dense_layers) have ffn_gate/up/down = feed_forward.w1/w3/w2 (lfm2moe.feed_forward_length "
+    "= intermediate_size, as written); the MoE layers have ffn_gate_inp.weight = feed_forward.gate "
+    "[experts, hidden], the folder's per-expert feed_forward.experts.E.w1/w3/w2 (transformers "
+    "saves its fused gate_up_proj / down_proj back in LiquidAI's per-expert layout) stacked into "
+    "ffn_gate_exps / ffn_up_exps / ffn_down_exps [experts, out, in], and exp_probs_b.bias = the "
+    "buffer feed_forward.expert_bias [experts] (saved in model.safetensors; the converter renames "
+    "it .expert_bias.bias). Metadata: lfm2moe.expert_feed_forward_length = moe_intermediate_size, "
+    "lfm2moe.expert_gating_func = 2 (sigmoid), lfm2moe.expert_count, lfm2moe.expert_used_count; no "
+    "expert_weights_scale and no expert_weights_norm key (routed_scaling_factor is not written; "
+    "llama.cpp's lfm2moe graph always renormalizes: build_moe_ffn(norm_w = true))."
+)
+
 # llama.cpp's converter output per kind: (expected tensors from the folder's, what they are).
 GGUF_LAYOUT = {"qwen35": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
                "qwen35moe": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
                "lfm2": (lfm2_gguf_expected, LFM2_GGUF_NOTE),
-               "qwen2moe": (qwen2moe_gguf_expected, QWEN2MOE_GGUF_NOTE)}
+               "qwen2moe": (qwen2moe_gguf_expected, QWEN2MOE_GGUF_NOTE),
+               "lfm2moe": (lfm2_gguf_expected, LFM2MOE_GGUF_NOTE)}
 
 # Kinds whose llama.cpp logits must agree with transformers' within LLAMACPP_TOLERANCE (the
 # goldens made after the check was written; the others record their agreement).
-LLAMACPP_CHECKED = ("qwen2moe",)
+LLAMACPP_CHECKED = ("qwen2moe", "lfm2moe")
 LLAMACPP_TOLERANCE = 1e-4
 
 
@@ -1974,6 +2213,8 @@ def gguf_golden(kind: str, folder: Path):
             doc["gguf_layout"] = gguf_layout(kind, out, folder)
     if kind == "qwen2moe":
         doc["note"] = QWEN2MOE_LLAMACPP_NOTE
+    if kind == "lfm2moe":
+        doc["note"] = LFM2MOE_NOTE
         if kind.startswith("gpt-oss"):
             truncated = truncated_yarn_model(folder, kind)
             trunc = float(np.abs(logits_of(truncated, ids) - scores).max())
