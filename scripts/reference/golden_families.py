@@ -72,7 +72,19 @@ is a buffer saved in model.safetensors as model.layers.N.feed_forward.expert_bia
 blk.N.exp_probs_b.bias (LFM2MOE_GGUF_NOTE), ~N(0, 0.2^2) so that it changes the chosen experts
 of ~60% of the (token, layer) routings; logits.json records that fraction and how far the
 logits move with the bias ignored, with weights from the biased scores and without
-renormalizing; the LFM2-8B-A1B template). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
+renormalizing; the LFM2-8B-A1B template), granite4h (Granite 4.0-H-micro/-1B-like, arch
+granitehybrid: layers mamba, mamba, attention, mamba; every FFN the dense shared MLP
+(num_local_experts 0, shared_intermediate_size = intermediate_size 128: llama.cpp sizes it by
+the latter); Mamba-2 with 8 heads of 16, n_groups 2, d_state 16, conv kernel 4 with bias,
+mamba_chunk_size 32 (the 180 ids cross 5 chunk boundaries in transformers' torch
+mamba2_chunk_scan; llama.cpp scans token by token); attention without RoPE
+(position_embedding_type nope) scaled by attention_multiplier 0.5; embedding_multiplier 3,
+residual_multiplier 0.5, logits_scaling 2 (logits.json records how far the logits move with
+each ignored, the code paths that ran, the decays, and that dropping the state at chunk
+boundaries moves them); tied embeddings, out-projections scaled (GRANITE4H_OUT_SCALE) so the
+layers decide the argmax; config.json keeps the released layer_types names "mamba" /
+"attention" (llama.cpp's converter knows no other); Granite 4.0's specials and chat template;
+GRANITE4H_GGUF_NOTE, LLAMACPP_MAMBA2_NOTE). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
 boundaries at 64 and 128; full rows at HYBRID_LOGIT_POSITIONS, argmax and largest logit at every
 position: logits_fields) and a fourth greedy prompt decodes across position 128. logits.json
 records how far transformers' one-token-at-a-time decode, its recurrent rule and a float64 run
@@ -120,7 +132,7 @@ PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistra
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
        "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o",
        "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2", "qwen2moe": "qwen2",
-       "lfm2moe": "lfm2"}
+       "lfm2moe": "lfm2", "granite4h": "dbrx"}
 
 # Extra converter arguments: the tiny Qwen3.5 folders have no multi-token-prediction layers
 # (the released checkpoints keep one under mtp.*), and without --no-mtp the converter asserts
@@ -135,7 +147,7 @@ CONVERT_ARGS = {"qwen35": ["--no-mtp"], "qwen35moe": ["--no-mtp"]}
 # HYBRID_LOGIT_POSITIONS only (each side of 64 and 128, the first and last positions); the
 # argmax and the largest logit at every position. A fourth greedy prompt, the first
 # HYBRID_LONG_PROMPT ids of that sequence, decodes across position 128.
-HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2", "lfm2moe")
+HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2", "lfm2moe", "granite4h")
 # The LFM2 kinds (short convolutions beside attention; LFM2's tokenizer and final norm).
 LFM2_KINDS = ("lfm2", "lfm2moe")
 DELTANET_CHUNK = 64
@@ -168,6 +180,22 @@ LFM2_SPECIALS = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|fim_pre|>", "
                  "<|fim_suf|>", "<|im_start|>", "<|im_end|>", "<|tool_list_start|>",
                  "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
                  "<|tool_response_start|>", "<|tool_response_end|>"]
+
+# Granite 4.0's added tokens in the order of their real ids where known (<|pad|> 100256,
+# <|end_of_text|> 100257 = BOS = EOS, not prepended; the fim / file tokens 100258..100263,
+# <|start_of_role|> 100264, <|end_of_role|> 100265, <|tool_call|> 100266, cite tokens; <|unk|>
+# 100269): here ids 0..13. The Granite 4.0 tokenizer is cl100k-like (llama.cpp pre-tokenizer
+# "dbrx", the Llama 3 split: LFM2_SPLIT).
+GRANITE4_SPECIALS = ["<|pad|>", "<|end_of_text|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                     "<|fim_pad|>", "<|filename|>", "<|reponame|>", "<|start_of_role|>",
+                     "<|end_of_role|>", "<|tool_call|>", "<|start_of_cite|>", "<|end_of_cite|>",
+                     "<|unk|>"]
+
+# Granite 4.0-H: the out-projections of every layer (Mamba-2 out_proj, attention o_proj, the
+# shared MLP's output_linear) are scaled by this on top of randomize_weights, so that with the
+# tied embedding (std TIED_EMBED_STD, times embedding_multiplier) the layers, not the token's own
+# embedding, decide the argmax (unscaled, greedy mostly repeats the input token).
+GRANITE4H_OUT_SCALE = 3.0
 
 # The pre-tokenizer splits (before byte-level BPE) that llama.cpp applies for tokenizer.ggml.pre
 # "qwen35" (Qwen3.5's tokenizer.json: letters with their combining marks, single digits) and
@@ -340,7 +368,9 @@ def hybrid_weights(model, kind: str, seed: int):
     token's own embedding, which the tied output matrix then predicts: greedy repeats it)."""
     import torch
 
-    if kind not in LFM2_KINDS:
+    if kind == "granite4h":
+        granite4h_weights(model, seed)
+    elif kind not in LFM2_KINDS:
         qwen35_weights(model, seed)
     if model.config.tie_word_embeddings:
         with torch.no_grad():
@@ -367,6 +397,30 @@ def qwen35_weights(model, seed: int):
                 a = torch.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
                 module.A_log.copy_(a[torch.randperm(n, generator=g)].log())
                 module.dt_bias.copy_(0.5 * torch.randn(n, generator=g))
+
+
+def granite4h_weights(model, seed: int):
+    """Granite 4.0-H weights on top of randomize_weights: per Mamba-2 layer, A_log gives the
+    heads decays log-spaced over [DECAY_A_MIN, DECAY_A_MAX] in a seeded order (per token
+    exp(-A * softplus(dt + dt_bias)): ~0.999 carries the state across chunks), dt_bias ~ N(0,
+    0.5^2), D ~ 1 + N(0, 0.2^2); the out-projections times GRANITE4H_OUT_SCALE."""
+    import math
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 500)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if layer.mamba is not None:
+                m = layer.mamba
+                n = m.num_heads
+                a = torch.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
+                m.A_log.copy_(a[torch.randperm(n, generator=g)].log())
+                m.dt_bias.copy_(0.5 * torch.randn(n, generator=g))
+                m.D.copy_(1.0 + 0.2 * torch.randn(n, generator=g))
+                m.out_proj.weight.mul_(GRANITE4H_OUT_SCALE)
+            else:
+                layer.self_attn.o_proj.weight.mul_(GRANITE4H_OUT_SCALE)
+            layer.shared_mlp.output_linear.weight.mul_(GRANITE4H_OUT_SCALE)
 
 
 def write_fused_experts(folder: Path, model):
@@ -659,6 +713,41 @@ def tiny_folder(kind: str) -> Path:
         cfg._experts_implementation = "eager"
         legacy = {"rope_theta": 1000000.0, "tie_embedding": True}
         cls, seed = transformers.Lfm2MoeForCausalLM, 25
+    elif kind == "granite4h":
+        # Granite 4.0-H-micro / -1B in small (the dense hybrids: num_local_experts 0, every layer's
+        # FFN the shared MLP, shared_intermediate_size 128 = intermediate_size as in the released
+        # configs: llama.cpp sizes the dense FFN by feed_forward_length = intermediate_size,
+        # GRANITE4H_NOTE): layers mamba, mamba, attention, mamba; Mamba-2 with 8 heads of 16
+        # (d_inner = expand 2 * hidden 64 = 128; llama.cpp supports expand 2 only), n_groups 2,
+        # d_state 16, conv kernel 4 with bias, chunk size 32 (the 180 golden ids cross 5 chunk
+        # boundaries); attention 4 heads / 2 K/V heads of 16 without RoPE
+        # (position_embedding_type "nope", as the H models), scaled by attention_multiplier 0.5
+        # (not 1/sqrt(16)); embedding_multiplier 3, residual_multiplier 0.5, logits_scaling 2
+        # (all != 1: logits.json records how far the logits move when each is ignored); RMSNorm
+        # eps 1e-5; embeddings tied. config.json keeps layer_types as the released configs
+        # write them ("mamba" / "attention"): llama.cpp's converter finds attention layers by
+        # the name "attention" only (transformers 5 would write "full_attention" /
+        # "linear_attention", which the converter reads as all-Mamba).
+        specials = GRANITE4_SPECIALS
+        bos, eos, pad = "<|end_of_text|>", "<|end_of_text|>", "<|pad|>"
+        template = (SDIST / "models" / "templates" / "ibm-granite-granite-4.0.jinja").read_text()
+        M, A = "mamba", "attention"
+        layer_types = [M, M, A, M]
+        cfg = transformers.GraniteMoeHybridConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=128, shared_intermediate_size=128,
+            num_hidden_layers=4, layer_types=layer_types, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+            position_embedding_type="nope",
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=False,
+            embedding_multiplier=3.0, attention_multiplier=0.5, residual_multiplier=0.5,
+            logits_scaling=2.0, num_local_experts=0, num_experts_per_tok=0,
+            mamba_n_heads=8, mamba_n_groups=2, mamba_d_state=16, mamba_d_head=16, mamba_d_conv=4,
+            mamba_expand=2, mamba_chunk_size=32, mamba_conv_bias=True, mamba_proj_bias=False,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=1, pad_token_id=0,
+            hidden_act="silu",
+        )
+        legacy = {"rope_theta": 10000.0, "layer_types": layer_types}
+        cls, seed = transformers.GraniteMoeHybridForCausalLM, 26
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
@@ -668,7 +757,9 @@ def tiny_folder(kind: str) -> Path:
     if gemma4:
         tok = gemma4_tokenizer(vocab)
     elif kind in HYBRID_KINDS:
-        tok = split_bpe_tokenizer(specials, vocab, bos, LFM2_SPLIT if kind in LFM2_KINDS else QWEN35_SPLIT)
+        # Granite names <|end_of_text|> BOS but does not prepend it.
+        tok = split_bpe_tokenizer(specials, vocab, None if kind == "granite4h" else bos,
+                                  QWEN35_SPLIT if kind.startswith("qwen35") else LFM2_SPLIT)
     else:
         tok = mg.build_tokenizer(specials, vocab, None if gpt_oss else bos)
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
@@ -829,6 +920,15 @@ HYBRID_KERNEL_NOTE = (
 )
 
 
+GRANITE4H_KERNEL_NOTE = (
+    "mamba-ssm and causal-conv1d are not installed: transformers runs its PyTorch paths of "
+    "GraniteMoeHybridMambaLayer (checked by counting calls): causal_conv1d_fn (F.conv1d) and "
+    "mamba2_chunk_scan (the chunked SSD scan, chunks of mamba_chunk_size, the state carried "
+    "between chunks) for a prompt, causal_conv1d_update and mamba2_selective_state_update (the "
+    "recurrence) for one-token decode steps, all in float32"
+)
+
+
 LFM2_KERNEL_NOTE = (
     "causal-conv1d is not installed: transformers computes the short convolutions with F.conv1d "
     "(causal_conv1d_fn for a prompt, causal_conv1d_update for one-token decode steps), in float32"
@@ -911,6 +1011,7 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
     import torch
 
     assert importlib.util.find_spec("fla") is None and importlib.util.find_spec("causal_conv1d") is None
+    assert importlib.util.find_spec("mamba_ssm") is None
     cfg = model.config
 
     def prefill():
@@ -927,7 +1028,8 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
     assert margin > ARGMAX_MIN_MARGIN, margin
     doc = {"layer_types": cfg.layer_types,
            **({} if kind in MOE_KINDS else {"weights_seed": seed}),
-           "transformers_paths": LFM2_KERNEL_NOTE if kind in LFM2_KINDS else HYBRID_KERNEL_NOTE,
+           "transformers_paths": (LFM2_KERNEL_NOTE if kind in LFM2_KINDS else GRANITE4H_KERNEL_NOTE
+                                  if kind == "granite4h" else HYBRID_KERNEL_NOTE),
            "decision_margin_min": margin,
            "decision_margin_note": "smallest gap between the largest and second largest logit over "
                                    "every position of token_ids and every greedy decision (the "
@@ -945,6 +1047,9 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
                     "feed_forward_width_note": "block_auto_adjust_ff_dim: int(2 * intermediate_size / 3) "
                                                "(90) rounded up to a multiple of block_multiple_of (96)",
                     "conv_kernel": cfg.conv_L_cache})
+        return doc
+    if kind == "granite4h":
+        doc.update(granite4h_checks(model, ids, logits))
         return doc
     if kind == "lfm2moe":
         doc.update({"conv_kernel": cfg.conv_L_cache, "num_dense_layers": cfg.num_dense_layers,
@@ -1002,6 +1107,136 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
         "beta_mean": [round(float(b.mean()), 4) for _, b in seen],
     })
     return doc
+
+
+def granite4h_checks(model, ids: list[int], logits) -> dict:
+    """What logits.json records for Granite 4.0-H: the code paths that ran (counted), how far
+    the logits move when the Mamba-2 state is dropped at each chunk boundary and when the whole
+    prompt is one chunk, the per-token decays met, and how far they move when each Granite
+    multiplier is ignored (1; the attention scale 1/sqrt(head_dim))."""
+    import math
+    import sys
+
+    import numpy as np
+    import torch
+
+    cfg = model.config
+    layers = model.model.layers
+    mamba = [layer.mamba for layer in layers if layer.mamba is not None]
+    mod = sys.modules[type(mamba[0]).__module__]
+    chunk = cfg.mamba_chunk_size
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    names = ("causal_conv1d_fn", "mamba2_chunk_scan", "causal_conv1d_update",
+             "mamba2_selective_state_update")
+    originals = {n: getattr(mod, n) for n in names}
+    calls = dict.fromkeys(names, 0)
+    seen_dt = []
+
+    def counting(name):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            if name == "mamba2_chunk_scan":
+                dt = args[1] + kwargs["dt_bias"]
+                seen_dt.append(torch.nn.functional.softplus(dt)[0])
+            return originals[name](*args, **kwargs)
+        return call
+
+    def dropped(hidden_states, dt, A, B, C, chunk_size, initial_states=None, **kwargs):
+        outs = [originals["mamba2_chunk_scan"](hidden_states[:, a:a + chunk_size], dt[:, a:a + chunk_size],
+                                               A, B[:, a:a + chunk_size], C[:, a:a + chunk_size],
+                                               chunk_size, initial_states=None, **kwargs)
+                for a in range(0, hidden_states.shape[1], chunk_size)]
+        return torch.cat(outs, dim=1)
+
+    def one_chunk(hidden_states, dt, A, B, C, chunk_size, **kwargs):
+        return originals["mamba2_chunk_scan"](hidden_states, dt, A, B, C, 256, **kwargs)
+
+    moved = {}
+    try:
+        for n in names:
+            setattr(mod, n, counting(n))
+        assert np.array_equal(run(), logits)
+        prefill_calls = dict(calls)
+        decode_stepwise(model, ids[:3])
+        for label, fn in (("dropped", dropped), ("one_chunk", one_chunk)):
+            mod.mamba2_chunk_scan = fn
+            moved[label] = np.abs(run() - logits).max(axis=-1)
+    finally:
+        for n, f in originals.items():
+            setattr(mod, n, f)
+    assert prefill_calls["causal_conv1d_fn"] == len(mamba) == prefill_calls["mamba2_chunk_scan"], prefill_calls
+    assert prefill_calls["causal_conv1d_update"] == 0 == prefill_calls["mamba2_selective_state_update"]
+    assert calls["causal_conv1d_update"] > 0 and calls["mamba2_selective_state_update"] > 0, calls
+    assert moved["dropped"][:chunk].max() == 0.0 and moved["dropped"][chunk:].max() > 1.0, moved["dropped"]
+    assert moved["one_chunk"].max() < 1e-4, moved["one_chunk"].max()
+    decay = []
+    for m, dt in zip(mamba, seen_dt):
+        d = torch.exp(-torch.exp(m.A_log.detach()) * dt)
+        decay.append([[round(float(v), 4) for v in (d[:, h].min(), d[:, h].mean(), d[:, h].max())]
+                      for h in range(d.shape[1])])
+
+    # Each multiplier ignored.
+    multipliers = {}
+    saved = (model.model.embedding_multiplier, [layer.residual_multiplier for layer in layers],
+             [layer.self_attn.scaling for layer in layers if layer.self_attn is not None],
+             cfg.logits_scaling)
+    try:
+        model.model.embedding_multiplier = 1.0
+        multipliers["embedding_multiplier"] = float(np.abs(run() - logits).max())
+        model.model.embedding_multiplier = saved[0]
+        for layer in layers:
+            layer.residual_multiplier = 1.0
+        multipliers["residual_multiplier"] = float(np.abs(run() - logits).max())
+        for layer, r in zip(layers, saved[1]):
+            layer.residual_multiplier = r
+        head_dim = cfg.hidden_size // cfg.num_attention_heads
+        for layer in layers:
+            if layer.self_attn is not None:
+                layer.self_attn.scaling = 1.0 / math.sqrt(head_dim)
+        multipliers["attention_multiplier"] = float(np.abs(run() - logits).max())
+        for layer, a in zip([la for la in layers if la.self_attn is not None], saved[2]):
+            layer.self_attn.scaling = a
+        cfg.logits_scaling = 1.0
+        multipliers["logits_scaling"] = float(np.abs(run() - logits).max())
+    finally:
+        model.model.embedding_multiplier = saved[0]
+        for layer, r in zip(layers, saved[1]):
+            layer.residual_multiplier = r
+        for layer, a in zip([la for la in layers if la.self_attn is not None], saved[2]):
+            layer.self_attn.scaling = a
+        cfg.logits_scaling = saved[3]
+    assert np.array_equal(run(), logits)
+    assert min(multipliers.values()) > 0.1, multipliers
+    echo = float(np.mean(logits.argmax(-1) == np.array(ids)))
+    print(f"granite4h: paths {prefill_calls} (prefill), {calls} (with 3 decode steps); state dropped at "
+          f"chunk boundaries moves logits by {moved['dropped'].max():.2f}, one chunk by "
+          f"{moved['one_chunk'].max():.1e}; ignoring each multiplier moves them by {multipliers}; "
+          f"argmax = input token at {echo:.0%} of positions")
+    return {
+        "mamba_chunk_size": chunk,
+        "mamba2_paths_called_in_prefill": prefill_calls,
+        "state_dropped_at_chunk_boundaries_max_abs_diff": float(moved["dropped"].max()),
+        "state_dropped_note": f"mamba2_chunk_scan run on each {chunk}-token chunk from a zero state: "
+                              f"the logits from position {chunk} on move by this much (before: not at all)",
+        "one_chunk_max_abs_diff": float(moved["one_chunk"].max()),
+        "one_chunk_note": "the whole prompt as one chunk of 256 (no inter-chunk state passing), "
+                          "against logits: the chunked scan is exact up to float32 rounding",
+        "decay_per_token_min_mean_max": decay,
+        "decay_note": "exp(-exp(A_log) * softplus(dt + dt_bias)) over the golden tokens, per Mamba-2 "
+                      "layer and head",
+        "multiplier_ignored_max_abs_diff": multipliers,
+        "multiplier_note": "how far the logits move with each multiplier ignored: embedding_multiplier "
+                           "1, residual_multiplier 1, the attention scale 1/sqrt(head_dim) in place of "
+                           "attention_multiplier, logits_scaling 1",
+        "argmax_equals_input_fraction": echo,
+        "out_projection_scale": GRANITE4H_OUT_SCALE,
+        "attention_rope": "none: position_embedding_type nope (llama.cpp: granitehybrid.rope.scaling."
+                          "finetuned false switches RoPE off)",
+    }
 
 
 def qwen35moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
@@ -1916,7 +2151,8 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
     return {
         "max_abs_diff_vs_transformers": float(diff.max()),
         "max_abs_diff_vs_float64": exact_diff,
-        "llamacpp_paths": LLAMACPP_SHORTCONV_NOTE if kind in LFM2_KINDS else LLAMACPP_DELTANET_NOTE,
+        "llamacpp_paths": (LLAMACPP_SHORTCONV_NOTE if kind in LFM2_KINDS else LLAMACPP_MAMBA2_NOTE
+                           if kind == "granite4h" else LLAMACPP_DELTANET_NOTE),
         "float64_note": FLOAT64_NOTE + "; transformers' own float32 logits are float64_max_abs_diff "
                         "from it (logits.json)",
         "max_abs_diff_vs_transformers_position": int(diff.argmax()),
@@ -2121,6 +2357,82 @@ QWEN2MOE_GGUF_NOTE = (
     "qwen2moe.feed_forward_length = intermediate_size (unused by llama.cpp when the two are set)."
 )
 
+def granite4h_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for a dense Granite 4.0-H folder, from the
+    folder's tensors (q/k rows permuted as for RoPE, as the converter's LlamaModel does)."""
+    import numpy as np
+
+    def permute(w, n_head):
+        # LlamaModel.permute: per head, the rotary pairs (i, i + d/2) made adjacent.
+        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    n_group, d_inner = cfg["mamba_n_groups"], cfg["mamba_expand"] * cfg["hidden_size"]
+    ff = cfg["shared_intermediate_size"]
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            "output_norm.weight": hf["model.norm.weight"]}
+    for i, layer_type in enumerate(cfg["layer_types"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        gate_up = hf[p + "shared_mlp.input_linear.weight"]
+        want.update({b + "attn_norm.weight": hf[p + "input_layernorm.weight"],
+                     b + "ffn_norm.weight": hf[p + "post_attention_layernorm.weight"],
+                     b + "ffn_gate.weight": gate_up[:ff], b + "ffn_up.weight": gate_up[ff:],
+                     b + "ffn_down.weight": hf[p + "shared_mlp.output_linear.weight"]})
+        if layer_type == "mamba":
+            m = p + "mamba."
+            want.update({b + "ssm_in.weight": hf[m + "in_proj.weight"],
+                         b + "ssm_conv1d.weight": hf[m + "conv1d.weight"][:, 0, :],
+                         b + "ssm_conv1d.bias": hf[m + "conv1d.bias"],
+                         b + "ssm_dt.bias": hf[m + "dt_bias"],
+                         b + "ssm_a": -np.exp(hf[m + "A_log"])[:, None],
+                         b + "ssm_d": hf[m + "D"][:, None],
+                         b + "ssm_norm.weight": hf[m + "norm.weight"].reshape(n_group, d_inner // n_group),
+                         b + "ssm_out.weight": hf[m + "out_proj.weight"]})
+        else:
+            sa = p + "self_attn."
+            want.update({b + "attn_q.weight": permute(hf[sa + "q_proj.weight"], cfg["num_attention_heads"]),
+                         b + "attn_k.weight": permute(hf[sa + "k_proj.weight"], cfg["num_key_value_heads"]),
+                         b + "attn_v.weight": hf[sa + "v_proj.weight"],
+                         b + "attn_output.weight": hf[sa + "o_proj.weight"]})
+    return want
+
+
+GRANITE4H_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor transformed as follows (checked, numpy shapes = "
+    "ggml ne reversed): input_layernorm -> attn_norm, post_attention_layernorm -> ffn_norm; the "
+    "dense shared MLP (num_local_experts 0): shared_mlp.input_linear [2 * ff, hidden] split into "
+    "ffn_gate (first ff rows) and ffn_up (last ff rows), shared_mlp.output_linear -> ffn_down; "
+    "Mamba-2: in_proj -> ssm_in [hidden -> z (d_inner), xBC (d_inner + 2 * n_groups * d_state), dt "
+    "(n_heads)], conv1d.weight [conv_dim, 1, 4] squeezed -> ssm_conv1d.weight (ne [4, conv_dim]), "
+    "conv1d.bias -> ssm_conv1d.bias, dt_bias -> ssm_dt.bias, ssm_a = -exp(A_log) as [n_heads, 1] "
+    "(ne [1, n_heads]), D -> ssm_d [n_heads, 1], the gated norm's weight [d_inner] -> ssm_norm.weight "
+    "reshaped [n_groups, d_inner / n_groups] (ne [d_inner / n_groups, n_groups]: llama.cpp normalizes "
+    "each group separately, as transformers' GraniteMoeHybridRMSNormGated), out_proj -> ssm_out; "
+    "attention: attn_q / attn_k = q_proj / k_proj with each head's rows permuted as for llama RoPE "
+    "(LlamaModel.permute: rows (i, i + d/2) made adjacent; harmless without RoPE, q and k alike), "
+    "attn_v = v_proj, attn_output = o_proj; model.norm -> output_norm; tied: no output.weight. "
+    "Metadata: granitehybrid.{embedding_scale, residual_scale, attention.scale, logit_scale} = "
+    "embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; "
+    "granitehybrid.rope.scaling.finetuned false (no RoPE: a hybrid GraniteMoeHybrid always converts "
+    "so, and context_length 2^20); granitehybrid.attention.head_count_kv per layer (0 = Mamba-2 "
+    "layer); ssm.{conv_kernel, state_size, group_count, inner_size, time_step_rank = n_heads}; "
+    "feed_forward_length = intermediate_size (the dense FFN's width in llama.cpp: must equal "
+    "shared_intermediate_size), expert_shared_feed_forward_length = shared_intermediate_size, "
+    "expert_count 0, expert_used_count 0."
+)
+
+# What llama.cpp computes for Granite 4.0-H (recorded in the llama.cpp json).
+LLAMACPP_MAMBA2_NOTE = (
+    "llama.cpp's granitehybrid graph (src/models/granite-hybrid.cpp, build_mamba2_layer in "
+    "src/models/mamba-base.cpp): the embeddings times embedding_scale; per layer x + "
+    "residual_scale * mixer(norm(x)), then + residual_scale * ffn(norm(.)); Mamba-2 as "
+    "ggml_ssm_conv over the 3 previous xBC rows kept as state (+ bias, SiLU) and ggml_ssm_scan, a "
+    "token-by-token recurrence in float32 over the whole ubatch (not chunked as transformers): "
+    "dt = softplus(dt + dt_bias) (softplus(x) = x above 20), no dt clamp (transformers clamps to "
+    "time_step_limit, (0, inf) here), head h reads B/C group h / (n_heads / n_groups) (= "
+    "transformers' repeat_interleave), y + D x, times silu(z), RMS-normed per group of d_inner / "
+    "n_groups; attention without RoPE, scaled by attention.scale; logits / logit_scale"
+)
+
 QWEN2MOE_LLAMACPP_NOTE = (
     "llama.cpp's qwen2moe graph (src/models/qwen2moe.cpp): build_moe_ffn with softmax gating and "
     "norm_w = false (the chosen probabilities are never renormalized; the GGUF has no key that "
@@ -2148,11 +2460,12 @@ GGUF_LAYOUT = {"qwen35": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
                "qwen35moe": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
                "lfm2": (lfm2_gguf_expected, LFM2_GGUF_NOTE),
                "qwen2moe": (qwen2moe_gguf_expected, QWEN2MOE_GGUF_NOTE),
-               "lfm2moe": (lfm2_gguf_expected, LFM2MOE_GGUF_NOTE)}
+               "lfm2moe": (lfm2_gguf_expected, LFM2MOE_GGUF_NOTE),
+               "granite4h": (granite4h_gguf_expected, GRANITE4H_GGUF_NOTE)}
 
 # Kinds whose llama.cpp logits must agree with transformers' within LLAMACPP_TOLERANCE (the
 # goldens made after the check was written; the others record their agreement).
-LLAMACPP_CHECKED = ("qwen2moe", "lfm2moe")
+LLAMACPP_CHECKED = ("qwen2moe", "lfm2moe", "granite4h")
 LLAMACPP_TOLERANCE = 1e-4
 
 
@@ -2242,7 +2555,7 @@ def gguf_golden(kind: str, folder: Path):
 def main(kinds):
     for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
                           "qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "mxfp4-blocks",
-                          "qwen35", "qwen35moe", "lfm2"]:
+                          "qwen35", "qwen35moe", "lfm2", "qwen2moe", "lfm2moe", "granite4h"]:
         if kind == "mxfp4-blocks":
             mxfp4.blocks_golden(GOLDEN / "mxfp4_blocks.json")
             continue
