@@ -28,6 +28,15 @@ olmoe (OLMoE-1B-7B-like: QK-norm over the whole q/k projection (one weight of hi
 per head), 8 experts, top-2, softmax then top-k without renormalizing; multi-head attention
 (llama.cpp's olmoe loader wants attn_k_norm of n_embd, so K/V heads = heads) and rms_norm_eps
 1e-5 (the converter writes 1e-5 whatever the config says)),
+qwen2moe (Qwen1.5-MoE-A2.7B / Qwen2-57B-A14B-like: Qwen2 attention with q/k/v biases, head_dim
+16; 3 layers, every one a sparse MoE of 8 experts 32 wide, top-2, softmax then top-k NOT
+renormalized (norm_topk_prob false; llama.cpp's qwen2moe graph calls build_moe_ffn with norm_w
+false whatever the GGUF says, so it could not represent true), plus a shared expert 48 wide
+(shared_expert_intermediate_size; intermediate_size 128 is used by no layer) times
+sigmoid(shared_expert_gate x) (llama.cpp: silu(g) / g), the gate weight scaled so the sigmoid
+spans ~0..1; logits.json records how far the logits move renormalized, without the shared
+expert, ungated and with the gate at 0.5. No dense layer: llama.cpp's qwen2moe requires the MoE
+and shared-expert tensors in every layer (QWEN2MOE_DENSE_NOTE); untied output),
 gpt-oss (gpt-oss-20b/120b-like: alternating sliding (window 8) / full layers, attention sinks,
 biases on q/k/v/o, router and experts, 8 experts top-2 with softmax over the chosen logits,
 the clamped SwiGLU (alpha 1.702, limit 7, (up + 1)) on fused interleaved gate/up experts in f32
@@ -54,7 +63,28 @@ Qwen3.5-4B chat template), qwen35moe (Qwen3.5-35B-A3B-like: the same with every 
 experts top-2, always renormalized, plus a sigmoid-gated shared expert; experts fused as the
 released checkpoints store them), lfm2 (LFM2-1.2B-like: its first 6 layers, double-gated short
 convolutions of kernel 3 and attention with QK-norm; the derived FFN width; LFM2's specials and
-the LFM2.5 instruct template). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
+the LFM2.5 instruct template), lfm2moe (LFM2-8B-A1B-like: the lfm2 layer pattern, the first
+num_dense_layers 2 with a dense SwiGLU of intermediate_size 96 as written, then MoE layers of 8
+experts 32 wide top-2 with bias-corrected sigmoid routing: the experts chosen on sigmoid(W x) +
+expert_bias, weighted by the unbiased sigmoids renormalized (norm_topk_prob) times
+routed_scaling_factor 1.0 (the converter does not carry another value: LFM2MOE_NOTE); expert_bias
+is a buffer saved in model.safetensors as model.layers.N.feed_forward.expert_bias, in the GGUF
+blk.N.exp_probs_b.bias (LFM2MOE_GGUF_NOTE), ~N(0, 0.2^2) so that it changes the chosen experts
+of ~60% of the (token, layer) routings; logits.json records that fraction and how far the
+logits move with the bias ignored, with weights from the biased scores and without
+renormalizing; the LFM2-8B-A1B template), granite4h (Granite 4.0-H-micro/-1B-like, arch
+granitehybrid: layers mamba, mamba, attention, mamba; every FFN the dense shared MLP
+(num_local_experts 0, shared_intermediate_size = intermediate_size 128: llama.cpp sizes it by
+the latter); Mamba-2 with 8 heads of 16, n_groups 2, d_state 16, conv kernel 4 with bias,
+mamba_chunk_size 32 (the 180 ids cross 5 chunk boundaries in transformers' torch
+mamba2_chunk_scan; llama.cpp scans token by token); attention without RoPE
+(position_embedding_type nope) scaled by attention_multiplier 0.5; embedding_multiplier 3,
+residual_multiplier 0.5, logits_scaling 2 (logits.json records how far the logits move with
+each ignored, the code paths that ran, the decays, and that dropping the state at chunk
+boundaries moves them); tied embeddings, out-projections scaled (GRANITE4H_OUT_SCALE) so the
+layers decide the argmax; config.json keeps the released layer_types names "mamba" /
+"attention" (llama.cpp's converter knows no other); Granite 4.0's specials and chat template;
+GRANITE4H_GGUF_NOTE, LLAMACPP_MAMBA2_NOTE). Their logits are taken on 180 seeded ids (past the DeltaNet chunk
 boundaries at 64 and 128; full rows at HYBRID_LOGIT_POSITIONS, argmax and largest logit at every
 position: logits_fields) and a fourth greedy prompt decodes across position 128. logits.json
 records how far transformers' one-token-at-a-time decode, its recurrent rule and a float64 run
@@ -101,7 +131,8 @@ PRE = {"qwen3": "qwen2", "smollm3": "llama-bpe", "llama31": "llama-bpe", "mistra
        "phi3": "gpt-2",
        "gemma4": "gemma4", "gemma4-keqv": "gemma4", "qwen3moe": "qwen2", "olmoe": "olmo",
        "gpt-oss": "gpt-4o", "gpt-oss-mxfp4": "gpt-4o",
-       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2"}
+       "qwen35": "qwen35", "qwen35moe": "qwen35", "lfm2": "lfm2", "qwen2moe": "qwen2",
+       "lfm2moe": "lfm2", "granite4h": "dbrx"}
 
 # Extra converter arguments: the tiny Qwen3.5 folders have no multi-token-prediction layers
 # (the released checkpoints keep one under mtp.*), and without --no-mtp the converter asserts
@@ -116,7 +147,9 @@ CONVERT_ARGS = {"qwen35": ["--no-mtp"], "qwen35moe": ["--no-mtp"]}
 # HYBRID_LOGIT_POSITIONS only (each side of 64 and 128, the first and last positions); the
 # argmax and the largest logit at every position. A fourth greedy prompt, the first
 # HYBRID_LONG_PROMPT ids of that sequence, decodes across position 128.
-HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2")
+HYBRID_KINDS = ("qwen35", "qwen35moe", "lfm2", "lfm2moe", "granite4h")
+# The LFM2 kinds (short convolutions beside attention; LFM2's tokenizer and final norm).
+LFM2_KINDS = ("lfm2", "lfm2moe")
 DELTANET_CHUNK = 64
 HYBRID_LEN = 180
 HYBRID_SEED = 4242
@@ -148,6 +181,22 @@ LFM2_SPECIALS = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|fim_pre|>", "
                  "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
                  "<|tool_response_start|>", "<|tool_response_end|>"]
 
+# Granite 4.0's added tokens in the order of their real ids where known (<|pad|> 100256,
+# <|end_of_text|> 100257 = BOS = EOS, not prepended; the fim / file tokens 100258..100263,
+# <|start_of_role|> 100264, <|end_of_role|> 100265, <|tool_call|> 100266, cite tokens; <|unk|>
+# 100269): here ids 0..13. The Granite 4.0 tokenizer is cl100k-like (llama.cpp pre-tokenizer
+# "dbrx", the Llama 3 split: LFM2_SPLIT).
+GRANITE4_SPECIALS = ["<|pad|>", "<|end_of_text|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                     "<|fim_pad|>", "<|filename|>", "<|reponame|>", "<|start_of_role|>",
+                     "<|end_of_role|>", "<|tool_call|>", "<|start_of_cite|>", "<|end_of_cite|>",
+                     "<|unk|>"]
+
+# Granite 4.0-H: the out-projections of every layer (Mamba-2 out_proj, attention o_proj, the
+# shared MLP's output_linear) are scaled by this on top of randomize_weights, so that with the
+# tied embedding (std TIED_EMBED_STD, times embedding_multiplier) the layers, not the token's own
+# embedding, decide the argmax (unscaled, greedy mostly repeats the input token).
+GRANITE4H_OUT_SCALE = 3.0
+
 # The pre-tokenizer splits (before byte-level BPE) that llama.cpp applies for tokenizer.ggml.pre
 # "qwen35" (Qwen3.5's tokenizer.json: letters with their combining marks, single digits) and
 # "lfm2" (the Llama 3 split: digits in runs of up to 3).
@@ -173,9 +222,18 @@ ARGMAX_MIN_MARGIN = 1e-3
 # token of the golden sequences must separate its k-th and (k+1)-th router logit by more than
 # ROUTER_MIN_GAP in every layer (else the seed is bumped), so float noise between engines
 # cannot flip an expert choice.
-MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe")
+MOE_KINDS = ("qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "qwen35moe", "qwen2moe", "lfm2moe")
 ROUTER_STD = 3.0
 ROUTER_MIN_GAP = 1e-3
+
+# LFM2-MoE chooses experts on sigmoid(router logits) + expert_bias (values in (0, 1) plus the
+# bias, not logits): its routers are scaled to std LFM2MOE_ROUTER_STD (sigmoids spread, not
+# saturated), expert_bias ~ N(0, LFM2MOE_BIAS_STD^2) per layer (large enough to change the chosen
+# experts of many tokens), and the k-th and (k+1)-th biased scores must differ by more than
+# LFM2MOE_MIN_GAP (float32 noise in a score is below ~1e-6: the sigmoid's slope is at most 1/4).
+LFM2MOE_ROUTER_STD = 1.0
+LFM2MOE_BIAS_STD = 0.2
+LFM2MOE_MIN_GAP = 2e-5
 
 # gpt-oss (o200k_harmony) specials, in the order of their real ids (199998 <|startoftext|>,
 # 199999 <|endoftext|>, 200002 <|return|>, 200003 <|constrain|>, 200005 <|channel|>,
@@ -310,7 +368,9 @@ def hybrid_weights(model, kind: str, seed: int):
     token's own embedding, which the tied output matrix then predicts: greedy repeats it)."""
     import torch
 
-    if kind != "lfm2":
+    if kind == "granite4h":
+        granite4h_weights(model, seed)
+    elif kind not in LFM2_KINDS:
         qwen35_weights(model, seed)
     if model.config.tie_word_embeddings:
         with torch.no_grad():
@@ -337,6 +397,30 @@ def qwen35_weights(model, seed: int):
                 a = torch.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
                 module.A_log.copy_(a[torch.randperm(n, generator=g)].log())
                 module.dt_bias.copy_(0.5 * torch.randn(n, generator=g))
+
+
+def granite4h_weights(model, seed: int):
+    """Granite 4.0-H weights on top of randomize_weights: per Mamba-2 layer, A_log gives the
+    heads decays log-spaced over [DECAY_A_MIN, DECAY_A_MAX] in a seeded order (per token
+    exp(-A * softplus(dt + dt_bias)): ~0.999 carries the state across chunks), dt_bias ~ N(0,
+    0.5^2), D ~ 1 + N(0, 0.2^2); the out-projections times GRANITE4H_OUT_SCALE."""
+    import math
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 500)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if layer.mamba is not None:
+                m = layer.mamba
+                n = m.num_heads
+                a = torch.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
+                m.A_log.copy_(a[torch.randperm(n, generator=g)].log())
+                m.dt_bias.copy_(0.5 * torch.randn(n, generator=g))
+                m.D.copy_(1.0 + 0.2 * torch.randn(n, generator=g))
+                m.out_proj.weight.mul_(GRANITE4H_OUT_SCALE)
+            else:
+                layer.self_attn.o_proj.weight.mul_(GRANITE4H_OUT_SCALE)
+            layer.shared_mlp.output_linear.weight.mul_(GRANITE4H_OUT_SCALE)
 
 
 def write_fused_experts(folder: Path, model):
@@ -558,6 +642,27 @@ def tiny_folder(kind: str) -> Path:
             cfg = transformers.Qwen3_5TextConfig(**shape, intermediate_size=128)
             cls, seed = transformers.Qwen3_5ForCausalLM, 21
         legacy = {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "full_attention_interval": 4}
+    elif kind == "qwen2moe":
+        # Qwen1.5-MoE-A2.7B / Qwen2-57B-A14B in small: Qwen2 attention (biases on q/k/v, none on
+        # o; head_dim = hidden / heads = 16), every layer a sparse MoE of 8 experts 32 wide, top-2,
+        # softmax then top-k WITHOUT renormalizing (norm_topk_prob false, as the released configs;
+        # llama.cpp's qwen2moe graph never renormalizes: build_moe_ffn(norm_w = false)), plus a
+        # shared expert 48 wide (shared_expert_intermediate_size, not the experts' 32 nor
+        # intermediate_size 128, which no layer uses) times sigmoid(shared_expert_gate x). No dense
+        # layer: llama.cpp's qwen2moe loader wants ffn_gate_inp / *_exps / *_shexp in every layer
+        # (QWEN2MOE_DENSE_NOTE).
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        bos, eos, pad, template = None, "<|im_end|>", "<|endoftext|>", mg.CHATML_TEMPLATE
+        cfg = transformers.Qwen2MoeConfig(
+            **common, num_hidden_layers=3,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1,
+            mlp_only_layers=[], qkv_bias=True, tie_word_embeddings=False, use_sliding_window=False,
+            bos_token_id=None, eos_token_id=2, pad_token_id=0, hidden_act="silu",
+        )
+        legacy = {"rope_theta": 1000000.0, "rope_scaling": None}
+        cls, seed = transformers.Qwen2MoeForCausalLM, 24
     elif kind == "lfm2":
         # LFM2 (LiquidAI/LFM2-1.2B / LFM2.5-1.2B) in small: its first 6 layers (conv, conv,
         # attention, conv, conv, attention), double-gated short convolutions of kernel 3
@@ -582,6 +687,67 @@ def tiny_folder(kind: str) -> Path:
         # rope_theta.
         legacy = {"rope_theta": 1000000.0, "block_ff_dim": 136, "tie_embedding": True}
         cls, seed = transformers.Lfm2ForCausalLM, 23
+    elif kind == "lfm2moe":
+        # LFM2-8B-A1B in small: the lfm2 layer pattern (conv, conv, attention, conv, conv,
+        # attention: the real model's first 6), the first num_dense_layers 2 with a dense SwiGLU
+        # of intermediate_size 96 (as written: LFM2-MoE has no block_auto_adjust_ff_dim), the
+        # others a MoE of 8 experts 32 wide, top-2, chosen on sigmoid(router logits) +
+        # expert_bias, weighted by the unbiased sigmoids renormalized (norm_topk_prob) times
+        # routed_scaling_factor 1.0 (llama.cpp's converter does not write it: LFM2MOE_NOTE).
+        # Attention as lfm2 (QK-norm, 4 heads / 2 K/V heads, head_dim 16), norm eps 1e-5,
+        # embeddings tied, LFM2's specials, the LFM2-8B-A1B template.
+        specials = LFM2_SPECIALS
+        bos, eos, pad = "<|startoftext|>", "<|im_end|>", "<|pad|>"
+        template = (SDIST / "models" / "templates" / "LFM2-8B-A1B.jinja").read_text()
+        C, F = "conv", "full_attention"
+        cfg = transformers.Lfm2MoeConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_hidden_layers=6, layer_types=[C, C, F, C, C, F], num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            conv_L_cache=3, conv_bias=False, num_dense_layers=2, num_experts=8,
+            num_experts_per_tok=2, use_expert_bias=True, routed_scaling_factor=1.0,
+            norm_topk_prob=True, tie_word_embeddings=True,
+            bos_token_id=1, eos_token_id=7, pad_token_id=0,
+        )
+        cfg._experts_implementation = "eager"
+        legacy = {"rope_theta": 1000000.0, "tie_embedding": True}
+        cls, seed = transformers.Lfm2MoeForCausalLM, 25
+    elif kind == "granite4h":
+        # Granite 4.0-H-micro / -1B in small (the dense hybrids: num_local_experts 0, every layer's
+        # FFN the shared MLP, shared_intermediate_size 128 = intermediate_size as in the released
+        # configs: llama.cpp sizes the dense FFN by feed_forward_length = intermediate_size,
+        # GRANITE4H_NOTE): layers mamba, mamba, attention, mamba; Mamba-2 with 8 heads of 16
+        # (d_inner = expand 2 * hidden 64 = 128; llama.cpp supports expand 2 only), n_groups 2,
+        # d_state 16, conv kernel 4 with bias, chunk size 32 (the 180 golden ids cross 5 chunk
+        # boundaries); attention 4 heads / 2 K/V heads of 16 without RoPE
+        # (position_embedding_type "nope", as the H models), scaled by attention_multiplier 0.5
+        # (not 1/sqrt(16)); embedding_multiplier 3, residual_multiplier 0.5, logits_scaling 2
+        # (all != 1: logits.json records how far the logits move when each is ignored); RMSNorm
+        # eps 1e-5; embeddings tied. config.json keeps layer_types as the released configs
+        # write them ("mamba" / "attention"): llama.cpp's converter finds attention layers by
+        # the name "attention" only (transformers 5 would write "full_attention" /
+        # "linear_attention", which the converter reads as all-Mamba).
+        specials = GRANITE4_SPECIALS
+        bos, eos, pad = "<|end_of_text|>", "<|end_of_text|>", "<|pad|>"
+        template = (SDIST / "models" / "templates" / "ibm-granite-granite-4.0.jinja").read_text()
+        M, A = "mamba", "attention"
+        layer_types = [M, M, A, M]
+        cfg = transformers.GraniteMoeHybridConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=128, shared_intermediate_size=128,
+            num_hidden_layers=4, layer_types=layer_types, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+            position_embedding_type="nope",
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=False,
+            embedding_multiplier=3.0, attention_multiplier=0.5, residual_multiplier=0.5,
+            logits_scaling=2.0, num_local_experts=0, num_experts_per_tok=0,
+            mamba_n_heads=8, mamba_n_groups=2, mamba_d_state=16, mamba_d_head=16, mamba_d_conv=4,
+            mamba_expand=2, mamba_chunk_size=32, mamba_conv_bias=True, mamba_proj_bias=False,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=1, pad_token_id=0,
+            hidden_act="silu",
+        )
+        legacy = {"rope_theta": 10000.0, "layer_types": layer_types}
+        cls, seed = transformers.GraniteMoeHybridForCausalLM, 26
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "eager"
@@ -591,7 +757,9 @@ def tiny_folder(kind: str) -> Path:
     if gemma4:
         tok = gemma4_tokenizer(vocab)
     elif kind in HYBRID_KINDS:
-        tok = split_bpe_tokenizer(specials, vocab, bos, LFM2_SPLIT if kind == "lfm2" else QWEN35_SPLIT)
+        # Granite names <|end_of_text|> BOS but does not prepend it.
+        tok = split_bpe_tokenizer(specials, vocab, None if kind == "granite4h" else bos,
+                                  QWEN35_SPLIT if kind.startswith("qwen35") else LFM2_SPLIT)
     else:
         tok = mg.build_tokenizer(specials, vocab, None if gpt_oss else bos)
     assert tok.get_vocab_size() == vocab or not gemma4, tok.get_vocab_size()
@@ -674,6 +842,10 @@ def tiny_folder(kind: str) -> Path:
         moe = gpt_oss_checks(model2, ids, logits, greedy, prompts, min_gap, seed)
     elif kind == "qwen35moe":
         moe = qwen35moe_checks(model2, ids, logits, min_gap, seed)
+    elif kind == "qwen2moe":
+        moe = qwen2moe_checks(model2, ids, logits, min_gap, seed)
+    elif kind == "lfm2moe":
+        moe = lfm2moe_checks(model2, ids, logits, min_gap, seed)
     elif kind in MOE_KINDS:
         # Same tokens, routing weights renormalized or not: the goldens tell the two apart.
         routers = [router_of(layer) for layer in model2.model.layers]
@@ -745,6 +917,15 @@ HYBRID_KERNEL_NOTE = (
     "triangular solve per chunk, the state carried between chunks) for a prompt, "
     "torch_recurrent_gated_delta_rule for one-token decode steps, F.conv1d for the causal "
     "depthwise convolutions (causal_conv1d_fn / causal_conv1d_update), all in float32"
+)
+
+
+GRANITE4H_KERNEL_NOTE = (
+    "mamba-ssm and causal-conv1d are not installed: transformers runs its PyTorch paths of "
+    "GraniteMoeHybridMambaLayer (checked by counting calls): causal_conv1d_fn (F.conv1d) and "
+    "mamba2_chunk_scan (the chunked SSD scan, chunks of mamba_chunk_size, the state carried "
+    "between chunks) for a prompt, causal_conv1d_update and mamba2_selective_state_update (the "
+    "recurrence) for one-token decode steps, all in float32"
 )
 
 
@@ -830,6 +1011,7 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
     import torch
 
     assert importlib.util.find_spec("fla") is None and importlib.util.find_spec("causal_conv1d") is None
+    assert importlib.util.find_spec("mamba_ssm") is None
     cfg = model.config
 
     def prefill():
@@ -846,7 +1028,8 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
     assert margin > ARGMAX_MIN_MARGIN, margin
     doc = {"layer_types": cfg.layer_types,
            **({} if kind in MOE_KINDS else {"weights_seed": seed}),
-           "transformers_paths": LFM2_KERNEL_NOTE if kind == "lfm2" else HYBRID_KERNEL_NOTE,
+           "transformers_paths": (LFM2_KERNEL_NOTE if kind in LFM2_KINDS else GRANITE4H_KERNEL_NOTE
+                                  if kind == "granite4h" else HYBRID_KERNEL_NOTE),
            "decision_margin_min": margin,
            "decision_margin_note": "smallest gap between the largest and second largest logit over "
                                    "every position of token_ids and every greedy decision (the "
@@ -864,6 +1047,15 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
                     "feed_forward_width_note": "block_auto_adjust_ff_dim: int(2 * intermediate_size / 3) "
                                                "(90) rounded up to a multiple of block_multiple_of (96)",
                     "conv_kernel": cfg.conv_L_cache})
+        return doc
+    if kind == "granite4h":
+        doc.update(granite4h_checks(model, ids, logits))
+        return doc
+    if kind == "lfm2moe":
+        doc.update({"conv_kernel": cfg.conv_L_cache, "num_dense_layers": cfg.num_dense_layers,
+                    "dense_feed_forward_width": cfg.intermediate_size,
+                    "dense_feed_forward_width_note": "LFM2-MoE's dense layers are intermediate_size "
+                                                     "wide as written (no block_auto_adjust_ff_dim)"})
         return doc
 
     layers = [layer.linear_attn for layer in model.model.layers if hasattr(layer, "linear_attn")]
@@ -915,6 +1107,136 @@ def hybrid_checks(model, kind: str, ids: list[int], logits, seed: int) -> dict:
         "beta_mean": [round(float(b.mean()), 4) for _, b in seen],
     })
     return doc
+
+
+def granite4h_checks(model, ids: list[int], logits) -> dict:
+    """What logits.json records for Granite 4.0-H: the code paths that ran (counted), how far
+    the logits move when the Mamba-2 state is dropped at each chunk boundary and when the whole
+    prompt is one chunk, the per-token decays met, and how far they move when each Granite
+    multiplier is ignored (1; the attention scale 1/sqrt(head_dim))."""
+    import math
+    import sys
+
+    import numpy as np
+    import torch
+
+    cfg = model.config
+    layers = model.model.layers
+    mamba = [layer.mamba for layer in layers if layer.mamba is not None]
+    mod = sys.modules[type(mamba[0]).__module__]
+    chunk = cfg.mamba_chunk_size
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    names = ("causal_conv1d_fn", "mamba2_chunk_scan", "causal_conv1d_update",
+             "mamba2_selective_state_update")
+    originals = {n: getattr(mod, n) for n in names}
+    calls = dict.fromkeys(names, 0)
+    seen_dt = []
+
+    def counting(name):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            if name == "mamba2_chunk_scan":
+                dt = args[1] + kwargs["dt_bias"]
+                seen_dt.append(torch.nn.functional.softplus(dt)[0])
+            return originals[name](*args, **kwargs)
+        return call
+
+    def dropped(hidden_states, dt, A, B, C, chunk_size, initial_states=None, **kwargs):
+        outs = [originals["mamba2_chunk_scan"](hidden_states[:, a:a + chunk_size], dt[:, a:a + chunk_size],
+                                               A, B[:, a:a + chunk_size], C[:, a:a + chunk_size],
+                                               chunk_size, initial_states=None, **kwargs)
+                for a in range(0, hidden_states.shape[1], chunk_size)]
+        return torch.cat(outs, dim=1)
+
+    def one_chunk(hidden_states, dt, A, B, C, chunk_size, **kwargs):
+        return originals["mamba2_chunk_scan"](hidden_states, dt, A, B, C, 256, **kwargs)
+
+    moved = {}
+    try:
+        for n in names:
+            setattr(mod, n, counting(n))
+        assert np.array_equal(run(), logits)
+        prefill_calls = dict(calls)
+        decode_stepwise(model, ids[:3])
+        for label, fn in (("dropped", dropped), ("one_chunk", one_chunk)):
+            mod.mamba2_chunk_scan = fn
+            moved[label] = np.abs(run() - logits).max(axis=-1)
+    finally:
+        for n, f in originals.items():
+            setattr(mod, n, f)
+    assert prefill_calls["causal_conv1d_fn"] == len(mamba) == prefill_calls["mamba2_chunk_scan"], prefill_calls
+    assert prefill_calls["causal_conv1d_update"] == 0 == prefill_calls["mamba2_selective_state_update"]
+    assert calls["causal_conv1d_update"] > 0 and calls["mamba2_selective_state_update"] > 0, calls
+    assert moved["dropped"][:chunk].max() == 0.0 and moved["dropped"][chunk:].max() > 1.0, moved["dropped"]
+    assert moved["one_chunk"].max() < 1e-4, moved["one_chunk"].max()
+    decay = []
+    for m, dt in zip(mamba, seen_dt):
+        d = torch.exp(-torch.exp(m.A_log.detach()) * dt)
+        decay.append([[round(float(v), 4) for v in (d[:, h].min(), d[:, h].mean(), d[:, h].max())]
+                      for h in range(d.shape[1])])
+
+    # Each multiplier ignored.
+    multipliers = {}
+    saved = (model.model.embedding_multiplier, [layer.residual_multiplier for layer in layers],
+             [layer.self_attn.scaling for layer in layers if layer.self_attn is not None],
+             cfg.logits_scaling)
+    try:
+        model.model.embedding_multiplier = 1.0
+        multipliers["embedding_multiplier"] = float(np.abs(run() - logits).max())
+        model.model.embedding_multiplier = saved[0]
+        for layer in layers:
+            layer.residual_multiplier = 1.0
+        multipliers["residual_multiplier"] = float(np.abs(run() - logits).max())
+        for layer, r in zip(layers, saved[1]):
+            layer.residual_multiplier = r
+        head_dim = cfg.hidden_size // cfg.num_attention_heads
+        for layer in layers:
+            if layer.self_attn is not None:
+                layer.self_attn.scaling = 1.0 / math.sqrt(head_dim)
+        multipliers["attention_multiplier"] = float(np.abs(run() - logits).max())
+        for layer, a in zip([la for la in layers if la.self_attn is not None], saved[2]):
+            layer.self_attn.scaling = a
+        cfg.logits_scaling = 1.0
+        multipliers["logits_scaling"] = float(np.abs(run() - logits).max())
+    finally:
+        model.model.embedding_multiplier = saved[0]
+        for layer, r in zip(layers, saved[1]):
+            layer.residual_multiplier = r
+        for layer, a in zip([la for la in layers if la.self_attn is not None], saved[2]):
+            layer.self_attn.scaling = a
+        cfg.logits_scaling = saved[3]
+    assert np.array_equal(run(), logits)
+    assert min(multipliers.values()) > 0.1, multipliers
+    echo = float(np.mean(logits.argmax(-1) == np.array(ids)))
+    print(f"granite4h: paths {prefill_calls} (prefill), {calls} (with 3 decode steps); state dropped at "
+          f"chunk boundaries moves logits by {moved['dropped'].max():.2f}, one chunk by "
+          f"{moved['one_chunk'].max():.1e}; ignoring each multiplier moves them by {multipliers}; "
+          f"argmax = input token at {echo:.0%} of positions")
+    return {
+        "mamba_chunk_size": chunk,
+        "mamba2_paths_called_in_prefill": prefill_calls,
+        "state_dropped_at_chunk_boundaries_max_abs_diff": float(moved["dropped"].max()),
+        "state_dropped_note": f"mamba2_chunk_scan run on each {chunk}-token chunk from a zero state: "
+                              f"the logits from position {chunk} on move by this much (before: not at all)",
+        "one_chunk_max_abs_diff": float(moved["one_chunk"].max()),
+        "one_chunk_note": "the whole prompt as one chunk of 256 (no inter-chunk state passing), "
+                          "against logits: the chunked scan is exact up to float32 rounding",
+        "decay_per_token_min_mean_max": decay,
+        "decay_note": "exp(-exp(A_log) * softplus(dt + dt_bias)) over the golden tokens, per Mamba-2 "
+                      "layer and head",
+        "multiplier_ignored_max_abs_diff": multipliers,
+        "multiplier_note": "how far the logits move with each multiplier ignored: embedding_multiplier "
+                           "1, residual_multiplier 1, the attention scale 1/sqrt(head_dim) in place of "
+                           "attention_multiplier, logits_scaling 1",
+        "argmax_equals_input_fraction": echo,
+        "out_projection_scale": GRANITE4H_OUT_SCALE,
+        "attention_rope": "none: position_embedding_type nope (llama.cpp: granitehybrid.rope.scaling."
+                          "finetuned false switches RoPE off)",
+    }
 
 
 def qwen35moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
@@ -979,9 +1301,269 @@ def qwen35moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -
     }
 
 
+# Qwen2-MoE: the shared expert's gate weight is scaled by this on top of randomize_weights, so
+# that sigmoid(shared_expert_gate x) spans most of (0, 1) over the golden tokens (a gate read as
+# a plain factor, or dropped, then shows clearly).
+QWEN2MOE_SHARED_GATE_SCALE = 2.0
+
+# Why the tiny Qwen2-MoE has no dense layer.
+QWEN2MOE_DENSE_NOTE = (
+    "transformers' Qwen2-MoE can make layers dense (mlp_only_layers, decoder_sparse_step); "
+    "llama.cpp's qwen2moe loader (src/models/qwen2moe.cpp) creates ffn_gate_inp, ffn_{gate,up,down}"
+    "_exps and the ffn_*_shexp tensors for every layer (required) and its graph runs every layer "
+    "as MoE + shared expert, so a GGUF of a folder with a dense layer does not load: every layer "
+    "here is sparse (mlp_only_layers [], decoder_sparse_step 1), as in the released Qwen1.5-MoE "
+    "and Qwen2-57B-A14B"
+)
+
+
+def qwen2moe_weights(model, seed: int):
+    """Qwen2-MoE weights on top of randomize_weights: the shared expert gate times
+    QWEN2MOE_SHARED_GATE_SCALE."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.shared_expert_gate.weight.mul_(QWEN2MOE_SHARED_GATE_SCALE)
+
+
+def qwen2moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
+    """What logits.json records for Qwen2-MoE: routing facts, the shared expert's gate values
+    over the golden tokens, and how far the logits move when the top-k weights are
+    renormalized, without the shared expert, with the shared expert ungated (factor 1 in place
+    of the sigmoid) and with its gate at 0.5 (gate weight 0)."""
+    import types
+
+    import numpy as np
+    import torch
+
+    layers = model.model.layers
+    cfg = model.config
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    def moe_forward(shared_factor):
+        def forward(self, hidden_states):
+            b, s, d = hidden_states.shape
+            flat = hidden_states.view(-1, d)
+            _, weights, chosen = self.gate(flat)
+            out = self.experts(flat, chosen, weights)
+            if shared_factor is not None:
+                out = out + shared_factor(self, flat) * self.shared_expert(flat)
+            return out.reshape(b, s, d)
+        return forward
+
+    gates = []
+    hooks = [layer.mlp.shared_expert_gate.register_forward_hook(
+        lambda _m, _i, out: gates.append(torch.sigmoid(out.detach()))) for layer in layers]
+    try:
+        assert np.array_equal(run(), logits)
+    finally:
+        for h in hooks:
+            h.remove()
+    variants = {"ungated": lambda self, x: 1.0,
+                "half": lambda self, x: 0.5,
+                "removed": None}
+    diffs = {}
+    for label, factor in variants.items():
+        for layer in layers:
+            layer.mlp.forward = types.MethodType(moe_forward(factor), layer.mlp)
+        try:
+            diffs[label] = float(np.abs(run() - logits).max())
+        finally:
+            for layer in layers:
+                del layer.mlp.forward
+    # The same forward with the real gate reproduces the logits (the variants differ only there).
+    for layer in layers:
+        layer.mlp.forward = types.MethodType(
+            moe_forward(lambda self, x: torch.sigmoid(self.shared_expert_gate(x))), layer.mlp)
+    try:
+        assert np.allclose(run(), logits, atol=1e-6)
+    finally:
+        for layer in layers:
+            del layer.mlp.forward
+    routers = [layer.mlp.gate for layer in layers]
+    for r in routers:
+        r.norm_topk_prob = not r.norm_topk_prob
+    try:
+        diffs["renorm"] = float(np.abs(run() - logits).max())
+    finally:
+        for r in routers:
+            r.norm_topk_prob = not r.norm_topk_prob
+    assert np.array_equal(run(), logits)
+    assert min(diffs.values()) > 0.1, diffs
+    step_diff = float(np.abs(decode_stepwise(model, ids) - logits).max())
+    assert step_diff < 1e-4, step_diff
+    gate_range = [[round(float(g.min()), 4), round(float(g.mean()), 4), round(float(g.max()), 4)]
+                  for g in gates]
+    print(f"qwen2moe: logits move by {diffs['renorm']:.3f} renormalized, {diffs['removed']:.3f} without "
+          f"the shared expert, {diffs['ungated']:.3f} with it ungated, {diffs['half']:.3f} with its gate "
+          f"at 0.5; sigmoid gate min/mean/max per layer {gate_range}")
+    return {
+        "num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "moe_intermediate_size": cfg.moe_intermediate_size,
+        "shared_expert_intermediate_size": cfg.shared_expert_intermediate_size,
+        "routing": "router logits = W x (mlp.gate.weight); softmax over all experts; top-k; the k "
+                   "probabilities used as they are (norm_topk_prob false: not renormalized); plus "
+                   "the shared expert (SwiGLU of width shared_expert_intermediate_size) times "
+                   "sigmoid(shared_expert_gate x), a scalar per token",
+        "norm_topk_prob_flipped_max_abs_diff": diffs["renorm"],
+        "shared_expert_removed_max_abs_diff": diffs["removed"],
+        "shared_expert_ungated_max_abs_diff": diffs["ungated"],
+        "shared_gate_half_max_abs_diff": diffs["half"],
+        "shared_gate_sigmoid_min_mean_max": gate_range,
+        "shared_gate_note": "sigmoid(shared_expert_gate x) over token_ids per layer; shared_expert_"
+                            "ungated: the shared expert added with factor 1 in place of the sigmoid",
+        "dense_layers_note": QWEN2MOE_DENSE_NOTE,
+        "stepwise_decode_max_abs_diff": step_diff,
+        "stepwise_decode_note": "transformers fed token_ids one token at a time through its cache, "
+                                "against logits",
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "router logits of every token of greedy_prompts + greedy, every "
+                       "layer: the k-th and (k+1)-th differ by at least router_min_topk_gap",
+    }
+
+
+# What llama.cpp computes for LFM2-MoE's routing (recorded in the llama.cpp json).
+LFM2MOE_NOTE = (
+    "llama.cpp's lfm2moe graph (src/models/lfm2.cpp, build_moe_feed_forward) calls build_moe_ffn "
+    "(src/llama-graph.cpp) with exp_probs_b = blk.N.exp_probs_b.bias, norm_w = true, w_scale = "
+    "hparams.expert_weights_scale (never read for lfm2moe: 0, no scaling) and gating sigmoid: "
+    "probs = sigmoid(W x); selection_probs = probs + exp_probs_b; top-k by argsort of "
+    "selection_probs; weights = the unbiased probs of the chosen experts, divided by their sum "
+    "(clamped below at 6.1e-5; transformers adds 1e-6 to the sum instead). That is transformers' "
+    "Lfm2MoeTopKRouter with routed_scaling_factor 1; a folder with another routed_scaling_factor "
+    "would convert to a GGUF that drops it"
+)
+
+
+def lfm2moe_weights(model, seed: int):
+    """LFM2-MoE weights on top of randomize_weights: each MoE layer's expert_bias (a buffer,
+    zero at init) ~ N(0, LFM2MOE_BIAS_STD^2)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 400)
+    with torch.no_grad():
+        for layer in moe_layers(model):
+            bias = layer.feed_forward.expert_bias
+            bias.copy_(LFM2MOE_BIAS_STD * torch.randn(bias.shape, generator=g))
+
+
+def lfm2moe_checks(model, ids: list[int], logits, min_gap: float, seed: int) -> dict:
+    """What logits.json records for LFM2-MoE: the expert biases, how many (token, layer)
+    routings of token_ids the bias changes, and how far the logits move when the bias is
+    ignored, when the weights are taken from the biased scores, and when the top-k weights are
+    not renormalized."""
+    import types
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    layers = moe_layers(model)
+    cfg = model.config
+    k = cfg.num_experts_per_tok
+
+    def run():
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    seen = []
+    hooks = [router_of(layer).register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
+             for layer in layers]
+    try:
+        assert np.array_equal(run(), logits)
+    finally:
+        for h in hooks:
+            h.remove()
+    changed_per_layer = []
+    for layer, router_logits in zip(layers, seen):
+        probs = router_logits.sigmoid()
+        biased = torch.topk(probs + layer.feed_forward.expert_bias, k, dim=-1).indices.sort(-1).values
+        plain = torch.topk(probs, k, dim=-1).indices.sort(-1).values
+        changed_per_layer.append(int((biased != plain).any(-1).sum()))
+    fraction = sum(changed_per_layer) / (len(layers) * len(ids))
+
+    def biased_weights(self, hidden_states, expert_bias=None):
+        router_logits = F.linear(hidden_states, self.weight)
+        scores = router_logits.sigmoid() + expert_bias
+        weights, chosen = torch.topk(scores, k=self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-6)
+        return router_logits, weights * self.routed_scaling_factor, chosen
+
+    diffs = {}
+    saved = [layer.feed_forward.expert_bias.clone() for layer in layers]
+    with torch.no_grad():
+        for layer in layers:
+            layer.feed_forward.expert_bias.zero_()
+    try:
+        diffs["no_bias"] = float(np.abs(run() - logits).max())
+    finally:
+        with torch.no_grad():
+            for layer, b in zip(layers, saved):
+                layer.feed_forward.expert_bias.copy_(b)
+    for layer in layers:
+        router_of(layer).forward = types.MethodType(biased_weights, router_of(layer))
+    try:
+        diffs["biased_weights"] = float(np.abs(run() - logits).max())
+    finally:
+        for layer in layers:
+            del router_of(layer).forward
+    for layer in layers:
+        router_of(layer).norm_topk_prob = not router_of(layer).norm_topk_prob
+    try:
+        diffs["renorm"] = float(np.abs(run() - logits).max())
+    finally:
+        for layer in layers:
+            router_of(layer).norm_topk_prob = not router_of(layer).norm_topk_prob
+    assert np.array_equal(run(), logits)
+    assert fraction > 0.2 and min(diffs.values()) > 0.1, (fraction, diffs)
+    print(f"lfm2moe: the expert bias changes {fraction:.1%} of the routings {changed_per_layer}; logits "
+          f"move by {diffs['no_bias']:.3f} without it, {diffs['biased_weights']:.3f} with weights from the "
+          f"biased scores, {diffs['renorm']:.3f} without renormalizing")
+    return {
+        "num_experts": cfg.num_experts, "num_experts_per_tok": k,
+        "num_dense_layers": cfg.num_dense_layers, "moe_intermediate_size": cfg.moe_intermediate_size,
+        "norm_topk_prob": cfg.norm_topk_prob, "routed_scaling_factor": cfg.routed_scaling_factor,
+        "use_expert_bias": cfg.use_expert_bias,
+        "routing": "p = sigmoid(W x) (feed_forward.gate.weight, no bias); the k experts with the largest "
+                   "p + expert_bias are chosen; their weights are their p (without the bias) divided "
+                   "by the sum of the k (norm_topk_prob; transformers adds 1e-6 to the sum) times "
+                   "routed_scaling_factor",
+        "expert_bias": [[float(v) for v in layer.feed_forward.expert_bias] for layer in layers],
+        "expert_bias_note": "per MoE layer (layers num_dense_layers..), model.layers.N.feed_forward."
+                            "expert_bias (a float32 buffer, saved in model.safetensors)",
+        "bias_changed_routings_fraction": fraction,
+        "bias_changed_routings_per_layer": changed_per_layer,
+        "bias_changed_note": "(token, layer) pairs of token_ids whose chosen expert set with the bias "
+                             "differs from the set without it (top-k of p alone), over "
+                             f"{len(layers)} MoE layers x {len(ids)} tokens",
+        "bias_ignored_max_abs_diff": diffs["no_bias"],
+        "weights_from_biased_scores_max_abs_diff": diffs["biased_weights"],
+        "norm_topk_prob_flipped_max_abs_diff": diffs["renorm"],
+        "router_min_topk_gap": min_gap, "weights_seed": seed,
+        "router_note": "the scores experts are chosen on, sigmoid(router logits) + expert_bias, of every "
+                       "token of greedy_prompts + greedy and of token_ids + its greedy continuation, "
+                       "every MoE layer: the k-th and (k+1)-th differ by at least router_min_topk_gap "
+                       f"(> {LFM2MOE_MIN_GAP})",
+    }
+
+
 def router_of(layer):
-    """The router (the module whose first output is the router logits) of a MoE layer."""
+    """The router (the module whose first output is the router logits) of a MoE layer; None
+    for an LFM2-MoE dense layer."""
+    if hasattr(layer, "feed_forward"):
+        return getattr(layer.feed_forward, "gate", None)
     return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
+
+
+def moe_layers(model) -> list:
+    """The layers of `model` that route (all, except LFM2-MoE's leading dense layers)."""
+    return [layer for layer in model.model.layers if router_of(layer) is not None]
 
 
 def gpt_oss_weights(model, seed: int):
@@ -1096,7 +1678,7 @@ def load_kwargs(kind: str) -> dict:
     """from_pretrained's extra arguments for `kind`'s folder: gpt-oss's experts through the
     eager loop; MXFP4 experts dequantized on load (into the f32 parameters: exact; without
     dequantize transformers would want its Triton kernels from the Hub)."""
-    if kind == "qwen35moe":
+    if kind in ("qwen35moe", "lfm2moe"):
         return {"experts_implementation": "eager"}
     if not kind.startswith("gpt-oss"):
         return {}
@@ -1231,12 +1813,24 @@ def mxfp4_reload_checks(folder: Path, model, model2, ids: list[int], logits, log
 
 def router_gaps(model, sequences: list[list[int]]):
     """(smallest gap between the k-th and (k+1)-th router logit over every token of
-    `sequences` and every MoE layer, std of all router logits)."""
+    `sequences` and every MoE layer, std of all router logits). For LFM2-MoE the gap is that of
+    the scores the experts are chosen on, sigmoid(logits) + expert_bias."""
     import torch
 
     seen = []
-    hooks = [router_of(layer).register_forward_hook(lambda _m, _i, out: seen.append(out[0].detach()))
-             for layer in model.model.layers]
+    gaps = []
+    k = model.config.num_experts_per_tok
+
+    def hook(layer):
+        def record(_m, _i, out):
+            seen.append(out[0].detach())
+            if hasattr(layer, "feed_forward"):
+                scores = out[0].detach().sigmoid() + layer.feed_forward.expert_bias
+                top = scores.sort(dim=-1, descending=True).values
+                gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+        return record
+
+    hooks = [router_of(layer).register_forward_hook(hook(layer)) for layer in moe_layers(model)]
     try:
         with torch.no_grad():
             for seq in sequences:
@@ -1244,8 +1838,9 @@ def router_gaps(model, sequences: list[list[int]]):
     finally:
         for h in hooks:
             h.remove()
-    k = model.config.num_experts_per_tok
     all_logits = torch.cat([s.reshape(-1, s.shape[-1]) for s in seen])
+    if gaps:
+        return min(gaps), float(all_logits.std())
     top = all_logits.sort(dim=-1, descending=True).values
     return float((top[:, k - 1] - top[:, k]).min()), float(all_logits.std())
 
@@ -1265,13 +1860,18 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
         mg.randomize_weights(model, seed=s, gemma=False)
         if cfg.model_type == "gpt_oss":
             gpt_oss_weights(model, s)
+        if cfg.model_type == "qwen2_moe":
+            qwen2moe_weights(model, s)
         if kind in HYBRID_KINDS:
             hybrid_weights(model, kind, s)
+        if cfg.model_type == "lfm2_moe":
+            lfm2moe_weights(model, s)
         if mxfp4_experts:
             mxfp4_round_trip(model)
+        router_std = LFM2MOE_ROUTER_STD if kind == "lfm2moe" else ROUTER_STD
         with torch.no_grad():
-            for layer in model.model.layers:
-                router_of(layer).weight.mul_(ROUTER_STD)
+            for layer in moe_layers(model):
+                router_of(layer).weight.mul_(router_std)
         seqs = []
         for p in prompts:
             with torch.no_grad():
@@ -1280,7 +1880,7 @@ def decisive_moe(cls, cfg, seed: int, prompts: list[list[int]], mxfp4_experts: b
             seqs.append([int(t) for t in out[0]])
         gap, std = router_gaps(model, seqs)
         print(f"seed {s}: router logit std {std:.2f}, min top-{cfg.num_experts_per_tok} gap {gap:.2e}")
-        if gap <= ROUTER_MIN_GAP:
+        if gap <= (LFM2MOE_MIN_GAP if kind == "lfm2moe" else ROUTER_MIN_GAP):
             continue
         if kind in HYBRID_KINDS:
             margin = decision_margin(model, kind)
@@ -1524,7 +2124,7 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
                      hf: dict) -> dict:
     """llama.cpp's logits and greedy continuations of a hybrid kind against transformers' on
     the folder (recomputed: logits.json keeps only some rows), over every position and per
-    DeltaNet chunk, plus the checks of the GGUF's layout (hybrid_gguf_layout)."""
+    DeltaNet chunk, plus the checks of the GGUF's layout (gguf_layout)."""
     import numpy as np
     import torch
     import transformers
@@ -1542,20 +2142,24 @@ def hybrid_agreement(kind: str, folder: Path, gguf_path: Path, ids: list[int], s
     greedy_same = [a == b for a, b in zip(greedy, hf["greedy"])]
     # The long prompt's first greedy token is the argmax of the prefill at its last position.
     assert greedy[-1][0] == int(scores[HYBRID_LONG_PROMPT - 1].argmax()), "llama.cpp state reuse"
+    if kind in LLAMACPP_CHECKED:
+        assert diff.max() < LLAMACPP_TOLERANCE and argmax_same and all(greedy_same), (
+            kind, float(diff.max()), argmax_same, greedy_same)
     print(f"{kind}: llama.cpp vs transformers max |diff| {diff.max():.2e} (position {int(diff.argmax())}; "
           f"per chunk {chunks}); argmax equal at every position {argmax_same}; greedy equal {greedy_same}; "
           f"llama.cpp vs float64 {exact_diff:.2e}")
     return {
         "max_abs_diff_vs_transformers": float(diff.max()),
         "max_abs_diff_vs_float64": exact_diff,
-        "llamacpp_paths": LLAMACPP_SHORTCONV_NOTE if kind == "lfm2" else LLAMACPP_DELTANET_NOTE,
+        "llamacpp_paths": (LLAMACPP_SHORTCONV_NOTE if kind in LFM2_KINDS else LLAMACPP_MAMBA2_NOTE
+                           if kind == "granite4h" else LLAMACPP_DELTANET_NOTE),
         "float64_note": FLOAT64_NOTE + "; transformers' own float32 logits are float64_max_abs_diff "
                         "from it (logits.json)",
         "max_abs_diff_vs_transformers_position": int(diff.argmax()),
         "max_abs_diff_vs_transformers_per_chunk": chunks,
         "argmax_equals_transformers_every_position": argmax_same,
         "greedy_equals_transformers": greedy_same,
-        "gguf_layout": hybrid_gguf_layout(kind, gguf_path, folder),
+        "gguf_layout": gguf_layout(kind, gguf_path, folder),
     }
 
 
@@ -1625,18 +2229,33 @@ def qwen35_gguf_expected(hf: dict, cfg: dict) -> dict:
 
 
 def lfm2_gguf_expected(hf: dict, cfg: dict) -> dict:
-    """Each tensor llama.cpp's converter writes for an LFM2 folder, from the folder's tensors."""
+    """Each tensor llama.cpp's converter writes for an LFM2 or LFM2-MoE folder, from the
+    folder's tensors (LFM2-MoE: layers from num_dense_layers on are MoE, their per-expert
+    w1 / w3 / w2 stacked into [experts, ...], expert_bias as exp_probs_b.bias)."""
+    import numpy as np
+
     want = {"token_embd.weight": hf["model.embed_tokens.weight"],
             # LFM2's final norm (model.embedding_norm, applied after the last layer) keeps the
             # name of an embedding norm in GGUF.
             "token_embd_norm.weight": hf["model.embedding_norm.weight"]}
+    n_dense = cfg.get("num_dense_layers", len(cfg["layer_types"]))
     for i, layer_type in enumerate(cfg["layer_types"]):
         p, b = f"model.layers.{i}.", f"blk.{i}."
+        ff = p + "feed_forward."
         want.update({b + "attn_norm.weight": hf[p + "operator_norm.weight"],
-                     b + "ffn_norm.weight": hf[p + "ffn_norm.weight"],
-                     b + "ffn_gate.weight": hf[p + "feed_forward.w1.weight"],
-                     b + "ffn_up.weight": hf[p + "feed_forward.w3.weight"],
-                     b + "ffn_down.weight": hf[p + "feed_forward.w2.weight"]})
+                     b + "ffn_norm.weight": hf[p + "ffn_norm.weight"]})
+        if i < n_dense:
+            want.update({b + "ffn_gate.weight": hf[ff + "w1.weight"],
+                         b + "ffn_up.weight": hf[ff + "w3.weight"],
+                         b + "ffn_down.weight": hf[ff + "w2.weight"]})
+        else:
+            stack = lambda w: np.stack([hf[ff + f"experts.{e}.{w}.weight"]  # noqa: E731
+                                        for e in range(cfg["num_experts"])])
+            want.update({b + "ffn_gate_inp.weight": hf[ff + "gate.weight"],
+                         b + "exp_probs_b.bias": hf[ff + "expert_bias"],
+                         b + "ffn_gate_exps.weight": stack("w1"),
+                         b + "ffn_up_exps.weight": stack("w3"),
+                         b + "ffn_down_exps.weight": stack("w2")})
         if layer_type == "conv":
             want.update({b + "shortconv.conv.weight": hf[p + "conv.conv.weight"][:, 0, :],
                          b + "shortconv.in_proj.weight": hf[p + "conv.in_proj.weight"],
@@ -1697,7 +2316,160 @@ LFM2_GGUF_NOTE = (
 )
 
 
-def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
+def qwen2moe_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for a Qwen2-MoE folder, from the folder's
+    tensors (per-expert gate_proj / up_proj / down_proj stacked into [experts, ...])."""
+    import numpy as np
+
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            "output_norm.weight": hf["model.norm.weight"],
+            "output.weight": hf["lm_head.weight"]}
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        sa, m = p + "self_attn.", p + "mlp."
+        want.update({b + "attn_norm.weight": hf[p + "input_layernorm.weight"],
+                     b + "ffn_norm.weight": hf[p + "post_attention_layernorm.weight"],
+                     b + "attn_output.weight": hf[sa + "o_proj.weight"],
+                     b + "ffn_gate_inp.weight": hf[m + "gate.weight"],
+                     b + "ffn_gate_inp_shexp.weight": hf[m + "shared_expert_gate.weight"],
+                     b + "ffn_gate_shexp.weight": hf[m + "shared_expert.gate_proj.weight"],
+                     b + "ffn_up_shexp.weight": hf[m + "shared_expert.up_proj.weight"],
+                     b + "ffn_down_shexp.weight": hf[m + "shared_expert.down_proj.weight"]})
+        for w in ("q", "k", "v"):
+            want[b + f"attn_{w}.weight"] = hf[sa + f"{w}_proj.weight"]
+            want[b + f"attn_{w}.bias"] = hf[sa + f"{w}_proj.bias"]
+        for w in ("gate", "up", "down"):
+            want[b + f"ffn_{w}_exps.weight"] = np.stack(
+                [hf[m + f"experts.{e}.{w}_proj.weight"] for e in range(cfg["num_experts"])])
+    return want
+
+
+QWEN2MOE_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor, renamed (checked): input_layernorm -> "
+    "attn_norm, post_attention_layernorm -> ffn_norm, q/k/v_proj weight and bias -> attn_q/k/v "
+    "weight and bias (no o_proj bias), mlp.gate -> ffn_gate_inp [experts, hidden], the per-expert "
+    "mlp.experts.E.{gate,up,down}_proj stacked into ffn_{gate,up,down}_exps [experts, out, in], "
+    "mlp.shared_expert.{gate,up,down}_proj -> ffn_{gate,up,down}_shexp, mlp.shared_expert_gate "
+    "[1, hidden] -> ffn_gate_inp_shexp.weight as it is (ne [hidden, 1]; llama.cpp's loader "
+    "asks for {n_embd} and accepts the trailing 1), model.norm -> output_norm, "
+    "lm_head -> output. Metadata: qwen2moe.expert_feed_forward_length = moe_intermediate_size, "
+    "qwen2moe.expert_shared_feed_forward_length = shared_expert_intermediate_size, "
+    "qwen2moe.feed_forward_length = intermediate_size (unused by llama.cpp when the two are set)."
+)
+
+def granite4h_gguf_expected(hf: dict, cfg: dict) -> dict:
+    """Each tensor llama.cpp's converter writes for a dense Granite 4.0-H folder, from the
+    folder's tensors (q/k rows permuted as for RoPE, as the converter's LlamaModel does)."""
+    import numpy as np
+
+    def permute(w, n_head):
+        # LlamaModel.permute: per head, the rotary pairs (i, i + d/2) made adjacent.
+        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    n_group, d_inner = cfg["mamba_n_groups"], cfg["mamba_expand"] * cfg["hidden_size"]
+    ff = cfg["shared_intermediate_size"]
+    want = {"token_embd.weight": hf["model.embed_tokens.weight"],
+            "output_norm.weight": hf["model.norm.weight"]}
+    for i, layer_type in enumerate(cfg["layer_types"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        gate_up = hf[p + "shared_mlp.input_linear.weight"]
+        want.update({b + "attn_norm.weight": hf[p + "input_layernorm.weight"],
+                     b + "ffn_norm.weight": hf[p + "post_attention_layernorm.weight"],
+                     b + "ffn_gate.weight": gate_up[:ff], b + "ffn_up.weight": gate_up[ff:],
+                     b + "ffn_down.weight": hf[p + "shared_mlp.output_linear.weight"]})
+        if layer_type == "mamba":
+            m = p + "mamba."
+            want.update({b + "ssm_in.weight": hf[m + "in_proj.weight"],
+                         b + "ssm_conv1d.weight": hf[m + "conv1d.weight"][:, 0, :],
+                         b + "ssm_conv1d.bias": hf[m + "conv1d.bias"],
+                         b + "ssm_dt.bias": hf[m + "dt_bias"],
+                         b + "ssm_a": -np.exp(hf[m + "A_log"])[:, None],
+                         b + "ssm_d": hf[m + "D"][:, None],
+                         b + "ssm_norm.weight": hf[m + "norm.weight"].reshape(n_group, d_inner // n_group),
+                         b + "ssm_out.weight": hf[m + "out_proj.weight"]})
+        else:
+            sa = p + "self_attn."
+            want.update({b + "attn_q.weight": permute(hf[sa + "q_proj.weight"], cfg["num_attention_heads"]),
+                         b + "attn_k.weight": permute(hf[sa + "k_proj.weight"], cfg["num_key_value_heads"]),
+                         b + "attn_v.weight": hf[sa + "v_proj.weight"],
+                         b + "attn_output.weight": hf[sa + "o_proj.weight"]})
+    return want
+
+
+GRANITE4H_GGUF_NOTE = (
+    "Every GGUF tensor equals the folder's tensor transformed as follows (checked, numpy shapes = "
+    "ggml ne reversed): input_layernorm -> attn_norm, post_attention_layernorm -> ffn_norm; the "
+    "dense shared MLP (num_local_experts 0): shared_mlp.input_linear [2 * ff, hidden] split into "
+    "ffn_gate (first ff rows) and ffn_up (last ff rows), shared_mlp.output_linear -> ffn_down; "
+    "Mamba-2: in_proj -> ssm_in [hidden -> z (d_inner), xBC (d_inner + 2 * n_groups * d_state), dt "
+    "(n_heads)], conv1d.weight [conv_dim, 1, 4] squeezed -> ssm_conv1d.weight (ne [4, conv_dim]), "
+    "conv1d.bias -> ssm_conv1d.bias, dt_bias -> ssm_dt.bias, ssm_a = -exp(A_log) as [n_heads, 1] "
+    "(ne [1, n_heads]), D -> ssm_d [n_heads, 1], the gated norm's weight [d_inner] -> ssm_norm.weight "
+    "reshaped [n_groups, d_inner / n_groups] (ne [d_inner / n_groups, n_groups]: llama.cpp normalizes "
+    "each group separately, as transformers' GraniteMoeHybridRMSNormGated), out_proj -> ssm_out; "
+    "attention: attn_q / attn_k = q_proj / k_proj with each head's rows permuted as for llama RoPE "
+    "(LlamaModel.permute: rows (i, i + d/2) made adjacent; harmless without RoPE, q and k alike), "
+    "attn_v = v_proj, attn_output = o_proj; model.norm -> output_norm; tied: no output.weight. "
+    "Metadata: granitehybrid.{embedding_scale, residual_scale, attention.scale, logit_scale} = "
+    "embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; "
+    "granitehybrid.rope.scaling.finetuned false (no RoPE: a hybrid GraniteMoeHybrid always converts "
+    "so, and context_length 2^20); granitehybrid.attention.head_count_kv per layer (0 = Mamba-2 "
+    "layer); ssm.{conv_kernel, state_size, group_count, inner_size, time_step_rank = n_heads}; "
+    "feed_forward_length = intermediate_size (the dense FFN's width in llama.cpp: must equal "
+    "shared_intermediate_size), expert_shared_feed_forward_length = shared_intermediate_size, "
+    "expert_count 0, expert_used_count 0."
+)
+
+# What llama.cpp computes for Granite 4.0-H (recorded in the llama.cpp json).
+LLAMACPP_MAMBA2_NOTE = (
+    "llama.cpp's granitehybrid graph (src/models/granite-hybrid.cpp, build_mamba2_layer in "
+    "src/models/mamba-base.cpp): the embeddings times embedding_scale; per layer x + "
+    "residual_scale * mixer(norm(x)), then + residual_scale * ffn(norm(.)); Mamba-2 as "
+    "ggml_ssm_conv over the 3 previous xBC rows kept as state (+ bias, SiLU) and ggml_ssm_scan, a "
+    "token-by-token recurrence in float32 over the whole ubatch (not chunked as transformers): "
+    "dt = softplus(dt + dt_bias) (softplus(x) = x above 20), no dt clamp (transformers clamps to "
+    "time_step_limit, (0, inf) here), head h reads B/C group h / (n_heads / n_groups) (= "
+    "transformers' repeat_interleave), y + D x, times silu(z), RMS-normed per group of d_inner / "
+    "n_groups; attention without RoPE, scaled by attention.scale; logits / logit_scale"
+)
+
+QWEN2MOE_LLAMACPP_NOTE = (
+    "llama.cpp's qwen2moe graph (src/models/qwen2moe.cpp): build_moe_ffn with softmax gating and "
+    "norm_w = false (the chosen probabilities are never renormalized; the GGUF has no key that "
+    "could say otherwise) and no expert_weights_scale; the shared expert's gate as "
+    "silu(g) / g = sigmoid(g), g = ffn_gate_inp_shexp . x; every layer MoE + shared expert"
+)
+
+LFM2MOE_GGUF_NOTE = LFM2_GGUF_NOTE.removesuffix(
+    "; lfm2.feed_forward_length is the derived width (96).") + (
+    ". LFM2-MoE (arch lfm2moe): the dense layers (blk.0, blk.1: lfm2moe.leading_dense_block_count "
+    "= num_dense_layers) have ffn_gate/up/down = feed_forward.w1/w3/w2 (lfm2moe.feed_forward_length "
+    "= intermediate_size, as written); the MoE layers have ffn_gate_inp.weight = feed_forward.gate "
+    "[experts, hidden], the folder's per-expert feed_forward.experts.E.w1/w3/w2 (transformers "
+    "saves its fused gate_up_proj / down_proj back in LiquidAI's per-expert layout) stacked into "
+    "ffn_gate_exps / ffn_up_exps / ffn_down_exps [experts, out, in], and exp_probs_b.bias = the "
+    "buffer feed_forward.expert_bias [experts] (saved in model.safetensors; the converter renames "
+    "it .expert_bias.bias). Metadata: lfm2moe.expert_feed_forward_length = moe_intermediate_size, "
+    "lfm2moe.expert_gating_func = 2 (sigmoid), lfm2moe.expert_count, lfm2moe.expert_used_count; no "
+    "expert_weights_scale and no expert_weights_norm key (routed_scaling_factor is not written; "
+    "llama.cpp's lfm2moe graph always renormalizes: build_moe_ffn(norm_w = true))."
+)
+
+# llama.cpp's converter output per kind: (expected tensors from the folder's, what they are).
+GGUF_LAYOUT = {"qwen35": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
+               "qwen35moe": (qwen35_gguf_expected, QWEN35_GGUF_NOTE),
+               "lfm2": (lfm2_gguf_expected, LFM2_GGUF_NOTE),
+               "qwen2moe": (qwen2moe_gguf_expected, QWEN2MOE_GGUF_NOTE),
+               "lfm2moe": (lfm2_gguf_expected, LFM2MOE_GGUF_NOTE),
+               "granite4h": (granite4h_gguf_expected, GRANITE4H_GGUF_NOTE)}
+
+# Kinds whose llama.cpp logits must agree with transformers' within LLAMACPP_TOLERANCE (the
+# goldens made after the check was written; the others record their agreement).
+LLAMACPP_CHECKED = ("qwen2moe", "lfm2moe", "granite4h")
+LLAMACPP_TOLERANCE = 1e-4
+
+
+def gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
     """Checks that every tensor of the converter's GGUF is the folder's tensor transformed as
     the note returned says (exactly, or within 1 ulp where the converter computes in float32),
     and that the GGUF has no other tensor."""
@@ -1706,7 +2478,8 @@ def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
 
     hf = load_file(str(folder / "model.safetensors"))
     cfg = json.loads((folder / "config.json").read_text())
-    want = lfm2_gguf_expected(hf, cfg) if kind == "lfm2" else qwen35_gguf_expected(hf, cfg)
+    expected, note = GGUF_LAYOUT[kind]
+    want = expected(hf, cfg)
     reader = mxfp4.gguf_module().GGUFReader(str(gguf_path))
     got = {t.name: np.asarray(t.data) for t in reader.tensors}
     assert set(got) == set(want), sorted(set(got) ^ set(want))
@@ -1714,7 +2487,7 @@ def hybrid_gguf_layout(kind: str, gguf_path: Path, folder: Path) -> dict:
         assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
         assert np.allclose(got[name], w, rtol=1e-6, atol=0), name
     print(f"{gguf_path.name}: all {len(got)} tensors are the folder's, transformed as documented")
-    return {"tensors_checked": len(got), "note": LFM2_GGUF_NOTE if kind == "lfm2" else QWEN35_GGUF_NOTE}
+    return {"tensors_checked": len(got), "note": note}
 
 
 def gguf_golden(kind: str, folder: Path):
@@ -1744,6 +2517,17 @@ def gguf_golden(kind: str, folder: Path):
         diff = float(np.abs(np.array(hf["logits"], dtype=np.float32) - scores).max())
         doc["max_abs_diff_vs_transformers"] = diff
         print(f"{kind}: llama.cpp vs transformers max |diff| {diff:.2e}")
+        if kind in LLAMACPP_CHECKED:
+            assert diff < LLAMACPP_TOLERANCE, (kind, diff)
+            same = [a == b for a, b in zip(greedy, hf["greedy"])]
+            assert all(same), same
+            doc["greedy_equals_transformers"] = same
+        if kind in GGUF_LAYOUT:
+            doc["gguf_layout"] = gguf_layout(kind, out, folder)
+    if kind == "qwen2moe":
+        doc["note"] = QWEN2MOE_LLAMACPP_NOTE
+    if kind == "lfm2moe":
+        doc["note"] = LFM2MOE_NOTE
         if kind.startswith("gpt-oss"):
             truncated = truncated_yarn_model(folder, kind)
             trunc = float(np.abs(logits_of(truncated, ids) - scores).max())
@@ -1771,7 +2555,7 @@ def gguf_golden(kind: str, folder: Path):
 def main(kinds):
     for kind in kinds or ["qwen3", "smollm3", "llama31", "mistral3", "phi3", "gemma4", "gemma4-keqv",
                           "qwen3moe", "olmoe", "gpt-oss", "gpt-oss-mxfp4", "mxfp4-blocks",
-                          "qwen35", "qwen35moe", "lfm2"]:
+                          "qwen35", "qwen35moe", "lfm2", "qwen2moe", "lfm2moe", "granite4h"]:
         if kind == "mxfp4-blocks":
             mxfp4.blocks_golden(GOLDEN / "mxfp4_blocks.json")
             continue
