@@ -50,6 +50,9 @@ pub enum Architecture {
     /// Qwen2-MoE (llama.cpp `qwen2moe`): Qwen2's attention, routed experts and a gated
     /// shared expert.
     Qwen2Moe,
+    /// LFM2-MoE (llama.cpp `lfm2moe`): LFM2's hybrid layers with experts routed by a sigmoid
+    /// with a selection bias.
+    Lfm2Moe,
 }
 
 impl Architecture {
@@ -68,6 +71,7 @@ impl Architecture {
         Architecture::GptOss,
         Architecture::Lfm2,
         Architecture::Qwen2Moe,
+        Architecture::Lfm2Moe,
     ];
 }
 

@@ -231,6 +231,7 @@ fn every_other_family_batches_equal_each_alone() {
         "tiny-gemma4",
         "tiny-gemma4-keqv",
         "tiny-qwen3moe",
+        "tiny-qwen2moe",
         "tiny-olmoe",
         "tiny-gpt-oss",
     ] {
@@ -245,9 +246,12 @@ fn every_other_family_batches_equal_each_alone() {
 /// alone (`n > 1`: `n_choices_share_the_prompt_and_equal_separate_seeded_runs`).
 #[test]
 fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
-    let dir = golden("tiny-lfm2");
-    check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
-    check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
+    // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid.
+    for name in ["tiny-lfm2", "tiny-lfm2moe"] {
+        let dir = golden(name);
+        check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
+        check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
+    }
 }
 
 #[test]

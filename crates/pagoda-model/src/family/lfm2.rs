@@ -11,10 +11,19 @@
 //! (`operator_norm`, `feed_forward.w1/w3/w2`, `self_attn.out_proj`, `q_layernorm`,
 //! `conv.*`) and both files' final norm (`embedding_norm` / `token_embd_norm`, applied after
 //! the last layer despite the name) the canonical names.
+//!
+//! LFM2-MoE (LFM2-8B-A1B, LFM2-24B-A2B; llama.cpp `lfm2moe`, transformers
+//! `Lfm2MoeForCausalLM`, [`MOE_SPEC`]): the same layers, with a mixture of experts in place of
+//! the MLP after the first `num_dense_layers` (GGUF `leading_dense_block_count`): a sigmoid
+//! router whose top k are chosen with a per-expert selection bias (`expert_bias`, GGUF
+//! `exp_probs_b`) and weighed by the unbiased sigmoids, renormalized (llama.cpp always
+//! renormalizes for this architecture), times `routed_scaling_factor` (HF; llama.cpp reads
+//! none, and the released models say 1).
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
+use super::moe::{gguf_moe, hf_moe};
 use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
-use crate::config::{Architecture, HybridConfig, Mixer, ModelConfig};
+use crate::config::{Architecture, Gating, HybridConfig, Mixer, ModelConfig};
 use crate::weights::Weights;
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -49,6 +58,59 @@ pub(super) static SPEC: Family = Family {
     split_fused: Some(prepare),
     hf_extra: hf,
 };
+
+pub(super) static MOE_SPEC: Family = Family {
+    arch: Architecture::Lfm2Moe,
+    display: "LFM2-MoE",
+    gguf_names: &["lfm2moe"],
+    hf_classes: &["Lfm2MoeForCausalLM"],
+    hf_model_types: &["lfm2_moe"],
+    gguf_extra: gguf_moe_layers,
+    hf_extra: hf_moe_layers,
+    ..SPEC
+};
+
+/// LFM2's layers, then the experts: GGUF's gating function (`expert_gating_func`: 2 is the
+/// sigmoid LFM2-MoE uses, 1 a softmax) and its leading dense layers.
+fn gguf_moe_layers(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    gguf(k, cfg)?;
+    let gating = match k.usize_opt("expert_gating_func")? {
+        None | Some(2) => Gating::Sigmoid,
+        Some(1) => Gating::Softmax,
+        Some(g) => {
+            return Err(k.bad(format!(
+                "{} {g} is not a gating Pagoda knows (1 softmax, 2 sigmoid)",
+                k.key("expert_gating_func")
+            )))
+        }
+    };
+    gguf_moe(k, cfg, gating, true)?;
+    let dense = k.usize_opt("leading_dense_block_count")?.unwrap_or(0);
+    leading_dense(cfg, dense);
+    Ok(())
+}
+
+/// LFM2's layers, then the experts: `num_dense_layers` dense ones first,
+/// `routed_scaling_factor` on the weights.
+fn hf_moe_layers(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    hf(c, cfg)?;
+    hf_moe(c, cfg, "moe_intermediate_size", Gating::Sigmoid)?;
+    let dense = c.usize_opt("num_dense_layers")?.unwrap_or(0);
+    leading_dense(cfg, dense);
+    if let (Some(moe), Some(scale)) = (&mut cfg.moe, c.f32_opt("routed_scaling_factor")?) {
+        moe.weights_scale = scale;
+    }
+    Ok(())
+}
+
+/// The first `dense` layers keep a dense MLP.
+fn leading_dense(cfg: &mut ModelConfig, dense: usize) {
+    if let Some(moe) = &mut cfg.moe {
+        for (i, sparse) in moe.layers.iter_mut().enumerate() {
+            *sparse = i >= dense;
+        }
+    }
+}
 
 /// Layer mixers from per-layer K/V head counts (0: a convolution layer); the attention
 /// layers' count becomes the model's.
@@ -176,12 +238,30 @@ fn prepare(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
             ("conv.conv", "shortconv.conv"),
             ("conv.in_proj", "shortconv.in_proj"),
             ("conv.out_proj", "shortconv.out_proj"),
+            ("feed_forward.gate", "ffn_gate_inp"),
         ] {
             rename(
                 w,
                 &format!("blk.{i}.{from}.weight"),
                 &format!("blk.{i}.{to}.weight"),
             )?;
+        }
+        // LFM2-MoE's folder: the router's selection bias and per-expert w1/w3/w2.
+        rename(
+            w,
+            &format!("blk.{i}.feed_forward.expert_bias"),
+            &super::moe::selection_bias_name(i),
+        )?;
+        if let Some(moe) = &cfg.moe {
+            for e in 0..moe.n_experts {
+                for (from, proj) in [("w1", "gate"), ("w3", "up"), ("w2", "down")] {
+                    rename(
+                        w,
+                        &format!("blk.{i}.feed_forward.experts.{e}.{from}.weight"),
+                        &super::moe::expert_name(i, proj, e),
+                    )?;
+                }
+            }
         }
         let conv = format!("blk.{i}.shortconv.conv.weight");
         if let Some(mut t) = w.remove(&conv) {

@@ -72,6 +72,7 @@ pub static FAMILIES: &[&Family] = &[
     &gpt_oss::SPEC,
     &lfm2::SPEC,
     &qwen2moe::SPEC,
+    &lfm2::MOE_SPEC,
 ];
 
 /// The family of `arch`.

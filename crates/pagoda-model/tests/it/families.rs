@@ -408,6 +408,28 @@ fn qwen3moe_gguf_matches_llama_cpp() {
     gguf("qwen3moe", qwen3moe_shape);
 }
 
+fn qwen2moe_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Qwen2Moe);
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.n_experts, moe.n_used, moe.expert_ffn_dim), (8, 2, 32));
+    // The shared expert has its own width (48, not the experts' 32 or the unused dense 128).
+    assert_eq!(moe.shared_ffn_dim, Some(48));
+    assert!(!moe.normalize_top_k);
+}
+
+#[test]
+fn qwen2moe_folder_matches_transformers() {
+    // The shared expert and its sigmoid gate move these logits by 2.6 and 2.2 (logits.json):
+    // dropping either fails this.
+    hf("qwen2moe", qwen2moe_shape);
+}
+
+#[test]
+fn qwen2moe_gguf_matches_llama_cpp() {
+    // `ffn_gate_inp_shexp` stored as `[hidden, 1]`; `ffn_*_shexp` beside the stacked experts.
+    gguf("qwen2moe", qwen2moe_shape);
+}
+
 fn olmoe_shape(c: &ModelConfig) {
     assert_eq!(c.arch, Architecture::Olmoe);
     let moe = c.moe.as_ref().expect("experts");
@@ -669,6 +691,36 @@ fn lfm2_gguf_matches_llama_cpp() {
         &root.join("tiny-lfm2.gguf"),
         &root.join("tiny-lfm2.llamacpp.json"),
         lfm2_shape,
+    );
+}
+
+fn lfm2moe_shape(c: &ModelConfig) {
+    assert_eq!(c.arch, Architecture::Lfm2Moe);
+    assert!(c.hybrid.is_some());
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.n_experts, moe.n_used, moe.expert_ffn_dim), (8, 2, 32));
+    assert_eq!(moe.gating, pagoda_model::config::Gating::Sigmoid);
+    assert!(moe.normalize_top_k);
+    // Two leading dense layers (SwiGLU of 96), then experts.
+    assert_eq!(moe.layers, vec![false, false, true, true, true, true]);
+    assert_eq!(c.ffn_dim, 96);
+}
+
+#[test]
+fn lfm2moe_folder_matches_transformers() {
+    // The selection bias changes 61 % of the golden's routings and moves the logits by 5.5
+    // if ignored, 2.4 if the weights came from the biased scores (logits.json).
+    let dir = golden_root().join("tiny-lfm2moe");
+    check_hybrid(&dir, &dir.join("logits.json"), lfm2moe_shape);
+}
+
+#[test]
+fn lfm2moe_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-lfm2moe.gguf"),
+        &root.join("tiny-lfm2moe.llamacpp.json"),
+        lfm2moe_shape,
     );
 }
 
