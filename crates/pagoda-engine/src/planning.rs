@@ -96,16 +96,20 @@ impl StatePlan {
     /// snapshots when prefix caching is on (a snapshot is only worth keeping for prefixes
     /// that recur; the least recently used are evicted first).
     pub fn for_model(model: &Model, config: &EngineConfig) -> Option<Self> {
-        let cfg = model.config();
+        Self::for_config(model.config(), config.max_num_seqs, config.prefix_caching)
+    }
+
+    /// [`StatePlan::for_model`] from a model's config alone (`pagoda tune`'s estimate).
+    pub fn for_config(
+        cfg: &pagoda_model::ModelConfig,
+        max_num_seqs: usize,
+        prefix_caching: bool,
+    ) -> Option<Self> {
         if !cfg.has_recurrent_state() {
             return None;
         }
-        let live = config.max_num_seqs.max(1);
-        let snapshots = if config.prefix_caching {
-            (live / 2).max(2)
-        } else {
-            0
-        };
+        let live = max_num_seqs.max(1);
+        let snapshots = if prefix_caching { (live / 2).max(2) } else { 0 };
         Some(StatePlan {
             slots: live + snapshots,
             slot_bytes: (0..cfg.n_layers)

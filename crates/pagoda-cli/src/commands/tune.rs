@@ -107,6 +107,9 @@ pub struct MemoryEstimate {
     pub kv_bytes: u64,
     /// A step's activation workspace on the GPU; 0 on the CPU (counted with the process).
     pub workspace_bytes: u64,
+    /// A hybrid model's recurrent-state slots (live and prefix snapshots,
+    /// `pagoda_engine::StatePlan`); 0 for a transformer.
+    pub state_bytes: u64,
     pub total_bytes: u64,
 }
 
@@ -125,6 +128,7 @@ pub fn estimate(
         kv_bytes_per_token,
         kv_bytes,
         workspace_bytes,
+        state_bytes: 0,
         total_bytes: weights_bytes + kv_bytes + workspace_bytes,
     }
 }
@@ -173,7 +177,7 @@ fn setting_estimate(
     budget: usize,
     max_model_len: usize,
 ) -> MemoryEstimate {
-    match gpu {
+    let mut m = match gpu {
         None => estimate(file_bytes, kv_per_token, seqs, max_model_len, 0),
         Some(_) => estimate(
             gpu_weights_bytes,
@@ -182,7 +186,12 @@ fn setting_estimate(
             max_model_len,
             pagoda_model::arch::cuda::workspace_bytes(cfg, budget.max(1), seqs.max(1)),
         ),
-    }
+    };
+    // The engine's own plan of a hybrid's state slots (prefix caching on, its default).
+    m.state_bytes =
+        pagoda_engine::StatePlan::for_config(cfg, seqs, true).map_or(0, |p| p.bytes() as u64);
+    m.total_bytes += m.state_bytes;
+    m
 }
 
 /// The GPU the estimate is for: `--device cuda[:N]` resolved (an error naming what is
@@ -276,14 +285,15 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
                 human_size(kv_per_token),
                 args.kv_cache_dtype
             );
-            println!("| max-num-seqs | weights | KV cache | total |");
-            println!("|---:|---:|---:|---:|");
+            println!("| max-num-seqs | weights | KV cache | recurrent states | total |");
+            println!("|---:|---:|---:|---:|---:|");
             for &n in &seqs {
                 let m = memory_of(n, budgets[0]);
                 println!(
-                    "| {n} | {} | {} | {} |",
+                    "| {n} | {} | {} | {} | {} |",
                     human_size(m.weights_bytes),
                     human_size(m.kv_bytes),
+                    human_size(m.state_bytes),
                     human_size(m.total_bytes)
                 );
             }
@@ -629,6 +639,42 @@ mod tests {
         let cpu = setting_estimate(None, &cfg, 88_000_000, params * 2, kv_token, 4, 512, len);
         assert_eq!(cpu.weights_bytes, 88_000_000);
         assert_eq!(cpu.workspace_bytes, 0);
+    }
+
+    #[test]
+    fn a_hybrid_estimate_counts_its_recurrent_state_slots() {
+        // LFM2-1.2B's shape: 10 short-convolution layers of 2048 channels, kernel 3: a slot
+        // keeps 2 rows per conv layer, 10 * 2 * 2048 floats = 160 KiB.
+        let types: Vec<&str> = (0..16)
+            .map(|i| {
+                if [2, 5, 8, 10, 12, 14].contains(&i) {
+                    "full_attention"
+                } else {
+                    "conv"
+                }
+            })
+            .collect();
+        let cfg = ModelConfig::from_hf_config(&serde_json::json!({
+            "architectures": ["Lfm2ForCausalLM"],
+            "model_type": "lfm2",
+            "num_hidden_layers": 16,
+            "hidden_size": 2048,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 8192,
+            "vocab_size": 65536,
+            "max_position_embeddings": 128000,
+            "conv_L_cache": 3,
+            "layer_types": types,
+        }))
+        .expect("a valid config");
+        let m = setting_estimate(None, &cfg, 1000, 0, 100, 8, 512, 4096);
+        let slot = 10 * 2 * 2048 * 4u64;
+        // 8 live slots and 4 for prefix snapshots.
+        assert_eq!(m.state_bytes, 12 * slot);
+        assert_eq!(m.total_bytes, 1000 + 100 * 8 * 4096 + 12 * slot);
+        let dense = setting_estimate(None, &smollm2(), 1000, 0, 100, 8, 512, 4096);
+        assert_eq!(dense.state_bytes, 0);
     }
 
     #[test]

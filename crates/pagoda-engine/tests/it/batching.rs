@@ -271,6 +271,7 @@ fn batches_with_chunked_prefill_and_preemption_equal_each_alone_on_cuda() {
         ("tiny-phi3", 14, true, KvDtype::F16),
         ("tiny-gemma4", 14, true, KvDtype::F16),
         ("tiny-qwen3moe", 14, true, KvDtype::F16),
+        ("tiny-qwen2moe", 14, true, KvDtype::F16),
         // FP8 K/V: twice the blocks in the same memory, batched as alone.
         ("tiny-llama", 12, true, KvDtype::Fp8E4m3),
         ("tiny-gemma3", 14, false, KvDtype::Fp8E4m3),
