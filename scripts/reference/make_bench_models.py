@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Random-weight GGUFs of real model shapes for speed benchmarks against llama.cpp (issue 38:
-Llama-3.1-8B and Qwen3-8B; issue 39: the mixture-of-experts Qwen3-30B-A3B and gpt-oss-20b).
-The dense shapes and Qwen3-30B-A3B are written by gguf-py (the vendored llama.cpp's) in F16 and
-quantized to Q4_K_M by llama.cpp's own quantizer (llama_model_quantize); gpt-oss-20b is written
-directly in the types of llama.cpp's MXFP4_MOE file type (see below). Both engines read one file.
+Llama-3.1-8B and Qwen3-8B; issue 39: the mixture-of-experts Qwen3-30B-A3B and gpt-oss-20b; then
+the hybrid Qwen3.5-4B beside the same-size transformer Qwen3-4B, for long-context decode).
+The dense, hybrid and Qwen3-30B-A3B shapes are written by gguf-py (the vendored llama.cpp's) in
+F16 (or, with `--q8-intermediate`, their matrices in gguf-py's Q8_0: half the disk, and the
+quantizer requantizes) and quantized to Q4_K_M by llama.cpp's own quantizer
+(llama_model_quantize); gpt-oss-20b is written directly in the types of llama.cpp's MXFP4_MOE
+file type (see below). Both engines read one file. Files are named `<shape>-q4_k_m.gguf`, with
+`-<n>l` after the shape when `--layers` cuts the depth.
 
 The tokenizer is the real one. The dense shapes and Qwen3 copy the sdist's tokenizer-only files
 (models/ggml-vocab-llama-bpe.gguf for Llama 3, ggml-vocab-qwen2.gguf for Qwen3), so
@@ -11,6 +15,39 @@ The tokenizer is the real one. The dense shapes and Qwen3 copy the sdist's token
 Weights: N(0, 1/fan_in) (norms 1), so activations stay in range; speed does not depend on
 values. `--layers` cuts the depth (every layer has the real shape; the benchmark's per-token
 work is then the cut model's, which the record must say).
+
+Qwen3-4B (llama.cpp arch `qwen3`; Qwen/Qwen3-4B's config.json: width 2560, 36 layers, 32 query
+and 8 KV heads of 128, FFN 9728, theta 1e6, tied embeddings, so no output.weight) is written
+whole: 2.5 GB in Q4_K_M, made with `--q8-intermediate` (a 4.2 GB intermediate instead of 7.9 GB
+of F16, on a disk with ~11 GB free).
+
+Qwen3.5-4B (llama.cpp arch `qwen35`, the hybrid) is written whole (32 layers, 2.71 GB in Q4_K_M;
+the released Q4_K_M files are ~2.6 GB). Its shape: width 2560, FFN 9216, 32 layers of which every
+4th (3, 7, ..., 31) is gated full attention (16 query and 4 KV heads of 256, attn_q holding per
+head the query rows then the output-gate rows, q/k norms, partial rotary 0.25: 64 dims, theta
+1e7, interleaved MRoPE sections 11/11/10) and the other 24 gated DeltaNet (16 key heads and 32
+value heads of 128: attn_qkv [8192, 2560], attn_gate [4096, 2560], ssm_conv1d kernel 4 over
+8192 channels, ssm_alpha/ssm_beta [32, 2560], ssm_a and ssm_dt per value head, ssm_norm over
+128, ssm_out [2560, 4096]), post-attention norms, tied embeddings, eps 1e-6, context 262144,
+vocab 248320. The Hugging Face config.json itself was not reachable here; the values come from
+public GGUF dumps of Qwen/Qwen3.5-4B (huggingface/candle PR #3821's tensor listing: ffn 9216,
+attn_q [2560, 8192]; quantumaikr/quant.cpp issue 94: 16/4 heads of 256, rope dims 64 and base
+1e7, 32 value / 16 key heads of 128, conv 4, vocab 248320, full_attention_interval 4),
+model cards derived from it (width 2560, 32 layers, 262144 context, vocab 248320), and the
+converter's default MRoPE sections (conversion/qwen.py). The GGUF keys and tensors are the
+converter's (Qwen3NextModel / Qwen3_5TextModel: ssm.{conv_kernel, state_size, group_count,
+time_step_rank, inner_size}, attention.recurrent_layers, full_attention_interval,
+rope.dimension_sections) and llama.cpp's loader's (src/models/qwen35.cpp). Values are the ones
+the GGUF holds after the converter's transforms (tests/golden/tiny-qwen35.llamacpp.json's
+gguf_layout): the (1 + w) norms stored as 1 + w are 1, ssm_norm 1, ssm_a = -exp(A_log) with A
+log-spaced over [0.002, 1] per layer in a random order (as golden_families.py's qwen35_weights),
+so every head's per-token decay exp(-A * softplus(alpha + dt_bias)) is in (0, 1), ssm_dt.bias
+N(0, 0.5^2), ssm_conv1d F32 N(0, 1/4); llama.cpp (the VNNI peer build) decodes it with finite
+logits of spread ~1. The tokenizer is the sdist's ggml-vocab-qwen35.gguf: llama.cpp's
+`qwen35` pre-tokenizer over Qwen2's 151936 tokens and merges (the sdist has no copy of
+Qwen3.5's own 248k-token vocabulary), padded with `[PAD<id>]` tokens of type UNUSED to the
+config's 248320 (as the converter pads), so the embedding and LM head have the real shape; both
+engines tokenize prompts alike, though not exactly as the released model would.
 
 The MoE shape (llama.cpp arch `qwen3moe`) writes per layer a router `ffn_gate_inp` (F32, as the
 converter keeps it and the quantizer leaves it; N(0, 1/fan_in) so tokens route differently) and
@@ -52,6 +89,10 @@ Pagoda's copy leaves this shared 24 GiB machine too little. 8 layers keep both e
     $PY scripts/reference/make_bench_models.py qwen3-30b-a3b --layers 6 -o /root/models/bench
     $PY scripts/reference/make_bench_models.py gpt-oss-20b --layers 8 -o /root/models/bench
         # -> gpt-oss-20b-8l-mxfp4.gguf
+    $PY scripts/reference/make_bench_models.py qwen35-4b -o /root/models/bench
+        # -> qwen35-4b-q4_k_m.gguf (F16 intermediate 8.4 GB; ~12 minutes on the shared 2 cores)
+    $PY scripts/reference/make_bench_models.py qwen3-4b --q8-intermediate -o /root/models/bench
+        # -> qwen3-4b-q4_k_m.gguf
 """
 from __future__ import annotations
 
@@ -82,6 +123,20 @@ SHAPES = {
     "qwen3-8b": dict(arch="qwen3", vocab="qwen2", layers=36, hidden=4096, heads=32, kv_heads=8,
                      head_dim=128, ffn=12288, theta=1000000.0, eps=1e-6, ctx=40960,
                      qk_norm=True, llama3_rope=False),
+    # Qwen/Qwen3-4B config.json (tied embeddings: no output.weight, as the converter writes)
+    "qwen3-4b": dict(arch="qwen3", vocab="qwen2", layers=36, hidden=2560, heads=32, kv_heads=8,
+                     head_dim=128, ffn=9728, theta=1000000.0, eps=1e-6, ctx=40960,
+                     qk_norm=True, llama3_rope=False, tied=True),
+    # Qwen/Qwen3.5-4B's text config (see the module doc for where the values come from): the
+    # hybrid, gated DeltaNet layers with gated full attention every 4th layer; head_dim 256 of
+    # which partial_rotary_factor 0.25 rotates (interleaved MRoPE sections 11/11/10); the
+    # tokenizer padded to the real vocab_size
+    "qwen35-4b": dict(arch="qwen35", vocab="qwen35", n_vocab=248320, layers=32, hidden=2560,
+                      heads=16, kv_heads=4, head_dim=256, ffn=9216, theta=10000000.0, eps=1e-6,
+                      ctx=262144, qk_norm=True, llama3_rope=False, tied=True, rope_dim=64,
+                      rope_sections=[11, 11, 10, 0],
+                      linear=dict(interval=4, k_heads=16, v_heads=32, k_dim=128, v_dim=128,
+                                  conv=4)),
     # Qwen/Qwen3-30B-A3B config.json: `ffn` is the unused dense intermediate_size, the experts'
     # width is moe_intermediate_size (norm_topk_prob is true; llama.cpp's qwen3moe hardcodes it)
     "qwen3-30b-a3b": dict(arch="qwen3moe", vocab="qwen2", layers=48, hidden=2048, heads=32,
@@ -100,9 +155,14 @@ SHAPES = {
 }
 
 
-def copy_vocab(w: gguf.GGUFWriter, vocab_file: Path) -> int:
+def copy_vocab(w: gguf.GGUFWriter, vocab_file: Path, pad_to: int | None = None) -> int:
+    """Copies the vocab file's `tokenizer.*` keys; `pad_to` appends `[PAD{id}]` tokens of type
+    UNUSED up to that many, as llama.cpp's converter pads a config vocab_size larger than the
+    tokenizer (never produced by tokenizing; they only give the embedding its real rows)."""
     r = gguf.GGUFReader(str(vocab_file))
     n_vocab = 0
+    n_file = len(r.fields["tokenizer.ggml.tokens"].data)
+    pad = [] if pad_to is None else range(n_file, pad_to)
     for field in r.fields.values():
         name = field.name
         if not name.startswith("tokenizer."):
@@ -115,6 +175,10 @@ def copy_vocab(w: gguf.GGUFWriter, vocab_file: Path) -> int:
                         for i in field.data]
             else:
                 vals = [field.parts[i].tolist()[0] for i in field.data]
+            if name == "tokenizer.ggml.tokens":
+                vals += [f"[PAD{i}]" for i in pad]
+            elif name == "tokenizer.ggml.token_type":
+                vals += [int(gguf.TokenType.UNUSED)] * len(pad)
             w.add_array(name, vals)
             if name == "tokenizer.ggml.tokens":
                 n_vocab = len(vals)
@@ -252,6 +316,13 @@ def llama3_factors(head_dim: int, theta: float) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
+# Qwen3.5's DeltaNet decay rates A = exp(A_log), as golden_families.py gives its tiny models
+# (the released init, A ~ U(0.01, 16), forgets almost at once with random projections), and the
+# spread of dt_bias
+DECAY_A_MIN = 0.002
+DECAY_A_MAX = 1.0
+DT_BIAS_STD = 0.5
+
 # spread of a uniform int8 code in [-127, 127], and the RMS of a uniform E2M1 code (|v| in
 # 0, .5, 1, 1.5, 2, 3, 4, 6): a block's scale is the wanted spread over these
 Q8_0_CODE_STD = math.sqrt(127 * 128 / 3)
@@ -266,16 +337,35 @@ class Plan:
     reversed; for a quantized type the byte shape, uint8), numpy dtype, ggml type when quantized
     (else None), maker)."""
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(self, rng: np.random.Generator, q8: bool = False) -> None:
         self.rng = rng
+        self.q8 = q8  # the F16 matrices written as Q8_0 instead (the quantizer requantizes)
         self.items: list[tuple[str, tuple[int, ...], type,
                                gguf.GGMLQuantizationType | None, Callable[[], np.ndarray]]] = []
 
-    def mat(self, name: str, rows: int, cols: int) -> None:
+    def mat(self, name: str, rows: int, cols: int, dtype: type = np.float16) -> None:
+        """A [rows, cols] matrix N(0, 1/cols) (F16, or F32 where the converter keeps F32; F16
+        ones as gguf-py's Q8_0 when the plan says so)."""
+        if self.q8 and dtype == np.float16:
+            def make_q8() -> np.ndarray:
+                x = self.rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+                return gguf.quants.quantize(x, Q8_0)
+            self.items.append((name, (rows, cols // 32 * 34), np.uint8, Q8_0, make_q8))
+            return
+
         def make() -> np.ndarray:
             x = self.rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
-            return x.astype(np.float16)
-        self.items.append((name, (rows, cols), np.float16, None, make))
+            return x.astype(dtype)
+        self.items.append((name, (rows, cols), dtype, None, make))
+
+    def decays(self, name: str, n: int) -> None:
+        """Gated DeltaNet `ssm_a` = -exp(A_log) (the converter's transform): A log-spaced over
+        [DECAY_A_MIN, DECAY_A_MAX] in a random order, so each head's per-token decay
+        exp(-A * softplus(alpha + dt_bias)) lies in (0, 1), from ~0.999 to ~0.3."""
+        def make() -> np.ndarray:
+            a = np.logspace(math.log10(DECAY_A_MIN), math.log10(DECAY_A_MAX), n)
+            return (-a[self.rng.permutation(n)]).astype(np.float32)
+        self.items.append((name, (n,), np.float32, None, make))
 
     def experts(self, name: str, n: int, rows: int, cols: int) -> None:
         def make() -> np.ndarray:
@@ -381,12 +471,60 @@ def gpt_oss_tensors(plan: Plan, s: dict, n_layers: int, n_vocab: int) -> None:
         plan.normal(b + "ffn_down_exps.bias", (n_e, d), bias_std)
 
 
+def is_recurrent(s: dict, layer: int) -> bool:
+    """Whether a hybrid's layer is linear attention: all but every `interval`-th (llama.cpp's
+    rule when `recurrent_layers` is absent, and Qwen3.5's layer_types)."""
+    lin = s.get("linear")
+    return lin is not None and (layer + 1) % lin["interval"] != 0
+
+
+def qwen35_tensors(plan: Plan, s: dict, n_layers: int, n_vocab: int) -> None:
+    """Qwen3.5's tensors with llama.cpp's names and the values the GGUF holds (see
+    tests/golden/tiny-qwen35.llamacpp.json's gguf_layout): the (1 + w) norms stored as 1 + w = 1
+    here, ssm_norm 1, ssm_a = -exp(A_log), ssm_conv1d F32 [conv_dim, kernel]; matrices F16 to
+    be quantized. Full attention's attn_q holds per head the query rows then the gate rows."""
+    d, hd, lin = s["hidden"], s["head_dim"], s["linear"]
+    key_dim, value_dim = lin["k_heads"] * lin["k_dim"], lin["v_heads"] * lin["v_dim"]
+    conv_dim = 2 * key_dim + value_dim
+    q, kv = s["heads"] * hd, s["kv_heads"] * hd
+    plan.mat("token_embd.weight", n_vocab, d)
+    for i in range(n_layers):
+        b = f"blk.{i}."
+        plan.ones(b + "attn_norm.weight", d)
+        if is_recurrent(s, i):
+            plan.mat(b + "attn_qkv.weight", conv_dim, d)
+            plan.mat(b + "attn_gate.weight", value_dim, d)
+            plan.mat(b + "ssm_conv1d.weight", conv_dim, lin["conv"], dtype=np.float32)
+            plan.normal(b + "ssm_dt.bias", (lin["v_heads"],), DT_BIAS_STD)
+            plan.decays(b + "ssm_a", lin["v_heads"])
+            plan.mat(b + "ssm_beta.weight", lin["v_heads"], d)
+            plan.mat(b + "ssm_alpha.weight", lin["v_heads"], d)
+            plan.ones(b + "ssm_norm.weight", lin["v_dim"])
+            plan.mat(b + "ssm_out.weight", d, value_dim)
+        else:
+            plan.mat(b + "attn_q.weight", 2 * q, d)
+            plan.mat(b + "attn_k.weight", kv, d)
+            plan.mat(b + "attn_v.weight", kv, d)
+            plan.mat(b + "attn_output.weight", d, q)
+            plan.ones(b + "attn_q_norm.weight", hd)
+            plan.ones(b + "attn_k_norm.weight", hd)
+        plan.ones(b + "post_attention_norm.weight", d)
+        plan.mat(b + "ffn_gate.weight", s["ffn"], d)
+        plan.mat(b + "ffn_up.weight", s["ffn"], d)
+        plan.mat(b + "ffn_down.weight", d, s["ffn"])
+    plan.ones("output_norm.weight", d)
+
+
 def float_tensors(plan: Plan, s: dict, n_layers: int, n_vocab: int) -> None:
     """The dense and qwen3moe shapes' tensors in F16 (F32 norms and router), to be quantized."""
+    if s["arch"] == "qwen35":
+        qwen35_tensors(plan, s, n_layers, n_vocab)
+        return
     d, hd, moe = s["hidden"], s["head_dim"], s.get("moe")
     plan.mat("token_embd.weight", n_vocab, d)
     plan.ones("output_norm.weight", d)
-    plan.mat("output.weight", n_vocab, d)
+    if not s.get("tied"):
+        plan.mat("output.weight", n_vocab, d)
     if s["llama3_rope"]:
         plan.fixed("rope_freqs.weight", llama3_factors(hd, s["theta"]))
     q, kv = s["heads"] * hd, s["kv_heads"] * hd
@@ -418,14 +556,17 @@ def main() -> None:
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("--layers", type=int, default=None, help="cut the depth to this many layers")
     ap.add_argument("-o", "--out-dir", default="/root/models/bench")
+    ap.add_argument("--q8-intermediate", action="store_true",
+                    help="write the intermediate's matrices as Q8_0, not F16 (half the disk)")
     args = ap.parse_args()
     s = SHAPES[args.shape]
     n_layers = args.layers or s["layers"]
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.shape}-{n_layers}l"
+    # the depth is in the name only when cut
+    stem = args.shape if n_layers == s["layers"] else f"{args.shape}-{n_layers}l"
     direct = s["arch"] == "gpt-oss"  # written in its final types, no quantizer pass
-    f16 = out_dir / f"{stem}-f16.gguf"
+    f16 = out_dir / f"{stem}-{'q8_0' if args.q8_intermediate else 'f16'}.gguf"
     q4 = out_dir / f"{stem}-q4_k_m.gguf"
     final = out_dir / f"{stem}-mxfp4.gguf"
     first = final.with_name(final.name + ".part") if direct else f16
@@ -436,7 +577,8 @@ def main() -> None:
     if s["vocab"] == "o200k_harmony":
         n_vocab = o200k_harmony_vocab(w)
     else:
-        n_vocab = copy_vocab(w, SDIST / "models" / f"ggml-vocab-{s['vocab']}.gguf")
+        n_vocab = copy_vocab(w, SDIST / "models" / f"ggml-vocab-{s['vocab']}.gguf",
+                             s.get("n_vocab"))
     d, hd = s["hidden"], s["head_dim"]
     w.add_block_count(n_layers)
     w.add_context_length(s["ctx"])
@@ -446,7 +588,9 @@ def main() -> None:
     w.add_head_count_kv(s["kv_heads"])
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(s.get("rope_dim", hd))
+    if "rope_sections" in s:
+        w.add_rope_dimension_sections(s["rope_sections"])
     w.add_rope_freq_base(s["theta"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_vocab_size(n_vocab)
@@ -455,6 +599,16 @@ def main() -> None:
         w.add_expert_count(moe["experts"])
         w.add_expert_used_count(moe["used"])
         w.add_expert_feed_forward_length(moe["ffn_exp"])
+    lin = s.get("linear")
+    if lin:
+        # the converter's keys (Qwen3NextModel.set_gguf_parameters)
+        w.add_ssm_conv_kernel(lin["conv"])
+        w.add_ssm_state_size(lin["k_dim"])
+        w.add_ssm_group_count(lin["k_heads"])
+        w.add_ssm_time_step_rank(lin["v_heads"])
+        w.add_ssm_inner_size(lin["v_dim"] * lin["v_heads"])
+        w.add_recurrent_layers([is_recurrent(s, i) for i in range(n_layers)])
+        w.add_full_attention_interval(lin["interval"])
     if "sliding_window" in s:
         w.add_sliding_window(s["sliding_window"])
     if "yarn" in s:
@@ -465,9 +619,10 @@ def main() -> None:
         w.add_rope_scaling_yarn_beta_fast(y["beta_fast"])
         w.add_rope_scaling_yarn_beta_slow(y["beta_slow"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if direct
+                    else gguf.LlamaFileType.MOSTLY_Q8_0 if args.q8_intermediate
                     else gguf.LlamaFileType.MOSTLY_F16)
 
-    plan = Plan(rng)
+    plan = Plan(rng, q8=args.q8_intermediate and not direct)
     (gpt_oss_tensors if direct else float_tensors)(plan, s, n_layers, n_vocab)
     write_tensors(w, plan)
     if direct:
@@ -481,6 +636,7 @@ def main() -> None:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
     params.nthread = 2
+    params.allow_requantize = args.q8_intermediate
     rc = llama_cpp.llama_model_quantize(str(f16).encode(), str(q4).encode(), params)
     if rc != 0:
         raise SystemExit(f"llama_model_quantize failed: {rc}")
