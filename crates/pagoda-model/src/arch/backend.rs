@@ -30,7 +30,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
-use super::mamba2::Mamba2Params;
+use super::mamba2_host::Mamba2Params;
 use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;

@@ -194,13 +194,13 @@ impl Backend for Cpu {
 
     fn mamba2(
         &self,
-        params: &super::mamba2::Mamba2Params,
+        params: &super::mamba2_host::Mamba2Params,
         state: (usize, &mut [f32], &[u32]),
         zxbcdt: &Vec<f32>,
         pass: &CpuPass<'_>,
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
-        super::mamba2::run_cpu(params, state, zxbcdt, pass.seqs, out)
+        super::mamba2_host::run_cpu(params, state, zxbcdt, pass.seqs, out)
     }
 
     fn load_linear(

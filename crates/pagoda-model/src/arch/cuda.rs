@@ -551,7 +551,7 @@ impl Backend for Cuda {
 
     fn mamba2(
         &self,
-        _params: &super::mamba2::Mamba2Params,
+        _params: &super::mamba2_host::Mamba2Params,
         _state: (usize, &mut [f32], &[u32]),
         _zxbcdt: &CudaAct,
         _pass: &CudaPass<'_>,

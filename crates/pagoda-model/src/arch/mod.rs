@@ -37,6 +37,7 @@ pub(crate) mod cuda_weights;
 pub mod decoder;
 pub mod layers;
 pub mod mamba2;
+pub mod mamba2_host;
 pub mod moe;
 mod parts;
 mod pass;
