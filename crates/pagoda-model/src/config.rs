@@ -548,6 +548,8 @@ impl ModelConfig {
             Some("some of its layers are recurrent (a hybrid model)")
         } else if self.variants != LayerVariants::default() {
             Some("its layers differ in shape or share K/V and per-layer inputs")
+        } else if self.residual_scale.is_some() || self.logit_scale.is_some() {
+            Some("it scales its blocks' outputs or its logits (Granite's multipliers)")
         } else {
             None
         }
