@@ -53,6 +53,9 @@ pub enum Architecture {
     /// LFM2-MoE (llama.cpp `lfm2moe`): LFM2's hybrid layers with experts routed by a sigmoid
     /// with a selection bias.
     Lfm2Moe,
+    /// Granite 4.0-H dense (llama.cpp `granitehybrid`): a hybrid of Mamba-2 and attention
+    /// layers, with Granite's embedding, attention, residual and logit multipliers.
+    GraniteHybrid,
 }
 
 impl Architecture {
@@ -72,6 +75,7 @@ impl Architecture {
         Architecture::Lfm2,
         Architecture::Qwen2Moe,
         Architecture::Lfm2Moe,
+        Architecture::GraniteHybrid,
     ];
 }
 
@@ -181,6 +185,11 @@ pub struct ModelConfig {
     pub final_logit_softcap: Option<f32>,
     /// Multiplier on token embeddings (Gemma: `sqrt(hidden_size)`).
     pub embedding_scale: Option<f32>,
+    /// Multiplier on each block's output (the token mixer's and the MLP's) before it is added
+    /// to the residual stream (Granite's `residual_multiplier`); `None`: 1.
+    pub residual_scale: Option<f32>,
+    /// Divisor of the output logits (Granite's `logits_scaling`); `None`: 1.
+    pub logit_scale: Option<f32>,
     /// Output projection shares the token embedding matrix.
     pub tie_word_embeddings: bool,
     /// Layers that differ from the others (Gemma 4); the default for uniform families.
@@ -201,17 +210,65 @@ pub enum Mixer {
     /// [`HybridConfig::conv_kernel`] taps. Its state per sequence: the last `conv_kernel - 1`
     /// rows of `B · x`.
     ShortConv,
+    /// Mamba-2 (Granite 4.0-H): `in_proj` gives the gate z, x·B·C and the time steps per row;
+    /// x·B·C goes through a causal depthwise convolution of [`HybridConfig::conv_kernel`] taps
+    /// (bias, SiLU), the selective scan (SSD) mixes it, and `out_proj` reads the scan's
+    /// output gated by z and RMS-normalized per group ([`Mamba2Config`]). Its state per
+    /// sequence: the convolution's last `conv_kernel - 1` inputs and one
+    /// `[head_dim, state_dim]` matrix per head.
+    Mamba2,
+}
+
+/// The shape of a model's Mamba-2 layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mamba2Config {
+    /// Heads `H` (`mamba_n_heads`, GGUF `ssm.time_step_rank`).
+    pub n_heads: usize,
+    /// Values per head `P` (`mamba_d_head`, GGUF `ssm.inner_size / H`).
+    pub head_dim: usize,
+    /// State size `N` (`mamba_d_state`, GGUF `ssm.state_size`).
+    pub state_dim: usize,
+    /// B/C groups `G`, dividing `H` (`mamba_n_groups`, GGUF `ssm.group_count`); the gated
+    /// norm normalizes each group's `H · P / G` values on their own.
+    pub n_groups: usize,
+    /// The time steps are clamped to this range after the softplus (transformers'
+    /// `time_step_limit`; `(0, inf)`, no clamp, unless the config says).
+    pub dt_limit: (f32, f32),
+}
+
+impl Mamba2Config {
+    /// `d_inner = H · P`: the width of x, z and the scan's output.
+    pub fn inner_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Channels of the convolution: x, B and C of one row.
+    pub fn conv_dim(&self) -> usize {
+        self.inner_dim() + 2 * self.n_groups * self.state_dim
+    }
+
+    /// Width of `in_proj`'s output: z, x·B·C and one time step per head.
+    pub fn in_proj_dim(&self) -> usize {
+        self.inner_dim() + self.conv_dim() + self.n_heads
+    }
+
+    /// f32 values of one sequence's scan state.
+    pub fn ssm_floats(&self) -> usize {
+        self.n_heads * self.head_dim * self.state_dim
+    }
 }
 
 /// The layers of a hybrid model whose token mixer is recurrent: their per-sequence state
 /// lives in a state slot (`pagoda-engine`'s state pool) instead of K/V blocks, and such a
 /// layer keeps no K/V.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HybridConfig {
     /// One entry per layer.
     pub mixers: Vec<Mixer>,
-    /// Taps of the causal convolution (LFM2's `conv_L_cache`).
+    /// Taps of the causal convolution (LFM2's `conv_L_cache`, Mamba-2's `mamba_d_conv`).
     pub conv_kernel: usize,
+    /// The Mamba-2 layers' shape, when some layer is [`Mixer::Mamba2`].
+    pub mamba2: Option<Mamba2Config>,
 }
 
 /// A mixture-of-experts feed-forward layer: a router picks `n_used` of `n_experts` gated
@@ -354,6 +411,25 @@ impl ModelConfig {
                     h.conv_kernel
                 ));
             }
+            if h.mixers.contains(&Mixer::Mamba2) {
+                let Some(m) = h.mamba2 else {
+                    return bad("Mamba-2 layers without their shape".into());
+                };
+                if m.n_heads == 0
+                    || m.head_dim == 0
+                    || m.state_dim == 0
+                    || m.n_groups == 0
+                    || m.n_heads % m.n_groups != 0
+                    || m.dt_limit.0.is_nan()
+                    || m.dt_limit.1.is_nan()
+                    || m.dt_limit.0 > m.dt_limit.1
+                {
+                    return bad(format!(
+                        "Mamba-2 shape {m:?}: heads must be a non-zero multiple of groups, \
+                         sizes non-zero, the time-step limit a range"
+                    ));
+                }
+            }
         }
         self.validate_variants()
     }
@@ -472,6 +548,8 @@ impl ModelConfig {
             Some("some of its layers are recurrent (a hybrid model)")
         } else if self.variants != LayerVariants::default() {
             Some("its layers differ in shape or share K/V and per-layer inputs")
+        } else if self.residual_scale.is_some() || self.logit_scale.is_some() {
+            Some("it scales its blocks' outputs or its logits (Granite's multipliers)")
         } else {
             None
         }
@@ -489,6 +567,9 @@ impl ModelConfig {
     pub fn layer_state_floats(&self, i: usize) -> usize {
         match (self.layer_mixer(i), &self.hybrid) {
             (Mixer::ShortConv, Some(h)) => h.conv_kernel.saturating_sub(1) * self.hidden_size,
+            (Mixer::Mamba2, Some(h)) => h.mamba2.map_or(0, |m| {
+                h.conv_kernel.saturating_sub(1) * m.conv_dim() + m.ssm_floats()
+            }),
             _ => 0,
         }
     }

@@ -1,6 +1,7 @@
 //! The recurrent state of a hybrid model's layers (issue 40): per recurrent layer, a fixed
 //! number of *slots*, each one sequence's state in that layer (LFM2's short convolution: the
-//! last `taps - 1` rows of its input). A sequence's slot is named in its batch segment as its
+//! last `taps - 1` rows of its input; Mamba-2: its convolution's last inputs and the scan's
+//! matrices). A sequence's slot is named in its batch segment as its
 //! block table is (`BatchSegment::state_slot`); which slots are whose is the caller's policy
 //! (the engine's state pool), never this module's.
 //!

@@ -240,14 +240,16 @@ fn every_other_family_batches_equal_each_alone() {
     }
 }
 
-/// A hybrid (LFM2: short-convolution layers with a state slot per running sequence): mixed
-/// prompts with chunked prefill, then under preemption forced by a small KV pool (a preempted
-/// sequence gives its slot back and recomputes from position 0), give each prompt's tokens
-/// alone (`n > 1`: `n_choices_share_the_prompt_and_equal_separate_seeded_runs`).
+/// Hybrids (LFM2's short-convolution layers, Granite 4.0-H's Mamba-2 layers: a state slot
+/// per running sequence): mixed prompts with chunked prefill, then under preemption forced by
+/// a small KV pool (a preempted sequence gives its slot back and recomputes from position
+/// 0), give each prompt's tokens alone (`n > 1`:
+/// `n_choices_share_the_prompt_and_equal_separate_seeded_runs`).
 #[test]
 fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
-    // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid.
-    for name in ["tiny-lfm2", "tiny-lfm2moe"] {
+    // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid; tiny-granite4h:
+    // Mamba-2 layers.
+    for name in ["tiny-lfm2", "tiny-lfm2moe", "tiny-granite4h"] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
         check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
@@ -353,12 +355,19 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     engine.shutdown();
 }
 
-/// A hybrid (LFM2) under prefix caching: a second prompt sharing the first one's 40 leading
-/// tokens resumes from the recurrent-state snapshot at that block boundary, computes only its
-/// suffix, and gives the tokens and logprobs (top 5 at every step) of a run without the cache.
+/// A hybrid (LFM2, Granite 4.0-H) under prefix caching: a second prompt sharing the first
+/// one's 40 leading tokens resumes from the recurrent-state snapshot at that block boundary,
+/// computes only its suffix, and gives the tokens and logprobs (top 5 at every step) of a run
+/// without the cache.
 #[test]
 fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
-    let dir = golden("tiny-lfm2");
+    for name in ["tiny-lfm2", "tiny-granite4h"] {
+        check_resume_from_snapshot(&golden(name));
+    }
+}
+
+fn check_resume_from_snapshot(dir: &Path) {
+    let dir = dir.to_path_buf();
     let (model, tok) = load(&dir);
     let vocab = model.config().vocab_size;
     let mut ps = prompts(vocab, &[40, 7, 11]);
@@ -423,8 +432,8 @@ fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
 
 #[test]
 fn n_choices_share_the_prompt_and_equal_separate_seeded_runs() {
-    // tiny-lfm2: a hybrid's children start from a copy of their parent's recurrent state.
-    for name in ["tiny-llama", "tiny-lfm2"] {
+    // The hybrids: a child starts from a copy of its parent's recurrent state.
+    for name in ["tiny-llama", "tiny-lfm2", "tiny-granite4h"] {
         check_n_choices_equal_seeded_runs(&golden(name));
     }
 }

@@ -30,6 +30,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
+use super::mamba2_host::Mamba2Params;
 use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;
@@ -250,6 +251,21 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         taps: usize,
         state: (usize, &mut [f32], &[u32]),
         bcx: &Self::Act,
+        pass: &Self::Pass<'_>,
+        out: &mut Self::Act,
+    ) -> Result<(), ModelError>;
+
+    /// Mamba-2's core (`super::mamba2`) over `zxbcdt`, the rows' `in_proj` output: per
+    /// sequence of the pass, the causal convolution with bias and SiLU, the selective scan and
+    /// the gated, grouped RMSNorm, into `out` (`[rows, d_inner]`), continuing from and
+    /// updating the sequence's slot of `state` (as [`Backend::short_conv`]'s; a sequence
+    /// whose rows start at position 0 starts from zeros). Backends without recurrent layers
+    /// refuse.
+    fn mamba2(
+        &self,
+        params: &Mamba2Params,
+        state: (usize, &mut [f32], &[u32]),
+        zxbcdt: &Self::Act,
         pass: &Self::Pass<'_>,
         out: &mut Self::Act,
     ) -> Result<(), ModelError>;

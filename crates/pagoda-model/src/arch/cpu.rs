@@ -192,6 +192,17 @@ impl Backend for Cpu {
         super::short_conv::run_cpu(weight, taps, (floats, slots, batch), bcx, pass.seqs, out)
     }
 
+    fn mamba2(
+        &self,
+        params: &super::mamba2_host::Mamba2Params,
+        state: (usize, &mut [f32], &[u32]),
+        zxbcdt: &Vec<f32>,
+        pass: &CpuPass<'_>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        super::mamba2_host::run_cpu(params, state, zxbcdt, pass.seqs, out)
+    }
+
     fn load_linear(
         &self,
         weights: &Weights,

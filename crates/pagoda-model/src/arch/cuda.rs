@@ -549,6 +549,20 @@ impl Backend for Cuda {
         ))
     }
 
+    fn mamba2(
+        &self,
+        _params: &super::mamba2_host::Mamba2Params,
+        _state: (usize, &mut [f32], &[u32]),
+        _zxbcdt: &CudaAct,
+        _pass: &CudaPass<'_>,
+        _out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        Err(ModelError::Device(
+            "recurrent (hybrid) layers run on the CPU only; load this model with --device cpu"
+                .into(),
+        ))
+    }
+
     fn load_linear(
         &self,
         weights: &Weights,

@@ -19,11 +19,14 @@
 //! (`layer_output_scale`).
 //!
 //! In a hybrid model (`cfg.hybrid`) a layer's token mixer may be recurrent instead of
-//! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`]): it
-//! reads and writes its sequences' state slots ([`crate::recurrent_state`]) and keeps no K/V.
+//! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`];
+//! Granite 4.0-H's Mamba-2, [`super::mamba2`]): it reads and writes its sequences' state slots
+//! ([`crate::recurrent_state`]) and keeps no K/V. Granite scales each block's output by
+//! `cfg.residual_scale` before its residual add.
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::mamba2::Mamba2;
 use super::moe::MoeBlock;
 use super::per_layer::PerLayerGate;
 use super::rope::Rope;
@@ -65,6 +68,7 @@ struct DecoderLayer<B: Backend> {
 enum TokenMixer<B: Backend> {
     Attention(AttentionWeights<B>),
     ShortConv(ShortConv<B>),
+    Mamba2(Mamba2<B>),
 }
 
 impl<B: Backend> TokenMixer<B> {
@@ -72,6 +76,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => a.linears().into_iter().collect(),
             TokenMixer::ShortConv(c) => c.linears().into_iter().collect(),
+            TokenMixer::Mamba2(m) => m.linears().into_iter().collect(),
         }
     }
 }
@@ -154,6 +159,21 @@ impl<B: Backend> DecoderLayers<B> {
                 let mixer = match (cfg.layer_mixer(i), &cfg.hybrid) {
                     (Mixer::ShortConv, Some(h)) => {
                         TokenMixer::ShortConv(ShortConv::load(backend, weights, i, cfg, h.conv_kernel)?)
+                    }
+                    (Mixer::Mamba2, Some(h)) => {
+                        let shape = h.mamba2.ok_or_else(|| {
+                            ModelError::InvalidConfig(format!(
+                                "layer {i} is a Mamba-2 layer without its shape"
+                            ))
+                        })?;
+                        TokenMixer::Mamba2(Mamba2::load(
+                            backend,
+                            weights,
+                            i,
+                            cfg,
+                            shape,
+                            h.conv_kernel,
+                        )?)
                     }
                     _ => TokenMixer::Attention(AttentionWeights::load(backend, weights, i, cfg)?),
                 };
@@ -276,6 +296,18 @@ impl<B: Backend> DecoderLayers<B> {
                     })?;
                     conv.forward(backend, state, a, pass)?;
                 }
+                TokenMixer::Mamba2(mamba) => {
+                    let state = states.layer_mut(i - self.first).ok_or_else(|| {
+                        ModelError::InvalidBatch(format!(
+                            "layer {i} is recurrent but the cache holds no state for it: make \
+                             the cache with the model's try_new_paged_cache"
+                        ))
+                    })?;
+                    mamba.forward(backend, state, a, pass)?;
+                }
+            }
+            if let Some(s) = cfg.residual_scale {
+                backend.scale(&mut a.branch, s)?;
             }
             match &layer.post_norms {
                 Some((post_attn, _)) => {
@@ -288,6 +320,9 @@ impl<B: Backend> DecoderLayers<B> {
             match &layer.ffn {
                 Ffn::Dense(mlp) => mlp.forward(backend, a, pass)?,
                 Ffn::Experts(moe) => moe.forward(backend, a, pass)?,
+            }
+            if let Some(s) = cfg.residual_scale {
+                backend.scale(&mut a.branch, s)?;
             }
             match &layer.post_norms {
                 Some((_, post_ffw)) => {

@@ -36,6 +36,8 @@ pub mod cuda;
 pub(crate) mod cuda_weights;
 pub mod decoder;
 pub mod layers;
+pub mod mamba2;
+pub mod mamba2_host;
 pub mod moe;
 mod parts;
 mod pass;

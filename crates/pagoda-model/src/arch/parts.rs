@@ -200,7 +200,7 @@ impl<B: Backend> Parts<B> {
         )
     }
 
-    /// The logits of the rows `logit_rows` of `a.x` (final norm, head, soft-cap).
+    /// The logits of the rows `logit_rows` of `a.x` (final norm, head, soft-cap, logit scale).
     pub(crate) fn run_head(
         &self,
         cfg: &ModelConfig,
@@ -220,7 +220,11 @@ impl<B: Backend> Parts<B> {
             pass,
         );
         a.x = x;
-        out
+        let mut logits = out?;
+        if let Some(s) = cfg.logit_scale {
+            pagoda_kernels::ops::scale_inplace(&mut logits, 1.0 / s);
+        }
+        Ok(logits)
     }
 
     /// The forward pass of a validated batch: embeddings of every segment's tokens, the
@@ -349,6 +353,9 @@ impl<B: Backend> Parts<B> {
                 let mut logits = backend.to_host(&a.branch)?;
                 if let Some(cap) = cfg.final_logit_softcap {
                     pagoda_kernels::ops::softcap_inplace(&mut logits, cap);
+                }
+                if let Some(s) = cfg.logit_scale {
+                    pagoda_kernels::ops::scale_inplace(&mut logits, 1.0 / s);
                 }
                 Ok((!finite(&logits)).then_some(NonFiniteStage::OutputHead))
             },

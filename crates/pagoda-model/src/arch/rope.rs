@@ -252,6 +252,8 @@ mod tests {
             attn_logit_softcap: None,
             final_logit_softcap: None,
             embedding_scale: None,
+            residual_scale: None,
+            logit_scale: None,
             tie_word_embeddings: true,
             variants: Default::default(),
             moe: None,

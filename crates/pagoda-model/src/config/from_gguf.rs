@@ -113,6 +113,8 @@ impl ModelConfig {
             attn_logit_softcap: None,
             final_logit_softcap: None,
             embedding_scale: None,
+            residual_scale: None,
+            logit_scale: None,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             variants: Default::default(),
             moe: None,

@@ -149,6 +149,8 @@ impl ModelConfig {
             attn_logit_softcap: None,
             final_logit_softcap: None,
             embedding_scale: None,
+            residual_scale: None,
+            logit_scale: None,
             tie_word_embeddings,
             variants: Default::default(),
             moe: None,

@@ -54,6 +54,18 @@ impl GgufKeys<'_> {
         self.file.get_str_opt(&self.key(k))
     }
 
+    pub fn bool_opt(&self, k: &str) -> Result<Option<bool>, ModelError> {
+        match self.file.get(&self.key(k)) {
+            None => Ok(None),
+            Some(GgufValue::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.bad(format!(
+                "metadata key {:?} should be a bool, got {:?}",
+                self.key(k),
+                v.value_type()
+            ))),
+        }
+    }
+
     pub fn i32_array(&self, k: &str) -> Result<Vec<i32>, ModelError> {
         self.file.get_i32_array(&self.key(k))
     }
@@ -180,6 +192,8 @@ impl HfKeys<'_> {
             .map(|t| match t.as_str() {
                 Some("sliding_attention") => Ok(true),
                 Some("full_attention" | "conv" | "linear_attention") => Ok(false),
+                // Granite 4.0-H (GraniteMoeHybrid).
+                Some("attention" | "mamba") => Ok(false),
                 _ => Err(hf_bad(format!("unknown layer type {t} in layer_types"))),
             })
             .collect::<Result<Vec<_>, _>>()

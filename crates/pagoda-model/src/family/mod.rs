@@ -24,6 +24,7 @@
 mod gemma3;
 mod gemma4;
 mod gpt_oss;
+mod granite_hybrid;
 mod lfm2;
 mod llama;
 mod mistral3;
@@ -73,6 +74,7 @@ pub static FAMILIES: &[&Family] = &[
     &lfm2::SPEC,
     &qwen2moe::SPEC,
     &lfm2::MOE_SPEC,
+    &granite_hybrid::SPEC,
 ];
 
 /// The family of `arch`.

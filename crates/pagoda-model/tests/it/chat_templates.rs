@@ -66,3 +66,43 @@ fn chat_template_goldens() {
         failures.join("\n")
     );
 }
+
+/// Granite 4.0's chat template (the granite4h golden folder's, and its GGUF's copy) renders
+/// the conversations above as transformers' renderer does
+/// (`scripts/golden_granite4_template.py`).
+#[test]
+fn granite4_chat_template_renders_as_transformers() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/golden");
+    let read = |p: String| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("golden")).expect("JSON")
+    };
+    let shared = read(format!("{dir}/chat_templates.json"));
+    let golden = read(format!("{dir}/granite4h_chat_template.json"));
+    let tools = shared["tools"].as_array().expect("tools").clone();
+    for file in ["tiny-granite4h", "tiny-granite4h.gguf"] {
+        let source = pagoda_model::open_model(std::path::Path::new(&format!("{models}/{file}")))
+            .expect("model opens");
+        let template = source.chat_template.expect("a chat template");
+        for case in golden["cases"].as_array().expect("cases") {
+            let conversation = case["conversation"].as_str().expect("conversation");
+            let messages: Vec<ChatMessage> =
+                serde_json::from_value(shared["conversations"][conversation].clone())
+                    .expect("messages");
+            let with_tools = case["tools"].as_bool().unwrap_or(false);
+            let got = template
+                .render_with(
+                    &messages,
+                    with_tools.then_some(tools.as_slice()),
+                    true,
+                    &TemplateKwargs::new(),
+                )
+                .unwrap_or_else(|e| panic!("{file} / {conversation}: {e}"));
+            assert_eq!(
+                got,
+                case["expected"].as_str().expect("expected"),
+                "{file} / {conversation}"
+            );
+        }
+    }
+}

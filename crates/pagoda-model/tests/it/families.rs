@@ -724,6 +724,92 @@ fn lfm2moe_gguf_matches_llama_cpp() {
     );
 }
 
+fn granite4h_shape(c: &ModelConfig) {
+    use pagoda_model::config::Mixer::{Attention, Mamba2};
+    assert_eq!(c.arch, Architecture::GraniteHybrid);
+    let h = c.hybrid.as_ref().expect("hybrid");
+    assert_eq!(h.mixers, vec![Mamba2, Mamba2, Attention, Mamba2]);
+    let m = h.mamba2.expect("Mamba-2 shape");
+    assert_eq!(
+        (
+            m.n_heads,
+            m.head_dim,
+            m.state_dim,
+            m.n_groups,
+            h.conv_kernel
+        ),
+        (8, 16, 16, 2, 4)
+    );
+    assert_eq!(
+        (c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim),
+        (128, 4, 2, 16)
+    );
+    assert_eq!(c.layer_uses_rope, vec![false; 4]);
+    assert_eq!(
+        (
+            c.embedding_scale,
+            c.attention_scale,
+            c.residual_scale,
+            c.logit_scale
+        ),
+        (Some(3.0), 0.5, Some(0.5), Some(2.0))
+    );
+    assert!(c.tie_word_embeddings);
+}
+
+#[test]
+fn granite4h_folder_matches_transformers() {
+    let dir = golden_root().join("tiny-granite4h");
+    check_hybrid(&dir, &dir.join("logits.json"), granite4h_shape);
+}
+
+#[test]
+fn granite4h_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-granite4h.gguf"),
+        &root.join("tiny-granite4h.llamacpp.json"),
+        granite4h_shape,
+    );
+}
+
+#[test]
+fn granite4h_configs_it_cannot_run_are_refused_by_name() {
+    let src = golden_root().join("tiny-granite4h");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(&src).expect("golden folder") {
+        let p = entry.expect("entry").path();
+        std::fs::copy(&p, dir.path().join(p.file_name().expect("name"))).expect("copy");
+    }
+    let config = dir.path().join("config.json");
+    let original: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("json");
+    for (key, value, needle) in [
+        ("num_local_experts", serde_json::json!(4), "experts"),
+        (
+            "mamba_proj_bias",
+            serde_json::json!(true),
+            "mamba_proj_bias",
+        ),
+        (
+            "layer_types",
+            serde_json::json!(["mamba", "conv", "attention", "mamba"]),
+            "conv",
+        ),
+        (
+            "time_step_limit",
+            serde_json::json!([1.0, 0.5]),
+            "time_step_limit",
+        ),
+    ] {
+        let mut c = original.clone();
+        c[key] = value;
+        std::fs::write(&config, c.to_string()).expect("write");
+        let err = open_model(dir.path()).expect_err(key).to_string();
+        assert!(err.contains(needle), "{key}: {err}");
+    }
+}
+
 #[test]
 fn lfm2_configs_it_cannot_run_are_refused_by_name() {
     let src = golden_root().join("tiny-lfm2");
