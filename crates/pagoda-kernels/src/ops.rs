@@ -106,6 +106,14 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = sigmoid(gate) * up` (Qwen3.5's gate on the attention output).
+pub fn sigmoid_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = u / (1.0 + (-*g).exp());
+    }
+}
+
 /// gpt-oss's clamped SwiGLU: the gate's slope of its sigmoid.
 pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
 /// gpt-oss's clamped SwiGLU: the gate is at most this, `up` within ± this.

@@ -19,11 +19,13 @@
 //! (`layer_output_scale`).
 //!
 //! In a hybrid model (`cfg.hybrid`) a layer's token mixer may be recurrent instead of
-//! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`]): it
+//! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`];
+//! Qwen3.5's gated DeltaNet, [`super::gated_delta_net`]): it
 //! reads and writes its sequences' state slots ([`crate::recurrent_state`]) and keeps no K/V.
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::gated_delta_net::GatedDeltaNet;
 use super::moe::MoeBlock;
 use super::per_layer::PerLayerGate;
 use super::rope::Rope;
@@ -65,6 +67,7 @@ struct DecoderLayer<B: Backend> {
 enum TokenMixer<B: Backend> {
     Attention(AttentionWeights<B>),
     ShortConv(ShortConv<B>),
+    GatedDeltaNet(GatedDeltaNet<B>),
 }
 
 impl<B: Backend> TokenMixer<B> {
@@ -72,6 +75,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => a.linears().into_iter().collect(),
             TokenMixer::ShortConv(c) => c.linears().into_iter().collect(),
+            TokenMixer::GatedDeltaNet(n) => n.linears().into_iter().collect(),
         }
     }
 }
@@ -154,6 +158,21 @@ impl<B: Backend> DecoderLayers<B> {
                 let mixer = match (cfg.layer_mixer(i), &cfg.hybrid) {
                     (Mixer::ShortConv, Some(h)) => {
                         TokenMixer::ShortConv(ShortConv::load(backend, weights, i, cfg, h.conv_kernel)?)
+                    }
+                    (Mixer::GatedDeltaNet, Some(h)) => {
+                        let shape = h.delta_net.ok_or_else(|| {
+                            ModelError::InvalidConfig(format!(
+                                "layer {i} is a gated DeltaNet without its head shape"
+                            ))
+                        })?;
+                        TokenMixer::GatedDeltaNet(GatedDeltaNet::load(
+                            backend,
+                            weights,
+                            i,
+                            cfg,
+                            shape,
+                            h.conv_kernel,
+                        )?)
                     }
                     _ => TokenMixer::Attention(AttentionWeights::load(backend, weights, i, cfg)?),
                 };
@@ -269,12 +288,10 @@ impl<B: Backend> DecoderLayers<B> {
                     attn.forward(backend, &shape, rope, kv_layer, a, pass)?;
                 }
                 TokenMixer::ShortConv(conv) => {
-                    let state = states.layer_mut(i - self.first).ok_or_else(|| {
-                        ModelError::InvalidBatch(format!(
-                            "layer {i} is recurrent but the cache holds no state for it: make                              the cache with the model's try_new_paged_cache"
-                        ))
-                    })?;
-                    conv.forward(backend, state, a, pass)?;
+                    conv.forward(backend, layer_state(states, i, self.first)?, a, pass)?
+                }
+                TokenMixer::GatedDeltaNet(net) => {
+                    net.forward(backend, layer_state(states, i, self.first)?, a, pass)?
                 }
             }
             match &layer.post_norms {
@@ -305,4 +322,19 @@ impl<B: Backend> DecoderLayers<B> {
         }
         Ok(())
     }
+}
+
+/// Layer `i`'s recurrent state (its slots and the pass's slot per sequence) in `states`,
+/// which hold the layers from `first` on.
+fn layer_state(
+    states: &mut RecurrentStates,
+    i: usize,
+    first: usize,
+) -> Result<(usize, &mut [f32], &[u32]), ModelError> {
+    states.layer_mut(i - first).ok_or_else(|| {
+        ModelError::InvalidBatch(format!(
+            "layer {i} is recurrent but the cache holds no state for it: make the cache with \
+             the model's try_new_paged_cache"
+        ))
+    })
 }

@@ -149,6 +149,7 @@ fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
     cfg.hybrid = Some(HybridConfig {
         mixers,
         conv_kernel,
+        delta_net: None,
     });
     Ok(())
 }
@@ -203,6 +204,7 @@ fn hf(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
     cfg.hybrid = Some(HybridConfig {
         mixers,
         conv_kernel,
+        delta_net: None,
     });
     Ok(())
 }

@@ -33,6 +33,7 @@ mod phi3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35;
 mod qwen3moe;
 mod smollm3;
 
@@ -73,6 +74,7 @@ pub static FAMILIES: &[&Family] = &[
     &lfm2::SPEC,
     &qwen2moe::SPEC,
     &lfm2::MOE_SPEC,
+    &qwen35::SPEC,
 ];
 
 /// The family of `arch`.

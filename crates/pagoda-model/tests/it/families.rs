@@ -614,6 +614,7 @@ fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&Mo
     let vocab = model.config().vocab_size;
     let n = g.tokens.len();
     let compare = |how: &str, logits_of: &dyn Fn(usize) -> Vec<f32>| {
+        let mut max = 0.0f32;
         for (p, want) in g.positions.iter().zip(&g.rows) {
             let got = logits_of(*p);
             let worst = want
@@ -625,7 +626,9 @@ fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&Mo
                 worst < F32_LOGIT_TOLERANCE,
                 "{name}: {how}: position {p}: logits differ by {worst}"
             );
+            max = max.max(worst);
         }
+        eprintln!("{name}: {how}: max abs logit difference {max}");
     };
     let mut cache = model.new_cache_with(256, KvDtype::F32);
     let all = model
@@ -721,6 +724,38 @@ fn lfm2moe_gguf_matches_llama_cpp() {
         &root.join("tiny-lfm2moe.gguf"),
         &root.join("tiny-lfm2moe.llamacpp.json"),
         lfm2moe_shape,
+    );
+}
+
+fn qwen35_shape(c: &ModelConfig) {
+    use pagoda_model::config::Mixer::{Attention, GatedDeltaNet};
+    assert_eq!(c.arch, Architecture::Qwen35);
+    let h = c.hybrid.as_ref().expect("hybrid");
+    assert_eq!(
+        h.mixers,
+        vec![GatedDeltaNet, GatedDeltaNet, GatedDeltaNet, Attention]
+    );
+    let d = h.delta_net.expect("DeltaNet shape");
+    assert_eq!(
+        (h.conv_kernel, d.n_k_heads, d.n_v_heads, d.d_k, d.d_v),
+        (4, 2, 4, 16, 16)
+    );
+    assert_eq!((c.head_dim, c.rope_dim, c.n_kv_heads), (32, 8, 2));
+}
+
+#[test]
+fn qwen35_folder_matches_transformers() {
+    let dir = golden_root().join("tiny-qwen35");
+    check_hybrid(&dir, &dir.join("logits.json"), qwen35_shape);
+}
+
+#[test]
+fn qwen35_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-qwen35.gguf"),
+        &root.join("tiny-qwen35.llamacpp.json"),
+        qwen35_shape,
     );
 }
 

@@ -1,0 +1,334 @@
+//! Qwen3.5's gated DeltaNet, the token mixer of its linear-attention layers (transformers'
+//! `Qwen3_5GatedDeltaNet`, llama.cpp's `build_layer_attn_linear`). Per row of a sequence:
+//!
+//! ```text
+//! q, k, v = split(silu(conv(in_proj_qkv(x))))    causal depthwise convolution, `taps` taps
+//! g       = -exp(A_log) · softplus(in_proj_a(x) + dt_bias)      per value head
+//! beta    = sigmoid(in_proj_b(x))                               per value head
+//! o       = gated delta rule(l2norm(q) / sqrt(d_k), l2norm(k), v, g, beta)
+//! out     = out_proj(rmsnorm(o) · w · silu(in_proj_z(x)))         per value head
+//! ```
+//!
+//! The convolution and the rule are pagoda-kernels' `recurrent::conv1d_causal_prefill` and
+//! `recurrent::gated_delta_prefill` (tested against transformers' torch functions), the gates
+//! `recurrent::gated_delta_gates`; the norm weight `w` is used as stored (not `1 + w`).
+//!
+//! Weights (canonical names; `family::qwen35` renames HF's): `blk.N.attn_qkv.weight`
+//! `[conv_dim, hidden]` (q, k, v rows), `blk.N.attn_gate.weight` (z), `blk.N.ssm_beta.weight`,
+//! `blk.N.ssm_alpha.weight`, `blk.N.ssm_conv1d.weight` `[conv_dim, taps]`, `blk.N.ssm_a_log`
+//! (HF's `A_log`) or `blk.N.ssm_a` (GGUF's `-exp(A_log)`), `blk.N.ssm_dt.bias`,
+//! `blk.N.ssm_norm.weight` `[d_v]`, `blk.N.ssm_out.weight`. When the file tiles its value
+//! heads ([`DeltaNetConfig::tiled_value_heads`]) v, a and b are gathered into the kernels'
+//! grouped order and the output scattered back, so every weight is read in its file's order.
+//!
+//! The state of one sequence ([`crate::recurrent_state`]) is the convolution's last
+//! `taps - 1` inputs (`[taps - 1, conv_dim]`) followed by the rule's matrices
+//! (`[n_v_heads, d_k, d_v]`, grouped order).
+//!
+//! Invariant: a sequence's rows run in position order from the state its earlier rows left
+//! (a segment at position 0 starts from zeros), so a prompt in one pass, in chunks, or a
+//! token at a time gives the same outputs up to the rule's rounding.
+
+use super::backend::{Activations, Backend};
+use crate::config::DeltaNetConfig;
+use crate::weights::Weights;
+use crate::{ModelConfig, ModelError};
+use pagoda_kernels::paged_attention::SeqAttention;
+use pagoda_kernels::recurrent::{
+    conv1d_causal_prefill, gated_delta_gates, gated_delta_prefill, ConvActivation, ConvWeights,
+    GatedDeltaInputs, GatedDeltaShape,
+};
+
+/// A layer's small host-side parameters: what the CPU kernel reads besides the projections.
+#[derive(Debug, Clone)]
+pub struct DeltaNetParams {
+    shape: DeltaNetConfig,
+    taps: usize,
+    /// `[conv_dim, taps]`, oldest tap first.
+    conv: Vec<f32>,
+    /// `A_log` per value head, grouped order.
+    a_log: Vec<f32>,
+    /// `dt_bias` per value head, grouped order.
+    dt_bias: Vec<f32>,
+    /// The gated output norm's weight, `[d_v]`.
+    norm: Vec<f32>,
+    eps: f32,
+}
+
+/// One layer's gated DeltaNet on a backend.
+#[derive(Debug)]
+pub struct GatedDeltaNet<B: Backend> {
+    qkv: B::Linear,
+    z: B::Linear,
+    beta: B::Linear,
+    alpha: B::Linear,
+    out: B::Linear,
+    params: DeltaNetParams,
+}
+
+/// The file's value head of grouped head `h` (`r` value heads per key head, `n_k` key
+/// heads): grouped head `i_k · r + i_r` is tiled head `i_r · n_k + i_k`.
+fn file_head(d: &DeltaNetConfig, h: usize) -> usize {
+    if !d.tiled_value_heads {
+        return h;
+    }
+    let r = d.n_v_heads / d.n_k_heads;
+    (h % r) * d.n_k_heads + h / r
+}
+
+impl<B: Backend> GatedDeltaNet<B> {
+    /// Layer `i`'s weights.
+    pub fn load(
+        backend: &B,
+        weights: &Weights,
+        i: usize,
+        cfg: &ModelConfig,
+        shape: DeltaNetConfig,
+        taps: usize,
+    ) -> Result<Self, ModelError> {
+        let d = cfg.hidden_size;
+        let (conv_dim, value_dim, heads) = (shape.conv_dim(), shape.value_dim(), shape.n_v_heads);
+        let name = |t: &str| format!("blk.{i}.{t}");
+        let bad = |tensor: String, message: String| ModelError::Tensor {
+            path: Default::default(),
+            tensor,
+            message,
+        };
+        let conv_name = name("ssm_conv1d.weight");
+        let conv = weights.get(&conv_name)?;
+        if conv.n_elements() != conv_dim * taps {
+            return Err(bad(
+                conv_name,
+                format!(
+                    "shape {:?}; a convolution of {taps} taps over {conv_dim} channels was \
+                     expected",
+                    conv.shape
+                ),
+            ));
+        }
+        let a_log_name = name("ssm_a_log");
+        let file_a_log = if weights.contains(&a_log_name) {
+            weights.vector_f32(&a_log_name, heads)?
+        } else {
+            // GGUF: -exp(A_log).
+            let a_name = name("ssm_a");
+            let a = weights.vector_f32(&a_name, heads)?;
+            if let Some(x) = a.iter().find(|x| !x.is_finite() || **x >= 0.0) {
+                return Err(bad(a_name, format!("{x} is not negative (-exp(A_log))")));
+            }
+            a.iter().map(|x| (-x).ln()).collect()
+        };
+        let file_dt = weights.vector_f32(&name("ssm_dt.bias"), heads)?;
+        let grouped =
+            |file: &[f32]| -> Vec<f32> { (0..heads).map(|h| file[file_head(&shape, h)]).collect() };
+        let linear = |t: &str, rows: usize, cols: usize| {
+            backend.load_linear(weights, &name(&format!("{t}.weight")), None, rows, cols)
+        };
+        Ok(GatedDeltaNet {
+            qkv: linear("attn_qkv", conv_dim, d)?,
+            z: linear("attn_gate", value_dim, d)?,
+            beta: linear("ssm_beta", heads, d)?,
+            alpha: linear("ssm_alpha", heads, d)?,
+            out: linear("ssm_out", d, value_dim)?,
+            params: DeltaNetParams {
+                shape,
+                taps,
+                conv: conv.to_f32()?,
+                a_log: grouped(&file_a_log),
+                dt_bias: grouped(&file_dt),
+                norm: weights.vector_f32(&name("ssm_norm.weight"), shape.d_v)?,
+                eps: cfg.rms_eps,
+            },
+        })
+    }
+
+    pub fn linears(&self) -> [&B::Linear; 5] {
+        [&self.qkv, &self.z, &self.beta, &self.alpha, &self.out]
+    }
+
+    /// The layer's branch of `a.normed` into `a.branch`, through `state` (this layer's slots
+    /// and the pass's slot per sequence).
+    pub fn forward(
+        &self,
+        backend: &B,
+        state: (usize, &mut [f32], &[u32]),
+        a: &mut Activations<B::Act>,
+        pass: &mut B::Pass<'_>,
+    ) -> Result<(), ModelError> {
+        backend.linears(
+            [&self.qkv, &self.z, &self.beta, &self.alpha],
+            &a.normed,
+            [&mut a.q, &mut a.gate, &mut a.k, &mut a.v],
+            pass,
+        )?;
+        backend.gated_delta_net(
+            &self.params,
+            state,
+            [&a.q, &a.gate, &a.k, &a.v],
+            pass,
+            &mut a.attn,
+        )?;
+        backend.linears([&self.out], &a.attn, [&mut a.branch], pass)
+    }
+}
+
+/// The CPU kernel of [`Backend::gated_delta_net`] (see there) over the sequences `seqs`:
+/// `inputs` are the rows' `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a` outputs.
+pub(crate) fn run_cpu(
+    p: &DeltaNetParams,
+    (floats, slots, batch): (usize, &mut [f32], &[u32]),
+    [qkv, z, b, a]: [&[f32]; 4],
+    seqs: &[SeqAttention<'_>],
+    out: &mut Vec<f32>,
+) -> Result<(), ModelError> {
+    let d = &p.shape;
+    let (conv_dim, value_dim, heads) = (d.conv_dim(), d.value_dim(), d.n_v_heads);
+    let key_dim = d.n_k_heads * d.d_k;
+    let conv_floats = p.taps.saturating_sub(1) * conv_dim;
+    let bad = |m: String| Err(ModelError::InvalidBatch(format!("gated DeltaNet: {m}")));
+    if floats != conv_floats + d.matrix_floats() {
+        return bad(format!(
+            "{floats} state values per slot for a {conv_floats}-value convolution window and \
+             {} matrix values",
+            d.matrix_floats()
+        ));
+    }
+    let rows = qkv.len() / conv_dim.max(1);
+    if qkv.len() != rows * conv_dim
+        || z.len() != rows * value_dim
+        || b.len() != rows * heads
+        || a.len() != rows * heads
+        || batch.len() != seqs.len()
+    {
+        return bad(format!(
+            "inputs of {}, {}, {}, {} values for {rows} rows; {} slots for {} sequences",
+            qkv.len(),
+            z.len(),
+            b.len(),
+            a.len(),
+            batch.len(),
+            seqs.len()
+        ));
+    }
+    out.clear();
+    out.resize(rows * value_dim, 0.0);
+    let conv = ConvWeights {
+        weight: &p.conv,
+        bias: None,
+        channels: conv_dim,
+        width: p.taps,
+    };
+    let kernel_shape = GatedDeltaShape {
+        n_k_heads: d.n_k_heads,
+        n_v_heads: heads,
+        d_k: d.d_k,
+        d_v: d.d_v,
+        qk_l2norm: true,
+    };
+    let file_heads: Vec<usize> = (0..heads).map(|h| file_head(d, h)).collect();
+    let (mut mixed, mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ga, mut gb, mut g, mut beta, mut o) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (seq, &slot) in seqs.iter().zip(batch) {
+        let at = slot as usize * floats;
+        let Some(state) = slots.get_mut(at..at + floats) else {
+            return bad(format!("slot {slot} is outside the state"));
+        };
+        let r = seq.rows.clone();
+        if r.end > rows {
+            return bad(format!("rows {r:?} of {rows}"));
+        }
+        let n = r.len();
+        if n == 0 {
+            continue;
+        }
+        if seq.start == 0 {
+            state.fill(0.0);
+        }
+        let (conv_state, matrices) = state.split_at_mut(conv_floats);
+        mixed.clear();
+        mixed.resize(n * conv_dim, 0.0);
+        conv1d_causal_prefill(
+            &conv,
+            ConvActivation::Silu,
+            n,
+            &qkv[r.start * conv_dim..r.end * conv_dim],
+            conv_state,
+            &mut mixed,
+        )?;
+        // q, k and v apart; v, a and b in grouped head order.
+        let (rows_a, rows_b) = (
+            &a[r.start * heads..r.end * heads],
+            &b[r.start * heads..r.end * heads],
+        );
+        q.clear();
+        k.clear();
+        v.clear();
+        ga.clear();
+        gb.clear();
+        for (t, row) in mixed.chunks_exact(conv_dim).enumerate() {
+            q.extend_from_slice(&row[..key_dim]);
+            k.extend_from_slice(&row[key_dim..2 * key_dim]);
+            let values = &row[2 * key_dim..];
+            for &f in &file_heads {
+                v.extend_from_slice(&values[f * d.d_v..(f + 1) * d.d_v]);
+                ga.push(rows_a[t * heads + f]);
+                gb.push(rows_b[t * heads + f]);
+            }
+        }
+        g.clear();
+        g.resize(n * heads, 0.0);
+        beta.clear();
+        beta.resize(n * heads, 0.0);
+        gated_delta_gates(&ga, &gb, &p.a_log, &p.dt_bias, &mut g, &mut beta)?;
+        o.clear();
+        o.resize(n * value_dim, 0.0);
+        let inputs = GatedDeltaInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+        };
+        gated_delta_prefill(&kernel_shape, n, &inputs, matrices, &mut o)?;
+        // rmsnorm(o) · w · silu(z) per head, back in the file's head order.
+        for (t, o_row) in o.chunks_exact(value_dim).enumerate() {
+            let row = r.start + t;
+            for (h, &f) in file_heads.iter().enumerate() {
+                let x = &o_row[h * d.d_v..(h + 1) * d.d_v];
+                let zs = &z[row * value_dim + f * d.d_v..row * value_dim + (f + 1) * d.d_v];
+                let dst = &mut out[row * value_dim + f * d.d_v..row * value_dim + (f + 1) * d.d_v];
+                let mean_sq = x.iter().map(|v| v * v).sum::<f32>() / d.d_v as f32;
+                let inv = 1.0 / (mean_sq + p.eps).sqrt();
+                for (((dst, &x), &w), &zv) in dst.iter_mut().zip(x).zip(&p.norm).zip(zs) {
+                    *dst = x * inv * w * (zv / (1.0 + (-zv).exp()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiled_heads_map_to_the_grouped_order_of_the_kernels() {
+        let tiled = DeltaNetConfig {
+            n_k_heads: 2,
+            n_v_heads: 6,
+            d_k: 1,
+            d_v: 1,
+            tiled_value_heads: true,
+        };
+        // Grouped heads 0, 1, 2 read key head 0; tiled heads 0, 2, 4 do.
+        let map: Vec<usize> = (0..6).map(|h| file_head(&tiled, h)).collect();
+        assert_eq!(map, vec![0, 2, 4, 1, 3, 5]);
+        let grouped = DeltaNetConfig {
+            tiled_value_heads: false,
+            ..tiled
+        };
+        assert_eq!(file_head(&grouped, 4), 4);
+    }
+}
