@@ -217,6 +217,14 @@ mod tests {
     }
 
     #[test]
+    fn sigmoid_mul_gates_by_the_logistic_function() {
+        let mut gate = [0.0, 20.0, -20.0];
+        sigmoid_mul(&mut gate, &[3.0, 2.0, 2.0]);
+        assert_eq!(gate[0], 1.5);
+        assert!((gate[1] - 2.0).abs() < 1e-6 && gate[2].abs() < 1e-6);
+    }
+
+    #[test]
     fn dot_matches_naive_on_odd_lengths() {
         let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5).collect();
         let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.1).collect();

@@ -240,14 +240,15 @@ fn every_other_family_batches_equal_each_alone() {
     }
 }
 
-/// A hybrid (LFM2: short-convolution layers with a state slot per running sequence): mixed
-/// prompts with chunked prefill, then under preemption forced by a small KV pool (a preempted
-/// sequence gives its slot back and recomputes from position 0), give each prompt's tokens
-/// alone (`n > 1`: `n_choices_share_the_prompt_and_equal_separate_seeded_runs`).
+/// Hybrids (LFM2's short-convolution layers, Qwen3.5's gated DeltaNet layers: a state slot
+/// per running sequence): mixed prompts with chunked prefill, then under preemption forced by
+/// a small KV pool (a preempted sequence gives its slot back and recomputes from position
+/// 0), give each prompt's tokens alone (`n > 1`:
+/// `n_choices_share_the_prompt_and_equal_separate_seeded_runs`).
 #[test]
 fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
     // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid.
-    for name in ["tiny-lfm2", "tiny-lfm2moe"] {
+    for name in ["tiny-lfm2", "tiny-lfm2moe", "tiny-qwen35"] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
         check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
@@ -423,8 +424,8 @@ fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
 
 #[test]
 fn n_choices_share_the_prompt_and_equal_separate_seeded_runs() {
-    // tiny-lfm2: a hybrid's children start from a copy of their parent's recurrent state.
-    for name in ["tiny-llama", "tiny-lfm2"] {
+    // The hybrids: a child starts from a copy of its parent's recurrent state.
+    for name in ["tiny-llama", "tiny-lfm2", "tiny-qwen35"] {
         check_n_choices_equal_seeded_runs(&golden(name));
     }
 }

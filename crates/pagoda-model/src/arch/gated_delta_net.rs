@@ -313,6 +313,121 @@ pub(crate) fn run_cpu(
 mod tests {
     use super::*;
 
+    fn seq(rows: std::ops::Range<usize>, start: usize) -> SeqAttention<'static> {
+        SeqAttention {
+            rows,
+            start,
+            block_table: &[],
+        }
+    }
+
+    /// Deterministic values in about [-1, 1).
+    fn wave(n: usize, salt: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i * 37 + salt * 11) % 23) as f32 - 11.0) / 11.0)
+            .collect()
+    }
+
+    fn params(shape: DeltaNetConfig) -> DeltaNetParams {
+        let taps = 3;
+        DeltaNetParams {
+            shape,
+            taps,
+            conv: wave(shape.conv_dim() * taps, 1),
+            a_log: wave(shape.n_v_heads, 2),
+            dt_bias: wave(shape.n_v_heads, 3),
+            norm: wave(shape.d_v, 4).iter().map(|w| 1.0 + w / 2.0).collect(),
+            eps: 1e-6,
+        }
+    }
+
+    /// Runs `n` rows of inputs through one slot in pieces of `piece` rows.
+    fn run(p: &DeltaNetParams, inputs: [&[f32]; 4], n: usize, piece: usize) -> Vec<f32> {
+        let floats = p.taps.saturating_sub(1) * p.shape.conv_dim() + p.shape.matrix_floats();
+        let widths = [
+            p.shape.conv_dim(),
+            p.shape.value_dim(),
+            p.shape.n_v_heads,
+            p.shape.n_v_heads,
+        ];
+        let mut state = vec![5.0f32; floats]; // garbage: position 0 clears it
+        let mut all = Vec::new();
+        for start in (0..n).step_by(piece) {
+            let end = (start + piece).min(n);
+            let part = |i: usize| &inputs[i][start * widths[i]..end * widths[i]];
+            let mut out = Vec::new();
+            run_cpu(
+                p,
+                (floats, &mut state, &[0]),
+                [part(0), part(1), part(2), part(3)],
+                &[seq(0..end - start, start)],
+                &mut out,
+            )
+            .unwrap();
+            all.extend(out);
+        }
+        all
+    }
+
+    #[test]
+    fn pieces_tokens_and_tiled_heads_give_the_whole_prompt_s_outputs() {
+        let grouped = DeltaNetConfig {
+            n_k_heads: 2,
+            n_v_heads: 4,
+            d_k: 4,
+            d_v: 3,
+            tiled_value_heads: false,
+        };
+        let n = 40;
+        let qkv = wave(n * grouped.conv_dim(), 5);
+        let z = wave(n * grouped.value_dim(), 6);
+        let (b, a) = (wave(n * 4, 7), wave(n * 4, 8));
+        let p = params(grouped);
+        let whole = run(&p, [&qkv, &z, &b, &a], n, n);
+        for piece in [1, 7] {
+            let got = run(&p, [&qkv, &z, &b, &a], n, piece);
+            let worst = whole
+                .iter()
+                .zip(&got)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(worst < 1e-5, "pieces of {piece}: {worst}");
+        }
+        // The same layer with its value heads tiled, as GGUF files store them: every
+        // per-head input and parameter moved to its tiled place gives the outputs moved so.
+        let tiled = DeltaNetConfig {
+            tiled_value_heads: true,
+            ..grouped
+        };
+        let to_tiled = |x: &[f32], width: usize, lead: usize| -> Vec<f32> {
+            let mut y = x.to_vec();
+            for row in 0..x.len() / (lead + 4 * width) {
+                let base = row * (lead + 4 * width) + lead;
+                for h in 0..4 {
+                    let f = file_head(&tiled, h);
+                    y[base + f * width..base + (f + 1) * width]
+                        .copy_from_slice(&x[base + h * width..base + (h + 1) * width]);
+                }
+            }
+            y
+        };
+        let key_dim = 2 * grouped.n_k_heads * grouped.d_k;
+        let mut pt = params(tiled);
+        pt.conv = to_tiled(&p.conv, 3 * 3, key_dim * 3);
+        let got = run(
+            &pt,
+            [
+                &to_tiled(&qkv, 3, key_dim),
+                &to_tiled(&z, 3, 0),
+                &to_tiled(&b, 1, 0),
+                &to_tiled(&a, 1, 0),
+            ],
+            n,
+            n,
+        );
+        assert_eq!(got, to_tiled(&whole, 3, 0));
+    }
+
     #[test]
     fn tiled_heads_map_to_the_grouped_order_of_the_kernels() {
         let tiled = DeltaNetConfig {
