@@ -761,7 +761,45 @@ fn qwen35_gguf_matches_llama_cpp() {
 
 #[test]
 fn lfm2_configs_it_cannot_run_are_refused_by_name() {
-    let src = golden_root().join("tiny-lfm2");
+    check_refusals(
+        "tiny-lfm2",
+        &[
+            ("sliding_window", serde_json::json!(128), "sliding_window"),
+            ("conv_bias", serde_json::json!(true), "conv_bias"),
+            (
+                "layer_types",
+                serde_json::json!(["conv", "mamba", "conv", "conv", "conv", "full_attention"]),
+                "mamba",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn qwen35_configs_it_cannot_run_are_refused_by_name() {
+    check_refusals(
+        "tiny-qwen35",
+        &[
+            ("attention_bias", serde_json::json!(true), "attention_bias"),
+            (
+                "layer_types",
+                serde_json::json!([
+                    "linear_attention",
+                    "mamba",
+                    "linear_attention",
+                    "full_attention"
+                ]),
+                "mamba",
+            ),
+            ("linear_num_value_heads", serde_json::json!(3), "multiple"),
+        ],
+    );
+}
+
+/// A copy of the golden folder `golden` with each `(key, value)` set in its config.json in
+/// turn is refused with an error containing `needle`.
+fn check_refusals(golden: &str, cases: &[(&str, serde_json::Value, &str)]) {
+    let src = golden_root().join(golden);
     let dir = tempfile::tempdir().expect("tempdir");
     for entry in std::fs::read_dir(&src).expect("golden folder") {
         let p = entry.expect("entry").path();
@@ -770,19 +808,11 @@ fn lfm2_configs_it_cannot_run_are_refused_by_name() {
     let config = dir.path().join("config.json");
     let original: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("json");
-    for (key, value, needle) in [
-        ("sliding_window", serde_json::json!(128), "sliding_window"),
-        ("conv_bias", serde_json::json!(true), "conv_bias"),
-        (
-            "layer_types",
-            serde_json::json!(["conv", "mamba", "conv", "conv", "conv", "full_attention"]),
-            "mamba",
-        ),
-    ] {
+    for (key, value, needle) in cases {
         let mut c = original.clone();
-        c[key] = value;
+        c[*key] = value.clone();
         std::fs::write(&config, c.to_string()).expect("write");
         let err = open_model(dir.path()).expect_err(key).to_string();
-        assert!(err.contains(needle), "{key}: {err}");
+        assert!(err.contains(needle), "{golden}: {key}: {err}");
     }
 }
