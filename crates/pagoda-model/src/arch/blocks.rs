@@ -198,6 +198,13 @@ impl<B: Backend> AttentionWeights<B> {
             q_norm: norm("attn_q_norm.weight", q_dim)?,
             sinks,
             output_gate: if weights.contains(&name("attn_gate_q.weight")) {
+                if backend.device() != crate::device::Device::Cpu {
+                    return Err(ModelError::InvalidConfig(format!(
+                        "layer {layer} of this {} model gates its attention output, which runs \
+                         on the CPU only; load it with --device cpu",
+                        cfg.arch.family().display
+                    )));
+                }
                 Some(backend.load_linear(weights, &name("attn_gate_q.weight"), None, q_dim, d)?)
             } else {
                 None

@@ -156,9 +156,13 @@ impl<B: Backend> DecoderLayers<B> {
                     None
                 };
                 let mixer = match (cfg.layer_mixer(i), &cfg.hybrid) {
-                    (Mixer::ShortConv, Some(h)) => {
-                        TokenMixer::ShortConv(ShortConv::load(backend, weights, i, cfg, h.conv_kernel)?)
-                    }
+                    (Mixer::ShortConv, Some(h)) => TokenMixer::ShortConv(ShortConv::load(
+                        backend,
+                        weights,
+                        i,
+                        cfg,
+                        h.conv_kernel,
+                    )?),
                     (Mixer::GatedDeltaNet, Some(h)) => {
                         let shape = h.delta_net.ok_or_else(|| {
                             ModelError::InvalidConfig(format!(
@@ -180,7 +184,8 @@ impl<B: Backend> DecoderLayers<B> {
                     && backend.device() != crate::device::Device::Cpu
                 {
                     return Err(ModelError::InvalidConfig(format!(
-                        "layer {i} of this {} model is recurrent, and recurrent layers run on                          the CPU only; load it with --device cpu",
+                        "layer {i} of this {} model is recurrent, and recurrent layers run on \
+                         the CPU only; load it with --device cpu",
                         cfg.arch.family().display
                     )));
                 }
