@@ -354,12 +354,19 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     engine.shutdown();
 }
 
-/// A hybrid (LFM2) under prefix caching: a second prompt sharing the first one's 40 leading
-/// tokens resumes from the recurrent-state snapshot at that block boundary, computes only its
-/// suffix, and gives the tokens and logprobs (top 5 at every step) of a run without the cache.
+/// A hybrid (LFM2, Qwen3.5) under prefix caching: a second prompt sharing the first one's 40
+/// leading tokens resumes from the recurrent-state snapshot at that block boundary, computes
+/// only its suffix, and gives the tokens and logprobs (top 5 at every step) of a run without
+/// the cache.
 #[test]
 fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
-    let dir = golden("tiny-lfm2");
+    for name in ["tiny-lfm2", "tiny-qwen35"] {
+        check_resume_from_snapshot(&golden(name));
+    }
+}
+
+fn check_resume_from_snapshot(dir: &Path) {
+    let dir = dir.to_path_buf();
     let (model, tok) = load(&dir);
     let vocab = model.config().vocab_size;
     let mut ps = prompts(vocab, &[40, 7, 11]);
