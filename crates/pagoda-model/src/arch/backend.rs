@@ -30,7 +30,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
-use super::gated_delta_net::DeltaNetParams;
+use super::gated_delta_cpu::DeltaNetParams;
 use super::rope::Rope;
 use crate::device::Device;
 use crate::kv_cache::KvShape;

@@ -194,13 +194,13 @@ impl Backend for Cpu {
 
     fn gated_delta_net(
         &self,
-        params: &super::gated_delta_net::DeltaNetParams,
+        params: &super::gated_delta_cpu::DeltaNetParams,
         state: (usize, &mut [f32], &[u32]),
         [qkv, z, b, a]: [&Vec<f32>; 4],
         pass: &CpuPass<'_>,
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
-        super::gated_delta_net::run_cpu(params, state, [qkv, z, b, a], pass.seqs, out)
+        super::gated_delta_cpu::run_cpu(params, state, [qkv, z, b, a], pass.seqs, out)
     }
 
     fn load_linear(

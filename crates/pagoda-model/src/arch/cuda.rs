@@ -551,7 +551,7 @@ impl Backend for Cuda {
 
     fn gated_delta_net(
         &self,
-        _params: &super::gated_delta_net::DeltaNetParams,
+        _params: &super::gated_delta_cpu::DeltaNetParams,
         _state: (usize, &mut [f32], &[u32]),
         _inputs: [&CudaAct; 4],
         _pass: &CudaPass<'_>,

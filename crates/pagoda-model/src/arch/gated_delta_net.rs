@@ -18,42 +18,20 @@
 //! `blk.N.ssm_alpha.weight`, `blk.N.ssm_conv1d.weight` `[conv_dim, taps]`, `blk.N.ssm_a_log`
 //! (HF's `A_log`) or `blk.N.ssm_a` (GGUF's `-exp(A_log)`), `blk.N.ssm_dt.bias`,
 //! `blk.N.ssm_norm.weight` `[d_v]`, `blk.N.ssm_out.weight`. When the file tiles its value
-//! heads ([`DeltaNetConfig::tiled_value_heads`]) v, a and b are gathered into the kernels'
-//! grouped order and the output scattered back, so every weight is read in its file's order.
+//! heads ([`DeltaNetConfig::tiled_value_heads`]) every weight is read in its file's order.
 //!
-//! The state of one sequence ([`crate::recurrent_state`]) is the convolution's last
-//! `taps - 1` inputs (`[taps - 1, conv_dim]`) followed by the rule's matrices
-//! (`[n_v_heads, d_k, d_v]`, grouped order).
+//! The projections run on the backend; the rest is [`Backend::gated_delta_net`], on the CPU
+//! `super::gated_delta_cpu` (which also owns the per-sequence state's layout).
 //!
 //! Invariant: a sequence's rows run in position order from the state its earlier rows left
 //! (a segment at position 0 starts from zeros), so a prompt in one pass, in chunks, or a
 //! token at a time gives the same outputs up to the rule's rounding.
 
 use super::backend::{Activations, Backend};
+use super::gated_delta_cpu::{DeltaNetParams, FileOrder};
 use crate::config::DeltaNetConfig;
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
-use pagoda_kernels::paged_attention::SeqAttention;
-use pagoda_kernels::recurrent::{
-    conv1d_causal_prefill, gated_delta_gates, gated_delta_prefill, ConvActivation, ConvWeights,
-    GatedDeltaInputs, GatedDeltaShape,
-};
-
-/// A layer's small host-side parameters: what the CPU kernel reads besides the projections.
-#[derive(Debug, Clone)]
-pub struct DeltaNetParams {
-    shape: DeltaNetConfig,
-    taps: usize,
-    /// `[conv_dim, taps]`, oldest tap first.
-    conv: Vec<f32>,
-    /// `A_log` per value head, grouped order.
-    a_log: Vec<f32>,
-    /// `dt_bias` per value head, grouped order.
-    dt_bias: Vec<f32>,
-    /// The gated output norm's weight, `[d_v]`.
-    norm: Vec<f32>,
-    eps: f32,
-}
 
 /// One layer's gated DeltaNet on a backend.
 #[derive(Debug)]
@@ -64,16 +42,6 @@ pub struct GatedDeltaNet<B: Backend> {
     alpha: B::Linear,
     out: B::Linear,
     params: DeltaNetParams,
-}
-
-/// The file's value head of grouped head `h` (`r` value heads per key head, `n_k` key
-/// heads): grouped head `i_k · r + i_r` is tiled head `i_r · n_k + i_k`.
-fn file_head(d: &DeltaNetConfig, h: usize) -> usize {
-    if !d.tiled_value_heads {
-        return h;
-    }
-    let r = d.n_v_heads / d.n_k_heads;
-    (h % r) * d.n_k_heads + h / r
 }
 
 impl<B: Backend> GatedDeltaNet<B> {
@@ -107,7 +75,7 @@ impl<B: Backend> GatedDeltaNet<B> {
             ));
         }
         let a_log_name = name("ssm_a_log");
-        let file_a_log = if weights.contains(&a_log_name) {
+        let a_log = if weights.contains(&a_log_name) {
             weights.vector_f32(&a_log_name, heads)?
         } else {
             // GGUF: -exp(A_log).
@@ -118,9 +86,6 @@ impl<B: Backend> GatedDeltaNet<B> {
             }
             a.iter().map(|x| (-x).ln()).collect()
         };
-        let file_dt = weights.vector_f32(&name("ssm_dt.bias"), heads)?;
-        let grouped =
-            |file: &[f32]| -> Vec<f32> { (0..heads).map(|h| file[file_head(&shape, h)]).collect() };
         let linear = |t: &str, rows: usize, cols: usize| {
             backend.load_linear(weights, &name(&format!("{t}.weight")), None, rows, cols)
         };
@@ -130,15 +95,17 @@ impl<B: Backend> GatedDeltaNet<B> {
             beta: linear("ssm_beta", heads, d)?,
             alpha: linear("ssm_alpha", heads, d)?,
             out: linear("ssm_out", d, value_dim)?,
-            params: DeltaNetParams {
+            params: DeltaNetParams::new(
                 shape,
                 taps,
-                conv: conv.to_f32()?,
-                a_log: grouped(&file_a_log),
-                dt_bias: grouped(&file_dt),
-                norm: weights.vector_f32(&name("ssm_norm.weight"), shape.d_v)?,
-                eps: cfg.rms_eps,
-            },
+                conv.to_f32()?,
+                FileOrder {
+                    a_log: &a_log,
+                    dt_bias: &weights.vector_f32(&name("ssm_dt.bias"), heads)?,
+                },
+                weights.vector_f32(&name("ssm_norm.weight"), shape.d_v)?,
+                cfg.rms_eps,
+            ),
         })
     }
 
@@ -169,281 +136,5 @@ impl<B: Backend> GatedDeltaNet<B> {
             &mut a.attn,
         )?;
         backend.linears([&self.out], &a.attn, [&mut a.branch], pass)
-    }
-}
-
-/// The CPU kernel of [`Backend::gated_delta_net`] (see there) over the sequences `seqs`:
-/// `inputs` are the rows' `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a` outputs.
-pub(crate) fn run_cpu(
-    p: &DeltaNetParams,
-    (floats, slots, batch): (usize, &mut [f32], &[u32]),
-    [qkv, z, b, a]: [&[f32]; 4],
-    seqs: &[SeqAttention<'_>],
-    out: &mut Vec<f32>,
-) -> Result<(), ModelError> {
-    let d = &p.shape;
-    let (conv_dim, value_dim, heads) = (d.conv_dim(), d.value_dim(), d.n_v_heads);
-    let key_dim = d.n_k_heads * d.d_k;
-    let conv_floats = p.taps.saturating_sub(1) * conv_dim;
-    let bad = |m: String| Err(ModelError::InvalidBatch(format!("gated DeltaNet: {m}")));
-    if floats != conv_floats + d.matrix_floats() {
-        return bad(format!(
-            "{floats} state values per slot for a {conv_floats}-value convolution window and \
-             {} matrix values",
-            d.matrix_floats()
-        ));
-    }
-    let rows = qkv.len() / conv_dim.max(1);
-    if qkv.len() != rows * conv_dim
-        || z.len() != rows * value_dim
-        || b.len() != rows * heads
-        || a.len() != rows * heads
-        || batch.len() != seqs.len()
-    {
-        return bad(format!(
-            "inputs of {}, {}, {}, {} values for {rows} rows; {} slots for {} sequences",
-            qkv.len(),
-            z.len(),
-            b.len(),
-            a.len(),
-            batch.len(),
-            seqs.len()
-        ));
-    }
-    out.clear();
-    out.resize(rows * value_dim, 0.0);
-    let conv = ConvWeights {
-        weight: &p.conv,
-        bias: None,
-        channels: conv_dim,
-        width: p.taps,
-    };
-    let kernel_shape = GatedDeltaShape {
-        n_k_heads: d.n_k_heads,
-        n_v_heads: heads,
-        d_k: d.d_k,
-        d_v: d.d_v,
-        qk_l2norm: true,
-    };
-    let file_heads: Vec<usize> = (0..heads).map(|h| file_head(d, h)).collect();
-    let (mut mixed, mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut ga, mut gb, mut g, mut beta, mut o) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (seq, &slot) in seqs.iter().zip(batch) {
-        let at = slot as usize * floats;
-        let Some(state) = slots.get_mut(at..at + floats) else {
-            return bad(format!("slot {slot} is outside the state"));
-        };
-        let r = seq.rows.clone();
-        if r.end > rows {
-            return bad(format!("rows {r:?} of {rows}"));
-        }
-        let n = r.len();
-        if n == 0 {
-            continue;
-        }
-        if seq.start == 0 {
-            state.fill(0.0);
-        }
-        let (conv_state, matrices) = state.split_at_mut(conv_floats);
-        mixed.clear();
-        mixed.resize(n * conv_dim, 0.0);
-        conv1d_causal_prefill(
-            &conv,
-            ConvActivation::Silu,
-            n,
-            &qkv[r.start * conv_dim..r.end * conv_dim],
-            conv_state,
-            &mut mixed,
-        )?;
-        // q, k and v apart; v, a and b in grouped head order.
-        let (rows_a, rows_b) = (
-            &a[r.start * heads..r.end * heads],
-            &b[r.start * heads..r.end * heads],
-        );
-        q.clear();
-        k.clear();
-        v.clear();
-        ga.clear();
-        gb.clear();
-        for (t, row) in mixed.chunks_exact(conv_dim).enumerate() {
-            q.extend_from_slice(&row[..key_dim]);
-            k.extend_from_slice(&row[key_dim..2 * key_dim]);
-            let values = &row[2 * key_dim..];
-            for &f in &file_heads {
-                v.extend_from_slice(&values[f * d.d_v..(f + 1) * d.d_v]);
-                ga.push(rows_a[t * heads + f]);
-                gb.push(rows_b[t * heads + f]);
-            }
-        }
-        g.clear();
-        g.resize(n * heads, 0.0);
-        beta.clear();
-        beta.resize(n * heads, 0.0);
-        gated_delta_gates(&ga, &gb, &p.a_log, &p.dt_bias, &mut g, &mut beta)?;
-        o.clear();
-        o.resize(n * value_dim, 0.0);
-        let inputs = GatedDeltaInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            g: &g,
-            beta: &beta,
-        };
-        gated_delta_prefill(&kernel_shape, n, &inputs, matrices, &mut o)?;
-        // rmsnorm(o) · w · silu(z) per head, back in the file's head order.
-        for (t, o_row) in o.chunks_exact(value_dim).enumerate() {
-            let row = r.start + t;
-            for (h, &f) in file_heads.iter().enumerate() {
-                let x = &o_row[h * d.d_v..(h + 1) * d.d_v];
-                let zs = &z[row * value_dim + f * d.d_v..row * value_dim + (f + 1) * d.d_v];
-                let dst = &mut out[row * value_dim + f * d.d_v..row * value_dim + (f + 1) * d.d_v];
-                let mean_sq = x.iter().map(|v| v * v).sum::<f32>() / d.d_v as f32;
-                let inv = 1.0 / (mean_sq + p.eps).sqrt();
-                for (((dst, &x), &w), &zv) in dst.iter_mut().zip(x).zip(&p.norm).zip(zs) {
-                    *dst = x * inv * w * (zv / (1.0 + (-zv).exp()));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seq(rows: std::ops::Range<usize>, start: usize) -> SeqAttention<'static> {
-        SeqAttention {
-            rows,
-            start,
-            block_table: &[],
-        }
-    }
-
-    /// Deterministic values in about [-1, 1).
-    fn wave(n: usize, salt: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i * 37 + salt * 11) % 23) as f32 - 11.0) / 11.0)
-            .collect()
-    }
-
-    fn params(shape: DeltaNetConfig) -> DeltaNetParams {
-        let taps = 3;
-        DeltaNetParams {
-            shape,
-            taps,
-            conv: wave(shape.conv_dim() * taps, 1),
-            a_log: wave(shape.n_v_heads, 2),
-            dt_bias: wave(shape.n_v_heads, 3),
-            norm: wave(shape.d_v, 4).iter().map(|w| 1.0 + w / 2.0).collect(),
-            eps: 1e-6,
-        }
-    }
-
-    /// Runs `n` rows of inputs through one slot in pieces of `piece` rows.
-    fn run(p: &DeltaNetParams, inputs: [&[f32]; 4], n: usize, piece: usize) -> Vec<f32> {
-        let floats = p.taps.saturating_sub(1) * p.shape.conv_dim() + p.shape.matrix_floats();
-        let widths = [
-            p.shape.conv_dim(),
-            p.shape.value_dim(),
-            p.shape.n_v_heads,
-            p.shape.n_v_heads,
-        ];
-        let mut state = vec![5.0f32; floats]; // garbage: position 0 clears it
-        let mut all = Vec::new();
-        for start in (0..n).step_by(piece) {
-            let end = (start + piece).min(n);
-            let part = |i: usize| &inputs[i][start * widths[i]..end * widths[i]];
-            let mut out = Vec::new();
-            run_cpu(
-                p,
-                (floats, &mut state, &[0]),
-                [part(0), part(1), part(2), part(3)],
-                &[seq(0..end - start, start)],
-                &mut out,
-            )
-            .unwrap();
-            all.extend(out);
-        }
-        all
-    }
-
-    #[test]
-    fn pieces_tokens_and_tiled_heads_give_the_whole_prompt_s_outputs() {
-        let grouped = DeltaNetConfig {
-            n_k_heads: 2,
-            n_v_heads: 4,
-            d_k: 4,
-            d_v: 3,
-            tiled_value_heads: false,
-        };
-        let n = 40;
-        let qkv = wave(n * grouped.conv_dim(), 5);
-        let z = wave(n * grouped.value_dim(), 6);
-        let (b, a) = (wave(n * 4, 7), wave(n * 4, 8));
-        let p = params(grouped);
-        let whole = run(&p, [&qkv, &z, &b, &a], n, n);
-        for piece in [1, 7] {
-            let got = run(&p, [&qkv, &z, &b, &a], n, piece);
-            let worst = whole
-                .iter()
-                .zip(&got)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0, f32::max);
-            assert!(worst < 1e-5, "pieces of {piece}: {worst}");
-        }
-        // The same layer with its value heads tiled, as GGUF files store them: every
-        // per-head input and parameter moved to its tiled place gives the outputs moved so.
-        let tiled = DeltaNetConfig {
-            tiled_value_heads: true,
-            ..grouped
-        };
-        let to_tiled = |x: &[f32], width: usize, lead: usize| -> Vec<f32> {
-            let mut y = x.to_vec();
-            for row in 0..x.len() / (lead + 4 * width) {
-                let base = row * (lead + 4 * width) + lead;
-                for h in 0..4 {
-                    let f = file_head(&tiled, h);
-                    y[base + f * width..base + (f + 1) * width]
-                        .copy_from_slice(&x[base + h * width..base + (h + 1) * width]);
-                }
-            }
-            y
-        };
-        let key_dim = 2 * grouped.n_k_heads * grouped.d_k;
-        let mut pt = params(tiled);
-        pt.conv = to_tiled(&p.conv, 3 * 3, key_dim * 3);
-        let got = run(
-            &pt,
-            [
-                &to_tiled(&qkv, 3, key_dim),
-                &to_tiled(&z, 3, 0),
-                &to_tiled(&b, 1, 0),
-                &to_tiled(&a, 1, 0),
-            ],
-            n,
-            n,
-        );
-        assert_eq!(got, to_tiled(&whole, 3, 0));
-    }
-
-    #[test]
-    fn tiled_heads_map_to_the_grouped_order_of_the_kernels() {
-        let tiled = DeltaNetConfig {
-            n_k_heads: 2,
-            n_v_heads: 6,
-            d_k: 1,
-            d_v: 1,
-            tiled_value_heads: true,
-        };
-        // Grouped heads 0, 1, 2 read key head 0; tiled heads 0, 2, 4 do.
-        let map: Vec<usize> = (0..6).map(|h| file_head(&tiled, h)).collect();
-        assert_eq!(map, vec![0, 2, 4, 1, 3, 5]);
-        let grouped = DeltaNetConfig {
-            tiled_value_heads: false,
-            ..tiled
-        };
-        assert_eq!(file_head(&grouped, 4), 4);
     }
 }

@@ -35,6 +35,7 @@ pub mod cpu;
 pub mod cuda;
 pub(crate) mod cuda_weights;
 pub mod decoder;
+pub mod gated_delta_cpu;
 pub mod gated_delta_net;
 pub mod layers;
 pub mod moe;
