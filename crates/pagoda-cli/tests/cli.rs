@@ -590,6 +590,29 @@ fn run_tiny_model_folder_generates() {
     assert_eq!(stdout(&o), stdout(&again));
 }
 
+/// The hybrids (recurrent layers beside attention) run from their GGUF files and HF folders
+/// through their own chat templates.
+#[test]
+fn run_hybrid_models_through_their_chat_templates() {
+    let env = Env::new();
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
+    for model in ["tiny-lfm2.gguf", "tiny-qwen35.gguf", "tiny-qwen35"] {
+        let path = golden.join(model);
+        let args = [
+            "run",
+            path.to_str().unwrap(),
+            "hello",
+            "--max-tokens",
+            "5",
+            "--seed",
+            "1",
+        ];
+        let o = env.run(&args);
+        ok(&o);
+        assert_eq!(stdout(&o), stdout(&env.run(&args)), "{model}");
+    }
+}
+
 #[test]
 fn an_interactive_chat_reuses_earlier_turns_through_the_prefix_cache() {
     let env = Env::new();

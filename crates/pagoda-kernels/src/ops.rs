@@ -106,6 +106,14 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = sigmoid(gate) * up` (Qwen3.5's gate on the attention output).
+pub fn sigmoid_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = u / (1.0 + (-*g).exp());
+    }
+}
+
 /// gpt-oss's clamped SwiGLU: the gate's slope of its sigmoid.
 pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
 /// gpt-oss's clamped SwiGLU: the gate is at most this, `up` within ± this.
@@ -206,6 +214,14 @@ mod tests {
         softmax_inplace(&mut x);
         assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert_eq!(x[2], 0.0);
+    }
+
+    #[test]
+    fn sigmoid_mul_gates_by_the_logistic_function() {
+        let mut gate = [0.0, 20.0, -20.0];
+        sigmoid_mul(&mut gate, &[3.0, 2.0, 2.0]);
+        assert_eq!(gate[0], 1.5);
+        assert!((gate[1] - 2.0).abs() < 1e-6 && gate[2].abs() < 1e-6);
     }
 
     #[test]

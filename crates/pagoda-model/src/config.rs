@@ -56,6 +56,9 @@ pub enum Architecture {
     /// Granite 4.0-H dense (llama.cpp `granitehybrid`): a hybrid of Mamba-2 and attention
     /// layers, with Granite's embedding, attention, residual and logit multipliers.
     GraniteHybrid,
+    /// Qwen3.5 dense (llama.cpp `qwen35`): a hybrid of gated DeltaNet layers and gated
+    /// attention layers.
+    Qwen35,
 }
 
 impl Architecture {
@@ -76,6 +79,7 @@ impl Architecture {
         Architecture::Qwen2Moe,
         Architecture::Lfm2Moe,
         Architecture::GraniteHybrid,
+        Architecture::Qwen35,
     ];
 }
 
@@ -217,6 +221,13 @@ pub enum Mixer {
     /// sequence: the convolution's last `conv_kernel - 1` inputs and one
     /// `[head_dim, state_dim]` matrix per head.
     Mamba2,
+    /// Qwen3.5's gated DeltaNet (linear attention): projections give q, k, v (through a
+    /// causal depthwise convolution of [`HybridConfig::conv_kernel`] taps and SiLU), an
+    /// output gate z and the decay and write gates; the gated delta rule mixes them; a
+    /// gated RMSNorm and an out projection follow ([`DeltaNetConfig`]). Its state per
+    /// sequence: the convolution's last `conv_kernel - 1` inputs and one `[d_k, d_v]`
+    /// matrix per value head.
+    GatedDeltaNet,
 }
 
 /// The shape of a model's Mamba-2 layers.
@@ -258,6 +269,41 @@ impl Mamba2Config {
     }
 }
 
+/// The head shape of a model's gated DeltaNet layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaNetConfig {
+    /// Query/key heads (`linear_num_key_heads`, GGUF `ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`linear_num_value_heads`, GGUF `ssm.time_step_rank`), a multiple of
+    /// `n_k_heads`.
+    pub n_v_heads: usize,
+    /// Values per key head (`linear_key_head_dim`, GGUF `ssm.state_size`).
+    pub d_k: usize,
+    /// Values per value head (`linear_value_head_dim`, GGUF `ssm.inner_size / n_v_heads`).
+    pub d_v: usize,
+    /// How the file orders value heads against their key heads: HF folders group them
+    /// (value head `h` reads key head `h / (n_v / n_k)`), llama.cpp's converter tiles them
+    /// (value head `g` reads key head `g % n_k`) in every tensor with a value-head axis.
+    pub tiled_value_heads: bool,
+}
+
+impl DeltaNetConfig {
+    /// Channels of the convolution: q, k and v of one row.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.n_k_heads * self.d_k + self.n_v_heads * self.d_v
+    }
+
+    /// Width of the value (and output gate) projection.
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.d_v
+    }
+
+    /// f32 values of one sequence's recurrent matrices.
+    pub fn matrix_floats(&self) -> usize {
+        self.n_v_heads * self.d_k * self.d_v
+    }
+}
+
 /// The layers of a hybrid model whose token mixer is recurrent: their per-sequence state
 /// lives in a state slot (`pagoda-engine`'s state pool) instead of K/V blocks, and such a
 /// layer keeps no K/V.
@@ -265,10 +311,13 @@ impl Mamba2Config {
 pub struct HybridConfig {
     /// One entry per layer.
     pub mixers: Vec<Mixer>,
-    /// Taps of the causal convolution (LFM2's `conv_L_cache`, Mamba-2's `mamba_d_conv`).
+    /// Taps of the causal convolution (LFM2's `conv_L_cache`, Mamba-2's `mamba_d_conv`,
+    /// Qwen3.5's `linear_conv_kernel_dim`).
     pub conv_kernel: usize,
     /// The Mamba-2 layers' shape, when some layer is [`Mixer::Mamba2`].
     pub mamba2: Option<Mamba2Config>,
+    /// The gated DeltaNet layers' shape, when some layer is [`Mixer::GatedDeltaNet`].
+    pub delta_net: Option<DeltaNetConfig>,
 }
 
 /// A mixture-of-experts feed-forward layer: a router picks `n_used` of `n_experts` gated
@@ -430,6 +479,17 @@ impl ModelConfig {
                     ));
                 }
             }
+            if h.mixers.contains(&Mixer::GatedDeltaNet) {
+                let Some(d) = h.delta_net else {
+                    return bad("gated DeltaNet layers without their head shape".into());
+                };
+                if d.n_k_heads == 0 || d.d_k == 0 || d.d_v == 0 || d.n_v_heads % d.n_k_heads != 0 {
+                    return bad(format!(
+                        "gated DeltaNet heads {d:?}: value heads must be a non-zero multiple of \
+                         key heads, of non-zero size"
+                    ));
+                }
+            }
         }
         self.validate_variants()
     }
@@ -569,6 +629,9 @@ impl ModelConfig {
             (Mixer::ShortConv, Some(h)) => h.conv_kernel.saturating_sub(1) * self.hidden_size,
             (Mixer::Mamba2, Some(h)) => h.mamba2.map_or(0, |m| {
                 h.conv_kernel.saturating_sub(1) * m.conv_dim() + m.ssm_floats()
+            }),
+            (Mixer::GatedDeltaNet, Some(h)) => h.delta_net.map_or(0, |d| {
+                h.conv_kernel.saturating_sub(1) * d.conv_dim() + d.matrix_floats()
             }),
             _ => 0,
         }

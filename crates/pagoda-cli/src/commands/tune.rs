@@ -285,15 +285,26 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
                 human_size(kv_per_token),
                 args.kv_cache_dtype
             );
-            println!("| max-num-seqs | weights | KV cache | recurrent states | total |");
-            println!("|---:|---:|---:|---:|---:|");
+            // A hybrid's recurrent-state slots get their own column.
+            let hybrid = cfg.has_recurrent_state();
+            if hybrid {
+                println!("| max-num-seqs | weights | KV cache | recurrent states | total |");
+                println!("|---:|---:|---:|---:|---:|");
+            } else {
+                println!("| max-num-seqs | weights | KV cache | total |");
+                println!("|---:|---:|---:|---:|");
+            }
             for &n in &seqs {
                 let m = memory_of(n, budgets[0]);
+                let states = if hybrid {
+                    format!(" {} |", human_size(m.state_bytes))
+                } else {
+                    String::new()
+                };
                 println!(
-                    "| {n} | {} | {} | {} | {} |",
+                    "| {n} | {} | {} |{states} {} |",
                     human_size(m.weights_bytes),
                     human_size(m.kv_bytes),
-                    human_size(m.state_bytes),
                     human_size(m.total_bytes)
                 );
             }

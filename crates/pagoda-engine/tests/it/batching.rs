@@ -240,7 +240,8 @@ fn every_other_family_batches_equal_each_alone() {
     }
 }
 
-/// Hybrids (LFM2's short-convolution layers, Granite 4.0-H's Mamba-2 layers: a state slot
+/// Hybrids (LFM2's short-convolution layers, Granite 4.0-H's Mamba-2 layers, Qwen3.5's gated
+/// DeltaNet layers: a state slot
 /// per running sequence): mixed prompts with chunked prefill, then under preemption forced by
 /// a small KV pool (a preempted sequence gives its slot back and recomputes from position
 /// 0), give each prompt's tokens alone (`n > 1`:
@@ -249,7 +250,7 @@ fn every_other_family_batches_equal_each_alone() {
 fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
     // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid; tiny-granite4h:
     // Mamba-2 layers.
-    for name in ["tiny-lfm2", "tiny-lfm2moe", "tiny-granite4h"] {
+    for name in ["tiny-lfm2", "tiny-lfm2moe", "tiny-granite4h", "tiny-qwen35"] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
         check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
@@ -355,13 +356,13 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     engine.shutdown();
 }
 
-/// A hybrid (LFM2, Granite 4.0-H) under prefix caching: a second prompt sharing the first
+/// A hybrid (LFM2, Granite 4.0-H, Qwen3.5) under prefix caching: a second prompt sharing the first
 /// one's 40 leading tokens resumes from the recurrent-state snapshot at that block boundary,
 /// computes only its suffix, and gives the tokens and logprobs (top 5 at every step) of a run
 /// without the cache.
 #[test]
 fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
-    for name in ["tiny-lfm2", "tiny-granite4h"] {
+    for name in ["tiny-lfm2", "tiny-granite4h", "tiny-qwen35"] {
         check_resume_from_snapshot(&golden(name));
     }
 }
@@ -433,7 +434,7 @@ fn check_resume_from_snapshot(dir: &Path) {
 #[test]
 fn n_choices_share_the_prompt_and_equal_separate_seeded_runs() {
     // The hybrids: a child starts from a copy of its parent's recurrent state.
-    for name in ["tiny-llama", "tiny-lfm2", "tiny-granite4h"] {
+    for name in ["tiny-llama", "tiny-lfm2", "tiny-granite4h", "tiny-qwen35"] {
         check_n_choices_equal_seeded_runs(&golden(name));
     }
 }

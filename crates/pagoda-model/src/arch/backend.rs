@@ -30,6 +30,7 @@
 //!   latest.
 
 use super::adapter::LoraWeights;
+use super::gated_delta_cpu::DeltaNetParams;
 use super::mamba2_host::Mamba2Params;
 use super::rope::Rope;
 use crate::device::Device;
@@ -266,6 +267,21 @@ pub trait Backend: Clone + Send + Sync + Sized + std::fmt::Debug + 'static {
         params: &Mamba2Params,
         state: (usize, &mut [f32], &[u32]),
         zxbcdt: &Self::Act,
+        pass: &Self::Pass<'_>,
+        out: &mut Self::Act,
+    ) -> Result<(), ModelError>;
+
+    /// Qwen3.5's gated DeltaNet core (`super::gated_delta_net`) over `inputs`, the rows'
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a` outputs: per sequence of the
+    /// pass, the causal convolution with SiLU, the gates, the gated delta rule and the gated
+    /// output norm, into `out` (`[rows, value_dim]`), continuing from and updating the
+    /// sequence's slot of `state` (as [`Backend::short_conv`]'s; a sequence whose rows start
+    /// at position 0 starts from zeros). Backends without recurrent layers refuse.
+    fn gated_delta_net(
+        &self,
+        params: &DeltaNetParams,
+        state: (usize, &mut [f32], &[u32]),
+        inputs: [&Self::Act; 4],
         pass: &Self::Pass<'_>,
         out: &mut Self::Act,
     ) -> Result<(), ModelError>;

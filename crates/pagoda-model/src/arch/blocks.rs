@@ -120,6 +120,9 @@ pub struct AttentionWeights<B: Backend> {
     pub q_norm: Option<B::Norm>,
     /// Per query head, a logit in the softmax's denominator (gpt-oss's `attn_sinks`).
     pub sinks: Option<Vec<f32>>,
+    /// The output gate (Qwen3.5's `attn_gate_q`, `[n_heads · head_dim, hidden]`): the
+    /// attention's output is multiplied by `sigmoid(gate(x))` before `o`.
+    pub output_gate: Option<B::Linear>,
 }
 
 impl<B: Backend> AttentionWeights<B> {
@@ -194,6 +197,18 @@ impl<B: Backend> AttentionWeights<B> {
             )?,
             q_norm: norm("attn_q_norm.weight", q_dim)?,
             sinks,
+            output_gate: if weights.contains(&name("attn_gate_q.weight")) {
+                if backend.device() != crate::device::Device::Cpu {
+                    return Err(ModelError::InvalidConfig(format!(
+                        "layer {layer} of this {} model gates its attention output, which runs \
+                         on the CPU only; load it with --device cpu",
+                        cfg.arch.family().display
+                    )));
+                }
+                Some(backend.load_linear(weights, &name("attn_gate_q.weight"), None, q_dim, d)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -212,12 +227,20 @@ impl<B: Backend> AttentionWeights<B> {
     ) -> Result<(), ModelError> {
         match &self.kv {
             Some(p) => {
-                backend.linears(
-                    [&self.q, &p.k, &p.v],
-                    &a.normed,
-                    [&mut a.q, &mut a.k, &mut a.v],
-                    pass,
-                )?;
+                match &self.output_gate {
+                    Some(g) => backend.linears(
+                        [&self.q, g, &p.k, &p.v],
+                        &a.normed,
+                        [&mut a.q, &mut a.gate, &mut a.k, &mut a.v],
+                        pass,
+                    )?,
+                    None => backend.linears(
+                        [&self.q, &p.k, &p.v],
+                        &a.normed,
+                        [&mut a.q, &mut a.k, &mut a.v],
+                        pass,
+                    )?,
+                }
                 if let Some(norm) = &p.k_norm {
                     backend.rms_norm_heads(norm, &mut a.k)?;
                 }
@@ -225,7 +248,12 @@ impl<B: Backend> AttentionWeights<B> {
                     backend.rms_norm_heads(norm, &mut a.v)?;
                 }
             }
-            None => backend.linears([&self.q], &a.normed, [&mut a.q], pass)?,
+            None => {
+                backend.linears([&self.q], &a.normed, [&mut a.q], pass)?;
+                if let Some(g) = &self.output_gate {
+                    backend.linears([g], &a.normed, [&mut a.gate], pass)?;
+                }
+            }
         }
         if let Some(norm) = &self.q_norm {
             backend.rms_norm_heads(norm, &mut a.q)?;
@@ -244,12 +272,17 @@ impl<B: Backend> AttentionWeights<B> {
             pass,
             &mut a.attn,
         )?;
+        if self.output_gate.is_some() {
+            backend.gated(Activation::Sigmoid, &mut a.gate, &a.attn)?;
+            return backend.linears([&self.o], &a.gate, [&mut a.branch], pass);
+        }
         backend.linears([&self.o], &a.attn, [&mut a.branch], pass)
     }
 
-    /// The projections (two or four).
+    /// The projections (two to five).
     pub fn linears(&self) -> Vec<&B::Linear> {
         let mut all = vec![&self.q];
+        all.extend(&self.output_gate);
         if let Some(p) = &self.kv {
             all.extend([&p.k, &p.v]);
         }

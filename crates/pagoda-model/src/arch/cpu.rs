@@ -203,6 +203,17 @@ impl Backend for Cpu {
         super::mamba2_host::run_cpu(params, state, zxbcdt, pass.seqs, out)
     }
 
+    fn gated_delta_net(
+        &self,
+        params: &super::gated_delta_cpu::DeltaNetParams,
+        state: (usize, &mut [f32], &[u32]),
+        [qkv, z, b, a]: [&Vec<f32>; 4],
+        pass: &CpuPass<'_>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        super::gated_delta_cpu::run_cpu(params, state, [qkv, z, b, a], pass.seqs, out)
+    }
+
     fn load_linear(
         &self,
         weights: &Weights,
@@ -353,6 +364,7 @@ impl Backend for Cpu {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
             Activation::SwigluOai => ops::swiglu_oai_mul(gate, up),
+            Activation::Sigmoid => ops::sigmoid_mul(gate, up),
         }
         Ok(())
     }

@@ -563,6 +563,20 @@ impl Backend for Cuda {
         ))
     }
 
+    fn gated_delta_net(
+        &self,
+        _params: &super::gated_delta_cpu::DeltaNetParams,
+        _state: (usize, &mut [f32], &[u32]),
+        _inputs: [&CudaAct; 4],
+        _pass: &CudaPass<'_>,
+        _out: &mut CudaAct,
+    ) -> Result<(), ModelError> {
+        Err(ModelError::Device(
+            "recurrent (hybrid) layers run on the CPU only; load this model with --device cpu"
+                .into(),
+        ))
+    }
+
     fn load_linear(
         &self,
         weights: &Weights,
@@ -807,6 +821,13 @@ impl Backend for Cuda {
             Activation::Silu => GatedActivation::Silu,
             Activation::GeluTanh => GatedActivation::GeluTanh,
             Activation::SwigluOai => GatedActivation::SwigluOai,
+            Activation::Sigmoid => {
+                return Err(ModelError::Device(
+                    "the sigmoid output gate (Qwen3.5's attention) runs on the CPU only; load \
+                     this model with --device cpu"
+                        .into(),
+                ))
+            }
         };
         Ok(self
             .gpu

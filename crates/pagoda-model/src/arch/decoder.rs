@@ -20,12 +20,14 @@
 //!
 //! In a hybrid model (`cfg.hybrid`) a layer's token mixer may be recurrent instead of
 //! attention ([`crate::config::Mixer`]: LFM2's short convolution, [`super::short_conv`];
-//! Granite 4.0-H's Mamba-2, [`super::mamba2`]): it reads and writes its sequences' state slots
+//! Granite 4.0-H's Mamba-2, [`super::mamba2`]; Qwen3.5's gated DeltaNet,
+//! [`super::gated_delta_net`]): it reads and writes its sequences' state slots
 //! ([`crate::recurrent_state`]) and keeps no K/V. Granite scales each block's output by
 //! `cfg.residual_scale` before its residual add.
 
 use super::backend::{Activations, Backend};
 use super::blocks::{attention_shape, AttentionWeights, GatedMlp};
+use super::gated_delta_net::GatedDeltaNet;
 use super::mamba2::Mamba2;
 use super::moe::MoeBlock;
 use super::per_layer::PerLayerGate;
@@ -69,6 +71,7 @@ enum TokenMixer<B: Backend> {
     Attention(AttentionWeights<B>),
     ShortConv(ShortConv<B>),
     Mamba2(Mamba2<B>),
+    GatedDeltaNet(GatedDeltaNet<B>),
 }
 
 impl<B: Backend> TokenMixer<B> {
@@ -77,6 +80,7 @@ impl<B: Backend> TokenMixer<B> {
             TokenMixer::Attention(a) => a.linears().into_iter().collect(),
             TokenMixer::ShortConv(c) => c.linears().into_iter().collect(),
             TokenMixer::Mamba2(m) => m.linears().into_iter().collect(),
+            TokenMixer::GatedDeltaNet(n) => n.linears().into_iter().collect(),
         }
     }
 }
@@ -157,8 +161,27 @@ impl<B: Backend> DecoderLayers<B> {
                     None
                 };
                 let mixer = match (cfg.layer_mixer(i), &cfg.hybrid) {
-                    (Mixer::ShortConv, Some(h)) => {
-                        TokenMixer::ShortConv(ShortConv::load(backend, weights, i, cfg, h.conv_kernel)?)
+                    (Mixer::ShortConv, Some(h)) => TokenMixer::ShortConv(ShortConv::load(
+                        backend,
+                        weights,
+                        i,
+                        cfg,
+                        h.conv_kernel,
+                    )?),
+                    (Mixer::GatedDeltaNet, Some(h)) => {
+                        let shape = h.delta_net.ok_or_else(|| {
+                            ModelError::InvalidConfig(format!(
+                                "layer {i} is a gated DeltaNet without its head shape"
+                            ))
+                        })?;
+                        TokenMixer::GatedDeltaNet(GatedDeltaNet::load(
+                            backend,
+                            weights,
+                            i,
+                            cfg,
+                            shape,
+                            h.conv_kernel,
+                        )?)
                     }
                     (Mixer::Mamba2, Some(h)) => {
                         let shape = h.mamba2.ok_or_else(|| {
@@ -181,7 +204,8 @@ impl<B: Backend> DecoderLayers<B> {
                     && backend.device() != crate::device::Device::Cpu
                 {
                     return Err(ModelError::InvalidConfig(format!(
-                        "layer {i} of this {} model is recurrent, and recurrent layers run on                          the CPU only; load it with --device cpu",
+                        "layer {i} of this {} model is recurrent, and recurrent layers run on \
+                         the CPU only; load it with --device cpu",
                         cfg.arch.family().display
                     )));
                 }
@@ -289,21 +313,13 @@ impl<B: Backend> DecoderLayers<B> {
                     attn.forward(backend, &shape, rope, kv_layer, a, pass)?;
                 }
                 TokenMixer::ShortConv(conv) => {
-                    let state = states.layer_mut(i - self.first).ok_or_else(|| {
-                        ModelError::InvalidBatch(format!(
-                            "layer {i} is recurrent but the cache holds no state for it: make                              the cache with the model's try_new_paged_cache"
-                        ))
-                    })?;
-                    conv.forward(backend, state, a, pass)?;
+                    conv.forward(backend, layer_state(states, i, self.first)?, a, pass)?
+                }
+                TokenMixer::GatedDeltaNet(net) => {
+                    net.forward(backend, layer_state(states, i, self.first)?, a, pass)?
                 }
                 TokenMixer::Mamba2(mamba) => {
-                    let state = states.layer_mut(i - self.first).ok_or_else(|| {
-                        ModelError::InvalidBatch(format!(
-                            "layer {i} is recurrent but the cache holds no state for it: make \
-                             the cache with the model's try_new_paged_cache"
-                        ))
-                    })?;
-                    mamba.forward(backend, state, a, pass)?;
+                    mamba.forward(backend, layer_state(states, i, self.first)?, a, pass)?
                 }
             }
             if let Some(s) = cfg.residual_scale {
@@ -340,4 +356,19 @@ impl<B: Backend> DecoderLayers<B> {
         }
         Ok(())
     }
+}
+
+/// Layer `i`'s recurrent state (its slots and the pass's slot per sequence) in `states`,
+/// which hold the layers from `first` on.
+fn layer_state(
+    states: &mut RecurrentStates,
+    i: usize,
+    first: usize,
+) -> Result<(usize, &mut [f32], &[u32]), ModelError> {
+    states.layer_mut(i - first).ok_or_else(|| {
+        ModelError::InvalidBatch(format!(
+            "layer {i} is recurrent but the cache holds no state for it: make the cache with \
+             the model's try_new_paged_cache"
+        ))
+    })
 }

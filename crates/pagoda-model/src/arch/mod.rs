@@ -35,6 +35,8 @@ pub mod cpu;
 pub mod cuda;
 pub(crate) mod cuda_weights;
 pub mod decoder;
+pub mod gated_delta_cpu;
+pub mod gated_delta_net;
 pub mod layers;
 pub mod mamba2;
 pub mod mamba2_host;

@@ -76,6 +76,7 @@ fn hybrid(mixers: Vec<Mixer>, conv_kernel: usize, m: Mamba2Config) -> Option<Hyb
         mixers,
         conv_kernel,
         mamba2: Some(m),
+        delta_net: None,
     })
 }
 

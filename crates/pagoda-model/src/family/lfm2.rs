@@ -150,6 +150,7 @@ fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
         mixers,
         conv_kernel,
         mamba2: None,
+        delta_net: None,
     });
     Ok(())
 }
@@ -205,6 +206,7 @@ fn hf(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
         mixers,
         conv_kernel,
         mamba2: None,
+        delta_net: None,
     });
     Ok(())
 }

@@ -34,6 +34,7 @@ mod phi3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35;
 mod qwen3moe;
 mod smollm3;
 
@@ -75,6 +76,7 @@ pub static FAMILIES: &[&Family] = &[
     &qwen2moe::SPEC,
     &lfm2::MOE_SPEC,
     &granite_hybrid::SPEC,
+    &qwen35::SPEC,
 ];
 
 /// The family of `arch`.

@@ -7,7 +7,7 @@ use crate::weights::Weights;
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
 
-/// The gate's activation of a gated MLP.
+/// The gate's activation of a gated MLP (and of Qwen3.5's attention output gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
     /// SwiGLU (Llama, Qwen, SmolLM).
@@ -16,6 +16,9 @@ pub enum Activation {
     GeluTanh,
     /// gpt-oss's clamped SwiGLU (`pagoda_kernels::ops::swiglu_oai_mul`).
     SwigluOai,
+    /// `sigmoid(gate) · x` (`pagoda_kernels::ops::sigmoid_mul`): Qwen3.5's gate on the
+    /// attention output.
+    Sigmoid,
 }
 
 /// Whether and over what queries and keys are RMS-normalized before RoPE.

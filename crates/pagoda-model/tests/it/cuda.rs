@@ -387,3 +387,31 @@ fn a_gpu_that_is_not_there_is_an_error_naming_it() {
         Err(missing) => assert!(text.contains(&missing.to_string()), "{text}"),
     }
 }
+
+/// Recurrent layers (LFM2, Qwen3.5) and Qwen3.5's gated attention run on the CPU only: a GPU
+/// refuses them when the model is built, saying to load it on the CPU (wholly on the GPU, or
+/// only Qwen3.5's last layer, its gated attention).
+#[test]
+fn hybrids_are_refused_on_the_gpu_by_name() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let Device::Cuda(ordinal) = gpu else { return };
+    for name in ["tiny-lfm2", "tiny-qwen35", "tiny-qwen35.gguf"] {
+        let source = open_model(&golden(name)).expect("open");
+        let err = Model::from_source_on(&source, gpu)
+            .err()
+            .unwrap_or_else(|| panic!("{name} built on the GPU"))
+            .to_string();
+        assert!(
+            err.contains("the CPU only; load it with --device cpu"),
+            "{name}: {err}"
+        );
+        if name.starts_with("tiny-qwen35") {
+            let err =
+                Model::from_source_placed(&source, DeviceChoice::Cuda(Some(ordinal)), Some(1))
+                    .err()
+                    .unwrap_or_else(|| panic!("{name}'s last layer built on the GPU"))
+                    .to_string();
+            assert!(err.contains("gates its attention output"), "{name}: {err}");
+        }
+    }
+}

@@ -614,6 +614,7 @@ fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&Mo
     let vocab = model.config().vocab_size;
     let n = g.tokens.len();
     let compare = |how: &str, logits_of: &dyn Fn(usize) -> Vec<f32>| {
+        let mut max = 0.0f32;
         for (p, want) in g.positions.iter().zip(&g.rows) {
             let got = logits_of(*p);
             let worst = want
@@ -625,7 +626,9 @@ fn check_hybrid(model_path: &Path, golden_path: &Path, check_config: impl Fn(&Mo
                 worst < F32_LOGIT_TOLERANCE,
                 "{name}: {how}: position {p}: logits differ by {worst}"
             );
+            max = max.max(worst);
         }
+        eprintln!("{name}: {how}: max abs logit difference {max}");
     };
     let mut cache = model.new_cache_with(256, KvDtype::F32);
     let all = model
@@ -810,9 +813,79 @@ fn granite4h_configs_it_cannot_run_are_refused_by_name() {
     }
 }
 
+fn qwen35_shape(c: &ModelConfig) {
+    use pagoda_model::config::Mixer::{Attention, GatedDeltaNet};
+    assert_eq!(c.arch, Architecture::Qwen35);
+    let h = c.hybrid.as_ref().expect("hybrid");
+    assert_eq!(
+        h.mixers,
+        vec![GatedDeltaNet, GatedDeltaNet, GatedDeltaNet, Attention]
+    );
+    let d = h.delta_net.expect("DeltaNet shape");
+    assert_eq!(
+        (h.conv_kernel, d.n_k_heads, d.n_v_heads, d.d_k, d.d_v),
+        (4, 2, 4, 16, 16)
+    );
+    assert_eq!((c.head_dim, c.rope_dim, c.n_kv_heads), (32, 8, 2));
+}
+
+#[test]
+fn qwen35_folder_matches_transformers() {
+    let dir = golden_root().join("tiny-qwen35");
+    check_hybrid(&dir, &dir.join("logits.json"), qwen35_shape);
+}
+
+#[test]
+fn qwen35_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-qwen35.gguf"),
+        &root.join("tiny-qwen35.llamacpp.json"),
+        qwen35_shape,
+    );
+}
+
 #[test]
 fn lfm2_configs_it_cannot_run_are_refused_by_name() {
-    let src = golden_root().join("tiny-lfm2");
+    check_refusals(
+        "tiny-lfm2",
+        &[
+            ("sliding_window", serde_json::json!(128), "sliding_window"),
+            ("conv_bias", serde_json::json!(true), "conv_bias"),
+            (
+                "layer_types",
+                serde_json::json!(["conv", "mamba", "conv", "conv", "conv", "full_attention"]),
+                "mamba",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn qwen35_configs_it_cannot_run_are_refused_by_name() {
+    check_refusals(
+        "tiny-qwen35",
+        &[
+            ("attention_bias", serde_json::json!(true), "attention_bias"),
+            (
+                "layer_types",
+                serde_json::json!([
+                    "linear_attention",
+                    "mamba",
+                    "linear_attention",
+                    "full_attention"
+                ]),
+                "mamba",
+            ),
+            ("linear_num_value_heads", serde_json::json!(3), "multiple"),
+        ],
+    );
+}
+
+/// A copy of the golden folder `golden` with each `(key, value)` set in its config.json in
+/// turn is refused with an error containing `needle`.
+fn check_refusals(golden: &str, cases: &[(&str, serde_json::Value, &str)]) {
+    let src = golden_root().join(golden);
     let dir = tempfile::tempdir().expect("tempdir");
     for entry in std::fs::read_dir(&src).expect("golden folder") {
         let p = entry.expect("entry").path();
@@ -821,19 +894,11 @@ fn lfm2_configs_it_cannot_run_are_refused_by_name() {
     let config = dir.path().join("config.json");
     let original: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("json");
-    for (key, value, needle) in [
-        ("sliding_window", serde_json::json!(128), "sliding_window"),
-        ("conv_bias", serde_json::json!(true), "conv_bias"),
-        (
-            "layer_types",
-            serde_json::json!(["conv", "mamba", "conv", "conv", "conv", "full_attention"]),
-            "mamba",
-        ),
-    ] {
+    for (key, value, needle) in cases {
         let mut c = original.clone();
-        c[key] = value;
+        c[*key] = value.clone();
         std::fs::write(&config, c.to_string()).expect("write");
         let err = open_model(dir.path()).expect_err(key).to_string();
-        assert!(err.contains(needle), "{key}: {err}");
+        assert!(err.contains(needle), "{golden}: {key}: {err}");
     }
 }
