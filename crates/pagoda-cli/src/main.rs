@@ -52,11 +52,18 @@ fn main() -> ExitCode {
         Command::MergeLora(args) => commands::merge_lora::run(args),
         Command::Gateway(args) => commands::gateway::run(args),
         Command::Tune(args) => commands::tune::run(args),
-        Command::TemplateWorker => pagoda_model::chat_template::serve_worker(
-            std::io::stdin().lock(),
-            std::io::stdout().lock(),
-        )
-        .map_err(anyhow::Error::from),
+        Command::TemplateWorker => {
+            // Ctrl-C in `pagoda run`'s chat reaches the whole process group; it stops the
+            // answer, and must not end the workers the next turn renders in. A worker still
+            // ends with its parent (its stdin closes).
+            let ignored = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, ignored);
+            pagoda_model::chat_template::serve_worker(
+                std::io::stdin().lock(),
+                std::io::stdout().lock(),
+            )
+            .map_err(anyhow::Error::from)
+        }
     };
     if let Some(path) = std::env::var_os(commands::compress::PEAK_RSS_FILE_ENV) {
         // Asked by `pagoda compress`, which runs this process as a stage.

@@ -70,11 +70,21 @@ impl Env {
 /// BPE vocabulary of 8, ChatML template), small enough to build in every test; `seed` goes
 /// into its weights so different seeds give different files.
 fn tiny_gguf(seed: u8) -> Vec<u8> {
+    tiny_gguf_with(seed, 128, None)
+}
+
+/// Hidden size and vocabulary of [`tiny_gguf`].
+const TINY_H: usize = 32;
+const TINY_VOCAB: usize = 8;
+
+/// [`tiny_gguf`] with a context of `context` tokens and, when `head` is given, an
+/// `output.weight` of those values (vocabulary x hidden) instead of the tied embedding.
+fn tiny_gguf_with(seed: u8, context: u32, head: Option<Vec<f32>>) -> Vec<u8> {
     use pagoda_model::gguf::{GgufArray, GgufValue, GgufWriter};
-    const H: usize = 32;
+    const H: usize = TINY_H;
     const KV: usize = 16;
     const FFN: usize = 64;
-    const VOCAB: usize = 8;
+    const VOCAB: usize = TINY_VOCAB;
     let mut w = GgufWriter::new();
     w.add_str("general.architecture", "llama")
         .add_str("general.name", "tiny")
@@ -83,7 +93,7 @@ fn tiny_gguf(seed: u8) -> Vec<u8> {
         .add_u32("llama.attention.head_count", 2)
         .add_u32("llama.attention.head_count_kv", 1)
         .add_u32("llama.feed_forward_length", FFN as u32)
-        .add_u32("llama.context_length", 128)
+        .add_u32("llama.context_length", context)
         .add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)
         .add_f32("llama.rope.freq_base", 10000.0)
         .add_str("tokenizer.ggml.model", "gpt2")
@@ -139,7 +149,18 @@ fn tiny_gguf(seed: u8) -> Vec<u8> {
         let n = shape.iter().product();
         w.add_f32_tensor(name, &shape, &ramp(n)).unwrap();
     }
+    if let Some(head) = head {
+        w.add_f32_tensor("output.weight", &[VOCAB, H], &head)
+            .unwrap();
+    }
     w.to_bytes()
+}
+
+/// The token embedding of [`tiny_gguf`]`(seed)`, row after row.
+fn tiny_embedding(seed: u8) -> Vec<f32> {
+    (0..TINY_VOCAB * TINY_H)
+        .map(|i| ((i * 7 + seed as usize) % 13) as f32 * 0.01 - 0.06)
+        .collect()
 }
 
 #[test]
@@ -2813,3 +2834,6 @@ fn serve_refuses_key_files_with_plaintext_keys_before_doing_anything() {
 
 #[path = "cli/template_worker.rs"]
 mod template_worker;
+
+#[path = "cli/run_chat.rs"]
+mod run_chat;

@@ -32,6 +32,8 @@ pub mod pull;
 pub mod quantize;
 pub mod rm;
 pub mod run;
+pub mod run_params;
+pub mod run_repl;
 pub mod serve;
 pub mod show;
 pub mod threads;

@@ -4,15 +4,19 @@
 //! timings go to stderr, so `pagoda run m "q" > answer.txt` captures just the answer.
 //! Each turn goes through the runtime (flags checked as request knobs) to the serving
 //! engine; an interactive chat's earlier turns come back from the engine's prefix cache.
+//! The interactive chat itself (line editor, `/` commands, Ctrl-C) is [`run_repl`]'s; the
+//! session's sampling settings are [`Params`].
 
 use crate::commands::model_loader::{load_for_generation, LoadArgs, LoadedModel};
-use anyhow::Context;
+use crate::commands::run_params::Params;
+use crate::commands::run_repl;
 use clap::Args;
 use pagoda_engine::EngineHandle;
 use pagoda_model::chat_template::ChatMessage;
 use pagoda_runtime::request::Bounds;
-use pagoda_runtime::{plan, single, Knobs};
-use std::io::{BufRead, Write};
+use pagoda_runtime::{plan, single};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Arguments of `pagoda run`.
 #[derive(Debug, Args)]
@@ -21,7 +25,9 @@ pub struct RunArgs {
     /// file or Hugging Face model folder. Missing catalog models are pulled first.
     #[arg(default_value = "smollm2:135m")]
     pub model: String,
-    /// The prompt. Without one, an interactive chat starts.
+    /// The prompt. Without one, an interactive chat starts, as `ollama run` has it: `/?`
+    /// lists its commands (`/set parameter`, `/set system`, `/show`, `/clear`, `/bye`),
+    /// `"""` starts a multi-line message, Ctrl-C stops an answer, Ctrl-D leaves.
     pub prompt: Option<String>,
     /// Send the prompt as-is, without the model's chat template.
     #[arg(long)]
@@ -81,29 +87,25 @@ pub struct RunArgs {
 const DEFAULT_MAX_TOKENS: usize = 512;
 
 impl RunArgs {
-    /// The flags as request knobs (checked by the runtime like any request's, over the
-    /// model's own defaults).
-    fn knobs(&self, loaded: &LoadedModel) -> Knobs {
-        Knobs {
+    /// The sampling flags as the session's settings, over the model's own defaults (the
+    /// runtime checks them like any request's knobs).
+    fn params(&self, loaded: &LoadedModel) -> Params {
+        Params {
             temperature: self.temperature,
             top_p: self.top_p,
-            top_k: self.top_k.map(|k| i64::try_from(k).unwrap_or(i64::MAX)),
+            top_k: self.top_k,
             min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
-            repetition_penalty: self.repeat_penalty,
-            repeat_last_n: self
-                .repeat_last_n
-                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
             seed: self.seed,
-            stop: loaded.stops_with(self.stop.clone()),
             max_tokens: Some(
                 self.max_tokens
                     .or(loaded.default_max_tokens)
                     .unwrap_or(DEFAULT_MAX_TOKENS),
             ),
-            n: 1,
-            ..Knobs::default()
+            stop: self.stop.clone(),
         }
     }
 }
@@ -115,31 +117,38 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // One conversation on the serving engine: earlier turns are found again by its prefix
     // cache, so a follow-up only prefills what is new.
     let (engine, bounds) = single::start(&loaded, args.ctx_size)?;
-    let session = Session {
-        args: &args,
-        loaded: &loaded,
-        engine: &engine,
-        bounds,
-    };
     let system = args
         .system
         .clone()
         .or_else(|| loaded.default_system.clone());
-    let mut chat = Conversation::new(system.clone(), &loaded.preset_messages);
+    let mut session = Session {
+        args: &args,
+        loaded: &loaded,
+        engine: &engine,
+        bounds,
+        chat: Conversation::new(system.clone(), &loaded.preset_messages),
+        system,
+    };
+    let mut params = args.params(&loaded);
     let result = match &args.prompt {
-        Some(prompt) => session.answer(&mut chat, prompt),
-        None => session.interactive(&mut chat, system),
+        Some(prompt) => session
+            .turn(prompt, &params, &AtomicBool::new(false))
+            .map(drop),
+        None => run_repl::run(&mut session, &mut params, &args.model),
     };
     engine.shutdown();
     result
 }
 
-/// What every turn of one `pagoda run` shares.
+/// One `pagoda run`: the model, its engine and the conversation so far.
 struct Session<'a> {
     args: &'a RunArgs,
     loaded: &'a LoadedModel,
     engine: &'a EngineHandle,
     bounds: Bounds,
+    chat: Conversation,
+    /// The system message a cleared conversation starts with.
+    system: Option<String>,
 }
 
 /// The messages of an interactive chat so far.
@@ -159,38 +168,79 @@ impl Conversation {
     }
 }
 
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Finished,
+    /// Ctrl-C (or a closed stdout) stopped the answer.
+    Stopped,
+}
+
 impl Session<'_> {
-    /// Answers one prompt, streaming the answer to stdout, and records it in the
-    /// conversation.
-    fn answer(&self, chat: &mut Conversation, prompt: &str) -> anyhow::Result<()> {
+    /// Answers one prompt, streaming the answer to stdout, and records the turn in the
+    /// conversation: the prompt always (Ollama keeps it too), the answer unless stopped.
+    fn turn(&mut self, prompt: &str, params: &Params, stop: &AtomicBool) -> anyhow::Result<Ended> {
         let (args, loaded) = (self.args, self.loaded);
         let prompt_tokens = if args.raw {
             loaded.tokenizer.encode(prompt, true)?
         } else {
-            chat.messages.push(ChatMessage::new("user", prompt));
-            loaded.encode_chat(&chat.messages)?
+            self.chat.messages.push(ChatMessage::new("user", prompt));
+            match loaded.encode_chat(&self.chat.messages) {
+                Ok(tokens) => tokens,
+                Err(e) => {
+                    self.chat.messages.pop();
+                    return Err(e.into());
+                }
+            }
         };
-        let plan = plan::plain(
+        let planned = plan::plain(
             prompt_tokens,
             &loaded.default_sampling,
-            args.knobs(loaded),
+            params.knobs(|stops| loaded.stops_with(stops)),
             &self.bounds,
         )
         .map_err(|e| match e.param_name() {
             Some(param) => anyhow::anyhow!("{e} (--{})", param.replace('_', "-")),
             None => anyhow::anyhow!("{e}"),
-        })?;
+        });
+        let planned = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                // A turn that cannot run leaves the conversation as it was.
+                if !args.raw {
+                    self.chat.messages.pop();
+                }
+                return Err(e);
+            }
+        };
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        let result = single::generate(self.engine, plan.request, |text| {
-            // A closed pipe (e.g. `| head`) ends generation rather than erroring.
-            out.write_all(text.as_bytes())
-                .and_then(|_| out.flush())
-                .is_ok()
-        })?;
+        let mut ended = Ended::Finished;
+        let result = single::generate(self.engine, planned.request, |text| {
+            // Ctrl-C, or a closed pipe (e.g. `| head`), ends generation rather than erroring.
+            let go_on = !stop.load(Ordering::SeqCst)
+                && out
+                    .write_all(text.as_bytes())
+                    .and_then(|_| out.flush())
+                    .is_ok();
+            if !go_on {
+                ended = Ended::Stopped;
+            }
+            go_on
+        });
         writeln!(out).ok();
-        if !args.raw {
-            chat.messages
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if !args.raw {
+                    self.chat.messages.pop();
+                }
+                return Err(e.into());
+            }
+        };
+        if !args.raw && ended == Ended::Finished {
+            self.chat
+                .messages
                 .push(ChatMessage::new("assistant", result.text.clone()));
         }
         if args.verbose {
@@ -198,48 +248,72 @@ impl Session<'_> {
             let prefilled = u.prompt_tokens - u.cached_prompt_tokens;
             let split = result.split();
             eprintln!(
-                "prompt: {} tokens ({} cached), {:.1} tokens/s | answer: {} tokens, {:.1} tokens/s | finish: {:?}",
+                "prompt: {} tokens ({} cached), {:.1} tokens/s | answer: {} tokens, {:.1} tokens/s | finish: {}",
                 u.prompt_tokens,
                 u.cached_prompt_tokens,
                 split.prefill_tps(prefilled),
                 u.completion_tokens,
                 split.decode_tps(u.completion_tokens.saturating_sub(1)),
-                result.finish,
+                match ended {
+                    Ended::Finished => format!("{:?}", result.finish),
+                    Ended::Stopped => "stopped".to_string(),
+                },
             );
         }
-        Ok(())
+        Ok(ended)
+    }
+}
+
+impl run_repl::Chat for Session<'_> {
+    fn answer(&mut self, prompt: &str, params: &Params, stop: &AtomicBool) -> anyhow::Result<()> {
+        self.turn(prompt, params, stop).map(drop)
     }
 
-    /// A read-answer loop on stdin. `/bye` or end of input leaves; `/clear` forgets the chat.
-    fn interactive(&self, chat: &mut Conversation, system: Option<String>) -> anyhow::Result<()> {
-        eprintln!(
-            "Chatting with {}. Type /bye to leave, /clear to start over.",
-            self.args.model
-        );
-        let stdin = std::io::stdin();
-        let mut lines = stdin.lock().lines();
-        loop {
-            eprint!(">>> ");
-            std::io::stderr().flush().ok();
-            let Some(line) = lines.next() else { break };
-            let line = line.context("reading the prompt from stdin")?;
-            let line = line.trim();
-            match line {
-                "" => continue,
-                "/bye" | "/exit" | "/quit" => break,
-                "/clear" => {
-                    *chat = Conversation::new(system.clone(), &self.loaded.preset_messages);
-                    eprintln!("(conversation cleared)");
-                    continue;
-                }
-                _ => {}
-            }
-            if let Err(e) = self.answer(chat, line) {
-                // One bad turn (say, a prompt longer than the context) doesn't end the chat.
-                eprintln!("error: {e:#}");
-                chat.messages.pop();
-            }
+    fn clear(&mut self) {
+        self.chat = Conversation::new(self.system.clone(), &self.loaded.preset_messages);
+    }
+
+    fn set_system(&mut self, text: String) {
+        let message = ChatMessage::new("system", text.clone());
+        match self.chat.messages.first_mut() {
+            Some(first) if first.role.as_str() == "system" => *first = message,
+            _ => self.chat.messages.insert(0, message),
         }
-        Ok(())
+        self.system = Some(text);
+    }
+
+    fn show(&self, topic: &str) -> Option<String> {
+        let loaded = self.loaded;
+        match topic {
+            "info" => {
+                let info = &loaded.info;
+                let mut out = String::from(
+                    "  Model
+",
+                );
+                let mut row = |k: &str, v: String| out.push_str(&format!("    {k:<18}{v}\n"));
+                row("architecture", info.architecture.clone());
+                row(
+                    "parameters",
+                    crate::commands::show::human_count(info.parameter_count),
+                );
+                row("context length", info.context_length.to_string());
+                row("session context", self.bounds.context.to_string());
+                row("quantization", info.file_type.clone());
+                row("runs on", loaded.placement.clone());
+                Some(out)
+            }
+            "system" => Some(
+                self.system
+                    .clone()
+                    .unwrap_or_else(|| "No system message was specified for this model.".into()),
+            ),
+            "template" => Some(if loaded.template_source.is_empty() {
+                "No prompt template was specified for this model (ChatML is used).".into()
+            } else {
+                loaded.template_source.clone()
+            }),
+            _ => None,
+        }
     }
 }

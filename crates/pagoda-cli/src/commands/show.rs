@@ -186,7 +186,7 @@ fn render_details(opened: &Validated) -> String {
 }
 
 /// `134.5M`, `1.5B`: parameter counts the way model cards write them.
-fn human_count(n: u64) -> String {
+pub(crate) fn human_count(n: u64) -> String {
     let n = n as f64;
     if n >= 1e9 {
         format!("{:.1}B", n / 1e9)
