@@ -832,18 +832,27 @@ fn device_flag_runs_on_the_cpu_or_names_what_a_gpu_lacks() {
         // No usable GPU: auto ran on the CPU (same output), cuda is an error naming why.
         assert_eq!(stdout(&auto), stdout(&cpu));
         let why = report["gpu_unavailable"].as_str().unwrap();
-        // The start-up line says why: in short without a driver (the install hints are
-        // `pagoda devices`' and `--device cuda`'s), in full when a library is missing.
-        let said = if why.contains("the NVIDIA driver (libcuda.so") {
-            "no NVIDIA driver"
+        if why.contains("the NVIDIA driver (libcuda.so") {
+            // No driver, no GPU to speak of: quiet unless -v (the install hints are `pagoda
+            // devices`' and `--device cuda`'s).
+            assert!(!stderr(&auto).contains("NVIDIA"), "{}", stderr(&auto));
+            let mut a = vec!["-v".to_string()];
+            a.extend(args("auto"));
+            let verbose = env.run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+            ok(&verbose);
+            assert!(
+                stderr(&verbose).contains("cpu: no NVIDIA driver"),
+                "{}",
+                stderr(&verbose)
+            );
         } else {
-            why
-        };
-        assert!(
-            stderr(&auto).contains(&format!("cpu: {said}")),
-            "{}",
-            stderr(&auto)
-        );
+            // A driver but no usable GPU: what is missing matters.
+            assert!(
+                stderr(&auto).contains(&format!("cpu: {why}")),
+                "{}",
+                stderr(&auto)
+            );
+        }
         let asked = with_gpu_layers("auto", "1");
         ok(&asked);
         assert!(
@@ -2680,6 +2689,61 @@ fn tune_on_cuda_without_a_gpu_names_what_is_missing_before_any_model() {
     assert!(e.contains("--device cuda:0"), "{e}");
     assert!(e.contains("needs one"), "{e}");
     assert!(!e.contains("no-such-model"), "the device fails first: {e}");
+}
+
+/// A plain `pagoda run` on a machine without an NVIDIA driver says nothing about GPUs.
+#[test]
+fn run_without_a_driver_prints_no_gpu_line() {
+    if !matches!(pagoda_cuda::list_gpus(), Err(pagoda_cuda::CudaError::MissingLibraries(m))
+        if m.contains(&pagoda_cuda::libraries::DRIVER))
+    {
+        eprintln!("skipping: this machine has an NVIDIA driver");
+        return;
+    }
+    let env = Env::new();
+    let model = env.gguf("tiny.gguf", 1);
+    let o = env.run(&[
+        "run",
+        model.to_str().unwrap(),
+        "--raw",
+        "ab",
+        "--max-tokens",
+        "3",
+    ]);
+    ok(&o);
+    let e = stderr(&o);
+    for word in ["GPU", "NVIDIA", "cuda", "cpu:"] {
+        assert!(!e.contains(word), "{word} in: {e}");
+    }
+}
+
+/// `serve --device cuda` without a GPU fails before anything is pulled or said to be serving,
+/// in one line that names what is missing and no store path.
+#[test]
+fn serve_on_cuda_without_a_gpu_fails_first_in_one_line() {
+    if std::env::var_os(pagoda_cuda::interpret::ENV).is_none()
+        && pagoda_cuda::list_gpus().is_ok_and(|g| !g.is_empty())
+    {
+        eprintln!("skipping: this machine has a GPU");
+        return;
+    }
+    let env = Env::new();
+    let o = env.run(&[
+        "serve",
+        "-m",
+        "no-such-model:1b",
+        "--port",
+        "0",
+        "--device",
+        "cuda",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+    assert!(e.starts_with("error: --device cuda: "), "{e}");
+    assert!(!e.contains("serving"), "{e}");
+    assert!(!e.contains("no-such-model"), "the device fails first: {e}");
+    assert!(!e.contains(env.store().to_str().unwrap()), "{e}");
 }
 
 // ---- `pagoda merge-lora` and the QLoRA refusal at load ----

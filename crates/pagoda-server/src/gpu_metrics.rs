@@ -188,8 +188,9 @@ impl GpuGauges {
     }
 }
 
-/// NVML's probe when NVML loads, else `None` after one log line saying why (on a machine
-/// without a GPU that is expected, hence info, not a warning).
+/// NVML's probe when NVML loads, else `None` after one log line saying why: at debug level
+/// (`-vv`), since on a machine without an NVIDIA GPU there is nothing to say (issue 41: no
+/// GPU line there unless asked for).
 pub fn nvml_probe() -> Option<Box<dyn GpuProbe>> {
     match NvmlProbe::open() {
         Ok(p) => {
@@ -197,7 +198,7 @@ pub fn nvml_probe() -> Option<Box<dyn GpuProbe>> {
             Some(Box::new(p))
         }
         Err(e) => {
-            tracing::info!(reason = %e, "no GPU gauges on /metrics");
+            tracing::debug!(reason = %e, "no GPU gauges on /metrics");
             None
         }
     }

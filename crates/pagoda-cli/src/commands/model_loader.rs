@@ -6,7 +6,7 @@
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::QuantTarget;
-use pagoda_model::DeviceChoice;
+use pagoda_model::{Device, DeviceChoice};
 use pagoda_runtime::loader::{self, LoadOptions, Pull};
 use std::time::Duration;
 
@@ -88,9 +88,9 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     let loaded = loader::load_with(&resolved, name, &args.options());
     spinner.finish_and_clear();
     let loaded = loaded?;
-    // Where it runs and why: `placing 20 of 28 layers on cuda:0 (...)`, `cpu: no NVIDIA GPU
-    // found`; asked for explicitly, the CPU goes without saying.
-    if args.device != DeviceChoice::Cpu {
+    // Where it runs and why (`placing 20 of 28 layers on cuda:0 (...)`), when it matters.
+    let gpu_asked = args.gpu_layers.is_some_and(|n| n > 0);
+    if placement_matters(args.device, gpu_asked, loaded.model.device() == Device::Cpu) {
         eprintln!("{}", loaded.placement);
     }
     if let Some(report) = &loaded.checkpoint_quant {
@@ -104,4 +104,26 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
         }
     }
     Ok(loaded)
+}
+
+/// Whether the start-up line saying where the model runs is worth a line on stderr: not for
+/// `--device cpu` (asked for), nor for `auto` on the CPU of a machine without an NVIDIA
+/// driver, where the CPU is all there is (`-v` logs the line, and `pagoda devices` says what
+/// a GPU would need); always when a GPU was asked for (`--device cuda`, `--gpu-layers N`) or
+/// is used, and when a GPU's driver is there but something else is missing.
+fn placement_matters(device: DeviceChoice, gpu_asked: bool, on_cpu: bool) -> bool {
+    match device {
+        DeviceChoice::Cpu => false,
+        DeviceChoice::Auto if on_cpu && !gpu_asked => !no_nvidia_driver(),
+        _ => true,
+    }
+}
+
+/// Whether this machine lacks the NVIDIA driver (libcuda), i.e. has no NVIDIA GPU to use.
+pub fn no_nvidia_driver() -> bool {
+    matches!(
+        pagoda_cuda::list_gpus(),
+        Err(pagoda_cuda::CudaError::MissingLibraries(missing))
+            if missing.contains(&pagoda_cuda::libraries::DRIVER)
+    )
 }

@@ -6,6 +6,7 @@ use crate::commands::engine_args::{parse_size, EngineArgs, RequestLimitArgs};
 use anyhow::Context;
 use clap::Args;
 use pagoda_engine::BatchingMode;
+use pagoda_model::DeviceChoice;
 use pagoda_server::state::{BrowserRules, ConnectionLimits, PullPolicy};
 use pagoda_server::{BoundServer, ServerConfig, DEFAULT_PORT};
 use std::sync::Arc;
@@ -129,6 +130,12 @@ pub struct ServeArgs {
 /// Runs `pagoda serve` until SIGTERM or Ctrl-C.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
+    // A GPU asked for by name must be there before anything is pulled, loaded or said to be
+    // serving: one error line naming what is missing.
+    let device = args.engine.load.device;
+    if !matches!(device, DeviceChoice::Auto | DeviceChoice::Cpu) {
+        device.resolve()?;
+    }
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
     let api_keys = pagoda_server::auth::ApiKeys::new(&args.api_keys, &args.api_key_files)?;
     let browsers = BrowserRules {
