@@ -38,10 +38,16 @@ fn builder(
         .with_ansi(std::io::stderr().is_terminal())
 }
 
-/// Installs the subscriber for the CLI commands: warnings (a failing source) and the store's
-/// short progress notes unless `-v`.
-pub fn init(verbosity: u8) {
-    let builder = builder(filter(verbosity, "warn,pagoda_store=info"));
+/// Installs the subscriber for the CLI commands: warnings (a failing source) and, with
+/// `store_notes`, the store's short progress notes unless `-v`. Commands that say what they
+/// did themselves (`rm`, `cp`) go without the notes, which would say it a second time.
+pub fn init(verbosity: u8, store_notes: bool) {
+    let quiet = if store_notes {
+        "warn,pagoda_store=info"
+    } else {
+        "warn"
+    };
+    let builder = builder(filter(verbosity, quiet));
     let result = if verbosity == 0 {
         builder.without_time().with_target(false).try_init()
     } else {

@@ -22,7 +22,9 @@ fn main() -> ExitCode {
         Command::Gateway(args) if args.command.is_none() => {
             logging::init_server(cli.verbosity(), args.log_format == "json")
         }
-        _ => logging::init(cli.verbosity()),
+        // They print their own line: the store's note would say it again.
+        Command::Rm(_) | Command::Cp(_) => logging::init(cli.verbosity(), false),
+        _ => logging::init(cli.verbosity(), true),
     }
     if let Some(dir) = &cli.store {
         // Single-threaded here: nothing else reads the environment yet.

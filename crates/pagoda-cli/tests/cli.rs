@@ -551,6 +551,37 @@ fn show_reads_real_model_details_when_available() {
     assert!(out.contains("chat template   yes"), "{out}");
 }
 
+/// `show` counts parameters as model cards do: an output head that copies the embedding (a
+/// tied model's GGUF that stores it again, as Qwen2.5's own GGUFs do) once, an untied head
+/// in full.
+#[test]
+fn show_counts_a_copied_output_head_once() {
+    let env = Env::new();
+    let parameters = |name: &str, head: Option<Vec<f32>>| {
+        let path = env.file(name, &tiny_gguf_with(1, 128, head));
+        let o = env.run(&["show", path.to_str().unwrap()]);
+        ok(&o);
+        let out = stdout(&o);
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("parameters"))
+            .unwrap_or_else(|| panic!("no parameters row: {out}"));
+        row.split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // 9,568 parameters with the embedding counted once; an untied head adds 8 x 32.
+    assert_eq!(parameters("tied.gguf", None), "9.6K");
+    let requantized = tiny_embedding(1)
+        .iter()
+        .map(|x| x * 1.02 + 0.0005)
+        .collect();
+    assert_eq!(parameters("copy.gguf", Some(requantized)), "9.6K");
+    let untied = tiny_embedding(1).iter().map(|x| -x).collect();
+    assert_eq!(parameters("untied.gguf", Some(untied)), "9.8K");
+}
+
 // ---- `pagoda run`: bad model files are reported, never a panic; the real model answers ----
 
 /// A copy of the transformers-made tiny Llama folder, with `edit` applied to its config.json.
@@ -1303,8 +1334,13 @@ fn cp_then_rm_of_the_original_keeps_the_copy_working() {
     let o = env.run(&["cp", "orig:1", "copy"]);
     ok(&o);
     assert_eq!(stdout(&o).trim(), "copied 'orig:1' to 'copy:latest'");
+    // Said once: no log line repeats it.
+    assert_eq!(stderr(&o), "", "{}", stderr(&o));
     assert_eq!(blobs(&env.store()), weights, "cp copies no blob");
-    ok(&env.run(&["rm", "orig:1"]));
+    let o = env.run(&["rm", "orig:1"]);
+    ok(&o);
+    assert_eq!(stdout(&o).trim(), "deleted 'orig:1'");
+    assert_eq!(stderr(&o), "", "{}", stderr(&o));
     assert_eq!(
         blobs(&env.store()),
         weights,

@@ -58,10 +58,70 @@ pub struct ModelInfo {
     pub file_size: u64,
 }
 
+/// Parameters as model cards count them: every tensor once, and a tied output head once, as
+/// the embedding matrix it is, also when the file stores a copy of it. Qwen2.5's own GGUFs
+/// (qwen2.5-coder:1.5b among them) keep `output.weight` as a re-quantized copy of
+/// `token_embd.weight`; counted twice, the 1.54B model read as 1.8B.
+fn parameter_count(cfg: &ModelConfig, weights: &Weights) -> u64 {
+    let total = weights.n_parameters();
+    match weights.get("output.weight") {
+        Ok(head) if cfg.tie_word_embeddings || head_copies_embedding(weights) => {
+            total - head.n_elements() as u64
+        }
+        _ => total,
+    }
+}
+
+/// Whether `output.weight` holds the embedding matrix again: the same shape, and rows spread
+/// over the vocabulary pointing the same way (cosine above 0.95: re-quantization to another
+/// type moves a row by a few percent, while an untied head's rows are unrelated to the
+/// embedding's). Reads a few rows only.
+fn head_copies_embedding(weights: &Weights) -> bool {
+    const SAMPLED_ROWS: usize = 8;
+    let (Ok(head), Ok(embedding)) = (
+        weights.get("output.weight"),
+        weights.get("token_embd.weight"),
+    ) else {
+        return false;
+    };
+    if head.shape != embedding.shape || head.shape.len() != 2 || head.rows() == 0 {
+        return false;
+    }
+    let row = |t: &crate::weights::TensorView, r: usize| {
+        t.row_range("row", r..r + 1)
+            .ok()
+            .and_then(|v| v.to_f32().ok())
+    };
+    let rows = head.rows();
+    let mut compared = 0;
+    for i in 0..SAMPLED_ROWS.min(rows) {
+        let r = i * rows / SAMPLED_ROWS.min(rows);
+        let (Some(a), Some(b)) = (row(head, r), row(embedding, r)) else {
+            return false;
+        };
+        let dot: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
+        let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let (na, nb) = (norm(&a), norm(&b));
+        if na == 0.0 || nb == 0.0 {
+            // An unused token's zero row says nothing either way.
+            continue;
+        }
+        if dot / (na * nb) < 0.95 {
+            return false;
+        }
+        compared += 1;
+    }
+    compared > 0
+}
+
 /// Parameters one token reads (see [`ModelInfo::active_parameter_count`]): every expert
 /// tensor (`*_exp.{e}.*`, `family::moe`) counts `n_used / n_experts` of its size.
 fn active_parameters(cfg: &ModelConfig, weights: &Weights) -> u64 {
-    let total = weights.n_parameters();
+    let total = parameter_count(cfg, weights);
     let Some(moe) = &cfg.moe else {
         return total;
     };
@@ -202,7 +262,7 @@ fn open_gguf(path: &Path) -> Result<ModelSource, ModelError> {
     let info = ModelInfo {
         name,
         architecture: file.architecture()?.to_string(),
-        parameter_count: weights.n_parameters(),
+        parameter_count: parameter_count(&config, &weights),
         active_parameter_count: active_parameters(&config, &weights),
         tensor_bytes: weights.n_bytes(),
         file_type,
@@ -252,7 +312,7 @@ fn open_hf(dir: &Path) -> Result<ModelSource, ModelError> {
     let info = ModelInfo {
         name,
         architecture: f.config.arch.gguf_name().to_string(),
-        parameter_count: f.weights.n_parameters(),
+        parameter_count: parameter_count(&f.config, &f.weights),
         active_parameter_count: active_parameters(&f.config, &f.weights),
         tensor_bytes: f.weights.n_bytes(),
         file_type: match &f.checkpoint_quant {
@@ -327,6 +387,33 @@ mod tests {
         send_sync::<Tokenizer>();
         send_sync::<ChatTemplate>();
         send_sync::<Weights>();
+    }
+
+    #[test]
+    fn a_head_that_copies_the_embedding_is_found_and_an_untied_one_is_not() {
+        let matrix = |name: &str, rows: usize, value: &dyn Fn(usize) -> f32| {
+            let data: Vec<u8> = (0..rows * 4).flat_map(|i| value(i).to_le_bytes()).collect();
+            crate::weights::TensorView::owned(name, GgmlType::F32, vec![rows, 4], data).unwrap()
+        };
+        let embedding = |i: usize| ((i * 7 % 13) as f32 - 6.0) * 0.01;
+        let with_head = |head: crate::weights::TensorView| {
+            let mut w = Weights::new();
+            w.insert(matrix("token_embd.weight", 16, &embedding))
+                .unwrap();
+            w.insert(head).unwrap();
+            w
+        };
+        // Re-quantized: each value a little off.
+        let copy = with_head(matrix("output.weight", 16, &|i| {
+            embedding(i) * 1.02 + 0.0005
+        }));
+        assert!(head_copies_embedding(&copy));
+        let untied = with_head(matrix("output.weight", 16, &|i| -embedding(i)));
+        assert!(!head_copies_embedding(&untied));
+        let other_shape = with_head(matrix("output.weight", 8, &embedding));
+        assert!(!head_copies_embedding(&other_shape));
+        let zeros = with_head(matrix("output.weight", 16, &|_| 0.0));
+        assert!(!head_copies_embedding(&zeros), "no row to compare");
     }
 
     #[test]
