@@ -61,6 +61,20 @@ pub fn loadable(path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// `134.5M`, `1.5B`: parameter counts the way model cards write them.
+pub fn human_count(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1}B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n}")
+    }
+}
+
 /// Sizes the way `ollama list` prints them: decimal units, no decimals from 10 up.
 pub fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];

@@ -295,7 +295,7 @@ impl run_repl::Chat for Session<'_> {
                 row("architecture", info.architecture.clone());
                 row(
                     "parameters",
-                    crate::commands::show::human_count(info.parameter_count),
+                    crate::commands::human_count(info.parameter_count),
                 );
                 row("context length", info.context_length.to_string());
                 row("session context", self.bounds.context.to_string());

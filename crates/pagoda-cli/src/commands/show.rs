@@ -148,13 +148,16 @@ fn render_details(opened: &Validated) -> String {
                 row("model", info.name.clone());
             }
             row("architecture", info.architecture.clone());
-            row("parameters", human_count(info.parameter_count));
+            row(
+                "parameters",
+                crate::commands::human_count(info.parameter_count),
+            );
             if let Some(moe) = &c.moe {
                 row(
                     "active params",
                     format!(
                         "{} per token ({} of {} experts)",
-                        human_count(info.active_parameter_count),
+                        crate::commands::human_count(info.active_parameter_count),
                         moe.n_used,
                         moe.n_experts
                     ),
@@ -183,20 +186,6 @@ fn render_details(opened: &Validated) -> String {
         }
     }
     out
-}
-
-/// `134.5M`, `1.5B`: parameter counts the way model cards write them.
-pub(crate) fn human_count(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1e9 {
-        format!("{:.1}B", n / 1e9)
-    } else if n >= 1e6 {
-        format!("{:.1}M", n / 1e6)
-    } else if n >= 1e3 {
-        format!("{:.1}K", n / 1e3)
-    } else {
-        format!("{n}")
-    }
 }
 
 /// A stored name, else a path used in place (never pulls).
@@ -294,9 +283,9 @@ mod tests {
 
     #[test]
     fn counts() {
-        assert_eq!(human_count(134_515_008), "134.5M");
-        assert_eq!(human_count(1_543_714_304), "1.5B");
-        assert_eq!(human_count(12), "12");
+        assert_eq!(crate::commands::human_count(134_515_008), "134.5M");
+        assert_eq!(crate::commands::human_count(1_543_714_304), "1.5B");
+        assert_eq!(crate::commands::human_count(12), "12");
     }
 
     #[test]
