@@ -301,26 +301,36 @@ impl BoundServer {
 
 /// Loads the models and LoRA adapters named at start, then marks the server ready.
 async fn preload(app: AppState, failed: tokio::sync::oneshot::Sender<ServerError>) {
+    // The operator started the server: they get the detail (paths included).
+    let fail = |name: String, e: crate::error::ApiError| {
+        let message = e.detail.map_or(e.message, String::from);
+        tracing::error!(model = %name, error = %message, "cannot load a model named at start");
+        ServerError::Preload {
+            model: name,
+            message,
+        }
+    };
+    // Generative models are loaded together, with one memory plan; embedders on their own.
+    let mut generative = Vec::new();
     for name in app.config.models.clone() {
         let loaded = match app.registry.kind(&name).await {
             Ok(pagoda_runtime::loader::ModelKind::Embedding) => {
                 app.embedders.acquire(&name).await.map(drop)
             }
             Ok(pagoda_runtime::loader::ModelKind::Generative) => {
-                app.registry.preload(&name).await.map(drop)
+                generative.push(name.clone());
+                Ok(())
             }
             Err(e) => Err(e),
         };
         if let Err(e) = loaded {
-            // The operator started the server: they get the detail (paths included).
-            let message = e.detail.map_or(e.message, String::from);
-            tracing::error!(model = %name, error = %message, "cannot load a model named at start");
-            let _ = failed.send(ServerError::Preload {
-                model: name,
-                message,
-            });
+            let _ = failed.send(fail(name, e));
             return;
         }
+    }
+    if let Err((name, e)) = app.registry.preload_all(&generative).await {
+        let _ = failed.send(fail(name, e));
+        return;
     }
     for (name, path) in app.config.loras.clone() {
         let Some(base) = app.config.models.first().cloned() else {

@@ -30,6 +30,7 @@ pub mod embedders;
 pub mod error;
 pub mod generation;
 pub mod gpu_metrics;
+pub mod memory_plan;
 pub mod metrics;
 pub mod names;
 pub mod ollama;

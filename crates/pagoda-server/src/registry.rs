@@ -2,6 +2,13 @@
 //! through a [`Lease`], unloaded when idle past their keep-alive, evicted to stay inside the
 //! memory budget, and swapped for a new version when the store's copy changes (hot reload).
 //!
+//! Memory: every model's KV pool is sized by [`crate::memory_plan`] — the models named at start
+//! together ([`Registry::preload_all`]: their weights are loaded first, then the budget is
+//! shared, or the set is refused), a model loaded on demand from the room the others leave
+//! (idle on-demand models evicted first, least recently used). Models named at start are
+//! *pinned*: never evicted, never unloaded by a keep-alive (only by an explicit unload, after
+//! which `/ready` is 503 until they are loaded again).
+//!
 //! Invariants:
 //! - one load per model at a time: concurrent first requests wait on the same load;
 //! - a [`Lease`] keeps its [`ServedModel`] (and its engine) alive, so requests in flight
@@ -14,9 +21,11 @@
 
 use crate::adapters::Adapters;
 use crate::error::ApiError;
+use crate::memory_plan::{self, KvNeed};
 use crate::names::{ModelNames, NamedModel};
-use pagoda_engine::{EngineConfig, EngineHandle};
+use pagoda_engine::{EngineConfig, EngineHandle, StatePlan};
 use pagoda_model::arch::LoraWeights;
+use pagoda_model::PagedKvCache;
 use pagoda_runtime::loader::{self, LoadOptions, LoadedModel};
 use pagoda_store::Store;
 use std::collections::HashMap;
@@ -42,6 +51,8 @@ pub struct ServedModel {
     pub loaded: LoadedModel,
     pub engine: EngineHandle,
     pub loaded_at: SystemTime,
+    /// Named at start: never evicted or unloaded by a keep-alive.
+    pub pinned: bool,
     activity: Mutex<Activity>,
     in_flight: AtomicUsize,
 }
@@ -66,10 +77,12 @@ impl ServedModel {
         Some(SystemTime::now() + keep.saturating_sub(idle))
     }
 
-    /// Weights plus KV pool, the figure the memory budget counts (the pool is reserved whole
-    /// but committed by the kernel only as blocks are written).
+    /// Weights plus KV pool (and a hybrid's state slots), the figure the memory budget counts
+    /// (the pool is reserved whole but committed by the kernel only as blocks are written).
     pub fn memory_bytes(&self) -> u64 {
-        self.loaded.weights_bytes() + self.engine.layout().bytes as u64
+        let layout = self.engine.layout();
+        let states = layout.states.map_or(0, |s| s.bytes() as u64);
+        self.loaded.weights_bytes() + layout.bytes as u64 + states
     }
 
     /// Weights plus the KV blocks in use now: what `/api/ps` reports as the model's size.
@@ -85,7 +98,8 @@ impl ServedModel {
 
     fn idle_expired(&self, now: Instant) -> bool {
         let a = *self.activity();
-        self.in_flight() == 0
+        !self.pinned
+            && self.in_flight() == 0
             && a.keep_alive
                 .is_some_and(|k| now.saturating_duration_since(a.last_used) >= k)
     }
@@ -186,6 +200,13 @@ pub struct Registry {
     names: Arc<ModelNames>,
     config: RegistryConfig,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Keys of the models named at start (pinned), once loaded.
+    pinned: Mutex<Vec<String>>,
+    /// Held while a model's KV is planned and its engine started, so two loads do not plan
+    /// against the same room.
+    planning: tokio::sync::Mutex<()>,
+    /// Models loaded since start (every version, on demand or at start).
+    loads: AtomicUsize,
     /// LoRA adapters served on the loaded models.
     pub adapters: Adapters,
 }
@@ -203,8 +224,29 @@ impl Registry {
             names,
             config,
             slots: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(Vec::new()),
+            planning: tokio::sync::Mutex::new(()),
+            loads: AtomicUsize::new(0),
             adapters: Adapters::default(),
         }
+    }
+
+    /// Models loaded since start (each version of each model once).
+    pub fn loads(&self) -> usize {
+        self.loads.load(Ordering::Acquire)
+    }
+
+    /// Whether every model named at start is loaded now.
+    pub fn pinned_loaded(&self) -> bool {
+        let pinned = self
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let slots = self.slots();
+        pinned
+            .iter()
+            .all(|k| slots.get(k).is_some_and(|s| s.cell.get().is_some()))
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -323,25 +365,166 @@ impl Registry {
         .map_err(|e| ApiError::internal(format!("model lookup failed: {e}")))?
     }
 
-    /// Loads a model at start: it stays loaded until a request's keep_alive says otherwise.
-    pub async fn preload(self: &Arc<Self>, name: &str) -> Result<Arc<ServedModel>, ApiError> {
-        let lease = self.acquire(name, Some(None)).await?;
-        Ok(lease.model().clone())
+    /// Loads the generative models named at start, planned together (module docs): their
+    /// weights first, then one KV plan for all of them (or the set is refused), then their
+    /// engines. They are pinned. `Err` names the model (or the set) and why.
+    pub async fn preload_all(self: &Arc<Self>, names: &[String]) -> Result<(), (String, ApiError)> {
+        let mut weighed = Vec::with_capacity(names.len());
+        for name in names {
+            let this = self.clone();
+            let owned = name.clone();
+            let target = tokio::task::spawn_blocking(move || this.target(&owned))
+                .await
+                .map_err(|e| {
+                    (
+                        name.clone(),
+                        ApiError::internal(format!("model lookup failed: {e}")),
+                    )
+                })?
+                .map_err(|e| (name.clone(), e))?;
+            let loaded = self
+                .load_weights(&target)
+                .await
+                .map_err(|e| (name.clone(), e))?;
+            weighed.push((target, loaded));
+        }
+        let needs: Vec<KvNeed> = weighed
+            .iter()
+            .map(|(t, l)| self.kv_need(&t.key, l))
+            .collect();
+        let plan: Vec<Option<u64>> = match (
+            self.config.memory_budget,
+            self.config.engine.kv_cache_memory,
+        ) {
+            // The operator sized every pool: each model gets that, if the set fits.
+            (Some(budget), Some(kv)) => {
+                let total: u64 = needs.iter().map(|n| n.weights + kv).sum();
+                if total > budget {
+                    return Err((
+                        names.join(", "),
+                        ApiError::unavailable(format!(
+                            "the models named at start need {:.2} GiB with --kv-cache-memory {:.2} GiB each, over the memory budget of {:.2} GiB; lower --kv-cache-memory, name fewer models, or raise --memory-budget",
+                            gib(total),
+                            gib(kv),
+                            gib(budget)
+                        )),
+                    ));
+                }
+                vec![Some(kv); needs.len()]
+            }
+            (Some(budget), None) => memory_plan::plan_together(budget, &needs)
+                .map_err(|m| (names.join(", "), ApiError::unavailable(m)))?
+                .into_iter()
+                .map(Some)
+                .collect(),
+            (None, kv) => vec![kv; needs.len()],
+        };
+        let _planning = self.planning.lock().await;
+        for ((target, loaded), kv) in weighed.into_iter().zip(plan) {
+            let key = target.key.clone();
+            let model = self
+                .start(target, loaded, kv, None, true)
+                .await
+                .map_err(|e| (key.clone(), e))?;
+            let cell = OnceCell::new();
+            let _ = cell.set(model);
+            self.slots().insert(key.clone(), Arc::new(Slot { cell }));
+            self.pinned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(key);
+        }
+        Ok(())
     }
 
+    /// Reads a model's weights (and tokenizer, template) without starting its engine.
+    async fn load_weights(&self, target: &Target) -> Result<LoadedModel, ApiError> {
+        let options = self.config.load;
+        let resolved = target.resolved.clone();
+        let key = target.key.clone();
+        tokio::task::spawn_blocking(move || {
+            loader::load_with(&resolved, &key, &options)
+                .map_err(|e| ApiError::load_failed(&key).with_detail(e.to_string()))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("model load failed: {e}")))?
+    }
+
+    /// What `loaded` asks of the memory budget under this server's engine settings (a model
+    /// on a GPU keeps its KV there: nothing beyond its weights here).
+    fn kv_need(&self, key: &str, loaded: &LoadedModel) -> KvNeed {
+        let e = &self.config.engine;
+        let cfg = loaded.model.config();
+        let (wanted, least) = if loaded.model.gpu_memory().ok().flatten().is_some() {
+            (0, 0)
+        } else {
+            let max_len = e
+                .max_model_len
+                .unwrap_or(cfg.context_length)
+                .min(cfg.context_length)
+                .max(2);
+            let per_seq = (PagedKvCache::bytes_per_block(cfg, e.block_size.max(1), e.kv_dtype)
+                * max_len.div_ceil(e.block_size.max(1))) as u64;
+            let states = StatePlan::for_config(cfg, e.max_num_seqs, e.prefix_caching)
+                .map_or(0, |p| p.bytes() as u64);
+            (
+                per_seq * e.max_num_seqs.max(1) as u64 + states,
+                per_seq + states,
+            )
+        };
+        KvNeed {
+            name: key.to_string(),
+            weights: loaded.weights_bytes(),
+            wanted,
+            least,
+        }
+    }
+
+    /// Loads `target` on demand: weights, then a KV pool from the room the loaded models
+    /// leave (evicting idle unpinned ones, least recently used first), then its engine.
     async fn load(
         self: &Arc<Self>,
         target: Target,
         keep_alive: KeepAlive,
     ) -> Result<Arc<ServedModel>, ApiError> {
-        self.make_room(&target)?;
-        let engine_config = self.config.engine.clone();
-        let options = self.config.load;
+        let loaded = self.load_weights(&target).await?;
+        let _planning = self.planning.lock().await;
+        let kv = match self.config.engine.kv_cache_memory {
+            Some(kv) => {
+                let mut need = self.kv_need(&target.key, &loaded);
+                (need.wanted, need.least) = (kv, kv);
+                self.make_room(&need)?;
+                Some(kv)
+            }
+            None => Some(self.make_room(&self.kv_need(&target.key, &loaded))?),
+        };
+        // A model named at start that was unloaded explicitly comes back pinned.
+        let pinned = self
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&target.key);
+        let keep_alive = if pinned { None } else { Some(keep_alive) };
+        self.start(target, loaded, kv, keep_alive, pinned).await
+    }
+
+    /// Starts `loaded`'s engine with a KV pool of `kv` bytes (`None`: the engine's own plan).
+    async fn start(
+        self: &Arc<Self>,
+        target: Target,
+        loaded: LoadedModel,
+        kv: Option<u64>,
+        keep_alive: Option<KeepAlive>,
+        pinned: bool,
+    ) -> Result<Arc<ServedModel>, ApiError> {
+        let mut engine_config = self.config.engine.clone();
+        if self.config.memory_budget.is_some() && loaded.model.gpu_memory().ok().flatten().is_none()
+        {
+            engine_config.kv_cache_memory = kv;
+        }
         let key = target.key.clone();
         let started = Instant::now();
         let model = tokio::task::spawn_blocking(move || -> Result<ServedModel, ApiError> {
-            let loaded = loader::load_with(&target.resolved, &target.key, &options)
-                .map_err(|e| ApiError::load_failed(&target.key).with_detail(e.to_string()))?;
             let engine = EngineHandle::start(
                 loaded.model.clone(),
                 loaded.tokenizer.clone(),
@@ -354,65 +537,57 @@ impl Registry {
                 loaded,
                 engine,
                 loaded_at: SystemTime::now(),
+                pinned,
                 activity: Mutex::new(Activity {
                     last_used: Instant::now(),
-                    keep_alive,
+                    keep_alive: keep_alive.flatten(),
                 }),
                 in_flight: AtomicUsize::new(0),
             })
         })
         .await
         .map_err(|e| ApiError::internal(format!("model load failed: {e}")))??;
+        self.loads.fetch_add(1, Ordering::AcqRel);
         tracing::info!(
             model = %key,
             version = %model.version,
             secs = started.elapsed().as_secs_f64(),
             kv_blocks = model.engine.layout().n_blocks,
+            kv_mib = model.engine.layout().bytes >> 20,
+            pinned,
             "model ready"
         );
         Ok(Arc::new(model))
     }
 
-    /// Evicts idle models, least recently used first, until `target` fits the budget;
-    /// 503 when models in use leave no room.
-    fn make_room(&self, target: &Target) -> Result<(), ApiError> {
+    /// Evicts idle unpinned models, least recently used first, until `need`'s least fits the
+    /// budget; returns its KV bytes. 503 when pinned or busy models leave no room.
+    fn make_room(&self, need: &KvNeed) -> Result<u64, ApiError> {
         let Some(budget) = self.config.memory_budget else {
-            return Ok(());
+            return Ok(need.wanted);
         };
-        let need = loader::dir_or_file_size(&target.resolved.path) + self.kv_estimate();
         let mut loaded = self.loaded();
         loaded.sort_by_key(|m| m.activity().last_used);
         let mut used: u64 = loaded.iter().map(|m| m.memory_bytes()).sum();
         for m in &loaded {
-            if used + need <= budget {
+            if memory_plan::plan_one(budget, used, need).is_some() {
                 break;
             }
-            if m.in_flight() == 0 {
+            if m.in_flight() == 0 && !m.pinned {
                 tracing::info!(model = %m.name, "evicting an idle model to make room");
                 self.remove(&m.name);
                 used = used.saturating_sub(m.memory_bytes());
             }
         }
-        if used + need > budget {
-            return Err(ApiError::unavailable(format!(
-                "not enough memory to load `{}`: it needs about {} MiB and models in use hold {} MiB of the {} MiB budget; retry when they are idle, or raise --memory-budget",
-                target.key,
-                need >> 20,
-                used >> 20,
-                budget >> 20
-            )));
-        }
-        Ok(())
-    }
-
-    /// The KV pool a new model will reserve: `--kv-cache-memory`, or the engine's default
-    /// share of the memory available now (an upper bound: the engine caps it at what
-    /// `max_num_seqs` full sequences need).
-    fn kv_estimate(&self) -> u64 {
-        self.config.engine.kv_cache_memory.unwrap_or_else(|| {
-            pagoda_engine::memory::available_memory().map_or(0, |m| {
-                (m as f64 * pagoda_engine::engine::DEFAULT_KV_FRACTION) as u64
-            })
+        memory_plan::plan_one(budget, used, need).ok_or_else(|| {
+            ApiError::unavailable(format!(
+                "not enough memory to load `{}`: it needs {:.2} GiB of weights and at least {:.2} GiB of KV cache, and the loaded models hold {:.2} GiB of the {:.2} GiB budget; retry when on-demand models are idle, lower --max-model-len, or raise --memory-budget",
+                need.name,
+                gib(need.weights),
+                gib(need.least),
+                gib(used),
+                gib(budget)
+            ))
         })
     }
 
@@ -424,7 +599,9 @@ impl Registry {
             .collect()
     }
 
-    /// Drops the registry's hold on `key` (requests in flight keep their version).
+    /// Drops the registry's hold on `key` (requests in flight keep their version). Only an
+    /// explicit unload (Ollama's empty request with `keep_alive: 0`, a delete) removes a
+    /// pinned model — `/ready` then says so until it is loaded again.
     pub fn remove(&self, key: &str) -> bool {
         self.slots().remove(key).is_some()
     }
@@ -468,7 +645,18 @@ impl Registry {
             }
             let keep = old.activity().keep_alive;
             let key = target.key.clone();
-            match self.load(target, keep).await {
+            let reloaded = match self.load_weights(&target).await {
+                // The new version takes the old one's place in the plan.
+                Ok(loaded) => {
+                    let kv = Some(
+                        old.engine.layout().bytes as u64
+                            + old.engine.layout().states.map_or(0, |s| s.bytes() as u64),
+                    );
+                    self.start(target, loaded, kv, Some(keep), old.pinned).await
+                }
+                Err(e) => Err(e),
+            };
+            match reloaded {
                 Ok(new) => {
                     let cell = OnceCell::new();
                     if cell.set(new).is_ok() {
@@ -484,6 +672,10 @@ impl Registry {
         }
         switched
     }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// Size and modification time of a path, as a version stamp.

@@ -200,9 +200,10 @@ impl AppState {
         }
     }
 
-    /// Ready: the models named at start are loaded and the server is not draining.
+    /// Ready: the models named at start are loaded (and still are) and the server is not
+    /// draining.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.draining()
+        self.ready.load(Ordering::Acquire) && !self.draining() && self.registry.pinned_loaded()
     }
 
     pub fn set_ready(&self) {

@@ -151,27 +151,31 @@ async fn models_not_named_at_start_load_on_first_request() {
 }
 
 #[tokio::test]
-async fn the_memory_budget_evicts_idle_models_and_refuses_when_all_are_busy() {
+async fn the_memory_budget_evicts_idle_on_demand_models_and_refuses_when_all_are_busy() {
     let mut c = config();
+    c.models = Vec::new();
     // One tiny model with its 8 MiB KV pool fits; two do not.
     c.memory_budget = Some(12 << 20);
     let s = start(c).await;
     let qwen = golden("tiny-qwen2").display().to_string();
-    // The preloaded model is idle: loading another evicts it.
+    let names = |ps: &serde_json::Value| -> Vec<String> {
+        ps["models"]
+            .as_array()
+            .expect("models")
+            .iter()
+            .filter_map(|m| m["name"].as_str().map(String::from))
+            .collect()
+    };
+    let r = s.post("/v1/chat/completions", json!({"model": tiny_llama(), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
+    assert_eq!(r.status(), 200);
+    // The idle on-demand model is evicted to load another.
     let r = s.post("/v1/chat/completions", json!({"model": qwen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
     assert_eq!(r.status(), 200);
-    let ps = s.get_json("/api/ps").await;
-    let names: Vec<&str> = ps["models"]
-        .as_array()
-        .expect("models")
-        .iter()
-        .filter_map(|m| m["name"].as_str())
-        .collect();
     let canonical = std::fs::canonicalize(&qwen)
         .expect("exists")
         .display()
         .to_string();
-    assert_eq!(names, vec![canonical.as_str()]);
+    assert_eq!(names(&s.get_json("/api/ps").await), vec![canonical]);
     // While qwen is busy, loading the other one is refused with 503, not a crash.
     let busy = s
         .post("/v1/completions", json!({"model": qwen, "prompt": "x", "max_tokens": 120, "ignore_eos": true, "stream": true}))
@@ -190,6 +194,119 @@ async fn the_memory_budget_evicts_idle_models_and_refuses_when_all_are_busy() {
     );
     while busy_stream.next().await.is_some() {}
     s.stop().await.expect("clean stop");
+}
+
+/// The three tiny models' weights and one full sequence's KV under `c`'s engine settings.
+fn sizes(c: &pagoda_server::ServerConfig, models: &[String]) -> Vec<(u64, u64)> {
+    models
+        .iter()
+        .map(|m| {
+            let src = pagoda_model::source::open_model(std::path::Path::new(m)).expect("opens");
+            let cfg = &src.config;
+            let bs = c.engine.block_size;
+            let len = c.engine.max_model_len.expect("set").min(cfg.context_length);
+            let per_seq = pagoda_model::PagedKvCache::bytes_per_block(cfg, bs, c.engine.kv_dtype)
+                * len.div_ceil(bs);
+            (src.info.file_size, per_seq as u64)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn models_named_at_start_share_one_memory_plan_and_are_never_evicted() {
+    let models: Vec<String> = ["tiny-llama", "tiny-qwen2", "tiny-qwen3"]
+        .iter()
+        .map(|m| golden(m).display().to_string())
+        .collect();
+    let mut c = config();
+    c.models = models.clone();
+    c.engine.kv_cache_memory = None;
+    c.engine.max_model_len = Some(128);
+    c.engine.max_num_seqs = 16;
+    let sizes = sizes(&c, &models);
+    // Room for 4 full sequences each beside the weights: each model alone would take 16
+    // (capped at 40 % of the budget), so their default pools cannot all fit.
+    let weights: u64 = sizes.iter().map(|s| s.0).sum();
+    let budget = weights + sizes.iter().map(|s| 4 * s.1).sum::<u64>();
+    let alone: u64 = sizes
+        .iter()
+        .map(|s| (16 * s.1).min((budget as f64 * 0.4) as u64))
+        .sum();
+    assert!(weights + alone > budget, "the test's premise");
+    c.memory_budget = Some(budget);
+    let s = start(c).await;
+    let loaded = s.state.registry.loaded();
+    assert_eq!(loaded.len(), 3);
+    let mut kv_total = 0;
+    for m in &loaded {
+        assert!(m.pinned, "{}", m.name);
+        let layout = m.engine.layout();
+        kv_total += layout.bytes as u64;
+        // At least one full sequence each.
+        assert!(layout.capacity_tokens() >= 128, "{}: {layout:?}", m.name);
+    }
+    assert!(
+        weights + kv_total <= budget,
+        "{} > {budget}",
+        weights + kv_total
+    );
+    assert_eq!(s.state.registry.loads(), 3);
+    // Each served in turn, twice: no load after start, all three still loaded, ready.
+    for _ in 0..2 {
+        for m in &models {
+            let r = s.post("/v1/chat/completions", json!({"model": m, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
+            assert_eq!(r.status(), 200, "{m}");
+        }
+    }
+    for m in &models {
+        let r = s.post("/api/generate", json!({"model": m, "prompt": "hi", "stream": false, "keep_alive": 0, "options": {"num_predict": 2}})).await;
+        assert_eq!(r.status(), 200, "{m}");
+    }
+    assert_eq!(s.state.registry.loads(), 3, "no model was reloaded");
+    assert_eq!(s.state.registry.loaded().len(), 3);
+    // A keep_alive of 0 does not unload a model named at start, nor does the reaper.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(s.state.registry.loaded().len(), 3);
+    let r = s.client.get(s.url("/ready")).send().await.expect("sent");
+    assert_eq!(r.status(), 200);
+    s.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn models_named_at_start_that_cannot_fit_are_refused_with_each_ones_sizes() {
+    let models: Vec<String> = ["tiny-llama", "tiny-qwen2"]
+        .iter()
+        .map(|m| golden(m).display().to_string())
+        .collect();
+    let mut c = config();
+    c.models = models.clone();
+    c.engine.kv_cache_memory = None;
+    c.engine.max_model_len = Some(128);
+    let sizes = sizes(&c, &models);
+    // The weights fit, but not one full sequence of KV for each.
+    c.memory_budget = Some(sizes.iter().map(|s| s.0).sum::<u64>() + sizes[0].1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = std::sync::Arc::new(
+        pagoda_store::Store::open(Some(dir.path().join("store"))).expect("store opens"),
+    );
+    let server = pagoda_server::BoundServer::bind(c, store)
+        .await
+        .expect("binds");
+    let e = server
+        .run(std::future::pending())
+        .await
+        .expect_err("the set cannot fit")
+        .to_string();
+    for part in [
+        "tiny-llama",
+        "tiny-qwen2",
+        "weights",
+        "KV cache",
+        "--memory-budget",
+        "--max-model-len",
+    ] {
+        assert!(e.contains(part), "{part} missing from: {e}");
+    }
 }
 
 #[tokio::test]

@@ -90,10 +90,23 @@ async fn chat_answers_as_the_assistant_and_matches_its_stream() {
 
 #[tokio::test]
 async fn listings_show_version_and_unload_by_keep_alive() {
-    let s = start(config()).await;
+    // Loaded on demand: a model named at start (-m) is never unloaded by a keep-alive
+    // (lifecycle::models_named_at_start_share_one_memory_plan_and_are_never_evicted).
+    let mut c = config();
+    c.models = Vec::new();
+    let s = start(c).await;
     let m = tiny_llama();
+    let r: Value = s
+        .post("/api/generate", json!({"model": m}))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(r["done_reason"], "load");
     let ps = s.get_json("/api/ps").await;
-    assert_eq!(ps["models"][0]["name"], m.as_str());
+    // Loaded on demand by path: known by its canonical form.
+    let canonical = std::fs::canonicalize(&m).expect("exists");
+    assert_eq!(ps["models"][0]["name"], canonical.display().to_string());
     assert!(ps["models"][0]["size"].as_u64().is_some_and(|b| b > 0));
     assert!(s.get_json("/api/tags").await["models"].is_array());
     assert!(s.get_json("/api/version").await["version"].is_string());
