@@ -159,6 +159,38 @@ pub fn parallel_for(n: usize, body: &(dyn Fn(usize) + Sync)) {
     }
 }
 
+/// Runs `body` on each `chunk`-long piece of `out` with the piece of `input` at the same
+/// offsets (the last pieces may be shorter), in parallel as [`parallel_for`] does; `input`
+/// must be as long as `out`. For element-wise work too large to leave to one thread (a
+/// prefill's activations): each element is computed once, by the same function, whatever
+/// the split, so results never depend on it.
+pub fn zip_chunks_mut<T: Send, U: Sync>(
+    out: &mut [T],
+    input: &[U],
+    chunk: usize,
+    body: &(dyn Fn(&mut [T], &[U]) + Sync),
+) {
+    assert_eq!(out.len(), input.len(), "zip_chunks_mut: lengths differ");
+    let chunk = chunk.max(1);
+    let len = out.len();
+    if len <= chunk {
+        return body(out, input);
+    }
+    struct Base<T>(*mut T);
+    // SAFETY: the pointer is only turned into the disjoint pieces below, one per task.
+    unsafe impl<T: Send> Sync for Base<T> {}
+    let base = Base(out.as_mut_ptr());
+    let base = &base;
+    parallel_for(len.div_ceil(chunk), &|i| {
+        let start = i * chunk;
+        let end = (start + chunk).min(len);
+        // SAFETY: task `i` alone touches `start..end` of `out`, which outlives the loop
+        // (`parallel_for` returns after every task).
+        let piece = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), end - start) };
+        body(piece, &input[start..end]);
+    });
+}
+
 fn run_job(pool: &Pool, n: usize, body: &(dyn Fn(usize) + Sync)) {
     let job = Job {
         body,
@@ -236,6 +268,25 @@ fn helper_loop(pool: &'static Pool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zip_chunks_mut_covers_every_element_once_in_and_out_of_a_pass() {
+        for (len, chunk) in [(0, 4), (1, 4), (7, 3), (64, 8), (1000, 7), (5, 0)] {
+            let input: Vec<u32> = (0..len as u32).collect();
+            let want: Vec<u32> = input.iter().map(|x| 3 * x + 1).collect();
+            let body = |out: &mut [u32], inp: &[u32]| {
+                for (o, &i) in out.iter_mut().zip(inp) {
+                    *o += 3 * i + 1;
+                }
+            };
+            let mut cold = vec![0u32; len];
+            zip_chunks_mut(&mut cold, &input, chunk, &body);
+            assert_eq!(cold, want, "len {len}, chunk {chunk}");
+            let mut hot = vec![0u32; len];
+            run_hot(|| zip_chunks_mut(&mut hot, &input, chunk, &body));
+            assert_eq!(hot, want, "hot: len {len}, chunk {chunk}");
+        }
+    }
 
     fn squares_hot(n: usize) -> Vec<u64> {
         let out: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();

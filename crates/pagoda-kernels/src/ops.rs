@@ -1,6 +1,8 @@
 //! Element-wise and row-wise operations of a transformer layer: RMSNorm, RoPE, softmax,
 //! activations. Written as plain loops the compiler vectorizes; they are a small share of a
-//! step next to the matrix products.
+//! step next to the matrix products. The gated activations split a prefill's rows between
+//! the threads of a pass (`hot_pool::zip_chunks_mut`; one thread below [`ELEMENTWISE_CHUNK`]
+//! elements), element by element, so results never depend on the split.
 //!
 //! Invariant: every function takes its shapes from slice lengths and the explicit dimension
 //! arguments, and panics (a programming error, not an input error) when they disagree.
@@ -87,9 +89,16 @@ pub fn softmax_inplace(x: &mut [f32]) {
     }
 }
 
+/// Elements per parallel task of the gated activations (below it they run on one thread:
+/// a decode step's few thousand elements cost less than waking a helper).
+const ELEMENTWISE_CHUNK: usize = 1 << 15;
+
 /// `gate = silu(gate) * up` (SwiGLU).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
+    crate::hot_pool::zip_chunks_mut(gate, up, ELEMENTWISE_CHUNK, &silu_mul_serial);
+}
+
+fn silu_mul_serial(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
@@ -97,7 +106,10 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 
 /// `gate = gelu_tanh(gate) * up` (GeGLU, as Gemma uses).
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
+    crate::hot_pool::zip_chunks_mut(gate, up, ELEMENTWISE_CHUNK, &gelu_tanh_mul_serial);
+}
+
+fn gelu_tanh_mul_serial(gate: &mut [f32], up: &[f32]) {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
@@ -108,7 +120,10 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
 
 /// `gate = sigmoid(gate) * up` (Qwen3.5's gate on the attention output).
 pub fn sigmoid_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
+    crate::hot_pool::zip_chunks_mut(gate, up, ELEMENTWISE_CHUNK, &sigmoid_mul_serial);
+}
+
+fn sigmoid_mul_serial(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = u / (1.0 + (-*g).exp());
     }
@@ -122,7 +137,10 @@ pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
 /// `gate = g · sigmoid(α g) · (u + 1)` with `g = min(gate, limit)`, `u = clamp(up, ±limit)`
 /// (gpt-oss; llama.cpp's `swiglu_oai`, transformers' `GptOssExperts`).
 pub fn swiglu_oai_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
+    crate::hot_pool::zip_chunks_mut(gate, up, ELEMENTWISE_CHUNK, &swiglu_oai_mul_serial);
+}
+
+fn swiglu_oai_mul_serial(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = g.min(SWIGLU_OAI_LIMIT);
         let y = u.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT);
