@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export PAGODA_HOME="${PAGODA_TEST_STORE:-$PWD/target/test-store}"
 
+# The disk this runs on is shared: say how much was free, so that a "No space left on device"
+# below can be told apart from a test that writes too much.
+echo "== disk free at start: $(df -h --output=avail "$PWD" | tail -1 | tr -d ' ')"
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -153,7 +156,7 @@ if command -v cargo-nextest >/dev/null 2>&1; then
   echo "== the kernel tests again with the interpreter's own NVRTC"
   PAGODA_CUDA_INTERPRET_NVRTC=builtin cargo nextest run -p pagoda-cuda --no-fail-fast \
     --test gpu --test quantized
-  echo "== every other test"
+  echo "== every other test (disk free: $(df -h --output=avail "$PWD" | tail -1 | tr -d ' '))"
   cargo nextest run --workspace --no-fail-fast -E "not ($gpu_tests)"
 else
   cargo test --workspace --no-fail-fast

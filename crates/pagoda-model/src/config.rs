@@ -59,6 +59,9 @@ pub enum Architecture {
     /// Qwen3.5 dense (llama.cpp `qwen35`): a hybrid of gated DeltaNet layers and gated
     /// attention layers.
     Qwen35,
+    /// Qwen3.5-MoE (llama.cpp `qwen35moe`): Qwen3.5's hybrid layers with a mixture of experts
+    /// and a gated shared expert in every MLP.
+    Qwen35Moe,
 }
 
 impl Architecture {
@@ -80,6 +83,7 @@ impl Architecture {
         Architecture::Lfm2Moe,
         Architecture::GraniteHybrid,
         Architecture::Qwen35,
+        Architecture::Qwen35Moe,
     ];
 }
 
@@ -402,6 +406,14 @@ impl ModelConfig {
             return bad(format!(
                 "RoPE dimension {} must be even and at most head_dim {}",
                 self.rope_dim, self.head_dim
+            ));
+        }
+        if let Some(i) =
+            (0..self.n_layers).find(|&i| !self.layer_is_moe(i) && self.layer_ffn_dim(i) == 0)
+        {
+            return bad(format!(
+                "layer {i} is a dense MLP but the file gives no feed-forward width (GGUF \
+                 feed_forward_length, config.json intermediate_size)"
             ));
         }
         if self.layer_is_sliding.len() != self.n_layers {

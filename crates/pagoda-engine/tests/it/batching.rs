@@ -249,8 +249,14 @@ fn every_other_family_batches_equal_each_alone() {
 #[test]
 fn a_hybrid_batches_and_survives_preemption_as_each_alone() {
     // tiny-lfm2moe: the same layers with experts routed by a biased sigmoid; tiny-granite4h:
-    // Mamba-2 layers.
-    for name in ["tiny-lfm2", "tiny-lfm2moe", "tiny-granite4h", "tiny-qwen35"] {
+    // Mamba-2 layers; tiny-qwen35moe: DeltaNet layers with routed and shared experts.
+    for name in [
+        "tiny-lfm2",
+        "tiny-lfm2moe",
+        "tiny-granite4h",
+        "tiny-qwen35",
+        "tiny-qwen35moe",
+    ] {
         let dir = golden(name);
         check_batch_equals_alone(&dir, small_config(&dir, 64), &LENGTHS, 10);
         check_batch_equals_alone(&dir, small_config(&dir, 12), &LENGTHS, 10);
@@ -356,13 +362,18 @@ fn prefix_cache_hit_gives_the_same_output_and_reports_cached_tokens() {
     engine.shutdown();
 }
 
-/// A hybrid (LFM2, Granite 4.0-H, Qwen3.5) under prefix caching: a second prompt sharing the first
+/// A hybrid (LFM2, Granite 4.0-H, Qwen3.5 dense and MoE) under prefix caching: a second prompt sharing the first
 /// one's 40 leading tokens resumes from the recurrent-state snapshot at that block boundary,
 /// computes only its suffix, and gives the tokens and logprobs (top 5 at every step) of a run
 /// without the cache.
 #[test]
 fn a_hybrid_resumes_a_shared_prefix_from_its_state_snapshot() {
-    for name in ["tiny-lfm2", "tiny-granite4h", "tiny-qwen35"] {
+    for name in [
+        "tiny-lfm2",
+        "tiny-granite4h",
+        "tiny-qwen35",
+        "tiny-qwen35moe",
+    ] {
         check_resume_from_snapshot(&golden(name));
     }
 }

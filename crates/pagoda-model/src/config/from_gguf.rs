@@ -42,8 +42,9 @@ impl ModelConfig {
             }
         };
         let n_kv_heads = per_layer("attention.head_count_kv")?.unwrap_or(n_heads);
-        let ffn_dim =
-            per_layer("feed_forward_length")?.ok_or_else(|| missing("feed_forward_length"))?;
+        // Absent in files whose every MLP is a mixture (Qwen3.5-MoE): `validate` refuses a
+        // dense layer left without a width.
+        let ffn_dim = per_layer("feed_forward_length")?.unwrap_or(0);
         if n_heads == 0 {
             return Err(k.bad(format!("{} is 0", k.key("attention.head_count"))));
         }

@@ -62,7 +62,9 @@ impl ModelConfig {
             Some(h) => h,
             None => d.head_dim.unwrap_or(hidden_size / n_heads),
         };
-        let ffn_dim = c.usize("intermediate_size")?;
+        // Absent in configs whose every MLP is a mixture (Qwen3.5-MoE): `validate` refuses a
+        // dense layer left without a width.
+        let ffn_dim = c.usize_opt("intermediate_size")?.unwrap_or(0);
         let vocab_size = c.usize("vocab_size")?;
         let rms_eps = c.f32_opt("rms_norm_eps")?.unwrap_or(d.rms_eps);
         let rope_params = c.get("rope_parameters").and_then(Value::as_object);

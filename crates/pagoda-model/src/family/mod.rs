@@ -77,6 +77,7 @@ pub static FAMILIES: &[&Family] = &[
     &lfm2::MOE_SPEC,
     &granite_hybrid::SPEC,
     &qwen35::SPEC,
+    &qwen35::MOE_SPEC,
 ];
 
 /// The family of `arch`.

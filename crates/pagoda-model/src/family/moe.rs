@@ -141,6 +141,7 @@ pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelErro
                 message,
             })?;
         }
+        split_gate_up(moe.n_experts, w, i)?;
         for proj in ["gate", "up", "down"] {
             let stacked = format!("blk.{i}.ffn_{proj}_exps.weight");
             let Some(t) = w.remove(&stacked) else {
@@ -170,6 +171,42 @@ pub fn split_experts(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelErro
                     w.insert(view).map_err(bad)?;
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Layer `i`'s fused `ffn_gate_up_exps` (`[n_experts, 2 · ffn, hidden]`: per expert its gate
+/// rows, then its up rows; llama.cpp's `--fuse-gate-up-exps` files and Qwen3.5-MoE's HF
+/// folders), if any, as per-expert gate and up views of the same bytes.
+fn split_gate_up(n_experts: usize, w: &mut Weights, i: usize) -> Result<(), ModelError> {
+    let fused = format!("blk.{i}.ffn_gate_up_exps.weight");
+    let Some(t) = w.remove(&fused) else {
+        return Ok(());
+    };
+    let bad = |message: String| ModelError::Tensor {
+        path: Default::default(),
+        tensor: fused.clone(),
+        message,
+    };
+    let [n, rows, _] = t.shape[..] else {
+        return Err(bad(format!("shape {:?} is not three-dimensional", t.shape)));
+    };
+    if n != n_experts || rows % 2 != 0 {
+        return Err(bad(format!(
+            "shape {:?}: {n_experts} experts of an even number of rows (gate, then up) were \
+             expected",
+            t.shape
+        )));
+    }
+    let ffn = rows / 2;
+    for e in 0..n_experts {
+        let expert = t.outer_slice(format!("{fused}.{e}"), e).map_err(bad)?;
+        for (proj, range) in [("gate", 0..ffn), ("up", ffn..rows)] {
+            let view = expert
+                .row_range(expert_name(i, proj, e), range)
+                .map_err(bad)?;
+            w.insert(view).map_err(bad)?;
         }
     }
     Ok(())

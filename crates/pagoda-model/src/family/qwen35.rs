@@ -21,10 +21,20 @@
 //! `linear_*` keys and keeps `A_log`. [`prepare`] gives HF's `linear_attn.*` the GGUF names
 //! (`A_log` as `ssm_a_log`). Multi-token-prediction layers (GGUF `nextn_predict_layers`, HF
 //! `mtp.*`) are not run.
+//!
+//! Qwen3.5-MoE (35B-A3B, 122B-A10B …; llama.cpp `qwen35moe`, transformers
+//! `Qwen3_5MoeForCausalLM`, [`MOE_SPEC`]): the same layers with every MLP a mixture of
+//! experts — a softmax router over all experts, the top `num_experts_per_tok` always
+//! renormalized (the family has no `norm_topk_prob` switch; llama.cpp renormalizes too) —
+//! plus a shared expert scaled per token by `sigmoid(shared_expert_gate · x)`. HF folders
+//! fuse each layer's experts (`mlp.experts.gate_up_proj` `[experts, 2 · ffn, hidden]`, gate
+//! rows then up rows; `mlp.experts.down_proj` `[experts, hidden, ffn]`), which [`prepare`]
+//! names as GGUF's stacked `ffn_gate_up_exps` / `ffn_down_exps` for `moe::split_experts`.
 
 use super::keys::{hf_bad, GgufKeys, HfKeys};
+use super::moe::{gguf_moe, hf_moe};
 use super::spec::{Activation, Block, Family, HfDefaults, NormPlacement, QkNorm};
-use crate::config::{Architecture, DeltaNetConfig, HybridConfig, Mixer, ModelConfig};
+use crate::config::{Architecture, DeltaNetConfig, Gating, HybridConfig, Mixer, ModelConfig};
 use crate::weights::{TensorView, Weights};
 use crate::ModelError;
 use pagoda_kernels::ops::RopeStyle;
@@ -59,6 +69,33 @@ pub(super) static SPEC: Family = Family {
     split_fused: Some(prepare),
     hf_extra: hf,
 };
+
+pub(super) static MOE_SPEC: Family = Family {
+    arch: Architecture::Qwen35Moe,
+    display: "Qwen3.5-MoE",
+    gguf_names: &["qwen35moe"],
+    hf_classes: &["Qwen3_5MoeForCausalLM"],
+    hf_model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
+    gguf_extra: gguf_with_experts,
+    hf_extra: hf_with_experts,
+    ..SPEC
+};
+
+/// Qwen3.5's layers, then the experts (always renormalized: see the module doc).
+fn gguf_with_experts(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    gguf(k, cfg)?;
+    gguf_moe(k, cfg, Gating::Softmax, true)
+}
+
+/// Qwen3.5's layers, then the experts (always renormalized: see the module doc).
+fn hf_with_experts(c: &HfKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    hf(c, cfg)?;
+    hf_moe(c, cfg, "moe_intermediate_size", Gating::Softmax)?;
+    if let Some(moe) = cfg.moe.as_mut() {
+        moe.normalize_top_k = true;
+    }
+    Ok(())
+}
 
 /// transformers' `partial_rotary_factor` when a Qwen3.5 config does not say.
 const DEFAULT_PARTIAL_ROTARY: f32 = 0.25;
@@ -215,9 +252,9 @@ fn rename(w: &mut Weights, from: &str, to: &str) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// Canonical names for HF's DeltaNet tensors and GGUF's MLP pre-norm; HF's `[channels, 1,
-/// taps]` convolution as `[channels, taps]`; each attention layer's interleaved query and
-/// gate rows split into `attn_q` and `attn_gate_q`.
+/// Canonical names for HF's DeltaNet tensors, HF's fused experts and GGUF's MLP pre-norm;
+/// HF's `[channels, 1, taps]` convolution as `[channels, taps]`; each attention layer's
+/// interleaved query and gate rows split into `attn_q` and `attn_gate_q`.
 fn prepare(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
     for i in 0..cfg.n_layers {
         for (from, to) in [
@@ -231,6 +268,8 @@ fn prepare(cfg: &ModelConfig, w: &mut Weights) -> Result<(), ModelError> {
             ("linear_attn.dt_bias", "ssm_dt.bias"),
             ("linear_attn.norm.weight", "ssm_norm.weight"),
             ("linear_attn.out_proj.weight", "ssm_out.weight"),
+            ("mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"),
+            ("mlp.experts.down_proj", "ffn_down_exps.weight"),
         ] {
             rename(w, &format!("blk.{i}.{from}"), &format!("blk.{i}.{to}"))?;
         }

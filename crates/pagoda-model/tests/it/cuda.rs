@@ -395,7 +395,12 @@ fn a_gpu_that_is_not_there_is_an_error_naming_it() {
 fn hybrids_are_refused_on_the_gpu_by_name() {
     let Some(gpu) = gpu_or_skip() else { return };
     let Device::Cuda(ordinal) = gpu else { return };
-    for name in ["tiny-lfm2", "tiny-qwen35", "tiny-qwen35.gguf"] {
+    for name in [
+        "tiny-lfm2",
+        "tiny-qwen35",
+        "tiny-qwen35.gguf",
+        "tiny-qwen35moe",
+    ] {
         let source = open_model(&golden(name)).expect("open");
         let err = Model::from_source_on(&source, gpu)
             .err()

@@ -845,6 +845,47 @@ fn qwen35_gguf_matches_llama_cpp() {
     );
 }
 
+fn qwen35moe_shape(c: &ModelConfig) {
+    use pagoda_model::config::Mixer::{Attention, GatedDeltaNet};
+    assert_eq!(c.arch, Architecture::Qwen35Moe);
+    let h = c.hybrid.as_ref().expect("hybrid");
+    assert_eq!(
+        h.mixers,
+        vec![GatedDeltaNet, GatedDeltaNet, GatedDeltaNet, Attention]
+    );
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!(
+        (
+            moe.n_experts,
+            moe.n_used,
+            moe.expert_ffn_dim,
+            moe.shared_ffn_dim
+        ),
+        (8, 2, 16, Some(16))
+    );
+    assert!(moe.normalize_top_k, "Qwen3.5-MoE always renormalizes");
+    assert!(moe.layers.iter().all(|&sparse| sparse));
+}
+
+/// The folder stores its experts fused (`mlp.experts.gate_up_proj`, as Qwen3.5-35B-A3B
+/// does); the golden's logits move by 1.9 without renormalizing the top k and by 4.3 without
+/// the shared expert, so a router or shared-expert slip cannot pass.
+#[test]
+fn qwen35moe_folder_matches_transformers() {
+    let dir = golden_root().join("tiny-qwen35moe");
+    check_hybrid(&dir, &dir.join("logits.json"), qwen35moe_shape);
+}
+
+#[test]
+fn qwen35moe_gguf_matches_llama_cpp() {
+    let root = golden_root();
+    check_hybrid(
+        &root.join("tiny-qwen35moe.gguf"),
+        &root.join("tiny-qwen35moe.llamacpp.json"),
+        qwen35moe_shape,
+    );
+}
+
 #[test]
 fn lfm2_configs_it_cannot_run_are_refused_by_name() {
     check_refusals(
