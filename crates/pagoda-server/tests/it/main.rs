@@ -5,6 +5,7 @@ mod browsers;
 mod embeddings;
 mod fuzz_requests;
 mod harness;
+mod hybrids;
 mod lifecycle;
 mod lora;
 mod ollama_api;
