@@ -329,6 +329,30 @@ impl Weights {
         t.to_f32()
     }
 
+    /// A causal depthwise convolution's weights as f32, `[channels, taps]` (HF's `[channels,
+    /// 1, taps]` reads the same), refused naming the shape expected when the element count
+    /// differs (the recurrent layers' `ssm_conv1d`, LFM2's `shortconv.conv`).
+    pub fn conv_f32(
+        &self,
+        name: &str,
+        channels: usize,
+        taps: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let t = self.get(name)?;
+        if t.n_elements() != channels * taps {
+            return Err(ModelError::Tensor {
+                path: Default::default(),
+                tensor: name.to_string(),
+                message: format!(
+                    "shape {:?}; a convolution of {taps} taps over {channels} channels was \
+                     expected",
+                    t.shape
+                ),
+            });
+        }
+        t.to_f32()
+    }
+
     /// Takes a tensor out.
     pub fn remove(&mut self, name: &str) -> Option<TensorView> {
         self.tensors.remove(name)

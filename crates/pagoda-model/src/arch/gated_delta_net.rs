@@ -62,18 +62,7 @@ impl<B: Backend> GatedDeltaNet<B> {
             tensor,
             message,
         };
-        let conv_name = name("ssm_conv1d.weight");
-        let conv = weights.get(&conv_name)?;
-        if conv.n_elements() != conv_dim * taps {
-            return Err(bad(
-                conv_name,
-                format!(
-                    "shape {:?}; a convolution of {taps} taps over {conv_dim} channels was \
-                     expected",
-                    conv.shape
-                ),
-            ));
-        }
+        let conv = weights.conv_f32(&name("ssm_conv1d.weight"), conv_dim, taps)?;
         let a_log_name = name("ssm_a_log");
         let a_log = if weights.contains(&a_log_name) {
             weights.vector_f32(&a_log_name, heads)?
@@ -98,7 +87,7 @@ impl<B: Backend> GatedDeltaNet<B> {
             params: DeltaNetParams::new(
                 shape,
                 taps,
-                conv.to_f32()?,
+                conv,
                 FileOrder {
                     a_log: &a_log,
                     dt_bias: &weights.vector_f32(&name("ssm_dt.bias"), heads)?,

@@ -55,18 +55,7 @@ impl Mamba2Params {
             tensor,
             message,
         };
-        let conv_name = name("ssm_conv1d.weight");
-        let conv = weights.get(&conv_name)?;
-        if conv.n_elements() != conv_dim * taps {
-            return Err(bad(
-                conv_name,
-                format!(
-                    "shape {:?}; a convolution of {taps} taps over {conv_dim} channels was \
-                     expected",
-                    conv.shape
-                ),
-            ));
-        }
+        let conv = weights.conv_f32(&name("ssm_conv1d.weight"), conv_dim, taps)?;
         let conv_bias_name = name("ssm_conv1d.bias");
         let conv_bias = if weights.contains(&conv_bias_name) {
             Some(weights.vector_f32(&conv_bias_name, conv_dim)?)
@@ -95,7 +84,7 @@ impl Mamba2Params {
         Ok(Mamba2Params {
             shape,
             taps,
-            conv: conv.to_f32()?,
+            conv,
             conv_bias,
             a,
             d: skip,

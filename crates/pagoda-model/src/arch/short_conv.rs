@@ -42,22 +42,11 @@ impl<B: Backend> ShortConv<B> {
     ) -> Result<Self, ModelError> {
         let d = cfg.hidden_size;
         let name = |t: &str| format!("blk.{i}.shortconv.{t}.weight");
-        let conv_name = name("conv");
-        let conv = weights.get(&conv_name)?;
-        if conv.n_elements() != d * taps {
-            return Err(ModelError::Tensor {
-                path: Default::default(),
-                tensor: conv_name,
-                message: format!(
-                    "shape {:?}; a convolution of {taps} taps over {d} channels was expected",
-                    conv.shape
-                ),
-            });
-        }
+        let conv = weights.conv_f32(&name("conv"), d, taps)?;
         Ok(ShortConv {
             in_proj: backend.load_linear(weights, &name("in_proj"), None, 3 * d, d)?,
             out_proj: backend.load_linear(weights, &name("out_proj"), None, d, d)?,
-            conv: conv.to_f32()?,
+            conv,
             taps,
         })
     }

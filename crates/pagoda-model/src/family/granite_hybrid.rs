@@ -96,24 +96,7 @@ fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
     if k.bool_opt("rope.scaling.finetuned")? == Some(false) {
         cfg.layer_uses_rope = vec![false; cfg.n_layers];
     }
-    let heads = k
-        .per_layer("attention.head_count_kv", cfg.n_layers)?
-        .unwrap_or_else(|| vec![cfg.n_kv_heads; cfg.n_layers]);
-    let mixers: Vec<Mixer> = heads
-        .iter()
-        .map(|&h| {
-            if h == 0 {
-                Mixer::Mamba2
-            } else {
-                Mixer::Attention
-            }
-        })
-        .collect();
-    cfg.n_kv_heads = heads
-        .iter()
-        .copied()
-        .find(|&h| h > 0)
-        .unwrap_or(cfg.n_heads);
+    let mixers = k.mixers_from_kv_heads(cfg, Mixer::Mamba2)?;
     if !mixers.contains(&Mixer::Mamba2) {
         return Ok(());
     }

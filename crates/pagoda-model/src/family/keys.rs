@@ -5,6 +5,7 @@
 //! Invariant: a key that is present with the wrong type is an error naming the key (and the
 //! file), never read as absent.
 
+use crate::config::{Mixer, ModelConfig};
 use crate::gguf::{GgufFile, GgufValue};
 use crate::ModelError;
 use serde_json::{Map, Value};
@@ -105,6 +106,29 @@ impl GgufKeys<'_> {
             (len, n) if n == usize::MAX || len == n => Ok(Some(v)),
             (len, n) => Err(self.bad(format!("{} has {len} entries for {n} layers", self.key(k)))),
         }
+    }
+
+    /// The layers' token mixers of a hybrid whose GGUF marks its recurrent layers by zero
+    /// K/V heads (`attention.head_count_kv` per layer: LFM2, Granite 4.0-H): `recurrent`
+    /// where the count is 0, attention elsewhere; the attention layers' count becomes
+    /// `cfg.n_kv_heads` (the query head count when no layer attends).
+    pub fn mixers_from_kv_heads(
+        &self,
+        cfg: &mut ModelConfig,
+        recurrent: Mixer,
+    ) -> Result<Vec<Mixer>, ModelError> {
+        let heads = self
+            .per_layer("attention.head_count_kv", cfg.n_layers)?
+            .unwrap_or_else(|| vec![cfg.n_kv_heads; cfg.n_layers]);
+        cfg.n_kv_heads = heads
+            .iter()
+            .copied()
+            .find(|&h| h > 0)
+            .unwrap_or(cfg.n_heads);
+        Ok(heads
+            .iter()
+            .map(|&h| if h == 0 { recurrent } else { Mixer::Attention })
+            .collect())
     }
 
     /// Per-layer booleans given as an array of `n_layers` integers (non-zero = true).

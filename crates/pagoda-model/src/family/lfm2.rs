@@ -115,24 +115,7 @@ fn leading_dense(cfg: &mut ModelConfig, dense: usize) {
 /// Layer mixers from per-layer K/V head counts (0: a convolution layer); the attention
 /// layers' count becomes the model's.
 fn gguf(k: &GgufKeys<'_>, cfg: &mut ModelConfig) -> Result<(), ModelError> {
-    let heads = k
-        .per_layer("attention.head_count_kv", cfg.n_layers)?
-        .unwrap_or_else(|| vec![cfg.n_kv_heads; cfg.n_layers]);
-    let mixers: Vec<Mixer> = heads
-        .iter()
-        .map(|&h| {
-            if h == 0 {
-                Mixer::ShortConv
-            } else {
-                Mixer::Attention
-            }
-        })
-        .collect();
-    cfg.n_kv_heads = heads
-        .iter()
-        .copied()
-        .find(|&h| h > 0)
-        .unwrap_or(cfg.n_heads);
+    let mixers = k.mixers_from_kv_heads(cfg, Mixer::ShortConv)?;
     let conv_kernel = k
         .usize_opt("shortconv.l_cache")?
         .ok_or_else(|| k.bad(format!("{} is missing", k.key("shortconv.l_cache"))))?;
