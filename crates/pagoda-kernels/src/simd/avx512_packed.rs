@@ -260,19 +260,29 @@ unsafe fn strip_q4k<const T: usize>(s: *const u8, nb: usize, tok: &[TokenRow]) {
                 sumi[t] = _mm512_add_epi32(sumi[t], scaled);
             }
         }
+        // The minimums as 16-bit pairs per lane, for `vpdpwssd` against pairs of activation
+        // sums: (m0, m2), (m1, m3), (m4, m6), (m5, m7).
+        let words = _mm512_set1_epi32(0x00FF_00FF);
+        let mins = [
+            _mm512_and_si512(mn_lo, words),
+            _mm512_srli_epi16(mn_lo, 8),
+            _mm512_and_si512(mn_hi, words),
+            _mm512_srli_epi16(mn_hi, 8),
+        ];
         for t in 0..T {
             let a = tok[t].act.add(Q8K * b);
-            let bsum = |g: usize| std::ptr::read_unaligned(a.add(260 + 2 * g) as *const i16) as i32;
-            let mut msum = _mm512_setzero_si512();
-            for j in 0..8 {
-                let m = if j < 4 {
-                    byte(mn_lo, j as u32)
-                } else {
-                    byte(mn_hi, j as u32 - 4)
-                };
-                let asum = _mm512_set1_epi32(bsum(2 * j) + bsum(2 * j + 1));
-                msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(m, asum));
-            }
+            // A sub-block's activation sum (two 16-column sums) fits in 16 bits: |sum| <= 32 · 128.
+            let asum = |j: usize| -> u32 {
+                let g =
+                    |i: usize| std::ptr::read_unaligned(a.add(260 + 2 * i) as *const i16) as i32;
+                (g(2 * j) + g(2 * j + 1)) as u16 as u32
+            };
+            let pair =
+                |j0: usize, j1: usize| _mm512_set1_epi32((asum(j0) | (asum(j1) << 16)) as i32);
+            let mut msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins[0], pair(0, 2));
+            msum = _mm512_dpwssd_epi32(msum, mins[1], pair(1, 3));
+            msum = _mm512_dpwssd_epi32(msum, mins[2], pair(4, 6));
+            msum = _mm512_dpwssd_epi32(msum, mins[3], pair(5, 7));
             let da = _mm512_set1_ps(rdf32(a));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, da), acc[t]);
             acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, da), acc[t]);
