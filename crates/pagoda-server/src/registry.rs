@@ -144,6 +144,13 @@ impl Lease {
             a.last_used = Instant::now();
             if let Some(k) = keep_alive {
                 a.keep_alive = k;
+                if model.pinned {
+                    tracing::debug!(
+                        model = %model.name,
+                        "keep_alive of the request kept, not applied: a model named at start \
+                         (-m) stays loaded until it is unloaded explicitly"
+                    );
+                }
             }
         }
         Lease {
