@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""A mixture-of-experts model end to end (issue 39): `pagoda serve` a tiny random Qwen3-MoE
-(tests/golden/tiny-qwen3moe, 8 experts, top 2) and drive it with the official `openai`
-client: a streamed chat, `n=2` (whole and streamed), and a tool call in the family's format
-(Qwen3's `<tool_call>{json}</tool_call>`, forced with `tool_choice`), whole and streamed,
-the streamed call reassembled as a client does. The model's weights are random, so the
+"""Mixture-of-experts and hybrid models end to end (issues 39, 40): `pagoda serve` a tiny
+random model and drive it with the official `openai` client: a streamed chat, `n=2` (whole
+and streamed), and a tool call in the family's format, forced with `tool_choice`, whole and
+streamed, the streamed call reassembled as a client does. `--family`:
+- `qwen3moe` (tests/golden/tiny-qwen3moe, 8 experts, top 2): Qwen3's
+  `<tool_call>{json}</tool_call>`;
+- `qwen35moe` (tests/golden/tiny-qwen35moe: Qwen3.5's hybrid DeltaNet/attention layers, 8
+  experts top 2 and a shared expert): Qwen3.5's `<tool_call><function=NAME><parameter=KEY>`
+  markup, and `n=2` forks of the recurrent state. The model's weights are random, so the
 checks are of the serving path (shapes, counts, finish reasons, the call's name and valid
 arguments), not of what it says.
 
 The copy served has a compact chat template that renders tools (the golden's 256-token
 context is too short for Pagoda's fallback tool prompt).
 
-Usage: moe_serve.py --pagoda target/debug/pagoda
+Usage: moe_serve.py --pagoda target/debug/pagoda [--family qwen3moe|qwen35moe]
 Exit status 0 when every check passed; each failure is printed.
 """
 
@@ -27,10 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server import Server, check, failures  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-GOLDEN = os.path.join(ROOT, "tests", "golden", "tiny-qwen3moe")
+GOLDENS = os.path.join(ROOT, "tests", "golden")
 
 # ChatML with Qwen3's tool markup, in few tokens.
-TEMPLATE = (
+QWEN3_TEMPLATE = (
     "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for t in tools %} {{ t.function.name }}"
     "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for m in messages %}"
     "{% if m.tool_calls %}{{ '<|im_start|>assistant\\n' }}{% for c in m.tool_calls %}"
@@ -40,6 +44,23 @@ TEMPLATE = (
     "{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+# ChatML with Qwen3.5's (and Qwen3-Coder's) tool markup, in few tokens.
+QWEN35_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for t in tools %} {{ t.function.name }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for m in messages %}"
+    "{% if m.tool_calls %}{{ '<|im_start|>assistant\\n' }}{% for c in m.tool_calls %}"
+    "{{ '<tool_call>\\n<function=' + c.function.name + '>\\n' }}"
+    "{% for k, v in c.function.arguments.items() %}"
+    "{{ '<parameter=' + k + '>\\n' + v | string + '\\n</parameter>\\n' }}{% endfor %}"
+    "{{ '</function>\\n</tool_call>' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + "
+    "'<|im_end|>\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+FAMILIES = {"qwen3moe": ("tiny-qwen3moe", QWEN3_TEMPLATE, "Qwen3 <tool_call>{json}"),
+            "qwen35moe": ("tiny-qwen35moe", QWEN35_TEMPLATE, "Qwen3.5 <function=...>")}
+
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
@@ -47,24 +68,27 @@ WEATHER = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-def served_copy(tmp):
-    model = os.path.join(tmp, "tiny-moe")
+def served_copy(tmp, family):
+    golden, template, _ = FAMILIES[family]
+    model = os.path.join(tmp, golden)
     os.mkdir(model)
     for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]:
-        shutil.copy(os.path.join(GOLDEN, f), model)
+        shutil.copy(os.path.join(GOLDENS, golden, f), model)
     with open(os.path.join(model, "chat_template.jinja"), "w") as f:
-        f.write(TEMPLATE)
+        f.write(template)
     return model
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagoda", required=True)
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3moe")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        server = Server(args.pagoda, served_copy(tmp))
+        server = Server(args.pagoda, served_copy(tmp, args.family))
         try:
-            run(openai.OpenAI(base_url=server.url + "/v1", api_key="none"))
+            run(openai.OpenAI(base_url=server.url + "/v1", api_key="none"),
+                FAMILIES[args.family][2])
         finally:
             server.stop()
     if failures:
@@ -73,7 +97,7 @@ def main():
     print("all checks passed")
 
 
-def run(client):
+def run(client, call_format):
     # The id the server gives the model it serves by path.
     model = client.models.list().data[0].id
     print(f"model id: {model}")
@@ -130,7 +154,7 @@ def run(client):
     check("streamed chat", streamed_chat)
     check("n=2", two_choices)
     check("n=2 streamed", two_choices_streamed)
-    check("a forced tool call (Qwen3 <tool_call>)", forced_call)
+    check(f"a forced tool call ({call_format})", forced_call)
     check("a forced tool call, streamed and reassembled", forced_call_streamed)
 
 

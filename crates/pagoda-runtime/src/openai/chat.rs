@@ -108,16 +108,19 @@ impl Checked<'_> {
             &mut kwargs,
         )?;
         let prompt = tools::encode_prompt(loaded, self.messages, self.tools.as_ref(), &kwargs)?;
-        let formats =
-            formats::output_formats(loaded, &prompt, tools::template_renders_tools(loaded));
+        let template_tools = tools::template_renders_tools(loaded);
+        let mut formats = formats::output_formats(loaded, &prompt, template_tools);
         let (constraint_field, constraint) = match self.structured {
             Some((field, c)) => (Some(field), Some(c)),
             None => match self
                 .tools
                 .as_ref()
-                .and_then(|set| tools::forced_call(set, tools::template_renders_tools(loaded)))
+                .and_then(|set| tools::forced_call(set, template_tools, formats.tools))
             {
-                Some(c) => (Some("tools"), Some(c)),
+                Some(forced) => {
+                    formats.tools = forced.format;
+                    (Some("tools"), Some(forced.constraint))
+                }
                 None => (None, None),
             },
         };

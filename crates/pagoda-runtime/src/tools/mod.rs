@@ -17,6 +17,7 @@
 //! `function_call`), with the index in its message.
 
 pub mod bare;
+mod forced_xml;
 pub mod formats;
 pub mod marked;
 pub mod output;
@@ -412,21 +413,51 @@ pub fn fallback_messages(messages: Vec<ChatMessage>, tools: Option<&ToolSet>) ->
 /// tabs (a pretty-printed call's indentation fits; endless padding does not).
 pub const FORCED_CALL_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,16}";
 
-/// The constraint that forces a call when `tool_choice` is `required` or names a function:
-/// a Lark grammar of one `<tool_call>` (or, with parallel calls, one or more, a newline
-/// apart) whose JSON is `{"name": <that tool's name>, "arguments": <its parameters schema>}`,
-/// alternated over the allowed tools. `newlines`: the JSON on its own line inside the tags,
-/// as Qwen2.5's template writes calls; the fallback prompt asks for no newlines. `None` for
-/// `auto`.
-pub fn forced_call(set: &ToolSet, newlines: bool) -> Option<ConstraintSpec> {
+/// A forced call's constraint and the format its output is written in (what the output's
+/// parser must read it as).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForcedCall {
+    pub constraint: ConstraintSpec,
+    pub format: ToolCallFormat,
+}
+
+/// The constraint that forces a call when `tool_choice` is `required` or names a function
+/// (`None` for `auto`), in the model's own markup where there is a grammar of it
+/// (`format` [`ToolCallFormat::Qwen3Coder`] when the template renders tools:
+/// `forced_xml`), else in the JSON form [`forced_json_call`] writes (then parsed as
+/// [`ToolCallFormat::Hermes`], whatever the model's format).
+pub fn forced_call(
+    set: &ToolSet,
+    template_tools: bool,
+    format: ToolCallFormat,
+) -> Option<ForcedCall> {
     let allowed: Vec<&Tool> = match &set.choice {
         Choice::Auto => return None,
         Choice::Required => set.tools.iter().collect(),
         Choice::Named(n) => set.tools.iter().filter(|t| function_name(t) == n).collect(),
     };
+    if template_tools && format == ToolCallFormat::Qwen3Coder {
+        if let Some(g) = forced_xml::grammar(&allowed, set.parallel) {
+            return Some(ForcedCall {
+                constraint: ConstraintSpec::Lark(g),
+                format,
+            });
+        }
+    }
+    Some(ForcedCall {
+        constraint: forced_json_call(&allowed, set.parallel, template_tools),
+        format: ToolCallFormat::Hermes,
+    })
+}
+
+/// A Lark grammar of one `<tool_call>` (or, when `parallel`, one or more, a newline apart)
+/// whose JSON is `{"name": <that tool's name>, "arguments": <its parameters schema>}`,
+/// alternated over `allowed`. `newlines`: the JSON on its own line inside the tags, as
+/// Qwen2.5's template writes calls; the fallback prompt asks for no newlines.
+fn forced_json_call(allowed: &[&Tool], parallel: bool, newlines: bool) -> ConstraintSpec {
     let nl = if newlines { "\\n" } else { "" };
     let mut g = String::new();
-    if set.parallel {
+    if parallel {
         g.push_str("start: call (\"\\n\" call)*\n");
     } else {
         g.push_str("start: call\n");
@@ -457,7 +488,7 @@ pub fn forced_call(set: &ToolSet, newlines: bool) -> Option<ConstraintSpec> {
             params
         ));
     }
-    Some(ConstraintSpec::Lark(g))
+    ConstraintSpec::Lark(g)
 }
 
 /// A fresh call id: `call_` and 24 random letters and digits.

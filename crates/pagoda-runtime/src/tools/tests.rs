@@ -188,6 +188,44 @@ fn a_tool_round_trip_history_passes() {
     );
 }
 
+/// A forced call is written in the model's own markup where there is a grammar of it
+/// (Qwen3-Coder, Qwen3.5), and its output is parsed in the format it is written in: the JSON
+/// form (Hermes) for every other model, and for a schema the markup cannot hold.
+#[test]
+fn a_forced_call_is_parsed_in_the_form_it_is_forced_in() {
+    let set = ToolSet {
+        tools: vec![weather()],
+        choice: Choice::Required,
+        parallel: false,
+    };
+    let native = forced_call(&set, true, ToolCallFormat::Qwen3Coder).expect("forced");
+    assert_eq!(native.format, ToolCallFormat::Qwen3Coder);
+    let ConstraintSpec::Lark(g) = &native.constraint else {
+        panic!("{native:?}")
+    };
+    assert!(g.contains("<function=get_weather>"), "{g}");
+    // The fallback prompt (a template without tools) asks for the JSON form.
+    let fallback = forced_call(&set, false, ToolCallFormat::Qwen3Coder).expect("forced");
+    assert_eq!(fallback.format, ToolCallFormat::Hermes);
+    let patterned = ToolSet {
+        tools: vec![tool(
+            "get_weather",
+            json!({"type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}}}),
+        )],
+        ..set.clone()
+    };
+    let json_form = forced_call(&patterned, true, ToolCallFormat::Qwen3Coder).expect("forced");
+    assert_eq!(json_form.format, ToolCallFormat::Hermes);
+    for other in [
+        ToolCallFormat::Mistral,
+        ToolCallFormat::Llama3,
+        ToolCallFormat::Gemma4,
+    ] {
+        let f = forced_call(&set, true, other).expect("forced");
+        assert_eq!(f.format, ToolCallFormat::Hermes, "{other:?}");
+    }
+}
+
 #[test]
 fn forced_grammar_for_required_and_named() {
     let set = ToolSet {
@@ -195,7 +233,9 @@ fn forced_grammar_for_required_and_named() {
         choice: Choice::Required,
         parallel: true,
     };
-    let Some(ConstraintSpec::Lark(g)) = forced_call(&set, true) else {
+    let Some(ConstraintSpec::Lark(g)) =
+        forced_call(&set, true, ToolCallFormat::Hermes).map(|f| f.constraint)
+    else {
         panic!()
     };
     assert_eq!(
@@ -217,7 +257,9 @@ fn forced_grammar_for_required_and_named() {
         parallel: false,
         ..set.clone()
     };
-    let Some(ConstraintSpec::Lark(g)) = forced_call(&named, false) else {
+    let Some(ConstraintSpec::Lark(g)) =
+        forced_call(&named, false, ToolCallFormat::Hermes).map(|f| f.constraint)
+    else {
         panic!()
     };
     assert!(
@@ -232,7 +274,7 @@ fn forced_grammar_for_required_and_named() {
         choice: Choice::Auto,
         ..set
     };
-    assert_eq!(forced_call(&auto, true), None);
+    assert_eq!(forced_call(&auto, true, ToolCallFormat::Hermes), None);
 }
 
 #[test]
@@ -245,7 +287,7 @@ fn knobs_carry_the_forced_call_only_when_forced() {
             "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": choice}),
         );
         let set = crate::openai::chat::tool_set(&r).unwrap();
-        assert!(set.is_none_or(|s| forced_call(&s, true).is_none()));
+        assert!(set.is_none_or(|s| forced_call(&s, true, ToolCallFormat::Hermes).is_none()));
     }
 }
 
