@@ -67,6 +67,8 @@ echo "== a mixture of experts end to end: tiny Qwen3-MoE, the openai client, str
 python3 scripts/conformance/moe_serve.py --pagoda "$PAGODA"
 echo "== a hybrid end to end: tiny Qwen3.5-MoE, the same checks, a tool call in Qwen3.5's markup"
 python3 scripts/conformance/moe_serve.py --pagoda "$PAGODA" --family qwen35moe
+echo "== gpt-oss end to end: tiny gpt-oss, a harmony template, the same checks (a forced call in the JSON form)"
+python3 scripts/conformance/moe_serve.py --pagoda "$PAGODA" --family gpt-oss
 echo "== tools and structured output: openai, ollama and LangChain clients against Qwen2.5-Coder-0.5B"
 python3 scripts/conformance/tools.py --pagoda "$PAGODA" --model qwen2.5-coder:0.5b --validity 50
 echo "== agent loops: the catalog's tool model (Qwen2.5-Coder-1.5B) through the openai client, 2 tools, 5 questions"

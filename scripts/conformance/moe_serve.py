@@ -7,7 +7,9 @@ streamed, the streamed call reassembled as a client does. `--family`:
   `<tool_call>{json}</tool_call>`;
 - `qwen35moe` (tests/golden/tiny-qwen35moe: Qwen3.5's hybrid DeltaNet/attention layers, 8
   experts top 2 and a shared expert): Qwen3.5's `<tool_call><function=NAME><parameter=KEY>`
-  markup, and `n=2` forks of the recurrent state. The model's weights are random, so the
+  markup, and `n=2` forks of the recurrent state;
+- `gpt-oss` (tests/golden/tiny-gpt-oss: sinks, sliding windows, experts): a model whose
+  template teaches harmony's calls, forced in the JSON form and parsed as such. The model's weights are random, so the
 checks are of the serving path (shapes, counts, finish reasons, the call's name and valid
 arguments), not of what it says.
 
@@ -58,8 +60,25 @@ QWEN35_TEMPLATE = (
     "{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+# gpt-oss's harmony messages with tools, in few tokens: a call is a commentary message to
+# functions.NAME.
+HARMONY_TEMPLATE = (
+    "{% if tools %}{{ '<|start|>developer<|message|>tools:' }}{% for t in tools %}"
+    "{{ ' functions.' + t.function.name }}{% endfor %}{{ '<|end|>' }}{% endif %}"
+    "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "{{ '<|start|>assistant<|channel|>commentary to=functions.' + c.function.name + "
+    "' <|constrain|>json<|message|>' + c.function.arguments | tojson + '<|call|>' }}{% endfor %}"
+    "{% elif m.role == 'assistant' %}{% if m.thinking %}{{ '<|start|>assistant<|channel|>analysis"
+    "<|message|>' + m.thinking + '<|end|>' }}{% endif %}"
+    "{{ '<|start|>assistant<|channel|>final<|message|>' + "
+    "m.content + '<|end|>' }}{% else %}{{ '<|start|>' + m.role + '<|message|>' + m.content + "
+    "'<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}"
+    "{% endif %}"
+)
+
 FAMILIES = {"qwen3moe": ("tiny-qwen3moe", QWEN3_TEMPLATE, "Qwen3 <tool_call>{json}"),
-            "qwen35moe": ("tiny-qwen35moe", QWEN35_TEMPLATE, "Qwen3.5 <function=...>")}
+            "qwen35moe": ("tiny-qwen35moe", QWEN35_TEMPLATE, "Qwen3.5 <function=...>"),
+            "gpt-oss": ("tiny-gpt-oss", HARMONY_TEMPLATE, "harmony, forced in the JSON form")}
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",

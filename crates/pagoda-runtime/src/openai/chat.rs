@@ -118,7 +118,11 @@ impl Checked<'_> {
                 .and_then(|set| tools::forced_call(set, template_tools, formats.tools))
             {
                 Some(forced) => {
+                    // The grammar writes the call and nothing else: no reasoning to split off
+                    // (gpt-oss's harmony channels included), the call in `forced.format`.
                     formats.tools = forced.format;
+                    formats.reasoning = None;
+                    formats.reasoning_open = false;
                     (Some("tools"), Some(forced.constraint))
                 }
                 None => (None, None),
