@@ -58,8 +58,11 @@ pub fn init(verbosity: u8, store_notes: bool) {
 }
 
 /// Installs the server's subscriber: request logs (info) by default, as text or JSON lines.
+/// The loader's placement note on a machine where the CPU is all there is
+/// ([`pagoda_runtime::loader::PLACEMENT_NOTE`]) shows with `-v` only.
 pub fn init_server(verbosity: u8, json: bool) {
-    let builder = builder(filter(verbosity, "info"));
+    let quiet = format!("info,{}=warn", pagoda_runtime::loader::PLACEMENT_NOTE);
+    let builder = builder(filter(verbosity, &quiet));
     let _ = if json {
         builder.json().flatten_event(true).try_init()
     } else {

@@ -31,6 +31,16 @@ impl fmt::Display for Device {
 /// CI, where the GPU tests run in the CUDA interpreter.
 pub use pagoda_cuda::interpret::no_gpu_for_test;
 
+/// Whether this machine lacks the NVIDIA driver (libcuda), i.e. has no NVIDIA GPU to use:
+/// where the CPU is all there is, saying so on every load is noise unless a GPU was asked for.
+pub fn nvidia_driver_missing() -> bool {
+    matches!(
+        pagoda_cuda::list_gpus(),
+        Err(pagoda_cuda::CudaError::MissingLibraries(missing))
+            if missing.contains(&pagoda_cuda::libraries::DRIVER)
+    )
+}
+
 /// What `--device` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {

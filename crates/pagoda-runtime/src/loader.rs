@@ -73,6 +73,25 @@ pub struct LoadOptions {
     pub control_tokens_in_messages: bool,
 }
 
+/// The log target of the placement line when it says nothing a person needs (the CPU, asked
+/// for or the only device): front ends hide it unless asked for more (`-v`).
+pub const PLACEMENT_NOTE: &str = "pagoda::placement_note";
+
+/// Whether where a model runs is worth a line by default: always when a GPU was asked for
+/// (`--device cuda…`, `--gpu-layers N`) or is used, and when a GPU's driver is there but
+/// something else is missing; not for `--device cpu`, nor for `auto` on a machine without an
+/// NVIDIA driver, where the CPU is all there is (issue 41: no GPU line on a CPU machine).
+fn placement_is_news(options: &LoadOptions, device: pagoda_model::Device) -> bool {
+    let gpu_asked = options.gpu_layers.is_some_and(|n| n > 0);
+    match options.device {
+        DeviceChoice::Cpu => false,
+        DeviceChoice::Auto if device == pagoda_model::Device::Cpu && !gpu_asked => {
+            !pagoda_model::device::nvidia_driver_missing()
+        }
+        _ => true,
+    }
+}
+
 /// Whether [`resolve`] may download a missing catalog model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pull {
@@ -398,7 +417,11 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
     };
     let (model, placement) = Model::from_source_placed(&source, options.device, options.gpu_layers)
         .map_err(model_error)?;
-    tracing::info!(device = %model.device(), "{}", placement.reason);
+    if placement_is_news(options, model.device()) {
+        tracing::info!(device = %model.device(), "{}", placement.reason);
+    } else {
+        tracing::info!(target: PLACEMENT_NOTE, device = %model.device(), "{}", placement.reason);
+    }
     let chat_template = source.chat_template_or_default();
     let mut default_sampling = SamplingParams::default();
     apply_generation_defaults(&mut default_sampling, &source.generation);

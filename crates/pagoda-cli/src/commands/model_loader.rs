@@ -121,9 +121,5 @@ fn placement_matters(device: DeviceChoice, gpu_asked: bool, on_cpu: bool) -> boo
 
 /// Whether this machine lacks the NVIDIA driver (libcuda), i.e. has no NVIDIA GPU to use.
 pub fn no_nvidia_driver() -> bool {
-    matches!(
-        pagoda_cuda::list_gpus(),
-        Err(pagoda_cuda::CudaError::MissingLibraries(missing))
-            if missing.contains(&pagoda_cuda::libraries::DRIVER)
-    )
+    pagoda_model::device::nvidia_driver_missing()
 }
