@@ -31,6 +31,12 @@ PAGODA_TEST_GEMMA3="$("$PAGODA" show --path gemma3:270m)"
 PAGODA_TEST_MINILM="$("$PAGODA" show --path all-minilm)"
 export PAGODA_TEST_SMOLLM2 PAGODA_TEST_GEMMA3 PAGODA_TEST_MINILM
 
+echo "== a newcomer's first minutes: the README's first command from a clean store, and what it prints"
+# `pagoda serve` with its own empty store pulls the default model as a new user's does (pip's
+# cache, filled by the pull above, makes it quick); checks the answer and stderr: no warning,
+# one line for the pulled file, nothing of pip, no GPU line without a driver, one bar on a pty.
+python3 scripts/conformance/newcomer.py --pagoda "$PAGODA"
+
 echo "== llama.cpp's tokenizer test vectors (models/ggml-vocab-* of the llama-cpp-python 0.3.36 sdist)"
 # The sdist (76 MB, its SHA-256 checked) is fetched once into target/llama-vocab; only the
 # ggml-vocab-* files (a vocabulary-only GGUF and its .inp/.out vectors per tokenizer family)

@@ -351,7 +351,7 @@ pub struct PullArgs {
     /// Fetch again even if the model is already complete in the store.
     #[arg(long)]
     pub force: bool,
-    /// No progress bars.
+    /// No progress (no bar on a terminal, no per-file lines otherwise).
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
@@ -401,7 +401,7 @@ pub struct CreateArgs {
         default_value = "Modelfile"
     )]
     pub file: PathBuf,
-    /// No progress bars (when FROM has to be fetched).
+    /// No progress when FROM has to be fetched.
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]

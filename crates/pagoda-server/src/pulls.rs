@@ -135,6 +135,7 @@ pub fn refusal(name: &str, e: StoreError) -> ApiError {
             "the source of `{name}` answered HTTP {status}"
         )),
         StoreError::Network { .. }
+        | StoreError::Unreachable { .. }
         | StoreError::Truncated { .. }
         | StoreError::ObjectStore { .. }
         | StoreError::ShaMismatch { .. }

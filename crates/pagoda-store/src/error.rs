@@ -48,6 +48,12 @@ pub enum StoreError {
     #[error("cannot download {url}: {message}; check the address and your network, or try another source")]
     Network { url: String, message: String },
 
+    /// The host could not be reached at all (its name does not resolve, or nothing answers):
+    /// on this network the source does not exist, which a catalog pull notes once at debug
+    /// level before it tries the next source.
+    #[error("cannot reach {url}: {message}; check the address, your network and proxy, or try another source")]
+    Unreachable { url: String, message: String },
+
     /// A URL a download was given or redirected to that the fetch policy refuses (a scheme
     /// other than http(s), credentials, a host outside the allow list, a private address).
     #[error("refused to fetch {location} (on the way to {url}): {reason}")]

@@ -18,9 +18,10 @@
 //! and a new pull fixes it; the same holds for a pull that another process makes of the same
 //! content while this one's validation refuses it.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use crate::blob::Digest;
@@ -32,13 +33,15 @@ use crate::fetch::{self, FetchCtx, Fetched};
 use crate::manifest::{FileRole, Format, Manifest, ManifestFile};
 use crate::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use crate::name::{ModelName, DEFAULT_TAG};
+use crate::progress::{ProgressDisplay, PullProgress};
 use crate::source::Source;
 use crate::validate::ModelValidator;
 
 /// How to pull.
 #[derive(Debug, Clone, Default)]
 pub struct PullOptions {
-    /// Draw progress bars on stderr.
+    /// Show progress on stderr: one bar when it is a terminal, a line per finished file
+    /// otherwise ([`crate::progress::ProgressDisplay::for_stderr`]).
     pub progress: bool,
     /// Store the model under this name instead of the one derived from the source.
     pub name: Option<String>,
@@ -59,7 +62,7 @@ pub struct CreateOptions {
     /// The folder a relative FROM path is read from: the Modelfile's own folder, as Ollama
     /// does (`None`: the current directory).
     pub base_dir: Option<PathBuf>,
-    /// Progress bars on stderr when FROM has to be fetched.
+    /// Progress on stderr when FROM has to be fetched (as [`PullOptions::progress`]).
     pub progress: bool,
 }
 
@@ -454,7 +457,7 @@ impl Store {
                 Some(n) => n,
                 None => source.default_name()?,
             };
-            return self.pull_sources(&name, &[source], None, None, opts);
+            return self.pull_sources(&name, &[source], Expect::default(), opts);
         }
         let parsed = match ModelName::parse(name_or_source) {
             Ok(n) => n,
@@ -466,7 +469,7 @@ impl Store {
                         Some(n) => n,
                         None => source.default_name()?,
                     };
-                    return self.pull_sources(&name, &[source], None, None, opts);
+                    return self.pull_sources(&name, &[source], Expect::default(), opts);
                 }
                 return Err(e);
             }
@@ -482,13 +485,12 @@ impl Store {
                     return Ok(existing);
                 }
             }
-            return self.pull_sources(
-                &name,
-                &entry.sources,
-                entry.sha256.as_ref(),
-                Some(entry.format),
-                opts,
-            );
+            let expect = Expect {
+                digest: entry.sha256.as_ref(),
+                size: entry.size,
+                format: Some(entry.format),
+            };
+            return self.pull_sources(&name, &entry.sources, expect, opts);
         }
         if Path::new(name_or_source).exists() {
             let source = Source::Path(name_or_source.into());
@@ -496,7 +498,7 @@ impl Store {
                 Some(n) => n,
                 None => source.default_name()?,
             };
-            return self.pull_sources(&name, &[source], None, None, opts);
+            return self.pull_sources(&name, &[source], Expect::default(), opts);
         }
         if let Some(stored) = self.stored_name(name_or_source)? {
             let manifest = Manifest::read(&self.manifest_path(&stored), &stored)?;
@@ -508,11 +510,14 @@ impl Store {
             // Pull again from where it came from, keeping a derived model's layer.
             if let Some(source) = Source::parse(&manifest.source)? {
                 let sources = [source];
+                let expect = Expect {
+                    format: Some(manifest.format),
+                    ..Expect::default()
+                };
                 let (source, fetched) = self.fetch_sources(
                     &stored,
                     &sources,
-                    None,
-                    Some(manifest.format),
+                    expect,
                     (
                         opts.progress,
                         opts.public_addresses_only,
@@ -537,15 +542,13 @@ impl Store {
         &self,
         name: &ModelName,
         sources: &[Source],
-        expected: Option<&Digest>,
-        format: Option<Format>,
+        expect: Expect<'_>,
         opts: &PullOptions,
     ) -> Result<ResolvedModel> {
         let (source, fetched) = self.fetch_sources(
             name,
             sources,
-            expected,
-            format,
+            expect,
             (
                 opts.progress,
                 opts.public_addresses_only,
@@ -557,12 +560,16 @@ impl Store {
 
     /// Fetches the blobs of the first source that works and that the validator accepts (nothing
     /// is written for the name; a refused source's new blobs are removed again).
+    ///
+    /// Shows one progress bar (or a line per file) for the pull, whichever source serves it.
+    /// A source whose host cannot be reached from this network is noted at debug level (once
+    /// per host and process) before the next is tried; any other failure of a source that is
+    /// not the last is a warning.
     fn fetch_sources<'s>(
         &self,
         name: &ModelName,
         sources: &'s [Source],
-        expected: Option<&Digest>,
-        format: Option<Format>,
+        expect: Expect<'_>,
         (progress, public_addresses_only, allowed_urls): (
             bool,
             bool,
@@ -588,33 +595,49 @@ impl Store {
         );
         let blobs_dir = self.blobs_dir();
         let tmp_dir = self.root.join("tmp");
+        let reporter = PullProgress::new(ProgressDisplay::for_stderr(progress), &label);
         let ctx = FetchCtx {
             blobs_dir: &blobs_dir,
             tmp_dir: &tmp_dir,
-            progress,
+            progress: &reporter,
             label: &label,
-            expected,
-            format,
+            expected: expect.digest,
+            expected_size: expect.size,
+            format: expect.format,
             default_file_name: &default_file_name,
             http,
             pip: self.pip.as_ref(),
         };
         let mut failures = Vec::new();
         for (i, source) in sources.iter().enumerate() {
-            tracing::info!("pulling {label} from {source}");
+            tracing::debug!("pulling {label} from {source}");
+            reporter.restart();
+            reporter.promise(expect.size);
             let before = self.blobs_before_fetch();
             let result = fetch_one(&ctx, source)
                 .and_then(|fetched| self.accept_fetched(name, source, fetched, before.as_ref()));
             match result {
-                Ok(fetched) => return Ok((source, fetched)),
+                Ok(fetched) => {
+                    reporter.finish();
+                    tracing::debug!("pulled {label} from {source}");
+                    return Ok((source, fetched));
+                }
                 Err(e) => {
                     if i + 1 < sources.len() {
-                        tracing::warn!("source {source} failed: {e}; trying the next source");
+                        match &e {
+                            StoreError::Unreachable { url, .. } => note_unreachable(url, &e),
+                            _ => reporter.suspend(|| {
+                                tracing::warn!(
+                                    "source {source} failed: {e}; trying the next source"
+                                )
+                            }),
+                        }
                     }
                     failures.push((source, e));
                 }
             }
         }
+        reporter.finish();
         if failures.len() == 1 {
             if let Some((_, e)) = failures.pop() {
                 return Err(e);
@@ -660,7 +683,7 @@ impl Store {
         if let Some(old) = old {
             self.collect_garbage(old.files.iter().map(|f| f.digest.clone()).collect())?;
         }
-        tracing::info!("stored {name} ({} bytes)", manifest.total_size);
+        tracing::debug!("stored {name} ({} bytes)", manifest.total_size);
         self.resolved_from(name.clone(), manifest)
     }
 
@@ -835,8 +858,12 @@ impl Store {
                 other => other,
             };
             let sources = [source];
-            let (source, fetched) =
-                self.fetch_sources(name, &sources, None, None, (opts.progress, false, None))?;
+            let (source, fetched) = self.fetch_sources(
+                name,
+                &sources,
+                Expect::default(),
+                (opts.progress, false, None),
+            )?;
             for f in &fetched.files {
                 crate::blob::drop_stale_resume(&self.blobs_dir(), &f.digest);
             }
@@ -1072,6 +1099,36 @@ impl Store {
     }
 }
 
+/// What a pull knows of the model before its first byte (from the catalog, or the manifest
+/// of a model pulled again).
+#[derive(Debug, Clone, Copy, Default)]
+struct Expect<'a> {
+    /// sha256 of the single model file.
+    digest: Option<&'a Digest>,
+    /// Size in bytes of the whole model (the progress bar's length).
+    size: Option<u64>,
+    format: Option<Format>,
+}
+
+/// Notes at debug level, once per host and process, that a source cannot be reached from this
+/// network (a catalog's Hugging Face source where only PyPI is reachable): the next source is
+/// tried, and a warning on every pull would only be noise. When every source fails, the error
+/// names this one too.
+fn note_unreachable(url: &str, e: &StoreError) {
+    static NOTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let host = url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_else(|| url.to_string());
+    let first = match NOTED.lock() {
+        Ok(mut noted) => noted.insert(host),
+        Err(_) => true,
+    };
+    if first {
+        tracing::debug!("{e}; trying the next source (noted once per host)");
+    }
+}
+
 /// What a derived model takes from its FROM.
 struct Base {
     /// The base as the layer records it: its store name, or the canonical path or source.
@@ -1127,7 +1184,8 @@ fn prune_empty_dirs(mut dir: Option<&Path>, stop: &Path) {
 }
 
 /// What `pagoda run` calls: a path on disk is used in place; a stored name is resolved; a
-/// catalog name or a source missing from the store is pulled first (with progress bars).
+/// catalog name or a source missing from the store is pulled first (with progress on stderr:
+/// a bar on a terminal, a line per file otherwise).
 pub fn resolve_or_pull(store: &Store, name: &str) -> Result<ResolvedModel> {
     let direct = |p: PathBuf| -> Result<ResolvedModel> {
         let format = fetch::local::detect_format(&p)?;

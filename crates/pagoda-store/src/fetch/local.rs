@@ -13,7 +13,7 @@ use super::{finish_single, FetchCtx, Fetched, GGUF_MAGIC};
 use crate::blob::BlobWriter;
 use crate::error::{Result, StoreError};
 use crate::manifest::Format;
-use crate::progress::{bytes_bar, copy_with_progress};
+use crate::progress::copy_with_progress;
 
 /// Says whether `path` is a GGUF file or a Hugging Face folder, or why it is neither.
 pub fn detect_format(path: &Path) -> Result<Format> {
@@ -110,6 +110,12 @@ pub fn fetch(ctx: &FetchCtx<'_>, path: &Path) -> Result<Fetched> {
             let mut rels = Vec::new();
             walk(path, Path::new(""), &mut rels)?;
             rels.sort();
+            ctx.promise(
+                rels.iter()
+                    .filter_map(|rel| fs::metadata(path.join(rel)).ok())
+                    .map(|m| m.len())
+                    .sum(),
+            );
             let mut files = Vec::new();
             for rel in rels {
                 let rel_text = rel
@@ -136,16 +142,23 @@ fn copy_file(
 ) -> Result<crate::blob::Blob> {
     let mut f = open_regular(src)?;
     let len = f.metadata().map(|m| m.len()).ok();
-    let bar = bytes_bar(ctx.progress, len, format!("copying {label}"));
-    let mut w = BlobWriter::create(ctx.blobs_dir)?;
-    copy_with_progress(&mut f, &mut w, &bar).map_err(StoreError::io("copy", src))?;
-    bar.finish_and_clear();
-    let what = src.display().to_string();
     if single {
-        finish_single(w, ctx, &what)
-    } else {
-        w.finish(None, &what)
+        if let Some(len) = len {
+            ctx.promise(len);
+        }
     }
+    ctx.progress.begin_file();
+    let mut w = BlobWriter::create(ctx.blobs_dir)?;
+    copy_with_progress(&mut f, &mut w, |n| ctx.progress.advance(n))
+        .map_err(StoreError::io("copy", src))?;
+    let what = src.display().to_string();
+    let blob = if single {
+        finish_single(w, ctx, &what)?
+    } else {
+        w.finish(None, &what)?
+    };
+    ctx.progress.finish_file(label, blob.size);
+    Ok(blob)
 }
 
 fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<()> {

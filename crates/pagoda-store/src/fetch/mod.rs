@@ -3,7 +3,11 @@
 //! Owns [`FetchCtx`] (what every fetcher needs) and [`Fetched`] (what it hands back: the format
 //! and the manifest files). Invariant: a fetcher only ever adds blobs through
 //! [`BlobWriter`](crate::blob::BlobWriter), so it either returns verified blobs or leaves nothing
-//! visible; it never writes manifests (the store does, after a fetch succeeds).
+//! visible; it never writes manifests (the store does, after a fetch succeeds). Every fetcher
+//! reports its bytes through the pull's one [`PullProgress`](crate::progress::PullProgress):
+//! [`FetchCtx::promise`] as soon as it knows the whole pull's size,
+//! [`begin_file`](crate::progress::PullProgress::begin_file) before a file's first byte,
+//! [`finish_file`](crate::progress::PullProgress::finish_file) once its blob is verified.
 
 pub mod address;
 pub mod http;
@@ -26,17 +30,30 @@ pub struct FetchCtx<'a> {
     pub blobs_dir: &'a Path,
     /// Scratch space on the store's file system (wheels are unpacked here, then deleted).
     pub tmp_dir: &'a Path,
-    pub progress: bool,
+    /// The pull's progress reporter (one bar, or a line per file).
+    pub progress: &'a crate::progress::PullProgress,
     /// The model being pulled, for messages.
     pub label: &'a str,
     /// sha256 the single model file must have, where known.
     pub expected: Option<&'a Digest>,
+    /// Size in bytes of the whole model, where the catalog knows it (the bar's length).
+    pub expected_size: Option<u64>,
     /// Format the catalog promises, where known.
     pub format: Option<Format>,
     /// File name recorded for a single-file model whose source does not name one well.
     pub default_file_name: &'a str,
     pub http: &'a http::HttpConfig,
     pub pip: &'a dyn pip::PipDownloader,
+}
+
+impl FetchCtx<'_> {
+    /// The pull weighs `bytes` in all, as the source says before the first byte (a listing,
+    /// a single file's size); the catalog's size, where it has one, comes first.
+    pub fn promise(&self, bytes: u64) {
+        if self.expected_size.is_none() {
+            self.progress.promise(Some(bytes));
+        }
+    }
 }
 
 /// The result of a successful fetch.

@@ -23,7 +23,6 @@ use super::{finish_single, folder_file, gguf_file_name, FetchCtx, Fetched};
 use crate::blob::{Blob, BlobWriter};
 use crate::error::{Result, StoreError};
 use crate::manifest::Format;
-use crate::progress::bytes_bar;
 
 /// The URL schemes this fetcher reads.
 pub const SCHEMES: [&str; 4] = ["s3://", "gs://", "az://", "azure://"];
@@ -201,6 +200,8 @@ async fn fetch_folder(
             message: "no config.json under this prefix: a folder pull needs a Hugging Face model folder (config.json, tokenizer, *.safetensors); for one GGUF file give its key without the trailing '/'".into(),
         });
     }
+    // The listing gives every size before the first byte: the bar's length.
+    ctx.promise(objects.iter().map(|(_, meta)| meta.size).sum());
     let mut files = Vec::new();
     for (rel, meta) in &objects {
         let blob = download(ctx, store, url, meta, rel, false).await?;
@@ -249,14 +250,14 @@ async fn download(
     }
     let offset = w.written();
     if offset > 0 {
-        tracing::info!("resuming {file_name} at byte {offset}");
+        ctx.progress
+            .suspend(|| tracing::info!("resuming {file_name} at byte {offset}"));
     }
-    let bar = bytes_bar(
-        ctx.progress,
-        Some(meta.size),
-        format!("pulling {file_name}"),
-    );
-    bar.set_position(offset);
+    if single {
+        ctx.promise(meta.size);
+    }
+    ctx.progress.begin_file();
+    ctx.progress.advance(offset);
     let what = format!("{url} ({})", meta.location);
     if offset < meta.size {
         let options = GetOptions {
@@ -285,10 +286,9 @@ async fn download(
                 url: what.clone(),
                 message: format!("cannot write the blob: {e}"),
             })?;
-            bar.inc(chunk.len() as u64);
+            ctx.progress.advance(chunk.len() as u64);
         }
     }
-    bar.finish_and_clear();
     if w.written() != meta.size {
         return Err(StoreError::Truncated {
             url: what,
@@ -296,11 +296,13 @@ async fn download(
             expected: meta.size,
         });
     }
-    if single {
-        finish_single(w, ctx, &what)
+    let blob = if single {
+        finish_single(w, ctx, &what)?
     } else {
-        w.finish(None, &what)
-    }
+        w.finish(None, &what)?
+    };
+    ctx.progress.finish_file(file_name, blob.size);
+    Ok(blob)
 }
 
 #[cfg(test)]
@@ -356,9 +358,10 @@ mod tests {
         let ctx = FetchCtx {
             blobs_dir: dir.path(),
             tmp_dir: dir.path(),
-            progress: false,
+            progress: &crate::progress::PullProgress::off(),
             label: "test",
             expected: None,
+            expected_size: None,
             format: None,
             default_file_name: "model.gguf",
             http: &http,

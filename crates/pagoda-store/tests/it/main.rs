@@ -858,7 +858,7 @@ fn listing(files: &[&str]) -> Route {
 fn hugging_face_repo_folder_is_downloaded_file_by_file() {
     let server = Server::start(vec![
         (
-            "/api/models/Org/Bert/revision/main",
+            "/api/models/Org/Bert/revision/main?blobs=true",
             listing(&[
                 ".gitattributes",
                 "README.md",
@@ -920,7 +920,7 @@ fn hugging_face_repo_gguf_by_quantization_tag() {
     let q4 = gguf_bytes(16, 100);
     let server = Server::start(vec![
         (
-            "/api/models/Org/M-GGUF/revision/main",
+            "/api/models/Org/M-GGUF/revision/main?blobs=true",
             listing(&[
                 "M-Q4_K_M.gguf",
                 "M-Q8_0.gguf",
@@ -932,7 +932,10 @@ fn hugging_face_repo_gguf_by_quantization_tag() {
             "/Org/M-GGUF/resolve/main/M-Q4_K_M.gguf",
             Route::Body(q4.clone()),
         ),
-        ("/api/models/Org/Missing/revision/main", Route::Status(404)),
+        (
+            "/api/models/Org/Missing/revision/main?blobs=true",
+            Route::Status(404),
+        ),
     ]);
     let env = Env::new();
     let store = env.store().with_hf_endpoint(server.base.clone());
