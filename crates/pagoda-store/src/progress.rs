@@ -12,7 +12,7 @@
 //! printed once, when the file is complete.
 
 use std::io::{self, IsTerminal, Read, Write};
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -99,6 +99,8 @@ pub struct PullProgress {
     bar: ProgressBar,
     counts: Mutex<Counts>,
     lines: LineSink,
+    /// Set once the bar redraws itself ([`TICK`]).
+    ticking: Once,
 }
 
 impl std::fmt::Debug for PullProgress {
@@ -135,9 +137,6 @@ impl PullProgress {
                     bar.set_style(style);
                 }
                 bar.set_message(format!("pulling {label}"));
-                // Redrawn while nothing arrives too (a slow first byte, a hub that times out),
-                // so the spinner turns and the rate and ETA stay true.
-                bar.enable_steady_tick(TICK);
                 bar
             }
             ProgressDisplay::Off | ProgressDisplay::Lines => ProgressBar::hidden(),
@@ -148,6 +147,7 @@ impl PullProgress {
             bar,
             counts: Mutex::new(Counts::new()),
             lines,
+            ticking: Once::new(),
         }
     }
 
@@ -188,6 +188,10 @@ impl PullProgress {
             None => self.bar.unset_length(),
         }
         self.bar.set_position(c.shown);
+        // Redrawn while nothing arrives too (a slow first byte, a hub that times out), so the
+        // spinner turns and the rate and ETA stay true; from the first update on, so that the
+        // first frame already has the length when one is known.
+        self.ticking.call_once(|| self.bar.enable_steady_tick(TICK));
     }
 
     /// The whole pull weighs `bytes` (known before its first byte, or `None`): the bar's
@@ -197,12 +201,14 @@ impl PullProgress {
         self.with_counts(|c| c.promised = bytes);
     }
 
-    /// A source failed after it began: the next source starts the bar over.
-    pub fn restart(&self) {
+    /// A source begins (the first, or the next after one failed): the bar starts over at 0,
+    /// its length `promised` (the catalog's size, where known).
+    pub fn restart(&self, promised: Option<u64>) {
         self.with_counts(|c| {
             let bar_style = c.bar_style;
             *c = Counts::new();
             c.bar_style = bar_style;
+            c.promised = promised;
         });
         self.bar.reset_eta();
     }
@@ -377,9 +383,11 @@ mod tests {
             Some(130),
             "the length grows to the position"
         );
-        p.restart();
+        p.restart(None);
         assert_eq!(p.bar.position(), 0);
         assert_eq!(p.bar.length(), None, "the next source promises anew");
+        p.restart(Some(7));
+        assert_eq!(p.bar.length(), Some(7));
     }
 
     #[test]

@@ -596,6 +596,7 @@ impl Store {
         let blobs_dir = self.blobs_dir();
         let tmp_dir = self.root.join("tmp");
         let reporter = PullProgress::new(ProgressDisplay::for_stderr(progress), &label);
+        reporter.restart(expect.size);
         let ctx = FetchCtx {
             blobs_dir: &blobs_dir,
             tmp_dir: &tmp_dir,
@@ -611,8 +612,7 @@ impl Store {
         let mut failures = Vec::new();
         for (i, source) in sources.iter().enumerate() {
             tracing::debug!("pulling {label} from {source}");
-            reporter.restart();
-            reporter.promise(expect.size);
+            reporter.restart(expect.size);
             let before = self.blobs_before_fetch();
             let result = fetch_one(&ctx, source)
                 .and_then(|fetched| self.accept_fetched(name, source, fetched, before.as_ref()));
