@@ -112,7 +112,7 @@ else
 fi
 echo "== chat page and blind comparison page in headless Chromium"
 if command -v chromium >/dev/null 2>&1; then
-  python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m
+  python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
   python3 scripts/conformance/compare_page.py --pagoda "$PAGODA"
 elif [ "${CI:-}" = "true" ]; then
   echo "chromium is missing (.ci/run installs it)" >&2

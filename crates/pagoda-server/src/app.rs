@@ -57,7 +57,7 @@ pub fn router(app: AppState) -> Router {
     Router::new()
         .merge(crate::openai::routes())
         .merge(crate::ollama::routes())
-        .route("/", get(crate::chat_page::page))
+        .merge(crate::chat_page::routes())
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))

@@ -1,6 +1,7 @@
 //! API keys on `pagoda serve` itself (`--api-key`, `--api-key-file`), for deployments without
-//! the gateway in front: every route but the probes and the chat page needs
-//! `Authorization: Bearer KEY`; anything else gets 401 in the route's error shape (OpenAI's,
+//! the gateway in front: every route but the probes and the chat page's static files needs
+//! `Authorization: Bearer KEY` (the page's files hold no data; what the page then asks the
+//! API for needs the key like any other client's request); anything else gets 401 in the route's error shape (OpenAI's,
 //! Ollama's under `/api`) with `WWW-Authenticate: Bearer`.
 //!
 //! Invariants: keys are held only as `sha256:` hashes (pagoda-http's [`hash_key`]); a key
@@ -13,8 +14,9 @@ use axum::http::HeaderMap;
 use pagoda_http::api_key::{bearer_token, constant_time_eq, hash_key, is_key_hash, BearerError};
 use std::path::Path;
 
-/// Paths answered without a key: the probes, the scrape, and the static chat page.
-const OPEN_PATHS: &[&str] = &["/health", "/ready", "/metrics", "/"];
+/// Paths answered without a key: the probes and the scrape (and the chat page's static files,
+/// [`crate::chat_page::is_page_file`]).
+const OPEN_PATHS: &[&str] = &["/health", "/ready", "/metrics"];
 
 /// The keys a server accepts, as hashes.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -109,7 +111,7 @@ pub fn parse_key_file(text: &str, path: &str) -> Result<Vec<String>, ApiKeyError
 /// configured, the path is open, or a configured key is presented; otherwise the 401 to send
 /// (app.rs writes it in the route's shape with `WWW-Authenticate: Bearer`).
 pub fn check(keys: &ApiKeys, path: &str, headers: &HeaderMap) -> Result<(), ApiError> {
-    if !keys.enabled() || OPEN_PATHS.contains(&path) {
+    if !keys.enabled() || OPEN_PATHS.contains(&path) || crate::chat_page::is_page_file(path) {
         return Ok(());
     }
     let message = match bearer_token(headers) {
@@ -174,6 +176,9 @@ mod tests {
         headers.insert("authorization", "Bearer pk".parse().unwrap());
         assert!(check(&keys, "/api/tags", &headers).is_ok());
         assert!(check(&ApiKeys::default(), "/v1/models", &HeaderMap::new()).is_ok());
+        let none = HeaderMap::new();
+        assert!(check(&keys, "/", &none).is_ok() && check(&keys, "/chat/chat.js", &none).is_ok());
+        assert!(check(&keys, "/chat/other.js", &none).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! [`generation`] (one request through the engine, shared by both), [`registry`] (loaded
 //! models, keep-alive, memory budget, hot reload), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus; [`gpu_metrics`], its GPU gauges through NVML), [`error`] (the one error → status mapping), [`body`] (bounded
-//! JSON bodies), [`chat_page`] (`GET /`), [`state`] (configuration and shared state),
+//! JSON bodies), [`chat_page`] (`GET /` and its files), [`state`] (configuration and shared state),
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
 //! (what a client may make the server download), [`auth`] (API keys on the server itself).
 //!

@@ -183,6 +183,11 @@ pub struct ModelCard {
     /// For a LoRA adapter: its base model (vLLM's `parent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Pagoda's: what the model does, in the words of Ollama's `/api/show` — `completion`
+    /// (chat and text generation) or `embedding`. Absent where the server does not say
+    /// (OpenAI's own cards, other servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
 }
 
 impl ModelCard {
@@ -194,6 +199,7 @@ impl ModelCard {
             owned_by: "pagoda".into(),
             root: None,
             parent: None,
+            capabilities: None,
         }
     }
 }

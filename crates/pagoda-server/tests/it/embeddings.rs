@@ -1,7 +1,8 @@
 //! `/v1/embeddings` and `/api/embed` with the real all-MiniLM-L6-v2 (`PAGODA_TEST_MINILM`,
 //! skipped when unset, failing when unset under CI): vectors equal sentence-transformers'
 //! golden ones, base64 equals floats, over-long inputs are refused (OpenAI) or truncated
-//! (Ollama), and each kind of model is refused on the other's routes.
+//! (Ollama), each kind of model is refused on the other's routes, and `/v1/models` says which
+//! kind each stored model is.
 
 use crate::harness::{config, expect_openai_error, start, tiny_llama};
 use serde_json::{json, Value};
@@ -162,5 +163,36 @@ async fn embeddings_match_sentence_transformers_on_both_apis() {
         .post("/v1/embeddings", json!({"model": model, "input": []}))
         .await;
     expect_openai_error(r, 400).await;
+    s.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn the_models_list_says_which_models_embed_and_which_complete() {
+    let Some(model) = minilm() else { return };
+    let s = start(config()).await;
+    let store = s.store.clone();
+    tokio::task::spawn_blocking(move || {
+        for (path, name) in [(model, "minilm:test"), (tiny_llama(), "tiny:test")] {
+            let opts = pagoda_store::PullOptions {
+                name: Some(name.to_string()),
+                ..Default::default()
+            };
+            store.pull(&path, &opts).expect("pull into the store");
+        }
+    })
+    .await
+    .expect("task");
+    let list = s.get_json("/v1/models").await;
+    let capabilities = |id: &str| {
+        list["data"]
+            .as_array()
+            .expect("data")
+            .iter()
+            .find(|m| m["id"] == id)
+            .map(|m| m["capabilities"].clone())
+    };
+    assert_eq!(capabilities("minilm:test"), Some(json!(["embedding"])));
+    assert_eq!(capabilities("tiny:test"), Some(json!(["completion"])));
+    assert_eq!(capabilities(&tiny_llama()), Some(json!(["completion"])));
     s.stop().await.expect("clean stop");
 }

@@ -2,6 +2,7 @@
 
 mod api_keys;
 mod browsers;
+mod chat_page;
 mod embeddings;
 mod fuzz_requests;
 mod harness;
