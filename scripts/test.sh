@@ -110,7 +110,7 @@ elif [ "${CI:-}" = "true" ]; then
 else
   echo "skipped: apt-get install prometheus; pip install kubernetes-validate"
 fi
-echo "== chat page and blind comparison page in headless Chromium"
+echo "== chat page (models, Markdown, injection, stop, settings, storage) and blind comparison page in headless Chromium"
 if command -v chromium >/dev/null 2>&1; then
   python3 scripts/conformance/chat_page.py --pagoda "$PAGODA" --model smollm2:135m --embed-model all-minilm
   python3 scripts/conformance/compare_page.py --pagoda "$PAGODA"
