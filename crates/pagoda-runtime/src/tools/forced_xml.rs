@@ -13,7 +13,7 @@
 //! `format`, `minLength`, a union of types, …) gives `None`, and the caller forces the JSON
 //! form instead, so a forced call is never looser than its schema says.
 
-use super::{function_name, FORCED_CALL_WHITESPACE};
+use super::{forced_grammar_head, function_name, FORCED_CALL_WHITESPACE};
 use pagoda_protocol::openai::chat::Tool;
 use serde_json::Value;
 
@@ -28,20 +28,13 @@ const STRING_KEYWORDS: &[&str] = &[
     "examples",
 ];
 
+/// The largest `maxLength` written as a counted repetition.
+const MAX_COUNTED_LENGTH: u64 = 4096;
+
 /// The Lark grammar forcing one call of one of `allowed` (several, a newline apart, when
 /// `parallel`), or `None` when a parameter's schema cannot be written in this markup.
 pub fn grammar(allowed: &[&Tool], parallel: bool) -> Option<String> {
-    let mut g = String::new();
-    if parallel {
-        g.push_str("start: call (\"\\n\" call)*\n");
-    } else {
-        g.push_str("start: call\n");
-    }
-    let alts: Vec<String> = (0..allowed.len()).map(|i| format!("fn_{i}")).collect();
-    g.push_str(&format!(
-        "call: \"<tool_call>\\n\" ({}) \"</tool_call>\"\n",
-        alts.join(" | ")
-    ));
+    let mut g = forced_grammar_head(allowed.len(), parallel, "<tool_call>\\n", "</tool_call>");
     for (i, t) in allowed.iter().enumerate() {
         let params = t.function.as_ref().and_then(|f| f.parameters.as_ref());
         let properties = params
@@ -94,8 +87,13 @@ fn parameter(key: &str, schema: &Value) -> Option<String> {
                 .collect::<Option<_>>()?;
             return (!options.is_empty()).then(|| format!("{open} ({})", options.join(" | ")));
         }
+        // A bound past MAX_COUNTED_LENGTH is left unbounded: a counted repetition is a
+        // lexer state per character, and a client's maxLength must not size the automaton.
         let repeat = match obj.get("maxLength") {
-            Some(n) => format!("{{0,{}}}", n.as_u64()?),
+            Some(n) => match n.as_u64()? {
+                n if n <= MAX_COUNTED_LENGTH => format!("{{0,{n}}}"),
+                _ => "*".to_string(),
+            },
             None => "*".to_string(),
         };
         // One terminal for the text and the closing marker: a value may hold newlines, and
@@ -162,6 +160,16 @@ mod tests {
             ),
             "{g}"
         );
+    }
+
+    #[test]
+    fn a_huge_max_length_does_not_size_the_lexer() {
+        let t = tool(
+            "f",
+            json!({"type": "object", "properties": {"x": {"type": "string", "maxLength": 4_000_000_000u64}}}),
+        );
+        let g = grammar(&[&t], false).expect("expressible");
+        assert!(g.contains("/[^<]*\\n<\\/parameter>\\n/"), "{g}");
     }
 
     #[test]

@@ -450,25 +450,36 @@ pub fn forced_call(
     })
 }
 
-/// A Lark grammar of one `<tool_call>` (or, when `parallel`, one or more, a newline apart)
-/// whose JSON is `{"name": <that tool's name>, "arguments": <its parameters schema>}`,
-/// alternated over `allowed`. `newlines`: the JSON on its own line inside the tags, as
-/// Qwen2.5's template writes calls; the fallback prompt asks for no newlines.
-fn forced_json_call(allowed: &[&Tool], parallel: bool, newlines: bool) -> ConstraintSpec {
-    let nl = if newlines { "\\n" } else { "" };
+/// The first lines of a forced call's Lark grammar: `start` (one call, or with `parallel`
+/// one or more a newline apart) and `call`: `open`, one of the `n` rules `fn_0`.., `close`
+/// (Lark string contents, already escaped).
+fn forced_grammar_head(n: usize, parallel: bool, open: &str, close: &str) -> String {
     let mut g = String::new();
     if parallel {
         g.push_str("start: call (\"\\n\" call)*\n");
     } else {
         g.push_str("start: call\n");
     }
-    let alts: Vec<String> = (0..allowed.len()).map(|i| format!("fn_{i}")).collect();
+    let alts: Vec<String> = (0..n).map(|i| format!("fn_{i}")).collect();
     g.push_str(&format!(
-        "call: \"{}{nl}\" ({}) \"{nl}{}\"\n",
-        parse::OPEN,
-        alts.join(" | "),
-        parse::CLOSE
+        "call: \"{open}\" ({}) \"{close}\"\n",
+        alts.join(" | ")
     ));
+    g
+}
+
+/// A Lark grammar of one `<tool_call>` (or, when `parallel`, one or more, a newline apart)
+/// whose JSON is `{"name": <that tool's name>, "arguments": <its parameters schema>}`,
+/// alternated over `allowed`. `newlines`: the JSON on its own line inside the tags, as
+/// Qwen2.5's template writes calls; the fallback prompt asks for no newlines.
+fn forced_json_call(allowed: &[&Tool], parallel: bool, newlines: bool) -> ConstraintSpec {
+    let nl = if newlines { "\\n" } else { "" };
+    let mut g = forced_grammar_head(
+        allowed.len(),
+        parallel,
+        &format!("{}{nl}", parse::OPEN),
+        &format!("{nl}{}", parse::CLOSE),
+    );
     for (i, t) in allowed.iter().enumerate() {
         let mut params = t
             .function
