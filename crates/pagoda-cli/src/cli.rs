@@ -1,7 +1,7 @@
 //! Command-line definitions (clap derive) for the `pagoda` binary.
 //!
 //! Owns the argument grammar only: global flags, the subcommand list and the arguments of the
-//! store commands (`pull`, `list`, `rm`, `show`, `create`, `cp`) and of `ps`. `run` and `bench` take their argument structs
+//! store commands (`pull`, `list`, `rm`, `show`, `create`, `cp`, `rollback`) and of `ps`. `run` and `bench` take their argument structs
 //! from their own command modules. Invariant: nothing here does work; `main` dispatches.
 
 use std::path::PathBuf;
@@ -24,6 +24,8 @@ Examples:
   pagoda rm smollm2:135m                delete it (and blobs no other model uses)
   pagoda create pirate -f ./Modelfile   a derived model: FROM a base plus PARAMETER/SYSTEM/...
   pagoda cp pirate pirate:v1            the same model under a second name (no copy of weights)
+  pagoda list --all                     every version kept of each model, by ID
+  pagoda rollback smollm2:135m          the name back to its previous version
   pagoda serve                          serve the default model on http://127.0.0.1:11435
   pagoda ps                             the models a running server has loaded
   pagoda eval perplexity smollm2:135m   perplexity over the built-in evaluation text
@@ -81,6 +83,11 @@ pub enum Command {
 
     /// Copy a model to a second name (a new manifest; the weights are shared, not copied).
     Cp(CpArgs),
+
+    /// Point a model's name back to a previous version (one the store kept when the name was
+    /// pulled, created or copied over again); `pagoda list --all` shows the versions kept.
+    #[command(after_help = ROLLBACK_HELP)]
+    Rollback(RollbackArgs),
 
     /// List the models a running `pagoda serve` has loaded (GET /api/ps).
     #[command(after_help = PS_HELP)]
@@ -360,9 +367,41 @@ pub struct PullArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// Every version the store keeps of each model, by digest (ID), with when it was
+    /// current; the current one is marked `*`. `pagoda rollback NAME --to ID` goes back to one.
+    #[arg(short, long)]
+    pub all: bool,
     #[command(flatten)]
     pub log: Verbosity,
 }
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The model to roll back (a store name).
+    #[arg(value_name = "NAME")]
+    pub model: String,
+    /// The version to go back to: a digest or its first digits, as `pagoda list --all` shows
+    /// them (default: the version the name had before the current one).
+    #[arg(long, value_name = "DIGEST")]
+    pub to: Option<String>,
+    #[command(flatten)]
+    pub log: Verbosity,
+}
+
+const ROLLBACK_HELP: &str = "\
+Every time a name is pulled, created or copied over again, the store keeps the version it
+replaces (with its weights): PAGODA_KEEP_VERSIONS sets how many versions of a name are kept,
+the current one included (default 2: the current and one previous; 1 keeps none). The oldest
+are deleted first, with the weights only they used. `pagoda rm NAME` deletes all of them.
+
+A rollback keeps the version it replaces too, so rolling back twice returns to where it
+started. A running `pagoda serve` switches to the restored version without a restart (requests
+in flight finish on the old one). Over HTTP: POST /api/rollback {\"model\": NAME, \"digest\": ID}.
+
+Examples:
+  pagoda list --all                          the versions kept, by ID
+  pagoda rollback smollm2:135m               back to the previous version
+  pagoda rollback smollm2:135m --to 1a2b3c   back to the version whose ID starts with 1a2b3c";
 
 #[derive(Debug, Args)]
 pub struct RmArgs {
@@ -450,6 +489,7 @@ impl Cli {
             Command::Show(a) => a.log.verbose,
             Command::Create(a) => a.log.verbose,
             Command::Cp(a) => a.log.verbose,
+            Command::Rollback(a) => a.log.verbose,
             Command::Ps(a) => a.log.verbose,
             Command::Run(_)
             | Command::Devices(_)

@@ -23,7 +23,9 @@ fn main() -> ExitCode {
             logging::init_server(cli.verbosity(), args.log_format == "json")
         }
         // They print their own line: the store's note would say it again.
-        Command::Rm(_) | Command::Cp(_) => logging::init(cli.verbosity(), false),
+        Command::Rm(_) | Command::Cp(_) | Command::Rollback(_) => {
+            logging::init(cli.verbosity(), false)
+        }
         _ => logging::init(cli.verbosity(), true),
     }
     if let Some(dir) = &cli.store {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Show(args) => commands::show::run(args),
         Command::Create(args) => commands::create::run(args),
         Command::Cp(args) => commands::cp::run(args),
+        Command::Rollback(args) => commands::rollback::run(args),
         Command::Ps(args) => commands::ps::run(args),
         Command::Devices(args) => commands::devices::run(args),
         Command::Run(args) => commands::run::run(args),

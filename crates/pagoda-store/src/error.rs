@@ -145,6 +145,42 @@ pub enum StoreError {
     )]
     FromNotStored { from: String },
 
+    #[error("{setting}={value:?} is not a valid setting: {reason}")]
+    InvalidSetting {
+        setting: &'static str,
+        value: String,
+        reason: String,
+    },
+
+    #[error(
+        "'{name}' has no previous version to roll back to{why}; `pagoda list --all` shows the versions kept"
+    )]
+    NoPreviousVersion {
+        name: String,
+        /// Why (the keep setting, when it keeps none).
+        why: String,
+    },
+
+    #[error(
+        "no kept version of '{name}' has a digest starting with '{digest}'; `pagoda list --all` shows the versions kept and their digests"
+    )]
+    UnknownVersion { name: String, digest: String },
+
+    #[error(
+        "'{digest}' matches several kept versions of '{name}' ({}); give more digits of the digest (`pagoda list --all` shows them)",
+        matches.join(", ")
+    )]
+    AmbiguousVersion {
+        name: String,
+        digest: String,
+        matches: Vec<String>,
+    },
+
+    #[error(
+        "'{digest}' is the current version of '{name}' already; `pagoda list --all` shows the versions kept"
+    )]
+    VersionIsCurrent { name: String, digest: String },
+
     #[error(
         "could not pull '{name}'; every source failed:{}",
         format_failures(failures)

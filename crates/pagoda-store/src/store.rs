@@ -4,13 +4,14 @@
 //! [`CreateOptions`], [`ResolvedModel`], [`ManifestSummary`] and [`resolve_or_pull`]. Layout under the root:
 //! `blobs/sha256-<hex>` (content), `manifests/<name>/<tag>.json` (one per model),
 //! `models/<name>/<tag>/` (Hugging Face folders rebuilt from blobs by hardlink or copy),
-//! `tmp/` (scratch for wheels).
+//! `versions/<name>/<tag>/` (the manifests a tag had before, [`crate::versions`]; rollback and
+//! `list --all` are [`crate::rollback`]'s), `tmp/` (scratch for wheels).
 //!
 //! Invariants: a manifest is written only after all of its blobs are in place, so a listed model
 //! is complete; with a [`ModelValidator`] installed ([`Store::with_validator`]) it is also
 //! written only after the validator accepted the files as they will be served (a pull's
 //! fetched files, a `create`'s or `copy`'s base), and a refused pull takes back the blobs
-//! it added; `remove` deletes a blob only when no remaining manifest names it. A derived
+//! it added; `remove` deletes a blob only when no remaining manifest or kept version names it. A derived
 //! model (`create`, `copy`) is one more manifest naming its base's blobs (never a copy of the
 //! weights) plus its Modelfile layer; removing the base keeps the blobs the derived one uses. Known limit: a
 //! `remove` that runs while another process is between writing a blob and writing the manifest
@@ -97,6 +98,8 @@ pub struct Store {
     http: HttpConfig,
     catalog: Vec<CatalogEntry>,
     validator: Option<Box<dyn ModelValidator>>,
+    /// Versions kept per tag, the current one included ([`Store::with_keep_versions`]).
+    keep_versions: usize,
 }
 
 impl std::fmt::Debug for Store {
@@ -129,12 +132,15 @@ impl Store {
     /// Opens (creating if needed) the store at `dir`, or at [`default_root`].
     ///
     /// Reads `PAGODA_PIP_WHEELS` (a folder of wheels to use instead of pip), `PAGODA_PIP` (the
-    /// pip command, default `python3 -m pip`), `HF_ENDPOINT` and `HF_TOKEN`.
+    /// pip command, default `python3 -m pip`), `HF_ENDPOINT`, `HF_TOKEN` and
+    /// `PAGODA_KEEP_VERSIONS` (versions kept per tag, [`crate::versions`]; an invalid value is
+    /// [`StoreError::InvalidSetting`]).
     pub fn open(dir: Option<PathBuf>) -> Result<Store> {
         let root = match dir {
             Some(d) => d,
             None => default_root()?,
         };
+        let keep_versions = crate::versions::keep_versions_from_env()?;
         for sub in ["blobs", "manifests", "models", "tmp"] {
             let p = root.join(sub);
             fs::create_dir_all(&p).map_err(|e| StoreError::Io {
@@ -150,6 +156,7 @@ impl Store {
             http: HttpConfig::from_env(),
             catalog: catalog::entries().to_vec(),
             validator: None,
+            keep_versions,
         };
         store.clean_stale_partials();
         Ok(store)
@@ -182,6 +189,24 @@ impl Store {
         self
     }
 
+    /// How many versions of each tag to keep, the current one included (at least 1; `1` keeps
+    /// none to roll back to). Replaces `PAGODA_KEEP_VERSIONS`. Takes effect at the tag's next
+    /// replacement, which prunes what is over the limit.
+    pub fn with_keep_versions(mut self, keep: usize) -> Store {
+        self.keep_versions = keep.max(1);
+        self
+    }
+
+    /// Versions kept per tag, the current one included.
+    pub fn keep_versions(&self) -> usize {
+        self.keep_versions
+    }
+
+    /// The kept versions' bookkeeping (`versions/`).
+    pub(crate) fn versions(&self) -> crate::versions::Versions {
+        crate::versions::Versions::new(self.root.join("versions"))
+    }
+
     /// Replaces the catalog (tests, private catalogs).
     pub fn with_catalog(mut self, entries: Vec<CatalogEntry>) -> Store {
         self.catalog = entries;
@@ -211,7 +236,7 @@ impl Store {
         self.blobs_dir().join(digest.file_name())
     }
 
-    fn manifest_path(&self, name: &ModelName) -> PathBuf {
+    pub(crate) fn manifest_path(&self, name: &ModelName) -> PathBuf {
         self.manifests_dir().join(name.manifest_rel_path())
     }
 
@@ -221,7 +246,7 @@ impl Store {
 
     /// The stored name `text` refers to, if any: itself, or for `family` / `family:latest` the
     /// catalog's latest entry of that family.
-    fn stored_name(&self, text: &str) -> Result<Option<ModelName>> {
+    pub(crate) fn stored_name(&self, text: &str) -> Result<Option<ModelName>> {
         let name = ModelName::parse(text)?;
         if self.manifest_path(&name).is_file() {
             return Ok(Some(name));
@@ -248,7 +273,7 @@ impl Store {
     }
 
     /// Every blob `manifest` names is in place with its size.
-    fn check_blobs(&self, name: &ModelName, manifest: &Manifest) -> Result<()> {
+    pub(crate) fn check_blobs(&self, name: &ModelName, manifest: &Manifest) -> Result<()> {
         for f in &manifest.files {
             let ok = fs::metadata(self.blob_path(&f.digest))
                 .map(|m| m.len() == f.size)
@@ -671,18 +696,39 @@ impl Store {
     }
 
     /// Writes `manifest` as `name`'s (its blobs are in place), clears the old materialized
-    /// folder, and drops blobs only the replaced manifest used.
-    fn install(&self, name: &ModelName, manifest: Manifest) -> Result<ResolvedModel> {
+    /// folder, keeps the replaced manifest as a version ([`crate::versions`]: first, so a
+    /// crash loses nothing), prunes versions over the keep limit, and drops blobs that only
+    /// the replaced or pruned manifests used.
+    pub(crate) fn install(&self, name: &ModelName, manifest: Manifest) -> Result<ResolvedModel> {
         let path = self.manifest_path(name);
         let old = Manifest::read(&path, name).ok();
+        let versions = self.versions();
+        let current = manifest.version();
+        if let Some(old) = &old {
+            if self.keep_versions > 1 && old.version() != current {
+                versions.keep(name, old, crate::versions::now_secs())?;
+            }
+        }
         manifest.write(&path)?;
         let model_dir = self.model_dir(name);
         if old.is_some() && model_dir.exists() {
             let _ = fs::remove_dir_all(&model_dir);
         }
-        if let Some(old) = old {
-            self.collect_garbage(old.files.iter().map(|f| f.digest.clone()).collect())?;
+        let mut candidates: Vec<Digest> = Vec::new();
+        let mut drop_files =
+            |m: &Manifest| candidates.extend(m.files.iter().map(|f| f.digest.clone()));
+        if let Some(old) = &old {
+            drop_files(old);
         }
+        // The new current version is no longer a kept one.
+        if let Some(was_kept) = versions.forget(name, &current)? {
+            drop_files(&was_kept.manifest);
+        }
+        for pruned in versions.prune(name, self.keep_versions - 1)? {
+            tracing::debug!("pruned version {} of {name}", pruned.version());
+            drop_files(&pruned);
+        }
+        self.collect_garbage(candidates)?;
         tracing::debug!("stored {name} ({} bytes)", manifest.total_size);
         self.resolved_from(name.clone(), manifest)
     }
@@ -999,7 +1045,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes a model's manifest and folder, and every blob no other manifest uses.
+    /// Removes a model's manifest, its kept versions and its folder, and every blob no other
+    /// manifest or kept version uses.
     pub fn remove(&self, name: &str) -> Result<()> {
         let Some(stored) = self.stored_name(name)? else {
             ModelName::parse(name)?;
@@ -1008,13 +1055,16 @@ impl Store {
             });
         };
         let path = self.manifest_path(&stored);
-        let digests: Vec<Digest> = match Manifest::read(&path, &stored) {
+        let mut digests: Vec<Digest> = match Manifest::read(&path, &stored) {
             Ok(m) => m.files.iter().map(|f| f.digest.clone()).collect(),
             Err(e) => {
                 tracing::warn!("{e}; removing it without collecting its blobs");
                 Vec::new()
             }
         };
+        for kept in self.versions().remove_all(&stored)? {
+            digests.extend(kept.files.into_iter().map(|f| f.digest));
+        }
         fs::remove_file(&path).map_err(StoreError::io("delete", &path))?;
         prune_empty_dirs(path.parent(), &self.manifests_dir());
         let model_dir = self.model_dir(&stored);
@@ -1027,9 +1077,9 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes those of `candidates` that no manifest names. Stops (keeping everything) if some
-    /// manifest cannot be read, since it might name them.
-    fn collect_garbage(&self, candidates: Vec<Digest>) -> Result<()> {
+    /// Deletes those of `candidates` that no manifest and no kept version names. Stops (keeping
+    /// everything) if some manifest or kept version cannot be read, since it might name them.
+    pub(crate) fn collect_garbage(&self, candidates: Vec<Digest>) -> Result<()> {
         if candidates.is_empty() {
             return Ok(());
         }
@@ -1041,6 +1091,13 @@ impl Store {
                     tracing::warn!("not deleting blobs: {e}");
                     return Ok(());
                 }
+            }
+        }
+        match self.versions().all_manifests() {
+            Ok(kept) => used.extend(kept.into_iter().flat_map(|m| m.files).map(|f| f.digest)),
+            Err(e) => {
+                tracing::warn!("not deleting blobs: {e}");
+                return Ok(());
             }
         }
         let mut freed = 0u64;

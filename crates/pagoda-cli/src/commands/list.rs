@@ -1,22 +1,48 @@
 //! `pagoda list` (alias `ls`): the store as a table, like `ollama list`.
 //!
 //! Owns the table layout: NAME, ID (first 12 hex digits of the model file's sha256), SIZE
-//! (decimal units), MODIFIED (relative time).
+//! (decimal units), MODIFIED (relative time); with `--all`, a row per kept version (ID: the
+//! version's digest, `*` marking the current one; CURRENT: when it was the current one).
 
 use std::time::SystemTime;
 
 use super::{human_size, open_store};
+use pagoda_store::versions::short_id;
 use crate::cli::ListArgs;
 
-/// Runs `pagoda list`.
-pub fn run(_args: ListArgs) -> anyhow::Result<()> {
+/// Runs `pagoda list` (`--all`: every kept version).
+pub fn run(args: ListArgs) -> anyhow::Result<()> {
     let store = open_store()?;
-    let models = store.list()?;
     let now = SystemTime::now();
-    let rows: Vec<[String; 4]> = models
+    if args.all {
+        let rows: Vec<Vec<String>> = store
+            .list_versions()?
+            .iter()
+            .map(|v| {
+                let when = match v.until {
+                    None => format!("current, since {}", relative_time(now, v.since)),
+                    Some(until) => format!(
+                        "{} until {}",
+                        relative_time(now, v.since),
+                        relative_time(now, until)
+                    ),
+                };
+                vec![
+                    v.name.clone(),
+                    format!("{} {}", if v.current { "*" } else { " " }, short_id(&v.id)),
+                    human_size(v.size),
+                    when,
+                ]
+            })
+            .collect();
+        print_table(&["NAME", "  ID", "SIZE", "CURRENT"], &rows);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = store
+        .list()?
         .iter()
         .map(|m| {
-            [
+            vec![
                 m.name.clone(),
                 m.digest.short().to_string(),
                 human_size(m.size),
@@ -24,27 +50,27 @@ pub fn run(_args: ListArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    let header = ["NAME", "ID", "SIZE", "MODIFIED"].map(String::from);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
+    print_table(&["NAME", "ID", "SIZE", "MODIFIED"], &rows);
+    Ok(())
+}
+
+/// Prints `header` and `rows` as left-aligned columns four spaces apart.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    for row in std::iter::once(&header).chain(&rows) {
-        let line = format!(
-            "{:<w0$}    {:<w1$}    {:<w2$}    {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
-        println!("{}", line.trim_end());
+    for row in std::iter::once(&header).chain(rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", line.join("    ").trim_end());
     }
-    Ok(())
 }
 
 /// "2 minutes ago", the way Ollama says it.

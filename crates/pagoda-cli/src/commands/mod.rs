@@ -1,6 +1,6 @@
 //! The subcommands, one module each, plus the few helpers the store commands share.
 //!
-//! Owns: pull, list, rm, show, create, cp (store commands), ps (asks a running server); run
+//! Owns: pull, list, rm, show, create, cp, rollback (store commands), ps (asks a running server); run
 //! and bench are the lead's modules, wired in here; eval measures accuracy with
 //! pagoda-compress. Invariants: commands print results to stdout and nothing else there; every
 //! command opens the store through [`open_store`], so none can list a model that does not load.
@@ -31,6 +31,7 @@ pub mod ps;
 pub mod pull;
 pub mod quantize;
 pub mod rm;
+pub mod rollback;
 pub mod run;
 pub mod run_params;
 pub mod run_repl;

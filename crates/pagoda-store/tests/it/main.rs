@@ -5,6 +5,7 @@
 
 mod server;
 mod validation;
+mod versions;
 
 use std::fs;
 use std::io::Write;
@@ -689,16 +690,40 @@ fn rm_collects_only_blobs_nobody_else_uses() {
 }
 
 #[test]
-fn repull_with_new_content_drops_the_old_blob() {
+fn repull_with_new_content_keeps_one_previous_version_and_drops_older_blobs() {
     let env = Env::new();
     let p = env.file("m.gguf", &gguf_bytes(9, 100));
     let store = env.store();
+    assert_eq!(
+        store.keep_versions(),
+        2,
+        "the default: current and one previous"
+    );
     store.pull(p.to_str().unwrap(), &opts()).unwrap();
     fs::write(&p, gguf_bytes(10, 100)).unwrap();
     store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    let mut both = vec![
+        sha(&gguf_bytes(9, 100)).file_name(),
+        sha(&gguf_bytes(10, 100)).file_name(),
+    ];
+    both.sort();
+    assert_eq!(env.blob_dir_entries(), both, "the previous version is kept");
+    // A third version: the first is pruned with its blob.
+    fs::write(&p, gguf_bytes(11, 100)).unwrap();
+    store.pull(p.to_str().unwrap(), &opts()).unwrap();
+    let mut last_two = vec![
+        sha(&gguf_bytes(10, 100)).file_name(),
+        sha(&gguf_bytes(11, 100)).file_name(),
+    ];
+    last_two.sort();
+    assert_eq!(env.blob_dir_entries(), last_two);
+    // Keeping only the current version (the old behaviour) drops the previous one.
+    let store = env.store().with_keep_versions(1);
+    fs::write(&p, gguf_bytes(12, 100)).unwrap();
+    store.pull(p.to_str().unwrap(), &opts()).unwrap();
     assert_eq!(
         env.blob_dir_entries(),
-        vec![sha(&gguf_bytes(10, 100)).file_name()]
+        vec![sha(&gguf_bytes(12, 100)).file_name()]
     );
 }
 
@@ -1229,7 +1254,8 @@ fn create_inherits_the_base_layer_and_catalog_defaults() {
 fn recreate_with_other_parameters_changes_the_manifest_and_version() {
     let env = Env::new();
     let p = env.file("base.gguf", &gguf_bytes(34, 2000));
-    let store = env.store();
+    // Only the current version kept: a replaced version's blobs go at once.
+    let store = env.store().with_keep_versions(1);
     store.pull(p.to_str().unwrap(), &named("base:1")).unwrap();
     let opts = create_in(&env.files);
     let one = store
