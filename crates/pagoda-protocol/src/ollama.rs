@@ -427,6 +427,30 @@ pub struct CopyRequest {
     pub destination: String,
 }
 
+/// `POST /api/rollback` (Pagoda's own route): point `model` back to a kept version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    pub model: String,
+    /// The version to restore: a digest or its first hex digits (`sha256:` optional), as
+    /// `pagoda list --all` shows them; absent: the version before the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// The answer to a rollback.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackResponse {
+    /// `success`.
+    pub status: String,
+    /// The model's store name (`name:tag`).
+    pub model: String,
+    /// The version that was current before (now kept), `sha256:<hex>`.
+    pub from: String,
+    /// The version that is current now.
+    pub to: String,
+}
+
 /// One object of the `/api/pull` stream (and of `/api/create`'s).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProgressResponse {

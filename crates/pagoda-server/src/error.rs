@@ -43,6 +43,11 @@ impl ApiError {
         }
     }
 
+    /// 409: the request cannot be done in the present state (e.g. nothing to roll back to).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
+    }
+
     /// 400: a parameter is wrong.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)

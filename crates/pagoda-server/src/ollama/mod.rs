@@ -1,6 +1,7 @@
 //! The Ollama API: `/api/generate`, `/api/chat` (NDJSON streams), `/api/tags`, `/api/show`,
 //! `/api/ps`, `/api/pull`, `/api/delete`, `/api/version`, `/api/embed`, and `/api/create` /
-//! `/api/copy` (`create.rs`: derived models and second names of models already in the store).
+//! `/api/copy` (`create.rs`: derived models and second names of models already in the store),
+//! and Pagoda's `/api/rollback` (`rollback.rs`: a name back to a version the store kept).
 //! Shared here: the NDJSON response and model details; the generation requests' mapping is
 //! `pagoda_runtime::ollama`'s.
 //!
@@ -10,6 +11,7 @@ mod create;
 mod embed;
 mod generate;
 mod models;
+mod rollback;
 
 use crate::error::{ApiError, OllamaError};
 use crate::state::AppState;
@@ -34,6 +36,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/delete", delete(models::remove))
         .route("/api/create", post(create::create))
         .route("/api/copy", post(create::copy))
+        .route("/api/rollback", post(rollback::rollback))
         .route("/api/version", get(models::version))
         .route("/api/embed", post(embed::embed))
         .route("/api/embeddings", post(embed::embeddings))

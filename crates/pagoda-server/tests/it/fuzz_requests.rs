@@ -1,6 +1,6 @@
 //! Property test of request handling: random bodies (arbitrary bytes, and JSON objects whose
 //! fields are the APIs' own names with values of random types and sizes) sent to every
-//! generation route, and to `/api/create` and `/api/copy`, never crash the server or get a
+//! generation route, and to `/api/create`, `/api/copy` and `/api/rollback`, never crash the server or get a
 //! 5xx; every error has a JSON body.
 
 use crate::harness::{config, start, tiny_llama};
@@ -18,6 +18,7 @@ const ROUTES: &[&str] = &[
     "/api/embed",
     "/api/create",
     "/api/copy",
+    "/api/rollback",
 ];
 
 const FIELDS: &[&str] = &[
@@ -56,6 +57,7 @@ const FIELDS: &[&str] = &[
     "template",
     "source",
     "destination",
+    "digest",
 ];
 
 fn leaf() -> impl Strategy<Value = Value> {
