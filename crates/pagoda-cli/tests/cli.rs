@@ -1825,6 +1825,9 @@ mod quiet_output;
 #[path = "cli/eval_logits.rs"]
 mod eval_logits;
 
+#[path = "cli/versions_quant.rs"]
+mod versions_quant;
+
 /// `pagoda quantize` of the tiny Llama folder into a Hugging Face GPTQ/AWQ folder: written
 /// whole (no `.partial` left), loadable by `pagoda run`, and an existing output is kept
 /// unless `--force`.

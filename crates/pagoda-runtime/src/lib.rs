@@ -11,7 +11,8 @@
 //! [`structured`] (structured-output fields → a constraint), [`tools`] (tool calling:
 //! checks, rendering, the forced-call grammar, the output parser), [`loader`] (store name or
 //! path → a model ready to serve: weights, tokenizer, chat template, defaults;
-//! quantize-at-load; a Modelfile's LoRA), [`collect`] (engine events → choices), [`single`]
+//! quantize-at-load; a Modelfile's LoRA), [`quant_choice`] (`--quantize auto`: the best
+//! weight format that fits the memory budget), [`collect`] (engine events → choices), [`single`]
 //! (one blocking request, text as it comes: `run`, `bench model`, `eval compare`).
 //!
 //! Architecture Invariant: nothing here knows HTTP; front ends map [`RequestError`] to their
@@ -28,6 +29,7 @@ pub mod loader;
 pub mod ollama;
 pub mod openai;
 pub mod plan;
+pub mod quant_choice;
 pub mod request;
 pub mod single;
 pub mod structured;

@@ -4,13 +4,16 @@
 //! (`pagoda create`: PARAMETER, TEMPLATE, SYSTEM, MESSAGE, ADAPTER) ask for, applied in that
 //! order.
 //! [`LoadOptions::quantize`] quantizes the weights in memory (pagoda-compress) between
-//! reading them and building the forward pass, so every command and the server get it.
+//! reading them and building the forward pass, so every command and the server get it;
+//! without a type, [`LoadOptions::auto_quantize`] lets [`crate::quant_choice`] pick one that
+//! fits [`LoadOptions::fit`] (`--quantize auto`, and float folders that would not fit).
 //! Every front end (the server and the CLI commands) loads through here.
 //!
 //! Invariant: loading never pulls unless asked (`Pull::IfMissing`); the server refuses
 //! unknown models with 404 instead of downloading behind a client's back. A Modelfile
 //! TEMPLATE is Jinja (Ollama's Go templates are refused with [`LoadError::Template`]).
 
+use crate::quant_choice::{AutoQuantize, FitBudget, QuantDecision};
 use pagoda_compress::quantize::{quantize_weights, QuantOptions, QuantReport, QuantTarget};
 use pagoda_compress::CompressError;
 use pagoda_engine::SamplingParams;
@@ -18,6 +21,7 @@ use pagoda_model::arch::{LoraWeights, Model};
 use pagoda_model::chat_template::{ChatMessage, ChatTemplate, TemplateKwargs};
 use pagoda_model::source::{open_model, GenerationDefaults, ModelInfo, ModelSource};
 use pagoda_model::tokenizer::{Shield, Tokenizer};
+use pagoda_model::ModelFormat;
 use pagoda_model::{DeviceChoice, ModelError};
 use pagoda_store::modelfile::{looks_like_go_template, Modelfile, Parameters};
 use pagoda_store::{ResolvedModel, Store, StoreError};
@@ -48,6 +52,12 @@ pub enum LoadError {
         #[source]
         source: ModelError,
     },
+    #[error("model {path}: {source}")]
+    AutoQuantize {
+        path: PathBuf,
+        #[source]
+        source: crate::quant_choice::AutoQuantError,
+    },
     #[error("quantizing model {path}: {source}")]
     Quantize {
         path: PathBuf,
@@ -62,6 +72,11 @@ pub struct LoadOptions {
     /// Quantize the weights in memory to this type before building the model (online
     /// quantization; see `pagoda_compress::quantize`). `None`: serve the file's own types.
     pub quantize: Option<QuantTarget>,
+    /// With no `quantize` type: whether to pick one that fits `fit` ([`crate::quant_choice`]).
+    pub auto_quantize: AutoQuantize,
+    /// What the automatic choice sizes against; `None`: one sequence of
+    /// [`crate::single::DEFAULT_CONTEXT`] tokens in the machine's default budget.
+    pub fit: Option<FitBudget>,
     /// Where the weights go and the forward pass runs (`auto`: a usable NVIDIA GPU, as many
     /// layers on it as fit and the rest on the CPU; else the CPU).
     pub device: DeviceChoice,
@@ -134,8 +149,11 @@ pub struct LoadedModel {
     pub info: ModelInfo,
     /// The chat template's source text.
     pub template_source: String,
-    /// What online quantization did, when [`LoadOptions::quantize`] asked for it.
+    /// What online quantization did, when [`LoadOptions::quantize`] (or the automatic
+    /// choice) asked for it.
     pub quantization: Option<QuantReport>,
+    /// What the automatic choice picked and why, when it made one.
+    pub quant_choice: Option<QuantDecision>,
     /// What loading a GPTQ/AWQ checkpoint folder did (its linears converted at load).
     pub checkpoint_quant: Option<pagoda_model::hf_quant::CheckpointQuantReport>,
     /// The Modelfile's ADAPTER (a PEFT LoRA folder), applied unmerged to every request that
@@ -411,7 +429,11 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
         source,
     };
     let mut source: ModelSource = open_model(path).map_err(model_error)?;
-    let quantization = match options.quantize {
+    let (target, quant_choice) = match options.quantize {
+        Some(target) => (Some(target), None),
+        None => auto_choice(path, &source, options)?,
+    };
+    let quantization = match target {
         Some(target) => Some(quantize_source(&mut source, target)?),
         None => None,
     };
@@ -449,11 +471,57 @@ fn load_path(path: &Path, options: &LoadOptions) -> Result<LoadedModel, LoadErro
             .map(|t| t.source().to_string())
             .unwrap_or_default(),
         quantization,
+        quant_choice,
         checkpoint_quant: source.checkpoint_quant.clone(),
         adapter: None,
         placement: placement.reason,
         control_tokens_in_messages: options.control_tokens_in_messages,
     })
+}
+
+/// The automatic quantization choice for `source` (see [`LoadOptions::auto_quantize`]): by
+/// default only a Hugging Face folder is considered, and a GPTQ/AWQ checkpoint or a quantized
+/// GGUF is always served as is. Logs the decision.
+fn auto_choice(
+    path: &Path,
+    source: &ModelSource,
+    options: &LoadOptions,
+) -> Result<(Option<QuantTarget>, Option<QuantDecision>), LoadError> {
+    let mode = match options.auto_quantize {
+        AutoQuantize::IfTooBig if source.format != ModelFormat::HfFolder => AutoQuantize::Off,
+        _ if source.checkpoint_quant.is_some() => AutoQuantize::Off,
+        mode => mode,
+    };
+    if mode == AutoQuantize::Off {
+        return Ok((None, None));
+    }
+    let Some(fit) = options
+        .fit
+        .or_else(|| FitBudget::single_sequence(crate::single::DEFAULT_CONTEXT))
+    else {
+        tracing::debug!("no memory budget known: the weights are served as stored");
+        return Ok((None, None));
+    };
+    let decision = crate::quant_choice::decide(
+        mode,
+        &source.config,
+        &source.weights,
+        dir_or_file_size(path),
+        &fit,
+    )
+    .map_err(|e| LoadError::AutoQuantize {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    match &decision {
+        Some(d) => tracing::info!(path = %path.display(), "{d}"),
+        None if mode == AutoQuantize::Always => tracing::info!(
+            path = %path.display(),
+            "--quantize auto: the model is already quantized, or fits as stored; served as is"
+        ),
+        None => {}
+    }
+    Ok((decision.as_ref().and_then(|d| d.picked.target), decision))
 }
 
 /// Replaces `source`'s weights by their quantization to `target` and its summary by the new
@@ -682,6 +750,87 @@ mod tests {
             .forward(&[1, 2, 3], 0, &mut cache, pagoda_model::Logits::Last)
             .unwrap();
         assert!(logits.iter().all(|x| x.is_finite()));
+    }
+
+    /// A fit of one 64-token sequence in `budget` bytes.
+    fn fit(budget: u64) -> FitBudget {
+        FitBudget {
+            budget,
+            max_model_len: Some(64),
+            max_num_seqs: 1,
+            block_size: 16,
+            kv_dtype: pagoda_model::KvDtype::F16,
+            prefix_caching: false,
+            kv_cache_memory: None,
+        }
+    }
+
+    #[test]
+    fn auto_quantize_picks_the_best_format_that_fits_and_says_why() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama");
+        let source = open_model(&path).unwrap();
+        let kv = crate::quant_choice::kv_bytes(
+            &source.config,
+            Some(64),
+            1,
+            16,
+            pagoda_model::KvDtype::F16,
+            false,
+        )
+        .0;
+        let need =
+            |t: &str| crate::quant_choice::bytes_as(&source.weights, t.parse().unwrap()) + kv;
+        let (f16, q8) = (need("f16"), need("q8_0"));
+        assert!(q8 < f16);
+        let auto = |mode, budget| LoadOptions {
+            auto_quantize: mode,
+            fit: Some(fit(budget)),
+            device: DeviceChoice::Cpu,
+            ..LoadOptions::default()
+        };
+        // f16 does not fit, Q8_0 does: Q8_0, and the weights are what the choice said.
+        let m = load_path(&path, &auto(AutoQuantize::Always, (f16 + q8) / 2)).unwrap();
+        let d = m.quant_choice.as_ref().expect("a decision");
+        assert_eq!(m.info.file_type, "Q8_0");
+        assert_eq!(d.picked.weights, m.weights_bytes());
+        let text = d.to_string();
+        for part in [
+            "--quantize auto",
+            "picked q8_0",
+            "f16 needs",
+            "f32 (as stored) needs",
+            "64 tokens x 1 sequence",
+        ] {
+            assert!(text.contains(part), "{part} missing from: {text}");
+        }
+        // Room for f16: f16 (f32 is the stored type, larger still).
+        let m = load_path(&path, &auto(AutoQuantize::Always, f16)).unwrap();
+        assert_eq!(m.info.file_type, "F16");
+        // By default (IfTooBig) a model that fits as stored is left alone, and one that does
+        // not is quantized with a note saying so.
+        let m = load_path(&path, &auto(AutoQuantize::IfTooBig, u64::MAX / 2)).unwrap();
+        assert!(m.quant_choice.is_none() && m.quantization.is_none());
+        let m = load_path(&path, &auto(AutoQuantize::IfTooBig, q8)).unwrap();
+        let d = m.quant_choice.as_ref().expect("a decision");
+        assert!(
+            d.to_string().contains("does not fit the memory budget"),
+            "{d}"
+        );
+        assert_eq!(m.info.file_type, "Q8_0");
+        // Nothing fits: an error naming the sizes and the flags.
+        let e = load_path(&path, &auto(AutoQuantize::Always, kv))
+            .err()
+            .expect("refused");
+        let text = e.to_string();
+        assert!(matches!(e, LoadError::AutoQuantize { .. }), "{text}");
+        assert!(
+            text.contains("q4_k needs") && text.contains("--memory-budget"),
+            "{text}"
+        );
+        // An already quantized checkpoint is served as is.
+        let gptq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/tiny-llama-gptq");
+        let m = load_path(&gptq, &auto(AutoQuantize::Always, kv + 1)).unwrap();
+        assert!(m.quant_choice.is_none() && m.quantization.is_none());
     }
 
     #[test]

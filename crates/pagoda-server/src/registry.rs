@@ -23,10 +23,10 @@ use crate::adapters::Adapters;
 use crate::error::ApiError;
 use crate::memory_plan::{self, KvNeed};
 use crate::names::{ModelNames, NamedModel};
-use pagoda_engine::{EngineConfig, EngineHandle, StatePlan};
+use pagoda_engine::{EngineConfig, EngineHandle};
 use pagoda_model::arch::LoraWeights;
-use pagoda_model::PagedKvCache;
 use pagoda_runtime::loader::{self, LoadOptions, LoadedModel};
+use pagoda_runtime::quant_choice::{self, FitBudget};
 use pagoda_store::Store;
 use std::collections::HashMap;
 use std::path::Path;
@@ -446,7 +446,10 @@ impl Registry {
 
     /// Reads a model's weights (and tokenizer, template) without starting its engine.
     async fn load_weights(&self, target: &Target) -> Result<LoadedModel, ApiError> {
-        let options = self.config.load;
+        let mut options = self.config.load;
+        if options.fit.is_none() {
+            options.fit = self.fit_budget();
+        }
         let resolved = target.resolved.clone();
         let key = target.key.clone();
         tokio::task::spawn_blocking(move || {
@@ -457,26 +460,35 @@ impl Registry {
         .map_err(|e| ApiError::internal(format!("model load failed: {e}")))?
     }
 
+    /// What the automatic quantization choice sizes a model against: the whole memory budget
+    /// (each model on its own) and the KV this server's engine settings want.
+    fn fit_budget(&self) -> Option<FitBudget> {
+        let e = &self.config.engine;
+        Some(FitBudget {
+            budget: self.config.memory_budget?,
+            max_model_len: e.max_model_len,
+            max_num_seqs: e.max_num_seqs,
+            block_size: e.block_size,
+            kv_dtype: e.kv_dtype,
+            prefix_caching: e.prefix_caching,
+            kv_cache_memory: e.kv_cache_memory,
+        })
+    }
+
     /// What `loaded` asks of the memory budget under this server's engine settings (a model
     /// on a GPU keeps its KV there: nothing beyond its weights here).
     fn kv_need(&self, key: &str, loaded: &LoadedModel) -> KvNeed {
         let e = &self.config.engine;
-        let cfg = loaded.model.config();
         let (wanted, least) = if loaded.model.gpu_memory().ok().flatten().is_some() {
             (0, 0)
         } else {
-            let max_len = e
-                .max_model_len
-                .unwrap_or(cfg.context_length)
-                .min(cfg.context_length)
-                .max(2);
-            let per_seq = (PagedKvCache::bytes_per_block(cfg, e.block_size.max(1), e.kv_dtype)
-                * max_len.div_ceil(e.block_size.max(1))) as u64;
-            let states = StatePlan::for_config(cfg, e.max_num_seqs, e.prefix_caching)
-                .map_or(0, |p| p.bytes() as u64);
-            (
-                per_seq * e.max_num_seqs.max(1) as u64 + states,
-                per_seq + states,
+            quant_choice::kv_bytes(
+                loaded.model.config(),
+                e.max_model_len,
+                e.max_num_seqs,
+                e.block_size,
+                e.kv_dtype,
+                e.prefix_caching,
             )
         };
         KvNeed {

@@ -119,9 +119,10 @@ impl ConnectionLimits {
 }
 
 /// The memory budget when the operator names none: 90 % of the machine's memory (the rest
-/// for the process, the page cache and the system), or none where the machine does not say.
+/// for the process, the page cache and the system), or none where the machine does not say
+/// (pagoda-runtime's, which `pagoda run`'s automatic quantization choice uses too).
 pub fn default_memory_budget() -> Option<u64> {
-    pagoda_engine::memory::total_memory().map(|t| t / 10 * 9)
+    pagoda_runtime::quant_choice::default_memory_budget()
 }
 
 impl Default for ServerConfig {

@@ -7,8 +7,8 @@
 use std::time::SystemTime;
 
 use super::{human_size, open_store};
-use pagoda_store::versions::short_id;
 use crate::cli::ListArgs;
+use pagoda_store::versions::short_id;
 
 /// Runs `pagoda list` (`--all`: every kept version).
 pub fn run(args: ListArgs) -> anyhow::Result<()> {

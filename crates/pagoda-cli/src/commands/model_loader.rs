@@ -1,13 +1,13 @@
 //! Finding, loading and preparing a model for the CLI commands (`run`, `batch`, `bench`):
 //! the server's loader, pulling missing catalog models, with a spinner while it maps the
 //! weights; [`LoadArgs`] holds the load flags every such command (and `serve`) shares
-//! (`--quantize`, `--device`, `--gpu-layers`).
+//! (`--quantize` with `auto`, `--device`, `--gpu-layers`).
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_compress::quantize::QuantTarget;
 use pagoda_model::{Device, DeviceChoice};
 use pagoda_runtime::loader::{self, LoadOptions, Pull};
+use pagoda_runtime::quant_choice::{AutoQuantize, QuantizeFlag};
 use std::time::Duration;
 
 pub use pagoda_runtime::loader::LoadedModel;
@@ -15,9 +15,16 @@ pub use pagoda_runtime::loader::LoadedModel;
 /// How the model's weights are prepared at load.
 #[derive(Debug, Clone, Args)]
 pub struct LoadArgs {
-    /// Quantize the weights in memory to TYPE at load: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
-    /// q5_k, q6_k, int8, int4-g32, int4-g64, int4-g128, int4-g32-sym, int4-g64-sym,
+    /// Quantize the weights in memory to TYPE at load: auto, q4_0, q4_1, q5_0, q5_1, q8_0,
+    /// q4_k, q5_k, q6_k, int8, int4-g32, int4-g64, int4-g128, int4-g32-sym, int4-g64-sym,
     /// int4-g128-sym, nf4, nf4-dq, f16, bf16, f32 (int4 = int4-g32).
+    ///
+    /// auto picks the highest-quality format — as stored, f16 (from f32), q8_0, q6_k, q5_k,
+    /// q4_k — whose weights plus the KV cache for the context (--max-model-len, else the
+    /// model's; `run`: 4096 tokens) and sequences (--max-num-seqs; `run`: one) fit the memory
+    /// budget (--memory-budget, else 90% of the machine's memory), and prints what it picked
+    /// and why; an already quantized model is served as is. Without --quantize, a Hugging Face
+    /// folder stored in f32/f16/bf16 that would not fit gets the same choice (and says so).
     ///
     /// int8 is per-channel (one f32 scale per row), int4-gN groups of N weights with a scale
     /// and a minimum (-sym: a scale only), nf4 QLoRA's NormalFloat-4 in blocks of 64 (nf4-dq
@@ -32,7 +39,7 @@ pub struct LoadArgs {
     /// their type are left untouched. The memory before and after is printed on stderr.
     /// Generative models only.
     #[arg(long, value_name = "TYPE")]
-    pub quantize: Option<QuantTarget>,
+    pub quantize: Option<QuantizeFlag>,
     /// Where the model runs: auto (an NVIDIA GPU when one is usable — driver, NVRTC and
     /// cuBLAS found at run time — else the CPU; the choice is printed at start), cpu, cuda
     /// (the first GPU), cuda:N, or cuda-interpret (the CUDA path run on the CPU by Pagoda's
@@ -61,8 +68,15 @@ pub struct LoadArgs {
 impl LoadArgs {
     /// The loader options these flags ask for.
     pub fn options(&self) -> LoadOptions {
+        let (quantize, auto_quantize) = match self.quantize {
+            Some(QuantizeFlag::Type(t)) => (Some(t), AutoQuantize::Off),
+            Some(QuantizeFlag::Auto) => (None, AutoQuantize::Always),
+            None => (None, AutoQuantize::IfTooBig),
+        };
         LoadOptions {
-            quantize: self.quantize,
+            quantize,
+            auto_quantize,
+            fit: None,
             device: self.device,
             gpu_layers: self.gpu_layers,
             control_tokens_in_messages: self.unsafe_control_tokens_in_messages,
@@ -78,11 +92,11 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     let spinner = ProgressBar::new_spinner();
     spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
     match args.quantize {
-        Some(t) => spinner.set_message(format!(
+        Some(QuantizeFlag::Type(t)) => spinner.set_message(format!(
             "loading {} and quantizing it to {t}",
             resolved.path.display()
         )),
-        None => spinner.set_message(format!("loading {}", resolved.path.display())),
+        _ => spinner.set_message(format!("loading {}", resolved.path.display())),
     }
     spinner.enable_steady_tick(Duration::from_millis(100));
     let loaded = loader::load_with(&resolved, name, &args.options());
@@ -95,6 +109,9 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
     }
     if let Some(report) = &loaded.checkpoint_quant {
         eprintln!("{report}");
+    }
+    if let Some(choice) = &loaded.quant_choice {
+        eprintln!("{choice}");
     }
     if let Some(report) = &loaded.quantization {
         eprintln!("{report}");

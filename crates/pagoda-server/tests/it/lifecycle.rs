@@ -1,6 +1,7 @@
 //! The server's life: readiness, draining on shutdown (in-flight requests finish, new ones
 //! are refused), hot reload of a store model to a new version with in-flight requests
-//! finishing on the old one, and models loaded on first request.
+//! finishing on the old one, a rollback (`/api/rollback`) picked up the same way, and models
+//! loaded on first request.
 
 use crate::harness::{config, golden, start, tiny_llama};
 use futures_util::StreamExt;
@@ -123,6 +124,124 @@ async fn a_new_version_in_the_store_is_picked_up_without_a_restart() {
     assert!(ps["models"]
         .as_array()
         .is_some_and(|m| m.iter().all(|m| m["digest"] != first_digest.as_str())));
+    s.stop().await.expect("clean stop");
+}
+
+/// `/api/ps`'s family of `tiny:latest` becomes `family` within ten seconds.
+async fn serves_family(s: &crate::harness::TestServer, family: &str) -> bool {
+    for _ in 0..100 {
+        let ps = s.get_json("/api/ps").await;
+        if ps["models"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["details"]["family"] == family))
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_rollback_is_picked_up_without_a_restart_and_refusals_change_nothing() {
+    let mut c = config();
+    c.models = vec!["tiny:latest".into()];
+    let dir = tempfile::tempdir().expect("dir");
+    let store_dir = dir.path().join("store");
+    let pull = |store: &pagoda_store::Store, folder: &str| {
+        store
+            .pull(
+                &golden(folder).display().to_string(),
+                &PullOptions {
+                    name: Some("tiny:latest".into()),
+                    force: true,
+                    ..PullOptions::default()
+                },
+            )
+            .map(drop)
+    };
+    {
+        let store = pagoda_store::Store::open(Some(store_dir.clone())).expect("store");
+        pull(&store, "tiny-llama").expect("pull tiny-llama");
+    }
+    let s = crate::harness::start_with_store(c, store_dir).await;
+    assert!(serves_family(&s, "llama").await);
+    // Nothing kept yet: 409, and the model is still served.
+    let r = s
+        .post("/api/rollback", json!({"model": "tiny:latest"}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let v: serde_json::Value = r.json().await.expect("json");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no previous version")),
+        "{v}"
+    );
+    // A new version, picked up as before.
+    let store = s.store.clone();
+    tokio::task::spawn_blocking(move || pull(&store, "tiny-qwen2"))
+        .await
+        .expect("task")
+        .expect("pull tiny-qwen2");
+    assert!(
+        serves_family(&s, "qwen2").await,
+        "the new version was not loaded"
+    );
+    let loads = s.get_json("/api/ps").await["models"][0]["digest"].clone();
+
+    // Refusals: an unknown model, a digest of no kept version.
+    let r = s.post("/api/rollback", json!({"model": "ghost:1"})).await;
+    assert_eq!(r.status(), 404);
+    let r = s
+        .post(
+            "/api/rollback",
+            json!({"model": "tiny:latest", "digest": "zz"}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.expect("json");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("pagoda list --all")),
+        "{v}"
+    );
+    let r = s
+        .post("/api/rollback", json!({"model": "tiny:latest", "bogus": 1}))
+        .await;
+    assert_eq!(r.status(), 400, "unknown fields are refused");
+    assert_eq!(s.get_json("/api/ps").await["models"][0]["digest"], loads);
+
+    // The rollback: the previous version is served again, without a restart.
+    let r = s
+        .post("/api/rollback", json!({"model": "tiny:latest"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let done: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(done["status"], "success");
+    assert_eq!(done["model"], "tiny:latest");
+    let (from, to) = (
+        done["from"].as_str().expect("from").to_string(),
+        done["to"].as_str().expect("to").to_string(),
+    );
+    assert_ne!(from, to);
+    assert!(
+        serves_family(&s, "llama").await,
+        "the rollback was not picked up"
+    );
+    // And back again, by digest.
+    let r = s
+        .post(
+            "/api/rollback",
+            json!({"model": "tiny:latest", "digest": &from[7..19]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        serves_family(&s, "qwen2").await,
+        "the second rollback was not picked up"
+    );
     s.stop().await.expect("clean stop");
 }
 
@@ -349,4 +468,66 @@ async fn a_server_started_with_quantize_serves_the_quantized_model() {
         "Q8_0 weights ({size}) below F32 ({plain_size})"
     );
     s.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_server_with_quantize_auto_serves_the_best_format_that_fits_the_budget() {
+    // `pagoda serve --quantize auto --memory-budget B` with B between what the tiny model
+    // needs in f16 and in Q8_0 (weights + KV of one 64-token sequence): it serves Q8_0.
+    use pagoda_runtime::quant_choice::{bytes_as, kv_bytes, AutoQuantize};
+    let source = pagoda_model::open_model(&golden("tiny-llama")).expect("open");
+    let kv = kv_bytes(
+        &source.config,
+        Some(64),
+        1,
+        16,
+        pagoda_model::KvDtype::F16,
+        true,
+    )
+    .0;
+    let need = |t: &str| bytes_as(&source.weights, t.parse().expect("a type")) + kv;
+    let mut c = config();
+    c.engine.kv_cache_memory = None;
+    c.engine.max_num_seqs = 1;
+    c.engine.max_model_len = Some(64);
+    c.memory_budget = Some((need("f16") + need("q8_0")) / 2);
+    c.load.auto_quantize = AutoQuantize::Always;
+    let s = start(c).await;
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            json!({"model": tiny_llama(), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let ps = s.get_json("/api/ps").await;
+    assert_eq!(
+        ps["models"][0]["details"]["quantization_level"], "Q8_0",
+        "{ps}"
+    );
+    s.stop().await.expect("clean stop");
+
+    // With no room even for Q4_K the start is refused with the sizes.
+    let mut c = config();
+    c.engine.kv_cache_memory = None;
+    c.engine.max_num_seqs = 1;
+    c.engine.max_model_len = Some(64);
+    c.memory_budget = Some(kv);
+    c.load.auto_quantize = AutoQuantize::Always;
+    let dir = tempfile::tempdir().expect("dir");
+    let store = std::sync::Arc::new(
+        pagoda_store::Store::open(Some(dir.path().join("store"))).expect("store opens"),
+    );
+    let server = pagoda_server::BoundServer::bind(c, store)
+        .await
+        .expect("binds");
+    let e = server
+        .run(std::future::pending())
+        .await
+        .expect_err("nothing fits")
+        .to_string();
+    assert!(
+        e.contains("no format fits") && e.contains("--memory-budget"),
+        "{e}"
+    );
 }
