@@ -75,7 +75,7 @@ pub struct LoadOptions {
     /// With no `quantize` type: whether to pick one that fits `fit` ([`crate::quant_choice`]).
     pub auto_quantize: AutoQuantize,
     /// What the automatic choice sizes against; `None`: one sequence of
-    /// [`crate::single::DEFAULT_CONTEXT`] tokens in the machine's default budget.
+    /// [`crate::quant_choice::DEFAULT_CONTEXT`] tokens in the machine's default budget.
     pub fit: Option<FitBudget>,
     /// Where the weights go and the forward pass runs (`auto`: a usable NVIDIA GPU, as many
     /// layers on it as fit and the rest on the CPU; else the CPU).
@@ -497,7 +497,7 @@ fn auto_choice(
     }
     let Some(fit) = options
         .fit
-        .or_else(|| FitBudget::single_sequence(crate::single::DEFAULT_CONTEXT))
+        .or_else(|| FitBudget::single_sequence(crate::quant_choice::DEFAULT_CONTEXT))
     else {
         tracing::debug!("no memory budget known: the weights are served as stored");
         return Ok((None, None));

@@ -29,6 +29,11 @@ pub fn default_memory_budget() -> Option<u64> {
     pagoda_engine::memory::total_memory().map(|t| t / 10 * 9)
 }
 
+/// The context `pagoda run` gives a model when nothing asks for another (the single-stream
+/// engine's default, [`crate::single::DEFAULT_CONTEXT`]; defined here so the loader's choice
+/// plans the same context without importing the engine front end).
+pub const DEFAULT_CONTEXT: usize = 4096;
+
 /// What `--quantize` accepts: `auto`, or a weight type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuantizeFlag {

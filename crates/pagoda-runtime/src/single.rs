@@ -92,7 +92,7 @@ impl ChoiceOutput {
 
 /// Context of a one-stream engine when neither the caller nor the model's Modelfile
 /// (`num_ctx`) asks for another (capped at the model's own).
-pub const DEFAULT_CONTEXT: usize = 4096;
+pub const DEFAULT_CONTEXT: usize = crate::quant_choice::DEFAULT_CONTEXT;
 
 /// Starts an engine for one stream at a time over `loaded` (see [`engine_config`]), with a
 /// context of `requested` tokens, else the Modelfile's `num_ctx`, else [`DEFAULT_CONTEXT`],
