@@ -250,7 +250,7 @@ fn answer_all(
     let loaded = load_for_generation(
         &variant.model,
         &LoadArgs {
-            quantize,
+            quantize: quantize.map(pagoda_runtime::quant_choice::QuantizeFlag::Type),
             device,
             gpu_layers: None,
             unsafe_control_tokens_in_messages: false,
