@@ -121,6 +121,16 @@ else
   echo "skipped: install chromium (apt-get install chromium) to run the chat page test"
 fi
 
+echo "== SVG plots (eval report, bench serve, docs/img) drawn in headless Chromium: titles and tick labels inside, axes ticked and titled"
+if command -v chromium >/dev/null 2>&1; then
+  python3 scripts/conformance/svg_plots.py --pagoda "$PAGODA"
+elif [ "${CI:-}" = "true" ]; then
+  echo "chromium is missing (.ci/run installs it)" >&2
+  exit 1
+else
+  echo "skipped: install chromium (apt-get install chromium) to run the SVG plot test"
+fi
+
 echo "== NVRTC (the nvidia-cuda-nvrtc-cu12 wheel: compiles CUDA kernels without a GPU)"
 nvrtc_dir="$PWD/target/nvrtc"
 if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then

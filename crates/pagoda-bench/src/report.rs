@@ -1,7 +1,9 @@
 //! The outputs of a run: a Markdown table for people, a JSON document for programs (the
 //! configuration, the workload and the full [`Summary`]), and a hand-written SVG chart —
 //! p50/p90/p99 of TTFT, TPOT and E2E as grouped bars (one panel each, its own scale), and
-//! completed requests per second over the run, drawn with pagoda-svg's pieces.
+//! completed requests per second over the run, drawn with pagoda-svg's pieces (its title
+//! fitted to the width, every axis ticked and titled with its unit, checked by
+//! `pagoda_svg::check` in the tests).
 //!
 //! Invariants: nothing here measures or prints; the API key is never in any output
 //! ([`RunConfig`] does not serialize it).
@@ -9,7 +11,7 @@
 use crate::runner::{RequestRecord, RunConfig};
 use crate::stats::{Dist, Summary};
 use crate::workload::Workload;
-use pagoda_svg::{escape, nice_max};
+use pagoda_svg::{axes, escape, nice_max, Axis, Frame, Title};
 use serde_json::{json, Value};
 
 /// The summary as Markdown tables: the totals and throughput, then one row per latency.
@@ -108,85 +110,131 @@ pub fn completions_per_bin(records: &[RequestRecord], bin_s: f64) -> Vec<usize> 
     bins
 }
 
-/// The chart of `--plot`, as SVG text.
+/// The chart of `--plot`, as SVG text: the title fitted to the width, three latency panels
+/// (p50/p90/p99 bars, each on its own scale in ms), then completed requests per second
+/// over the run's time in seconds; every axis ticked, labelled and titled (pagoda-svg).
 pub fn svg(summary: &Summary, records: &[RequestRecord], title: &str) -> String {
-    let (w, h) = (900.0, 620.0);
-    let mut s = pagoda_svg::document(w, h, title, 24.0);
+    let w = 900.0;
+    let title = Title::fit(title, w);
+    let right_pad = 20.0;
     // Top: three latency panels, bars p50/p90/p99.
     let colors = ["#2c6fbb", "#e67e22", "#c0392b"];
     let panels = [
-        ("TTFT (ms)", &summary.ttft_ms),
-        ("TPOT (ms)", &summary.tpot_ms),
-        ("E2E (ms)", &summary.e2e_ms),
+        ("TTFT: time to first token", &summary.ttft_ms),
+        ("TPOT: time per output token", &summary.tpot_ms),
+        ("E2E: request latency", &summary.e2e_ms),
     ];
-    let (top, ph, pw) = (60.0, 200.0, 230.0);
-    for (k, (name, d)) in panels.iter().enumerate() {
-        let left = 70.0 + k as f64 * (pw + 60.0);
-        let values = [d.p50, d.p90, d.p99];
-        let range = (0.0, nice_max(values.iter().copied()));
-        let py = |v: f64| top + ph - v / range.1 * ph;
-        axes(&mut s, left, top, pw, ph, range, name);
-        let bar_w = pw / 4.0;
-        for (j, (label, v)) in ["p50", "p90", "p99"].iter().zip(values).enumerate() {
-            let x = left + bar_w * (j as f64 + 0.5);
-            let y = py(v);
-            s.push_str(&format!(
-                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{c}\">\
-                 <title>{name} {label}: {v:.1}</title></rect>\
-                 <text x=\"{tx:.1}\" y=\"{ly:.1}\" text-anchor=\"middle\">{label}</text>\
-                 <text x=\"{tx:.1}\" y=\"{vy:.1}\" text-anchor=\"middle\" font-size=\"10\">{v:.1}</text>\n",
-                bw = bar_w * 0.8,
-                bh = (top + ph - y).max(0.0),
-                c = colors[j],
-                tx = x + bar_w * 0.4,
-                ly = top + ph + 16.0,
-                vy = y - 4.0,
-            ));
-        }
-        if d.count == 0 {
-            s.push_str(&format!(
-                "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">no data</text>\n",
-                x = left + pw / 2.0,
-                y = top + ph / 2.0
-            ));
-        }
+    let percentiles = ["p50", "p90", "p99"];
+    let x_axis = Axis::categories(&percentiles, "percentile");
+    let y_axes: Vec<Axis> = panels
+        .iter()
+        .map(|(_, d)| Axis::numeric((0.0, nice_max([d.p50, d.p90, d.p99].into_iter())), "ms"))
+        .collect();
+    let (_, below) = axes::margins(&y_axes[0]);
+    let top = title.bottom() + HEADER;
+    let ph = 200.0;
+    let slot = (w - right_pad) / panels.len() as f64;
+    let mut panel_frames = Vec::new();
+    for y in &y_axes {
+        let (left, _) = axes::margins(y);
+        let k = panel_frames.len() as f64;
+        panel_frames.push(Frame {
+            left: k * slot + left,
+            top,
+            width: slot - left - 10.0,
+            height: ph,
+        });
     }
     // Bottom: completed requests per second over time.
     let bin_s = bin_width(summary.duration_s);
     let bins = completions_per_bin(records, bin_s);
     let rates: Vec<f64> = bins.iter().map(|&n| n as f64 / bin_s).collect();
-    let (left, top, pw, ph) = (70.0, 360.0, 790.0, 200.0);
-    let range = (0.0, nice_max(rates.iter().copied()));
-    axes(
-        &mut s,
-        left,
-        top,
-        pw,
-        ph,
-        range,
-        &format!("completed requests/s ({bin_s} s bins)"),
+    let span = (rates.len() as f64 * bin_s)
+        .max(summary.duration_s)
+        .max(bin_s);
+    let time = Axis::numeric((0.0, span), "time since the first request (s)");
+    let rate = Axis::numeric(
+        (0.0, nice_max(rates.iter().copied())),
+        "completed requests/s",
     );
-    let n = rates.len().max(1) as f64;
+    let (rate_left, rate_below) = axes::margins(&rate);
+    let time_frame = Frame {
+        left: rate_left,
+        top: top + ph + below + HEADER,
+        width: w - rate_left - right_pad,
+        height: 200.0,
+    };
+    let h = time_frame.bottom() + rate_below + 10.0;
+    let mut s = pagoda_svg::document(w, h, &title);
+    for (k, (((name, d), y), f)) in panels.iter().zip(&y_axes).zip(&panel_frames).enumerate() {
+        header(&mut s, f, name);
+        f.draw_axes(&mut s, &x_axis, y, &format!("latency{k}"), false);
+        let bar_w = f.width / percentiles.len() as f64;
+        for (j, (label, v)) in percentiles.iter().zip([d.p50, d.p90, d.p99]).enumerate() {
+            let yv = f.y(y, v);
+            let cx = f.x(&x_axis, j as f64 + 0.5);
+            s.push_str(&format!(
+                "<rect x=\"{x:.1}\" y=\"{yv:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{c}\">\
+                 <title>{name} {label}: {v:.1} ms</title></rect>\
+                 <text x=\"{cx:.1}\" y=\"{vy:.1}\" text-anchor=\"middle\" font-size=\"10\">{v:.1}</text>\n",
+                x = cx - bar_w * 0.35,
+                bw = bar_w * 0.7,
+                bh = (f.bottom() - yv).max(0.0),
+                c = colors[j],
+                vy = yv - 4.0,
+            ));
+        }
+        if d.count == 0 {
+            s.push_str(&format!(
+                "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">no data</text>\n",
+                x = f.left + f.width / 2.0,
+                y = f.top + f.height / 2.0
+            ));
+        }
+    }
+    let f = &time_frame;
+    header(
+        &mut s,
+        f,
+        &format!("Completed requests per second ({bin_s} s bins)"),
+    );
+    f.draw_axes(&mut s, &time, &rate, "rate", true);
     for (i, r) in rates.iter().enumerate() {
-        let x = left + pw * i as f64 / n;
-        let bh = r / range.1 * ph;
+        let (t0, t1) = (i as f64 * bin_s, (i + 1) as f64 * bin_s);
+        let x0 = f.x(&time, t0);
+        let y = f.y(&rate, *r);
         s.push_str(&format!(
-            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"#27ae60\">\
+            "<rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"#27ae60\">\
              <title>{t0:.0}-{t1:.0} s: {r:.2} req/s</title></rect>\n",
-            y = top + ph - bh,
-            bw = (pw / n * 0.9).max(0.5),
-            t0 = i as f64 * bin_s,
-            t1 = (i + 1) as f64 * bin_s,
+            bw = ((f.x(&time, t1) - x0) * 0.9).max(0.5),
+            bh = (f.bottom() - y).max(0.0),
         ));
     }
-    s.push_str(&format!(
-        "<text x=\"{x}\" y=\"{y}\" text-anchor=\"middle\">time since the first request (s), \
-         0 to {d:.1}</text>\n</svg>\n",
-        x = left + pw / 2.0,
-        y = top + ph + 36.0,
-        d = summary.duration_s
-    ));
+    s.push_str("</svg>\n");
     s
+}
+
+/// Room above a panel for its header.
+const HEADER: f64 = 28.0;
+
+/// A panel's header, left-aligned above it (cut to the panel's width).
+fn header(s: &mut String, f: &Frame, text: &str) {
+    let size = 13.0;
+    let fit = (f.width / (size * pagoda_svg::text::CHAR_WIDTH_EM)).floor() as usize;
+    let shown: String = if text.chars().count() > fit {
+        text.chars()
+            .take(fit.saturating_sub(1))
+            .chain(['…'])
+            .collect()
+    } else {
+        text.to_string()
+    };
+    s.push_str(&format!(
+        "<text x=\"{x}\" y=\"{y}\" font-size=\"{size}\">{t}</text>\n",
+        x = f.left,
+        y = f.top - 10.0,
+        t = escape(&shown),
+    ));
 }
 
 /// Bin width: 1 s, or wider so that a long run has at most 60 bins.
@@ -196,22 +244,6 @@ fn bin_width(duration_s: f64) -> f64 {
         b *= 2.0;
     }
     b
-}
-
-/// Axes, grid, ticks and a title above a panel at (`left`, `top`) of size `pw` × `ph`.
-fn axes(s: &mut String, left: f64, top: f64, pw: f64, ph: f64, range: (f64, f64), title: &str) {
-    let to_y = |t: f64| top + ph - (t - range.0) / (range.1 - range.0) * ph;
-    pagoda_svg::y_grid(s, range, to_y, left, left + pw, left - 6.0);
-    s.push_str(&format!(
-        "<line x1=\"{left}\" y1=\"{yb}\" x2=\"{xr}\" y2=\"{yb}\" stroke=\"black\"/>\
-         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{yb}\" stroke=\"black\"/>\
-         <text x=\"{xm}\" y=\"{yt}\" text-anchor=\"middle\" font-size=\"13\">{t}</text>\n",
-        yb = top + ph,
-        xr = left + pw,
-        xm = left + pw / 2.0,
-        yt = top - 10.0,
-        t = escape(title),
-    ));
 }
 
 #[cfg(test)]
@@ -269,10 +301,33 @@ mod tests {
         }
         let svg = svg(&summary, &records, "bench <x>");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains("bench &lt;x&gt;") && svg.contains("TPOT (ms)"));
+        assert!(svg.contains("bench &lt;x&gt;") && svg.contains("TPOT: time per output token"));
         assert_eq!(svg.matches("fill=\"#27ae60\"").count(), 1);
+        pagoda_svg::check(&svg).unwrap_or_else(|p| panic!("{p:#?}\n{svg}"));
         assert_eq!(nice_max([0.0].into_iter()), 1.0);
         assert_eq!(nice_max([93.0].into_iter()), 200.0); // 93 * 1.1 rounded up
         assert_eq!(nice_max([40.0].into_iter()), 50.0);
+    }
+
+    #[test]
+    fn the_chart_reads_whole_for_long_titles_long_runs_and_no_data() {
+        let long_title = "pagoda bench serve: http://127.0.0.1:41234 (qwen2.5-coder:1.5b-instruct-q4_k_m), \
+                          sharegpt prompts from /data/ShareGPT_V3_unfiltered_cleaned_split.json (500), \
+                          Poisson arrivals at 8 req/s";
+        let many: Vec<RequestRecord> = (0..400)
+            .map(|i| rec(i as f64 * 0.5, i as f64 * 0.5 + 3.0, i % 7 == 0))
+            .collect();
+        let none: Vec<RequestRecord> = vec![rec(0.0, 1.0, true)];
+        for (records, title) in [
+            (&many[..], long_title),
+            (&none[..], "x"),
+            (&many[..5], "short"),
+        ] {
+            let summary = Summary::from_records(records, 1.0, None);
+            let svg = svg(&summary, records, title);
+            let checked = pagoda_svg::check(&svg).unwrap_or_else(|p| panic!("{p:#?}\n{svg}"));
+            // Three latency panels and the rate chart, two axes each.
+            assert_eq!(checked.axes.len(), 8, "{:?}", checked.axes);
+        }
     }
 }

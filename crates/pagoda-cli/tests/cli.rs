@@ -80,19 +80,31 @@ const TINY_VOCAB: usize = 8;
 /// [`tiny_gguf`] with a context of `context` tokens and, when `head` is given, an
 /// `output.weight` of those values (vocabulary x hidden) instead of the tied embedding.
 fn tiny_gguf_with(seed: u8, context: u32, head: Option<Vec<f32>>) -> Vec<u8> {
+    llama_gguf(seed, (TINY_H, 64, 1), context, head)
+}
+
+/// A Llama GGUF of `(hidden, ffn, layers)` in f32 with [`tiny_gguf`]'s vocabulary, tokenizer
+/// and template (heads of at most 64 dimensions, half as many KV heads): [`tiny_gguf_with`],
+/// or a model of real size for tests that measure memory.
+fn llama_gguf(
+    seed: u8,
+    (h, ffn, layers): (usize, usize, usize),
+    context: u32,
+    head: Option<Vec<f32>>,
+) -> Vec<u8> {
     use pagoda_model::gguf::{GgufArray, GgufValue, GgufWriter};
-    const H: usize = TINY_H;
-    const KV: usize = 16;
-    const FFN: usize = 64;
+    // Heads of 16 (the tiny model) to 64 dimensions, half as many KV heads.
+    let heads = (h / 64).max(2);
+    let kv = h / 2;
     const VOCAB: usize = TINY_VOCAB;
     let mut w = GgufWriter::new();
     w.add_str("general.architecture", "llama")
         .add_str("general.name", "tiny")
-        .add_u32("llama.block_count", 1)
-        .add_u32("llama.embedding_length", H as u32)
-        .add_u32("llama.attention.head_count", 2)
-        .add_u32("llama.attention.head_count_kv", 1)
-        .add_u32("llama.feed_forward_length", FFN as u32)
+        .add_u32("llama.block_count", layers as u32)
+        .add_u32("llama.embedding_length", h as u32)
+        .add_u32("llama.attention.head_count", heads as u32)
+        .add_u32("llama.attention.head_count_kv", heads as u32 / 2)
+        .add_u32("llama.feed_forward_length", ffn as u32)
         .add_u32("llama.context_length", context)
         .add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)
         .add_f32("llama.rope.freq_base", 10000.0)
@@ -133,24 +145,31 @@ fn tiny_gguf_with(seed: u8, context: u32, head: Option<Vec<f32>>) -> Vec<u8> {
             .map(|i| ((i * 7 + seed as usize) % 13) as f32 * 0.01 - 0.06)
             .collect()
     };
-    for (name, shape) in [
-        ("token_embd.weight", vec![VOCAB, H]),
-        ("output_norm.weight", vec![H]),
-        ("blk.0.attn_norm.weight", vec![H]),
-        ("blk.0.attn_q.weight", vec![H, H]),
-        ("blk.0.attn_k.weight", vec![KV, H]),
-        ("blk.0.attn_v.weight", vec![KV, H]),
-        ("blk.0.attn_output.weight", vec![H, H]),
-        ("blk.0.ffn_norm.weight", vec![H]),
-        ("blk.0.ffn_gate.weight", vec![FFN, H]),
-        ("blk.0.ffn_up.weight", vec![FFN, H]),
-        ("blk.0.ffn_down.weight", vec![H, FFN]),
-    ] {
+    let mut tensors = vec![
+        ("token_embd.weight".to_string(), vec![VOCAB, h]),
+        ("output_norm.weight".to_string(), vec![h]),
+    ];
+    for b in 0..layers {
+        for (name, shape) in [
+            ("attn_norm", vec![h]),
+            ("attn_q", vec![h, h]),
+            ("attn_k", vec![kv, h]),
+            ("attn_v", vec![kv, h]),
+            ("attn_output", vec![h, h]),
+            ("ffn_norm", vec![h]),
+            ("ffn_gate", vec![ffn, h]),
+            ("ffn_up", vec![ffn, h]),
+            ("ffn_down", vec![h, ffn]),
+        ] {
+            tensors.push((format!("blk.{b}.{name}.weight"), shape));
+        }
+    }
+    for (name, shape) in tensors {
         let n = shape.iter().product();
-        w.add_f32_tensor(name, &shape, &ramp(n)).unwrap();
+        w.add_f32_tensor(&name, &shape, &ramp(n)).unwrap();
     }
     if let Some(head) = head {
-        w.add_f32_tensor("output.weight", &[VOCAB, H], &head)
+        w.add_f32_tensor("output.weight", &[VOCAB, h], &head)
             .unwrap();
     }
     w.to_bytes()
@@ -1822,6 +1841,12 @@ mod batch_serve;
 #[path = "cli/quiet_output.rs"]
 mod quiet_output;
 
+#[path = "cli/progress_lines.rs"]
+mod progress_lines;
+
+#[path = "cli/unload_memory.rs"]
+mod unload_memory;
+
 #[path = "cli/eval_logits.rs"]
 mod eval_logits;
 
@@ -2601,7 +2626,10 @@ fn bench_serve_measures_a_real_pagoda_server_on_loopback() {
         "{report}"
     );
     assert_eq!(report["config"]["arrival"]["concurrency"], 2);
-    assert!(fs::read_to_string(&svg_path).unwrap().starts_with("<svg"));
+    let plot = fs::read_to_string(&svg_path).unwrap();
+    assert!(plot.starts_with("<svg"));
+    // The long title (URL, model, data set, arrivals) fits; every axis is ticked and titled.
+    pagoda_svg::check(&plot).unwrap_or_else(|p| panic!("{p:#?}\n{plot}"));
 }
 
 #[test]

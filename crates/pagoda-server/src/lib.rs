@@ -3,7 +3,7 @@
 //!
 //! Map: [`app`] (router, life cycle, drain), [`openai`] and [`ollama`] (the two APIs),
 //! [`generation`] (one request through the engine, shared by both), [`registry`] (loaded
-//! models, keep-alive, memory budget, hot reload), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
+//! models, keep-alive, memory budget, hot reload; [`heap`] gives an unloaded model's memory back to the OS), [`embedders`] (BERT embedding models), [`adapters`] (LoRA adapters served per request),
 //! [`metrics`] (Prometheus; [`gpu_metrics`], its GPU gauges through NVML), [`error`] (the one error → status mapping), [`body`] (bounded
 //! JSON bodies), [`chat_page`] (`GET /` and its files), [`state`] (configuration and shared state),
 //! [`names`] (which model names a client may use), [`request_id`] (`x-request-id` on every response, error details to the log), [`pulls`]
@@ -30,6 +30,7 @@ pub mod embedders;
 pub mod error;
 pub mod generation;
 pub mod gpu_metrics;
+pub mod heap;
 pub mod memory_plan;
 pub mod metrics;
 pub mod names;

@@ -108,10 +108,16 @@ impl ServedModel {
 impl Drop for ServedModel {
     fn drop(&mut self) {
         // Joining the engine thread can take a step's time; never block an async worker.
+        // Once it has stopped (its thread held the KV pool) and the weights are dropped, the
+        // freed memory goes back to the OS (crate::heap).
         let engine = self.engine.clone();
         let name = self.name.clone();
+        let weights = Arc::clone(&self.loaded.model);
         let stop = move || {
             engine.shutdown();
+            // The handle holds the weights too: let go of it before waiting for the others.
+            drop(engine);
+            crate::heap::after_unload(weights);
             tracing::info!(model = %name, "model unloaded");
         };
         // If no thread can be started, stop inline rather than panic in a destructor.
@@ -227,6 +233,8 @@ struct Target {
 
 impl Registry {
     pub fn new(names: Arc<ModelNames>, config: RegistryConfig) -> Self {
+        // Unloaded models' memory goes back to the OS (crate::heap).
+        crate::heap::configure_allocator();
         Registry {
             names,
             config,

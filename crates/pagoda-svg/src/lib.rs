@@ -1,46 +1,36 @@
 //! pagoda-svg: the pieces Pagoda's hand-written SVG charts are drawn with, so a chart needs
-//! no plotting dependency and every chart looks alike: the document with its title
-//! ([`document`]), round axis ranges ([`nice_max`], [`padded_range`]), about five round
-//! ticks ([`ticks`], [`tick_label`]), horizontal grid lines with their labels ([`y_grid`]),
-//! and XML escaping ([`escape`]). The charts themselves (pagoda-bench's latency bars,
-//! pagoda-compress's size-against-perplexity plot) stay with the figures they draw.
+//! no plotting dependency and every chart looks alike and reads whole: the document with its
+//! title fitted to the width ([`document`], [`text::Title`]), axes with round ticks, labels
+//! and titles and the margins they need ([`axes`]), round axis ranges ([`nice_max`],
+//! [`padded_range`], [`ticks`], [`tick_label`]), XML escaping ([`escape`]), and the checker
+//! every plot writer's tests run their output through ([`check`]: no text outside the
+//! document, every axis ticked, labelled and titled). The charts themselves (pagoda-bench's
+//! latency bars, pagoda-compress's size-against-perplexity plot) stay with the figures they
+//! draw.
 //!
 //! Invariants: output is text only, a function of the arguments (no clock, no randomness);
-//! every text a caller passes as a title goes through [`escape`]. Depends on no other crate.
+//! every text a caller passes goes through [`escape`]; text sizes are estimated from the
+//! character count ([`text::text_width`]), the same way when laying out and when checking.
+//! Depends on no other crate.
+
+pub mod axes;
+pub mod check;
+pub mod text;
+
+pub use axes::{Axis, Frame};
+pub use check::check;
+pub use text::Title;
 
 /// The opening of a chart: an `<svg>` of `width` × `height` user units (sans-serif, 12),
-/// a white background, and `title` (escaped) centred at height `title_y`. The caller
-/// appends the chart and the closing `</svg>`.
-pub fn document(width: f64, height: f64, title: &str, title_y: f64) -> String {
+/// a white background, and `title` (see [`Title::fit`]) at the top. The caller starts its
+/// chart below [`Title::bottom`] and appends the closing `</svg>`.
+pub fn document(width: f64, height: f64, title: &Title) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
          viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{cx}\" y=\"{title_y}\" text-anchor=\"middle\" font-size=\"15\">{t}</text>\n",
-        cx = width / 2.0,
-        t = escape(title)
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{t}",
+        t = title.svg(width)
     )
-}
-
-/// A light horizontal grid line from `left` to `right` at each of [`ticks`]`(range)`, with
-/// the tick's label right-aligned at `label_x`; `to_y` maps a value to its height.
-pub fn y_grid(
-    s: &mut String,
-    range: (f64, f64),
-    to_y: impl Fn(f64) -> f64,
-    left: f64,
-    right: f64,
-    label_x: f64,
-) {
-    for t in ticks(range) {
-        let y = to_y(t);
-        s.push_str(&format!(
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{right}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
-             <text x=\"{label_x}\" y=\"{yt:.1}\" text-anchor=\"end\">{t}</text>\n",
-            yt = y + 4.0,
-            t = tick_label(t),
-        ));
-    }
 }
 
 /// A round upper bound a little above the largest value (1 when all are 0): an axis from
@@ -148,18 +138,10 @@ mod tests {
     }
 
     #[test]
-    fn the_document_and_grid_escape_and_place_their_text() {
-        let mut s = document(100.0, 50.0, "a <b> & \"c\"", 20.0);
-        assert!(s.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"100\""));
-        assert!(s.contains("<text x=\"50\" y=\"20\""), "{s}");
+    fn the_document_escapes_and_places_its_title() {
+        let s = document(300.0, 50.0, &Title::fit("a <b> & \"c\"", 300.0));
+        assert!(s.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"300\""));
+        assert!(s.contains("<text class=\"title\" x=\"150\""), "{s}");
         assert!(s.contains("a &lt;b&gt; &amp; &quot;c&quot;</text>"), "{s}");
-        let before = s.len();
-        y_grid(&mut s, (0.0, 10.0), |v| 40.0 - v, 5.0, 95.0, 3.0);
-        let grid = &s[before..];
-        assert_eq!(grid.lines().count(), 6, "{grid}");
-        assert!(grid.starts_with(
-            "<line x1=\"5\" y1=\"40.0\" x2=\"95\" y2=\"40.0\" stroke=\"#eee\"/>\
-             <text x=\"3\" y=\"44.0\" text-anchor=\"end\">0</text>\n"
-        ));
     }
 }

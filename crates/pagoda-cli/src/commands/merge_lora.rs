@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::progress::Progress;
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::merge::{merge_lora, MergeBase, MergeDtype, MergeReport, OutputKind};
 use pagoda_kernels::GgmlType;
 use pagoda_model::lora::LoraAdapter;
@@ -42,17 +42,6 @@ pub struct MergeLoraArgs {
     /// Replace OUT if it exists.
     #[arg(long)]
     pub force: bool,
-}
-
-fn bar(len: usize) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {elapsed}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    bar.set_message("tensors");
-    bar
 }
 
 /// `q_proj ×30, v_proj ×30`: the merged modules by their last name.
@@ -127,11 +116,11 @@ pub fn run(args: MergeLoraArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let base = MergeBase::open(&resolved.path)
         .with_context(|| format!("opening the base model {}", resolved.path.display()))?;
-    let pb = bar(base.weights().len());
+    let pb = Progress::new("merge-lora", "tensors", base.weights().len());
     let result = merge_lora(&base, &adapter, dtype, &args.output, args.force, |d, _| {
-        pb.set_position(d as u64)
+        pb.set(d)
     });
-    pb.finish_and_clear();
+    pb.finish();
     let report = result?;
 
     let c = adapter.config();

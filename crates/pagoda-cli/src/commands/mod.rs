@@ -26,6 +26,7 @@ pub mod list;
 pub mod llama_server;
 pub mod merge_lora;
 pub mod model_loader;
+pub mod progress;
 pub mod prune;
 pub mod ps;
 pub mod pull;

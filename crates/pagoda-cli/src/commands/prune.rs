@@ -37,7 +37,8 @@ use pagoda_model::{open_model, ModelFormat};
 use pagoda_model::{Model, ModelConfig};
 use pagoda_runtime::loader::{self, Pull};
 
-use super::quantize::{bar, calibration_text, DEFAULT_CALIBRATION};
+use super::progress::Progress;
+use super::quantize::{calibration_text, DEFAULT_CALIBRATION};
 
 /// Arguments of `pagoda prune`.
 #[derive(Debug, Args)]
@@ -223,28 +224,24 @@ fn structured_keep(
     match plan {
         Plan::Layers { drop, rank } => {
             check_drop(*drop, cfg.n_layers)?;
-            let pb = bar(cfg.n_layers, "layers");
+            let pb = Progress::new("prune", "layers", cfg.n_layers);
             let scores = match rank {
-                LayerRanking::Influence => {
-                    block_influence(&model, &windows, |d, _| pb.set_position(d as u64))?
-                }
+                LayerRanking::Influence => block_influence(&model, &windows, |d, _| pb.set(d))?,
                 LayerRanking::Perplexity => {
                     let used = &seq.tokens[..windows.iter().map(|w| w.len()).sum::<usize>()];
-                    perplexity_impact(weights, cfg, used, seq.window, |d, _| {
-                        pb.set_position(d as u64)
-                    })?
+                    perplexity_impact(weights, cfg, used, seq.window, |d, _| pb.set(d))?
                 }
             };
-            pb.finish_and_clear();
+            pb.finish();
             let dropped = choose_dropped(&scores, *drop);
             let summary = layer_summary(&scores, &dropped, *rank);
             Ok((keep_without(cfg, &dropped), summary))
         }
         Plan::Width(target) => {
             target.resolve(cfg)?;
-            let pb = bar(windows.len(), "windows");
-            let imp = width_importance(&model, &windows, |d, _| pb.set_position(d as u64))?;
-            pb.finish_and_clear();
+            let pb = Progress::new("prune", "windows", windows.len());
+            let imp = width_importance(&model, &windows, |d, _| pb.set(d))?;
+            pb.finish();
             let keep = plan_width(cfg, &imp, target)?;
             Ok((keep, String::new()))
         }
@@ -381,11 +378,11 @@ pub fn run(args: PruneArgs) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let pb = bar(source.config.n_layers, "layers");
+    let pb = Progress::new("prune", "layers", source.config.n_layers);
     let (weights, report) = prune_model(&source.weights, &source.config, &seq, &opts, |d, _| {
-        pb.set_position(d as u64)
+        pb.set(d)
     })?;
-    pb.finish_and_clear();
+    pb.finish();
     let note = format!(
         "prune {} {} sparsity {}",
         opts.method.as_str(),

@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::progress::Progress;
 use anyhow::{bail, Context};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_compress::quantize::calibrate::calibrate;
 use pagoda_compress::quantize::gguf_meta::{hf_gguf_metadata, HfGgufSource};
 use pagoda_compress::quantize::grid::{GridKind, GroupSpec};
@@ -132,17 +132,6 @@ pub(crate) fn calibration_text(path: &std::path::Path) -> anyhow::Result<String>
         }
     }
     Ok(texts.join("\n\n"))
-}
-
-pub(crate) fn bar(len: usize, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {elapsed}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
 }
 
 /// The output format: `--format`, else from OUT's extension and the method.
@@ -330,11 +319,11 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             .len()
             .div_ceil(args.window.max(1))
             .min(args.max_windows);
-        let pb = bar(windows, "calibration");
+        let pb = Progress::new("quantize", "calibration windows", windows);
         let stats = calibrate(&model, &tokens, args.window, args.max_windows, |d, _| {
-            pb.set_position(d as u64)
+            pb.set(d)
         })?;
-        pb.finish_and_clear();
+        pb.finish();
         eprintln!(
             "calibration: {} tokens, {} input sites, one pass",
             stats.tokens,
@@ -353,14 +342,14 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         }),
         (None, false) => Calibration::None,
     };
-    let pb = bar(source.config.n_layers, "layers");
+    let pb = Progress::new("quantize", "layers", source.config.n_layers);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let (report, written, what) = if format == OutputFormat::Gguf {
         let (weights, report) =
             quantize_model_with(&source.weights, &source.config, &calib, &opts, |d, _| {
-                pb.set_position(d as u64)
+                pb.set(d)
             })?;
-        pb.finish_and_clear();
+        pb.finish();
         let note = format!(
             "{} {}-bit group {} {}",
             method.as_str(),
@@ -388,9 +377,9 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             &opts,
             format,
             from_gguf,
-            |d, _| pb.set_position(d as u64),
+            |d, _| pb.set(d),
         )?;
-        pb.finish_and_clear();
+        pb.finish();
         let export_source = match &config_json {
             None => ExportSource::Gguf {
                 tokenizer: &source.tokenizer,

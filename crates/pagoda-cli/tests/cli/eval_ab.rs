@@ -409,6 +409,22 @@ fn eval_report_measures_each_variant() {
         "--json",
     ]);
     ok(&o);
+    // Not a terminal: a line per measurement (3 variants x speed, perplexity, mc, GSM8K).
+    let err = stderr(&o);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("eval report: measurements "))
+        .collect();
+    assert_eq!(lines.len(), 12, "{err}");
+    assert!(
+        lines[0].starts_with("eval report: measurements 1/12 (speed of tiny-rep)"),
+        "{err}"
+    );
+    assert!(
+        lines[11].starts_with("eval report: measurements 12/12"),
+        "{err}"
+    );
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(
         r,
@@ -460,6 +476,8 @@ fn eval_report_measures_each_variant() {
     let plot = fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.matches("class=\"point\"").count() == 3);
     assert!(plot.contains("tiny-rep:q8_0"));
+    // Title and labels inside the document, both axes ticked, labelled and titled.
+    pagoda_svg::check(&plot).unwrap_or_else(|p| panic!("{p:#?}\n{plot}"));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The size-against-quality report of several variants of a model: one row per variant
 //! (size, bits per weight, peak memory, speed, perplexity, accuracies), deltas against the
 //! baseline (the first row), rendered as a Markdown table and as an SVG scatter plot of
-//! weight size (x) against perplexity (y), drawn with pagoda-svg's pieces.
+//! weight size (x) against perplexity (y), drawn with pagoda-svg's pieces (title fitted to
+//! the width, both axes ticked and titled; the tests run it through `pagoda_svg::check`).
 //!
 //! The measuring is the caller's (the CLI runs each variant in its own process); this module
 //! only holds the figures and renders them.
@@ -12,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use pagoda_svg::{padded_range, tick_label, ticks};
+use pagoda_svg::{axes, padded_range, Axis, Frame, Title};
 
 use super::compare_page::escape_html;
 use crate::CompressError;
@@ -205,52 +206,42 @@ impl Report {
                 "no variant has a perplexity to plot".into(),
             ));
         }
-        let (w, h) = (720.0, 460.0);
-        let (left, right, top, bottom) = (80.0, 40.0, 40.0, 60.0);
-        let xs = padded_range(points.iter().map(|p| p.0), true);
-        let ys = padded_range(points.iter().map(|p| p.1), false);
-        let px = |x: f64| left + (x - xs.0) / (xs.1 - xs.0) * (w - left - right);
-        let py = |y: f64| h - bottom - (y - ys.0) / (ys.1 - ys.0) * (h - top - bottom);
-        let mut s =
-            pagoda_svg::document(w, h, "Size against perplexity (lower left is better)", 22.0);
-        // Axes, ticks and grid.
-        for t in ticks(xs) {
-            let x = px(t);
-            s.push_str(&format!(
-                "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{y0}\" stroke=\"#eee\"/>\
-                 <text x=\"{x:.1}\" y=\"{ty}\" text-anchor=\"middle\">{t}</text>\n",
-                y0 = h - bottom,
-                ty = h - bottom + 18.0,
-                t = tick_label(t),
-            ));
-        }
-        pagoda_svg::y_grid(&mut s, ys, py, left, w - right, left - 8.0);
-        s.push_str(&format!(
-            "<line x1=\"{left}\" y1=\"{yb}\" x2=\"{xr}\" y2=\"{yb}\" stroke=\"black\"/>\n\
-             <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{yb}\" stroke=\"black\"/>\n\
-             <text x=\"{xm}\" y=\"{xl}\" text-anchor=\"middle\">weights in memory (MiB)</text>\n\
-             <text transform=\"translate(20 {ym}) rotate(-90)\" text-anchor=\"middle\">perplexity</text>\n",
-            yb = h - bottom,
-            xr = w - right,
-            xm = (left + w - right) / 2.0,
-            xl = h - 16.0,
-            ym = (top + h - bottom) / 2.0,
-        ));
-        for (i, (x, y, name)) in points.iter().enumerate() {
-            let (cx, cy) = (px(*x), py(*y));
+        let w = 720.0;
+        let title = Title::fit("Size against perplexity (lower left is better)", w);
+        let x = Axis::numeric(
+            padded_range(points.iter().map(|p| p.0), true),
+            "weights in memory (MiB)",
+        );
+        let y = Axis::numeric(
+            padded_range(points.iter().map(|p| p.1), false),
+            "perplexity",
+        );
+        let (left, below) = axes::margins(&y);
+        let f = Frame {
+            left,
+            top: title.bottom() + 14.0,
+            width: w - left - 30.0,
+            height: 340.0,
+        };
+        let h = f.bottom() + below + 8.0;
+        let mut s = pagoda_svg::document(w, h, &title);
+        f.draw_axes(&mut s, &x, &y, "size-ppl", true);
+        for (i, (px, py, name)) in points.iter().enumerate() {
+            let (cx, cy) = (f.x(&x, *px), f.y(&y, *py));
             let color = if i == 0 { "#c0392b" } else { "#2c6fbb" };
-            // Labels of points in the right third go to their left, inside the plot.
-            let (lx, anchor) = if cx > left + 0.66 * (w - left - right) {
-                (cx - 8.0, "end")
-            } else {
+            // A label goes right of its point when it fits inside the plot, else left of it.
+            let width = pagoda_svg::text::text_width(name, 12.0);
+            let (lx, anchor) = if cx + 8.0 + width <= f.right() {
                 (cx + 8.0, "start")
+            } else {
+                ((cx - 8.0).max(f.left + width), "end")
             };
             s.push_str(&format!(
                 "<circle class=\"point\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{color}\">\
-                 <title>{label}: {x:.1} MiB, perplexity {y:.3}</title></circle>\
+                 <title>{label}: {px:.1} MiB, perplexity {py:.3}</title></circle>\
                  <text x=\"{lx:.1}\" y=\"{ly:.1}\" text-anchor=\"{anchor}\">{label}</text>\n",
                 label = escape_html(name),
-                ly = cy - 8.0,
+                ly = (cy - 8.0).max(f.top + 12.0),
             ));
         }
         s.push_str("</svg>\n");
@@ -308,20 +299,40 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("class=\"point\"").count(), 2);
         assert!(svg.contains("q4 &lt;x&gt;") && !svg.contains("<x>"));
+        pagoda_svg::check(&svg).unwrap_or_else(|p| panic!("{p:#?}\n{svg}"));
         assert!(Report::new(vec![]).is_err());
     }
 
     #[test]
     fn a_single_point_plots_and_no_perplexity_is_an_error() {
         let r = Report::new(vec![row("only", 1, Some(3.0), None)]).unwrap();
-        assert_eq!(r.svg().unwrap().matches("class=\"point\"").count(), 1);
+        let svg = r.svg().unwrap();
+        assert_eq!(svg.matches("class=\"point\"").count(), 1);
+        pagoda_svg::check(&svg).unwrap_or_else(|p| panic!("{p:#?}\n{svg}"));
         let r = Report::new(vec![row("none", 1, None, None)]).unwrap();
         assert!(r.svg().is_err());
     }
 
     #[test]
-    fn ticks_are_round() {
-        assert_eq!(ticks((0.0, 10.0)), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
-        assert_eq!(tick_label(0.30000000000000004), "0.3");
+    fn long_names_at_the_edges_stay_inside_the_plot() {
+        let r = Report::new(vec![
+            row(
+                "qwen2.5-coder:1.5b-instruct (baseline, Q8_0)",
+                1,
+                Some(3.0),
+                None,
+            ),
+            row(
+                "a-very-long-variant-name-on-the-right-edge.gguf",
+                900,
+                Some(9.0),
+                None,
+            ),
+            row("middle", 450, Some(6.0), None),
+        ])
+        .unwrap();
+        let svg = r.svg().unwrap();
+        let checked = pagoda_svg::check(&svg).unwrap_or_else(|p| panic!("{p:#?}\n{svg}"));
+        assert_eq!(checked.axes.len(), 2);
     }
 }
