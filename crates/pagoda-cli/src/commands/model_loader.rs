@@ -21,8 +21,9 @@ pub struct LoadArgs {
     ///
     /// auto picks the highest-quality format — as stored, f16 (from f32), q8_0, q6_k, q5_k,
     /// q4_k — whose weights plus the KV cache for the context (--max-model-len, else the
-    /// model's; `run`: 4096 tokens) and sequences (--max-num-seqs; `run`: one) fit the memory
-    /// budget (--memory-budget, else 90% of the machine's memory), and prints what it picked
+    /// model's; `run`: --ctx-size, else 4096 tokens) and sequences (--max-num-seqs; `run`: one)
+    /// fit the memory budget (`serve --memory-budget`, else 90% of the machine's memory), and
+    /// prints what it picked
     /// and why; an already quantized model is served as is. Without --quantize, a Hugging Face
     /// folder stored in f32/f16/bf16 that would not fit gets the same choice (and says so).
     ///
@@ -87,6 +88,28 @@ impl LoadArgs {
 /// Resolves and loads `name` as `args` ask, with a spinner on stderr while the weights are
 /// mapped (and quantized); prints what quantization did on stderr.
 pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<LoadedModel> {
+    load_with_options(name, args, args.options())
+}
+
+/// As [`load_for_generation`] for one conversation of `context` tokens (`pagoda run
+/// --ctx-size`): `--quantize auto` sizes the KV cache for that context, not the default's.
+pub fn load_for_conversation(
+    name: &str,
+    args: &LoadArgs,
+    context: Option<usize>,
+) -> anyhow::Result<LoadedModel> {
+    let mut options = args.options();
+    if let Some(ctx) = context {
+        options.fit = pagoda_runtime::quant_choice::FitBudget::single_sequence(ctx);
+    }
+    load_with_options(name, args, options)
+}
+
+fn load_with_options(
+    name: &str,
+    args: &LoadArgs,
+    options: LoadOptions,
+) -> anyhow::Result<LoadedModel> {
     let store = crate::commands::open_store()?;
     let resolved = loader::resolve(&store, name, Pull::IfMissing)?;
     let spinner = ProgressBar::new_spinner();
@@ -99,7 +122,7 @@ pub fn load_for_generation(name: &str, args: &LoadArgs) -> anyhow::Result<Loaded
         _ => spinner.set_message(format!("loading {}", resolved.path.display())),
     }
     spinner.enable_steady_tick(Duration::from_millis(100));
-    let loaded = loader::load_with(&resolved, name, &args.options());
+    let loaded = loader::load_with(&resolved, name, &options);
     spinner.finish_and_clear();
     let loaded = loaded?;
     // Where it runs and why (`placing 20 of 28 layers on cuda:0 (...)`), when it matters.

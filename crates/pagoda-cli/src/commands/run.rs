@@ -7,7 +7,7 @@
 //! The interactive chat itself (line editor, `/` commands, Ctrl-C) is [`run_repl`]'s; the
 //! session's sampling settings are [`Params`].
 
-use crate::commands::model_loader::{load_for_generation, LoadArgs, LoadedModel};
+use crate::commands::model_loader::{load_for_conversation, LoadArgs, LoadedModel};
 use crate::commands::run_params::Params;
 use crate::commands::run_repl;
 use clap::Args;
@@ -113,7 +113,7 @@ impl RunArgs {
 /// Runs `pagoda run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::commands::threads::set_threads(args.threads)?;
-    let loaded = load_for_generation(&args.model, &args.load)?;
+    let loaded = load_for_conversation(&args.model, &args.load, args.ctx_size)?;
     // One conversation on the serving engine: earlier turns are found again by its prefix
     // cache, so a follow-up only prefills what is new.
     let (engine, bounds) = single::start(&loaded, args.ctx_size)?;
