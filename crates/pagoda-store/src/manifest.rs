@@ -213,27 +213,33 @@ impl Manifest {
 
     /// Writes the manifest atomically (temp file + rename).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
         let json = serde_json::to_string_pretty(self).map_err(|e| StoreError::Io {
             op: "serialize manifest for",
             path: path.to_path_buf(),
             source: std::io::Error::other(e),
         })?;
-        // A private temp file per writer (threads of one process too), renamed into place.
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".manifest-")
-            .tempfile_in(dir)
-            .map_err(StoreError::io("create a temp file in", dir))?;
-        std::io::Write::write_all(&mut tmp, json.as_bytes())
-            .map_err(StoreError::io("write", tmp.path().to_path_buf()))?;
-        tmp.persist(path).map_err(|e| StoreError::Io {
-            op: "rename into",
-            path: path.to_path_buf(),
-            source: e.error,
-        })?;
-        Ok(())
+        write_atomic(path, json.as_bytes(), ".manifest-")
     }
+}
+
+/// Writes `bytes` to `path` through a private temp file (named `prefix…`, one per writer,
+/// threads of one process too) renamed into place, so a reader sees the old file or the new
+/// one, never a part.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], prefix: &str) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempfile_in(dir)
+        .map_err(StoreError::io("create a temp file in", dir))?;
+    std::io::Write::write_all(&mut tmp, bytes)
+        .map_err(StoreError::io("write", tmp.path().to_path_buf()))?;
+    tmp.persist(path).map_err(|e| StoreError::Io {
+        op: "rename into",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
 }
 
 fn now_secs() -> u64 {

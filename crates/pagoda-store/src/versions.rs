@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StoreError};
-use crate::manifest::Manifest;
+use crate::manifest::{write_atomic, Manifest};
 use crate::name::ModelName;
 
 /// The environment variable that sets how many versions of a tag are kept.
@@ -160,7 +160,7 @@ impl Versions {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        write_atomic(&path, json.as_bytes())
+        write_atomic(&path, json.as_bytes(), ".version-")
     }
 
     /// Drops the kept version `id` of `name` (it became current again); `None` if there was
@@ -295,24 +295,6 @@ fn remove_file(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StoreError::io("delete", path)(e)),
     }
-}
-
-/// Writes `bytes` to `path` by a private temp file renamed into place.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".version-")
-        .tempfile_in(dir)
-        .map_err(StoreError::io("create a temp file in", dir))?;
-    std::io::Write::write_all(&mut tmp, bytes)
-        .map_err(StoreError::io("write", tmp.path().to_path_buf()))?;
-    tmp.persist(path).map_err(|e| StoreError::Io {
-        op: "rename into",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]
